@@ -1,0 +1,24 @@
+//! Sans-IO implementation of the NBD protocol (fixed newstyle handshake,
+//! transmission requests and simple, structured and extended replies).
+//!
+//! Nothing here touches a socket: callers feed bytes in and write bytes
+//! out. All integers on the wire are big-endian.
+
+pub mod consts;
+mod errno;
+mod handshake;
+mod reply;
+mod request;
+
+pub use errno::NbdErrno;
+pub use handshake::{
+    BlockSizes, ExportCatalog, ExportInfo, HandshakeConfig, HandshakeError, HandshakeStatus,
+    Negotiated, ServerHandshake, BASE_ALLOCATION_ID,
+};
+pub use reply::{
+    encode_block_status, encode_chunk_header, encode_error, encode_error_offset, encode_hole_chunk,
+    encode_ok, encode_read_data_header, read_data_header_len, Extent, ReplyStyle,
+};
+pub use request::{
+    Command, HeaderStyle, RejectedRequest, RequestDecodeError, RequestHeader, TransmissionParams,
+};

@@ -1,0 +1,694 @@
+//! Shared plumbing for the interop tests: start a `sluice serve` on an
+//! OS-chosen port, run external NBD clients with a time limit, make test data.
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use tempfile::TempDir;
+
+pub(crate) const KIB: u64 = 1024;
+pub(crate) const MIB: u64 = 1024 * 1024;
+
+/// How long a server may take to print its `listening on` lines.
+const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default limit for one external client command.
+const DEFAULT_CMD_TIMEOUT: Duration = Duration::from_secs(180);
+
+const INSTALL_HINT: &str = "run scripts/test from the repository root: it installs the interop \
+     test dependencies (qemu-utils, libnbd-bin, python3-libnbd, nbdkit, fio, nbdfuse) and then \
+     runs the suite";
+
+/// The interpreter for the libnbd Python scripts. Debian's python3-libnbd is
+/// built for the system interpreter only (a pyenv `python3` earlier on PATH
+/// cannot import it), so never resolve this through PATH.
+pub(crate) const SYSTEM_PYTHON: &str = "/usr/bin/python3";
+
+// ---------------------------------------------------------------------------
+// Tools
+// ---------------------------------------------------------------------------
+
+/// Absolute path of an external tool, or a test failure that says how to get it.
+pub(crate) fn require_tool(name: &str) -> PathBuf {
+    static CACHE: OnceLock<Mutex<HashMap<String, Option<PathBuf>>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+    let found = cache
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .entry(name.to_string())
+        .or_insert_with(|| find_in_path(name))
+        .clone();
+    match found {
+        Some(p) => p,
+        None => panic!("required external tool `{name}` was not found on PATH; {INSTALL_HINT}"),
+    }
+}
+
+fn find_in_path(name: &str) -> Option<PathBuf> {
+    if name.contains('/') {
+        let p = PathBuf::from(name);
+        return is_executable(&p).then_some(p);
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(name))
+        .find(|p| is_executable(p))
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
+
+/// `/usr/bin/python3` with a working `import nbd`, or a test failure.
+pub(crate) fn require_python_libnbd() -> &'static str {
+    static CHECKED: OnceLock<Result<(), String>> = OnceLock::new();
+    let res = CHECKED.get_or_init(|| {
+        if !is_executable(Path::new(SYSTEM_PYTHON)) {
+            return Err(format!("{SYSTEM_PYTHON} does not exist"));
+        }
+        let out = Command::new(SYSTEM_PYTHON)
+            .args(["-c", "import nbd; nbd.NBD()"])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run {SYSTEM_PYTHON}: {e}"))?;
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(format!(
+                "`{SYSTEM_PYTHON} -c 'import nbd'` failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ))
+        }
+    });
+    if let Err(e) = res {
+        panic!("the libnbd Python bindings (python3-libnbd) are not usable: {e}; {INSTALL_HINT}");
+    }
+    SYSTEM_PYTHON
+}
+
+/// Directory holding the nbdsh/libnbd Python scripts.
+pub(crate) fn nbdsh_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("nbdsh")
+}
+
+// ---------------------------------------------------------------------------
+// Running external commands
+// ---------------------------------------------------------------------------
+
+/// An external command with a time limit; stdin is always /dev/null.
+pub(crate) struct Cmd {
+    cmd: Command,
+    display: String,
+    timeout: Duration,
+}
+
+/// A command for an external tool that must be installed (see [`require_tool`]).
+pub(crate) fn tool(name: &str) -> Cmd {
+    let path = require_tool(name);
+    Cmd {
+        cmd: Command::new(path),
+        display: name.to_string(),
+        timeout: DEFAULT_CMD_TIMEOUT,
+    }
+}
+
+/// `/usr/bin/python3 tests/nbdsh/SCRIPT args...`.
+pub(crate) fn nbdsh_script(script: &str) -> Cmd {
+    let python = require_python_libnbd();
+    let path = nbdsh_dir().join(script);
+    assert!(path.is_file(), "missing test script {}", path.display());
+    let mut c = Cmd {
+        cmd: Command::new(python),
+        display: format!("{python} {}", path.display()),
+        timeout: DEFAULT_CMD_TIMEOUT,
+    };
+    c.cmd.arg("-u").arg(&path);
+    c
+}
+
+impl Cmd {
+    pub(crate) fn arg(mut self, a: impl AsRef<OsStr>) -> Self {
+        self.display.push(' ');
+        self.display.push_str(&a.as_ref().to_string_lossy());
+        self.cmd.arg(a);
+        self
+    }
+
+    pub(crate) fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        for a in args {
+            self = self.arg(a);
+        }
+        self
+    }
+
+    pub(crate) fn timeout(mut self, t: Duration) -> Self {
+        self.timeout = t;
+        self
+    }
+
+    pub(crate) fn env(mut self, k: &str, v: &str) -> Self {
+        self.cmd.env(k, v);
+        self
+    }
+
+    /// Runs to completion (or the time limit, which fails the test) and
+    /// returns whatever it produced, whatever its exit status.
+    pub(crate) fn output(mut self) -> CmdOutput {
+        self.cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let start = Instant::now();
+        let mut child = self
+            .cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start `{}`: {e}", self.display));
+        let out_reader = pipe_reader(child.stdout.take());
+        let err_reader = pipe_reader(child.stderr.take());
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(st)) => break st,
+                Ok(None) => {}
+                Err(e) => panic!("waiting for `{}`: {e}", self.display),
+            }
+            if start.elapsed() > self.timeout {
+                let _ = child.kill();
+                let _ = child.wait();
+                let stdout = out_reader.join().unwrap_or_default();
+                let stderr = err_reader.join().unwrap_or_default();
+                panic!(
+                    "`{}` did not finish within {:?} (the server may be hung)\n--- stdout ---\n{}\n--- stderr ---\n{}",
+                    self.display,
+                    self.timeout,
+                    String::from_utf8_lossy(&stdout),
+                    String::from_utf8_lossy(&stderr)
+                );
+            }
+            thread::sleep(Duration::from_millis(10));
+        };
+        let stdout = out_reader.join().unwrap_or_default();
+        let stderr = err_reader.join().unwrap_or_default();
+        CmdOutput {
+            display: self.display,
+            output: Output {
+                status,
+                stdout,
+                stderr,
+            },
+        }
+    }
+
+    /// Runs and asserts exit status 0; the failure message shows both streams.
+    pub(crate) fn run(self) -> CmdOutput {
+        let out = self.output();
+        out.assert_success();
+        out
+    }
+
+    /// Spawns without waiting; stdout is piped (for scripts that report
+    /// progress), stderr is inherited so it lands in the test's output.
+    pub(crate) fn spawn(mut self) -> Child {
+        self.cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        self.cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start `{}`: {e}", self.display))
+    }
+}
+
+fn pipe_reader<R: Read + Send + 'static>(pipe: Option<R>) -> thread::JoinHandle<Vec<u8>> {
+    thread::spawn(move || {
+        let mut buf = Vec::new();
+        if let Some(mut p) = pipe {
+            let _ = p.read_to_end(&mut buf);
+        }
+        buf
+    })
+}
+
+pub(crate) struct CmdOutput {
+    pub(crate) display: String,
+    pub(crate) output: Output,
+}
+
+impl CmdOutput {
+    pub(crate) fn stdout(&self) -> String {
+        String::from_utf8_lossy(&self.output.stdout).into_owned()
+    }
+
+    pub(crate) fn stderr(&self) -> String {
+        String::from_utf8_lossy(&self.output.stderr).into_owned()
+    }
+
+    pub(crate) fn code(&self) -> Option<i32> {
+        self.output.status.code()
+    }
+
+    pub(crate) fn describe(&self) -> String {
+        format!(
+            "`{}` exited with {}\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.display,
+            self.output.status,
+            self.stdout(),
+            self.stderr()
+        )
+    }
+
+    pub(crate) fn assert_success(&self) {
+        assert!(self.output.status.success(), "{}", self.describe());
+    }
+
+    pub(crate) fn assert_code(&self, code: i32) {
+        assert_eq!(
+            self.code(),
+            Some(code),
+            "expected exit code {code}; {}",
+            self.describe()
+        );
+    }
+
+    /// Parses stdout as JSON (skipping anything before the first `{` or `[`,
+    /// which some tools print as warnings).
+    pub(crate) fn json(&self) -> serde_json::Value {
+        let s = self.stdout();
+        let start = s.find(['{', '[']).unwrap_or(0);
+        serde_json::from_str(&s[start..])
+            .unwrap_or_else(|e| panic!("stdout is not JSON ({e}); {}", self.describe()))
+    }
+}
+
+// ---------------------------------------------------------------------------
+// The server under test
+// ---------------------------------------------------------------------------
+
+/// Builds the command line of `sluice serve`.
+pub(crate) struct ServerBuilder {
+    listens: Vec<String>,
+    args: Vec<String>,
+}
+
+impl ServerBuilder {
+    /// A server listening on 127.0.0.1:0 unless [`Self::listen`] is used.
+    pub(crate) fn new() -> Self {
+        Self {
+            listens: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+
+    /// `--export NAME=SPEC`.
+    pub(crate) fn export(mut self, name: &str, spec: impl AsRef<str>) -> Self {
+        self.args.push("--export".into());
+        self.args.push(format!("{name}={}", spec.as_ref()));
+        self
+    }
+
+    /// `--export NAME=file:PATH[,OPTS]`.
+    pub(crate) fn file_export(self, name: &str, path: &Path, opts: &str) -> Self {
+        let mut spec = format!("file:{}", path.display());
+        if !opts.is_empty() {
+            spec.push(',');
+            spec.push_str(opts);
+        }
+        self.export(name, spec)
+    }
+
+    /// `--listen ADDR` (replaces the default 127.0.0.1:0 listener).
+    pub(crate) fn listen(mut self, addr: impl AsRef<str>) -> Self {
+        self.listens.push(addr.as_ref().to_string());
+        self
+    }
+
+    /// `--pipeline MODE`.
+    pub(crate) fn pipeline(mut self, mode: &str) -> Self {
+        self.args.push("--pipeline".into());
+        self.args.push(mode.into());
+        self
+    }
+
+    pub(crate) fn start(self) -> Server {
+        let listens = if self.listens.is_empty() {
+            vec!["127.0.0.1:0".to_string()]
+        } else {
+            self.listens
+        };
+        let logdir = tempfile::Builder::new()
+            .prefix("sluice-log-")
+            .tempdir()
+            .expect("create server log dir");
+        let stderr_path = logdir.path().join("stderr.log");
+        let stderr_file = File::create(&stderr_path).expect("create server stderr log");
+
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
+        cmd.arg("serve");
+        for l in &listens {
+            cmd.arg("--listen").arg(l);
+        }
+        cmd.args(&self.args);
+        let cmdline = format!("{:?}", cmd);
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(stderr_file));
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {cmdline}: {e}"));
+
+        let stdout = child.stdout.take().expect("server stdout is piped");
+        let (tx, rx) = mpsc::channel::<String>();
+        thread::spawn(move || {
+            // Keep draining stdout for the server's whole life so it never
+            // blocks or dies on a full / closed pipe.
+            for line in BufReader::new(stdout).lines() {
+                match line {
+                    Ok(l) => {
+                        let _ = tx.send(l);
+                    }
+                    Err(_) => break,
+                }
+            }
+        });
+
+        let mut server = Server {
+            child: Some(child),
+            cmdline,
+            tcp: Vec::new(),
+            unix: Vec::new(),
+            stderr_path,
+            _logdir: logdir,
+        };
+        let deadline = Instant::now() + STARTUP_TIMEOUT;
+        while server.tcp.len() + server.unix.len() < listens.len() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left.min(Duration::from_millis(100))) {
+                Ok(line) => {
+                    let Some(rest) = line.trim().strip_prefix("listening on ") else {
+                        continue;
+                    };
+                    if let Some(p) = rest.strip_prefix("unix:") {
+                        server.unix.push(PathBuf::from(p));
+                    } else {
+                        let addr: SocketAddr = rest.parse().unwrap_or_else(|e| {
+                            panic!("cannot parse listener address in {line:?}: {e}")
+                        });
+                        server.tcp.push(addr);
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if let Some(st) = server.try_wait() {
+                        panic!(
+                            "sluice exited with {st} during startup: {}\n--- stderr ---\n{}",
+                            server.cmdline,
+                            server.stderr_log()
+                        );
+                    }
+                    if Instant::now() >= deadline {
+                        panic!(
+                            "sluice did not print {} `listening on` line(s) within {:?}: {}\n--- stderr ---\n{}",
+                            listens.len(),
+                            STARTUP_TIMEOUT,
+                            server.cmdline,
+                            server.stderr_log()
+                        );
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let st = server.wait_exit(Duration::from_secs(5));
+                    panic!(
+                        "sluice closed stdout during startup (exit: {st:?}): {}\n--- stderr ---\n{}",
+                        server.cmdline,
+                        server.stderr_log()
+                    );
+                }
+            }
+        }
+        server
+    }
+}
+
+/// A running `sluice serve`; SIGTERM (then SIGKILL) on drop.
+pub(crate) struct Server {
+    child: Option<Child>,
+    cmdline: String,
+    pub(crate) tcp: Vec<SocketAddr>,
+    pub(crate) unix: Vec<PathBuf>,
+    stderr_path: PathBuf,
+    _logdir: TempDir,
+}
+
+impl Server {
+    /// The first TCP listener.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        *self
+            .tcp
+            .first()
+            .expect("server has no TCP listener (started with only unix: listeners)")
+    }
+
+    /// `nbd://127.0.0.1:PORT/EXPORT`.
+    pub(crate) fn uri(&self, export: &str) -> String {
+        format!("nbd://{}/{export}", self.addr())
+    }
+
+    /// `nbd+unix:///EXPORT?socket=PATH` for the first Unix listener.
+    pub(crate) fn unix_uri(&self, export: &str) -> String {
+        let path = self.unix.first().expect("server has no unix: listener");
+        format!("nbd+unix:///{export}?socket={}", path.display())
+    }
+
+    pub(crate) fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(self.addr()).expect("connect to sluice");
+        s.set_read_timeout(Some(Duration::from_secs(20)))
+            .expect("set read timeout");
+        s.set_write_timeout(Some(Duration::from_secs(20)))
+            .expect("set write timeout");
+        s.set_nodelay(true).expect("set nodelay");
+        s
+    }
+
+    pub(crate) fn pid(&self) -> i32 {
+        let child = self.child.as_ref().expect("server process handle");
+        i32::try_from(child.id()).expect("pid fits in i32")
+    }
+
+    pub(crate) fn signal(&self, sig: i32) {
+        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our
+        // own child, which has not been reaped yet (we hold its handle).
+        let rc = unsafe { libc::kill(self.pid(), sig) };
+        assert_eq!(rc, 0, "kill({}, {sig}) failed", self.pid());
+    }
+
+    fn try_wait(&mut self) -> Option<ExitStatus> {
+        self.child
+            .as_mut()
+            .and_then(|c| c.try_wait().expect("try_wait on server"))
+    }
+
+    /// Waits up to `timeout` for the server to exit.
+    pub(crate) fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(st) = self.try_wait() {
+                return Some(st);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Fails the test if the server process has exited.
+    pub(crate) fn assert_running(&mut self) {
+        if let Some(st) = self.try_wait() {
+            panic!(
+                "sluice exited unexpectedly with {st}\n--- stderr ---\n{}",
+                self.stderr_log()
+            );
+        }
+    }
+
+    /// Everything the server wrote to stderr so far (last 64 KiB).
+    pub(crate) fn stderr_log(&self) -> String {
+        let data = std::fs::read(&self.stderr_path).unwrap_or_default();
+        let from = data.len().saturating_sub(64 * 1024);
+        String::from_utf8_lossy(&data[from..]).into_owned()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if matches!(child.try_wait(), Ok(None)) {
+            if let Ok(pid) = i32::try_from(child.id()) {
+                // SAFETY: see `signal`.
+                unsafe { libc::kill(pid, libc::SIGTERM) };
+            }
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                thread::sleep(Duration::from_millis(20));
+            }
+            if matches!(child.try_wait(), Ok(None)) {
+                eprintln!("sluice did not exit within 10 s of SIGTERM; killing it");
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        if thread::panicking() {
+            eprintln!(
+                "--- sluice stderr ({}) ---\n{}",
+                self.cmdline,
+                self.stderr_log()
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Data helpers
+// ---------------------------------------------------------------------------
+
+/// A fresh temporary directory on disk.
+pub(crate) fn tempdir() -> TempDir {
+    tempfile::Builder::new()
+        .prefix("sluice-interop-")
+        .tempdir()
+        .expect("create temp dir")
+}
+
+/// A fresh temporary directory in /dev/shm when there is one (big scratch
+/// images stay in memory), else on disk.
+pub(crate) fn shm_tempdir() -> TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        if let Ok(d) = tempfile::Builder::new()
+            .prefix("sluice-interop-")
+            .tempdir_in(shm)
+        {
+            return d;
+        }
+    }
+    tempdir()
+}
+
+/// Deterministic pseudo-random bytes (splitmix64); `seed` picks the stream.
+pub(crate) fn fill_random(seed: u64, buf: &mut [u8]) {
+    let mut state = seed ^ 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let mut chunks = buf.chunks_exact_mut(8);
+    for c in &mut chunks {
+        c.copy_from_slice(&next().to_le_bytes());
+    }
+    let rem = chunks.into_remainder();
+    let last = next().to_le_bytes();
+    let n = rem.len();
+    rem.copy_from_slice(&last[..n]);
+}
+
+pub(crate) fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    fill_random(seed, &mut v);
+    v
+}
+
+/// Writes `size` bytes of random data to `path`, except that the byte ranges
+/// in `zero_ranges` (offset, length) are left as zeros (sparse where possible).
+pub(crate) fn write_random_file(path: &Path, size: u64, seed: u64, zero_ranges: &[(u64, u64)]) {
+    let mut f = File::create(path).expect("create data file");
+    let chunk = MIB;
+    let mut buf = vec![0u8; chunk as usize];
+    let mut off = 0;
+    let mut idx = 0u64;
+    while off < size {
+        let n = chunk.min(size - off);
+        let b = &mut buf[..n as usize];
+        fill_random(seed.wrapping_mul(1_000_003).wrapping_add(idx), b);
+        for &(zo, zl) in zero_ranges {
+            let lo = zo.max(off);
+            let hi = (zo + zl).min(off + n);
+            if lo < hi {
+                b[(lo - off) as usize..(hi - off) as usize].fill(0);
+            }
+        }
+        f.write_all(b).expect("write data file");
+        off += n;
+        idx += 1;
+    }
+    f.sync_all().ok();
+}
+
+/// `sha256sum PATH` -> hex digest.
+pub(crate) fn sha256_file(path: &Path) -> String {
+    let out = tool("sha256sum").arg(path).run();
+    out.stdout()
+        .split_whitespace()
+        .next()
+        .expect("sha256sum output")
+        .to_string()
+}
+
+/// Reads `len` bytes at `offset` of a local file.
+pub(crate) fn read_file_range(path: &Path, offset: u64, len: usize) -> Vec<u8> {
+    use std::os::unix::fs::FileExt;
+    let f = File::open(path).unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    let mut buf = vec![0u8; len];
+    f.read_exact_at(&mut buf, offset)
+        .unwrap_or_else(|e| panic!("read {} at {offset}: {e}", path.display()));
+    buf
+}
+
+/// Asserts two byte slices are equal, reporting the first difference
+/// (instead of dumping megabytes).
+pub(crate) fn assert_bytes_eq(what: &str, got: &[u8], want: &[u8]) {
+    assert_eq!(got.len(), want.len(), "{what}: length differs");
+    if let Some(i) = got.iter().zip(want).position(|(a, b)| a != b) {
+        panic!(
+            "{what}: first difference at byte {i}: got {:#04x}, want {:#04x}",
+            got[i], want[i]
+        );
+    }
+}
+
+/// Two files have identical contents (compared by SHA-256 and by size).
+pub(crate) fn assert_files_equal(a: &Path, b: &Path) {
+    let la = std::fs::metadata(a).expect("stat a").len();
+    let lb = std::fs::metadata(b).expect("stat b").len();
+    assert_eq!(la, lb, "{} and {} differ in size", a.display(), b.display());
+    assert_eq!(
+        sha256_file(a),
+        sha256_file(b),
+        "{} and {} differ in content",
+        a.display(),
+        b.display()
+    );
+}
+
+/// A sparse file of `size` bytes.
+pub(crate) fn create_sparse_file(path: &Path, size: u64) {
+    let f = File::create(path).expect("create sparse file");
+    f.set_len(size).expect("set_len");
+}
