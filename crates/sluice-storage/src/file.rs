@@ -1,0 +1,500 @@
+//! A device backed by a regular file or a block device.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::io::{IoSlice, IoSliceMut};
+use std::num::NonZeroU64;
+use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rustix::fs::{FallocateFlags, SeekFrom};
+use rustix::io::{Errno, ReadWriteFlags};
+use thiserror::Error;
+
+use crate::{
+    check_range, BlockDevice, BlockingClass, Capability, DeviceError, Extent, IoOp, ZeroMode,
+};
+
+/// Alignment used for O_DIRECT buffers, offsets and lengths. 4 KiB
+/// satisfies every logical block size Linux supports.
+const DIRECT_ALIGN: usize = 4096;
+/// Largest chunk written at once when zeroes must be written by hand.
+const ZERO_CHUNK: usize = 1 << 20;
+
+/// How to open a [`FileDevice`].
+#[derive(Debug, Clone, Default)]
+pub struct FileOptions {
+    /// Open read-only; writes fail.
+    pub read_only: bool,
+    /// Bypass the page cache (O_DIRECT). Requests must then be aligned
+    /// to 4 KiB; the device advertises that as its minimum block size.
+    pub direct: bool,
+    /// Size of the export. A missing regular file is created with this
+    /// size (sparse); a shorter one is extended; a longer one is refused.
+    /// `None` uses the current size of an existing file or device.
+    pub size: Option<u64>,
+}
+
+/// Why a file could not be opened as a device.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum OpenError {
+    #[error("cannot open {path}: {source}")]
+    Open { path: PathBuf, source: io::Error },
+    #[error("{path} does not exist; give a size to create it")]
+    MissingSize { path: PathBuf },
+    #[error("{path} is {actual} bytes, larger than the requested size {requested}; refusing to truncate")]
+    WouldTruncate { path: PathBuf, actual: u64, requested: u64 },
+    #[error("cannot resize {path} to {size} bytes: {source}")]
+    Resize { path: PathBuf, size: u64, source: io::Error },
+    #[error("{path} is neither a regular file nor a block device")]
+    NotAFileOrDevice { path: PathBuf },
+    #[error("block device {path} is {actual} bytes, smaller than the requested size {requested}")]
+    DeviceTooSmall { path: PathBuf, actual: u64, requested: u64 },
+    #[error("size {size} of {path} is not a multiple of {align} bytes, which O_DIRECT needs")]
+    UnalignedDirect { path: PathBuf, size: u64, align: usize },
+}
+
+/// A regular file or block device. Sparse where the filesystem allows:
+/// trim and zeroing punch holes, extents come from SEEK_DATA/SEEK_HOLE.
+/// Reads and writes are positional (`pread`/`pwrite`), so any number of
+/// threads use it at once without a lock.
+#[derive(Debug)]
+pub struct FileDevice {
+    file: File,
+    label: String,
+    size: u64,
+    read_only: bool,
+    direct: bool,
+    block_device: bool,
+    /// Cleared when the filesystem rejects RWF_NOWAIT (tmpfs does); such
+    /// filesystems never block on reads anyway.
+    nowait_supported: AtomicBool,
+}
+
+fn io_err(label: &str, op: IoOp, offset: u64, len: u64, source: io::Error) -> DeviceError {
+    DeviceError::Io { device: label.to_owned(), op, offset, len, source }
+}
+
+impl FileDevice {
+    /// Opens (or creates) `path` as a device.
+    pub fn open(path: &Path, options: &FileOptions) -> Result<Self, OpenError> {
+        let exists = path.exists();
+        if !exists && options.size.is_none() {
+            return Err(OpenError::MissingSize { path: path.to_owned() });
+        }
+        let mut oo = OpenOptions::new();
+        oo.read(true).write(!options.read_only).create(!options.read_only && !exists);
+        if options.direct {
+            oo.custom_flags(libc_o_direct());
+        }
+        let file =
+            oo.open(path).map_err(|source| OpenError::Open { path: path.to_owned(), source })?;
+        let meta =
+            file.metadata().map_err(|source| OpenError::Open { path: path.to_owned(), source })?;
+        let file_type = meta.file_type();
+        let block_device = file_type.is_block_device();
+        let size = if block_device {
+            let actual = rustix::fs::seek(&file, SeekFrom::End(0))
+                .map_err(|e| OpenError::Open { path: path.to_owned(), source: e.into() })?;
+            match options.size {
+                Some(requested) if requested > actual => {
+                    return Err(OpenError::DeviceTooSmall {
+                        path: path.to_owned(),
+                        actual,
+                        requested,
+                    })
+                }
+                Some(requested) => requested,
+                None => actual,
+            }
+        } else if file_type.is_file() {
+            let actual = meta.len();
+            match options.size {
+                Some(requested) if requested < actual => {
+                    return Err(OpenError::WouldTruncate {
+                        path: path.to_owned(),
+                        actual,
+                        requested,
+                    })
+                }
+                Some(requested) if requested > actual => {
+                    file.set_len(requested).map_err(|source| OpenError::Resize {
+                        path: path.to_owned(),
+                        size: requested,
+                        source,
+                    })?;
+                    requested
+                }
+                _ => actual,
+            }
+        } else {
+            return Err(OpenError::NotAFileOrDevice { path: path.to_owned() });
+        };
+        if options.direct && size % DIRECT_ALIGN as u64 != 0 {
+            return Err(OpenError::UnalignedDirect {
+                path: path.to_owned(),
+                size,
+                align: DIRECT_ALIGN,
+            });
+        }
+        Ok(Self {
+            file,
+            label: path.display().to_string(),
+            size,
+            read_only: options.read_only,
+            direct: options.direct,
+            block_device,
+            nowait_supported: AtomicBool::new(!options.direct),
+        })
+    }
+
+    fn check_writable(&self, op: IoOp) -> Result<(), DeviceError> {
+        if self.read_only {
+            Err(DeviceError::ReadOnly { device: self.label.clone(), op })
+        } else {
+            Ok(())
+        }
+    }
+
+    fn err(&self, op: IoOp, offset: u64, len: u64, source: io::Error) -> DeviceError {
+        io_err(&self.label, op, offset, len, source)
+    }
+
+    /// Writes all of `buf`, looping over short writes.
+    fn pwrite_all(&self, mut buf: &[u8], mut offset: u64, fua: bool) -> io::Result<()> {
+        let flags = if fua { ReadWriteFlags::DSYNC } else { ReadWriteFlags::empty() };
+        while !buf.is_empty() {
+            let n = match rustix::io::pwritev2(&self.file, &[IoSlice::new(buf)], offset, flags) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => n,
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            buf = &buf[n..];
+            offset += n as u64;
+        }
+        Ok(())
+    }
+
+    /// Runs `f` over a 4 KiB-aligned bounce buffer of `len` bytes.
+    fn with_aligned<R>(len: usize, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        let mut storage = vec![0u8; len + DIRECT_ALIGN];
+        let skip = storage.as_ptr().align_offset(DIRECT_ALIGN);
+        f(&mut storage[skip..skip + len])
+    }
+
+    fn zero_by_writing(&self, offset: u64, length: u64, fua: bool) -> Result<(), DeviceError> {
+        let chunk = length.min(ZERO_CHUNK as u64) as usize;
+        Self::with_aligned(chunk, |zeros| {
+            let mut done = 0u64;
+            while done < length {
+                let n = (length - done).min(chunk as u64) as usize;
+                self.pwrite_all(&zeros[..n], offset + done, false)
+                    .map_err(|e| self.err(IoOp::WriteZeroes, offset + done, n as u64, e))?;
+                done += n as u64;
+            }
+            Ok(())
+        })?;
+        if fua {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn fallocate(&self, flags: FallocateFlags, offset: u64, length: u64) -> Result<bool, Errno> {
+        match rustix::fs::fallocate(&self.file, flags, offset, length) {
+            Ok(()) => Ok(true),
+            Err(Errno::OPNOTSUPP | Errno::NOSYS | Errno::INVAL) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// `O_DIRECT` for this platform.
+fn libc_o_direct() -> i32 {
+    rustix::fs::OFlags::DIRECT.bits() as i32
+}
+
+impl BlockDevice for FileDevice {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn capability(&self) -> Capability {
+        Capability {
+            read_only: self.read_only,
+            flush: !self.read_only,
+            fua: !self.read_only,
+            trim: !self.read_only,
+            write_zeroes: !self.read_only,
+            fast_zero: !self.read_only,
+            cache: true,
+            extents: !self.block_device,
+            multi_conn: true,
+            rotational: false,
+            min_block: if self.direct { DIRECT_ALIGN as u32 } else { 1 },
+            blocking: if self.direct { BlockingClass::Always } else { BlockingClass::PageCache },
+        }
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+        check_range(&self.label, IoOp::Read, self.size, offset, buf.len() as u64)?;
+        let len = buf.len();
+        if self.direct && buf.as_ptr().align_offset(DIRECT_ALIGN) != 0 {
+            return Self::with_aligned(len, |bounce| {
+                self.file
+                    .read_exact_at(bounce, offset)
+                    .map_err(|e| self.err(IoOp::Read, offset, len as u64, e))?;
+                buf.copy_from_slice(bounce);
+                Ok(())
+            });
+        }
+        self.file.read_exact_at(buf, offset).map_err(|e| self.err(IoOp::Read, offset, len as u64, e))
+    }
+
+    fn read_at_nowait(&self, buf: &mut [u8], offset: u64) -> Result<bool, DeviceError> {
+        if !self.nowait_supported.load(Ordering::Relaxed) {
+            return self.read_at(buf, offset).map(|()| true);
+        }
+        check_range(&self.label, IoOp::Read, self.size, offset, buf.len() as u64)?;
+        let len = buf.len();
+        loop {
+            match rustix::io::preadv2(
+                &self.file,
+                &mut [IoSliceMut::new(buf)],
+                offset,
+                ReadWriteFlags::NOWAIT,
+            ) {
+                Ok(n) if n == len => return Ok(true),
+                // Partly cached, or past EOF of a file that shrank under us:
+                // let the blocking path sort it out.
+                Ok(_) | Err(Errno::AGAIN) => return Ok(false),
+                Err(Errno::INTR) => continue,
+                Err(Errno::OPNOTSUPP | Errno::INVAL) => {
+                    self.nowait_supported.store(false, Ordering::Relaxed);
+                    return self.read_at(buf, offset).map(|()| true);
+                }
+                Err(e) => return Err(self.err(IoOp::Read, offset, len as u64, e.into())),
+            }
+        }
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<(), DeviceError> {
+        self.check_writable(IoOp::Write)?;
+        check_range(&self.label, IoOp::Write, self.size, offset, buf.len() as u64)?;
+        let len = buf.len() as u64;
+        let result = if self.direct && buf.as_ptr().align_offset(DIRECT_ALIGN) != 0 {
+            Self::with_aligned(buf.len(), |bounce| {
+                bounce.copy_from_slice(buf);
+                self.pwrite_all(bounce, offset, fua)
+            })
+        } else {
+            self.pwrite_all(buf, offset, fua)
+        };
+        result.map_err(|e| self.err(IoOp::Write, offset, len, e))
+    }
+
+    fn flush(&self) -> Result<(), DeviceError> {
+        if self.read_only {
+            return Ok(());
+        }
+        self.file.sync_data().map_err(|e| self.err(IoOp::Flush, 0, self.size, e))
+    }
+
+    fn trim(&self, offset: u64, length: u64, fua: bool) -> Result<(), DeviceError> {
+        self.check_writable(IoOp::Trim)?;
+        check_range(&self.label, IoOp::Trim, self.size, offset, length)?;
+        if length == 0 {
+            return Ok(());
+        }
+        // Trim is advisory: a filesystem without hole punching just keeps
+        // the data.
+        self.fallocate(FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE, offset, length)
+            .map_err(|e| self.err(IoOp::Trim, offset, length, e.into()))?;
+        if fua {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn write_zeroes(&self, offset: u64, length: u64, mode: ZeroMode) -> Result<(), DeviceError> {
+        self.check_writable(IoOp::WriteZeroes)?;
+        check_range(&self.label, IoOp::WriteZeroes, self.size, offset, length)?;
+        if length == 0 {
+            return Ok(());
+        }
+        let to_err = |e: Errno| self.err(IoOp::WriteZeroes, offset, length, e.into());
+        let mut done = false;
+        if mode.may_trim {
+            done = self
+                .fallocate(FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE, offset, length)
+                .map_err(to_err)?;
+        }
+        if !done {
+            let flags = if self.block_device {
+                FallocateFlags::ZERO_RANGE | FallocateFlags::KEEP_SIZE
+            } else {
+                FallocateFlags::ZERO_RANGE
+            };
+            done = self.fallocate(flags, offset, length).map_err(to_err)?;
+        }
+        if !done {
+            if mode.fast {
+                return Err(DeviceError::Unsupported {
+                    device: self.label.clone(),
+                    op: IoOp::WriteZeroes,
+                    reason: "the filesystem can neither punch holes nor zero ranges",
+                });
+            }
+            return self.zero_by_writing(offset, length, mode.fua);
+        }
+        if mode.fua {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn extents(
+        &self,
+        offset: u64,
+        length: u64,
+        max_extents: usize,
+    ) -> Result<Vec<Extent>, DeviceError> {
+        check_range(&self.label, IoOp::Extents, self.size, offset, length)?;
+        let end = offset + length;
+        let all_data = vec![Extent { length, hole: false, zero: false }];
+        if self.block_device || length == 0 {
+            return Ok(all_data);
+        }
+        let mut out = Vec::new();
+        let mut pos = offset;
+        while pos < end && out.len() < max_extents.max(1) {
+            let data = match rustix::fs::seek(&self.file, SeekFrom::Data(pos)) {
+                Ok(d) => d,
+                // No data at or after pos: the rest is a hole.
+                Err(Errno::NXIO) => end,
+                // SEEK_DATA unsupported: report data, which is always safe.
+                Err(Errno::INVAL | Errno::OPNOTSUPP) if out.is_empty() => return Ok(all_data),
+                Err(e) => return Err(self.err(IoOp::Extents, pos, end - pos, e.into())),
+            };
+            if data > pos {
+                let hole_end = data.min(end);
+                out.push(Extent { length: hole_end - pos, hole: true, zero: true });
+                pos = hole_end;
+                continue;
+            }
+            let hole = match rustix::fs::seek(&self.file, SeekFrom::Hole(pos)) {
+                Ok(h) => h,
+                Err(Errno::NXIO) => end,
+                Err(e) => return Err(self.err(IoOp::Extents, pos, end - pos, e.into())),
+            };
+            let data_end = hole.clamp(pos + 1, end);
+            out.push(Extent { length: data_end - pos, hole: false, zero: false });
+            pos = data_end;
+        }
+        Ok(out)
+    }
+
+    fn cache(&self, offset: u64, length: u64) -> Result<(), DeviceError> {
+        check_range(&self.label, IoOp::Cache, self.size, offset, length)?;
+        let Some(len) = NonZeroU64::new(length) else { return Ok(()) };
+        rustix::fs::fadvise(&self.file, offset, Some(len), rustix::fs::Advice::WillNeed)
+            .map_err(|e| self.err(IoOp::Cache, offset, length, e.into()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open_sparse(dir: &tempfile::TempDir, size: u64) -> FileDevice {
+        FileDevice::open(&dir.path().join("img"), &FileOptions { size: Some(size), ..Default::default() })
+            .expect("open test image")
+    }
+
+    #[test]
+    fn creates_sparse_file_and_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = open_sparse(&dir, 1 << 20);
+        assert_eq!(dev.size(), 1 << 20);
+        dev.write_at(b"hello", 4095, false).unwrap();
+        let mut buf = [0u8; 7];
+        dev.read_at(&mut buf, 4094).unwrap();
+        assert_eq!(&buf, b"\0hello\0");
+        assert!(dev.read_at_nowait(&mut buf, 4094).unwrap());
+        assert_eq!(&buf, b"\0hello\0");
+        dev.flush().unwrap();
+    }
+
+    #[test]
+    fn refuses_to_truncate_and_needs_size_to_create() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("img");
+        assert!(matches!(
+            FileDevice::open(&path, &FileOptions::default()),
+            Err(OpenError::MissingSize { .. })
+        ));
+        open_sparse(&dir, 8192);
+        assert!(matches!(
+            FileDevice::open(&path, &FileOptions { size: Some(4096), ..Default::default() }),
+            Err(OpenError::WouldTruncate { .. })
+        ));
+        let reopened = FileDevice::open(&path, &FileOptions::default()).unwrap();
+        assert_eq!(reopened.size(), 8192);
+    }
+
+    #[test]
+    fn out_of_range_and_read_only_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = open_sparse(&dir, 4096);
+        let mut buf = [0u8; 2];
+        assert!(matches!(dev.read_at(&mut buf, 4095), Err(DeviceError::OutOfRange { .. })));
+        drop(dev);
+        let ro = FileDevice::open(
+            &dir.path().join("img"),
+            &FileOptions { read_only: true, ..Default::default() },
+        )
+        .unwrap();
+        assert!(ro.capability().read_only);
+        assert!(matches!(ro.write_at(b"x", 0, false), Err(DeviceError::ReadOnly { .. })));
+    }
+
+    #[test]
+    fn zeroing_and_trim_read_back_zero_and_report_holes() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = open_sparse(&dir, 1 << 20);
+        dev.write_at(&vec![0xaa; 1 << 20], 0, false).unwrap();
+        dev.write_zeroes(65536, 65536, ZeroMode { may_trim: true, fast: false, fua: false }).unwrap();
+        let mut buf = vec![1u8; 65536];
+        dev.read_at(&mut buf, 65536).unwrap();
+        assert!(buf.iter().all(|&b| b == 0));
+        dev.write_zeroes(
+            4096,
+            100,
+            ZeroMode { may_trim: false, fast: false, fua: true },
+        )
+        .unwrap();
+        let mut small = vec![1u8; 100];
+        dev.read_at(&mut small, 4096).unwrap();
+        assert!(small.iter().all(|&b| b == 0));
+        let ext = dev.extents(0, 1 << 20, 64).unwrap();
+        assert_eq!(ext.iter().map(|e| e.length).sum::<u64>(), 1 << 20);
+        // On filesystems with hole punching the zeroed 64 KiB is a hole.
+        if ext.len() > 1 {
+            assert!(ext.iter().any(|e| e.hole && e.zero));
+        }
+        dev.trim(0, 4096, false).unwrap();
+    }
+
+    #[test]
+    fn fresh_sparse_file_is_one_hole() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = open_sparse(&dir, 1 << 20);
+        let ext = dev.extents(4096, 8192, 16).unwrap();
+        assert_eq!(ext, vec![Extent { length: 8192, hole: true, zero: true }]);
+        let ext = dev.extents(0, 1 << 20, 1).unwrap();
+        assert_eq!(ext.len(), 1);
+    }
+}
