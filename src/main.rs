@@ -1,1 +1,159 @@
-fn main() {}
+//! `sluice`: the one binary. Subcommands parse arguments, build the
+//! libraries' configuration and report errors with context.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use sluice_server::{ExportConfig, ListenAddr, PipelineMode, Server, ServerConfig};
+
+/// Networked storage: NBD block volumes served fast.
+#[derive(Debug, Parser)]
+#[command(name = "sluice", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Serve block volumes over NBD.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Args)]
+struct ServeArgs {
+    /// Address to listen on: HOST:PORT or unix:PATH (repeatable).
+    /// Default 127.0.0.1:10809.
+    #[arg(long = "listen", value_name = "ADDR")]
+    listen: Vec<ListenAddr>,
+    /// Export NAME=SPEC, SPEC being file:PATH[,size=BYTES][,ro][,direct] or
+    /// mem:BYTES[,ro] (repeatable). Default: default=file:./sluice-data/default.img,size=1G.
+    #[arg(long = "export", value_name = "NAME=SPEC", value_parser = ExportConfig::parse_arg)]
+    export: Vec<ExportConfig>,
+    /// TOML file with the same settings (command-line flags win).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// off: one request at a time; fixed: overlapped, replies in request
+    /// order; flexible: overlapped, replies in completion order.
+    #[arg(long, value_name = "MODE")]
+    pipeline: Option<PipelineMode>,
+    /// Threads for device I/O that would block a connection.
+    #[arg(long, value_name = "N")]
+    io_threads: Option<usize>,
+    /// Most simultaneous connections.
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
+}
+
+/// An error in what the user asked for (exit code 2).
+#[derive(Debug)]
+struct UsageError(String);
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+impl std::error::Error for UsageError {}
+
+const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
+const DEFAULT_EXPORT: &str = "default=file:./sluice-data/default.img,size=1G";
+
+fn serve_config(args: ServeArgs) -> Result<ServerConfig> {
+    let mut config = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("cannot read config file {}", path.display()))?;
+            toml::from_str::<ServerConfig>(&text).map_err(|e| {
+                UsageError(format!("config file {}: {}", path.display(), e.message()))
+            })?
+        }
+        None => ServerConfig::default(),
+    };
+    if !args.listen.is_empty() {
+        config.listen = args.listen;
+    }
+    config.export.extend(args.export);
+    if let Some(p) = args.pipeline {
+        config.pipeline = p;
+    }
+    if let Some(n) = args.io_threads {
+        config.io_threads = n;
+    }
+    if let Some(n) = args.max_connections {
+        config.max_connections = n;
+    }
+    if config.listen.is_empty() {
+        config.listen.push(
+            DEFAULT_LISTEN
+                .parse()
+                .map_err(|e| UsageError(format!("{e}")))?,
+        );
+    }
+    if config.export.is_empty() {
+        let default =
+            ExportConfig::parse_arg(DEFAULT_EXPORT).map_err(|e| UsageError(e.to_string()))?;
+        std::fs::create_dir_all("sluice-data")
+            .context("cannot create ./sluice-data for the default export")?;
+        config.export.push(default);
+    }
+    config.validate().map_err(|e| UsageError(e.to_string()))?;
+    Ok(config)
+}
+
+fn serve(args: ServeArgs) -> Result<()> {
+    let config = serve_config(args)?;
+    let server = Server::bind(config).context("cannot start the server")?;
+    let mut stdout = std::io::stdout().lock();
+    for addr in server.local_addrs() {
+        writeln!(stdout, "listening on {addr}").context("cannot write to stdout")?;
+    }
+    stdout.flush().context("cannot write to stdout")?;
+    drop(stdout);
+    let handle = server.handle();
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])
+    .context("cannot install signal handlers")?;
+    std::thread::Builder::new()
+        .name("sluice-signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                tracing::info!(signal = sig, "signal received");
+                handle.shutdown();
+            }
+        })
+        .context("cannot start the signal thread")?;
+    server.run().context("server failed")?;
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => serve(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let usage = e.downcast_ref::<UsageError>().is_some();
+            eprintln!("sluice: error: {e:#}");
+            if usage {
+                eprintln!("sluice: run 'sluice serve --help' for the accepted options");
+                ExitCode::from(2)
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+    }
+}

@@ -22,7 +22,11 @@ pub struct BlockSizes {
 
 impl Default for BlockSizes {
     fn default() -> Self {
-        Self { minimum: 1, preferred: 4096, maximum_payload: DEFAULT_MAX_PAYLOAD }
+        Self {
+            minimum: 1,
+            preferred: 4096,
+            maximum_payload: DEFAULT_MAX_PAYLOAD,
+        }
     }
 }
 
@@ -63,7 +67,9 @@ pub struct HandshakeConfig {
 
 impl Default for HandshakeConfig {
     fn default() -> Self {
-        Self { max_option_len: 64 * 1024 }
+        Self {
+            max_option_len: 64 * 1024,
+        }
     }
 }
 
@@ -115,7 +121,10 @@ enum State {
     ClientFlags,
     Options,
     /// Skipping the data of an oversized option before answering it.
-    Discarding { option: u32, remaining: u64 },
+    Discarding {
+        option: u32,
+        remaining: u64,
+    },
     Finished,
 }
 
@@ -229,7 +238,10 @@ impl ServerHandshake {
                     let take = (rest.len() as u64).min(remaining);
                     used += take as usize;
                     if take < remaining {
-                        self.state = State::Discarding { option, remaining: remaining - take };
+                        self.state = State::Discarding {
+                            option,
+                            remaining: remaining - take,
+                        };
                         return Ok((used, HandshakeStatus::NeedInput));
                     }
                     self.state = State::Options;
@@ -240,7 +252,8 @@ impl ServerHandshake {
                         return Ok((used, HandshakeStatus::NeedInput));
                     }
                     let mut r = Reader::new(rest);
-                    let magic = u64::from(r.u32().unwrap_or(0)) << 32 | u64::from(r.u32().unwrap_or(0));
+                    let magic =
+                        u64::from(r.u32().unwrap_or(0)) << 32 | u64::from(r.u32().unwrap_or(0));
                     if magic != IHAVEOPT {
                         self.state = State::Finished;
                         return Err(HandshakeError::BadOptionMagic(magic));
@@ -249,7 +262,10 @@ impl ServerHandshake {
                     let len = r.u32().unwrap_or(0);
                     if len > self.config.max_option_len {
                         used += 16;
-                        self.state = State::Discarding { option, remaining: u64::from(len) };
+                        self.state = State::Discarding {
+                            option,
+                            remaining: u64::from(len),
+                        };
                         continue;
                     }
                     let Some(data) = rest.get(16..16 + len as usize) else {
@@ -269,10 +285,12 @@ impl ServerHandshake {
     }
 
     fn reply(&mut self, option: u32, kind: u32, data: &[u8]) {
-        self.out.extend_from_slice(&OPTION_REPLY_MAGIC.to_be_bytes());
+        self.out
+            .extend_from_slice(&OPTION_REPLY_MAGIC.to_be_bytes());
         self.out.extend_from_slice(&option.to_be_bytes());
         self.out.extend_from_slice(&kind.to_be_bytes());
-        self.out.extend_from_slice(&(data.len() as u32).to_be_bytes());
+        self.out
+            .extend_from_slice(&(data.len() as u32).to_be_bytes());
         self.out.extend_from_slice(data);
     }
 
@@ -309,12 +327,20 @@ impl ServerHandshake {
         let params = TransmissionParams {
             size: export.size,
             flags,
-            header_style: if self.extended { HeaderStyle::Extended } else { HeaderStyle::Compact },
+            header_style: if self.extended {
+                HeaderStyle::Extended
+            } else {
+                HeaderStyle::Compact
+            },
             reply_style: self.reply_style(),
             max_payload: export.block_sizes.maximum_payload,
             block_status: base_allocation_id.is_some(),
         };
-        Negotiated { export, params, base_allocation_id }
+        Negotiated {
+            export,
+            params,
+            base_allocation_id,
+        }
     }
 
     fn handle_option(
@@ -329,10 +355,14 @@ impl ServerHandshake {
                     return Err(HandshakeError::ExportNameWithExtendedHeaders);
                 }
                 let name = String::from_utf8_lossy(data).into_owned();
-                let export = catalog.lookup(&name).ok_or(HandshakeError::UnknownExport(name))?;
+                let export = catalog
+                    .lookup(&name)
+                    .ok_or(HandshakeError::UnknownExport(name))?;
                 let negotiated = self.negotiated(export);
-                self.out.extend_from_slice(&negotiated.export.size.to_be_bytes());
-                self.out.extend_from_slice(&negotiated.params.flags.to_be_bytes());
+                self.out
+                    .extend_from_slice(&negotiated.export.size.to_be_bytes());
+                self.out
+                    .extend_from_slice(&negotiated.params.flags.to_be_bytes());
                 if !self.no_zeroes {
                     self.out.extend_from_slice(&[0u8; 124]);
                 }
@@ -368,7 +398,11 @@ impl ServerHandshake {
             OPT_INFO | OPT_GO => self.handle_info_go(option, data, catalog),
             OPT_STRUCTURED_REPLY => {
                 if !data.is_empty() {
-                    self.reply_err(option, REP_ERR_INVALID, "NBD_OPT_STRUCTURED_REPLY takes no data");
+                    self.reply_err(
+                        option,
+                        REP_ERR_INVALID,
+                        "NBD_OPT_STRUCTURED_REPLY takes no data",
+                    );
                 } else if self.extended {
                     self.reply_err(
                         option,
@@ -386,7 +420,11 @@ impl ServerHandshake {
                     self.extended = true;
                     self.reply(option, REP_ACK, &[]);
                 } else {
-                    self.reply_err(option, REP_ERR_INVALID, "NBD_OPT_EXTENDED_HEADERS takes no data");
+                    self.reply_err(
+                        option,
+                        REP_ERR_INVALID,
+                        "NBD_OPT_EXTENDED_HEADERS takes no data",
+                    );
                 }
                 Ok(HandshakeStatus::NeedInput)
             }
@@ -419,7 +457,11 @@ impl ServerHandshake {
             r.at_end().then_some((name, requests))
         })();
         let Some((name, requests)) = parsed else {
-            self.reply_err(option, REP_ERR_INVALID, "malformed NBD_OPT_INFO/NBD_OPT_GO data");
+            self.reply_err(
+                option,
+                REP_ERR_INVALID,
+                "malformed NBD_OPT_INFO/NBD_OPT_GO data",
+            );
             return Ok(HandshakeStatus::NeedInput);
         };
         let Some(export) = catalog.lookup(name) else {
@@ -487,7 +529,11 @@ impl ServerHandshake {
             r.at_end().then_some((name, queries))
         })();
         let Some((name, queries)) = parsed else {
-            self.reply_err(option, REP_ERR_INVALID, "malformed meta context option data");
+            self.reply_err(
+                option,
+                REP_ERR_INVALID,
+                "malformed meta context option data",
+            );
             return;
         };
         let Some(export) = catalog.lookup(name) else {
@@ -503,7 +549,11 @@ impl ServerHandshake {
             }
         };
         let selected = export.base_allocation
-            && if queries.is_empty() { !set } else { queries.iter().any(|q| matches_base_allocation(q)) };
+            && if queries.is_empty() {
+                !set
+            } else {
+                queries.iter().any(|q| matches_base_allocation(q))
+            };
         if selected {
             let id = if set { BASE_ALLOCATION_ID } else { 0 };
             let mut d = id.to_be_bytes().to_vec();

@@ -123,7 +123,15 @@ pub fn encode_hole_chunk(
     done: bool,
 ) {
     let flags = if done { REPLY_FLAG_DONE } else { 0 };
-    encode_chunk_header(out, style, flags, REPLY_TYPE_OFFSET_HOLE, cookie, request_offset, 12);
+    encode_chunk_header(
+        out,
+        style,
+        flags,
+        REPLY_TYPE_OFFSET_HOLE,
+        cookie,
+        request_offset,
+        12,
+    );
     out.extend_from_slice(&hole_offset.to_be_bytes());
     out.extend_from_slice(&len.to_be_bytes());
 }
@@ -224,7 +232,10 @@ pub fn encode_block_status(
     context_id: u32,
     extents: &[Extent],
 ) {
-    debug_assert!(!extents.is_empty(), "block status needs at least one extent");
+    debug_assert!(
+        !extents.is_empty(),
+        "block status needs at least one extent"
+    );
     match style {
         ReplyStyle::Extended => {
             let count = extents.len() as u64;
@@ -279,10 +290,23 @@ mod tests {
     fn simple_ok_and_error_bytes() {
         let mut out = Vec::new();
         encode_ok(&mut out, ReplyStyle::Simple, 0x0102_0304_0506_0708, 0);
-        assert_eq!(out, [0x67, 0x44, 0x66, 0x98, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]);
+        assert_eq!(
+            out,
+            [0x67, 0x44, 0x66, 0x98, 0, 0, 0, 0, 1, 2, 3, 4, 5, 6, 7, 8]
+        );
         out.clear();
-        encode_error(&mut out, ReplyStyle::Simple, 9, 0, NbdErrno::NoSpc, "ignored");
-        assert_eq!(out, [0x67, 0x44, 0x66, 0x98, 0, 0, 0, 28, 0, 0, 0, 0, 0, 0, 0, 9]);
+        encode_error(
+            &mut out,
+            ReplyStyle::Simple,
+            9,
+            0,
+            NbdErrno::NoSpc,
+            "ignored",
+        );
+        assert_eq!(
+            out,
+            [0x67, 0x44, 0x66, 0x98, 0, 0, 0, 28, 0, 0, 0, 0, 0, 0, 0, 9]
+        );
     }
 
     #[test]
@@ -318,7 +342,14 @@ mod tests {
     #[test]
     fn structured_error_chunk_has_message() {
         let mut out = Vec::new();
-        encode_error(&mut out, ReplyStyle::Structured, 3, 0, NbdErrno::Inval, "bad");
+        encode_error(
+            &mut out,
+            ReplyStyle::Structured,
+            3,
+            0,
+            NbdErrno::Inval,
+            "bad",
+        );
         assert_eq!(&out[4..8], &[0x00, 0x01, 0x80, 0x01]);
         assert_eq!(&out[16..20], &9u32.to_be_bytes());
         assert_eq!(&out[20..24], &22u32.to_be_bytes());
@@ -338,7 +369,16 @@ mod tests {
 
     #[test]
     fn block_status_compact_and_extended() {
-        let ext = [Extent { length: 4096, flags: 0 }, Extent { length: 8192, flags: 3 }];
+        let ext = [
+            Extent {
+                length: 4096,
+                flags: 0,
+            },
+            Extent {
+                length: 8192,
+                flags: 3,
+            },
+        ];
         let mut out = Vec::new();
         encode_block_status(&mut out, ReplyStyle::Structured, 1, 0, 7, &ext);
         assert_eq!(&out[6..8], &REPLY_TYPE_BLOCK_STATUS.to_be_bytes());
@@ -356,7 +396,16 @@ mod tests {
 
     #[test]
     fn compact_block_status_stops_at_oversized_extent() {
-        let ext = [Extent { length: 1 << 40, flags: 3 }, Extent { length: 512, flags: 0 }];
+        let ext = [
+            Extent {
+                length: 1 << 40,
+                flags: 3,
+            },
+            Extent {
+                length: 512,
+                flags: 0,
+            },
+        ];
         let mut out = Vec::new();
         encode_block_status(&mut out, ReplyStyle::Structured, 1, 0, 1, &ext);
         assert_eq!(&out[16..20], &12u32.to_be_bytes());

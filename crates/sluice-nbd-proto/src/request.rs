@@ -80,7 +80,10 @@ impl RequestHeader {
             HeaderStyle::Extended => EXTENDED_REQUEST_MAGIC,
         };
         if magic != expected {
-            return Err(RequestDecodeError::BadMagic { found: magic, expected });
+            return Err(RequestDecodeError::BadMagic {
+                found: magic,
+                expected,
+            });
         }
         let length = match style {
             HeaderStyle::Compact => u64::from(be_u32(buf, 24)),
@@ -118,6 +121,10 @@ impl RequestHeader {
         match style {
             HeaderStyle::Compact if self.kind == CMD_WRITE => self.length,
             HeaderStyle::Compact => 0,
+            // The spec requires PAYLOAD_LEN on extended writes, but qemu
+            // (10.0) omits it; a WRITE always carries its data, so framing
+            // by command type keeps both kinds of client in sync.
+            HeaderStyle::Extended if self.kind == CMD_WRITE => self.length,
             HeaderStyle::Extended if self.flags & CMD_FLAG_PAYLOAD_LEN != 0 => self.length,
             HeaderStyle::Extended => 0,
         }
@@ -159,9 +166,19 @@ pub enum Command {
     /// Prefetch a range.
     Cache { offset: u64, length: u64 },
     /// Zero a range; `may_trim` unless NO_HOLE; `fast` is FAST_ZERO.
-    WriteZeroes { offset: u64, length: u64, fua: bool, may_trim: bool, fast: bool },
+    WriteZeroes {
+        offset: u64,
+        length: u64,
+        fua: bool,
+        may_trim: bool,
+        fast: bool,
+    },
     /// Report allocation of a range; `req_one`: exactly one extent.
-    BlockStatus { offset: u64, length: u64, req_one: bool },
+    BlockStatus {
+        offset: u64,
+        length: u64,
+        req_one: bool,
+    },
 }
 
 /// A request the server answers with an error reply (the connection goes on).
@@ -219,10 +236,10 @@ impl TransmissionParams {
             return Ok(Command::Disconnect);
         }
         if h.flags & !allowed != 0 {
-            return Err(reject(NbdErrno::Inval, "command flag not valid for this command"));
-        }
-        if extended && h.kind == CMD_WRITE && h.flags & CMD_FLAG_PAYLOAD_LEN == 0 {
-            return Err(reject(NbdErrno::Inval, "extended WRITE without PAYLOAD_LEN"));
+            return Err(reject(
+                NbdErrno::Inval,
+                "command flag not valid for this command",
+            ));
         }
         let fua = h.flags & CMD_FLAG_FUA != 0;
         let read_only = adv(FLAG_READ_ONLY);
@@ -231,7 +248,10 @@ impl TransmissionParams {
         match h.kind {
             CMD_READ => {
                 if h.length > u64::from(self.max_payload) {
-                    return Err(reject(NbdErrno::Overflow, "read longer than the maximum payload"));
+                    return Err(reject(
+                        NbdErrno::Overflow,
+                        "read longer than the maximum payload",
+                    ));
                 }
                 if !in_range {
                     return Err(reject(NbdErrno::Inval, "read past the end of the export"));
@@ -247,19 +267,29 @@ impl TransmissionParams {
                     return Err(reject(NbdErrno::Perm, "write to a read-only export"));
                 }
                 if h.length > u64::from(self.max_payload) {
-                    return Err(reject(NbdErrno::Overflow, "write longer than the maximum payload"));
+                    return Err(reject(
+                        NbdErrno::Overflow,
+                        "write longer than the maximum payload",
+                    ));
                 }
                 if !in_range {
                     return Err(reject(NbdErrno::NoSpc, "write past the end of the export"));
                 }
-                Ok(Command::Write { offset: h.offset, length: h.length as u32, fua })
+                Ok(Command::Write {
+                    offset: h.offset,
+                    length: h.length as u32,
+                    fua,
+                })
             }
             CMD_FLUSH => {
                 if !adv(FLAG_SEND_FLUSH) {
                     return Err(reject(NbdErrno::Inval, "flush not advertised"));
                 }
                 if h.offset != 0 || h.length != 0 {
-                    return Err(reject(NbdErrno::Inval, "flush with nonzero offset or length"));
+                    return Err(reject(
+                        NbdErrno::Inval,
+                        "flush with nonzero offset or length",
+                    ));
                 }
                 Ok(Command::Flush)
             }
@@ -273,13 +303,20 @@ impl TransmissionParams {
                 if !in_range {
                     return Err(reject(NbdErrno::Inval, "trim past the end of the export"));
                 }
-                Ok(Command::Trim { offset: h.offset, length: h.length, fua })
+                Ok(Command::Trim {
+                    offset: h.offset,
+                    length: h.length,
+                    fua,
+                })
             }
             CMD_CACHE => {
                 if !in_range {
                     return Err(reject(NbdErrno::Inval, "cache past the end of the export"));
                 }
-                Ok(Command::Cache { offset: h.offset, length: h.length })
+                Ok(Command::Cache {
+                    offset: h.offset,
+                    length: h.length,
+                })
             }
             CMD_WRITE_ZEROES => {
                 if !adv(FLAG_SEND_WRITE_ZEROES) {
@@ -289,7 +326,10 @@ impl TransmissionParams {
                     return Err(reject(NbdErrno::Perm, "write zeroes on a read-only export"));
                 }
                 if !in_range {
-                    return Err(reject(NbdErrno::NoSpc, "write zeroes past the end of the export"));
+                    return Err(reject(
+                        NbdErrno::NoSpc,
+                        "write zeroes past the end of the export",
+                    ));
                 }
                 Ok(Command::WriteZeroes {
                     offset: h.offset,
@@ -301,13 +341,19 @@ impl TransmissionParams {
             }
             CMD_BLOCK_STATUS => {
                 if !self.block_status {
-                    return Err(reject(NbdErrno::Inval, "block status without a metadata context"));
+                    return Err(reject(
+                        NbdErrno::Inval,
+                        "block status without a metadata context",
+                    ));
                 }
                 if h.length == 0 {
                     return Err(reject(NbdErrno::Inval, "block status of zero length"));
                 }
                 if !in_range {
-                    return Err(reject(NbdErrno::Inval, "block status past the end of the export"));
+                    return Err(reject(
+                        NbdErrno::Inval,
+                        "block status past the end of the export",
+                    ));
                 }
                 Ok(Command::BlockStatus {
                     offset: h.offset,
@@ -343,7 +389,13 @@ mod tests {
     }
 
     fn hdr(kind: u16, flags: u16, offset: u64, length: u64) -> RequestHeader {
-        RequestHeader { flags, kind, cookie: 7, offset, length }
+        RequestHeader {
+            flags,
+            kind,
+            cookie: 7,
+            offset,
+            length,
+        }
     }
 
     #[test]
@@ -353,8 +405,19 @@ mod tests {
             0x25, 0x60, 0x95, 0x13, 0x00, 0x01, 0x00, 0x00, 0, 0, 0, 0, 0, 0, 0, 0x2a, 0, 0, 0, 0,
             0, 0, 0x10, 0x00, 0, 0, 0x02, 0x00,
         ];
-        let h = RequestHeader::decode(&bytes, HeaderStyle::Compact).unwrap().unwrap();
-        assert_eq!(h, RequestHeader { flags: 1, kind: 0, cookie: 42, offset: 4096, length: 512 });
+        let h = RequestHeader::decode(&bytes, HeaderStyle::Compact)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            h,
+            RequestHeader {
+                flags: 1,
+                kind: 0,
+                cookie: 42,
+                offset: 4096,
+                length: 512
+            }
+        );
         assert_eq!(h.payload_len(HeaderStyle::Compact), 0);
         let mut out = Vec::new();
         h.encode(HeaderStyle::Compact, &mut out);
@@ -368,28 +431,42 @@ mod tests {
         h.encode(HeaderStyle::Extended, &mut out);
         assert_eq!(out.len(), 32);
         assert_eq!(&out[..4], &[0x21, 0xe4, 0x1c, 0x71]);
-        let back = RequestHeader::decode(&out, HeaderStyle::Extended).unwrap().unwrap();
+        let back = RequestHeader::decode(&out, HeaderStyle::Extended)
+            .unwrap()
+            .unwrap();
         assert_eq!(back, h);
         assert_eq!(back.payload_len(HeaderStyle::Extended), 5 << 32);
     }
 
     #[test]
     fn short_input_needs_more_and_bad_magic_errors() {
-        assert_eq!(RequestHeader::decode(&[0x25; 27], HeaderStyle::Compact), Ok(None));
+        assert_eq!(
+            RequestHeader::decode(&[0x25; 27], HeaderStyle::Compact),
+            Ok(None)
+        );
         let mut out = Vec::new();
         hdr(CMD_READ, 0, 0, 1).encode(HeaderStyle::Compact, &mut out);
         out.extend_from_slice(&[0; 4]);
         assert!(matches!(
             RequestHeader::decode(&out, HeaderStyle::Extended),
-            Err(RequestDecodeError::BadMagic { found: REQUEST_MAGIC, .. })
+            Err(RequestDecodeError::BadMagic {
+                found: REQUEST_MAGIC,
+                ..
+            })
         ));
     }
 
     #[test]
     fn compact_write_carries_payload_other_commands_do_not() {
-        assert_eq!(hdr(CMD_WRITE, 0, 0, 10).payload_len(HeaderStyle::Compact), 10);
+        assert_eq!(
+            hdr(CMD_WRITE, 0, 0, 10).payload_len(HeaderStyle::Compact),
+            10
+        );
         assert_eq!(hdr(CMD_TRIM, 0, 0, 10).payload_len(HeaderStyle::Compact), 0);
-        assert_eq!(hdr(CMD_TRIM, 0, 0, 10).payload_len(HeaderStyle::Extended), 0);
+        assert_eq!(
+            hdr(CMD_TRIM, 0, 0, 10).payload_len(HeaderStyle::Extended),
+            0
+        );
     }
 
     #[test]
@@ -397,40 +474,90 @@ mod tests {
         let p = params();
         assert_eq!(
             p.validate(&hdr(CMD_READ, 0, (1 << 20) - 1, 1)),
-            Ok(Command::Read { offset: (1 << 20) - 1, length: 1, df: false })
+            Ok(Command::Read {
+                offset: (1 << 20) - 1,
+                length: 1,
+                df: false
+            })
         );
-        assert_eq!(p.validate(&hdr(CMD_READ, 0, 1 << 20, 1)).unwrap_err().errno, NbdErrno::Inval);
-        assert_eq!(p.validate(&hdr(CMD_WRITE, 0, 1 << 20, 1)).unwrap_err().errno, NbdErrno::NoSpc);
         assert_eq!(
-            p.validate(&hdr(CMD_READ, 0, u64::MAX, 2)).unwrap_err().errno,
+            p.validate(&hdr(CMD_READ, 0, 1 << 20, 1)).unwrap_err().errno,
+            NbdErrno::Inval
+        );
+        assert_eq!(
+            p.validate(&hdr(CMD_WRITE, 0, 1 << 20, 1))
+                .unwrap_err()
+                .errno,
+            NbdErrno::NoSpc
+        );
+        assert_eq!(
+            p.validate(&hdr(CMD_READ, 0, u64::MAX, 2))
+                .unwrap_err()
+                .errno,
             NbdErrno::Inval,
             "offset + length overflow"
         );
         assert_eq!(
-            p.validate(&hdr(CMD_READ, 0, 0, u64::from(DEFAULT_MAX_PAYLOAD) + 1)).unwrap_err().errno,
+            p.validate(&hdr(CMD_READ, 0, 0, u64::from(DEFAULT_MAX_PAYLOAD) + 1))
+                .unwrap_err()
+                .errno,
             NbdErrno::Overflow
         );
-        assert_eq!(p.validate(&hdr(99, 0, 0, 0)).unwrap_err().errno, NbdErrno::Inval);
-        assert_eq!(p.validate(&hdr(CMD_FLUSH, 0, 1, 0)).unwrap_err().errno, NbdErrno::Inval);
+        assert_eq!(
+            p.validate(&hdr(99, 0, 0, 0)).unwrap_err().errno,
+            NbdErrno::Inval
+        );
+        assert_eq!(
+            p.validate(&hdr(CMD_FLUSH, 0, 1, 0)).unwrap_err().errno,
+            NbdErrno::Inval
+        );
         assert_eq!(p.validate(&hdr(CMD_DISC, 0, 0, 0)), Ok(Command::Disconnect));
     }
 
     #[test]
     fn validates_flags_per_command() {
         let p = params();
-        assert_eq!(p.validate(&hdr(CMD_READ, CMD_FLAG_REQ_ONE, 0, 1)).unwrap_err().errno, NbdErrno::Inval);
-        assert_eq!(p.validate(&hdr(CMD_READ, 1 << 9, 0, 1)).unwrap_err().errno, NbdErrno::Inval);
         assert_eq!(
-            p.validate(&hdr(CMD_WRITE_ZEROES, CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO | CMD_FLAG_FUA, 0, 8)),
-            Ok(Command::WriteZeroes { offset: 0, length: 8, fua: true, may_trim: false, fast: true })
+            p.validate(&hdr(CMD_READ, CMD_FLAG_REQ_ONE, 0, 1))
+                .unwrap_err()
+                .errno,
+            NbdErrno::Inval
+        );
+        assert_eq!(
+            p.validate(&hdr(CMD_READ, 1 << 9, 0, 1)).unwrap_err().errno,
+            NbdErrno::Inval
+        );
+        assert_eq!(
+            p.validate(&hdr(
+                CMD_WRITE_ZEROES,
+                CMD_FLAG_NO_HOLE | CMD_FLAG_FAST_ZERO | CMD_FLAG_FUA,
+                0,
+                8
+            )),
+            Ok(Command::WriteZeroes {
+                offset: 0,
+                length: 8,
+                fua: true,
+                may_trim: false,
+                fast: true
+            })
         );
         let mut no_df = p;
         no_df.flags &= !FLAG_SEND_DF;
-        assert_eq!(no_df.validate(&hdr(CMD_READ, CMD_FLAG_DF, 0, 1)).unwrap_err().errno, NbdErrno::Inval);
+        assert_eq!(
+            no_df
+                .validate(&hdr(CMD_READ, CMD_FLAG_DF, 0, 1))
+                .unwrap_err()
+                .errno,
+            NbdErrno::Inval
+        );
         let mut no_ctx = p;
         no_ctx.block_status = false;
         assert_eq!(
-            no_ctx.validate(&hdr(CMD_BLOCK_STATUS, 0, 0, 1)).unwrap_err().errno,
+            no_ctx
+                .validate(&hdr(CMD_BLOCK_STATUS, 0, 0, 1))
+                .unwrap_err()
+                .errno,
             NbdErrno::Inval
         );
     }
@@ -440,20 +567,36 @@ mod tests {
         let mut p = params();
         p.flags |= FLAG_READ_ONLY;
         for kind in [CMD_WRITE, CMD_TRIM, CMD_WRITE_ZEROES] {
-            assert_eq!(p.validate(&hdr(kind, 0, 0, 1)).unwrap_err().errno, NbdErrno::Perm);
+            assert_eq!(
+                p.validate(&hdr(kind, 0, 0, 1)).unwrap_err().errno,
+                NbdErrno::Perm
+            );
         }
         assert!(p.validate(&hdr(CMD_READ, 0, 0, 1)).is_ok());
     }
 
     #[test]
-    fn extended_write_requires_payload_len() {
+    fn extended_write_carries_payload_with_or_without_payload_len() {
         let mut p = params();
         p.header_style = HeaderStyle::Extended;
         p.reply_style = ReplyStyle::Extended;
-        assert!(p.validate(&hdr(CMD_WRITE, CMD_FLAG_PAYLOAD_LEN, 0, 1)).is_ok());
-        assert_eq!(p.validate(&hdr(CMD_WRITE, 0, 0, 1)).unwrap_err().errno, NbdErrno::Inval);
+        assert!(p
+            .validate(&hdr(CMD_WRITE, CMD_FLAG_PAYLOAD_LEN, 0, 1))
+            .is_ok());
+        assert!(p.validate(&hdr(CMD_WRITE, 0, 0, 1)).is_ok());
         assert_eq!(
-            p.validate(&hdr(CMD_TRIM, CMD_FLAG_PAYLOAD_LEN, 0, 1)).unwrap_err().errno,
+            hdr(CMD_WRITE, 0, 0, 9).payload_len(HeaderStyle::Extended),
+            9
+        );
+        assert_eq!(
+            hdr(CMD_READ, CMD_FLAG_PAYLOAD_LEN, 0, 9).payload_len(HeaderStyle::Extended),
+            9,
+            "a payload the command does not expect is still consumed"
+        );
+        assert_eq!(
+            p.validate(&hdr(CMD_TRIM, CMD_FLAG_PAYLOAD_LEN, 0, 1))
+                .unwrap_err()
+                .errno,
             NbdErrno::Inval
         );
         // 64-bit effect lengths work for trim.

@@ -1,1 +1,16 @@
+//! sluice's NBD server: binds listeners, runs one thread per connection
+//! over the sans-IO protocol machines of `sluice-nbd-proto`, and executes
+//! requests against `sluice-storage` devices.
 
+mod buffer;
+pub mod config;
+mod connection;
+pub mod export;
+mod pool;
+mod server;
+mod sink;
+mod stream;
+
+pub use config::{ExportConfig, ExportSpec, ListenAddr, PipelineMode, ServerConfig};
+pub use export::{Export, ExportRegistry};
+pub use server::{Server, ServerError, ServerHandle};

@@ -36,16 +36,32 @@ impl fmt::Display for IoOp {
 pub enum DeviceError {
     /// The operating system reported an error.
     #[error("{op} of {len} bytes at offset {offset} on {device} failed: {source}")]
-    Io { device: String, op: IoOp, offset: u64, len: u64, source: io::Error },
+    Io {
+        device: String,
+        op: IoOp,
+        offset: u64,
+        len: u64,
+        source: io::Error,
+    },
     /// A write-type operation on a read-only device.
     #[error("{op} refused: {device} is read-only")]
     ReadOnly { device: String, op: IoOp },
     /// The range does not lie inside the device.
     #[error("{op} of {len} bytes at offset {offset} is outside {device} (size {size})")]
-    OutOfRange { device: String, op: IoOp, offset: u64, len: u64, size: u64 },
+    OutOfRange {
+        device: String,
+        op: IoOp,
+        offset: u64,
+        len: u64,
+        size: u64,
+    },
     /// The device cannot do this (quickly enough), e.g. a fast zero.
     #[error("{op} not supported by {device}: {reason}")]
-    Unsupported { device: String, op: IoOp, reason: &'static str },
+    Unsupported {
+        device: String,
+        op: IoOp,
+        reason: &'static str,
+    },
 }
 
 impl DeviceError {

@@ -45,15 +45,31 @@ pub enum OpenError {
     #[error("{path} does not exist; give a size to create it")]
     MissingSize { path: PathBuf },
     #[error("{path} is {actual} bytes, larger than the requested size {requested}; refusing to truncate")]
-    WouldTruncate { path: PathBuf, actual: u64, requested: u64 },
+    WouldTruncate {
+        path: PathBuf,
+        actual: u64,
+        requested: u64,
+    },
     #[error("cannot resize {path} to {size} bytes: {source}")]
-    Resize { path: PathBuf, size: u64, source: io::Error },
+    Resize {
+        path: PathBuf,
+        size: u64,
+        source: io::Error,
+    },
     #[error("{path} is neither a regular file nor a block device")]
     NotAFileOrDevice { path: PathBuf },
     #[error("block device {path} is {actual} bytes, smaller than the requested size {requested}")]
-    DeviceTooSmall { path: PathBuf, actual: u64, requested: u64 },
+    DeviceTooSmall {
+        path: PathBuf,
+        actual: u64,
+        requested: u64,
+    },
     #[error("size {size} of {path} is not a multiple of {align} bytes, which O_DIRECT needs")]
-    UnalignedDirect { path: PathBuf, size: u64, align: usize },
+    UnalignedDirect {
+        path: PathBuf,
+        size: u64,
+        align: usize,
+    },
 }
 
 /// A regular file or block device. Sparse where the filesystem allows:
@@ -74,7 +90,13 @@ pub struct FileDevice {
 }
 
 fn io_err(label: &str, op: IoOp, offset: u64, len: u64, source: io::Error) -> DeviceError {
-    DeviceError::Io { device: label.to_owned(), op, offset, len, source }
+    DeviceError::Io {
+        device: label.to_owned(),
+        op,
+        offset,
+        len,
+        source,
+    }
 }
 
 impl FileDevice {
@@ -82,22 +104,33 @@ impl FileDevice {
     pub fn open(path: &Path, options: &FileOptions) -> Result<Self, OpenError> {
         let exists = path.exists();
         if !exists && options.size.is_none() {
-            return Err(OpenError::MissingSize { path: path.to_owned() });
+            return Err(OpenError::MissingSize {
+                path: path.to_owned(),
+            });
         }
         let mut oo = OpenOptions::new();
-        oo.read(true).write(!options.read_only).create(!options.read_only && !exists);
+        oo.read(true)
+            .write(!options.read_only)
+            .create(!options.read_only && !exists);
         if options.direct {
             oo.custom_flags(libc_o_direct());
         }
-        let file =
-            oo.open(path).map_err(|source| OpenError::Open { path: path.to_owned(), source })?;
-        let meta =
-            file.metadata().map_err(|source| OpenError::Open { path: path.to_owned(), source })?;
+        let file = oo.open(path).map_err(|source| OpenError::Open {
+            path: path.to_owned(),
+            source,
+        })?;
+        let meta = file.metadata().map_err(|source| OpenError::Open {
+            path: path.to_owned(),
+            source,
+        })?;
         let file_type = meta.file_type();
         let block_device = file_type.is_block_device();
         let size = if block_device {
-            let actual = rustix::fs::seek(&file, SeekFrom::End(0))
-                .map_err(|e| OpenError::Open { path: path.to_owned(), source: e.into() })?;
+            let actual =
+                rustix::fs::seek(&file, SeekFrom::End(0)).map_err(|e| OpenError::Open {
+                    path: path.to_owned(),
+                    source: e.into(),
+                })?;
             match options.size {
                 Some(requested) if requested > actual => {
                     return Err(OpenError::DeviceTooSmall {
@@ -120,17 +153,20 @@ impl FileDevice {
                     })
                 }
                 Some(requested) if requested > actual => {
-                    file.set_len(requested).map_err(|source| OpenError::Resize {
-                        path: path.to_owned(),
-                        size: requested,
-                        source,
-                    })?;
+                    file.set_len(requested)
+                        .map_err(|source| OpenError::Resize {
+                            path: path.to_owned(),
+                            size: requested,
+                            source,
+                        })?;
                     requested
                 }
                 _ => actual,
             }
         } else {
-            return Err(OpenError::NotAFileOrDevice { path: path.to_owned() });
+            return Err(OpenError::NotAFileOrDevice {
+                path: path.to_owned(),
+            });
         };
         if options.direct && size % DIRECT_ALIGN as u64 != 0 {
             return Err(OpenError::UnalignedDirect {
@@ -152,7 +188,10 @@ impl FileDevice {
 
     fn check_writable(&self, op: IoOp) -> Result<(), DeviceError> {
         if self.read_only {
-            Err(DeviceError::ReadOnly { device: self.label.clone(), op })
+            Err(DeviceError::ReadOnly {
+                device: self.label.clone(),
+                op,
+            })
         } else {
             Ok(())
         }
@@ -164,7 +203,11 @@ impl FileDevice {
 
     /// Writes all of `buf`, looping over short writes.
     fn pwrite_all(&self, mut buf: &[u8], mut offset: u64, fua: bool) -> io::Result<()> {
-        let flags = if fua { ReadWriteFlags::DSYNC } else { ReadWriteFlags::empty() };
+        let flags = if fua {
+            ReadWriteFlags::DSYNC
+        } else {
+            ReadWriteFlags::empty()
+        };
         while !buf.is_empty() {
             let n = match rustix::io::pwritev2(&self.file, &[IoSlice::new(buf)], offset, flags) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
@@ -235,7 +278,11 @@ impl BlockDevice for FileDevice {
             multi_conn: true,
             rotational: false,
             min_block: if self.direct { DIRECT_ALIGN as u32 } else { 1 },
-            blocking: if self.direct { BlockingClass::Always } else { BlockingClass::PageCache },
+            blocking: if self.direct {
+                BlockingClass::Always
+            } else {
+                BlockingClass::PageCache
+            },
         }
     }
 
@@ -251,7 +298,9 @@ impl BlockDevice for FileDevice {
                 Ok(())
             });
         }
-        self.file.read_exact_at(buf, offset).map_err(|e| self.err(IoOp::Read, offset, len as u64, e))
+        self.file
+            .read_exact_at(buf, offset)
+            .map_err(|e| self.err(IoOp::Read, offset, len as u64, e))
     }
 
     fn read_at_nowait(&self, buf: &mut [u8], offset: u64) -> Result<bool, DeviceError> {
@@ -283,7 +332,13 @@ impl BlockDevice for FileDevice {
 
     fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<(), DeviceError> {
         self.check_writable(IoOp::Write)?;
-        check_range(&self.label, IoOp::Write, self.size, offset, buf.len() as u64)?;
+        check_range(
+            &self.label,
+            IoOp::Write,
+            self.size,
+            offset,
+            buf.len() as u64,
+        )?;
         let len = buf.len() as u64;
         let result = if self.direct && buf.as_ptr().align_offset(DIRECT_ALIGN) != 0 {
             Self::with_aligned(buf.len(), |bounce| {
@@ -300,7 +355,9 @@ impl BlockDevice for FileDevice {
         if self.read_only {
             return Ok(());
         }
-        self.file.sync_data().map_err(|e| self.err(IoOp::Flush, 0, self.size, e))
+        self.file
+            .sync_data()
+            .map_err(|e| self.err(IoOp::Flush, 0, self.size, e))
     }
 
     fn trim(&self, offset: u64, length: u64, fua: bool) -> Result<(), DeviceError> {
@@ -311,8 +368,12 @@ impl BlockDevice for FileDevice {
         }
         // Trim is advisory: a filesystem without hole punching just keeps
         // the data.
-        self.fallocate(FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE, offset, length)
-            .map_err(|e| self.err(IoOp::Trim, offset, length, e.into()))?;
+        self.fallocate(
+            FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+            offset,
+            length,
+        )
+        .map_err(|e| self.err(IoOp::Trim, offset, length, e.into()))?;
         if fua {
             self.flush()?;
         }
@@ -329,7 +390,11 @@ impl BlockDevice for FileDevice {
         let mut done = false;
         if mode.may_trim {
             done = self
-                .fallocate(FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE, offset, length)
+                .fallocate(
+                    FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+                    offset,
+                    length,
+                )
                 .map_err(to_err)?;
         }
         if !done {
@@ -364,7 +429,11 @@ impl BlockDevice for FileDevice {
     ) -> Result<Vec<Extent>, DeviceError> {
         check_range(&self.label, IoOp::Extents, self.size, offset, length)?;
         let end = offset + length;
-        let all_data = vec![Extent { length, hole: false, zero: false }];
+        let all_data = vec![Extent {
+            length,
+            hole: false,
+            zero: false,
+        }];
         if self.block_device || length == 0 {
             return Ok(all_data);
         }
@@ -381,7 +450,11 @@ impl BlockDevice for FileDevice {
             };
             if data > pos {
                 let hole_end = data.min(end);
-                out.push(Extent { length: hole_end - pos, hole: true, zero: true });
+                out.push(Extent {
+                    length: hole_end - pos,
+                    hole: true,
+                    zero: true,
+                });
                 pos = hole_end;
                 continue;
             }
@@ -391,7 +464,11 @@ impl BlockDevice for FileDevice {
                 Err(e) => return Err(self.err(IoOp::Extents, pos, end - pos, e.into())),
             };
             let data_end = hole.clamp(pos + 1, end);
-            out.push(Extent { length: data_end - pos, hole: false, zero: false });
+            out.push(Extent {
+                length: data_end - pos,
+                hole: false,
+                zero: false,
+            });
             pos = data_end;
         }
         Ok(out)
@@ -399,7 +476,9 @@ impl BlockDevice for FileDevice {
 
     fn cache(&self, offset: u64, length: u64) -> Result<(), DeviceError> {
         check_range(&self.label, IoOp::Cache, self.size, offset, length)?;
-        let Some(len) = NonZeroU64::new(length) else { return Ok(()) };
+        let Some(len) = NonZeroU64::new(length) else {
+            return Ok(());
+        };
         rustix::fs::fadvise(&self.file, offset, Some(len), rustix::fs::Advice::WillNeed)
             .map_err(|e| self.err(IoOp::Cache, offset, length, e.into()))
     }
@@ -410,8 +489,14 @@ mod tests {
     use super::*;
 
     fn open_sparse(dir: &tempfile::TempDir, size: u64) -> FileDevice {
-        FileDevice::open(&dir.path().join("img"), &FileOptions { size: Some(size), ..Default::default() })
-            .expect("open test image")
+        FileDevice::open(
+            &dir.path().join("img"),
+            &FileOptions {
+                size: Some(size),
+                ..Default::default()
+            },
+        )
+        .expect("open test image")
     }
 
     #[test]
@@ -438,7 +523,13 @@ mod tests {
         ));
         open_sparse(&dir, 8192);
         assert!(matches!(
-            FileDevice::open(&path, &FileOptions { size: Some(4096), ..Default::default() }),
+            FileDevice::open(
+                &path,
+                &FileOptions {
+                    size: Some(4096),
+                    ..Default::default()
+                }
+            ),
             Err(OpenError::WouldTruncate { .. })
         ));
         let reopened = FileDevice::open(&path, &FileOptions::default()).unwrap();
@@ -450,15 +541,24 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let dev = open_sparse(&dir, 4096);
         let mut buf = [0u8; 2];
-        assert!(matches!(dev.read_at(&mut buf, 4095), Err(DeviceError::OutOfRange { .. })));
+        assert!(matches!(
+            dev.read_at(&mut buf, 4095),
+            Err(DeviceError::OutOfRange { .. })
+        ));
         drop(dev);
         let ro = FileDevice::open(
             &dir.path().join("img"),
-            &FileOptions { read_only: true, ..Default::default() },
+            &FileOptions {
+                read_only: true,
+                ..Default::default()
+            },
         )
         .unwrap();
         assert!(ro.capability().read_only);
-        assert!(matches!(ro.write_at(b"x", 0, false), Err(DeviceError::ReadOnly { .. })));
+        assert!(matches!(
+            ro.write_at(b"x", 0, false),
+            Err(DeviceError::ReadOnly { .. })
+        ));
     }
 
     #[test]
@@ -466,14 +566,27 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let dev = open_sparse(&dir, 1 << 20);
         dev.write_at(&vec![0xaa; 1 << 20], 0, false).unwrap();
-        dev.write_zeroes(65536, 65536, ZeroMode { may_trim: true, fast: false, fua: false }).unwrap();
+        dev.write_zeroes(
+            65536,
+            65536,
+            ZeroMode {
+                may_trim: true,
+                fast: false,
+                fua: false,
+            },
+        )
+        .unwrap();
         let mut buf = vec![1u8; 65536];
         dev.read_at(&mut buf, 65536).unwrap();
         assert!(buf.iter().all(|&b| b == 0));
         dev.write_zeroes(
             4096,
             100,
-            ZeroMode { may_trim: false, fast: false, fua: true },
+            ZeroMode {
+                may_trim: false,
+                fast: false,
+                fua: true,
+            },
         )
         .unwrap();
         let mut small = vec![1u8; 100];
@@ -493,7 +606,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let dev = open_sparse(&dir, 1 << 20);
         let ext = dev.extents(4096, 8192, 16).unwrap();
-        assert_eq!(ext, vec![Extent { length: 8192, hole: true, zero: true }]);
+        assert_eq!(
+            ext,
+            vec![Extent {
+                length: 8192,
+                hole: true,
+                zero: true
+            }]
+        );
         let ext = dev.extents(0, 1 << 20, 1).unwrap();
         assert_eq!(ext.len(), 1);
     }

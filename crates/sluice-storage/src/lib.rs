@@ -130,6 +130,12 @@ pub(crate) fn check_range(
 ) -> Result<(), DeviceError> {
     match offset.checked_add(len) {
         Some(end) if end <= size => Ok(()),
-        _ => Err(DeviceError::OutOfRange { device: device.to_owned(), op, offset, len, size }),
+        _ => Err(DeviceError::OutOfRange {
+            device: device.to_owned(),
+            op,
+            offset,
+            len,
+            size,
+        }),
     }
 }

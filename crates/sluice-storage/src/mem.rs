@@ -3,7 +3,9 @@
 use std::collections::HashMap;
 use std::sync::RwLock;
 
-use crate::{check_range, BlockDevice, BlockingClass, Capability, DeviceError, Extent, IoOp, ZeroMode};
+use crate::{
+    check_range, BlockDevice, BlockingClass, Capability, DeviceError, Extent, IoOp, ZeroMode,
+};
 
 /// Allocation unit: pages are allocated on first write.
 const PAGE: u64 = 64 * 1024;
@@ -27,7 +29,11 @@ impl MemDevice {
     /// A zero-filled device of `size` bytes.
     pub fn new(size: u64, read_only: bool) -> Self {
         let shards = (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect();
-        Self { size, read_only, shards }
+        Self {
+            size,
+            read_only,
+            shards,
+        }
     }
 
     fn shard(&self, page: u64) -> &Shard {
@@ -44,7 +50,11 @@ impl MemDevice {
 
     /// Calls `f(page, offset_in_page, range_in_buf)` for each page piece of
     /// `[offset, offset+len)`.
-    fn for_each_piece(offset: u64, len: u64, mut f: impl FnMut(u64, usize, std::ops::Range<usize>)) {
+    fn for_each_piece(
+        offset: u64,
+        len: u64,
+        mut f: impl FnMut(u64, usize, std::ops::Range<usize>),
+    ) {
         let mut done = 0u64;
         while done < len {
             let pos = offset + done;
@@ -58,7 +68,10 @@ impl MemDevice {
 
     fn check_writable(&self, op: IoOp) -> Result<(), DeviceError> {
         if self.read_only {
-            Err(DeviceError::ReadOnly { device: "memory device".into(), op })
+            Err(DeviceError::ReadOnly {
+                device: "memory device".into(),
+                op,
+            })
         } else {
             Ok(())
         }
@@ -101,7 +114,13 @@ impl BlockDevice for MemDevice {
     }
 
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
-        check_range("memory device", IoOp::Read, self.size, offset, buf.len() as u64)?;
+        check_range(
+            "memory device",
+            IoOp::Read,
+            self.size,
+            offset,
+            buf.len() as u64,
+        )?;
         Self::for_each_piece(offset, buf.len() as u64, |page, in_page, range| {
             let shard = self.shard(page).read().unwrap_or_else(|p| p.into_inner());
             let n = range.len();
@@ -115,12 +134,19 @@ impl BlockDevice for MemDevice {
 
     fn write_at(&self, buf: &[u8], offset: u64, _fua: bool) -> Result<(), DeviceError> {
         self.check_writable(IoOp::Write)?;
-        check_range("memory device", IoOp::Write, self.size, offset, buf.len() as u64)?;
+        check_range(
+            "memory device",
+            IoOp::Write,
+            self.size,
+            offset,
+            buf.len() as u64,
+        )?;
         Self::for_each_piece(offset, buf.len() as u64, |page, in_page, range| {
             let mut shard = self.shard(page).write().unwrap_or_else(|p| p.into_inner());
             let n = range.len();
-            let data =
-                shard.entry(page).or_insert_with(|| vec![0u8; PAGE as usize].into_boxed_slice());
+            let data = shard
+                .entry(page)
+                .or_insert_with(|| vec![0u8; PAGE as usize].into_boxed_slice());
             data[in_page..in_page + n].copy_from_slice(&buf[range]);
         });
         Ok(())
@@ -139,7 +165,13 @@ impl BlockDevice for MemDevice {
 
     fn write_zeroes(&self, offset: u64, length: u64, mode: ZeroMode) -> Result<(), DeviceError> {
         self.check_writable(IoOp::WriteZeroes)?;
-        check_range("memory device", IoOp::WriteZeroes, self.size, offset, length)?;
+        check_range(
+            "memory device",
+            IoOp::WriteZeroes,
+            self.size,
+            offset,
+            length,
+        )?;
         self.zero_range(offset, length, mode.may_trim);
         Ok(())
     }
@@ -167,11 +199,19 @@ impl BlockDevice for MemDevice {
             match out.last_mut() {
                 Some(last) if last.hole == !present => last.length += n,
                 _ if full => truncated = true,
-                _ => out.push(Extent { length: n, hole: !present, zero: !present }),
+                _ => out.push(Extent {
+                    length: n,
+                    hole: !present,
+                    zero: !present,
+                }),
             }
         });
         if out.is_empty() {
-            out.push(Extent { length, hole: true, zero: true });
+            out.push(Extent {
+                length,
+                hole: true,
+                zero: true,
+            });
         }
         Ok(out)
     }
@@ -199,7 +239,8 @@ mod tests {
     #[test]
     fn trim_frees_whole_pages_and_zeroes_partial() {
         let dev = MemDevice::new(4 * PAGE, false);
-        dev.write_at(&vec![7u8; (4 * PAGE) as usize], 0, false).unwrap();
+        dev.write_at(&vec![7u8; (4 * PAGE) as usize], 0, false)
+            .unwrap();
         dev.trim(10, 2 * PAGE, false).unwrap();
         assert_eq!(dev.allocated_bytes(), 3 * PAGE);
         let mut buf = vec![1u8; (2 * PAGE) as usize];
@@ -209,9 +250,21 @@ mod tests {
         assert_eq!(
             ext,
             vec![
-                Extent { length: PAGE, hole: false, zero: false },
-                Extent { length: PAGE, hole: true, zero: true },
-                Extent { length: 2 * PAGE, hole: false, zero: false },
+                Extent {
+                    length: PAGE,
+                    hole: false,
+                    zero: false
+                },
+                Extent {
+                    length: PAGE,
+                    hole: true,
+                    zero: true
+                },
+                Extent {
+                    length: 2 * PAGE,
+                    hole: false,
+                    zero: false
+                },
             ]
         );
         assert_eq!(dev.extents(0, 4 * PAGE, 1).unwrap().len(), 1);
@@ -220,7 +273,16 @@ mod tests {
     #[test]
     fn no_hole_zeroing_allocates() {
         let dev = MemDevice::new(4 * PAGE, false);
-        dev.write_zeroes(0, PAGE, ZeroMode { may_trim: false, fast: true, fua: false }).unwrap();
+        dev.write_zeroes(
+            0,
+            PAGE,
+            ZeroMode {
+                may_trim: false,
+                fast: true,
+                fua: false,
+            },
+        )
+        .unwrap();
         assert_eq!(dev.allocated_bytes(), PAGE);
         let mut buf = vec![1u8; 16];
         dev.read_at(&mut buf, 0).unwrap();
@@ -230,8 +292,14 @@ mod tests {
     #[test]
     fn read_only_and_range_errors() {
         let dev = MemDevice::new(PAGE, true);
-        assert!(matches!(dev.write_at(b"x", 0, false), Err(DeviceError::ReadOnly { .. })));
+        assert!(matches!(
+            dev.write_at(b"x", 0, false),
+            Err(DeviceError::ReadOnly { .. })
+        ));
         let mut b = [0u8; 2];
-        assert!(matches!(dev.read_at(&mut b, PAGE - 1), Err(DeviceError::OutOfRange { .. })));
+        assert!(matches!(
+            dev.read_at(&mut b, PAGE - 1),
+            Err(DeviceError::OutOfRange { .. })
+        ));
     }
 }

@@ -1,0 +1,392 @@
+//! Server configuration: what `--export`, `--listen` and the TOML file say.
+
+use std::fmt;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::{Deserialize, Deserializer};
+use thiserror::Error;
+
+/// A configuration value that cannot be used, saying which and why.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ConfigError {
+    #[error("bad size {value:?}: {reason} (use a number with an optional K, M, G or T suffix)")]
+    BadSize { value: String, reason: &'static str },
+    #[error("bad export spec {spec:?}: {reason} (expected file:PATH[,size=BYTES][,ro][,direct] or mem:BYTES[,ro])")]
+    BadExportSpec { spec: String, reason: String },
+    #[error("bad export {arg:?}: expected NAME=SPEC")]
+    BadExportArg { arg: String },
+    #[error("bad listen address {addr:?}: {reason} (expected HOST:PORT or unix:PATH)")]
+    BadListenAddr { addr: String, reason: String },
+    #[error("bad pipeline mode {0:?}: expected off, fixed or flexible")]
+    BadPipelineMode(String),
+    #[error("export name {0:?} is used twice")]
+    DuplicateExport(String),
+    #[error("export name {name:?} is invalid: {reason}")]
+    BadExportName { name: String, reason: &'static str },
+}
+
+/// Parses sizes like `4096`, `64K`, `1G`, `2TiB` (binary units).
+pub fn parse_size(value: &str) -> Result<u64, ConfigError> {
+    let bad = |reason| ConfigError::BadSize {
+        value: value.to_owned(),
+        reason,
+    };
+    let v = value.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let (digits, suffix) = v.split_at(split);
+    if digits.is_empty() {
+        return Err(bad("no digits"));
+    }
+    let n: u64 = digits.parse().map_err(|_| bad("number too large"))?;
+    let shift = match suffix.trim().to_ascii_uppercase().as_str() {
+        "" | "B" => 0,
+        "K" | "KB" | "KIB" => 10,
+        "M" | "MB" | "MIB" => 20,
+        "G" | "GB" | "GIB" => 30,
+        "T" | "TB" | "TIB" => 40,
+        _ => return Err(bad("unknown suffix")),
+    };
+    n.checked_mul(1u64 << shift)
+        .ok_or_else(|| bad("size overflows 64 bits"))
+}
+
+/// Where the server listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ListenAddr {
+    /// A TCP address (port 0 picks a free port).
+    Tcp(SocketAddr),
+    /// A Unix-domain socket path.
+    Unix(PathBuf),
+}
+
+impl FromStr for ListenAddr {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        if let Some(path) = s.strip_prefix("unix:") {
+            if path.is_empty() {
+                return Err(ConfigError::BadListenAddr {
+                    addr: s.to_owned(),
+                    reason: "empty socket path".into(),
+                });
+            }
+            return Ok(Self::Unix(PathBuf::from(path)));
+        }
+        let bad = |reason: String| ConfigError::BadListenAddr {
+            addr: s.to_owned(),
+            reason,
+        };
+        let mut addrs = s.to_socket_addrs().map_err(|e| bad(e.to_string()))?;
+        addrs
+            .next()
+            .map(Self::Tcp)
+            .ok_or_else(|| bad("resolves to no address".into()))
+    }
+}
+
+impl fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Tcp(a) => write!(f, "{a}"),
+            Self::Unix(p) => write!(f, "unix:{}", p.display()),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for ListenAddr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// What backs an export.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BackendSpec {
+    /// A regular file or block device.
+    File {
+        /// Path of the file or device.
+        path: PathBuf,
+        /// Size to create or extend to.
+        size: Option<u64>,
+        /// Open with O_DIRECT.
+        direct: bool,
+    },
+    /// A sparse RAM disk.
+    Memory {
+        /// Size in bytes.
+        size: u64,
+    },
+}
+
+/// A parsed `SPEC` of `--export NAME=SPEC`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportSpec {
+    /// The backing store.
+    pub backend: BackendSpec,
+    /// Serve read-only.
+    pub read_only: bool,
+}
+
+impl FromStr for ExportSpec {
+    type Err = ConfigError;
+    fn from_str(spec: &str) -> Result<Self, Self::Err> {
+        let bad = |reason: String| ConfigError::BadExportSpec {
+            spec: spec.to_owned(),
+            reason,
+        };
+        let (kind, rest) = spec
+            .split_once(':')
+            .ok_or_else(|| bad("missing KIND:".into()))?;
+        let mut parts = rest.split(',');
+        let first = parts.next().unwrap_or_default();
+        let mut read_only = false;
+        let mut size = None;
+        let mut direct = false;
+        for opt in parts {
+            match opt.split_once('=') {
+                None if opt == "ro" => read_only = true,
+                None if opt == "direct" => direct = true,
+                Some(("size", v)) => size = Some(parse_size(v)?),
+                _ => return Err(bad(format!("unknown option {opt:?}"))),
+            }
+        }
+        let backend = match kind {
+            "file" => {
+                if first.is_empty() {
+                    return Err(bad("empty path".into()));
+                }
+                BackendSpec::File {
+                    path: PathBuf::from(first),
+                    size,
+                    direct,
+                }
+            }
+            "mem" => {
+                if size.is_some() || direct {
+                    return Err(bad("mem takes its size as mem:BYTES".into()));
+                }
+                BackendSpec::Memory {
+                    size: parse_size(first)?,
+                }
+            }
+            other => return Err(bad(format!("unknown backend {other:?}"))),
+        };
+        Ok(Self { backend, read_only })
+    }
+}
+
+impl<'de> Deserialize<'de> for ExportSpec {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// One export.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExportConfig {
+    /// Name clients ask for.
+    pub name: String,
+    /// Backing store, as in `--export NAME=SPEC`.
+    pub spec: ExportSpec,
+    /// Description shown by `NBD_OPT_LIST` and `NBD_INFO_DESCRIPTION`.
+    #[serde(default)]
+    pub description: String,
+}
+
+impl ExportConfig {
+    /// Parses `NAME=SPEC`.
+    pub fn parse_arg(arg: &str) -> Result<Self, ConfigError> {
+        let (name, spec) = arg
+            .split_once('=')
+            .ok_or_else(|| ConfigError::BadExportArg {
+                arg: arg.to_owned(),
+            })?;
+        let config = Self {
+            name: name.to_owned(),
+            spec: spec.parse()?,
+            description: String::new(),
+        };
+        config.check_name()?;
+        Ok(config)
+    }
+
+    fn check_name(&self) -> Result<(), ConfigError> {
+        let bad = |reason| ConfigError::BadExportName {
+            name: self.name.clone(),
+            reason,
+        };
+        if self.name.is_empty() {
+            return Err(bad(
+                "empty (the empty name already means the default export)",
+            ));
+        }
+        if self.name.len() > 4096 {
+            return Err(bad("longer than 4096 bytes"));
+        }
+        if self.name.contains('\0') {
+            return Err(bad("contains NUL"));
+        }
+        Ok(())
+    }
+}
+
+/// How a connection orders and overlaps request processing (SPEC 1.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PipelineMode {
+    /// One request at a time: read, execute, reply, then the next.
+    Off,
+    /// Requests overlap, replies go out in request order.
+    Fixed,
+    /// Requests overlap, replies go out as they complete.
+    #[default]
+    Flexible,
+}
+
+impl FromStr for PipelineMode {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "off" => Ok(Self::Off),
+            "fixed" => Ok(Self::Fixed),
+            "flexible" => Ok(Self::Flexible),
+            _ => Err(ConfigError::BadPipelineMode(s.to_owned())),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for PipelineMode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Everything the server needs to run.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Listening addresses.
+    pub listen: Vec<ListenAddr>,
+    /// Exports; the one named `default`, else the first, is the default.
+    pub export: Vec<ExportConfig>,
+    /// Request pipelining.
+    pub pipeline: PipelineMode,
+    /// Threads that run device I/O which would block a connection thread.
+    pub io_threads: usize,
+    /// Seconds a client may take to finish the handshake.
+    pub handshake_timeout_secs: u64,
+    /// Most connections served at once; more are refused.
+    pub max_connections: usize,
+    /// Most bytes of handed-off requests in flight per connection before
+    /// the connection stops reading (back-pressure).
+    pub max_inflight_bytes_per_connection: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: Vec::new(),
+            export: Vec::new(),
+            pipeline: PipelineMode::Flexible,
+            io_threads: 16,
+            handshake_timeout_secs: 30,
+            max_connections: 1024,
+            max_inflight_bytes_per_connection: 64 << 20,
+        }
+    }
+}
+
+impl ServerConfig {
+    /// The handshake timeout as a duration.
+    pub fn handshake_timeout(&self) -> Duration {
+        Duration::from_secs(self.handshake_timeout_secs.max(1))
+    }
+
+    /// Checks names are valid and unique.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut seen = std::collections::HashSet::new();
+        for e in &self.export {
+            e.check_name()?;
+            if !seen.insert(e.name.as_str()) {
+                return Err(ConfigError::DuplicateExport(e.name.clone()));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert_eq!(parse_size("64K").unwrap(), 65536);
+        assert_eq!(parse_size("1G").unwrap(), 1 << 30);
+        assert_eq!(parse_size("2TiB").unwrap(), 2 << 40);
+        assert!(parse_size("G").is_err());
+        assert!(parse_size("1X").is_err());
+        assert!(parse_size("99999999999T").is_err());
+    }
+
+    #[test]
+    fn export_specs() {
+        let e = ExportConfig::parse_arg("disk=file:/tmp/a.img,size=1G,ro").unwrap();
+        assert_eq!(e.name, "disk");
+        assert!(e.spec.read_only);
+        assert_eq!(
+            e.spec.backend,
+            BackendSpec::File {
+                path: "/tmp/a.img".into(),
+                size: Some(1 << 30),
+                direct: false
+            }
+        );
+        let m = ExportConfig::parse_arg("m=mem:64M").unwrap();
+        assert_eq!(m.spec.backend, BackendSpec::Memory { size: 64 << 20 });
+        assert!(ExportConfig::parse_arg("x=tape:/dev/st0").is_err());
+        assert!(ExportConfig::parse_arg("x=file:/a,bogus").is_err());
+        assert!(ExportConfig::parse_arg("noequals").is_err());
+        assert!(ExportConfig::parse_arg("=mem:1M").is_err());
+    }
+
+    #[test]
+    fn listen_addrs() {
+        assert_eq!(
+            "unix:/tmp/s".parse::<ListenAddr>().unwrap(),
+            ListenAddr::Unix("/tmp/s".into())
+        );
+        assert!(matches!(
+            "127.0.0.1:0".parse::<ListenAddr>().unwrap(),
+            ListenAddr::Tcp(_)
+        ));
+        assert!("nonsense".parse::<ListenAddr>().is_err());
+    }
+
+    #[test]
+    fn toml_config() {
+        let c: ServerConfig = toml::from_str(
+            r#"
+            listen = ["127.0.0.1:10809", "unix:/run/sluice.sock"]
+            pipeline = "fixed"
+            [[export]]
+            name = "a"
+            spec = "mem:1M"
+            description = "scratch"
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.listen.len(), 2);
+        assert_eq!(c.pipeline, PipelineMode::Fixed);
+        assert_eq!(c.export[0].description, "scratch");
+        assert_eq!(c.io_threads, 16);
+        assert!(toml::from_str::<ServerConfig>("bogus = 1").is_err());
+    }
+}

@@ -1,0 +1,535 @@
+//! One client connection: the handshake, then the transmission loop.
+//!
+//! Threading model (see docs/design/0001-threading-model.md): each
+//! connection has its own OS thread with a blocking socket. The thread
+//! receives as many requests as one `read` returns, executes those the
+//! device can serve without blocking (memory, page-cache hits, buffered
+//! writes) right there, and sends all their replies with one write.
+//! Requests that would block (page-cache misses, O_DIRECT, FUA, flush)
+//! go to the shared I/O pool, whose worker sends the reply itself, so
+//! device I/O runs in parallel and replies leave in completion order.
+
+use std::io::{self, Write};
+use std::sync::Arc;
+
+use sluice_nbd_proto::consts::{REPLY_FLAG_DONE, REPLY_TYPE_NONE, STATE_HOLE, STATE_ZERO};
+use sluice_nbd_proto::{
+    encode_block_status, encode_chunk_header, encode_error, encode_ok, encode_read_data_header,
+    read_data_header_len, Command, Extent, HandshakeConfig, HandshakeStatus, NbdErrno, Negotiated,
+    ReplyStyle, RequestHeader, ServerHandshake, TransmissionParams,
+};
+use sluice_storage::{BlockingClass, DeviceError, ZeroMode};
+use tracing::{debug, error, info, trace, warn};
+
+use crate::buffer::{RecvBuf, ReplyBuf};
+use crate::config::PipelineMode;
+use crate::export::{Export, ExportRegistry};
+use crate::pool::{InFlight, InFlightGuard, IoPool};
+use crate::sink::{ReplySink, Seq};
+use crate::stream::Stream;
+
+/// Initial receive buffer; grows to the largest message received.
+const RECV_BUF: usize = 256 * 1024;
+/// Buffers are shrunk back to this after serving a huge request.
+const IDLE_BUF: usize = 1 << 20;
+/// Replies queued on the connection thread are sent once they exceed this.
+const BATCH_LIMIT: usize = 4 << 20;
+/// Most handed-off requests in flight per connection.
+const MAX_INFLIGHT_REQUESTS: usize = 256;
+/// Most extents in one block status reply.
+const MAX_EXTENTS: usize = 1024;
+
+/// What a connection needs from the server.
+#[derive(Debug)]
+pub(crate) struct ConnectionContext {
+    pub(crate) registry: Arc<ExportRegistry>,
+    pub(crate) pool: Arc<IoPool>,
+    pub(crate) pipeline: PipelineMode,
+    pub(crate) handshake_timeout: std::time::Duration,
+    pub(crate) max_inflight_bytes: u64,
+}
+
+/// The NBD error a device error becomes on the wire. The one place this
+/// mapping lives.
+pub(crate) fn nbd_errno(e: &DeviceError) -> NbdErrno {
+    match e {
+        DeviceError::ReadOnly { .. } => NbdErrno::Perm,
+        DeviceError::OutOfRange { .. } => NbdErrno::Inval,
+        DeviceError::Unsupported { .. } => NbdErrno::NotSup,
+        e if e.is_no_space() => NbdErrno::NoSpc,
+        _ => NbdErrno::Io,
+    }
+}
+
+/// Serves one connection until the client leaves, the server shuts its
+/// read side, or the protocol breaks. Never panics on client input.
+pub(crate) fn serve_connection(mut stream: Stream, ctx: &ConnectionContext) {
+    let mut buf = RecvBuf::new(4096);
+    let negotiated = match handshake(&mut stream, &mut buf, ctx) {
+        Ok(Some(n)) => n,
+        Ok(None) => {
+            debug!("client left during the handshake");
+            return;
+        }
+        Err(e) => {
+            info!(error = %e, "handshake failed; closing connection");
+            return;
+        }
+    };
+    let Some(export) = ctx.registry.get(&negotiated.export.name).cloned() else {
+        warn!(export = %negotiated.export.name, "export vanished after the handshake");
+        return;
+    };
+    tracing::Span::current().record("export", export.name.as_str());
+    info!(
+        export = %export.name,
+        reply_style = ?negotiated.params.reply_style,
+        "transmission phase started"
+    );
+    if let Err(e) = stream.set_read_timeout(None) {
+        warn!(error = %e, "cannot clear the handshake timeout");
+        return;
+    }
+    let writer = match stream.try_clone() {
+        Ok(w) => w,
+        Err(e) => {
+            error!(error = %e, "cannot clone the client socket");
+            return;
+        }
+    };
+    let mut t = Transmission {
+        sink: Arc::new(ReplySink::new(writer, ctx.pipeline == PipelineMode::Fixed)),
+        params: negotiated.params,
+        context_id: negotiated.base_allocation_id,
+        export,
+        pool: Arc::clone(&ctx.pool),
+        inflight: Arc::new(InFlight::default()),
+        pipeline: ctx.pipeline,
+        max_inflight_bytes: ctx.max_inflight_bytes,
+        batch: ReplyBuf::with_capacity(64 * 1024),
+        ends: Vec::with_capacity(64),
+        next_seq: 0,
+    };
+    buf.reserve_message(RECV_BUF);
+    match t.run(&mut stream, &mut buf) {
+        Ok(End::Disconnect) => debug!("client disconnected (NBD_CMD_DISC)"),
+        Ok(End::Eof) => debug!("client closed the connection"),
+        Err(e) => info!(error = %e, "connection ended"),
+    }
+    t.inflight.wait_idle();
+}
+
+#[derive(Debug, thiserror::Error)]
+enum HandshakeFailure {
+    #[error("socket error during the handshake: {0}")]
+    Io(#[from] io::Error),
+    #[error(transparent)]
+    Protocol(#[from] sluice_nbd_proto::HandshakeError),
+}
+
+fn handshake(
+    stream: &mut Stream,
+    buf: &mut RecvBuf,
+    ctx: &ConnectionContext,
+) -> Result<Option<Negotiated>, HandshakeFailure> {
+    stream.set_read_timeout(Some(ctx.handshake_timeout))?;
+    let mut hs = ServerHandshake::new(HandshakeConfig::default());
+    loop {
+        let out = hs.poll_output();
+        if !out.is_empty() {
+            stream.write_all(&out)?;
+        }
+        let (used, status) = hs.handle_input(buf.data(), ctx.registry.as_ref())?;
+        buf.consume(used);
+        match status {
+            HandshakeStatus::NeedInput => {}
+            HandshakeStatus::Aborted => {
+                stream.write_all(&hs.poll_output())?;
+                return Ok(None);
+            }
+            HandshakeStatus::Done(n) => {
+                stream.write_all(&hs.poll_output())?;
+                return Ok(Some(*n));
+            }
+        }
+        if used == 0 || buf.data().is_empty() {
+            let out = hs.poll_output();
+            if !out.is_empty() {
+                stream.write_all(&out)?;
+            }
+            if buf.fill_from(stream)? == 0 {
+                return Ok(None);
+            }
+        }
+    }
+}
+
+enum End {
+    Disconnect,
+    Eof,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum TransmissionError {
+    #[error("socket error: {0}")]
+    Io(#[from] io::Error),
+    #[error("protocol violation, disconnecting: {0}")]
+    Protocol(String),
+}
+
+struct Transmission {
+    sink: Arc<ReplySink>,
+    params: TransmissionParams,
+    context_id: Option<u32>,
+    export: Arc<Export>,
+    pool: Arc<IoPool>,
+    inflight: Arc<InFlight>,
+    pipeline: PipelineMode,
+    max_inflight_bytes: u64,
+    /// Replies produced on this thread and not yet sent.
+    batch: ReplyBuf,
+    /// (sequence number, end offset in `batch`) of each queued reply.
+    ends: Vec<(Seq, usize)>,
+    next_seq: Seq,
+}
+
+/// Where a request runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    /// On the connection thread, blocking if it must.
+    Inline,
+    /// On the connection thread if it would not block, else handed off.
+    TryInline,
+    /// On the I/O pool.
+    HandOff,
+}
+
+impl Transmission {
+    fn run(&mut self, stream: &mut Stream, buf: &mut RecvBuf) -> Result<End, TransmissionError> {
+        let style = self.params.header_style;
+        let header_len = style.header_len();
+        // The largest payload we accept; anything larger is a DoS attempt
+        // or a broken client and gets a hard disconnect.
+        let max_payload = u64::from(self.params.max_payload);
+        loop {
+            loop {
+                let header = match RequestHeader::decode(buf.data(), style) {
+                    Ok(Some(h)) => h,
+                    Ok(None) => {
+                        buf.reserve_message(header_len);
+                        break;
+                    }
+                    Err(e) => return Err(TransmissionError::Protocol(e.to_string())),
+                };
+                let payload_len = header.payload_len(style);
+                if payload_len > max_payload {
+                    return Err(TransmissionError::Protocol(format!(
+                        "request payload of {payload_len} bytes exceeds the maximum {max_payload}"
+                    )));
+                }
+                let total = header_len + payload_len as usize;
+                if buf.data().len() < total {
+                    buf.reserve_message(total);
+                    break;
+                }
+                let payload = &buf.data()[header_len..total];
+                let disconnect = self.handle(&header, payload);
+                buf.consume(total);
+                if disconnect {
+                    self.flush_batch()?;
+                    return Ok(End::Disconnect);
+                }
+                if self.pipeline == PipelineMode::Off || self.batch.len() >= BATCH_LIMIT {
+                    self.flush_batch()?;
+                }
+            }
+            self.flush_batch()?;
+            buf.shrink_to(IDLE_BUF);
+            self.inflight
+                .wait_below(MAX_INFLIGHT_REQUESTS, self.max_inflight_bytes);
+            if buf.fill_from(stream)? == 0 {
+                return Ok(End::Eof);
+            }
+        }
+    }
+
+    fn flush_batch(&mut self) -> io::Result<()> {
+        if self.batch.is_empty() {
+            return Ok(());
+        }
+        let result = self.sink.send_batch(self.batch.as_slice(), &self.ends);
+        self.batch.clear();
+        self.ends.clear();
+        self.batch.shrink_to(IDLE_BUF);
+        result
+    }
+
+    fn placement(&self, cmd: &Command) -> Placement {
+        if self.pipeline == PipelineMode::Off {
+            return Placement::Inline;
+        }
+        let class = self.export.capability.blocking;
+        match (class, cmd) {
+            (BlockingClass::Never, _) => Placement::Inline,
+            (BlockingClass::Always, _) => Placement::HandOff,
+            (BlockingClass::PageCache, Command::Read { .. }) => Placement::TryInline,
+            (BlockingClass::PageCache, Command::Flush) => Placement::HandOff,
+            (BlockingClass::PageCache, Command::Write { fua: true, .. }) => Placement::HandOff,
+            (BlockingClass::PageCache, Command::Trim { fua: true, .. }) => Placement::HandOff,
+            (BlockingClass::PageCache, Command::WriteZeroes { fua: true, .. }) => {
+                Placement::HandOff
+            }
+            (BlockingClass::PageCache, _) => Placement::Inline,
+        }
+    }
+
+    /// Handles one request; returns true on NBD_CMD_DISC.
+    fn handle(&mut self, h: &RequestHeader, payload: &[u8]) -> bool {
+        let cmd = match self.params.validate(h) {
+            Ok(Command::Disconnect) => return true,
+            Ok(cmd) => cmd,
+            Err(rejected) => {
+                debug!(cookie = h.cookie, kind = h.kind, error = %rejected, "request rejected");
+                let seq = self.take_seq();
+                let style = self.params.reply_style;
+                self.batch.encode(|out| {
+                    encode_error(
+                        out,
+                        style,
+                        h.cookie,
+                        h.offset,
+                        rejected.errno,
+                        rejected.reason,
+                    )
+                });
+                self.ends.push((seq, self.batch.len()));
+                return false;
+            }
+        };
+        trace!(target: "sluice::data", cookie = h.cookie, ?cmd, "request");
+        let seq = self.take_seq();
+        let request = Request {
+            cookie: h.cookie,
+            offset: h.offset,
+            cmd,
+        };
+        let placement = self.placement(&cmd);
+        if placement != Placement::HandOff {
+            let start = self.batch.len();
+            let nowait = placement == Placement::TryInline;
+            match request.execute(
+                &self.export,
+                &self.params,
+                self.context_id,
+                payload,
+                nowait,
+                &mut self.batch,
+            ) {
+                Outcome::Done => {
+                    self.ends.push((seq, self.batch.len()));
+                    return false;
+                }
+                Outcome::WouldBlock => self.batch.truncate(start),
+            }
+        }
+        self.hand_off(seq, request, payload);
+        false
+    }
+
+    fn take_seq(&mut self) -> Seq {
+        let s = self.next_seq;
+        self.next_seq += 1;
+        s
+    }
+
+    fn hand_off(&mut self, seq: Seq, request: Request, payload: &[u8]) {
+        let bytes = match request.cmd {
+            Command::Read { length, .. } | Command::Write { length, .. } => u64::from(length),
+            _ => 0,
+        };
+        self.inflight.add(bytes);
+        let guard = InFlightGuard {
+            inflight: Arc::clone(&self.inflight),
+            bytes,
+        };
+        let payload = payload.to_vec();
+        let export = Arc::clone(&self.export);
+        let sink = Arc::clone(&self.sink);
+        let params = self.params;
+        let context_id = self.context_id;
+        let span = tracing::Span::current();
+        self.pool.submit(move || {
+            let _guard = guard;
+            let _enter = span.enter();
+            let mut out = ReplyBuf::with_capacity(0);
+            request.execute(&export, &params, context_id, &payload, false, &mut out);
+            if let Err(e) = sink.send_owned(seq, out.into_vec()) {
+                debug!(error = %e, "reply not sent: connection gone");
+            }
+        });
+    }
+}
+
+/// A validated request, ready to run anywhere.
+#[derive(Debug, Clone, Copy)]
+struct Request {
+    cookie: u64,
+    offset: u64,
+    cmd: Command,
+}
+
+enum Outcome {
+    Done,
+    WouldBlock,
+}
+
+impl Request {
+    /// Runs the command against the device and appends its complete reply
+    /// to `out`. With `nowait`, a read that would block appends nothing
+    /// and returns [`Outcome::WouldBlock`].
+    fn execute(
+        &self,
+        export: &Export,
+        params: &TransmissionParams,
+        context_id: Option<u32>,
+        payload: &[u8],
+        nowait: bool,
+        out: &mut ReplyBuf,
+    ) -> Outcome {
+        let style = params.reply_style;
+        let device = export.device.as_ref();
+        let (cookie, req_offset) = (self.cookie, self.offset);
+        let result = match self.cmd {
+            Command::Read { offset, length, .. } => {
+                if length == 0 {
+                    out.encode(|o| match style {
+                        ReplyStyle::Simple => encode_ok(o, style, cookie, req_offset),
+                        _ => encode_chunk_header(
+                            o,
+                            style,
+                            REPLY_FLAG_DONE,
+                            REPLY_TYPE_NONE,
+                            cookie,
+                            req_offset,
+                            0,
+                        ),
+                    });
+                    return Outcome::Done;
+                }
+                let start = out.len();
+                out.encode(|o| {
+                    encode_read_data_header(o, style, cookie, req_offset, offset, length, true)
+                });
+                debug_assert_eq!(out.len() - start, read_data_header_len(style));
+                let data = out.tail_mut(length as usize);
+                let read = if nowait {
+                    device.read_at_nowait(data, offset)
+                } else {
+                    device.read_at(data, offset).map(|()| true)
+                };
+                match read {
+                    Ok(true) => return Outcome::Done,
+                    Ok(false) => {
+                        out.truncate(start);
+                        return Outcome::WouldBlock;
+                    }
+                    Err(e) => {
+                        out.truncate(start);
+                        Err(e)
+                    }
+                }
+            }
+            Command::Write { offset, fua, .. } => device.write_at(payload, offset, fua),
+            Command::Flush => device.flush(),
+            Command::Trim {
+                offset,
+                length,
+                fua,
+            } => device.trim(offset, length, fua),
+            Command::Cache { offset, length } => device.cache(offset, length),
+            Command::WriteZeroes {
+                offset,
+                length,
+                fua,
+                may_trim,
+                fast,
+            } => device.write_zeroes(
+                offset,
+                length,
+                ZeroMode {
+                    may_trim,
+                    fast,
+                    fua,
+                },
+            ),
+            Command::BlockStatus {
+                offset,
+                length,
+                req_one,
+            } => self.block_status(export, params, context_id, offset, length, req_one, out),
+            Command::Disconnect => Ok(()),
+        };
+        match result {
+            Ok(()) => {
+                if !matches!(self.cmd, Command::BlockStatus { .. }) {
+                    out.encode(|o| encode_ok(o, style, cookie, req_offset));
+                }
+            }
+            Err(e) => {
+                let errno = nbd_errno(&e);
+                if errno == NbdErrno::Io {
+                    error!(error = %e, "device I/O failed");
+                } else {
+                    debug!(error = %e, %errno, "request failed");
+                }
+                let message = format!("{errno}: {}", short_reason(&e));
+                out.encode(|o| encode_error(o, style, cookie, req_offset, errno, &message));
+            }
+        }
+        Outcome::Done
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn block_status(
+        &self,
+        export: &Export,
+        params: &TransmissionParams,
+        context_id: Option<u32>,
+        offset: u64,
+        length: u64,
+        req_one: bool,
+        out: &mut ReplyBuf,
+    ) -> Result<(), DeviceError> {
+        let max = if req_one { 1 } else { MAX_EXTENTS };
+        let extents: Vec<Extent> = if export.capability.extents {
+            export
+                .device
+                .extents(offset, length, max)?
+                .into_iter()
+                .map(|e| Extent {
+                    length: e.length,
+                    flags: if e.hole { STATE_HOLE } else { 0 }
+                        | if e.zero { STATE_ZERO } else { 0 },
+                })
+                .collect()
+        } else {
+            vec![Extent { length, flags: 0 }]
+        };
+        // validate() admits BLOCK_STATUS only with a selected context.
+        let id = context_id.unwrap_or(sluice_nbd_proto::BASE_ALLOCATION_ID);
+        let (cookie, req_offset, style) = (self.cookie, self.offset, params.reply_style);
+        out.encode(|o| encode_block_status(o, style, cookie, req_offset, id, &extents));
+        Ok(())
+    }
+}
+
+/// A client-safe reason: the kind of failure without server paths.
+fn short_reason(e: &DeviceError) -> String {
+    match e {
+        DeviceError::Io { op, source, .. } => format!("{op} failed: {}", source.kind()),
+        DeviceError::ReadOnly { op, .. } => format!("{op} refused: export is read-only"),
+        DeviceError::OutOfRange { op, .. } => format!("{op} outside the export"),
+        DeviceError::Unsupported { op, reason, .. } => format!("{op} not supported: {reason}"),
+        other => other.to_string(),
+    }
+}

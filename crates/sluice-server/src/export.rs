@@ -1,0 +1,136 @@
+//! Exports: a named device plus what the handshake tells clients about it.
+
+use std::sync::Arc;
+
+use sluice_nbd_proto::consts::*;
+use sluice_nbd_proto::{BlockSizes, ExportCatalog, ExportInfo};
+use sluice_storage::{BlockDevice, Capability, FileDevice, FileOptions, MemDevice, OpenError};
+
+use crate::config::{BackendSpec, ExportConfig};
+
+/// A device served under a name.
+#[derive(Debug)]
+pub struct Export {
+    /// Name clients ask for.
+    pub name: String,
+    /// Description for listings.
+    pub description: String,
+    /// The device.
+    pub device: Arc<dyn BlockDevice>,
+    /// Its capabilities, read once.
+    pub capability: Capability,
+}
+
+/// NBD transmission flags for a device's capabilities. `NBD_FLAG_SEND_DF`
+/// is added by the handshake when chunked replies are negotiated.
+pub fn transmission_flags(cap: &Capability) -> u16 {
+    let mut flags = FLAG_HAS_FLAGS;
+    let mut set = |cond: bool, flag: u16| {
+        if cond {
+            flags |= flag;
+        }
+    };
+    set(cap.read_only, FLAG_READ_ONLY);
+    set(cap.flush, FLAG_SEND_FLUSH);
+    set(cap.fua, FLAG_SEND_FUA);
+    set(cap.rotational, FLAG_ROTATIONAL);
+    set(cap.trim, FLAG_SEND_TRIM);
+    set(cap.write_zeroes, FLAG_SEND_WRITE_ZEROES);
+    set(cap.write_zeroes && cap.fast_zero, FLAG_SEND_FAST_ZERO);
+    set(cap.multi_conn, FLAG_CAN_MULTI_CONN);
+    set(cap.cache, FLAG_SEND_CACHE);
+    flags
+}
+
+impl Export {
+    /// Opens the backing store an export config names.
+    pub fn open(config: &ExportConfig) -> Result<Self, OpenError> {
+        let device: Arc<dyn BlockDevice> = match &config.spec.backend {
+            BackendSpec::File { path, size, direct } => Arc::new(FileDevice::open(
+                path,
+                &FileOptions {
+                    read_only: config.spec.read_only,
+                    direct: *direct,
+                    size: *size,
+                },
+            )?),
+            BackendSpec::Memory { size } => Arc::new(MemDevice::new(*size, config.spec.read_only)),
+        };
+        Ok(Self::new(
+            config.name.clone(),
+            config.description.clone(),
+            device,
+        ))
+    }
+
+    /// Wraps an existing device.
+    pub fn new(name: String, description: String, device: Arc<dyn BlockDevice>) -> Self {
+        let capability = device.capability();
+        Self {
+            name,
+            description,
+            device,
+            capability,
+        }
+    }
+
+    /// What the handshake sends about this export.
+    pub fn info(&self) -> ExportInfo {
+        ExportInfo {
+            name: self.name.clone(),
+            description: self.description.clone(),
+            size: self.device.size(),
+            flags: transmission_flags(&self.capability),
+            block_sizes: BlockSizes {
+                minimum: self.capability.min_block.max(1),
+                preferred: self.capability.min_block.max(4096),
+                maximum_payload: DEFAULT_MAX_PAYLOAD,
+            },
+            base_allocation: true,
+        }
+    }
+}
+
+/// All exports of a server; the default export answers the empty name.
+#[derive(Debug, Default)]
+pub struct ExportRegistry {
+    exports: Vec<Arc<Export>>,
+}
+
+impl ExportRegistry {
+    /// A registry of the given exports (names must be unique).
+    pub fn new(exports: Vec<Arc<Export>>) -> Self {
+        Self { exports }
+    }
+
+    /// The export a client asking for `name` gets: `""` means the one named
+    /// `default`, else the first.
+    pub fn get(&self, name: &str) -> Option<&Arc<Export>> {
+        if name.is_empty() {
+            return self
+                .exports
+                .iter()
+                .find(|e| e.name == "default")
+                .or(self.exports.first());
+        }
+        self.exports.iter().find(|e| e.name == name)
+    }
+
+    /// Every export.
+    pub fn all(&self) -> &[Arc<Export>] {
+        &self.exports
+    }
+}
+
+impl ExportCatalog for ExportRegistry {
+    fn list(&self) -> Vec<(String, String)> {
+        self.exports
+            .iter()
+            .map(|e| (e.name.clone(), e.description.clone()))
+            .collect()
+    }
+
+    fn lookup(&self, name: &str) -> Option<ExportInfo> {
+        self.get(name).map(|e| e.info())
+    }
+}

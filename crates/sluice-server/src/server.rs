@@ -1,0 +1,373 @@
+//! Listeners, the accept loop, connection threads and graceful shutdown.
+
+use std::collections::HashMap;
+use std::io;
+use std::net::{Shutdown, TcpListener};
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use rustix::event::{poll, EventfdFlags, PollFd, PollFlags};
+use thiserror::Error;
+use tracing::{error, info, info_span, warn};
+
+use crate::config::{ListenAddr, ServerConfig};
+use crate::connection::{serve_connection, ConnectionContext};
+use crate::export::{Export, ExportRegistry};
+use crate::pool::IoPool;
+use crate::stream::Stream;
+
+/// How long shutdown waits for connections to finish in-flight requests
+/// before it also closes their write side.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Why the server could not start or stop cleanly.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    #[error("no exports configured")]
+    NoExports,
+    #[error("no listen address configured")]
+    NoListeners,
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error("cannot open export {name:?}: {source}")]
+    OpenExport {
+        name: String,
+        source: sluice_storage::OpenError,
+    },
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: String, source: io::Error },
+    #[error("unix socket {path} is in use by a running server")]
+    SocketInUse { path: PathBuf },
+    #[error("cannot start server threads: {0}")]
+    Threads(io::Error),
+    #[error("accept loop failed: {0}")]
+    Accept(io::Error),
+    #[error("flushing export {name:?} at shutdown failed: {source}")]
+    Flush {
+        name: String,
+        source: sluice_storage::DeviceError,
+    },
+}
+
+enum Listener {
+    Tcp(TcpListener),
+    Unix(UnixListener, PathBuf),
+}
+
+impl Listener {
+    fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        match self {
+            Self::Tcp(l) => l.as_fd(),
+            Self::Unix(l, _) => l.as_fd(),
+        }
+    }
+
+    fn accept(&self) -> io::Result<(Stream, String)> {
+        match self {
+            Self::Tcp(l) => {
+                let (s, peer) = l.accept()?;
+                s.set_nonblocking(false)?;
+                s.set_nodelay(true)?;
+                Ok((Stream::Tcp(s), peer.to_string()))
+            }
+            Self::Unix(l, path) => {
+                let (s, _) = l.accept()?;
+                s.set_nonblocking(false)?;
+                Ok((Stream::Unix(s), format!("unix:{}", path.display())))
+            }
+        }
+    }
+}
+
+/// State shared between the accept loop, connection threads and handles.
+struct Shared {
+    stopping: AtomicBool,
+    wake: OwnedFd,
+    connections: Mutex<HashMap<u64, Stream>>,
+    drained: Condvar,
+}
+
+impl Shared {
+    fn stop(&self) {
+        if !self.stopping.swap(true, Ordering::SeqCst) {
+            info!("shutdown requested: no new connections, finishing in-flight requests");
+        }
+        let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
+    }
+}
+
+/// Stops a running [`Server`] from any thread (e.g. a signal handler
+/// thread). Cloneable.
+#[derive(Clone)]
+pub struct ServerHandle {
+    shared: Arc<Shared>,
+}
+
+impl ServerHandle {
+    /// Begins a graceful shutdown; [`Server::run`] returns when done.
+    pub fn shutdown(&self) {
+        self.shared.stop();
+    }
+}
+
+/// A bound, ready-to-run NBD server.
+pub struct Server {
+    listeners: Vec<Listener>,
+    local_addrs: Vec<ListenAddr>,
+    registry: Arc<ExportRegistry>,
+    config: ServerConfig,
+    shared: Arc<Shared>,
+}
+
+impl Server {
+    /// Opens every export and binds every listener.
+    pub fn bind(config: ServerConfig) -> Result<Self, ServerError> {
+        config.validate()?;
+        if config.export.is_empty() {
+            return Err(ServerError::NoExports);
+        }
+        let exports = config
+            .export
+            .iter()
+            .map(|e| {
+                Export::open(e)
+                    .map(Arc::new)
+                    .map_err(|source| ServerError::OpenExport {
+                        name: e.name.clone(),
+                        source,
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Self::bind_exports(config, exports)
+    }
+
+    /// Like [`bind`](Self::bind) with already-built exports (tests, and
+    /// exports stacked on other devices).
+    pub fn bind_exports(
+        config: ServerConfig,
+        exports: Vec<Arc<Export>>,
+    ) -> Result<Self, ServerError> {
+        if config.listen.is_empty() {
+            return Err(ServerError::NoListeners);
+        }
+        let mut listeners = Vec::new();
+        let mut local_addrs = Vec::new();
+        for addr in &config.listen {
+            let bind_err = |source| ServerError::Bind {
+                addr: addr.to_string(),
+                source,
+            };
+            match addr {
+                ListenAddr::Tcp(a) => {
+                    let l = TcpListener::bind(a).map_err(bind_err)?;
+                    l.set_nonblocking(true).map_err(bind_err)?;
+                    local_addrs.push(ListenAddr::Tcp(l.local_addr().map_err(bind_err)?));
+                    listeners.push(Listener::Tcp(l));
+                }
+                ListenAddr::Unix(path) => {
+                    if path.exists() {
+                        if UnixStream::connect(path).is_ok() {
+                            return Err(ServerError::SocketInUse { path: path.clone() });
+                        }
+                        // A stale socket from a server that died.
+                        std::fs::remove_file(path).map_err(bind_err)?;
+                    }
+                    let l = UnixListener::bind(path).map_err(bind_err)?;
+                    l.set_nonblocking(true).map_err(bind_err)?;
+                    local_addrs.push(ListenAddr::Unix(path.clone()));
+                    listeners.push(Listener::Unix(l, path.clone()));
+                }
+            }
+        }
+        let wake = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
+            .map_err(|e| ServerError::Threads(e.into()))?;
+        Ok(Self {
+            listeners,
+            local_addrs,
+            registry: Arc::new(ExportRegistry::new(exports)),
+            config,
+            shared: Arc::new(Shared {
+                stopping: AtomicBool::new(false),
+                wake,
+                connections: Mutex::new(HashMap::new()),
+                drained: Condvar::new(),
+            }),
+        })
+    }
+
+    /// The addresses actually bound (port 0 resolved).
+    pub fn local_addrs(&self) -> &[ListenAddr] {
+        &self.local_addrs
+    }
+
+    /// A handle that can stop the server.
+    pub fn handle(&self) -> ServerHandle {
+        ServerHandle {
+            shared: Arc::clone(&self.shared),
+        }
+    }
+
+    /// Serves until [`ServerHandle::shutdown`]: then stops accepting,
+    /// lets connections finish their in-flight requests, flushes every
+    /// export and returns.
+    pub fn run(self) -> Result<(), ServerError> {
+        let pool = Arc::new(IoPool::new(self.config.io_threads).map_err(ServerError::Threads)?);
+        let ctx = Arc::new(ConnectionContext {
+            registry: Arc::clone(&self.registry),
+            pool,
+            pipeline: self.config.pipeline,
+            handshake_timeout: self.config.handshake_timeout(),
+            max_inflight_bytes: self.config.max_inflight_bytes_per_connection,
+        });
+        let result = self.accept_loop(&ctx);
+        self.drain_connections();
+        drop(ctx);
+        for l in &self.listeners {
+            if let Listener::Unix(_, path) = l {
+                let _ = std::fs::remove_file(path);
+            }
+        }
+        let mut flush_result = Ok(());
+        for export in self.registry.all() {
+            if let Err(source) = export.device.flush() {
+                error!(export = %export.name, error = %source, "flush at shutdown failed");
+                flush_result = Err(ServerError::Flush {
+                    name: export.name.clone(),
+                    source,
+                });
+            }
+        }
+        info!("server stopped");
+        result.and(flush_result)
+    }
+
+    fn accept_loop(&self, ctx: &Arc<ConnectionContext>) -> Result<(), ServerError> {
+        let next_id = AtomicU64::new(1);
+        while !self.shared.stopping.load(Ordering::SeqCst) {
+            let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(self.listeners.len() + 1);
+            fds.push(PollFd::new(&self.shared.wake, PollFlags::IN));
+            let listener_fds: Vec<_> = self.listeners.iter().map(Listener::fd).collect();
+            for fd in &listener_fds {
+                fds.push(PollFd::new(fd, PollFlags::IN));
+            }
+            match poll(&mut fds, None) {
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => continue,
+                Err(e) => return Err(ServerError::Accept(e.into())),
+            }
+            let ready: Vec<bool> = fds[1..].iter().map(|f| !f.revents().is_empty()).collect();
+            drop(fds);
+            for (listener, ready) in self.listeners.iter().zip(ready) {
+                if !ready {
+                    continue;
+                }
+                loop {
+                    match listener.accept() {
+                        Ok((stream, peer)) => {
+                            let id = next_id.fetch_add(1, Ordering::Relaxed);
+                            self.spawn_connection(id, stream, peer, ctx);
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => {
+                            // EMFILE, ECONNABORTED...: log and keep serving.
+                            warn!(error = %e, "accept failed");
+                            std::thread::sleep(Duration::from_millis(10));
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn spawn_connection(
+        &self,
+        id: u64,
+        stream: Stream,
+        peer: String,
+        ctx: &Arc<ConnectionContext>,
+    ) {
+        let span = info_span!("conn", conn = id, peer = %peer, export = tracing::field::Empty);
+        let registered = match stream.try_clone() {
+            Ok(s) => s,
+            Err(e) => {
+                warn!(parent: &span, error = %e, "cannot register connection; dropping it");
+                return;
+            }
+        };
+        {
+            let mut conns = self
+                .shared
+                .connections
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if conns.len() >= self.config.max_connections {
+                warn!(parent: &span, limit = self.config.max_connections, "connection limit reached; refusing");
+                return;
+            }
+            conns.insert(id, registered);
+        }
+        let shared = Arc::clone(&self.shared);
+        let ctx = Arc::clone(ctx);
+        let spawned = std::thread::Builder::new()
+            .name(format!("sluice-conn-{id}"))
+            .stack_size(512 * 1024)
+            .spawn(move || {
+                let _enter = span.enter();
+                info!("connection accepted");
+                serve_connection(stream, &ctx);
+                let mut conns = shared.connections.lock().unwrap_or_else(|p| p.into_inner());
+                conns.remove(&id);
+                shared.drained.notify_all();
+            });
+        if let Err(e) = spawned {
+            error!(error = %e, "cannot start a connection thread");
+            let mut conns = self
+                .shared
+                .connections
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            conns.remove(&id);
+        }
+    }
+
+    fn drain_connections(&self) {
+        let mut conns = self
+            .shared
+            .connections
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        for s in conns.values() {
+            let _ = s.shutdown(Shutdown::Read);
+        }
+        let (guard, timeout) = self
+            .shared
+            .drained
+            .wait_timeout_while(conns, SHUTDOWN_GRACE, |c| !c.is_empty())
+            .unwrap_or_else(|p| p.into_inner());
+        conns = guard;
+        if timeout.timed_out() {
+            warn!(
+                remaining = conns.len(),
+                "connections still busy after the grace period; closing them"
+            );
+            for s in conns.values() {
+                let _ = s.shutdown(Shutdown::Both);
+            }
+            while !conns.is_empty() {
+                conns = self
+                    .shared
+                    .drained
+                    .wait(conns)
+                    .unwrap_or_else(|p| p.into_inner());
+            }
+        }
+    }
+}
