@@ -192,6 +192,7 @@ pub fn encode_error(
 
 /// Appends an `ERROR_OFFSET` chunk (not final) for a failure at
 /// `error_offset` inside a chunked reply.
+#[allow(clippy::too_many_arguments)]
 pub fn encode_error_offset(
     out: &mut Vec<u8>,
     style: ReplyStyle,

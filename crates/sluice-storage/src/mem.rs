@@ -197,7 +197,7 @@ impl BlockDevice for MemDevice {
             let n = range.len() as u64;
             let full = out.len() >= max_extents.max(1);
             match out.last_mut() {
-                Some(last) if last.hole == !present => last.length += n,
+                Some(last) if last.hole != present => last.length += n,
                 _ if full => truncated = true,
                 _ => out.push(Extent {
                     length: n,
