@@ -334,6 +334,7 @@ impl ServerHandshake {
             },
             reply_style: self.reply_style(),
             max_payload: export.block_sizes.maximum_payload,
+            min_block: export.block_sizes.minimum,
             block_status: base_allocation_id.is_some(),
         };
         Negotiated {

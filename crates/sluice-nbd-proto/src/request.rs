@@ -145,6 +145,9 @@ pub struct TransmissionParams {
     pub reply_style: ReplyStyle,
     /// Largest READ or WRITE payload accepted.
     pub max_payload: u32,
+    /// Advertised minimum block size (a power of two); offsets and lengths
+    /// of data commands must be multiples of it.
+    pub min_block: u32,
     /// Whether `base:allocation` was selected, so BLOCK_STATUS is allowed.
     pub block_status: bool,
 }
@@ -243,6 +246,19 @@ impl TransmissionParams {
         }
         let fua = h.flags & CMD_FLAG_FUA != 0;
         let read_only = adv(FLAG_READ_ONLY);
+        let align = u64::from(self.min_block.max(1));
+        let aligned = h.offset % align == 0 && h.length % align == 0;
+        if !aligned
+            && matches!(
+                h.kind,
+                CMD_READ | CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES | CMD_CACHE
+            )
+        {
+            return Err(reject(
+                NbdErrno::Inval,
+                "request not aligned to the minimum block size",
+            ));
+        }
         let end = h.offset.checked_add(h.length);
         let in_range = end.is_some_and(|e| e <= self.size);
         match h.kind {
@@ -384,6 +400,7 @@ mod tests {
             header_style: HeaderStyle::Compact,
             reply_style: ReplyStyle::Structured,
             max_payload: DEFAULT_MAX_PAYLOAD,
+            min_block: 1,
             block_status: true,
         }
     }
@@ -560,6 +577,23 @@ mod tests {
                 .errno,
             NbdErrno::Inval
         );
+    }
+
+    #[test]
+    fn enforces_minimum_block_alignment() {
+        let mut p = params();
+        p.min_block = 4096;
+        assert!(p.validate(&hdr(CMD_READ, 0, 4096, 8192)).is_ok());
+        for (offset, length) in [(512, 4096), (0, 100)] {
+            for kind in [CMD_READ, CMD_WRITE, CMD_TRIM, CMD_WRITE_ZEROES, CMD_CACHE] {
+                assert_eq!(
+                    p.validate(&hdr(kind, 0, offset, length)).unwrap_err().errno,
+                    NbdErrno::Inval
+                );
+            }
+        }
+        // Block status lengths are hints; flush has no range.
+        assert!(p.validate(&hdr(CMD_BLOCK_STATUS, 0, 0, 100)).is_ok());
     }
 
     #[test]

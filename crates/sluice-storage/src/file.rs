@@ -102,6 +102,16 @@ fn io_err(label: &str, op: IoOp, offset: u64, len: u64, source: io::Error) -> De
 impl FileDevice {
     /// Opens (or creates) `path` as a device.
     pub fn open(path: &Path, options: &FileOptions) -> Result<Self, OpenError> {
+        if let Some(size) = options
+            .size
+            .filter(|s| options.direct && s % DIRECT_ALIGN as u64 != 0)
+        {
+            return Err(OpenError::UnalignedDirect {
+                path: path.to_owned(),
+                size,
+                align: DIRECT_ALIGN,
+            });
+        }
         let exists = path.exists();
         if !exists && options.size.is_none() {
             return Err(OpenError::MissingSize {
@@ -599,6 +609,41 @@ mod tests {
             assert!(ext.iter().any(|e| e.hole && e.zero));
         }
         dev.trim(0, 4096, false).unwrap();
+    }
+
+    #[test]
+    fn direct_io_round_trips_from_unaligned_buffers() {
+        // tempdir lives on the build machine's disk filesystem (ext4 here),
+        // which supports O_DIRECT; tmpfs would refuse the open.
+        let dir = tempfile::tempdir().unwrap();
+        let opts = FileOptions {
+            direct: true,
+            size: Some(1 << 20),
+            ..Default::default()
+        };
+        let dev = FileDevice::open(&dir.path().join("img"), &opts).expect("O_DIRECT open");
+        assert_eq!(dev.capability().min_block, 4096);
+        assert_eq!(dev.capability().blocking, BlockingClass::Always);
+        let mut data = vec![0u8; 8192 + 1];
+        data.iter_mut()
+            .enumerate()
+            .for_each(|(i, b)| *b = (i % 253) as u8);
+        // Offset the slice by one byte so it is certainly misaligned.
+        dev.write_at(&data[1..], 4096, true).unwrap();
+        let mut back = vec![0u8; 8192 + 1];
+        dev.read_at(&mut back[1..], 4096).unwrap();
+        assert_eq!(&back[1..], &data[1..]);
+        assert!(matches!(
+            FileDevice::open(
+                &dir.path().join("odd"),
+                &FileOptions {
+                    direct: true,
+                    size: Some(1000),
+                    ..Default::default()
+                }
+            ),
+            Err(OpenError::UnalignedDirect { .. })
+        ));
     }
 
     #[test]
