@@ -4,12 +4,44 @@
 
 use std::io::{self, Read};
 
+/// Batches in a row that must fit in the idle size before a buffer that
+/// grew for big requests is given back, so a bulk stream keeps its buffer
+/// and an idle connection does not keep megabytes.
+const SHRINK_AFTER_SMALL_BATCHES: u32 = 256;
+
+/// Decides when a grown buffer may shrink back.
+#[derive(Debug, Default)]
+struct ShrinkPolicy {
+    /// Most bytes used since the last `relax`.
+    peak: usize,
+    /// Consecutive `relax` calls whose peak fit in the idle size.
+    small_streak: u32,
+}
+
+impl ShrinkPolicy {
+    fn note(&mut self, used: usize) {
+        self.peak = self.peak.max(used);
+    }
+
+    /// Returns true when the buffer should shrink to `idle` bytes.
+    fn relax(&mut self, len: usize, idle: usize) -> bool {
+        if self.peak > idle {
+            self.small_streak = 0;
+        } else {
+            self.small_streak = self.small_streak.saturating_add(1);
+        }
+        self.peak = 0;
+        len > idle && self.small_streak >= SHRINK_AFTER_SMALL_BATCHES
+    }
+}
+
 /// Receive buffer: bytes `[start, end)` are received and not yet consumed.
 #[derive(Debug)]
 pub(crate) struct RecvBuf {
     bytes: Vec<u8>,
     start: usize,
     end: usize,
+    shrink: ShrinkPolicy,
 }
 
 impl RecvBuf {
@@ -18,6 +50,7 @@ impl RecvBuf {
             bytes: vec![0; capacity],
             start: 0,
             end: 0,
+            shrink: ShrinkPolicy::default(),
         }
     }
 
@@ -38,6 +71,7 @@ impl RecvBuf {
     /// Makes room for a message of `total` bytes starting at the current
     /// position, moving unconsumed bytes to the front if needed.
     pub(crate) fn reserve_message(&mut self, total: usize) {
+        self.shrink.note(total);
         if self.bytes.len() - self.start >= total {
             return;
         }
@@ -77,11 +111,12 @@ impl RecvBuf {
         }
     }
 
-    /// Shrinks back after a huge message, so idle connections stay small.
-    pub(crate) fn shrink_to(&mut self, capacity: usize) {
-        if self.bytes.len() > capacity && self.end - self.start <= capacity {
+    /// Called once per batch: gives memory back once big messages have
+    /// stopped coming for a while.
+    pub(crate) fn relax(&mut self, idle: usize) {
+        if self.shrink.relax(self.bytes.len(), idle) && self.end - self.start <= idle {
             self.compact();
-            self.bytes.truncate(capacity);
+            self.bytes.truncate(idle);
             self.bytes.shrink_to_fit();
         }
     }
@@ -94,6 +129,7 @@ pub(crate) struct ReplyBuf {
     used: usize,
     /// Where protocol encoders (which append to a `Vec`) write headers.
     scratch: Vec<u8>,
+    shrink: ShrinkPolicy,
 }
 
 impl ReplyBuf {
@@ -102,6 +138,7 @@ impl ReplyBuf {
             bytes: vec![0; capacity],
             used: 0,
             scratch: Vec::with_capacity(64),
+            shrink: ShrinkPolicy::default(),
         }
     }
 
@@ -133,6 +170,7 @@ impl ReplyBuf {
     }
 
     pub(crate) fn clear(&mut self) {
+        self.shrink.note(self.used);
         self.used = 0;
     }
 
@@ -156,9 +194,10 @@ impl ReplyBuf {
         &mut self.bytes[start..end]
     }
 
-    pub(crate) fn shrink_to(&mut self, capacity: usize) {
-        if self.bytes.len() > capacity && self.used <= capacity {
-            self.bytes.truncate(capacity);
+    /// Called once per batch, after `clear`; see [`RecvBuf::relax`].
+    pub(crate) fn relax(&mut self, idle: usize) {
+        if self.shrink.relax(self.bytes.len(), idle) && self.used <= idle {
+            self.bytes.truncate(idle);
             self.bytes.shrink_to_fit();
         }
     }
@@ -193,5 +232,31 @@ mod tests {
         assert_eq!(r.as_slice(), b"a");
         r.clear();
         assert!(r.is_empty());
+    }
+
+    #[test]
+    fn buffers_shrink_only_after_a_run_of_small_batches() {
+        let mut r = ReplyBuf::with_capacity(16);
+        r.tail_mut(1000);
+        r.clear();
+        r.relax(16);
+        assert_eq!(r.bytes.len(), 1000, "a big batch just happened");
+        for _ in 0..SHRINK_AFTER_SMALL_BATCHES - 1 {
+            r.tail_mut(8);
+            r.clear();
+            r.relax(16);
+        }
+        assert_eq!(r.bytes.len(), 1000);
+        r.clear();
+        r.relax(16);
+        assert_eq!(r.bytes.len(), 16);
+        let mut b = RecvBuf::new(16);
+        b.reserve_message(64);
+        assert_eq!(b.bytes.len(), 64);
+        b.relax(16); // the batch that needed 64 bytes
+        for _ in 0..SHRINK_AFTER_SMALL_BATCHES {
+            b.relax(16);
+        }
+        assert_eq!(b.bytes.len(), 16);
     }
 }

@@ -32,8 +32,9 @@ use crate::stream::Stream;
 const RECV_BUF: usize = 256 * 1024;
 /// Buffers are shrunk back to this after serving a huge request.
 const IDLE_BUF: usize = 1 << 20;
-/// Replies queued on the connection thread are sent once they exceed this.
-const BATCH_LIMIT: usize = 4 << 20;
+/// Replies queued on the connection thread are sent once they exceed this,
+/// so the client can work on big reads while later ones are read.
+const BATCH_LIMIT: usize = 256 * 1024;
 /// Most handed-off requests in flight per connection.
 const MAX_INFLIGHT_REQUESTS: usize = 256;
 /// Most extents in one block status reply.
@@ -244,7 +245,7 @@ impl Transmission {
                 }
             }
             self.flush_batch()?;
-            buf.shrink_to(IDLE_BUF);
+            buf.relax(IDLE_BUF);
             self.inflight
                 .wait_below(MAX_INFLIGHT_REQUESTS, self.max_inflight_bytes);
             if buf.fill_from(stream)? == 0 {
@@ -260,7 +261,7 @@ impl Transmission {
         let result = self.sink.send_batch(self.batch.as_slice(), &self.ends);
         self.batch.clear();
         self.ends.clear();
-        self.batch.shrink_to(IDLE_BUF);
+        self.batch.relax(IDLE_BUF);
         result
     }
 
