@@ -4,6 +4,7 @@
 //! Nothing here touches a socket: callers feed bytes in and write bytes
 //! out. All integers on the wire are big-endian.
 
+pub mod client;
 pub mod consts;
 mod errno;
 mod handshake;
