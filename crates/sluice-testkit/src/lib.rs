@@ -1,0 +1,91 @@
+//! Test-only building blocks shared by the crates' tests: devices that
+//! make concurrency and completion order observable without timing.
+//! A dev-dependency only; nothing in production links it.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Condvar, Mutex};
+use std::time::Duration;
+
+use sluice_storage::{
+    BlockDevice, BlockingClass, Capability, DeviceError, Extent, MemDevice, ZeroMode,
+};
+
+/// A memory device whose reads at offsets listed in `gate_offsets` wait
+/// until the test opens the gate, and which records how many reads run
+/// at once. Declares itself always-blocking so the server hands every
+/// request to its I/O pool.
+#[derive(Debug)]
+pub struct GatedDevice {
+    inner: MemDevice,
+    gate_offsets: Vec<u64>,
+    open: Mutex<bool>,
+    opened: Condvar,
+    /// Reads running right now.
+    pub running: AtomicUsize,
+    /// Most reads that ever ran at once.
+    pub max_running: AtomicUsize,
+}
+
+impl GatedDevice {
+    /// A zeroed device of `size` bytes whose reads at `gate_offsets` wait
+    /// for [`open_gate`](Self::open_gate) (at most 10 s).
+    pub fn new(size: u64, gate_offsets: Vec<u64>) -> Self {
+        Self {
+            inner: MemDevice::new(size, false),
+            gate_offsets,
+            open: Mutex::new(false),
+            opened: Condvar::new(),
+            running: AtomicUsize::new(0),
+            max_running: AtomicUsize::new(0),
+        }
+    }
+    /// Lets every gated read (present and future) proceed.
+    pub fn open_gate(&self) {
+        *self.open.lock().unwrap_or_else(|p| p.into_inner()) = true;
+        self.opened.notify_all();
+    }
+}
+
+impl BlockDevice for GatedDevice {
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+    fn capability(&self) -> Capability {
+        Capability {
+            blocking: BlockingClass::Always,
+            ..self.inner.capability()
+        }
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_running.fetch_max(now, Ordering::SeqCst);
+        if self.gate_offsets.contains(&offset) {
+            let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+            let _unused = self
+                .opened
+                .wait_timeout_while(open, Duration::from_secs(10), |o| !*o)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        let r = self.inner.read_at(buf, offset);
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        r
+    }
+    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<(), DeviceError> {
+        self.inner.write_at(buf, offset, fua)
+    }
+    fn flush(&self) -> Result<(), DeviceError> {
+        self.inner.flush()
+    }
+    fn trim(&self, offset: u64, length: u64, fua: bool) -> Result<(), DeviceError> {
+        self.inner.trim(offset, length, fua)
+    }
+    fn write_zeroes(&self, offset: u64, length: u64, mode: ZeroMode) -> Result<(), DeviceError> {
+        self.inner.write_zeroes(offset, length, mode)
+    }
+    fn extents(&self, offset: u64, length: u64, max: usize) -> Result<Vec<Extent>, DeviceError> {
+        self.inner.extents(offset, length, max)
+    }
+    fn cache(&self, offset: u64, length: u64) -> Result<(), DeviceError> {
+        self.inner.cache(offset, length)
+    }
+}
