@@ -46,6 +46,9 @@ struct ServeArgs {
     /// Most simultaneous connections.
     #[arg(long, value_name = "N")]
     max_connections: Option<usize>,
+    /// Serve Prometheus metrics on http://ADDR/metrics (e.g. 127.0.0.1:9109).
+    #[arg(long, value_name = "ADDR")]
+    metrics: Option<std::net::SocketAddr>,
 }
 
 /// An error in what the user asked for (exit code 2).
@@ -85,6 +88,9 @@ fn serve_config(args: ServeArgs) -> Result<ServerConfig> {
     if let Some(n) = args.max_connections {
         config.max_connections = n;
     }
+    if let Some(a) = args.metrics {
+        config.metrics = Some(a);
+    }
     if config.listen.is_empty() {
         config.listen.push(
             DEFAULT_LISTEN
@@ -109,6 +115,9 @@ fn serve(args: ServeArgs) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
     for addr in server.local_addrs() {
         writeln!(stdout, "listening on {addr}").context("cannot write to stdout")?;
+    }
+    if let Some(addr) = server.metrics_addr() {
+        writeln!(stdout, "metrics on http://{addr}/metrics").context("cannot write to stdout")?;
     }
     stdout.flush().context("cannot write to stdout")?;
     drop(stdout);

@@ -286,6 +286,8 @@ pub struct ServerConfig {
     /// Most bytes of handed-off requests in flight per connection before
     /// the connection stops reading (back-pressure).
     pub max_inflight_bytes_per_connection: u64,
+    /// Where to serve Prometheus metrics (`GET /metrics`), if anywhere.
+    pub metrics: Option<SocketAddr>,
 }
 
 impl Default for ServerConfig {
@@ -298,6 +300,7 @@ impl Default for ServerConfig {
             handshake_timeout_secs: 30,
             max_connections: 1024,
             max_inflight_bytes_per_connection: 64 << 20,
+            metrics: None,
         }
     }
 }

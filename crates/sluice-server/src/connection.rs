@@ -10,7 +10,9 @@
 //! device I/O runs in parallel and replies leave in completion order.
 
 use std::io::{self, Write};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Instant;
 
 use sluice_nbd_proto::consts::{REPLY_FLAG_DONE, REPLY_TYPE_NONE, STATE_HOLE, STATE_ZERO};
 use sluice_nbd_proto::{
@@ -24,6 +26,7 @@ use tracing::{debug, error, info, trace, warn};
 use crate::buffer::{RecvBuf, ReplyBuf};
 use crate::config::PipelineMode;
 use crate::export::{Export, ExportRegistry};
+use crate::metrics::{CommandKind, ServerMetrics, Stage};
 use crate::pool::{InFlight, InFlightGuard, IoPool};
 use crate::sink::{ReplySink, Seq};
 use crate::stream::Stream;
@@ -48,6 +51,7 @@ pub(crate) struct ConnectionContext {
     pub(crate) pipeline: PipelineMode,
     pub(crate) handshake_timeout: std::time::Duration,
     pub(crate) max_inflight_bytes: u64,
+    pub(crate) metrics: Arc<ServerMetrics>,
 }
 
 /// The NBD error a device error becomes on the wire. The one place this
@@ -73,6 +77,9 @@ pub(crate) fn serve_connection(mut stream: Stream, ctx: &ConnectionContext) {
             return;
         }
         Err(e) => {
+            ctx.metrics
+                .handshakes_failed
+                .fetch_add(1, Ordering::Relaxed);
             info!(error = %e, "handshake failed; closing connection");
             return;
         }
@@ -99,6 +106,7 @@ pub(crate) fn serve_connection(mut stream: Stream, ctx: &ConnectionContext) {
         }
     };
     let mut t = Transmission {
+        server_metrics: Arc::clone(&ctx.metrics),
         sink: Arc::new(ReplySink::new(writer, ctx.pipeline == PipelineMode::Fixed)),
         params: negotiated.params,
         context_id: negotiated.base_allocation_id,
@@ -180,6 +188,7 @@ enum TransmissionError {
 
 struct Transmission {
     sink: Arc<ReplySink>,
+    server_metrics: Arc<ServerMetrics>,
     params: TransmissionParams,
     context_id: Option<u32>,
     export: Arc<Export>,
@@ -258,7 +267,9 @@ impl Transmission {
         if self.batch.is_empty() {
             return Ok(());
         }
+        let started = Instant::now();
         let result = self.sink.send_batch(self.batch.as_slice(), &self.ends);
+        self.server_metrics.add_busy(Stage::Send, started.elapsed());
         self.batch.clear();
         self.ends.clear();
         self.batch.relax(IDLE_BUF);
@@ -286,6 +297,7 @@ impl Transmission {
 
     /// Handles one request; returns true on NBD_CMD_DISC.
     fn handle(&mut self, h: &RequestHeader, payload: &[u8]) -> bool {
+        let received = Instant::now();
         let cmd = match self.params.validate(h) {
             Ok(Command::Disconnect) => return true,
             Ok(cmd) => cmd,
@@ -304,6 +316,9 @@ impl Transmission {
                     )
                 });
                 self.ends.push((seq, self.batch.len()));
+                self.export
+                    .metrics
+                    .record(CommandKind::Invalid, 0, true, received.elapsed());
                 return false;
             }
         };
@@ -313,6 +328,7 @@ impl Transmission {
             cookie: h.cookie,
             offset: h.offset,
             cmd,
+            received,
         };
         let placement = self.placement(&cmd);
         if placement != Placement::HandOff {
@@ -326,8 +342,15 @@ impl Transmission {
                 nowait,
                 &mut self.batch,
             ) {
-                Outcome::Done => {
+                Outcome::Done { failed } => {
                     self.ends.push((seq, self.batch.len()));
+                    let done = Instant::now();
+                    self.server_metrics
+                        .add_busy(Stage::ExecuteInline, done - received);
+                    let (kind, bytes) = metric_kind(&cmd);
+                    self.export
+                        .metrics
+                        .record(kind, bytes, failed, done - received);
                     return false;
                 }
                 Outcome::WouldBlock => self.batch.truncate(start),
@@ -359,14 +382,31 @@ impl Transmission {
         let params = self.params;
         let context_id = self.context_id;
         let span = tracing::Span::current();
+        let metrics = Arc::clone(&self.server_metrics);
+        metrics.handoffs.fetch_add(1, Ordering::Relaxed);
+        metrics.inflight.fetch_add(1, Ordering::Relaxed);
         self.pool.submit(move || {
             let _guard = guard;
             let _enter = span.enter();
+            let started = Instant::now();
             let mut out = ReplyBuf::with_capacity(0);
-            request.execute(&export, &params, context_id, &payload, false, &mut out);
+            let failed =
+                match request.execute(&export, &params, context_id, &payload, false, &mut out) {
+                    Outcome::Done { failed } => failed,
+                    Outcome::WouldBlock => true,
+                };
+            let executed = Instant::now();
+            metrics.add_busy(Stage::ExecutePool, executed - started);
             if let Err(e) = sink.send_owned(seq, out.into_vec()) {
                 debug!(error = %e, "reply not sent: connection gone");
             }
+            let sent = Instant::now();
+            metrics.add_busy(Stage::Send, sent - executed);
+            let (kind, bytes) = metric_kind(&request.cmd);
+            export
+                .metrics
+                .record(kind, bytes, failed, sent - request.received);
+            metrics.inflight.fetch_sub(1, Ordering::Relaxed);
         });
     }
 }
@@ -377,11 +417,29 @@ struct Request {
     cookie: u64,
     offset: u64,
     cmd: Command,
+    /// When the request was decoded (for the latency histogram).
+    received: Instant,
 }
 
 enum Outcome {
-    Done,
+    /// The reply (success or error) is in the output buffer.
+    Done {
+        failed: bool,
+    },
     WouldBlock,
+}
+
+/// The metrics series and byte count of a command.
+fn metric_kind(cmd: &Command) -> (CommandKind, u64) {
+    match *cmd {
+        Command::Read { length, .. } => (CommandKind::Read, u64::from(length)),
+        Command::Write { length, .. } => (CommandKind::Write, u64::from(length)),
+        Command::Flush | Command::Disconnect => (CommandKind::Flush, 0),
+        Command::Trim { length, .. } => (CommandKind::Trim, length),
+        Command::Cache { length, .. } => (CommandKind::Cache, length),
+        Command::WriteZeroes { length, .. } => (CommandKind::WriteZeroes, length),
+        Command::BlockStatus { .. } => (CommandKind::BlockStatus, 0),
+    }
 }
 
 impl Request {
@@ -415,7 +473,7 @@ impl Request {
                             0,
                         ),
                     });
-                    return Outcome::Done;
+                    return Outcome::Done { failed: false };
                 }
                 let start = out.len();
                 out.encode(|o| {
@@ -429,7 +487,7 @@ impl Request {
                     device.read_at(data, offset).map(|()| true)
                 };
                 match read {
-                    Ok(true) => return Outcome::Done,
+                    Ok(true) => return Outcome::Done { failed: false },
                     Ok(false) => {
                         out.truncate(start);
                         return Outcome::WouldBlock;
@@ -470,6 +528,7 @@ impl Request {
             } => self.block_status(export, params, context_id, offset, length, req_one, out),
             Command::Disconnect => Ok(()),
         };
+        let failed = result.is_err();
         match result {
             Ok(()) => {
                 if !matches!(self.cmd, Command::BlockStatus { .. }) {
@@ -487,7 +546,7 @@ impl Request {
                 out.encode(|o| encode_error(o, style, cookie, req_offset, errno, &message));
             }
         }
-        Outcome::Done
+        Outcome::Done { failed }
     }
 
     #[allow(clippy::too_many_arguments)]

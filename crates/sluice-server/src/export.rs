@@ -7,6 +7,7 @@ use sluice_nbd_proto::{BlockSizes, ExportCatalog, ExportInfo};
 use sluice_storage::{BlockDevice, Capability, FileDevice, FileOptions, MemDevice, OpenError};
 
 use crate::config::{BackendSpec, ExportConfig};
+use crate::metrics::ExportMetrics;
 
 /// A device served under a name.
 #[derive(Debug)]
@@ -19,6 +20,8 @@ pub struct Export {
     pub device: Arc<dyn BlockDevice>,
     /// Its capabilities, read once.
     pub capability: Capability,
+    /// Request counters and latency histograms.
+    pub metrics: ExportMetrics,
 }
 
 /// NBD transmission flags for a device's capabilities. `NBD_FLAG_SEND_DF`
@@ -71,6 +74,7 @@ impl Export {
             description,
             device,
             capability,
+            metrics: ExportMetrics::default(),
         }
     }
 

@@ -6,6 +6,7 @@ mod buffer;
 pub mod config;
 mod connection;
 pub mod export;
+pub mod metrics;
 mod pool;
 mod server;
 mod sink;

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::net::{Shutdown, TcpListener};
+use std::net::{Shutdown, SocketAddr, TcpListener};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -12,11 +12,12 @@ use std::time::Duration;
 
 use rustix::event::{poll, EventfdFlags, PollFd, PollFlags};
 use thiserror::Error;
-use tracing::{error, info, info_span, warn};
+use tracing::{debug, error, info, info_span, warn};
 
 use crate::config::{ListenAddr, ServerConfig};
 use crate::connection::{serve_connection, ConnectionContext};
 use crate::export::{Export, ExportRegistry};
+use crate::metrics::ServerMetrics;
 use crate::pool::IoPool;
 use crate::stream::Stream;
 
@@ -122,6 +123,9 @@ pub struct Server {
     registry: Arc<ExportRegistry>,
     config: ServerConfig,
     shared: Arc<Shared>,
+    metrics: Arc<ServerMetrics>,
+    metrics_listener: Option<TcpListener>,
+    metrics_addr: Option<SocketAddr>,
 }
 
 impl Server {
@@ -184,6 +188,18 @@ impl Server {
                 }
             }
         }
+        let (metrics_listener, metrics_addr) = match config.metrics {
+            Some(addr) => {
+                let bind_err = |source| ServerError::Bind {
+                    addr: format!("metrics {addr}"),
+                    source,
+                };
+                let l = TcpListener::bind(addr).map_err(bind_err)?;
+                let local = l.local_addr().map_err(bind_err)?;
+                (Some(l), Some(local))
+            }
+            None => (None, None),
+        };
         let wake = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
             .map_err(|e| ServerError::Threads(e.into()))?;
         Ok(Self {
@@ -191,6 +207,9 @@ impl Server {
             local_addrs,
             registry: Arc::new(ExportRegistry::new(exports)),
             config,
+            metrics: Arc::new(ServerMetrics::default()),
+            metrics_listener,
+            metrics_addr,
             shared: Arc::new(Shared {
                 stopping: AtomicBool::new(false),
                 wake,
@@ -205,6 +224,21 @@ impl Server {
         &self.local_addrs
     }
 
+    /// Where the metrics endpoint listens, if configured.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
+    }
+
+    /// The server's metrics (also served on the metrics endpoint).
+    pub fn metrics(&self) -> Arc<ServerMetrics> {
+        Arc::clone(&self.metrics)
+    }
+
+    /// The exports being served.
+    pub fn exports(&self) -> &[Arc<Export>] {
+        self.registry.all()
+    }
+
     /// A handle that can stop the server.
     pub fn handle(&self) -> ServerHandle {
         ServerHandle {
@@ -217,7 +251,9 @@ impl Server {
     /// export and returns.
     pub fn run(self) -> Result<(), ServerError> {
         let pool = Arc::new(IoPool::new(self.config.io_threads).map_err(ServerError::Threads)?);
+        let metrics_endpoint = self.start_metrics_endpoint()?;
         let ctx = Arc::new(ConnectionContext {
+            metrics: Arc::clone(&self.metrics),
             registry: Arc::clone(&self.registry),
             pool,
             pipeline: self.config.pipeline,
@@ -226,6 +262,10 @@ impl Server {
         });
         let result = self.accept_loop(&ctx);
         self.drain_connections();
+        if let Some((http, thread)) = metrics_endpoint {
+            http.unblock();
+            let _ = thread.join();
+        }
         drop(ctx);
         for l in &self.listeners {
             if let Listener::Unix(_, path) = l {
@@ -244,6 +284,53 @@ impl Server {
         }
         info!("server stopped");
         result.and(flush_result)
+    }
+
+    /// Serves `GET /metrics` on the configured address, if any.
+    #[allow(clippy::type_complexity)]
+    fn start_metrics_endpoint(
+        &self,
+    ) -> Result<Option<(Arc<tiny_http::Server>, std::thread::JoinHandle<()>)>, ServerError> {
+        let Some(listener) = self.metrics_listener.as_ref() else {
+            return Ok(None);
+        };
+        let listener = listener.try_clone().map_err(|source| ServerError::Bind {
+            addr: "metrics listener".into(),
+            source,
+        })?;
+        let http = Arc::new(
+            tiny_http::Server::from_listener(listener, None).map_err(|e| ServerError::Bind {
+                addr: "metrics listener".into(),
+                source: io::Error::other(e.to_string()),
+            })?,
+        );
+        let metrics = Arc::clone(&self.metrics);
+        let registry = Arc::clone(&self.registry);
+        let server = Arc::clone(&http);
+        let thread = std::thread::Builder::new()
+            .name("sluice-metrics".into())
+            .spawn(move || {
+                for request in server.incoming_requests() {
+                    let response = if request.url() == "/metrics" {
+                        let body = metrics
+                            .render(registry.all().iter().map(|e| (e.name.as_str(), &e.metrics)));
+                        let header = tiny_http::Header::from_bytes(
+                            &b"Content-Type"[..],
+                            &b"text/plain; version=0.0.4; charset=utf-8"[..],
+                        )
+                        .expect("static header is valid");
+                        tiny_http::Response::from_string(body).with_header(header)
+                    } else {
+                        tiny_http::Response::from_string("not found: try /metrics\n")
+                            .with_status_code(404)
+                    };
+                    if let Err(e) = request.respond(response) {
+                        debug!(error = %e, "metrics response not sent");
+                    }
+                }
+            })
+            .map_err(ServerError::Threads)?;
+        Ok(Some((http, thread)))
     }
 
     fn accept_loop(&self, ctx: &Arc<ConnectionContext>) -> Result<(), ServerError> {
@@ -316,6 +403,13 @@ impl Server {
         }
         let shared = Arc::clone(&self.shared);
         let ctx = Arc::clone(ctx);
+        self.metrics
+            .connections_total
+            .fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .connections_active
+            .fetch_add(1, Ordering::Relaxed);
+        let metrics = Arc::clone(&self.metrics);
         let spawned = std::thread::Builder::new()
             .name(format!("sluice-conn-{id}"))
             .stack_size(512 * 1024)
@@ -323,6 +417,7 @@ impl Server {
                 let _enter = span.enter();
                 info!("connection accepted");
                 serve_connection(stream, &ctx);
+                metrics.connections_active.fetch_sub(1, Ordering::Relaxed);
                 let mut conns = shared.connections.lock().unwrap_or_else(|p| p.into_inner());
                 conns.remove(&id);
                 shared.drained.notify_all();

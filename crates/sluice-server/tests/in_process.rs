@@ -18,6 +18,7 @@ use sluice_testkit::GatedDevice;
 
 struct TestServer {
     addr: SocketAddr,
+    metrics_addr: SocketAddr,
     handle: ServerHandle,
     thread: Option<JoinHandle<Result<(), sluice_server::ServerError>>>,
 }
@@ -28,6 +29,7 @@ impl TestServer {
             listen: vec!["127.0.0.1:0".parse().unwrap()],
             pipeline,
             io_threads: 8,
+            metrics: Some("127.0.0.1:0".parse().unwrap()),
             ..ServerConfig::default()
         };
         let export = Arc::new(Export::new("default".into(), "test".into(), device));
@@ -36,9 +38,11 @@ impl TestServer {
             panic!("tcp")
         };
         let handle = server.handle();
+        let metrics_addr = server.metrics_addr().unwrap();
         let thread = Some(std::thread::spawn(move || server.run()));
         Self {
             addr,
+            metrics_addr,
             handle,
             thread,
         }
@@ -338,5 +342,84 @@ fn shutdown_finishes_in_flight_requests() {
     let (cookie, err, data) = c.reply();
     assert_eq!((cookie, err, data), (1, 0, vec![1u8; 4096]));
     stopper.join().unwrap();
+    server.stop().unwrap();
+}
+
+fn scrape(addr: SocketAddr) -> String {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body
+}
+
+fn metric(text: &str, line_prefix: &str) -> f64 {
+    text.lines()
+        .find_map(|l| {
+            l.strip_prefix(line_prefix)
+                .map(|v| v.trim().parse().unwrap())
+        })
+        .unwrap_or_else(|| panic!("no {line_prefix} in metrics:\n{text}"))
+}
+
+#[test]
+fn metrics_endpoint_counts_requests_bytes_errors_and_latency() {
+    let dev = gated(vec![]);
+    let server = TestServer::start(dev, PipelineMode::Flexible);
+    let mut c = RawClient::connect(server.addr);
+    for i in 0..10u64 {
+        c.send(CMD_READ, i, i * 4096, 4096, &[]);
+    }
+    c.send(CMD_WRITE, 10, 0, 512, &[1; 512]);
+    c.send(CMD_READ, 11, 1 << 30, 1, &[]);
+    for _ in 0..12 {
+        c.reply();
+    }
+    let text = scrape(server.metrics_addr);
+    assert!(
+        text.starts_with("HTTP/1.") && text.contains("200"),
+        "{text}"
+    );
+    let base = "{export=\"default\",command=";
+    assert_eq!(
+        metric(&text, &format!("sluice_requests_total{base}\"read\"}}")),
+        10.0
+    );
+    assert_eq!(
+        metric(
+            &text,
+            &format!("sluice_request_bytes_total{base}\"read\"}}")
+        ),
+        40960.0
+    );
+    assert_eq!(
+        metric(&text, &format!("sluice_requests_total{base}\"write\"}}")),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &text,
+            &format!("sluice_request_errors_total{base}\"invalid\"}}")
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &text,
+            &format!("sluice_request_duration_seconds_count{base}\"read\"}}")
+        ),
+        10.0
+    );
+    // The gated device is always-blocking, so every request went to the pool.
+    assert_eq!(metric(&text, "sluice_handoffs_total "), 11.0);
+    assert_eq!(metric(&text, "sluice_connections_active "), 1.0);
+    assert!(
+        metric(
+            &text,
+            "sluice_stage_busy_seconds_total{stage=\"execute_pool\"}"
+        ) > 0.0
+    );
+    assert!(metric(&text, "process_cpu_seconds_total ") > 0.0);
     server.stop().unwrap();
 }

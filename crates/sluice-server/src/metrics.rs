@@ -1,0 +1,426 @@
+//! Server metrics: per-export request counters and latency histograms,
+//! connection gauges and busy time per pipeline stage, rendered in the
+//! Prometheus text exposition format.
+//!
+//! Written by hand rather than with `prometheus-client`: its histogram
+//! takes a lock per observation, which on the per-request path would
+//! serialise connection threads; here every update is one relaxed atomic
+//! add per field, and rendering reads the atomics at scrape time.
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Commands with their own series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandKind {
+    Read,
+    Write,
+    Flush,
+    Trim,
+    Cache,
+    WriteZeroes,
+    BlockStatus,
+    /// Requests refused before execution (bad flags, range, ...).
+    Invalid,
+}
+
+impl CommandKind {
+    const ALL: [Self; 8] = [
+        Self::Read,
+        Self::Write,
+        Self::Flush,
+        Self::Trim,
+        Self::Cache,
+        Self::WriteZeroes,
+        Self::BlockStatus,
+        Self::Invalid,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::Write => "write",
+            Self::Flush => "flush",
+            Self::Trim => "trim",
+            Self::Cache => "cache",
+            Self::WriteZeroes => "write_zeroes",
+            Self::BlockStatus => "block_status",
+            Self::Invalid => "invalid",
+        }
+    }
+}
+
+/// Pipeline stages whose busy time is accumulated (SPEC 1.3, and the
+/// model's service centers).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// Device work done on connection threads.
+    ExecuteInline,
+    /// Device work done on the I/O pool.
+    ExecutePool,
+    /// Writing replies to sockets.
+    Send,
+}
+
+impl Stage {
+    const ALL: [Self; 3] = [Self::ExecuteInline, Self::ExecutePool, Self::Send];
+    fn label(self) -> &'static str {
+        match self {
+            Self::ExecuteInline => "execute_inline",
+            Self::ExecutePool => "execute_pool",
+            Self::Send => "send",
+        }
+    }
+}
+
+/// Upper bounds of the latency buckets, in microseconds (powers of two
+/// from 1 µs to about 8.4 s).
+const BUCKETS_US: [u64; 24] = {
+    let mut b = [0u64; 24];
+    let mut i = 0;
+    while i < 24 {
+        b[i] = 1 << i;
+        i += 1;
+    }
+    b
+};
+
+/// A fixed-bucket latency histogram updated with atomics.
+#[derive(Debug)]
+pub struct Histogram {
+    buckets: [AtomicU64; 24],
+    /// Observations above the last bucket.
+    overflow: AtomicU64,
+    sum_ns: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Self {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+            overflow: AtomicU64::new(0),
+            sum_ns: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Histogram {
+    /// Records one observation.
+    pub fn observe(&self, d: Duration) {
+        let ns = d.as_nanos().min(u128::from(u64::MAX)) as u64;
+        let us = ns.div_ceil(1000).max(1);
+        // Bucket i holds values <= 2^i µs.
+        let i = (64 - (us - 1).leading_zeros()) as usize;
+        match self.buckets.get(i) {
+            Some(b) => b.fetch_add(1, Ordering::Relaxed),
+            None => self.overflow.fetch_add(1, Ordering::Relaxed),
+        };
+        self.sum_ns.fetch_add(ns, Ordering::Relaxed);
+        self.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn render(&self, out: &mut String, name: &str, labels: &str) {
+        let mut cumulative = 0;
+        for (b, le) in self.buckets.iter().zip(BUCKETS_US) {
+            cumulative += b.load(Ordering::Relaxed);
+            let le = le as f64 / 1e6;
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {cumulative}");
+        }
+        cumulative += self.overflow.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {cumulative}");
+        let sum = self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9;
+        let _ = writeln!(out, "{name}_sum{{{labels}}} {sum}");
+        let _ = writeln!(
+            out,
+            "{name}_count{{{labels}}} {}",
+            self.count.load(Ordering::Relaxed)
+        );
+    }
+}
+
+#[derive(Debug, Default)]
+struct CommandMetrics {
+    ops: AtomicU64,
+    bytes: AtomicU64,
+    errors: AtomicU64,
+    latency: Histogram,
+}
+
+/// Metrics of one export.
+#[derive(Debug)]
+pub struct ExportMetrics {
+    commands: [CommandMetrics; 8],
+}
+
+impl Default for ExportMetrics {
+    fn default() -> Self {
+        Self {
+            commands: std::array::from_fn(|_| CommandMetrics::default()),
+        }
+    }
+}
+
+impl ExportMetrics {
+    /// Records a finished request: its kind, payload bytes, whether it
+    /// failed, and its time from decode to reply.
+    pub fn record(&self, kind: CommandKind, bytes: u64, failed: bool, latency: Duration) {
+        let Some(i) = CommandKind::ALL.iter().position(|k| *k == kind) else {
+            return;
+        };
+        let c = &self.commands[i];
+        c.ops.fetch_add(1, Ordering::Relaxed);
+        c.bytes.fetch_add(bytes, Ordering::Relaxed);
+        if failed {
+            c.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        c.latency.observe(latency);
+    }
+
+    /// Requests of `kind` completed so far.
+    pub fn ops(&self, kind: CommandKind) -> u64 {
+        CommandKind::ALL
+            .iter()
+            .position(|k| *k == kind)
+            .map_or(0, |i| self.commands[i].ops.load(Ordering::Relaxed))
+    }
+}
+
+/// Server-wide metrics.
+#[derive(Debug, Default)]
+pub struct ServerMetrics {
+    pub(crate) connections_total: AtomicU64,
+    pub(crate) connections_active: AtomicI64,
+    pub(crate) handshakes_failed: AtomicU64,
+    pub(crate) handoffs: AtomicU64,
+    pub(crate) inflight: AtomicI64,
+    stage_busy_ns: [AtomicU64; 3],
+}
+
+impl ServerMetrics {
+    /// Adds busy time to a stage.
+    pub fn add_busy(&self, stage: Stage, d: Duration) {
+        if let Some(i) = Stage::ALL.iter().position(|s| *s == stage) {
+            let ns = d.as_nanos().min(u128::from(u64::MAX)) as u64;
+            self.stage_busy_ns[i].fetch_add(ns, Ordering::Relaxed);
+        }
+    }
+
+    /// Renders everything in the Prometheus text format.
+    pub fn render<'a>(
+        &self,
+        exports: impl Iterator<Item = (&'a str, &'a ExportMetrics)>,
+    ) -> String {
+        let mut out = String::with_capacity(16 * 1024);
+        let g = |out: &mut String, name: &str, kind: &str, help: &str| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+        };
+        g(
+            &mut out,
+            "sluice_connections_total",
+            "counter",
+            "Connections accepted.",
+        );
+        let _ = writeln!(
+            out,
+            "sluice_connections_total {}",
+            self.connections_total.load(Ordering::Relaxed)
+        );
+        g(
+            &mut out,
+            "sluice_connections_active",
+            "gauge",
+            "Connections open now.",
+        );
+        let _ = writeln!(
+            out,
+            "sluice_connections_active {}",
+            self.connections_active.load(Ordering::Relaxed)
+        );
+        g(
+            &mut out,
+            "sluice_handshakes_failed_total",
+            "counter",
+            "Handshakes that ended in an error.",
+        );
+        let _ = writeln!(
+            out,
+            "sluice_handshakes_failed_total {}",
+            self.handshakes_failed.load(Ordering::Relaxed)
+        );
+        g(
+            &mut out,
+            "sluice_handoffs_total",
+            "counter",
+            "Requests handed to the I/O pool.",
+        );
+        let _ = writeln!(
+            out,
+            "sluice_handoffs_total {}",
+            self.handoffs.load(Ordering::Relaxed)
+        );
+        g(
+            &mut out,
+            "sluice_inflight_requests",
+            "gauge",
+            "Requests on the I/O pool now.",
+        );
+        let _ = writeln!(
+            out,
+            "sluice_inflight_requests {}",
+            self.inflight.load(Ordering::Relaxed)
+        );
+        g(
+            &mut out,
+            "sluice_stage_busy_seconds_total",
+            "counter",
+            "Time spent working in each stage of the request pipeline.",
+        );
+        for (stage, ns) in Stage::ALL.iter().zip(&self.stage_busy_ns) {
+            let s = ns.load(Ordering::Relaxed) as f64 / 1e9;
+            let _ = writeln!(
+                out,
+                "sluice_stage_busy_seconds_total{{stage=\"{}\"}} {s}",
+                stage.label()
+            );
+        }
+        if let Some(cpu) = process_cpu_seconds() {
+            g(
+                &mut out,
+                "process_cpu_seconds_total",
+                "counter",
+                "User and system CPU time of the server process.",
+            );
+            let _ = writeln!(out, "process_cpu_seconds_total {cpu}");
+        }
+        let exports: Vec<_> = exports.collect();
+        g(
+            &mut out,
+            "sluice_requests_total",
+            "counter",
+            "Requests completed, by export and command.",
+        );
+        for (name, m) in &exports {
+            for (k, c) in CommandKind::ALL.iter().zip(&m.commands) {
+                let _ = writeln!(
+                    out,
+                    "sluice_requests_total{{export=\"{}\",command=\"{}\"}} {}",
+                    escape(name),
+                    k.label(),
+                    c.ops.load(Ordering::Relaxed)
+                );
+            }
+        }
+        g(
+            &mut out,
+            "sluice_request_bytes_total",
+            "counter",
+            "Payload bytes moved or affected, by export and command.",
+        );
+        for (name, m) in &exports {
+            for (k, c) in CommandKind::ALL.iter().zip(&m.commands) {
+                let _ = writeln!(
+                    out,
+                    "sluice_request_bytes_total{{export=\"{}\",command=\"{}\"}} {}",
+                    escape(name),
+                    k.label(),
+                    c.bytes.load(Ordering::Relaxed)
+                );
+            }
+        }
+        g(
+            &mut out,
+            "sluice_request_errors_total",
+            "counter",
+            "Requests answered with an error.",
+        );
+        for (name, m) in &exports {
+            for (k, c) in CommandKind::ALL.iter().zip(&m.commands) {
+                let _ = writeln!(
+                    out,
+                    "sluice_request_errors_total{{export=\"{}\",command=\"{}\"}} {}",
+                    escape(name),
+                    k.label(),
+                    c.errors.load(Ordering::Relaxed)
+                );
+            }
+        }
+        g(
+            &mut out,
+            "sluice_request_duration_seconds",
+            "histogram",
+            "Time from decoding a request to sending its reply.",
+        );
+        for (name, m) in &exports {
+            for (k, c) in CommandKind::ALL.iter().zip(&m.commands) {
+                let labels = format!("export=\"{}\",command=\"{}\"", escape(name), k.label());
+                c.latency
+                    .render(&mut out, "sluice_request_duration_seconds", &labels);
+            }
+        }
+        out
+    }
+}
+
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// utime + stime of this process from /proc/self/stat.
+fn process_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the parenthesised command name; utime and stime are the
+    // 14th and 15th fields of the whole line.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    let ticks = rustix::param::clock_ticks_per_second() as f64;
+    Some((utime + stime) / ticks)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_are_cumulative_and_bounded() {
+        let h = Histogram::default();
+        h.observe(Duration::from_nanos(500)); // <= 1 µs
+        h.observe(Duration::from_micros(3)); // <= 4 µs
+        h.observe(Duration::from_micros(4)); // <= 4 µs
+        h.observe(Duration::from_secs(100)); // overflow
+        let mut out = String::new();
+        h.render(&mut out, "x", "a=\"b\"");
+        assert!(
+            out.contains("x_bucket{a=\"b\",le=\"0.000001\"} 1\n"),
+            "{out}"
+        );
+        assert!(out.contains("x_bucket{a=\"b\",le=\"0.000002\"} 1\n"));
+        assert!(out.contains("x_bucket{a=\"b\",le=\"0.000004\"} 3\n"));
+        assert!(out.contains("x_bucket{a=\"b\",le=\"+Inf\"} 4\n"));
+        assert!(out.contains("x_count{a=\"b\"} 4\n"));
+    }
+
+    #[test]
+    fn renders_exports_and_stages() {
+        let s = ServerMetrics::default();
+        let e = ExportMetrics::default();
+        e.record(CommandKind::Read, 4096, false, Duration::from_micros(10));
+        e.record(CommandKind::Write, 512, true, Duration::from_micros(10));
+        s.add_busy(Stage::Send, Duration::from_millis(1500));
+        let text = s.render([("d\"x", &e)].into_iter());
+        assert!(text.contains("sluice_requests_total{export=\"d\\\"x\",command=\"read\"} 1"));
+        assert!(
+            text.contains("sluice_request_bytes_total{export=\"d\\\"x\",command=\"read\"} 4096")
+        );
+        assert!(text.contains("sluice_request_errors_total{export=\"d\\\"x\",command=\"write\"} 1"));
+        assert!(text.contains("sluice_stage_busy_seconds_total{stage=\"send\"} 1.5"));
+        assert!(text.contains("process_cpu_seconds_total"));
+        assert_eq!(e.ops(CommandKind::Read), 1);
+    }
+}
