@@ -46,6 +46,9 @@ struct ServeArgs {
     /// Most simultaneous connections.
     #[arg(long, value_name = "N")]
     max_connections: Option<usize>,
+    /// Microseconds a connection polls its socket before sleeping (0: off).
+    #[arg(long, value_name = "US")]
+    spin_us: Option<u64>,
     /// Serve Prometheus metrics on http://ADDR/metrics (e.g. 127.0.0.1:9109).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<std::net::SocketAddr>,
@@ -87,6 +90,9 @@ fn serve_config(args: ServeArgs) -> Result<ServerConfig> {
     }
     if let Some(n) = args.max_connections {
         config.max_connections = n;
+    }
+    if let Some(us) = args.spin_us {
+        config.spin_us = us;
     }
     if let Some(a) = args.metrics {
         config.metrics = Some(a);

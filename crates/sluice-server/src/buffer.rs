@@ -3,6 +3,10 @@
 //! device data into a reply never allocates or zero-fills per request.
 
 use std::io::{self, Read};
+use std::os::fd::BorrowedFd;
+
+use rustix::io::Errno;
+use rustix::net::RecvFlags;
 
 /// Batches in a row that must fit in the idle size before a buffer that
 /// grew for big requests is given back, so a bulk stream keeps its buffer
@@ -108,6 +112,26 @@ impl RecvBuf {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(e),
             }
+        }
+    }
+
+    /// One non-blocking receive into the free tail: `Ok(None)` if nothing
+    /// is waiting, `Ok(Some(0))` at end of stream.
+    pub(crate) fn try_fill_from(&mut self, fd: BorrowedFd<'_>) -> io::Result<Option<usize>> {
+        if self.end == self.bytes.len() {
+            self.compact();
+            if self.end == self.bytes.len() {
+                let grown = self.bytes.len() * 2;
+                self.bytes.resize(grown, 0);
+            }
+        }
+        match rustix::net::recv(fd, &mut self.bytes[self.end..], RecvFlags::DONTWAIT) {
+            Ok((n, _)) => {
+                self.end += n;
+                Ok(Some(n))
+            }
+            Err(Errno::AGAIN | Errno::INTR) => Ok(None),
+            Err(e) => Err(e.into()),
         }
     }
 

@@ -288,6 +288,9 @@ pub struct ServerConfig {
     pub max_inflight_bytes_per_connection: u64,
     /// Where to serve Prometheus metrics (`GET /metrics`), if anywhere.
     pub metrics: Option<SocketAddr>,
+    /// Microseconds a connection thread polls its socket before blocking
+    /// (0 disables polling). See docs/design/0001-threading-model.md.
+    pub spin_us: u64,
 }
 
 impl Default for ServerConfig {
@@ -301,6 +304,7 @@ impl Default for ServerConfig {
             max_connections: 1024,
             max_inflight_bytes_per_connection: 64 << 20,
             metrics: None,
+            spin_us: 40,
         }
     }
 }

@@ -29,6 +29,7 @@ use crate::export::{Export, ExportRegistry};
 use crate::metrics::{CommandKind, ServerMetrics, Stage};
 use crate::pool::{InFlight, InFlightGuard, IoPool};
 use crate::sink::{ReplySink, Seq};
+use crate::spin::SpinPolicy;
 use crate::stream::Stream;
 
 /// Initial receive buffer; grows to the largest message received.
@@ -52,6 +53,10 @@ pub(crate) struct ConnectionContext {
     pub(crate) handshake_timeout: std::time::Duration,
     pub(crate) max_inflight_bytes: u64,
     pub(crate) metrics: Arc<ServerMetrics>,
+    /// Poll window before blocking on a receive (zero: never poll).
+    pub(crate) spin: std::time::Duration,
+    /// CPUs available; polling stops when connections outnumber them.
+    pub(crate) cpus: usize,
 }
 
 /// The NBD error a device error becomes on the wire. The one place this
@@ -106,6 +111,8 @@ pub(crate) fn serve_connection(mut stream: Stream, ctx: &ConnectionContext) {
         }
     };
     let mut t = Transmission {
+        spin: SpinPolicy::new(ctx.spin),
+        cpus: ctx.cpus,
         server_metrics: Arc::clone(&ctx.metrics),
         sink: Arc::new(ReplySink::new(writer, ctx.pipeline == PipelineMode::Fixed)),
         params: negotiated.params,
@@ -187,6 +194,8 @@ enum TransmissionError {
 }
 
 struct Transmission {
+    spin: SpinPolicy,
+    cpus: usize,
     sink: Arc<ReplySink>,
     server_metrics: Arc<ServerMetrics>,
     params: TransmissionParams,
@@ -257,10 +266,38 @@ impl Transmission {
             buf.relax(IDLE_BUF);
             self.inflight
                 .wait_below(MAX_INFLIGHT_REQUESTS, self.max_inflight_bytes);
-            if buf.fill_from(stream)? == 0 {
+            if self.receive(stream, buf)? == 0 {
                 return Ok(End::Eof);
             }
         }
+    }
+
+    /// Receives more requests: polls for a bounded window when the spin
+    /// policy allows, then blocks. Returns 0 at end of stream.
+    fn receive(&mut self, stream: &mut Stream, buf: &mut RecvBuf) -> io::Result<usize> {
+        let active = self
+            .server_metrics
+            .connections_active
+            .load(Ordering::Relaxed)
+            .max(0) as usize;
+        if self.spin.should_spin(active, self.cpus) {
+            let deadline = Instant::now() + self.spin.window();
+            loop {
+                if let Some(n) = buf.try_fill_from(stream.fd())? {
+                    self.spin.hit();
+                    return Ok(n);
+                }
+                if Instant::now() >= deadline {
+                    self.spin.miss();
+                    break;
+                }
+                std::hint::spin_loop();
+            }
+        }
+        let started = Instant::now();
+        let n = buf.fill_from(stream)?;
+        self.spin.blocked_for(started.elapsed());
+        Ok(n)
     }
 
     fn flush_batch(&mut self) -> io::Result<()> {

@@ -10,6 +10,7 @@ pub mod metrics;
 mod pool;
 mod server;
 mod sink;
+mod spin;
 mod stream;
 
 pub use config::{ExportConfig, ExportSpec, ListenAddr, PipelineMode, ServerConfig};

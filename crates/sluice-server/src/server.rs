@@ -259,6 +259,8 @@ impl Server {
             pipeline: self.config.pipeline,
             handshake_timeout: self.config.handshake_timeout(),
             max_inflight_bytes: self.config.max_inflight_bytes_per_connection,
+            spin: Duration::from_micros(self.config.spin_us),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
         });
         let result = self.accept_loop(&ctx);
         self.drain_connections();
