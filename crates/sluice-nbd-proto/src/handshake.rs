@@ -63,12 +63,17 @@ pub struct HandshakeConfig {
     /// Options with more data than this are skipped and answered with
     /// `NBD_REP_ERR_TOO_BIG`.
     pub max_option_len: u32,
+    /// Options with more data than this end the session at once
+    /// ([`HandshakeError::OptionTooLarge`]): skipping gigabytes would let a
+    /// client hold a connection open for as long as it likes.
+    pub disconnect_option_len: u32,
 }
 
 impl Default for HandshakeConfig {
     fn default() -> Self {
         Self {
             max_option_len: 64 * 1024,
+            disconnect_option_len: 1 << 20,
         }
     }
 }
@@ -111,6 +116,12 @@ pub enum HandshakeError {
     /// `NBD_OPT_EXPORT_NAME` after extended headers were negotiated.
     #[error("NBD_OPT_EXPORT_NAME used after extended headers were negotiated")]
     ExportNameWithExtendedHeaders,
+    /// An option longer than any legitimate one (a DoS attempt or
+    /// garbage): the session ends rather than waiting for its data.
+    #[error(
+        "option {option} claims {len} bytes of data, more than the {limit} this server accepts"
+    )]
+    OptionTooLarge { option: u32, len: u32, limit: u32 },
     /// Input after the handshake ended.
     #[error("handshake already finished")]
     Finished,
@@ -260,6 +271,14 @@ impl ServerHandshake {
                     }
                     let option = r.u32().unwrap_or(0);
                     let len = r.u32().unwrap_or(0);
+                    if len > self.config.disconnect_option_len {
+                        self.state = State::Finished;
+                        return Err(HandshakeError::OptionTooLarge {
+                            option,
+                            len,
+                            limit: self.config.disconnect_option_len,
+                        });
+                    }
                     if len > self.config.max_option_len {
                         used += 16;
                         self.state = State::Discarding {

@@ -9,10 +9,12 @@
 //! Callers (the server core) check ranges before calling; devices still
 //! return [`DeviceError::OutOfRange`] rather than panic if a bug slips by.
 
+mod cache;
 mod error;
 mod file;
 mod mem;
 
+pub use cache::{CacheConfig, CacheDevice, CacheMode};
 pub use error::{DeviceError, IoOp};
 pub use file::{FileDevice, FileOptions, OpenError};
 pub use mem::MemDevice;
@@ -118,6 +120,33 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
     ) -> Result<Vec<Extent>, DeviceError>;
     /// Hints that a range will be read soon.
     fn cache(&self, offset: u64, length: u64) -> Result<(), DeviceError>;
+    /// Device-specific counters and gauges for the metrics endpoint
+    /// (cache hits, dirty bytes, ...). Most devices have none.
+    fn metrics(&self) -> Vec<DeviceMetric> {
+        Vec::new()
+    }
+}
+
+/// Whether a [`DeviceMetric`] only grows or goes up and down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    /// Monotonic total.
+    Counter,
+    /// Current value.
+    Gauge,
+}
+
+/// One named value a device reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeviceMetric {
+    /// Metric name without the `sluice_` prefix, e.g. `cache_read_hits_total`.
+    pub name: &'static str,
+    /// One-line description.
+    pub help: &'static str,
+    /// Counter or gauge.
+    pub kind: MetricKind,
+    /// Current value.
+    pub value: f64,
 }
 
 /// Checks that `[offset, offset+len)` lies within `size`.

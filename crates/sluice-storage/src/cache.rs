@@ -1,0 +1,1387 @@
+//! A buffer cache in front of any device, shared by every connection of an
+//! export: SuperNBD's asynchronous (write-back) writes, adaptive
+//! read-ahead across requests and clients, and single-flight loading so
+//! that concurrent reads of one block cause one device read.
+//!
+//! The cache holds 64 KiB blocks with a valid and a dirty bit per 512-byte
+//! sector, so sector-aligned writes never read the device first. Dirty
+//! data is written back by a background thread once it passes the high
+//! watermark, down to the low one, and by `flush`, which also syncs the
+//! device: FLUSH and FUA keep their meaning through the cache.
+//!
+//! Locking: a shard lock guards the index (block number → block); each
+//! block has its own mutex, never held across device I/O. A block being
+//! loaded or written back carries a flag others wait on, so device I/O of
+//! different blocks runs in parallel and one block is never loaded twice
+//! or written back out of order.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::{
+    check_range, BlockDevice, BlockingClass, Capability, DeviceError, DeviceMetric, Extent, IoOp,
+    MetricKind, ZeroMode,
+};
+
+/// Cache block size.
+const BLOCK: u64 = 64 * 1024;
+/// Sector: the unit of valid/dirty tracking.
+const SECTOR: u64 = 512;
+/// Sectors per block (one bit each in a `u128`).
+const SECTORS: u64 = BLOCK / SECTOR;
+const SHARDS: usize = 64;
+/// Streams the read-ahead detector follows at once.
+const MAX_STREAMS: usize = 16;
+/// Largest device read issued for prefetching.
+const MAX_PREFETCH_IO: u64 = 1 << 20;
+
+/// How writes are treated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CacheMode {
+    /// Writes are acknowledged once cached and written back later;
+    /// FLUSH/FUA write back and sync before they complete.
+    #[default]
+    WriteBack,
+    /// Writes go to the device before they complete; reads are cached.
+    WriteThrough,
+}
+
+/// Cache sizing and policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// Write policy.
+    pub mode: CacheMode,
+    /// Bytes of cached data (rounded down to whole 64 KiB blocks).
+    pub capacity: u64,
+    /// Dirty bytes above which background write-back starts and writers
+    /// are throttled.
+    pub high_watermark: u64,
+    /// Dirty bytes background write-back brings the cache down to.
+    pub low_watermark: u64,
+    /// Largest read-ahead window; 0 disables read-ahead.
+    pub readahead_max: u64,
+    /// Threads that prefetch for read-ahead and NBD_CMD_CACHE.
+    pub prefetch_threads: usize,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            mode: CacheMode::WriteBack,
+            capacity: 256 << 20,
+            high_watermark: 64 << 20,
+            low_watermark: 16 << 20,
+            readahead_max: 4 << 20,
+            prefetch_threads: 2,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct BlockState {
+    data: Box<[u8]>,
+    valid: u128,
+    dirty: u128,
+    /// A device read for this block is under way.
+    loading: bool,
+    /// A write-back of this block is under way.
+    writing: bool,
+    /// Loaded by read-ahead and not read since.
+    prefetched: bool,
+    /// Evicted or invalidated: holders must look the block up again.
+    removed: bool,
+}
+
+#[derive(Debug)]
+struct Block {
+    state: Mutex<BlockState>,
+    changed: Condvar,
+    referenced: AtomicBool,
+}
+
+impl Block {
+    fn lock(&self) -> MutexGuard<'_, BlockState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn wait<'a>(&self, g: MutexGuard<'a, BlockState>) -> MutexGuard<'a, BlockState> {
+        self.changed.wait(g).unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[derive(Debug, Default)]
+struct Stats {
+    read_hits: AtomicU64,
+    read_misses: AtomicU64,
+    device_reads: AtomicU64,
+    device_read_bytes: AtomicU64,
+    writeback_bytes: AtomicU64,
+    dirty_bytes: AtomicU64,
+    evictions: AtomicU64,
+    readahead_issued_bytes: AtomicU64,
+    readahead_hit_bytes: AtomicU64,
+    readahead_wasted_bytes: AtomicU64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Stream {
+    /// Where the next sequential request is expected.
+    next: u64,
+    /// Current prefetch window.
+    window: u64,
+    /// Everything below this was already scheduled for prefetch.
+    prefetched_to: u64,
+    last_use: u64,
+}
+
+#[derive(Debug, Default)]
+struct ReadAhead {
+    streams: Vec<Stream>,
+    clock: u64,
+    /// Wasted prefetch seen when the windows were last adjusted.
+    seen_waste: u64,
+}
+
+/// Shared state; the prefetch and write-back threads hold weak references.
+#[derive(Debug)]
+struct Inner {
+    device: Arc<dyn BlockDevice>,
+    config: CacheConfig,
+    size: u64,
+    shards: Box<[RwLock<HashMap<u64, Arc<Block>>>]>,
+    /// Blocks in insertion order, for second-chance eviction.
+    order: Mutex<VecDeque<u64>>,
+    blocks: AtomicU64,
+    stats: Stats,
+    readahead: Mutex<ReadAhead>,
+    prefetch_tx: Mutex<Option<std::sync::mpsc::Sender<(u64, u64)>>>,
+    /// Wakes the write-back thread; writers wait on it when throttled.
+    writeback: (Mutex<bool>, Condvar),
+    /// Set by `Drop` so the background threads exit.
+    closing: AtomicBool,
+    label: String,
+}
+
+/// A caching wrapper around a device. See the module docs.
+#[derive(Debug)]
+pub struct CacheDevice {
+    inner: Arc<Inner>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+fn sector_mask(from: u64, to: u64) -> u128 {
+    // Sectors [from/512, ceil(to/512)) within one block.
+    let first = from / SECTOR;
+    let last = to.div_ceil(SECTOR);
+    let n = last - first;
+    let ones = if n >= 128 {
+        u128::MAX
+    } else {
+        (1u128 << n) - 1
+    };
+    ones << first
+}
+
+fn full_sector_mask(from: u64, to: u64) -> u128 {
+    // Sectors entirely inside [from, to).
+    let first = from.div_ceil(SECTOR);
+    let last = to / SECTOR;
+    if last <= first {
+        0
+    } else {
+        sector_mask(first * SECTOR, last * SECTOR)
+    }
+}
+
+/// The runs of consecutive set bits of `mask` as (first sector, count).
+fn runs(mut mask: u128) -> impl Iterator<Item = (usize, usize)> {
+    std::iter::from_fn(move || {
+        if mask == 0 {
+            return None;
+        }
+        let s = mask.trailing_zeros() as usize;
+        let n = (mask >> s).trailing_ones() as usize;
+        mask = if s + n >= 128 {
+            0
+        } else {
+            mask & !(((1u128 << n) - 1) << s)
+        };
+        Some((s, n))
+    })
+}
+
+/// Calls `f(block, from, to, buf_range)` for each block piece of a range.
+fn pieces(offset: u64, len: u64, mut f: impl FnMut(u64, u64, u64, std::ops::Range<usize>)) {
+    let mut done = 0;
+    while done < len {
+        let pos = offset + done;
+        let idx = pos / BLOCK;
+        let from = pos % BLOCK;
+        let n = (BLOCK - from).min(len - done);
+        f(idx, from, from + n, done as usize..(done + n) as usize);
+        done += n;
+    }
+}
+
+impl Inner {
+    fn shard(&self, idx: u64) -> &RwLock<HashMap<u64, Arc<Block>>> {
+        &self.shards[(idx % SHARDS as u64) as usize]
+    }
+
+    fn block_len(&self, idx: u64) -> u64 {
+        (self.size - idx * BLOCK).min(BLOCK)
+    }
+
+    /// Sectors that exist in this block (the last block may be short).
+    fn existing(&self, idx: u64) -> u128 {
+        sector_mask(0, self.block_len(idx))
+    }
+
+    fn lookup(&self, idx: u64) -> Option<Arc<Block>> {
+        let shard = self.shard(idx).read().unwrap_or_else(|p| p.into_inner());
+        shard.get(&idx).cloned()
+    }
+
+    fn get_or_insert(&self, idx: u64) -> Arc<Block> {
+        if let Some(b) = self.lookup(idx) {
+            b.referenced.store(true, Ordering::Relaxed);
+            return b;
+        }
+        let block = {
+            let mut shard = self.shard(idx).write().unwrap_or_else(|p| p.into_inner());
+            if let Some(b) = shard.get(&idx) {
+                return Arc::clone(b);
+            }
+            let b = Arc::new(Block {
+                state: Mutex::new(BlockState {
+                    data: vec![0u8; BLOCK as usize].into_boxed_slice(),
+                    valid: 0,
+                    dirty: 0,
+                    loading: false,
+                    writing: false,
+                    prefetched: false,
+                    removed: false,
+                }),
+                changed: Condvar::new(),
+                referenced: AtomicBool::new(true),
+            });
+            shard.insert(idx, Arc::clone(&b));
+            b
+        };
+        self.order
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push_back(idx);
+        let count = self.blocks.fetch_add(1, Ordering::Relaxed) + 1;
+        let capacity = self.config.capacity / BLOCK;
+        if count > capacity {
+            self.evict_some(idx);
+            if self.blocks.load(Ordering::Relaxed) > capacity {
+                // Everything evictable is dirty: write some back here so
+                // memory stays bounded, then evict again.
+                self.write_back_oldest(idx, 8);
+                self.evict_some(idx);
+            }
+        }
+        block
+    }
+
+    /// Writes back up to `n` of the oldest dirty blocks (not `keep`).
+    fn write_back_oldest(&self, keep: u64, n: usize) {
+        let candidates: Vec<u64> = {
+            let order = self.order.lock().unwrap_or_else(|p| p.into_inner());
+            order.iter().copied().filter(|&i| i != keep).take(n * 4).collect()
+        };
+        let mut written = 0;
+        for idx in candidates {
+            if written >= n {
+                break;
+            }
+            let Some(block) = self.lookup(idx) else { continue };
+            if block.lock().dirty == 0 {
+                continue;
+            }
+            if let Err(e) = self.write_back(idx, &block) {
+                tracing::error!(error = %e, "write-back to make room failed; data stays dirty");
+                return;
+            }
+            written += 1;
+        }
+    }
+
+    /// Second-chance eviction of clean, idle blocks until within capacity.
+    fn evict_some(&self, keep: u64) {
+        let capacity = (self.config.capacity / BLOCK).max(1);
+        let mut order = self.order.lock().unwrap_or_else(|p| p.into_inner());
+        let mut budget = order.len() * 2;
+        while self.blocks.load(Ordering::Relaxed) > capacity && budget > 0 {
+            budget -= 1;
+            let Some(idx) = order.pop_front() else { break };
+            if idx == keep {
+                order.push_back(idx);
+                continue;
+            }
+            let mut shard = self.shard(idx).write().unwrap_or_else(|p| p.into_inner());
+            let Some(block) = shard.get(&idx).cloned() else {
+                continue;
+            };
+            if block.referenced.swap(false, Ordering::Relaxed) {
+                drop(shard);
+                order.push_back(idx);
+                continue;
+            }
+            let Ok(mut st) = block.state.try_lock() else {
+                drop(shard);
+                order.push_back(idx);
+                continue;
+            };
+            if st.dirty != 0 || st.loading || st.writing {
+                drop(st);
+                drop(shard);
+                order.push_back(idx);
+                continue;
+            }
+            if st.prefetched {
+                self.stats
+                    .readahead_wasted_bytes
+                    .fetch_add(self.block_len(idx), Ordering::Relaxed);
+            }
+            st.removed = true;
+            shard.remove(&idx);
+            self.blocks.fetch_sub(1, Ordering::Relaxed);
+            self.stats.evictions.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Loads the missing sectors of `block` (single flight). Returns with
+    /// the block locked and fully valid, or an error.
+    fn load<'a>(
+        &self,
+        idx: u64,
+        block: &'a Block,
+        mut st: MutexGuard<'a, BlockState>,
+    ) -> Result<MutexGuard<'a, BlockState>, DeviceError> {
+        let all = self.existing(idx);
+        loop {
+            if st.valid & all == all {
+                return Ok(st);
+            }
+            if !st.loading {
+                break;
+            }
+            st = block.wait(st);
+        }
+        st.loading = true;
+        drop(st);
+        let len = self.block_len(idx) as usize;
+        let mut tmp = vec![0u8; len];
+        let result = self.device.read_at(&mut tmp, idx * BLOCK);
+        self.stats.device_reads.fetch_add(1, Ordering::Relaxed);
+        self.stats
+            .device_read_bytes
+            .fetch_add(len as u64, Ordering::Relaxed);
+        let mut st = block.lock();
+        st.loading = false;
+        block.changed.notify_all();
+        result?;
+        Self::merge(&mut st, &tmp, all);
+        Ok(st)
+    }
+
+    /// Copies device data into the sectors that are not valid yet (dirty
+    /// or freshly written sectors are newer than the device).
+    fn merge(st: &mut BlockState, data: &[u8], all: u128) {
+        let missing = all & !st.valid;
+        for (s, run) in runs(missing) {
+            let from = s * SECTOR as usize;
+            let to = ((s + run) * SECTOR as usize).min(data.len());
+            if from < to {
+                st.data[from..to].copy_from_slice(&data[from..to]);
+            }
+        }
+        st.valid |= missing;
+    }
+
+    /// Writes the dirty sectors of one block to the device (not synced).
+    fn write_back(&self, idx: u64, block: &Block) -> Result<(), DeviceError> {
+        let mut st = block.lock();
+        while st.writing {
+            st = block.wait(st);
+        }
+        if st.dirty == 0 || st.removed {
+            return Ok(());
+        }
+        let mask = st.dirty;
+        let snapshot = st.data.clone();
+        st.dirty = 0;
+        st.writing = true;
+        drop(st);
+        let bytes = u64::from(mask.count_ones()) * SECTOR;
+        self.stats.dirty_bytes.fetch_sub(bytes, Ordering::Relaxed);
+        let len = self.block_len(idx) as usize;
+        let mut result = Ok(());
+        let mut m = mask;
+        while m != 0 && result.is_ok() {
+            let s = m.trailing_zeros() as usize;
+            let run = (m >> s).trailing_ones() as usize;
+            let from = s * SECTOR as usize;
+            let to = ((s + run) * SECTOR as usize).min(len);
+            result = self
+                .device
+                .write_at(&snapshot[from..to], idx * BLOCK + from as u64, false);
+            m = if run >= 128 {
+                0
+            } else {
+                m & !(((1u128 << run) - 1) << s)
+            };
+        }
+        let mut st = block.lock();
+        st.writing = false;
+        if result.is_err() {
+            // Keep the data dirty: it is still only here.
+            let again = mask & !st.dirty;
+            st.dirty |= mask;
+            self.stats
+                .dirty_bytes
+                .fetch_add(u64::from(again.count_ones()) * SECTOR, Ordering::Relaxed);
+        } else {
+            self.stats
+                .writeback_bytes
+                .fetch_add(bytes, Ordering::Relaxed);
+        }
+        block.changed.notify_all();
+        drop(st);
+        self.wake_writers();
+        result
+    }
+
+    fn dirty_blocks(&self, range: Option<(u64, u64)>) -> Vec<(u64, Arc<Block>)> {
+        let mut out = Vec::new();
+        for shard in self.shards.iter() {
+            let shard = shard.read().unwrap_or_else(|p| p.into_inner());
+            for (&idx, b) in shard.iter() {
+                if let Some((first, last)) = range {
+                    if idx < first || idx > last {
+                        continue;
+                    }
+                }
+                let st = b.lock();
+                if st.dirty != 0 || st.writing {
+                    out.push((idx, Arc::clone(b)));
+                }
+            }
+        }
+        out.sort_by_key(|(idx, _)| *idx);
+        out
+    }
+
+    /// Writes back every dirty block (in `range` of block numbers if given).
+    fn write_back_all(&self, range: Option<(u64, u64)>) -> Result<(), DeviceError> {
+        let mut first_error = None;
+        for (idx, block) in self.dirty_blocks(range) {
+            if let Err(e) = self.write_back(idx, &block) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    fn wake_writers(&self) {
+        self.writeback.1.notify_all();
+    }
+
+    /// Throttles a writer while dirty data is above the high watermark.
+    fn throttle(&self) {
+        let high = self.config.high_watermark;
+        if self.stats.dirty_bytes.load(Ordering::Relaxed) <= high {
+            return;
+        }
+        let (lock, cv) = &self.writeback;
+        let mut kick = lock.lock().unwrap_or_else(|p| p.into_inner());
+        *kick = true;
+        cv.notify_all();
+        while self.stats.dirty_bytes.load(Ordering::Relaxed) > high {
+            let (g, _) = cv
+                .wait_timeout(kick, Duration::from_millis(50))
+                .unwrap_or_else(|p| p.into_inner());
+            kick = g;
+            *kick = true;
+            cv.notify_all();
+        }
+    }
+
+    /// Read-ahead: records a read and returns a range to prefetch.
+    fn observe_read(&self, offset: u64, len: u64) -> Option<(u64, u64)> {
+        let max = self.config.readahead_max;
+        if max == 0 {
+            return None;
+        }
+        let min = (128 * 1024).min(max);
+        let end = offset + len;
+        let mut ra = self.readahead.lock().unwrap_or_else(|p| p.into_inner());
+        ra.clock += 1;
+        let clock = ra.clock;
+        // Shrink windows when prefetched data was evicted unread.
+        let waste = self.stats.readahead_wasted_bytes.load(Ordering::Relaxed);
+        let shrink = waste > ra.seen_waste;
+        ra.seen_waste = waste;
+        let hit = ra.streams.iter_mut().find(|s| {
+            let tolerance = s.window.max(len);
+            offset + tolerance >= s.next && offset <= s.next + tolerance
+        });
+        match hit {
+            Some(s) => {
+                s.next = end;
+                s.last_use = clock;
+                s.window = if shrink {
+                    (s.window / 2).max(min)
+                } else {
+                    (s.window * 2).min(max)
+                };
+                let from = s.prefetched_to.max(end);
+                let to = (end + s.window).min(self.size);
+                if to <= from {
+                    return None;
+                }
+                s.prefetched_to = to;
+                Some((from, to))
+            }
+            None => {
+                let stream = Stream {
+                    next: end,
+                    window: min,
+                    prefetched_to: end,
+                    last_use: clock,
+                };
+                if ra.streams.len() < MAX_STREAMS {
+                    ra.streams.push(stream);
+                } else if let Some(old) = ra.streams.iter_mut().min_by_key(|s| s.last_use) {
+                    *old = stream;
+                }
+                None
+            }
+        }
+    }
+
+    /// Loads the blocks of `[from, to)` that are absent, marking them as
+    /// prefetched; consecutive absent blocks are read with one device read.
+    fn prefetch(&self, from: u64, to: u64) {
+        let first = from / BLOCK;
+        let last = to.div_ceil(BLOCK);
+        let mut idx = first;
+        while idx < last {
+            // Claim a run of blocks that are absent or empty and idle.
+            let mut run: Vec<Arc<Block>> = Vec::new();
+            while idx < last && (run.len() as u64) * BLOCK < MAX_PREFETCH_IO {
+                let b = self.get_or_insert(idx);
+                let mut st = b.lock();
+                if st.removed || st.loading || st.valid != 0 {
+                    drop(st);
+                    if run.is_empty() {
+                        idx += 1;
+                        continue;
+                    }
+                    break;
+                }
+                st.loading = true;
+                drop(st);
+                run.push(b);
+                idx += 1;
+            }
+            if run.is_empty() {
+                continue;
+            }
+            let start = idx - run.len() as u64;
+            let len = ((idx * BLOCK).min(self.size) - start * BLOCK) as usize;
+            let mut tmp = vec![0u8; len];
+            let result = self.device.read_at(&mut tmp, start * BLOCK);
+            self.stats.device_reads.fetch_add(1, Ordering::Relaxed);
+            self.stats
+                .device_read_bytes
+                .fetch_add(len as u64, Ordering::Relaxed);
+            self.stats
+                .readahead_issued_bytes
+                .fetch_add(len as u64, Ordering::Relaxed);
+            for (i, b) in run.iter().enumerate() {
+                let bidx = start + i as u64;
+                let mut st = b.lock();
+                st.loading = false;
+                if result.is_ok() {
+                    let off = i * BLOCK as usize;
+                    let end = (off + BLOCK as usize).min(len);
+                    Self::merge(&mut st, &tmp[off..end], self.existing(bidx));
+                    st.prefetched = true;
+                }
+                b.changed.notify_all();
+            }
+            if result.is_err() {
+                return;
+            }
+        }
+    }
+
+    fn schedule_prefetch(&self, from: u64, to: u64) {
+        let tx = self.prefetch_tx.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(tx) = tx.as_ref() {
+            let _ = tx.send((from, to));
+        }
+    }
+}
+
+impl CacheDevice {
+    /// Wraps `device` with a cache.
+    pub fn new(device: Arc<dyn BlockDevice>, config: CacheConfig) -> Result<Self, DeviceError> {
+        let size = device.size();
+        let label = format!("cache over {device:?}").chars().take(120).collect();
+        let mut config = config;
+        config.capacity = config.capacity.max(BLOCK * 16);
+        config.high_watermark = config.high_watermark.min(config.capacity / 2).max(BLOCK);
+        config.low_watermark = config.low_watermark.min(config.high_watermark / 2);
+        let inner = Arc::new(Inner {
+            device,
+            config,
+            size,
+            shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
+            order: Mutex::new(VecDeque::new()),
+            blocks: AtomicU64::new(0),
+            stats: Stats::default(),
+            readahead: Mutex::new(ReadAhead::default()),
+            prefetch_tx: Mutex::new(None),
+            writeback: (Mutex::new(false), Condvar::new()),
+            closing: AtomicBool::new(false),
+            label,
+        });
+        let mut threads = Vec::new();
+        let spawn_err = |e: std::io::Error| DeviceError::Io {
+            device: "cache".into(),
+            op: IoOp::Cache,
+            offset: 0,
+            len: 0,
+            source: e,
+        };
+        let (tx, rx) = std::sync::mpsc::channel::<(u64, u64)>();
+        let rx = Arc::new(Mutex::new(rx));
+        for i in 0..config.prefetch_threads.max(1) {
+            let weak: Weak<Inner> = Arc::downgrade(&inner);
+            let rx = Arc::clone(&rx);
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("sluice-prefetch-{i}"))
+                    .spawn(move || loop {
+                        let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                        let Ok((from, to)) = job else { return };
+                        let Some(inner) = weak.upgrade() else { return };
+                        inner.prefetch(from, to);
+                    })
+                    .map_err(spawn_err)?,
+            );
+        }
+        *inner.prefetch_tx.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+        if config.mode == CacheMode::WriteBack {
+            let weak = Arc::downgrade(&inner);
+            threads.push(
+                std::thread::Builder::new()
+                    .name("sluice-writeback".into())
+                    .spawn(move || writeback_loop(&weak))
+                    .map_err(spawn_err)?,
+            );
+        }
+        Ok(Self { inner, threads })
+    }
+
+    /// Dirty bytes not yet written back.
+    pub fn dirty_bytes(&self) -> u64 {
+        self.inner.stats.dirty_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Device reads issued so far (loads and prefetches).
+    pub fn device_reads(&self) -> u64 {
+        self.inner.stats.device_reads.load(Ordering::Relaxed)
+    }
+
+    /// Bytes read from the device so far.
+    pub fn device_read_bytes(&self) -> u64 {
+        self.inner.stats.device_read_bytes.load(Ordering::Relaxed)
+    }
+
+    fn read_cached(&self, buf: &mut [u8], offset: u64, nowait: bool) -> Result<bool, DeviceError> {
+        let inner = &self.inner;
+        check_range(
+            &inner.label,
+            IoOp::Read,
+            inner.size,
+            offset,
+            buf.len() as u64,
+        )?;
+        if !nowait {
+            if let Some((from, to)) = inner.observe_read(offset, buf.len() as u64) {
+                inner.schedule_prefetch(from, to);
+            }
+        }
+        let mut result = Ok(true);
+        pieces(offset, buf.len() as u64, |idx, from, to, range| {
+            if !matches!(result, Ok(true)) {
+                return;
+            }
+            let mask = sector_mask(from, to);
+            loop {
+                let block = if nowait {
+                    match inner.lookup(idx) {
+                        Some(b) => b,
+                        None => {
+                            result = Ok(false);
+                            return;
+                        }
+                    }
+                } else {
+                    inner.get_or_insert(idx)
+                };
+                let mut st = block.lock();
+                if st.removed {
+                    continue;
+                }
+                if st.valid & mask != mask {
+                    if nowait {
+                        result = Ok(false);
+                        return;
+                    }
+                    inner.stats.read_misses.fetch_add(1, Ordering::Relaxed);
+                    st = match inner.load(idx, &block, st) {
+                        Ok(st) => st,
+                        Err(e) => {
+                            result = Err(e);
+                            return;
+                        }
+                    };
+                    if st.removed {
+                        continue;
+                    }
+                } else {
+                    inner.stats.read_hits.fetch_add(1, Ordering::Relaxed);
+                }
+                if st.prefetched {
+                    st.prefetched = false;
+                    inner
+                        .stats
+                        .readahead_hit_bytes
+                        .fetch_add(inner.block_len(idx), Ordering::Relaxed);
+                }
+                buf[range.clone()].copy_from_slice(&st.data[from as usize..to as usize]);
+                return;
+            }
+        });
+        if nowait && matches!(result, Ok(true)) {
+            // Served from cache without waiting: still feed the detector.
+            if let Some((from, to)) = inner.observe_read(offset, buf.len() as u64) {
+                inner.schedule_prefetch(from, to);
+            }
+        }
+        result
+    }
+
+    /// Drops cached sectors of a range after writing back any dirty data
+    /// that shares their blocks, so a later device operation on the range
+    /// cannot be overtaken by stale cached data.
+    fn invalidate(&self, offset: u64, length: u64) -> Result<(), DeviceError> {
+        let inner = &self.inner;
+        let mut result = Ok(());
+        pieces(offset, length, |idx, from, to, _| {
+            if result.is_err() {
+                return;
+            }
+            let Some(block) = inner.lookup(idx) else {
+                return;
+            };
+            let mask = sector_mask(from, to);
+            let has_dirty = block.lock().dirty & mask != 0;
+            if has_dirty {
+                if let Err(e) = inner.write_back(idx, &block) {
+                    result = Err(e);
+                    return;
+                }
+            }
+            let mut st = block.lock();
+            while st.writing || st.loading {
+                st = block.wait(st);
+            }
+            let dropped = st.dirty & mask;
+            st.dirty &= !mask;
+            st.valid &= !mask;
+            inner
+                .stats
+                .dirty_bytes
+                .fetch_sub(u64::from(dropped.count_ones()) * SECTOR, Ordering::Relaxed);
+        });
+        result
+    }
+}
+
+fn writeback_loop(weak: &Weak<Inner>) {
+    loop {
+        let Some(inner) = weak.upgrade() else { return };
+        {
+            let (lock, cv) = &inner.writeback;
+            let kick = lock.lock().unwrap_or_else(|p| p.into_inner());
+            let (mut kick, _) = cv
+                .wait_timeout(kick, Duration::from_millis(200))
+                .unwrap_or_else(|p| p.into_inner());
+            *kick = false;
+        }
+        if inner.closing.load(Ordering::SeqCst) {
+            return;
+        }
+        let low = inner.config.low_watermark;
+        if inner.stats.dirty_bytes.load(Ordering::Relaxed)
+            <= inner.config.high_watermark.min(low * 2)
+        {
+            continue;
+        }
+        for (idx, block) in inner.dirty_blocks(None) {
+            if inner.stats.dirty_bytes.load(Ordering::Relaxed) <= low {
+                break;
+            }
+            if let Err(e) = inner.write_back(idx, &block) {
+                tracing::error!(error = %e, "background write-back failed; data stays dirty");
+                break;
+            }
+        }
+        inner.wake_writers();
+    }
+}
+
+impl Drop for CacheDevice {
+    fn drop(&mut self) {
+        if let Err(e) = self
+            .inner
+            .write_back_all(None)
+            .and_then(|()| self.inner.device.flush())
+        {
+            tracing::error!(error = %e, "flushing the cache on close failed");
+        }
+        self.inner
+            .prefetch_tx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        self.inner.closing.store(true, Ordering::SeqCst);
+        self.inner.wake_writers();
+        let threads = std::mem::take(&mut self.threads);
+        for t in threads {
+            // The write-back thread sees `closing` within its 200 ms tick;
+            // prefetchers exit when the channel closes.
+            let _ = t.join();
+        }
+    }
+}
+
+impl BlockDevice for CacheDevice {
+    fn size(&self) -> u64 {
+        self.inner.size
+    }
+
+    fn capability(&self) -> Capability {
+        let inner_cap = self.inner.device.capability();
+        Capability {
+            // Every connection shares this one cache: flush on any covers all.
+            multi_conn: inner_cap.multi_conn,
+            cache: true,
+            min_block: 1,
+            blocking: if inner_cap.blocking == BlockingClass::Never {
+                BlockingClass::Never
+            } else {
+                BlockingClass::PageCache
+            },
+            ..inner_cap
+        }
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+        self.read_cached(buf, offset, false).map(drop)
+    }
+
+    fn read_at_nowait(&self, buf: &mut [u8], offset: u64) -> Result<bool, DeviceError> {
+        self.read_cached(buf, offset, true)
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<(), DeviceError> {
+        let inner = &self.inner;
+        check_range(
+            &inner.label,
+            IoOp::Write,
+            inner.size,
+            offset,
+            buf.len() as u64,
+        )?;
+        if inner.config.mode == CacheMode::WriteThrough {
+            inner.device.write_at(buf, offset, fua)?;
+            // Cached copies are now stale: drop them (nothing is dirty in
+            // write-through mode, so this never writes back).
+            return self.invalidate(offset, buf.len() as u64);
+        }
+        let mut result = Ok(());
+        pieces(offset, buf.len() as u64, |idx, from, to, range| {
+            if result.is_err() {
+                return;
+            }
+            let mask = sector_mask(from, to);
+            let partial = mask & !full_sector_mask(from, to);
+            loop {
+                let block = inner.get_or_insert(idx);
+                let mut st = block.lock();
+                if st.removed {
+                    continue;
+                }
+                if partial & !st.valid != 0 {
+                    // A partly written sector needs the rest of its bytes.
+                    st = match inner.load(idx, &block, st) {
+                        Ok(st) => st,
+                        Err(e) => {
+                            result = Err(e);
+                            return;
+                        }
+                    };
+                    if st.removed {
+                        continue;
+                    }
+                }
+                st.data[from as usize..to as usize].copy_from_slice(&buf[range.clone()]);
+                st.valid |= mask;
+                let newly = mask & !st.dirty;
+                st.dirty |= mask;
+                inner
+                    .stats
+                    .dirty_bytes
+                    .fetch_add(u64::from(newly.count_ones()) * SECTOR, Ordering::Relaxed);
+                return;
+            }
+        });
+        result?;
+        if fua {
+            let first = offset / BLOCK;
+            let last = (offset + buf.len().max(1) as u64 - 1) / BLOCK;
+            inner.write_back_all(Some((first, last)))?;
+            inner.device.flush()?;
+        } else {
+            inner.throttle();
+        }
+        Ok(())
+    }
+
+    fn flush(&self) -> Result<(), DeviceError> {
+        self.inner.write_back_all(None)?;
+        self.inner.device.flush()
+    }
+
+    fn trim(&self, offset: u64, length: u64, fua: bool) -> Result<(), DeviceError> {
+        check_range(
+            &self.inner.label,
+            IoOp::Trim,
+            self.inner.size,
+            offset,
+            length,
+        )?;
+        self.invalidate(offset, length)?;
+        self.inner.device.trim(offset, length, fua)
+    }
+
+    fn write_zeroes(&self, offset: u64, length: u64, mode: ZeroMode) -> Result<(), DeviceError> {
+        check_range(
+            &self.inner.label,
+            IoOp::WriteZeroes,
+            self.inner.size,
+            offset,
+            length,
+        )?;
+        self.invalidate(offset, length)?;
+        self.inner.device.write_zeroes(offset, length, mode)
+    }
+
+    fn extents(
+        &self,
+        offset: u64,
+        length: u64,
+        max_extents: usize,
+    ) -> Result<Vec<Extent>, DeviceError> {
+        check_range(
+            &self.inner.label,
+            IoOp::Extents,
+            self.inner.size,
+            offset,
+            length,
+        )?;
+        if length > 0 {
+            // Dirty data over a hole must be on the device to be reported.
+            let last = (offset + length - 1) / BLOCK;
+            self.inner.write_back_all(Some((offset / BLOCK, last)))?;
+        }
+        self.inner.device.extents(offset, length, max_extents)
+    }
+
+    fn cache(&self, offset: u64, length: u64) -> Result<(), DeviceError> {
+        check_range(
+            &self.inner.label,
+            IoOp::Cache,
+            self.inner.size,
+            offset,
+            length,
+        )?;
+        let to = offset + length.min(self.inner.config.capacity / 2);
+        self.inner.schedule_prefetch(offset, to);
+        Ok(())
+    }
+
+    fn metrics(&self) -> Vec<DeviceMetric> {
+        let s = &self.inner.stats;
+        let c = |name, help, v: &AtomicU64| DeviceMetric {
+            name,
+            help,
+            kind: MetricKind::Counter,
+            value: v.load(Ordering::Relaxed) as f64,
+        };
+        let mut m = vec![
+            c(
+                "cache_read_hits_total",
+                "Block reads served from the cache.",
+                &s.read_hits,
+            ),
+            c(
+                "cache_read_misses_total",
+                "Block reads that loaded from the device.",
+                &s.read_misses,
+            ),
+            c(
+                "cache_device_reads_total",
+                "Reads issued to the device by the cache.",
+                &s.device_reads,
+            ),
+            c(
+                "cache_device_read_bytes_total",
+                "Bytes the cache read from the device.",
+                &s.device_read_bytes,
+            ),
+            c(
+                "cache_writeback_bytes_total",
+                "Dirty bytes written back to the device.",
+                &s.writeback_bytes,
+            ),
+            c("cache_evictions_total", "Blocks evicted.", &s.evictions),
+            c(
+                "readahead_issued_bytes_total",
+                "Bytes prefetched by read-ahead and CACHE.",
+                &s.readahead_issued_bytes,
+            ),
+            c(
+                "readahead_hit_bytes_total",
+                "Prefetched bytes later read.",
+                &s.readahead_hit_bytes,
+            ),
+            c(
+                "readahead_wasted_bytes_total",
+                "Prefetched bytes evicted unread.",
+                &s.readahead_wasted_bytes,
+            ),
+        ];
+        m.push(DeviceMetric {
+            name: "cache_dirty_bytes",
+            help: "Dirty bytes not yet written back.",
+            kind: MetricKind::Gauge,
+            value: s.dirty_bytes.load(Ordering::Relaxed) as f64,
+        });
+        m.push(DeviceMetric {
+            name: "cache_blocks",
+            help: "64 KiB blocks held by the cache.",
+            kind: MetricKind::Gauge,
+            value: self.inner.blocks.load(Ordering::Relaxed) as f64,
+        });
+        m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::MemDevice;
+    use std::sync::atomic::AtomicUsize;
+
+    /// Counts device calls and can fail or stall them.
+    #[derive(Debug)]
+    struct Counting {
+        inner: MemDevice,
+        reads: AtomicUsize,
+        writes: AtomicUsize,
+        flushes: AtomicUsize,
+        read_delay: Duration,
+    }
+
+    impl Counting {
+        fn new(size: u64) -> Self {
+            Self {
+                inner: MemDevice::new(size, false),
+                reads: AtomicUsize::new(0),
+                writes: AtomicUsize::new(0),
+                flushes: AtomicUsize::new(0),
+                read_delay: Duration::ZERO,
+            }
+        }
+    }
+
+    impl BlockDevice for Counting {
+        fn size(&self) -> u64 {
+            self.inner.size()
+        }
+        fn capability(&self) -> Capability {
+            Capability {
+                blocking: BlockingClass::Always,
+                ..self.inner.capability()
+            }
+        }
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+            self.reads.fetch_add(1, Ordering::SeqCst);
+            std::thread::sleep(self.read_delay);
+            self.inner.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<(), DeviceError> {
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            self.inner.write_at(buf, offset, fua)
+        }
+        fn flush(&self) -> Result<(), DeviceError> {
+            self.flushes.fetch_add(1, Ordering::SeqCst);
+            Ok(())
+        }
+        fn trim(&self, o: u64, l: u64, f: bool) -> Result<(), DeviceError> {
+            self.inner.trim(o, l, f)
+        }
+        fn write_zeroes(&self, o: u64, l: u64, m: ZeroMode) -> Result<(), DeviceError> {
+            self.inner.write_zeroes(o, l, m)
+        }
+        fn extents(&self, o: u64, l: u64, m: usize) -> Result<Vec<Extent>, DeviceError> {
+            self.inner.extents(o, l, m)
+        }
+        fn cache(&self, o: u64, l: u64) -> Result<(), DeviceError> {
+            self.inner.cache(o, l)
+        }
+    }
+
+    fn no_readahead(mode: CacheMode) -> CacheConfig {
+        CacheConfig {
+            mode,
+            readahead_max: 0,
+            ..CacheConfig::default()
+        }
+    }
+
+    #[test]
+    fn runs_of_bits() {
+        assert_eq!(runs(0).collect::<Vec<_>>(), vec![]);
+        assert_eq!(runs(u128::MAX).collect::<Vec<_>>(), vec![(0, 128)]);
+        assert_eq!(runs(0b1101_1000).collect::<Vec<_>>(), vec![(3, 2), (6, 2)]);
+        assert_eq!(runs(1 << 127).collect::<Vec<_>>(), vec![(127, 1)]);
+    }
+
+    #[test]
+    fn masks() {
+        assert_eq!(sector_mask(0, 512), 1);
+        assert_eq!(sector_mask(0, 513), 3);
+        assert_eq!(sector_mask(511, 513), 3);
+        assert_eq!(sector_mask(0, BLOCK), u128::MAX);
+        assert_eq!(full_sector_mask(1, 1024), 2);
+        assert_eq!(full_sector_mask(1, 1000), 0);
+        assert_eq!(full_sector_mask(0, BLOCK), u128::MAX);
+    }
+
+    #[test]
+    fn write_back_defers_device_writes_until_flush() {
+        let dev = Arc::new(Counting::new(4 << 20));
+        let cache = CacheDevice::new(dev.clone(), no_readahead(CacheMode::WriteBack)).unwrap();
+        cache.write_at(&[5u8; 8192], 4096, false).unwrap();
+        assert_eq!(
+            dev.writes.load(Ordering::SeqCst),
+            0,
+            "acknowledged from cache"
+        );
+        assert_eq!(
+            dev.reads.load(Ordering::SeqCst),
+            0,
+            "aligned writes never read"
+        );
+        assert_eq!(cache.dirty_bytes(), 8192);
+        let mut back = vec![0u8; 8192];
+        cache.read_at(&mut back, 4096).unwrap();
+        assert_eq!(back, vec![5u8; 8192]);
+        cache.flush().unwrap();
+        assert_eq!(cache.dirty_bytes(), 0);
+        assert!(dev.writes.load(Ordering::SeqCst) >= 1);
+        assert_eq!(dev.flushes.load(Ordering::SeqCst), 1);
+        let mut direct = vec![0u8; 8192];
+        dev.inner.read_at(&mut direct, 4096).unwrap();
+        assert_eq!(direct, vec![5u8; 8192], "flushed data is on the device");
+    }
+
+    #[test]
+    fn fua_write_is_on_the_device_when_it_returns() {
+        let dev = Arc::new(Counting::new(1 << 20));
+        let cache = CacheDevice::new(dev.clone(), no_readahead(CacheMode::WriteBack)).unwrap();
+        cache.write_at(b"durable", 100, true).unwrap();
+        let mut direct = [0u8; 7];
+        dev.inner.read_at(&mut direct, 100).unwrap();
+        assert_eq!(&direct, b"durable");
+        assert!(dev.flushes.load(Ordering::SeqCst) >= 1);
+    }
+
+    #[test]
+    fn unaligned_write_merges_with_device_data() {
+        let dev = Arc::new(Counting::new(1 << 20));
+        dev.inner.write_at(&[9u8; 1024], 0, false).unwrap();
+        let cache = CacheDevice::new(dev.clone(), no_readahead(CacheMode::WriteBack)).unwrap();
+        cache.write_at(b"xy", 10, false).unwrap();
+        let mut back = [0u8; 14];
+        cache.read_at(&mut back, 0).unwrap();
+        assert_eq!(&back, &[9, 9, 9, 9, 9, 9, 9, 9, 9, 9, b'x', b'y', 9, 9]);
+        cache.flush().unwrap();
+        let mut direct = [0u8; 1024];
+        dev.inner.read_at(&mut direct, 0).unwrap();
+        assert_eq!(&direct[8..14], &[9, 9, b'x', b'y', 9, 9]);
+        assert!(direct[14..].iter().all(|&b| b == 9));
+    }
+
+    #[test]
+    fn concurrent_reads_of_one_block_cause_one_device_read() {
+        let mut counting = Counting::new(1 << 20);
+        counting.read_delay = Duration::from_millis(50);
+        let dev = Arc::new(counting);
+        let cache =
+            Arc::new(CacheDevice::new(dev.clone(), no_readahead(CacheMode::WriteBack)).unwrap());
+        let threads: Vec<_> = (0..8)
+            .map(|_| {
+                let c = Arc::clone(&cache);
+                std::thread::spawn(move || {
+                    let mut b = [0u8; 4096];
+                    c.read_at(&mut b, 8192).unwrap();
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(dev.reads.load(Ordering::SeqCst), 1);
+        let mut b = [0u8; 4096];
+        assert!(cache.read_at_nowait(&mut b, 8192).unwrap(), "now a hit");
+        assert!(
+            !cache.read_at_nowait(&mut b, 512 * 1024).unwrap(),
+            "a miss would block"
+        );
+    }
+
+    #[test]
+    fn sequential_reads_trigger_read_ahead_and_hits() {
+        let dev = Arc::new(Counting::new(64 << 20));
+        let cache = CacheDevice::new(dev.clone(), CacheConfig::default()).unwrap();
+        let mut b = vec![0u8; 64 * 1024];
+        for i in 0..64u64 {
+            cache.read_at(&mut b, i * 64 * 1024).unwrap();
+            // A client's think time: lets the prefetcher run ahead.
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        // Give prefetch threads a moment, then a few more reads must hit.
+        std::thread::sleep(Duration::from_millis(100));
+        let hits_before = cache.inner.stats.readahead_hit_bytes.load(Ordering::SeqCst);
+        for i in 64..80u64 {
+            cache.read_at(&mut b, i * 64 * 1024).unwrap();
+        }
+        let hits = cache.inner.stats.readahead_hit_bytes.load(Ordering::SeqCst);
+        assert!(
+            cache
+                .inner
+                .stats
+                .readahead_issued_bytes
+                .load(Ordering::SeqCst)
+                > 0
+        );
+        assert!(hits > hits_before, "prefetched blocks were read");
+        assert!(
+            dev.reads.load(Ordering::SeqCst) < 80,
+            "read-ahead batched device reads"
+        );
+    }
+
+    #[test]
+    fn random_reads_do_not_prefetch() {
+        let dev = Arc::new(Counting::new(64 << 20));
+        let cache = CacheDevice::new(dev.clone(), CacheConfig::default()).unwrap();
+        let mut b = vec![0u8; 4096];
+        for i in 0..50u64 {
+            cache.read_at(&mut b, (i * 7919 % 900) * 65536).unwrap();
+        }
+        assert_eq!(
+            cache
+                .inner
+                .stats
+                .readahead_issued_bytes
+                .load(Ordering::SeqCst),
+            0
+        );
+    }
+
+    #[test]
+    fn trim_and_zero_discard_cached_data() {
+        let dev = Arc::new(Counting::new(1 << 20));
+        let cache = CacheDevice::new(dev.clone(), no_readahead(CacheMode::WriteBack)).unwrap();
+        cache.write_at(&[1u8; 65536 * 2], 0, false).unwrap();
+        cache
+            .write_zeroes(
+                100,
+                65536,
+                ZeroMode {
+                    may_trim: true,
+                    fast: false,
+                    fua: false,
+                },
+            )
+            .unwrap();
+        let mut b = vec![9u8; 65536 * 2];
+        cache.read_at(&mut b, 0).unwrap();
+        assert!(b[..100].iter().all(|&x| x == 1));
+        assert!(b[100..65636].iter().all(|&x| x == 0));
+        assert!(b[65636..].iter().all(|&x| x == 1));
+        cache.flush().unwrap();
+        let mut direct = vec![9u8; 65536 * 2];
+        dev.inner.read_at(&mut direct, 0).unwrap();
+        assert_eq!(direct, b);
+    }
+
+    #[test]
+    fn eviction_keeps_capacity_and_dirty_data() {
+        let dev = Arc::new(Counting::new(64 << 20));
+        let cfg = CacheConfig {
+            capacity: 16 * BLOCK,
+            high_watermark: 8 * BLOCK,
+            low_watermark: 2 * BLOCK,
+            ..no_readahead(CacheMode::WriteBack)
+        };
+        let cache = CacheDevice::new(dev.clone(), cfg).unwrap();
+        for i in 0..200u64 {
+            cache.write_at(&[i as u8; 4096], i * BLOCK, false).unwrap();
+        }
+        assert!(cache.inner.blocks.load(Ordering::SeqCst) <= 16 + 1);
+        for i in 0..200u64 {
+            let mut b = [0u8; 4096];
+            cache.read_at(&mut b, i * BLOCK).unwrap();
+            assert_eq!(b, [i as u8; 4096], "block {i}");
+        }
+    }
+
+    #[test]
+    fn write_through_writes_immediately_and_stays_coherent() {
+        let dev = Arc::new(Counting::new(1 << 20));
+        let cache = CacheDevice::new(dev.clone(), no_readahead(CacheMode::WriteThrough)).unwrap();
+        let mut b = [0u8; 512];
+        cache.read_at(&mut b, 0).unwrap();
+        cache.write_at(&[3u8; 512], 0, false).unwrap();
+        assert_eq!(dev.writes.load(Ordering::SeqCst), 1);
+        assert_eq!(cache.dirty_bytes(), 0);
+        cache.read_at(&mut b, 0).unwrap();
+        assert_eq!(b, [3u8; 512]);
+    }
+}
