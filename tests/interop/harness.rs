@@ -1,6 +1,7 @@
 //! Shared plumbing for the interop tests: start a `sluice serve` on an
 //! OS-chosen port, run external NBD clients with a time limit, make test data.
 
+use rustix::process::{kill_process, Pid, Signal};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
@@ -99,7 +100,9 @@ pub(crate) fn require_python_libnbd() -> &'static str {
 
 /// Directory holding the nbdsh/libnbd Python scripts.
 pub(crate) fn nbdsh_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests").join("nbdsh")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests")
+        .join("nbdsh")
 }
 
 // ---------------------------------------------------------------------------
@@ -133,7 +136,7 @@ pub(crate) fn nbdsh_script(script: &str) -> Cmd {
         display: format!("{python} {}", path.display()),
         timeout: DEFAULT_CMD_TIMEOUT,
     };
-    c.cmd.arg("-u").arg(&path);
+    c.cmd.arg("-u").arg("-B").arg(&path);
     c
 }
 
@@ -158,11 +161,6 @@ impl Cmd {
 
     pub(crate) fn timeout(mut self, t: Duration) -> Self {
         self.timeout = t;
-        self
-    }
-
-    pub(crate) fn env(mut self, k: &str, v: &str) -> Self {
-        self.cmd.env(k, v);
         self
     }
 
@@ -487,11 +485,10 @@ impl Server {
         i32::try_from(child.id()).expect("pid fits in i32")
     }
 
-    pub(crate) fn signal(&self, sig: i32) {
-        // SAFETY: kill(2) has no memory-safety preconditions; the pid is our
-        // own child, which has not been reaped yet (we hold its handle).
-        let rc = unsafe { libc::kill(self.pid(), sig) };
-        assert_eq!(rc, 0, "kill({}, {sig}) failed", self.pid());
+    pub(crate) fn signal(&self, sig: Signal) {
+        let pid = Pid::from_raw(self.pid()).expect("child pid is positive");
+        kill_process(pid, sig)
+            .unwrap_or_else(|e| panic!("kill({}, {sig:?}) failed: {e}", self.pid()));
     }
 
     fn try_wait(&mut self) -> Option<ExitStatus> {
@@ -538,9 +535,8 @@ impl Drop for Server {
             return;
         };
         if matches!(child.try_wait(), Ok(None)) {
-            if let Ok(pid) = i32::try_from(child.id()) {
-                // SAFETY: see `signal`.
-                unsafe { libc::kill(pid, libc::SIGTERM) };
+            if let Some(pid) = i32::try_from(child.id()).ok().and_then(Pid::from_raw) {
+                let _ = kill_process(pid, Signal::TERM);
             }
             let deadline = Instant::now() + Duration::from_secs(10);
             while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {

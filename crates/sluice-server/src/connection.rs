@@ -30,6 +30,7 @@ use crate::metrics::{CommandKind, ServerMetrics, Stage};
 use crate::pool::{InFlight, InFlightGuard, IoPool};
 use crate::sink::{ReplySink, Seq};
 use crate::spin::SpinPolicy;
+use crate::stop::{wait_readable, Readiness, StopSignal};
 use crate::stream::Stream;
 
 /// Initial receive buffer; grows to the largest message received.
@@ -57,6 +58,8 @@ pub(crate) struct ConnectionContext {
     pub(crate) spin: std::time::Duration,
     /// CPUs available; polling stops when connections outnumber them.
     pub(crate) cpus: usize,
+    /// Set when the server is stopping.
+    pub(crate) stop: Arc<StopSignal>,
 }
 
 /// The NBD error a device error becomes on the wire. The one place this
@@ -99,10 +102,6 @@ pub(crate) fn serve_connection(mut stream: Stream, ctx: &ConnectionContext) {
         reply_style = ?negotiated.params.reply_style,
         "transmission phase started"
     );
-    if let Err(e) = stream.set_read_timeout(None) {
-        warn!(error = %e, "cannot clear the handshake timeout");
-        return;
-    }
     let writer = match stream.try_clone() {
         Ok(w) => w,
         Err(e) => {
@@ -111,6 +110,7 @@ pub(crate) fn serve_connection(mut stream: Stream, ctx: &ConnectionContext) {
         }
     };
     let mut t = Transmission {
+        stop: Arc::clone(&ctx.stop),
         spin: SpinPolicy::new(ctx.spin),
         cpus: ctx.cpus,
         server_metrics: Arc::clone(&ctx.metrics),
@@ -130,6 +130,7 @@ pub(crate) fn serve_connection(mut stream: Stream, ctx: &ConnectionContext) {
     match t.run(&mut stream, &mut buf) {
         Ok(End::Disconnect) => debug!("client disconnected (NBD_CMD_DISC)"),
         Ok(End::Eof) => debug!("client closed the connection"),
+        Ok(End::Shutdown) => debug!("server stopping: connection closed after its requests"),
         Err(e) => info!(error = %e, "connection ended"),
     }
     t.inflight.wait_idle();
@@ -141,6 +142,8 @@ enum HandshakeFailure {
     Io(#[from] io::Error),
     #[error(transparent)]
     Protocol(#[from] sluice_nbd_proto::HandshakeError),
+    #[error("client did not finish the handshake within {0:?}")]
+    TimedOut(std::time::Duration),
 }
 
 fn handshake(
@@ -148,7 +151,7 @@ fn handshake(
     buf: &mut RecvBuf,
     ctx: &ConnectionContext,
 ) -> Result<Option<Negotiated>, HandshakeFailure> {
-    stream.set_read_timeout(Some(ctx.handshake_timeout))?;
+    let deadline = Instant::now() + ctx.handshake_timeout;
     let mut hs = ServerHandshake::new(HandshakeConfig::default());
     loop {
         let out = hs.poll_output();
@@ -173,8 +176,18 @@ fn handshake(
             if !out.is_empty() {
                 stream.write_all(&out)?;
             }
-            if buf.fill_from(stream)? == 0 {
-                return Ok(None);
+            // A client still negotiating when the server stops is simply
+            // closed: it has no requests in flight.
+            let left = deadline.saturating_duration_since(Instant::now());
+            match wait_readable(stream.fd(), Some(&ctx.stop), Some(left))? {
+                Readiness::Readable => match buf.try_fill_from(stream.fd())? {
+                    Some(0) => return Ok(None),
+                    Some(_) | None => {}
+                },
+                Readiness::Stop => return Ok(None),
+                Readiness::TimedOut => {
+                    return Err(HandshakeFailure::TimedOut(ctx.handshake_timeout))
+                }
             }
         }
     }
@@ -183,7 +196,19 @@ fn handshake(
 enum End {
     Disconnect,
     Eof,
+    Shutdown,
 }
+
+/// What a receive brought.
+enum Received {
+    Data,
+    Eof,
+    Stop,
+}
+
+/// How long a connection waits, once the server is stopping, for the rest
+/// of a request whose first bytes already arrived.
+const STOP_PARTIAL_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 enum TransmissionError {
@@ -194,6 +219,7 @@ enum TransmissionError {
 }
 
 struct Transmission {
+    stop: Arc<StopSignal>,
     spin: SpinPolicy,
     cpus: usize,
     sink: Arc<ReplySink>,
@@ -266,26 +292,34 @@ impl Transmission {
             buf.relax(IDLE_BUF);
             self.inflight
                 .wait_below(MAX_INFLIGHT_REQUESTS, self.max_inflight_bytes);
-            if self.receive(stream, buf)? == 0 {
-                return Ok(End::Eof);
+            match self.receive(stream, buf)? {
+                Received::Data => {}
+                Received::Eof => return Ok(End::Eof),
+                Received::Stop => return Ok(End::Shutdown),
             }
         }
     }
 
     /// Receives more requests: polls for a bounded window when the spin
-    /// policy allows, then blocks. Returns 0 at end of stream.
-    fn receive(&mut self, stream: &mut Stream, buf: &mut RecvBuf) -> io::Result<usize> {
+    /// policy allows, then waits for the socket or the server's stop
+    /// signal. A request whose bytes are partly here is finished even when
+    /// the server is stopping (for up to [`STOP_PARTIAL_GRACE`]).
+    fn receive(&mut self, stream: &mut Stream, buf: &mut RecvBuf) -> io::Result<Received> {
         let active = self
             .server_metrics
             .connections_active
             .load(Ordering::Relaxed)
             .max(0) as usize;
-        if self.spin.should_spin(active, self.cpus) {
+        if self.spin.should_spin(active, self.cpus) && !self.stop.is_set() {
             let deadline = Instant::now() + self.spin.window();
             loop {
-                if let Some(n) = buf.try_fill_from(stream.fd())? {
-                    self.spin.hit();
-                    return Ok(n);
+                match buf.try_fill_from(stream.fd())? {
+                    Some(0) => return Ok(Received::Eof),
+                    Some(_) => {
+                        self.spin.hit();
+                        return Ok(Received::Data);
+                    }
+                    None => {}
                 }
                 if Instant::now() >= deadline {
                     self.spin.miss();
@@ -295,9 +329,31 @@ impl Transmission {
             }
         }
         let started = Instant::now();
-        let n = buf.fill_from(stream)?;
-        self.spin.blocked_for(started.elapsed());
-        Ok(n)
+        loop {
+            let partial = !buf.data().is_empty();
+            let (stop, timeout) = match (partial, self.stop.is_set()) {
+                (false, _) => (Some(self.stop.as_ref()), None),
+                (true, false) => (None, None),
+                (true, true) => (None, Some(STOP_PARTIAL_GRACE)),
+            };
+            match wait_readable(stream.fd(), stop, timeout)? {
+                Readiness::Readable => match buf.try_fill_from(stream.fd())? {
+                    Some(0) => return Ok(Received::Eof),
+                    Some(_) => {
+                        self.spin.blocked_for(started.elapsed());
+                        return Ok(Received::Data);
+                    }
+                    None => {}
+                },
+                Readiness::Stop => return Ok(Received::Stop),
+                Readiness::TimedOut => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        "client did not finish its request while the server was stopping",
+                    ))
+                }
+            }
+        }
     }
 
     fn flush_batch(&mut self) -> io::Result<()> {

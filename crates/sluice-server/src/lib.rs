@@ -11,6 +11,7 @@ mod pool;
 mod server;
 mod sink;
 mod spin;
+mod stop;
 mod stream;
 
 pub use config::{ExportConfig, ExportSpec, ListenAddr, PipelineMode, ServerConfig};

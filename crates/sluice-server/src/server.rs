@@ -3,14 +3,14 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use rustix::event::{poll, EventfdFlags, PollFd, PollFlags};
+use rustix::event::{poll, PollFd, PollFlags};
 use thiserror::Error;
 use tracing::{debug, error, info, info_span, warn};
 
@@ -19,6 +19,7 @@ use crate::connection::{serve_connection, ConnectionContext};
 use crate::export::{Export, ExportRegistry};
 use crate::metrics::ServerMetrics;
 use crate::pool::IoPool;
+use crate::stop::StopSignal;
 use crate::stream::Stream;
 
 /// How long shutdown waits for connections to finish in-flight requests
@@ -87,18 +88,16 @@ impl Listener {
 
 /// State shared between the accept loop, connection threads and handles.
 struct Shared {
-    stopping: AtomicBool,
-    wake: OwnedFd,
+    stop: Arc<StopSignal>,
     connections: Mutex<HashMap<u64, Stream>>,
     drained: Condvar,
 }
 
 impl Shared {
     fn stop(&self) {
-        if !self.stopping.swap(true, Ordering::SeqCst) {
+        if self.stop.trigger() {
             info!("shutdown requested: no new connections, finishing in-flight requests");
         }
-        let _ = rustix::io::write(&self.wake, &1u64.to_ne_bytes());
     }
 }
 
@@ -200,8 +199,7 @@ impl Server {
             }
             None => (None, None),
         };
-        let wake = rustix::event::eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK)
-            .map_err(|e| ServerError::Threads(e.into()))?;
+        let stop = Arc::new(StopSignal::new().map_err(ServerError::Threads)?);
         Ok(Self {
             listeners,
             local_addrs,
@@ -211,8 +209,7 @@ impl Server {
             metrics_listener,
             metrics_addr,
             shared: Arc::new(Shared {
-                stopping: AtomicBool::new(false),
-                wake,
+                stop,
                 connections: Mutex::new(HashMap::new()),
                 drained: Condvar::new(),
             }),
@@ -261,6 +258,7 @@ impl Server {
             max_inflight_bytes: self.config.max_inflight_bytes_per_connection,
             spin: Duration::from_micros(self.config.spin_us),
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            stop: Arc::clone(&self.shared.stop),
         });
         let result = self.accept_loop(&ctx);
         self.drain_connections();
@@ -337,9 +335,10 @@ impl Server {
 
     fn accept_loop(&self, ctx: &Arc<ConnectionContext>) -> Result<(), ServerError> {
         let next_id = AtomicU64::new(1);
-        while !self.shared.stopping.load(Ordering::SeqCst) {
+        while !self.shared.stop.is_set() {
             let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(self.listeners.len() + 1);
-            fds.push(PollFd::new(&self.shared.wake, PollFlags::IN));
+            let stop_fd = self.shared.stop.fd();
+            fds.push(PollFd::new(&stop_fd, PollFlags::IN));
             let listener_fds: Vec<_> = self.listeners.iter().map(Listener::fd).collect();
             for fd in &listener_fds {
                 fds.push(PollFd::new(fd, PollFlags::IN));
@@ -436,20 +435,18 @@ impl Server {
     }
 
     fn drain_connections(&self) {
-        let mut conns = self
+        // Connections watch the stop signal themselves: idle ones close at
+        // once, busy ones after finishing the requests they have received.
+        let conns = self
             .shared
             .connections
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        for s in conns.values() {
-            let _ = s.shutdown(Shutdown::Read);
-        }
-        let (guard, timeout) = self
+        let (mut conns, timeout) = self
             .shared
             .drained
             .wait_timeout_while(conns, SHUTDOWN_GRACE, |c| !c.is_empty())
             .unwrap_or_else(|p| p.into_inner());
-        conns = guard;
         if timeout.timed_out() {
             warn!(
                 remaining = conns.len(),

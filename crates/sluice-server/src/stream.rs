@@ -4,7 +4,6 @@ use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
-use std::time::Duration;
 
 /// One client connection's socket.
 #[derive(Debug)]
@@ -32,13 +31,6 @@ impl Stream {
         match self {
             Self::Tcp(s) => s.as_fd(),
             Self::Unix(s) => s.as_fd(),
-        }
-    }
-
-    pub(crate) fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
-        match self {
-            Self::Tcp(s) => s.set_read_timeout(t),
-            Self::Unix(s) => s.set_read_timeout(t),
         }
     }
 

@@ -28,10 +28,9 @@ use crate::{
 
 /// Cache block size.
 const BLOCK: u64 = 64 * 1024;
-/// Sector: the unit of valid/dirty tracking.
+/// Sector: the unit of valid/dirty tracking (128 per block, one bit each
+/// in a `u128`).
 const SECTOR: u64 = 512;
-/// Sectors per block (one bit each in a `u128`).
-const SECTORS: u64 = BLOCK / SECTOR;
 const SHARDS: usize = 64;
 /// Streams the read-ahead detector follows at once.
 const MAX_STREAMS: usize = 16;
@@ -292,14 +291,21 @@ impl Inner {
     fn write_back_oldest(&self, keep: u64, n: usize) {
         let candidates: Vec<u64> = {
             let order = self.order.lock().unwrap_or_else(|p| p.into_inner());
-            order.iter().copied().filter(|&i| i != keep).take(n * 4).collect()
+            order
+                .iter()
+                .copied()
+                .filter(|&i| i != keep)
+                .take(n * 4)
+                .collect()
         };
         let mut written = 0;
         for idx in candidates {
             if written >= n {
                 break;
             }
-            let Some(block) = self.lookup(idx) else { continue };
+            let Some(block) = self.lookup(idx) else {
+                continue;
+            };
             if block.lock().dirty == 0 {
                 continue;
             }

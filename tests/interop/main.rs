@@ -1,0 +1,21 @@
+//! Interop tests: real NBD clients (qemu-img, qemu-io, nbdinfo, nbdcopy,
+//! libnbd scripts, fio) and a hand-written raw client against `sluice serve`.
+//!
+//! Every test starts its own server on an OS-chosen port with its own
+//! temporary directory. The external tools are installed by `scripts/test`;
+//! a missing tool fails the test with a message saying so.
+
+mod harness;
+mod nbd_raw;
+
+mod fio;
+mod listeners;
+mod multi_conn;
+mod nbdcopy;
+mod nbdinfo;
+mod nbdsh;
+mod pipeline;
+mod qemu_img;
+mod qemu_io;
+mod raw_protocol;
+mod shutdown;

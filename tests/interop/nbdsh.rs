@@ -1,0 +1,195 @@
+//! libnbd (python3-libnbd) scripts from tests/nbdsh/ against sluice.
+
+use crate::harness::{
+    create_sparse_file, nbdsh_script, tempdir, write_random_file, CmdOutput, ServerBuilder, MIB,
+};
+
+/// Runs tests/nbdsh/SCRIPT with the given arguments; asserts exit 0 and
+/// the script's closing "OK".
+pub(crate) fn run_script(script: &str, args: &[String]) -> CmdOutput {
+    let out = nbdsh_script(script).args(args).run();
+    assert!(
+        out.stdout().lines().any(|l| l.trim() == "OK"),
+        "script did not reach its end; {}",
+        out.describe()
+    );
+    out
+}
+
+fn mem_server(size: &str) -> crate::harness::Server {
+    ServerBuilder::new()
+        .export("disk", format!("mem:{size}"))
+        .start()
+}
+
+#[test]
+fn nbdsh_zero_length_requests_keep_connection_usable() {
+    let srv = mem_server("16M");
+    run_script("zero_length.py", &[srv.uri("disk")]);
+}
+
+#[test]
+fn nbdsh_unaligned_io_and_last_byte() {
+    let srv = ServerBuilder::new()
+        .export("disk", "mem:16777219") // odd size: partial last block
+        .start();
+    run_script("unaligned_and_last_byte.py", &[srv.uri("disk")]);
+}
+
+#[test]
+fn nbdsh_unaligned_io_and_last_byte_on_file_export() {
+    let dir = tempdir();
+    let srv = ServerBuilder::new()
+        .file_export("disk", &dir.path().join("d.img"), "size=5000001")
+        .start();
+    run_script("unaligned_and_last_byte.py", &[srv.uri("disk")]);
+}
+
+#[test]
+fn nbdsh_requests_past_end_fail_and_connection_survives() {
+    let srv = mem_server("8M");
+    run_script("out_of_bounds.py", &[srv.uri("disk")]);
+}
+
+#[test]
+fn nbdsh_fua_flush_cache_and_df_reach_backing_file() {
+    let dir = tempdir();
+    let backing = dir.path().join("d.img");
+    let srv = ServerBuilder::new()
+        .file_export("disk", &backing, "size=8M")
+        .start();
+    run_script(
+        "fua_flush_cache_df.py",
+        &[srv.uri("disk"), backing.display().to_string()],
+    );
+}
+
+#[test]
+fn nbdsh_trim_and_write_zeroes_on_mem_export() {
+    let srv = mem_server("16M");
+    run_script("trim_and_write_zeroes.py", &[srv.uri("disk")]);
+}
+
+#[test]
+fn nbdsh_trim_and_write_zeroes_punch_holes_in_file_export() {
+    let dir = tempdir();
+    let backing = dir.path().join("d.img");
+    let srv = ServerBuilder::new()
+        .file_export("disk", &backing, "size=16M")
+        .start();
+    run_script(
+        "trim_and_write_zeroes.py",
+        &[srv.uri("disk"), backing.display().to_string()],
+    );
+}
+
+#[test]
+fn nbdsh_block_status_with_and_without_req_one_mem() {
+    let srv = mem_server("32M");
+    run_script("block_status.py", &[srv.uri("disk")]);
+}
+
+#[test]
+fn nbdsh_block_status_with_and_without_req_one_file() {
+    let dir = tempdir();
+    let srv = ServerBuilder::new()
+        .file_export("disk", &dir.path().join("d.img"), "size=32M")
+        .start();
+    run_script("block_status.py", &[srv.uri("disk")]);
+}
+
+#[test]
+fn nbdsh_extended_headers_when_libnbd_supports_them() {
+    let srv = mem_server("16M");
+    let out = run_script("extended_headers.py", &[srv.uri("disk")]);
+    if out.stdout().contains("SKIP:") {
+        eprintln!("{}", out.stdout().trim());
+    }
+}
+
+#[test]
+fn nbdsh_without_structured_replies_reads_correctly() {
+    let srv = mem_server("40M");
+    run_script("no_structured_replies.py", &[srv.uri("disk")]);
+}
+
+#[test]
+fn nbdsh_read_only_export_rejects_writes_with_eperm() {
+    let dir = tempdir();
+    let backing = dir.path().join("ro.img");
+    write_random_file(&backing, 4 * MIB, 99, &[]);
+    let srv = ServerBuilder::new()
+        .file_export("ro", &backing, "ro")
+        .start();
+    run_script(
+        "read_only.py",
+        &[srv.uri("ro"), backing.display().to_string()],
+    );
+}
+
+#[test]
+fn nbdsh_read_only_mem_export_rejects_writes() {
+    let dir = tempdir();
+    // read_only.py compares with a file; an all-zero one matches a fresh mem export.
+    let zeros = dir.path().join("zeros");
+    create_sparse_file(&zeros, 2 * MIB);
+    let srv = ServerBuilder::new()
+        .export("rw", "mem:2M")
+        .export("ro", "mem:2M,ro")
+        .start();
+    run_script(
+        "read_only.py",
+        &[srv.uri("ro"), zeros.display().to_string()],
+    );
+}
+
+#[test]
+fn nbdsh_unknown_export_name_fails_to_connect() {
+    let srv = mem_server("4M");
+    run_script(
+        "unknown_export.py",
+        &[srv.uri("no-such-export"), srv.uri("disk")],
+    );
+}
+
+#[test]
+fn nbdsh_opt_mode_list_info_and_go() {
+    let dir = tempdir();
+    let ro = dir.path().join("ro.img");
+    create_sparse_file(&ro, 3 * MIB);
+    let srv = ServerBuilder::new()
+        .export("a", "mem:1M")
+        .file_export("b", &dir.path().join("b.img"), "size=7M")
+        .file_export("c", &ro, "ro")
+        .start();
+    run_script(
+        "opt_mode.py",
+        &[
+            srv.uri(""),
+            format!("a:{}:rw", MIB),
+            format!("b:{}:rw", 7 * MIB),
+            format!("c:{}:ro", 3 * MIB),
+        ],
+    );
+}
+
+#[test]
+fn nbdsh_64_aio_requests_in_flight_complete_correctly() {
+    let srv = mem_server("256M");
+    run_script("aio_in_flight.py", &[srv.uri("disk"), "64".into()]);
+}
+
+#[test]
+fn nbdsh_max_payload_requests_and_large_effect_lengths() {
+    let srv = mem_server("96M");
+    run_script("large_requests.py", &[srv.uri("disk")]);
+}
+
+#[test]
+fn nbdsh_max_payload_requests_on_file_export() {
+    let dir = tempdir();
+    let srv = ServerBuilder::new()
+        .file_export("disk", &dir.path().join("d.img"), "size=100M")
+        .start();
+    run_script("large_requests.py", &[srv.uri("disk")]);
+}
