@@ -9,6 +9,8 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use sluice_server::{ExportConfig, ListenAddr, PipelineMode, Server, ServerConfig};
 
+mod model_cmd;
+
 /// Networked storage: NBD block volumes served fast.
 #[derive(Debug, Parser)]
 #[command(name = "sluice", version, about)]
@@ -21,6 +23,9 @@ struct Cli {
 enum Command {
     /// Serve block volumes over NBD.
     Serve(ServeArgs),
+    /// Analytical models: MVA and bounds, the networked RAID model, the
+    /// non-contiguous transfer model.
+    Model(model_cmd::ModelArgs),
 }
 
 #[derive(Debug, Args)]
@@ -49,6 +54,15 @@ struct ServeArgs {
     /// Microseconds a connection polls its socket before sleeping (0: off).
     #[arg(long, value_name = "US")]
     spin_us: Option<u64>,
+    /// Buffer cache per export: none, writethrough or writeback.
+    #[arg(long, value_name = "POLICY")]
+    cache: Option<sluice_server::CachePolicy>,
+    /// Bytes of buffer cache per export (K/M/G suffixes).
+    #[arg(long, value_name = "BYTES")]
+    cache_size: Option<sluice_server::ByteSize>,
+    /// Largest read-ahead window of the cache (0 disables read-ahead).
+    #[arg(long, value_name = "BYTES")]
+    readahead_max: Option<sluice_server::ByteSize>,
     /// Serve Prometheus metrics on http://ADDR/metrics (e.g. 127.0.0.1:9109).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<std::net::SocketAddr>,
@@ -93,6 +107,15 @@ fn serve_config(args: ServeArgs) -> Result<ServerConfig> {
     }
     if let Some(us) = args.spin_us {
         config.spin_us = us;
+    }
+    if let Some(c) = args.cache {
+        config.cache = c;
+    }
+    if let Some(b) = args.cache_size {
+        config.cache_size = b;
+    }
+    if let Some(b) = args.readahead_max {
+        config.readahead_max = b;
     }
     if let Some(a) = args.metrics {
         config.metrics = Some(a);
@@ -158,14 +181,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(args),
+        Command::Model(args) => model_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let usage = e.downcast_ref::<UsageError>().is_some();
+            let usage = e.downcast_ref::<UsageError>().is_some() || model_cmd::is_usage_error(&e);
             eprintln!("sluice: error: {e:#}");
             if usage {
-                eprintln!("sluice: run 'sluice serve --help' for the accepted options");
+                eprintln!("sluice: run 'sluice --help' for the accepted options");
                 ExitCode::from(2)
             } else {
                 ExitCode::FAILURE

@@ -360,6 +360,11 @@ impl ServerBuilder {
             cmd.arg("--listen").arg(l);
         }
         cmd.args(&self.args);
+        // scripts/test reruns the suite with e.g. `--cache writeback` here,
+        // so every client is checked against every cache policy.
+        if let Ok(extra) = std::env::var("SLUICE_TEST_SERVER_ARGS") {
+            cmd.args(extra.split_whitespace());
+        }
         let cmdline = format!("{:?}", cmd);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -23,6 +23,8 @@ pub enum ConfigError {
     BadListenAddr { addr: String, reason: String },
     #[error("bad pipeline mode {0:?}: expected off, fixed or flexible")]
     BadPipelineMode(String),
+    #[error("bad cache policy {0:?}: expected none, writethrough or writeback")]
+    BadCachePolicy(String),
     #[error("export name {0:?} is used twice")]
     DuplicateExport(String),
     #[error("export name {name:?} is invalid: {reason}")]
@@ -267,6 +269,66 @@ impl<'de> Deserialize<'de> for PipelineMode {
     }
 }
 
+/// The buffer cache in front of each export (SPEC 1.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CachePolicy {
+    /// No cache layer: requests go straight to the device (and, for
+    /// buffered files, the kernel's page cache).
+    #[default]
+    None,
+    /// Reads cached with read-ahead; writes reach the device before they
+    /// are acknowledged.
+    WriteThrough,
+    /// Writes acknowledged once cached, written back in the background;
+    /// FLUSH and FUA write back and sync before they are acknowledged.
+    WriteBack,
+}
+
+impl FromStr for CachePolicy {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "none" => Ok(Self::None),
+            "writethrough" => Ok(Self::WriteThrough),
+            "writeback" => Ok(Self::WriteBack),
+            _ => Err(ConfigError::BadCachePolicy(s.to_owned())),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for CachePolicy {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A byte count written as a number or a string with a K/M/G/T suffix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ByteSize(pub u64);
+
+impl FromStr for ByteSize {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        parse_size(s).map(Self)
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(u64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Number(n) => Ok(Self(n)),
+            Raw::Text(t) => t.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
 /// Everything the server needs to run.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -291,6 +353,12 @@ pub struct ServerConfig {
     /// Microseconds a connection thread polls its socket before blocking
     /// (0 disables polling). See docs/design/0001-threading-model.md.
     pub spin_us: u64,
+    /// Buffer cache policy for every export.
+    pub cache: CachePolicy,
+    /// Bytes of cache per export.
+    pub cache_size: ByteSize,
+    /// Largest read-ahead window (0 disables read-ahead).
+    pub readahead_max: ByteSize,
 }
 
 impl Default for ServerConfig {
@@ -305,6 +373,9 @@ impl Default for ServerConfig {
             max_inflight_bytes_per_connection: 64 << 20,
             metrics: None,
             spin_us: 40,
+            cache: CachePolicy::None,
+            cache_size: ByteSize(256 << 20),
+            readahead_max: ByteSize(4 << 20),
         }
     }
 }
@@ -394,6 +465,15 @@ mod tests {
         assert_eq!(c.pipeline, PipelineMode::Fixed);
         assert_eq!(c.export[0].description, "scratch");
         assert_eq!(c.io_threads, 16);
+        assert_eq!(c.cache, CachePolicy::None);
+        let c: ServerConfig =
+            toml::from_str("cache = \"writeback\"\ncache_size = \"64M\"\nreadahead_max = 0")
+                .unwrap();
+        assert_eq!(
+            (c.cache, c.cache_size, c.readahead_max),
+            (CachePolicy::WriteBack, ByteSize(64 << 20), ByteSize(0))
+        );
+        assert!(toml::from_str::<ServerConfig>("cache = \"sometimes\"").is_err());
         assert!(toml::from_str::<ServerConfig>("bogus = 1").is_err());
     }
 }

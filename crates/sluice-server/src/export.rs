@@ -4,10 +4,23 @@ use std::sync::Arc;
 
 use sluice_nbd_proto::consts::*;
 use sluice_nbd_proto::{BlockSizes, ExportCatalog, ExportInfo};
-use sluice_storage::{BlockDevice, Capability, FileDevice, FileOptions, MemDevice, OpenError};
+use sluice_storage::{
+    BlockDevice, CacheConfig, CacheDevice, CacheMode, Capability, DeviceError, FileDevice,
+    FileOptions, MemDevice, OpenError,
+};
 
-use crate::config::{BackendSpec, ExportConfig};
+use crate::config::{BackendSpec, CachePolicy, ExportConfig, ServerConfig};
 use crate::metrics::ExportMetrics;
+
+/// Why an export could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ExportOpenError {
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    #[error("cannot start its cache: {0}")]
+    Cache(#[from] DeviceError),
+}
 
 /// A device served under a name.
 #[derive(Debug)]
@@ -46,8 +59,9 @@ pub fn transmission_flags(cap: &Capability) -> u16 {
 }
 
 impl Export {
-    /// Opens the backing store an export config names.
-    pub fn open(config: &ExportConfig) -> Result<Self, OpenError> {
+    /// Opens the backing store an export config names, behind a buffer
+    /// cache unless `cache` is [`CachePolicy::None`].
+    pub fn open(config: &ExportConfig, server: &ServerConfig) -> Result<Self, ExportOpenError> {
         let device: Arc<dyn BlockDevice> = match &config.spec.backend {
             BackendSpec::File { path, size, direct } => Arc::new(FileDevice::open(
                 path,
@@ -58,6 +72,23 @@ impl Export {
                 },
             )?),
             BackendSpec::Memory { size } => Arc::new(MemDevice::new(*size, config.spec.read_only)),
+        };
+        let mode = match server.cache {
+            CachePolicy::None => None,
+            CachePolicy::WriteThrough => Some(CacheMode::WriteThrough),
+            CachePolicy::WriteBack => Some(CacheMode::WriteBack),
+        };
+        let device: Arc<dyn BlockDevice> = match mode {
+            None => device,
+            Some(mode) => Arc::new(CacheDevice::new(
+                device,
+                CacheConfig {
+                    mode,
+                    capacity: server.cache_size.0,
+                    readahead_max: server.readahead_max.0,
+                    ..CacheConfig::default()
+                },
+            )?),
         };
         Ok(Self::new(
             config.name.clone(),

@@ -14,6 +14,8 @@ mod spin;
 mod stop;
 mod stream;
 
-pub use config::{ExportConfig, ExportSpec, ListenAddr, PipelineMode, ServerConfig};
+pub use config::{
+    ByteSize, CachePolicy, ExportConfig, ExportSpec, ListenAddr, PipelineMode, ServerConfig,
+};
 pub use export::{Export, ExportRegistry};
 pub use server::{Server, ServerError, ServerHandle};

@@ -364,6 +364,46 @@ impl ServerMetrics {
     }
 }
 
+/// Renders what devices report about themselves (cache counters and
+/// gauges), one series per export, prefixed `sluice_`.
+pub fn render_device_metrics<'a>(
+    exports: impl Iterator<Item = (&'a str, Vec<sluice_storage::DeviceMetric>)>,
+) -> String {
+    let mut out = String::new();
+    let mut described = std::collections::HashSet::new();
+    let mut by_name: Vec<(&'static str, String)> = Vec::new();
+    for (export, metrics) in exports {
+        for m in metrics {
+            if described.insert(m.name) {
+                let kind = match m.kind {
+                    sluice_storage::MetricKind::Counter => "counter",
+                    sluice_storage::MetricKind::Gauge => "gauge",
+                };
+                by_name.push((
+                    m.name,
+                    format!(
+                        "# HELP sluice_{0} {1}\n# TYPE sluice_{0} {kind}\n",
+                        m.name, m.help
+                    ),
+                ));
+            }
+            let line = format!(
+                "sluice_{}{{export=\"{}\"}} {}\n",
+                m.name,
+                escape(export),
+                m.value
+            );
+            if let Some((_, text)) = by_name.iter_mut().find(|(n, _)| *n == m.name) {
+                text.push_str(&line);
+            }
+        }
+    }
+    for (_, text) in by_name {
+        out.push_str(&text);
+    }
+    out
+}
+
 fn escape(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('"', "\\\"")

@@ -39,7 +39,7 @@ pub enum ServerError {
     #[error("cannot open export {name:?}: {source}")]
     OpenExport {
         name: String,
-        source: sluice_storage::OpenError,
+        source: crate::export::ExportOpenError,
     },
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: String, source: io::Error },
@@ -138,7 +138,7 @@ impl Server {
             .export
             .iter()
             .map(|e| {
-                Export::open(e)
+                Export::open(e, &config)
                     .map(Arc::new)
                     .map_err(|source| ServerError::OpenExport {
                         name: e.name.clone(),
@@ -312,8 +312,14 @@ impl Server {
             .spawn(move || {
                 for request in server.incoming_requests() {
                     let response = if request.url() == "/metrics" {
-                        let body = metrics
+                        let mut body = metrics
                             .render(registry.all().iter().map(|e| (e.name.as_str(), &e.metrics)));
+                        body.push_str(&crate::metrics::render_device_metrics(
+                            registry
+                                .all()
+                                .iter()
+                                .map(|e| (e.name.as_str(), e.device.metrics())),
+                        ));
                         let header = tiny_http::Header::from_bytes(
                             &b"Content-Type"[..],
                             &b"text/plain; version=0.0.4; charset=utf-8"[..],

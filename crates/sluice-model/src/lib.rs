@@ -1,0 +1,44 @@
+//! Analytical performance models for sluice. Pure: parameters in (plain
+//! structs, serde), numbers out; no I/O, no threads, no clock.
+//!
+//! - [`network`], [`mva`], [`multiclass`], [`mod@bounds`]: closed queueing
+//!   networks with queueing, delay and load-dependent stations and think
+//!   time; exact and approximate (Schweitzer, Bard) mean value analysis,
+//!   single and multiclass; asymptotic and balanced job bounds.
+//! - [`calibration`]: demands from measured busy times, D = U / X.
+//! - [`raid`]: the networked RAID 5 model of seeds/002, equations (2)-(10),
+//!   with the paper's setting as [`raid::RaidParams::paper`] and the sweeps
+//!   of its figures 3-8.
+//! - [`noncontig`]: the non-contiguous transfer model of seeds/001 section
+//!   4.1 (iterative, SGL, strided) and its figure 8.
+//! - [`report`]: the JSON shapes other tools read.
+//! - `plot` (feature `plot`): charts rendered to SVG or PNG bytes.
+//!
+//! See docs/MODEL.md for the equations, the bounds variant and how the
+//! papers' figures compare.
+
+pub mod bounds;
+pub mod calibration;
+pub mod error;
+pub mod multiclass;
+pub mod mva;
+pub mod network;
+pub mod noncontig;
+#[cfg(feature = "plot")]
+pub mod plot;
+pub mod raid;
+pub mod report;
+
+pub use bounds::{bounds, Bounds, PerfBounds};
+pub use calibration::{CalibratedDemand, Calibration, StationObservation};
+pub use error::{ModelError, Result};
+pub use multiclass::{
+    approximate_mva_multiclass, exact_mva_multiclass, CustomerClass, MulticlassNetwork,
+    MulticlassSolution, MulticlassStation,
+};
+pub use mva::{
+    approximate_mva, exact_mva, exact_mva_curve, exact_mva_points, ApproxOptions, Approximation,
+    Solution, StationResult,
+};
+pub use network::{ClosedNetwork, Station, StationKind};
+pub use report::{mva_report, MvaReport};

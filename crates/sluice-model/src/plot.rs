@@ -1,0 +1,410 @@
+//! Charts of model results, rendered to SVG text or PNG bytes with
+//! plotters. No file I/O: callers write the bytes where they like.
+//!
+//! Text is drawn with DejaVu Sans, embedded in the binary and registered
+//! with plotters as `sans-serif` on first use, so a chart looks the same on
+//! every machine (and plotters' `ab_glyph` text backend, which the
+//! workspace enables, never meets a missing font).
+
+use std::sync::OnceLock;
+
+use image::ImageEncoder;
+
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
+use plotters::coord::Shift;
+use plotters::prelude::*;
+use plotters::style::FontStyle;
+
+use crate::error::{ModelError, Result};
+use crate::noncontig::{Ddt, SizePoint};
+use crate::raid::{RaidCurve, Sweep, SweepKind};
+
+/// How a series is stroked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LineStyle {
+    /// Continuous line with point markers (computed values).
+    Solid,
+    /// Dashed line (bounds).
+    Dashed,
+    /// Thin dotted line (looser bounds).
+    Dotted,
+}
+
+/// One line of a chart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Series {
+    /// Legend text.
+    pub label: String,
+    /// (x, y) points in drawing order.
+    pub points: Vec<(f64, f64)>,
+    /// Stroke.
+    pub style: LineStyle,
+    /// Index into the palette; series sharing a colour belong together.
+    pub color: usize,
+}
+
+/// A line chart.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Chart {
+    /// Caption.
+    pub title: String,
+    /// X axis label.
+    pub x_label: String,
+    /// Y axis label.
+    pub y_label: String,
+    /// Logarithmic x axis.
+    pub x_log: bool,
+    /// Logarithmic y axis.
+    pub y_log: bool,
+    /// The lines.
+    pub series: Vec<Series>,
+    /// Where the legend goes.
+    pub legend: Legend,
+}
+
+/// Legend placement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Legend {
+    /// Top left corner (lines that start low).
+    #[default]
+    UpperLeft,
+    /// Bottom right corner (lines that end high).
+    LowerRight,
+}
+
+/// Tick label: integers without a fraction, large and small values with an
+/// exponent, others with at most four significant digits.
+fn tick(v: &f64) -> String {
+    let a = v.abs();
+    if a != 0.0 && !(1e-3..1e5).contains(&a) {
+        format!("{v:e}")
+    } else if v.fract() == 0.0 {
+        format!("{v:.0}")
+    } else {
+        let s = format!("{v:.4}");
+        s.trim_end_matches('0').trim_end_matches('.').to_owned()
+    }
+}
+
+/// Default size of rendered charts, pixels.
+pub const DEFAULT_SIZE: (u32, u32) = (900, 600);
+
+const PALETTE: [RGBColor; 8] = [
+    RGBColor(31, 119, 180),
+    RGBColor(214, 39, 40),
+    RGBColor(44, 160, 44),
+    RGBColor(255, 127, 14),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(23, 190, 207),
+];
+
+fn ensure_font() -> Result<()> {
+    static FONT: OnceLock<bool> = OnceLock::new();
+    let ok = *FONT.get_or_init(|| {
+        plotters::style::register_font("sans-serif", FontStyle::Normal, dejavu::sans::regular())
+            .is_ok()
+    });
+    if ok {
+        Ok(())
+    } else {
+        Err(ModelError::Plot(
+            "the embedded DejaVu Sans font could not be loaded".into(),
+        ))
+    }
+}
+
+fn plot_err<E: std::fmt::Display>(e: E) -> ModelError {
+    ModelError::Plot(e.to_string())
+}
+
+/// Data range of the finite (and, on a log axis, positive) values.
+fn extent(
+    chart: &Chart,
+    pick: impl Fn(&(f64, f64)) -> f64,
+    log: bool,
+    zero_based: bool,
+) -> Result<(f64, f64)> {
+    let mut lo = f64::INFINITY;
+    let mut hi = f64::NEG_INFINITY;
+    for v in chart.series.iter().flat_map(|s| s.points.iter().map(&pick)) {
+        if v.is_finite() && (!log || v > 0.0) {
+            lo = lo.min(v);
+            hi = hi.max(v);
+        }
+    }
+    if lo > hi {
+        return Err(ModelError::Plot(format!(
+            "chart '{}' has no {}values to draw",
+            chart.title,
+            if log { "positive " } else { "" }
+        )));
+    }
+    if log {
+        Ok((lo / 1.2, hi * 1.2))
+    } else {
+        let lo = if zero_based { lo.min(0.0) } else { lo };
+        let pad = if hi > lo {
+            (hi - lo) * 0.05
+        } else {
+            hi.abs().max(1.0) * 0.05
+        };
+        Ok((lo, hi + pad))
+    }
+}
+
+fn draw<DB: DrawingBackend>(chart: &Chart, root: DrawingArea<DB, Shift>) -> Result<()> {
+    let x = extent(chart, |p| p.0, chart.x_log, false)?;
+    let y = extent(chart, |p| p.1, chart.y_log, true)?;
+    match (chart.x_log, chart.y_log) {
+        (false, false) => draw_on(chart, root, x.0..x.1, y.0..y.1),
+        (true, false) => draw_on(chart, root, (x.0..x.1).log_scale(), y.0..y.1),
+        (false, true) => draw_on(chart, root, x.0..x.1, (y.0..y.1).log_scale()),
+        (true, true) => draw_on(chart, root, (x.0..x.1).log_scale(), (y.0..y.1).log_scale()),
+    }
+}
+
+fn draw_on<DB, XR, YR>(chart: &Chart, root: DrawingArea<DB, Shift>, x: XR, y: YR) -> Result<()>
+where
+    DB: DrawingBackend,
+    XR: AsRangedCoord<Value = f64>,
+    YR: AsRangedCoord<Value = f64>,
+    XR::CoordDescType: ValueFormatter<f64>,
+    YR::CoordDescType: ValueFormatter<f64>,
+{
+    root.fill(&WHITE).map_err(plot_err)?;
+    let mut ctx = ChartBuilder::on(&root)
+        .caption(&chart.title, ("sans-serif", 20))
+        .margin(14)
+        .x_label_area_size(44)
+        .y_label_area_size(70)
+        .build_cartesian_2d(x, y)
+        .map_err(plot_err)?;
+    ctx.configure_mesh()
+        .x_desc(chart.x_label.as_str())
+        .y_desc(chart.y_label.as_str())
+        .label_style(("sans-serif", 13))
+        .axis_desc_style(("sans-serif", 15))
+        .max_light_lines(2)
+        .light_line_style(RGBColor(240, 240, 240))
+        .x_label_formatter(&tick)
+        .y_label_formatter(&tick)
+        .draw()
+        .map_err(plot_err)?;
+    let keep = |p: &&(f64, f64)| {
+        p.0.is_finite()
+            && p.1.is_finite()
+            && (!chart.x_log || p.0 > 0.0)
+            && (!chart.y_log || p.1 > 0.0)
+    };
+    for s in &chart.series {
+        let color = PALETTE[s.color % PALETTE.len()];
+        let pts: Vec<(f64, f64)> = s.points.iter().filter(keep).copied().collect();
+        let anno = match s.style {
+            LineStyle::Solid => {
+                let a = ctx
+                    .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+                    .map_err(plot_err)?;
+                a.label(s.label.as_str()).legend(move |(x, y)| {
+                    PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
+                });
+                ctx.draw_series(pts.iter().map(|&p| Circle::new(p, 3, color.filled())))
+                    .map_err(plot_err)?;
+                continue;
+            }
+            LineStyle::Dashed => ctx
+                .draw_series(DashedLineSeries::new(pts, 8, 5, color.stroke_width(1)))
+                .map_err(plot_err)?,
+            LineStyle::Dotted => ctx
+                .draw_series(DashedLineSeries::new(pts, 2, 4, color.stroke_width(1)))
+                .map_err(plot_err)?,
+        };
+        let dash = s.style;
+        anno.label(s.label.as_str()).legend(move |(x, y)| {
+            let (on, off) = if dash == LineStyle::Dashed {
+                (8, 5)
+            } else {
+                (2, 4)
+            };
+            plotters::element::DashedPathElement::new(
+                vec![(x, y), (x + 20, y)],
+                on,
+                off,
+                color.stroke_width(1),
+            )
+        });
+    }
+    ctx.configure_series_labels()
+        .position(match chart.legend {
+            Legend::UpperLeft => SeriesLabelPosition::UpperLeft,
+            Legend::LowerRight => SeriesLabelPosition::LowerRight,
+        })
+        .background_style(WHITE.mix(0.85))
+        .border_style(RGBColor(180, 180, 180))
+        .label_font(("sans-serif", 13))
+        .draw()
+        .map_err(plot_err)?;
+    root.present().map_err(plot_err)?;
+    Ok(())
+}
+
+fn check_size((w, h): (u32, u32)) -> Result<()> {
+    if (200..=8000).contains(&w) && (150..=8000).contains(&h) {
+        Ok(())
+    } else {
+        Err(ModelError::Plot(format!(
+            "chart size {w}x{h} out of range (200..=8000 x 150..=8000 pixels)"
+        )))
+    }
+}
+
+/// The chart as an SVG document.
+pub fn render_svg(chart: &Chart, size: (u32, u32)) -> Result<String> {
+    check_size(size)?;
+    ensure_font()?;
+    let mut out = String::new();
+    {
+        let root = SVGBackend::with_string(&mut out, size).into_drawing_area();
+        draw(chart, root)?;
+    }
+    Ok(out)
+}
+
+/// The chart as a PNG image.
+pub fn render_png(chart: &Chart, size: (u32, u32)) -> Result<Vec<u8>> {
+    check_size(size)?;
+    ensure_font()?;
+    let (w, h) = size;
+    let mut rgb = vec![0u8; w as usize * h as usize * 3];
+    {
+        let root = BitMapBackend::with_buffer(&mut rgb, size).into_drawing_area();
+        draw(chart, root)?;
+    }
+    let mut png = Vec::new();
+    image::codecs::png::PngEncoder::new(&mut png)
+        .write_image(&rgb, w, h, image::ColorType::Rgb8)
+        .map_err(plot_err)?;
+    Ok(png)
+}
+
+/// The figure-3 style chart: exact MVA R(N) with balanced job and
+/// asymptotic bounds.
+pub fn raid_chart(curve: &RaidCurve, title: &str) -> Chart {
+    let pts = |f: &dyn Fn(&crate::raid::RaidPoint) -> f64| -> Vec<(f64, f64)> {
+        curve
+            .points
+            .iter()
+            .map(|p| (f64::from(p.customers), f(p)))
+            .collect()
+    };
+    Chart {
+        title: title.to_owned(),
+        x_label: "concurrent jobs N".into(),
+        y_label: "response time R(N), s".into(),
+        x_log: false,
+        y_log: false,
+        series: vec![
+            Series {
+                label: "exact MVA".into(),
+                points: pts(&|p| p.response_time),
+                style: LineStyle::Solid,
+                color: 0,
+            },
+            Series {
+                label: "balanced job bound, lower (paper eq. 1)".into(),
+                points: pts(&|p| p.bounds.balanced_job.response_time[0]),
+                style: LineStyle::Dashed,
+                color: 1,
+            },
+            Series {
+                label: "balanced job bound, upper".into(),
+                points: pts(&|p| p.bounds.balanced_job.response_time[1]),
+                style: LineStyle::Dashed,
+                color: 2,
+            },
+            Series {
+                label: "asymptotic bound, lower".into(),
+                points: pts(&|p| p.bounds.asymptotic.response_time[0]),
+                style: LineStyle::Dotted,
+                color: 3,
+            },
+        ],
+        legend: Legend::UpperLeft,
+    }
+}
+
+/// One chart for a sweep: per value, exact R(N) (solid) and the balanced
+/// job lower bound (dashed, same colour).
+pub fn sweep_chart(sweep: &Sweep) -> Chart {
+    if sweep.kind == SweepKind::Concurrency {
+        if let Some(s) = sweep.series.first() {
+            return raid_chart(&s.curve, "Figure 3: write response time vs concurrent jobs");
+        }
+    }
+    let mut series = Vec::new();
+    for (i, s) in sweep.series.iter().enumerate() {
+        let v = s
+            .value
+            .map(|v| format!("{} {v}", sweep.kind.short()))
+            .unwrap_or_default();
+        let pts = |f: &dyn Fn(&crate::raid::RaidPoint) -> f64| -> Vec<(f64, f64)> {
+            s.curve
+                .points
+                .iter()
+                .map(|p| (f64::from(p.customers), f(p)))
+                .collect()
+        };
+        series.push(Series {
+            label: format!("{v}: exact MVA"),
+            points: pts(&|p| p.response_time),
+            style: LineStyle::Solid,
+            color: i,
+        });
+        series.push(Series {
+            label: format!("{v}: BJB lower"),
+            points: pts(&|p| p.bounds.balanced_job.response_time[0]),
+            style: LineStyle::Dashed,
+            color: i,
+        });
+    }
+    Chart {
+        title: format!(
+            "Figure {}: write response time vs concurrent jobs, by {}",
+            sweep.figure, sweep.label
+        ),
+        x_label: "concurrent jobs N".into(),
+        y_label: "response time R(N), s".into(),
+        x_log: false,
+        y_log: false,
+        series,
+        legend: Legend::UpperLeft,
+    }
+}
+
+/// Figure 8 of seeds/001: throughput against segment size for the three
+/// descriptions (log-log).
+pub fn noncontig_chart(points: &[SizePoint], title: &str) -> Chart {
+    let series = Ddt::ALL
+        .iter()
+        .enumerate()
+        .map(|(i, d)| Series {
+            label: d.name().into(),
+            points: points
+                .iter()
+                .map(|p| (p.segment_bytes as f64, p.transfers[i].throughput / 1e6))
+                .collect(),
+            style: LineStyle::Solid,
+            color: i,
+        })
+        .collect();
+    Chart {
+        title: title.to_owned(),
+        x_label: "segment size, bytes".into(),
+        y_label: "throughput, MB/s".into(),
+        x_log: true,
+        y_log: true,
+        series,
+        legend: Legend::LowerRight,
+    }
+}

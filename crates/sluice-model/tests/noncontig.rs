@@ -1,0 +1,76 @@
+//! The non-contiguous transfer model (seeds/001 section 4.1, figure 8).
+
+use sluice_model::noncontig::{
+    by_segment_size, figure8_sizes, transfer_time, Ddt, Direction, NoncontigParams,
+    FIGURE8_FILE_BYTES,
+};
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-12 * b.abs().max(1e-12)
+}
+
+#[test]
+fn formulas_at_one_point() {
+    // n = 1000 segments of x = 100 bytes, RTT 30 us, BW 800 Mb/s = 1e8 B/s.
+    let p = NoncontigParams::paper();
+    let it = transfer_time(&p, Ddt::Iterative, 1000, 100).unwrap();
+    assert!(close(it.time, 100_000.0 / 1e8 + 1000.0 * 30e-6));
+    let sgl = transfer_time(&p, Ddt::Sgl, 1000, 100).unwrap();
+    assert!(close(sgl.time, (100_000.0 + 16_000.0 + 16.0) / 1e8 + 30e-6));
+    let st = transfer_time(&p, Ddt::Strided, 1000, 100).unwrap();
+    assert!(close(st.time, (100_000.0 + 16.0) / 1e8 + 30e-6));
+    assert!(close(st.throughput, 100_000.0 / st.time));
+    // A read pays half a round trip more, whatever the DDT.
+    let rp = NoncontigParams {
+        direction: Direction::Read,
+        ..p
+    };
+    for d in Ddt::ALL {
+        let w = transfer_time(&p, d, 1000, 100).unwrap();
+        let r = transfer_time(&rp, d, 1000, 100).unwrap();
+        assert!(close(r.time - w.time, 15e-6));
+    }
+}
+
+/// Figure 8's findings: strided is best at every segment size, throughput
+/// grows with segment size and all three approach the link rate.
+#[test]
+fn figure8_shape() {
+    let p = NoncontigParams::paper();
+    let pts = by_segment_size(&p, FIGURE8_FILE_BYTES, &figure8_sizes()).unwrap();
+    assert_eq!(pts.len(), 21);
+    for w in pts.windows(2) {
+        for d in 0..3 {
+            assert!(w[1].transfers[d].throughput >= w[0].transfers[d].throughput);
+        }
+    }
+    for pt in &pts {
+        let [it, sgl, st] = pt.transfers;
+        assert_eq!(pt.segments * pt.segment_bytes, FIGURE8_FILE_BYTES);
+        assert!(st.throughput >= sgl.throughput && st.throughput >= it.throughput);
+    }
+    let last = &pts[pts.len() - 1];
+    for t in last.transfers {
+        assert!(t.throughput > 0.99 * p.bandwidth, "{t:?}");
+    }
+    // SGL beats iterative once a segment's round trip (3000 bytes' worth at
+    // 1e8 B/s) outweighs its 16-byte entry.
+    assert!(pts
+        .iter()
+        .all(|pt| pt.transfers[1].throughput > pt.transfers[0].throughput));
+}
+
+#[test]
+fn bad_inputs_are_errors() {
+    let p = NoncontigParams::paper();
+    assert!(transfer_time(&p, Ddt::Sgl, 0, 10).is_err());
+    assert!(transfer_time(&p, Ddt::Sgl, 10, 0).is_err());
+    let bad = NoncontigParams {
+        bandwidth: 0.0,
+        ..p
+    };
+    let e = transfer_time(&bad, Ddt::Sgl, 1, 1).unwrap_err();
+    assert!(e.to_string().contains("bandwidth"), "{e}");
+    assert!(by_segment_size(&p, 100, &[200]).is_err());
+    assert!(by_segment_size(&p, 0, &[1]).is_err());
+}
