@@ -36,6 +36,9 @@ const SHARDS: usize = 64;
 const MAX_STREAMS: usize = 16;
 /// Largest device read issued for prefetching.
 const MAX_PREFETCH_IO: u64 = 1 << 20;
+/// Write-backs run in parallel so a device that serves concurrent writes
+/// (SSDs, virtio, remote members) drains dirty data at its full rate.
+const WRITEBACK_PARALLELISM: usize = 8;
 
 /// How writes are treated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -118,6 +121,8 @@ struct Stats {
     device_read_bytes: AtomicU64,
     writeback_bytes: AtomicU64,
     dirty_bytes: AtomicU64,
+    /// Blocks holding any dirty sector (each pins 64 KiB of memory).
+    dirty_blocks: AtomicU64,
     evictions: AtomicU64,
     readahead_issued_bytes: AtomicU64,
     readahead_hit_bytes: AtomicU64,
@@ -424,6 +429,7 @@ impl Inner {
         st.dirty = 0;
         st.writing = true;
         drop(st);
+        self.stats.dirty_blocks.fetch_sub(1, Ordering::Relaxed);
         let bytes = u64::from(mask.count_ones()) * SECTOR;
         self.stats.dirty_bytes.fetch_sub(bytes, Ordering::Relaxed);
         let len = self.block_len(idx) as usize;
@@ -447,6 +453,9 @@ impl Inner {
         st.writing = false;
         if result.is_err() {
             // Keep the data dirty: it is still only here.
+            if st.dirty == 0 {
+                self.stats.dirty_blocks.fetch_add(1, Ordering::Relaxed);
+            }
             let again = mask & !st.dirty;
             st.dirty |= mask;
             self.stats
@@ -485,13 +494,61 @@ impl Inner {
 
     /// Writes back every dirty block (in `range` of block numbers if given).
     fn write_back_all(&self, range: Option<(u64, u64)>) -> Result<(), DeviceError> {
-        let mut first_error = None;
-        for (idx, block) in self.dirty_blocks(range) {
-            if let Err(e) = self.write_back(idx, &block) {
-                first_error.get_or_insert(e);
+        self.write_back_many(self.dirty_blocks(range), &|| false)
+    }
+
+    /// Writes back `blocks` on up to [`WRITEBACK_PARALLELISM`] threads,
+    /// stopping early once `done()` holds. Returns the first error; blocks
+    /// that failed stay dirty.
+    fn write_back_many(
+        &self,
+        blocks: Vec<(u64, Arc<Block>)>,
+        done: &(dyn Fn() -> bool + Sync),
+    ) -> Result<(), DeviceError> {
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let first_error: Mutex<Option<DeviceError>> = Mutex::new(None);
+        let work = || loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some((idx, block)) = blocks.get(i) else {
+                return;
+            };
+            if done() {
+                return;
             }
+            if let Err(e) = self.write_back(*idx, block) {
+                first_error
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(e);
+                return;
+            }
+        };
+        let threads = WRITEBACK_PARALLELISM.min(blocks.len());
+        if threads <= 1 {
+            work();
+        } else {
+            std::thread::scope(|scope| {
+                for _ in 1..threads {
+                    scope.spawn(work);
+                }
+                work();
+            });
         }
-        first_error.map_or(Ok(()), Err)
+        first_error
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner())
+            .map_or(Ok(()), Err)
+    }
+
+    fn capacity_blocks(&self) -> u64 {
+        (self.config.capacity / BLOCK).max(1)
+    }
+
+    /// Whether writers must wait for write-back: too many dirty bytes, or
+    /// too many blocks pinned by dirty data for eviction to find room.
+    fn must_throttle(&self) -> bool {
+        self.stats.dirty_bytes.load(Ordering::Relaxed) > self.config.high_watermark
+            || self.stats.dirty_blocks.load(Ordering::Relaxed) > self.capacity_blocks() * 3 / 4
     }
 
     fn wake_writers(&self) {
@@ -500,15 +557,14 @@ impl Inner {
 
     /// Throttles a writer while dirty data is above the high watermark.
     fn throttle(&self) {
-        let high = self.config.high_watermark;
-        if self.stats.dirty_bytes.load(Ordering::Relaxed) <= high {
+        if !self.must_throttle() {
             return;
         }
         let (lock, cv) = &self.writeback;
         let mut kick = lock.lock().unwrap_or_else(|p| p.into_inner());
         *kick = true;
         cv.notify_all();
-        while self.stats.dirty_bytes.load(Ordering::Relaxed) > high {
+        while self.must_throttle() {
             let (g, _) = cv
                 .wait_timeout(kick, Duration::from_millis(50))
                 .unwrap_or_else(|p| p.into_inner());
@@ -813,6 +869,9 @@ impl CacheDevice {
                 st = block.wait(st);
             }
             let dropped = st.dirty & mask;
+            if dropped != 0 && st.dirty & !mask == 0 {
+                inner.stats.dirty_blocks.fetch_sub(1, Ordering::Relaxed);
+            }
             st.dirty &= !mask;
             st.valid &= !mask;
             inner
@@ -839,19 +898,15 @@ fn writeback_loop(weak: &Weak<Inner>) {
             return;
         }
         let low = inner.config.low_watermark;
-        if inner.stats.dirty_bytes.load(Ordering::Relaxed)
-            <= inner.config.high_watermark.min(low * 2)
-        {
+        let cap = inner.capacity_blocks();
+        let dirty_bytes = || inner.stats.dirty_bytes.load(Ordering::Relaxed);
+        let dirty_blocks = || inner.stats.dirty_blocks.load(Ordering::Relaxed);
+        if dirty_bytes() <= inner.config.high_watermark.min(low * 2) && dirty_blocks() <= cap / 2 {
             continue;
         }
-        for (idx, block) in inner.dirty_blocks(None) {
-            if inner.stats.dirty_bytes.load(Ordering::Relaxed) <= low {
-                break;
-            }
-            if let Err(e) = inner.write_back(idx, &block) {
-                tracing::error!(error = %e, "background write-back failed; data stays dirty");
-                break;
-            }
+        let done = || dirty_bytes() <= low && dirty_blocks() <= cap / 4;
+        if let Err(e) = inner.write_back_many(inner.dirty_blocks(None), &done) {
+            tracing::error!(error = %e, "background write-back failed; data stays dirty");
         }
         inner.wake_writers();
     }
@@ -955,6 +1010,9 @@ impl BlockDevice for CacheDevice {
                 st.data[from as usize..to as usize].copy_from_slice(&buf[range.clone()]);
                 st.valid |= mask;
                 let newly = mask & !st.dirty;
+                if st.dirty == 0 {
+                    inner.stats.dirty_blocks.fetch_add(1, Ordering::Relaxed);
+                }
                 st.dirty |= mask;
                 inner
                     .stats
