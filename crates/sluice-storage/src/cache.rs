@@ -148,13 +148,16 @@ struct ReadAhead {
     seen_waste: u64,
 }
 
+/// One slice of the block index.
+type Shard = RwLock<HashMap<u64, Arc<Block>>>;
+
 /// Shared state; the prefetch and write-back threads hold weak references.
 #[derive(Debug)]
 struct Inner {
     device: Arc<dyn BlockDevice>,
     config: CacheConfig,
     size: u64,
-    shards: Box<[RwLock<HashMap<u64, Arc<Block>>>]>,
+    shards: Box<[Shard]>,
     /// Blocks in insertion order, for second-chance eviction.
     order: Mutex<VecDeque<u64>>,
     blocks: AtomicU64,
@@ -230,7 +233,7 @@ fn pieces(offset: u64, len: u64, mut f: impl FnMut(u64, u64, u64, std::ops::Rang
 }
 
 impl Inner {
-    fn shard(&self, idx: u64) -> &RwLock<HashMap<u64, Arc<Block>>> {
+    fn shard(&self, idx: u64) -> &Shard {
         &self.shards[(idx % SHARDS as u64) as usize]
     }
 
