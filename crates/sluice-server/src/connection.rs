@@ -180,10 +180,11 @@ fn handshake(
             // closed: it has no requests in flight.
             let left = deadline.saturating_duration_since(Instant::now());
             match wait_readable(stream.fd(), Some(&ctx.stop), Some(left))? {
-                Readiness::Readable => match buf.try_fill_from(stream.fd())? {
-                    Some(0) => return Ok(None),
-                    Some(_) | None => {}
-                },
+                Readiness::Readable => {
+                    if buf.try_fill_from(stream.fd())? == Some(0) {
+                        return Ok(None);
+                    }
+                }
                 Readiness::Stop => return Ok(None),
                 Readiness::TimedOut => {
                     return Err(HandshakeFailure::TimedOut(ctx.handshake_timeout))
