@@ -63,6 +63,9 @@ struct ServeArgs {
     /// Largest read-ahead window of the cache (0 disables read-ahead).
     #[arg(long, value_name = "BYTES")]
     readahead_max: Option<sluice_server::ByteSize>,
+    /// Answer large reads piece by piece as parts become ready (true/false).
+    #[arg(long, value_name = "BOOL")]
+    pipelined_reads: Option<bool>,
     /// Serve Prometheus metrics on http://ADDR/metrics (e.g. 127.0.0.1:9109).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<std::net::SocketAddr>,
@@ -116,6 +119,9 @@ fn serve_config(args: ServeArgs) -> Result<ServerConfig> {
     }
     if let Some(b) = args.readahead_max {
         config.readahead_max = b;
+    }
+    if let Some(p) = args.pipelined_reads {
+        config.pipelined_reads = p;
     }
     if let Some(a) = args.metrics {
         config.metrics = Some(a);

@@ -359,6 +359,9 @@ pub struct ServerConfig {
     pub cache_size: ByteSize,
     /// Largest read-ahead window (0 disables read-ahead).
     pub readahead_max: ByteSize,
+    /// Answer reads over 256 KiB that miss memory piece by piece, each
+    /// piece sent as soon as it is read (structured replies only).
+    pub pipelined_reads: bool,
 }
 
 impl Default for ServerConfig {
@@ -376,6 +379,7 @@ impl Default for ServerConfig {
             cache: CachePolicy::None,
             cache_size: ByteSize(256 << 20),
             readahead_max: ByteSize(4 << 20),
+            pipelined_reads: true,
         }
     }
 }

@@ -16,9 +16,10 @@ use std::time::Instant;
 
 use sluice_nbd_proto::consts::{REPLY_FLAG_DONE, REPLY_TYPE_NONE, STATE_HOLE, STATE_ZERO};
 use sluice_nbd_proto::{
-    encode_block_status, encode_chunk_header, encode_error, encode_ok, encode_read_data_header,
-    read_data_header_len, Command, Extent, HandshakeConfig, HandshakeStatus, NbdErrno, Negotiated,
-    ReplyStyle, RequestHeader, ServerHandshake, TransmissionParams,
+    encode_block_status, encode_chunk_header, encode_error, encode_error_offset, encode_ok,
+    encode_read_data_header, read_data_header_len, Command, Extent, HandshakeConfig,
+    HandshakeStatus, NbdErrno, Negotiated, ReplyStyle, RequestHeader, ServerHandshake,
+    TransmissionParams,
 };
 use sluice_storage::{BlockingClass, DeviceError, ZeroMode};
 use tracing::{debug, error, info, trace, warn};
@@ -44,6 +45,8 @@ const BATCH_LIMIT: usize = 256 * 1024;
 const MAX_INFLIGHT_REQUESTS: usize = 256;
 /// Most extents in one block status reply.
 const MAX_EXTENTS: usize = 1024;
+/// Reads longer than this are answered piece by piece (pipelined reads).
+const READ_PIECE: u32 = 256 * 1024;
 
 /// What a connection needs from the server.
 #[derive(Debug)]
@@ -60,6 +63,8 @@ pub(crate) struct ConnectionContext {
     pub(crate) cpus: usize,
     /// Set when the server is stopping.
     pub(crate) stop: Arc<StopSignal>,
+    /// Answer large reads piece by piece as parts become ready.
+    pub(crate) pipelined_reads: bool,
 }
 
 /// The NBD error a device error becomes on the wire. The one place this
@@ -110,6 +115,7 @@ pub(crate) fn serve_connection(mut stream: Stream, ctx: &ConnectionContext) {
         }
     };
     let mut t = Transmission {
+        pipelined_reads: ctx.pipelined_reads,
         stop: Arc::clone(&ctx.stop),
         spin: SpinPolicy::new(ctx.spin),
         cpus: ctx.cpus,
@@ -220,6 +226,7 @@ enum TransmissionError {
 }
 
 struct Transmission {
+    pipelined_reads: bool,
     stop: Arc<StopSignal>,
     spin: SpinPolicy,
     cpus: usize,
@@ -425,6 +432,22 @@ impl Transmission {
             received,
         };
         let placement = self.placement(&cmd);
+        if let Command::Read {
+            offset,
+            length,
+            df: false,
+        } = cmd
+        {
+            if placement != Placement::Inline
+                && self.pipelined_reads
+                && length > READ_PIECE
+                && self.pipeline == PipelineMode::Flexible
+                && self.params.reply_style.chunked()
+            {
+                self.pipelined_read(seq, request, offset, length);
+                return false;
+            }
+        }
         if placement != Placement::HandOff {
             let start = self.batch.len();
             let nowait = placement == Placement::TryInline;
@@ -452,6 +475,123 @@ impl Transmission {
         }
         self.hand_off(seq, request, payload);
         false
+    }
+
+    /// Answers a large read piece by piece (SuperNBD's pipelined reads):
+    /// pieces already in memory go out at once as data chunks, the others
+    /// are read on the I/O pool in parallel and each is sent as soon as it
+    /// is read; whichever piece finishes last also sends the final chunk.
+    fn pipelined_read(&mut self, seq: Seq, request: Request, offset: u64, length: u32) {
+        let style = self.params.reply_style;
+        let (cookie, req_offset) = (request.cookie, request.offset);
+        let mut missing = Vec::new();
+        let mut sent_inline = false;
+        // Only page-cache devices can say cheaply whether a read would wait.
+        let try_inline = self.export.capability.blocking == BlockingClass::PageCache;
+        let end = offset + u64::from(length);
+        let mut pos = offset;
+        while pos < end {
+            let piece_end = ((pos / u64::from(READ_PIECE) + 1) * u64::from(READ_PIECE)).min(end);
+            let len = (piece_end - pos) as u32;
+            let start = self.batch.len();
+            self.batch
+                .encode(|o| encode_read_data_header(o, style, cookie, req_offset, pos, len, false));
+            let data = self.batch.tail_mut(len as usize);
+            if try_inline && matches!(self.export.device.read_at_nowait(data, pos), Ok(true)) {
+                self.ends.push((seq, self.batch.len()));
+                sent_inline = true;
+            } else {
+                self.batch.truncate(start);
+                missing.push((pos, len));
+            }
+            pos = piece_end;
+        }
+        if missing.is_empty() {
+            self.batch.encode(|o| {
+                encode_chunk_header(
+                    o,
+                    style,
+                    REPLY_FLAG_DONE,
+                    REPLY_TYPE_NONE,
+                    cookie,
+                    req_offset,
+                    0,
+                )
+            });
+            self.ends.push((seq, self.batch.len()));
+            let elapsed = request.received.elapsed();
+            self.server_metrics.add_busy(Stage::ExecuteInline, elapsed);
+            self.export
+                .metrics
+                .record(CommandKind::Read, u64::from(length), false, elapsed);
+            return;
+        }
+        if sent_inline {
+            // The final chunk may come from a worker: what is queued here
+            // must be on the wire first. A send error resurfaces on the
+            // next batch.
+            let _ = self.flush_batch();
+        }
+        let remaining = Arc::new(std::sync::atomic::AtomicUsize::new(missing.len()));
+        let failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        for (pos, len) in missing {
+            self.inflight.add(u64::from(len));
+            let guard = InFlightGuard {
+                inflight: Arc::clone(&self.inflight),
+                bytes: u64::from(len),
+            };
+            let export = Arc::clone(&self.export);
+            let sink = Arc::clone(&self.sink);
+            let metrics = Arc::clone(&self.server_metrics);
+            let (remaining, failed) = (Arc::clone(&remaining), Arc::clone(&failed));
+            let span = tracing::Span::current();
+            metrics.handoffs.fetch_add(1, Ordering::Relaxed);
+            self.pool.submit(move || {
+                let _guard = guard;
+                let _enter = span.enter();
+                let started = Instant::now();
+                let mut out = ReplyBuf::with_capacity(0);
+                out.encode(|o| {
+                    encode_read_data_header(o, style, cookie, req_offset, pos, len, false)
+                });
+                if let Err(e) = export.device.read_at(out.tail_mut(len as usize), pos) {
+                    failed.store(true, Ordering::Relaxed);
+                    let errno = nbd_errno(&e);
+                    error!(error = %e, "device read failed");
+                    let message = format!("{errno}: {}", short_reason(&e));
+                    out.clear();
+                    out.encode(|o| {
+                        encode_error_offset(
+                            o, style, cookie, req_offset, errno, &message, pos, false,
+                        )
+                    });
+                }
+                metrics.add_busy(Stage::ExecutePool, started.elapsed());
+                let _ = sink.send_owned(seq, out.into_vec());
+                // Decrement only after sending, so the final chunk follows
+                // every other piece on the wire.
+                if remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+                    let mut last = Vec::with_capacity(32);
+                    encode_chunk_header(
+                        &mut last,
+                        style,
+                        REPLY_FLAG_DONE,
+                        REPLY_TYPE_NONE,
+                        cookie,
+                        req_offset,
+                        0,
+                    );
+                    let _ = sink.send_owned(seq, last);
+                    let elapsed = request.received.elapsed();
+                    export.metrics.record(
+                        CommandKind::Read,
+                        u64::from(length),
+                        failed.load(Ordering::Relaxed),
+                        elapsed,
+                    );
+                }
+            });
+        }
     }
 
     fn take_seq(&mut self) -> Seq {

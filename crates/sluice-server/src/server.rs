@@ -259,6 +259,7 @@ impl Server {
             spin: Duration::from_micros(self.config.spin_us),
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             stop: Arc::clone(&self.shared.stop),
+            pipelined_reads: self.config.pipelined_reads,
         });
         let result = self.accept_loop(&ctx);
         self.drain_connections();

@@ -423,3 +423,54 @@ fn metrics_endpoint_counts_requests_bytes_errors_and_latency() {
     assert!(metric(&text, "process_cpu_seconds_total ") > 0.0);
     server.stop().unwrap();
 }
+
+/// Reads one structured chunk header and payload: (flags, type, cookie, payload).
+fn read_chunk(s: &mut TcpStream) -> (u16, u16, u64, Vec<u8>) {
+    let mut h = [0u8; 20];
+    s.read_exact(&mut h).unwrap();
+    assert_eq!(be32(&h), STRUCTURED_REPLY_MAGIC);
+    let mut payload = vec![0u8; be32(&h[16..]) as usize];
+    s.read_exact(&mut payload).unwrap();
+    (
+        u16::from_be_bytes([h[4], h[5]]),
+        u16::from_be_bytes([h[6], h[7]]),
+        be64(&h[8..]),
+        payload,
+    )
+}
+
+#[test]
+fn large_reads_send_ready_pieces_before_slow_ones() {
+    // The first 256 KiB piece waits at the gate; the other three must
+    // arrive as data chunks before it, then it, then the final chunk.
+    let dev = Arc::new(GatedDevice::new(4 << 20, vec![0]));
+    dev.write_at(&[9u8; 1 << 20], 0, false).unwrap();
+    let server = TestServer::start(dev.clone(), PipelineMode::Flexible);
+    let mut c = RawClient::connect(server.addr);
+    c.send(CMD_READ, 77, 0, 1 << 20, &[]);
+    let mut offsets = Vec::new();
+    for _ in 0..3 {
+        let (flags, kind, cookie, payload) = read_chunk(&mut c.s);
+        assert_eq!(
+            (flags & REPLY_FLAG_DONE, kind, cookie),
+            (0, REPLY_TYPE_OFFSET_DATA, 77)
+        );
+        assert_eq!(payload.len(), 8 + 256 * 1024);
+        assert!(payload[8..].iter().all(|&b| b == 9));
+        offsets.push(be64(&payload));
+    }
+    offsets.sort_unstable();
+    assert_eq!(offsets, vec![256 * 1024, 512 * 1024, 768 * 1024]);
+    dev.open_gate();
+    let (flags, kind, _, payload) = read_chunk(&mut c.s);
+    assert_eq!(
+        (flags & REPLY_FLAG_DONE, kind, be64(&payload)),
+        (0, REPLY_TYPE_OFFSET_DATA, 0)
+    );
+    let (flags, kind, cookie, payload) = read_chunk(&mut c.s);
+    assert_eq!(
+        (flags, kind, cookie, payload.len()),
+        (REPLY_FLAG_DONE, REPLY_TYPE_NONE, 77, 0)
+    );
+    server.stop().unwrap();
+}
