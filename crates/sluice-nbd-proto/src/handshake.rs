@@ -256,6 +256,12 @@ impl ServerHandshake {
                         return Ok((used, HandshakeStatus::NeedInput));
                     }
                     self.state = State::Options;
+                    if option == OPT_ABORT {
+                        // ABORT's data is to be ignored, however long.
+                        self.reply(option, REP_ACK, &[]);
+                        self.state = State::Finished;
+                        return Ok((used, HandshakeStatus::Aborted));
+                    }
                     self.reply_err(option, REP_ERR_TOO_BIG, "option data too long");
                 }
                 State::Options => {
@@ -278,6 +284,12 @@ impl ServerHandshake {
                             len,
                             limit: self.config.disconnect_option_len,
                         });
+                    }
+                    if option == OPT_EXPORT_NAME && len as usize > MAX_STRING_LEN {
+                        // No export has such a name, and EXPORT_NAME cannot
+                        // be answered with an error: end the session.
+                        self.state = State::Finished;
+                        return Err(HandshakeError::UnknownExport(format!("<{len}-byte name>")));
                     }
                     if len > self.config.max_option_len {
                         used += 16;
@@ -313,8 +325,9 @@ impl ServerHandshake {
         self.out.extend_from_slice(data);
     }
 
+    /// An error reply whose message is clipped to the spec's 4096 bytes.
     fn reply_err(&mut self, option: u32, kind: u32, message: &str) {
-        self.reply(option, kind, message.as_bytes());
+        self.reply(option, kind, crate::reply::clip_message(message));
     }
 
     fn reply_style(&self) -> ReplyStyle {

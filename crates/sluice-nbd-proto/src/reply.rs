@@ -153,7 +153,8 @@ pub fn encode_ok(out: &mut Vec<u8>, style: ReplyStyle, cookie: u64, request_offs
     }
 }
 
-fn clip_message(message: &str) -> &[u8] {
+/// `message` cut to the spec's string limit on a character boundary.
+pub(crate) fn clip_message(message: &str) -> &[u8] {
     let mut end = message.len().min(MAX_STRING_LEN);
     while !message.is_char_boundary(end) {
         end -= 1;
