@@ -79,8 +79,8 @@ pub(crate) fn nbd_errno(e: &DeviceError) -> NbdErrno {
     }
 }
 
-/// Serves one connection until the client leaves, the server shuts its
-/// read side, or the protocol breaks. Never panics on client input.
+/// Serves one connection until the client leaves, the server stops, or the
+/// protocol breaks. Never panics on client input.
 pub(crate) fn serve_connection(mut stream: Stream, ctx: &ConnectionContext) {
     let mut buf = RecvBuf::new(4096);
     let negotiated = match handshake(&mut stream, &mut buf, ctx) {
