@@ -846,10 +846,16 @@ impl CacheDevice {
         result
     }
 
-    /// Drops cached sectors of a range after writing back any dirty data
-    /// that shares their blocks, so a later device operation on the range
-    /// cannot be overtaken by stale cached data.
-    fn invalidate(&self, offset: u64, length: u64) -> Result<(), DeviceError> {
+    /// Stops cached copies of a range from shadowing the device around a
+    /// device operation that changes the range (write-through write, trim,
+    /// write zeroes). Before the operation (`after == false`) dirty data in
+    /// the range is written back (keeping the other bytes of partial
+    /// sectors) and the range's sectors are dropped, so no older write-back
+    /// can land on top of the operation. After it (`after == true`) the
+    /// clean sectors are dropped again: a load that raced with the
+    /// operation may have cached the old contents. Dirty sectors are newer
+    /// writes and stay.
+    fn invalidate(&self, offset: u64, length: u64, after: bool) -> Result<(), DeviceError> {
         let inner = &self.inner;
         let mut result = Ok(());
         pieces(offset, length, |idx, from, to, _| {
@@ -860,6 +866,15 @@ impl CacheDevice {
                 return;
             };
             let mask = sector_mask(from, to);
+            if after {
+                let mut st = block.lock();
+                while st.loading {
+                    st = block.wait(st);
+                }
+                let clean = mask & !st.dirty;
+                st.valid &= !clean;
+                return;
+            }
             let has_dirty = block.lock().dirty & mask != 0;
             if has_dirty {
                 if let Err(e) = inner.write_back(idx, &block) {
@@ -982,7 +997,7 @@ impl BlockDevice for CacheDevice {
             inner.device.write_at(buf, offset, fua)?;
             // Cached copies are now stale: drop them (nothing is dirty in
             // write-through mode, so this never writes back).
-            return self.invalidate(offset, buf.len() as u64);
+            return self.invalidate(offset, buf.len() as u64, true);
         }
         let mut result = Ok(());
         pieces(offset, buf.len() as u64, |idx, from, to, range| {
@@ -1049,8 +1064,9 @@ impl BlockDevice for CacheDevice {
             offset,
             length,
         )?;
-        self.invalidate(offset, length)?;
-        self.inner.device.trim(offset, length, fua)
+        self.invalidate(offset, length, false)?;
+        self.inner.device.trim(offset, length, fua)?;
+        self.invalidate(offset, length, true)
     }
 
     fn write_zeroes(&self, offset: u64, length: u64, mode: ZeroMode) -> Result<(), DeviceError> {
@@ -1061,8 +1077,9 @@ impl BlockDevice for CacheDevice {
             offset,
             length,
         )?;
-        self.invalidate(offset, length)?;
-        self.inner.device.write_zeroes(offset, length, mode)
+        self.invalidate(offset, length, false)?;
+        self.inner.device.write_zeroes(offset, length, mode)?;
+        self.invalidate(offset, length, true)
     }
 
     fn extents(
@@ -1416,6 +1433,60 @@ mod tests {
         let mut direct = vec![9u8; 65536 * 2];
         dev.inner.read_at(&mut direct, 0).unwrap();
         assert_eq!(direct, b);
+    }
+
+    #[test]
+    fn loads_racing_a_zeroing_do_not_leave_stale_data() {
+        // Device reads are slow, so prefetches and reads of the range are
+        // in flight while write_zeroes runs; afterwards every byte must
+        // read as zero.
+        let mut counting = Counting::new(8 << 20);
+        counting.read_delay = Duration::from_millis(2);
+        counting
+            .inner
+            .write_at(&vec![0xfe; 8 << 20], 0, false)
+            .unwrap();
+        let dev = Arc::new(counting);
+        for mode in [CacheMode::WriteThrough, CacheMode::WriteBack] {
+            let cache = Arc::new(
+                CacheDevice::new(
+                    dev.clone(),
+                    CacheConfig {
+                        mode,
+                        ..CacheConfig::default()
+                    },
+                )
+                .unwrap(),
+            );
+            dev.inner.write_at(&vec![0xfe; 8 << 20], 0, false).unwrap();
+            let reader = {
+                let c = Arc::clone(&cache);
+                std::thread::spawn(move || {
+                    let mut b = vec![0u8; 64 * 1024];
+                    for i in 0..128u64 {
+                        c.read_at(&mut b, i * 64 * 1024).unwrap();
+                    }
+                })
+            };
+            std::thread::sleep(Duration::from_millis(20));
+            cache
+                .write_zeroes(
+                    0,
+                    8 << 20,
+                    ZeroMode {
+                        may_trim: true,
+                        fast: false,
+                        fua: false,
+                    },
+                )
+                .unwrap();
+            reader.join().unwrap();
+            std::thread::sleep(Duration::from_millis(50));
+            let mut b = vec![1u8; 8 << 20];
+            cache.read_at(&mut b, 0).unwrap();
+            let first = b.iter().position(|&x| x != 0);
+            assert_eq!(first, None, "{mode:?}: stale byte after zeroing");
+        }
     }
 
     #[test]
