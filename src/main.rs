@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use sluice_server::{ExportConfig, ListenAddr, PipelineMode, Server, ServerConfig};
 
+mod bench_cmd;
 mod model_cmd;
 
 /// Networked storage: NBD block volumes served fast.
@@ -23,6 +24,9 @@ struct Cli {
 enum Command {
     /// Serve block volumes over NBD.
     Serve(ServeArgs),
+    /// Measure an NBD server or local I/O: workloads, comparisons with
+    /// nbdkit and qemu-nbd, and the papers' experiments as presets.
+    Bench(bench_cmd::BenchArgs),
     /// Analytical models: MVA and bounds, the networked RAID model, the
     /// non-contiguous transfer model.
     Model(model_cmd::ModelArgs),
@@ -187,6 +191,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(args),
+        Command::Bench(args) => bench_cmd::run(args),
         Command::Model(args) => model_cmd::run(args),
     };
     match result {

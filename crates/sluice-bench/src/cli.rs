@@ -1,0 +1,520 @@
+//! The `sluice bench` command line: one workload (the default), `compare`,
+//! and the presets (`sluice bench preset NAME` or `sluice bench NAME`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Subcommand};
+use serde::Serialize;
+use sluice_client::NbdUri;
+use sluice_server::PipelineMode;
+
+use crate::machine::Machine;
+use crate::matrix::Driver;
+use crate::presets::{self, PresetOptions};
+use crate::report::{self, Format};
+use crate::runner::{self, Endpoint, RunOptions, RunResult, ServerCpu};
+use crate::target::{Backing, EmbeddedConfig, EmbeddedServer};
+use crate::workload::{parse_duration, Handshake, Limit, Pattern, Rw, Size, Workload};
+
+/// `sluice bench`: measure an NBD server or local I/O.
+#[derive(Debug, Args)]
+#[command(args_conflicts_with_subcommands = true)]
+pub struct BenchCli {
+    #[command(subcommand)]
+    command: Option<BenchCommand>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum BenchCommand {
+    /// Run one workload, or the short standard set when no workload
+    /// option is given (what `sluice bench` alone does).
+    Run(RunArgs),
+    /// sluice, nbdkit, qemu-nbd and local I/O on one image, driven by
+    /// sluice's client and by fio, interleaved rounds, ratios to a baseline.
+    Compare(CompareArgs),
+    /// Run a named preset: pipelining, scaling, san, filesystem.
+    Preset {
+        #[command(subcommand)]
+        preset: PresetCommand,
+    },
+    #[command(flatten)]
+    Named(PresetCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum PresetCommand {
+    /// SPEC 1.3: sequential read/write, outstanding I/O 1-16 x 512 B-128 KiB,
+    /// server pipelining off vs fixed vs flexible (embedded server).
+    Pipelining {
+        #[command(flatten)]
+        common: PresetArgs,
+        /// Open the image with O_DIRECT (sizes below the device's
+        /// logical block size, usually 4 KiB, are then left out).
+        #[arg(long)]
+        direct: bool,
+    },
+    /// SPEC 1.1: 1-16 clients streaming 1 MiB records, read and write;
+    /// sluice vs nbdkit vs qemu-nbd vs local.
+    Scaling {
+        #[command(flatten)]
+        common: PresetArgs,
+        /// Requests each client keeps in flight.
+        #[arg(long, default_value_t = 1)]
+        qd: u32,
+    },
+    /// SPEC 1.2: 4 KiB QD1 latency, the 16-worker fio-style matrix, and 4 KiB
+    /// random writes vs 1-64 workers, as fractions of local I/O.
+    San {
+        #[command(flatten)]
+        common: PresetArgs,
+    },
+    /// ext4 on a loop device over nbdfuse: fio file workloads, sluice vs nbdkit.
+    Filesystem {
+        #[command(flatten)]
+        common: PresetArgs,
+    },
+}
+
+#[derive(Debug, Args)]
+struct PresetArgs {
+    /// Smaller images and shorter runs (every preset under 10 minutes).
+    #[arg(long)]
+    quick: bool,
+    /// Interleaved rounds (medians are taken over them).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    rounds: u32,
+    /// Length of each timed run (e.g. 500ms, 2s).
+    #[arg(long, value_parser = parse_duration)]
+    duration: Option<Duration>,
+    /// Folder for JSON and CSV results.
+    #[arg(long, default_value = "bench-results")]
+    out: PathBuf,
+    /// Folder for plots (default: the --out folder).
+    #[arg(long)]
+    plot_dir: Option<PathBuf>,
+    /// Image to serve (created and filled if missing; default: a
+    /// temporary file in /dev/shm, removed afterwards).
+    #[arg(long)]
+    image: Option<PathBuf>,
+    /// Image size when creating it.
+    #[arg(long)]
+    image_size: Option<Size>,
+    /// The sluice binary to run `serve` with (default: this program, or a
+    /// `sluice` beside it).
+    #[arg(long)]
+    sluice_bin: Option<PathBuf>,
+    /// Targets to include, comma-separated (sluice, nbdkit, qemu-nbd,
+    /// local; for pipelining: off, fixed, flexible).
+    #[arg(long, value_delimiter = ',')]
+    targets: Option<Vec<String>>,
+    /// Which client drives the load: own, fio or both.
+    #[arg(long, value_enum)]
+    driver: Option<Driver>,
+    /// Never show progress bars.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+impl PresetArgs {
+    fn options(&self, default_driver: Driver) -> PresetOptions {
+        PresetOptions {
+            quick: self.quick,
+            rounds: self.rounds,
+            duration: self.duration,
+            out_dir: self.out.clone(),
+            plot_dir: self.plot_dir.clone().unwrap_or_else(|| self.out.clone()),
+            image: self.image.clone(),
+            image_size: self.image_size.map(|s| s.0),
+            sluice_bin: self.sluice_bin.clone(),
+            targets: self.targets.clone(),
+            driver: self.driver.unwrap_or(default_driver),
+            progress: !self.no_progress,
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+struct CompareArgs {
+    #[command(flatten)]
+    common: PresetArgs,
+    /// Cases to run, comma-separated (default: all of randread-4k-qd1,
+    /// randread-4k-qd16, randwrite-4k-qd16, randread-4k-qd16-w2,
+    /// seqread-1m-qd8, seqwrite-1m-qd8).
+    #[arg(long, value_delimiter = ',')]
+    cases: Option<Vec<String>>,
+    /// Target the ratios are relative to.
+    #[arg(long, default_value = "nbdkit")]
+    baseline: String,
+}
+
+/// Options of a single run.
+#[derive(Debug, Args, Clone)]
+struct RunArgs {
+    /// Target any NBD server: nbd://HOST[:PORT]/EXPORT or
+    /// nbd+unix:///EXPORT?socket=PATH. Default: an embedded server.
+    #[arg(long, conflicts_with = "local")]
+    uri: Option<String>,
+    /// Local I/O baseline: pread/pwrite on this file or device (it is
+    /// written to by write workloads).
+    #[arg(long)]
+    local: Option<PathBuf>,
+    /// Embedded server's export: mem, tempfile, tempfile:DIR or file:PATH.
+    #[arg(long, default_value = "mem", value_parser = |s: &str| s.parse::<Backing>())]
+    backing: Backing,
+    /// Embedded export size.
+    #[arg(long, default_value = "512M")]
+    size: Size,
+    /// Embedded server pipelining: off, fixed or flexible.
+    #[arg(long)]
+    pipeline: Option<PipelineMode>,
+    /// Open the embedded server's file with O_DIRECT.
+    #[arg(long)]
+    direct: bool,
+    /// The --uri server's pid, for server CPU per operation.
+    #[arg(long)]
+    server_pid: Option<u32>,
+    /// Access pattern.
+    #[arg(long, value_enum)]
+    pattern: Option<Pattern>,
+    /// Reads, writes or both.
+    #[arg(long, value_enum)]
+    rw: Option<Rw>,
+    /// Percent of reads for --rw mixed.
+    #[arg(long, default_value_t = 70, value_parser = clap::value_parser!(u8).range(0..=100))]
+    read_pct: u8,
+    /// Block size (512, 4K, 1M, ...).
+    #[arg(long)]
+    bs: Option<Size>,
+    /// Requests each worker keeps in flight.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=4096))]
+    qd: Option<u32>,
+    /// Worker threads.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    workers: Option<u32>,
+    /// Workers share one connection (default: one each).
+    #[arg(long)]
+    shared: bool,
+    /// How long each workload runs (default 2s).
+    #[arg(long, value_parser = parse_duration, conflicts_with_all = ["bytes", "ops"])]
+    duration: Option<Duration>,
+    /// Stop after this many bytes (all workers together).
+    #[arg(long, conflicts_with = "ops")]
+    bytes: Option<Size>,
+    /// Stop after this many operations (all workers together).
+    #[arg(long)]
+    ops: Option<u64>,
+    /// Use only this many bytes of the export.
+    #[arg(long)]
+    region: Option<Size>,
+    /// Start of the region.
+    #[arg(long, default_value = "0")]
+    offset: Size,
+    /// Write a verifiable pattern and check every read.
+    #[arg(long)]
+    verify: bool,
+    /// Fill the region before measuring (always done for the embedded
+    /// server and when verifying).
+    #[arg(long)]
+    prefill: bool,
+    /// Seed for offsets, mix and data.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Handshake to negotiate: extended (headers, when offered),
+    /// structured (replies, as libnbd/fio) or simple.
+    #[arg(long, value_enum, default_value = "extended")]
+    handshake: Handshake,
+    /// What to print.
+    #[arg(long, value_enum, default_value = "table")]
+    format: Format,
+    /// Also write the results as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Also write the results as CSV here.
+    #[arg(long)]
+    csv: Option<PathBuf>,
+    /// Never show a progress bar.
+    #[arg(long)]
+    no_progress: bool,
+}
+
+impl RunArgs {
+    fn custom(&self) -> bool {
+        self.pattern.is_some()
+            || self.rw.is_some()
+            || self.bs.is_some()
+            || self.qd.is_some()
+            || self.workers.is_some()
+            || self.shared
+    }
+
+    fn limit(&self) -> Limit {
+        if let Some(b) = self.bytes {
+            Limit::Bytes(b.0)
+        } else if let Some(n) = self.ops {
+            Limit::Ops(n)
+        } else {
+            Limit::Time(self.duration.unwrap_or(Duration::from_secs(2)))
+        }
+    }
+
+    fn workloads(&self) -> Result<Vec<Workload>> {
+        let mut list = if self.custom() {
+            let bs = self.bs.map_or(4096, |s| s.0);
+            let bs = u32::try_from(bs)
+                .ok()
+                .filter(|b| *b > 0 && *b <= 32 << 20)
+                .ok_or_else(|| anyhow!("--bs {bs}: must be between 1 byte and 32 MiB"))?;
+            let mut w = Workload::new(
+                self.pattern.unwrap_or(Pattern::Rand),
+                self.rw.unwrap_or(Rw::Read),
+                bs,
+                self.qd.unwrap_or(16),
+            );
+            w.workers = self.workers.unwrap_or(1);
+            w.shared_connection = self.shared;
+            vec![w]
+        } else {
+            presets::standard_cases(Duration::from_secs(2))
+        };
+        for w in &mut list {
+            w.read_pct = self.read_pct;
+            w.limit = self.limit();
+            w.region_offset = self.offset.0;
+            w.region_len = self.region.map_or(0, |r| r.0);
+            w.verify = self.verify;
+            w.handshake = self.handshake;
+            if let Some(s) = self.seed {
+                w.seed = s;
+            }
+        }
+        Ok(list)
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct SingleReport {
+    machine: Machine,
+    target: String,
+    results: Vec<RunResult>,
+}
+
+fn run_single(args: RunArgs) -> Result<()> {
+    let workloads = args.workloads()?;
+    let mut _server = None;
+    let (endpoint, description, embedded) = if let Some(uri) = &args.uri {
+        let parsed: NbdUri = uri.parse().with_context(|| format!("--uri {uri}"))?;
+        (
+            Endpoint::Nbd {
+                uri: parsed,
+                server_cpu: args.server_pid.map_or(ServerCpu::Unknown, ServerCpu::Pid),
+            },
+            uri.clone(),
+            false,
+        )
+    } else if let Some(path) = &args.local {
+        (
+            Endpoint::Local { path: path.clone() },
+            format!("local {}", path.display()),
+            false,
+        )
+    } else {
+        let server = EmbeddedServer::start(&EmbeddedConfig {
+            backing: args.backing.clone(),
+            size: args.size.0,
+            pipeline: args.pipeline.unwrap_or_default(),
+            direct: args.direct,
+            spin_us: None,
+            io_threads: None,
+        })?;
+        let ep = Endpoint::Nbd {
+            uri: server.uri().clone(),
+            server_cpu: ServerCpu::OwnThreads,
+        };
+        let d = server.description().to_owned();
+        _server = Some(server);
+        (ep, d, true)
+    };
+    let label = if embedded {
+        "embedded".to_owned()
+    } else if args.local.is_some() {
+        "local".into()
+    } else {
+        "uri".into()
+    };
+    // An embedded export starts empty: fill it once so reads move data.
+    let reads = workloads.iter().any(Workload::reads);
+    if (args.prefill || (embedded && reads)) && !args.verify {
+        let size = endpoint.size()?;
+        let region = workloads[0]
+            .region(size)
+            .map_err(|e| anyhow!("workload {}: {e}", workloads[0].label()))?;
+        runner::prefill(&endpoint, region, 0, false)?;
+    }
+    let show = !args.no_progress;
+    let mut results = Vec::new();
+    for w in &workloads {
+        let r = runner::run_workload(
+            &endpoint,
+            w,
+            &RunOptions {
+                progress: show,
+                prefill: false,
+                target_label: label.clone(),
+            },
+        )
+        .with_context(|| format!("{} against {description}", w.label()))?;
+        if args.format == Format::Table && show && workloads.len() > 1 {
+            eprintln!("{}: {} IOPS", r.case, report::iops(r.iops));
+        }
+        results.push(r);
+    }
+    let single = SingleReport {
+        machine: Machine::probe(),
+        target: description.clone(),
+        results,
+    };
+    match args.format {
+        Format::Table => {
+            println!("target: {description}");
+            println!("machine: {}", single.machine.line());
+            print!("{}", report::results_table(&single.results).render());
+            if args.verify {
+                let v: u64 = single.results.iter().map(|r| r.verified_reads).sum();
+                println!("verified {v} reads: all matched");
+            }
+        }
+        Format::Json => {
+            let text = serde_json::to_string_pretty(&single).context("cannot encode JSON")?;
+            println!("{text}");
+        }
+        Format::Csv => print!("{}", report::results_csv(&single.results)),
+    }
+    if let Some(p) = &args.json {
+        report::write_json(p, &single)?;
+    }
+    if let Some(p) = &args.csv {
+        report::write_text(p, &report::results_csv(&single.results))?;
+    }
+    Ok(())
+}
+
+fn run_preset(p: PresetCommand) -> Result<()> {
+    match p {
+        PresetCommand::Pipelining { common, direct } => {
+            let o = common.options(Driver::Own);
+            presets::check_out_dir(&o.out_dir)?;
+            presets::pipelining(&o, direct).map(drop)
+        }
+        PresetCommand::Scaling { common, qd } => {
+            let o = common.options(Driver::Own);
+            presets::check_out_dir(&o.out_dir)?;
+            presets::scaling(&o, qd).map(drop)
+        }
+        PresetCommand::San { common } => {
+            let o = common.options(Driver::Own);
+            presets::check_out_dir(&o.out_dir)?;
+            presets::san(&o).map(drop)
+        }
+        PresetCommand::Filesystem { common } => {
+            let o = common.options(Driver::Own);
+            presets::check_out_dir(&o.out_dir)?;
+            crate::fsbench::filesystem(&o).map(drop)
+        }
+    }
+}
+
+/// Runs `sluice bench` with parsed arguments.
+pub fn run(cli: BenchCli) -> Result<()> {
+    match cli.command {
+        None => run_single(cli.run),
+        Some(BenchCommand::Run(a)) => run_single(a),
+        Some(BenchCommand::Compare(a)) => {
+            let o = a.common.options(Driver::Both);
+            presets::check_out_dir(&o.out_dir)?;
+            let report = presets::compare(&o, a.cases.as_deref(), &a.baseline)?;
+            if report.runs.runs.is_empty() {
+                bail!("every run failed; see the messages above");
+            }
+            Ok(())
+        }
+        Some(BenchCommand::Preset { preset }) | Some(BenchCommand::Named(preset)) => {
+            run_preset(preset)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Top {
+        #[command(flatten)]
+        bench: BenchCli,
+    }
+
+    fn parse(args: &[&str]) -> Result<BenchCli, clap::Error> {
+        let mut v = vec!["bench"];
+        v.extend_from_slice(args);
+        Top::try_parse_from(v).map(|t| t.bench)
+    }
+
+    #[test]
+    fn command_lines_parse() {
+        let c = parse(&[]).unwrap();
+        assert!(c.command.is_none() && !c.run.custom());
+        let c = parse(&[
+            "--rw",
+            "mixed",
+            "--read-pct",
+            "30",
+            "--bs",
+            "64K",
+            "--qd",
+            "4",
+        ])
+        .unwrap();
+        let w = c.run.workloads().unwrap();
+        assert_eq!(w.len(), 1);
+        assert_eq!(
+            (w[0].read_pct, w[0].block_size, w[0].queue_depth),
+            (30, 65536, 4)
+        );
+        assert!(matches!(
+            parse(&["san", "--quick"]).unwrap().command,
+            Some(BenchCommand::Named(PresetCommand::San { .. }))
+        ));
+        assert!(matches!(
+            parse(&["preset", "pipelining", "--direct"])
+                .unwrap()
+                .command,
+            Some(BenchCommand::Preset {
+                preset: PresetCommand::Pipelining { direct: true, .. }
+            })
+        ));
+        assert!(matches!(
+            parse(&["compare", "--driver", "fio", "--rounds", "3"])
+                .unwrap()
+                .command,
+            Some(BenchCommand::Compare(_))
+        ));
+    }
+
+    #[test]
+    fn bad_input_is_refused() {
+        assert!(parse(&["--read-pct", "101"]).is_err());
+        assert!(parse(&["--qd", "0"]).is_err());
+        assert!(parse(&["--duration", "2s", "--ops", "5"]).is_err());
+        assert!(parse(&["--uri", "nbd://x/", "--local", "/tmp/x"]).is_err());
+        assert!(parse(&["--bs", "4Q"]).is_err());
+        assert!(parse(&["--backing", "disk"]).is_err());
+        assert!(parse(&["compare", "--rounds", "0"]).is_err());
+        let c = parse(&["--bs", "64M"]).unwrap();
+        assert!(c.run.workloads().is_err());
+    }
+}

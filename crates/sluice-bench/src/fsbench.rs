@@ -1,0 +1,507 @@
+//! The `filesystem` preset: a real filesystem over an NBD server.
+//! nbdfuse exposes the export as a file, a loop device carries ext4 on
+//! it, and fio runs file workloads there; the same on nbdkit. Every mount,
+//! loop device and FUSE mount is undone on the way out, also on failure.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+use crate::machine::Machine;
+use crate::matrix::{self, Failure, MatrixRuns, Measured};
+use crate::peers::{self, PeerServer, PeerSpec};
+use crate::plot::{self, Chart, Panel, Series, XAxis};
+use crate::presets::{Image, PresetOptions, PresetReport};
+use crate::report::{self, num, Table};
+use crate::runner::RunResult;
+
+/// One fio job on the mounted filesystem.
+struct FsJob {
+    name: &'static str,
+    args: Vec<String>,
+    /// Compare on MiB/s rather than IOPS.
+    bandwidth: bool,
+}
+
+fn jobs(quick: bool, runtime: Duration) -> Vec<FsJob> {
+    let file = if quick { "64M" } else { "256M" };
+    let big = if quick { "128M" } else { "512M" };
+    let rt = format!("--runtime={}ms", runtime.as_millis().max(1));
+    let common = |name: &str| -> Vec<String> {
+        vec![
+            format!("--name={name}"),
+            "--ioengine=psync".into(),
+            "--direct=1".into(),
+            "--group_reporting".into(),
+            "--output-format=json".into(),
+            "--lat_percentiles=1".into(),
+            "--percentile_list=50:90:99:99.9".into(),
+            rt.clone(),
+            "--time_based".into(),
+        ]
+    };
+    let with = |name: &'static str, extra: &[&str], bandwidth: bool| {
+        let mut args = common(name);
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        FsJob {
+            name,
+            args,
+            bandwidth,
+        }
+    };
+    vec![
+        with(
+            "randrw70-4k-4jobs",
+            &[
+                "--rw=randrw",
+                "--rwmixread=70",
+                "--bs=4k",
+                "--numjobs=4",
+                &format!("--size={file}"),
+            ],
+            false,
+        ),
+        with(
+            "randwrite-4k-fsync",
+            &[
+                "--rw=randwrite",
+                "--bs=4k",
+                "--fsync=1",
+                "--numjobs=1",
+                &format!("--size={file}"),
+            ],
+            false,
+        ),
+        with(
+            "seqwrite-1m",
+            &[
+                "--rw=write",
+                "--bs=1M",
+                "--numjobs=1",
+                &format!("--size={big}"),
+                "--filename=seq.dat",
+            ],
+            true,
+        ),
+        with(
+            "seqread-1m",
+            &[
+                "--rw=read",
+                "--bs=1M",
+                "--numjobs=1",
+                &format!("--size={big}"),
+                "--filename=seq.dat",
+            ],
+            true,
+        ),
+    ]
+}
+
+fn run(cmd: &str, args: &[&str]) -> Result<String> {
+    let out = Command::new(cmd)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run {cmd}"))?;
+    if !out.status.success() {
+        bail!(
+            "{cmd} {} failed ({}): {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// Why this machine cannot run the preset, if it cannot.
+fn missing_prerequisite() -> Option<String> {
+    for tool in ["nbdfuse", "losetup", "mkfs.ext4", "mount", "umount", "fio"] {
+        if peers::which(tool).is_none() {
+            return Some(format!(
+                "{tool} is not installed (apt-get install nbdfuse fio util-linux e2fsprogs)"
+            ));
+        }
+    }
+    if !Path::new("/dev/fuse").exists() {
+        return Some("/dev/fuse is missing (no FUSE in this kernel or container)".into());
+    }
+    if !Path::new("/dev/loop-control").exists() {
+        return Some("/dev/loop-control is missing (no loop devices here)".into());
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("loop devices and mounts need root".into());
+    }
+    None
+}
+
+/// The stack server → nbdfuse → loop → ext4, torn down in reverse on drop.
+struct Stack {
+    server: Option<PeerServer>,
+    workdir: tempfile::TempDir,
+    fuse_mounted: bool,
+    nbdfuse: Option<Child>,
+    loopdev: Option<String>,
+    mounted: bool,
+}
+
+impl Stack {
+    fn fuse_dir(&self) -> PathBuf {
+        self.workdir.path().join("fuse")
+    }
+
+    fn mnt(&self) -> PathBuf {
+        self.workdir.path().join("mnt")
+    }
+
+    fn build(spec: &PeerSpec, image: &Path) -> Result<Self> {
+        let workdir = tempfile::Builder::new()
+            .prefix("sluice-bench-fs-")
+            .tempdir()
+            .context("cannot create a work folder")?;
+        let mut s = Self {
+            server: Some(PeerServer::start(spec, image)?),
+            workdir,
+            fuse_mounted: false,
+            nbdfuse: None,
+            loopdev: None,
+            mounted: false,
+        };
+        std::fs::create_dir_all(s.fuse_dir()).context("cannot create the FUSE mount point")?;
+        std::fs::create_dir_all(s.mnt()).context("cannot create the mount point")?;
+        let uri = s
+            .server
+            .as_ref()
+            .map(PeerServer::uri_string)
+            .unwrap_or_default();
+        let disk = s.fuse_dir().join("disk");
+        let child = Command::new("nbdfuse")
+            .arg(&disk)
+            .arg(&uri)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .context("cannot start nbdfuse")?;
+        s.nbdfuse = Some(child);
+        s.fuse_mounted = true;
+        let end = Instant::now() + Duration::from_secs(15);
+        while !disk.exists() {
+            if let Some(c) = s.nbdfuse.as_mut() {
+                if let Ok(Some(status)) = c.try_wait() {
+                    bail!(
+                        "nbdfuse exited with {status} before {} appeared",
+                        disk.display()
+                    );
+                }
+            }
+            if Instant::now() > end {
+                bail!("nbdfuse did not expose {} within 15 s", disk.display());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let disk_s = disk.display().to_string();
+        // Direct I/O on the loop device, so the backing file's page cache
+        // does not absorb the workload before it reaches the server.
+        let dev = run("losetup", &["-f", "--show", "--direct-io=on", &disk_s])
+            .or_else(|_| run("losetup", &["-f", "--show", &disk_s]))?;
+        if !dev.starts_with("/dev/") {
+            bail!("losetup printed {dev:?}, not a device");
+        }
+        s.loopdev = Some(dev.clone());
+        run("mkfs.ext4", &["-q", "-F", "-E", "nodiscard", &dev])?;
+        let mnt = s.mnt().display().to_string();
+        run("mount", &["-t", "ext4", &dev, &mnt])?;
+        s.mounted = true;
+        Ok(s)
+    }
+
+    fn server_pid(&self) -> Option<u32> {
+        self.server.as_ref().and_then(PeerServer::pid)
+    }
+
+    fn teardown(&mut self) {
+        let mnt = self.mnt().display().to_string();
+        if self.mounted {
+            if run("umount", &[&mnt]).is_err() {
+                let _ = run("umount", &["-l", &mnt]);
+            }
+            self.mounted = false;
+        }
+        if let Some(dev) = self.loopdev.take() {
+            if let Err(e) = run("losetup", &["-d", &dev]) {
+                eprintln!("warning: {e:#}");
+            }
+        }
+        if self.fuse_mounted {
+            let fuse = self.fuse_dir().display().to_string();
+            let ok = run("fusermount3", &["-u", &fuse]).is_ok()
+                || run("fusermount", &["-u", &fuse]).is_ok()
+                || run("umount", &[&fuse]).is_ok()
+                || run("umount", &["-l", &fuse]).is_ok();
+            if !ok {
+                eprintln!("warning: could not unmount {fuse}");
+            }
+            self.fuse_mounted = false;
+        }
+        if let Some(mut c) = self.nbdfuse.take() {
+            let end = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < end {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if let Ok(None) = c.try_wait() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+        if let Some(mut s) = self.server.take() {
+            s.stop();
+        }
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        self.teardown();
+    }
+}
+
+fn run_job(stack: &Stack, job: &FsJob, label: &str) -> Result<RunResult> {
+    let mnt = stack.mnt();
+    let server_before = stack.server_pid().and_then(crate::cpu::process_cpu);
+    let client_before = crate::cpu::children_cpu();
+    let out = Command::new("fio")
+        .args(&job.args)
+        .arg(format!("--directory={}", mnt.display()))
+        .stdin(Stdio::null())
+        .output()
+        .context("cannot run fio")?;
+    let client = crate::cpu::children_cpu().saturating_sub(client_before);
+    let server_after = stack.server_pid().and_then(crate::cpu::process_cpu);
+    if !out.status.success() {
+        bail!(
+            "fio {} failed ({}): {}",
+            job.name,
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    let mut r = peers::parse_fio_json(&String::from_utf8_lossy(&out.stdout))?;
+    r.target = label.to_owned();
+    r.driver = "fio-ext4".into();
+    r.case = job.name.to_owned();
+    r.client_cpu_s = client.as_secs_f64();
+    r.server_cpu_s = match (server_before, server_after) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a).as_secs_f64()),
+        _ => None,
+    };
+    Ok(r)
+}
+
+/// Runs the preset: sluice and nbdkit (and qemu-nbd if asked), `rounds`
+/// interleaved, ratios to nbdkit.
+pub fn filesystem(opts: &PresetOptions) -> Result<PresetReport> {
+    let machine = Machine::probe();
+    let duration = opts
+        .duration
+        .unwrap_or(Duration::from_secs(if opts.quick { 5 } else { 20 }));
+    let size = opts
+        .image_size
+        .unwrap_or(if opts.quick { 1 << 30 } else { 4 << 30 });
+    let mut notes = Vec::new();
+    let t0 = Instant::now();
+    let mut runs = MatrixRuns::default();
+    let targets: Vec<PeerSpec> = if let Some(why) = missing_prerequisite() {
+        let msg = format!("filesystem preset skipped: {why}");
+        eprintln!("{msg}");
+        notes.push(msg);
+        Vec::new()
+    } else {
+        let names: Vec<&str> = ["sluice", "nbdkit", "qemu-nbd"]
+            .into_iter()
+            .filter(|n| {
+                opts.targets
+                    .as_ref()
+                    .map_or(*n != "qemu-nbd", |t| t.iter().any(|x| x == n))
+            })
+            .collect();
+        let (found, skipped) = peers::available_peers(&names, opts.sluice_bin.as_deref());
+        for s in skipped {
+            eprintln!("{s}");
+            notes.push(s);
+        }
+        found
+    };
+    let image = if targets.is_empty() {
+        None
+    } else {
+        Some(Image::prepare(
+            opts.image.as_deref(),
+            None,
+            "filesystem",
+            size,
+        )?)
+    };
+    let jobs = jobs(opts.quick, duration);
+    if let Some(image) = &image {
+        notes.push(format!(
+            "nbdfuse -> loop (direct I/O) -> ext4 (mkfs each time) over a {} MiB image at {}; fio psync O_DIRECT on files",
+            size >> 20,
+            image.path().display()
+        ));
+        let n = targets.len();
+        for round in 0..opts.rounds {
+            for k in 0..n {
+                let spec = &targets[(k + round as usize) % n];
+                let stack = match Stack::build(spec, image.path()) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        eprintln!("round {round} {}: {e:#}", spec.label);
+                        runs.failures.push(Failure {
+                            round,
+                            target: spec.label.clone(),
+                            driver: "fio-ext4".into(),
+                            case: String::new(),
+                            error: format!("{e:#}"),
+                        });
+                        continue;
+                    }
+                };
+                for job in &jobs {
+                    match run_job(&stack, job, &spec.label) {
+                        Ok(r) => {
+                            eprintln!(
+                                "round {round} {:<10} {:<20} {:>9} IOPS {:>8} MiB/s  srv {} us/op",
+                                spec.label,
+                                job.name,
+                                report::iops(r.iops),
+                                num(r.mib_s),
+                                r.server_us_per_op().map_or_else(|| "-".into(), num)
+                            );
+                            runs.runs.push(Measured { round, result: r });
+                        }
+                        Err(e) => {
+                            eprintln!("round {round} {} {}: {e:#}", spec.label, job.name);
+                            runs.failures.push(Failure {
+                                round,
+                                target: spec.label.clone(),
+                                driver: "fio-ext4".into(),
+                                case: job.name.into(),
+                                error: format!("{e:#}"),
+                            });
+                        }
+                    }
+                }
+                drop(stack);
+            }
+        }
+    }
+    runs.wall_s = t0.elapsed().as_secs_f64();
+    let summaries = matrix::summarise(&runs.runs, "nbdkit");
+    let report = PresetReport {
+        preset: "filesystem".into(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        machine,
+        loadavg_end: Machine::probe().loadavg,
+        quick: opts.quick,
+        rounds: opts.rounds,
+        duration_s: duration.as_secs_f64(),
+        image_bytes: size,
+        notes,
+        summaries,
+        runs,
+    };
+    report::write_json(&opts.out_dir.join("filesystem.json"), &report)?;
+    println!(
+        "# filesystem ({} round(s), {:.0} s per job, wall {:.0} s)",
+        report.rounds, report.duration_s, report.runs.wall_s
+    );
+    println!("machine: {}", report.machine.line());
+    for n in &report.notes {
+        println!("note: {n}");
+    }
+    for f in &report.runs.failures {
+        println!(
+            "failed: round {} {} {}: {}",
+            f.round, f.target, f.case, f.error
+        );
+    }
+    if report.summaries.is_empty() {
+        return Ok(report);
+    }
+    let mut t = Table::new([
+        "job",
+        "target",
+        "IOPS",
+        "min-max",
+        "MiB/s",
+        "p50 us",
+        "p99 us",
+        "srv us/op",
+        "x nbdkit",
+    ]);
+    for s in &report.summaries {
+        t.row([
+            s.case.clone(),
+            s.target.clone(),
+            report::iops(s.iops.median),
+            format!("{}-{}", report::iops(s.iops.min), report::iops(s.iops.max)),
+            num(s.mib_s.median),
+            num(s.p50_us),
+            num(s.p99_us),
+            s.server_us_per_op.map_or_else(|| "-".into(), num),
+            s.ratio.map_or_else(|| "-".into(), |r| format!("{r:.2}")),
+        ]);
+    }
+    println!("\nfio on ext4 over nbdfuse + loop (median of rounds)");
+    print!("{}", t.render());
+    report::write_text(&opts.out_dir.join("filesystem-table.md"), &t.markdown())?;
+    let panels = jobs
+        .iter()
+        .map(|job| Panel {
+            title: format!(
+                "{} ({})",
+                job.name,
+                if job.bandwidth { "MiB/s" } else { "IOPS" }
+            ),
+            series: targets
+                .iter()
+                .map(|spec| Series {
+                    name: spec.label.clone(),
+                    points: report
+                        .runs
+                        .runs
+                        .iter()
+                        .filter(|m| m.result.case == job.name && m.result.target == spec.label)
+                        .map(|m| {
+                            let y = if job.bandwidth {
+                                m.result.mib_s
+                            } else {
+                                m.result.iops
+                            };
+                            (f64::from(m.round + 1), y)
+                        })
+                        .collect(),
+                })
+                .collect(),
+        })
+        .collect();
+    plot::draw_or_warn(
+        &Chart {
+            title: "Filesystem over NBD (ext4 on nbdfuse + loop): each round".into(),
+            x_label: "round".into(),
+            y_label: "IOPS or MiB/s".into(),
+            x_axis: XAxis::Linear,
+            columns: 2,
+            panels,
+        },
+        &opts.plot_dir.join("bench-filesystem"),
+    );
+    Ok(report)
+}

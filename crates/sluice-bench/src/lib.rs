@@ -1,0 +1,34 @@
+//! sluice's load generator (`sluice bench`).
+//!
+//! - [`workload`]: what a run does (pattern, mix, block size, queue depth,
+//!   workers, limit) and each worker's operation generator.
+//! - [`runner`]: runs a workload against an NBD server (one thread per
+//!   worker running the pipelined `Connection` hot loop) or local I/O,
+//!   with fixed-bound latency histograms ([`hist`]), CPU accounting
+//!   ([`cpu`]) and optional data verification ([`verify`]).
+//! - [`target`]: the embedded in-process server; [`peers`]: sluice,
+//!   nbdkit and qemu-nbd as processes, and fio as a second client.
+//! - [`matrix`]: cases × targets × drivers, interleaved over rounds, with
+//!   medians, spread and ratios ([`stats`]).
+//! - [`presets`] and [`fsbench`]: the papers' experiments and `compare`;
+//!   [`report`] and [`plot`]: tables, CSV, JSON, SVG/PNG.
+//! - [`cli`]: the command line; the `sluice` binary flattens
+//!   [`cli::BenchCli`] into its `bench` subcommand.
+
+pub mod cli;
+pub mod cpu;
+pub mod fsbench;
+pub mod hist;
+pub mod machine;
+pub mod matrix;
+pub mod peers;
+pub mod plot;
+pub mod presets;
+pub mod report;
+pub mod runner;
+pub mod stats;
+pub mod target;
+pub mod verify;
+pub mod workload;
+
+pub use cli::{run, BenchCli};

@@ -1,0 +1,779 @@
+//! The papers' experiments as named presets, and the side-by-side
+//! comparison they build on. Each writes JSON (every run plus the
+//! medians), prints tables, and draws a plot.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use sluice_server::PipelineMode;
+
+use crate::machine::Machine;
+use crate::matrix::{self, Driver, Matrix, MatrixRuns, Summary, TargetEntry, TargetKind};
+use crate::peers;
+use crate::plot::{self, Chart, Panel, Series, XAxis};
+use crate::report::{self, num, Table};
+use crate::target::{Backing, EmbeddedConfig};
+use crate::workload::{format_size, Limit, Pattern, Rw, Workload};
+
+/// Options every preset and `compare` share.
+#[derive(Debug, Clone)]
+pub struct PresetOptions {
+    /// Smaller sizes and shorter runs (each preset under 10 minutes).
+    pub quick: bool,
+    /// Interleaved rounds.
+    pub rounds: u32,
+    /// Seconds per timed run (overrides the preset's default).
+    pub duration: Option<Duration>,
+    /// Where JSON and CSV go.
+    pub out_dir: PathBuf,
+    /// Where plots go (`bench-NAME.svg`, `bench-NAME.png`).
+    pub plot_dir: PathBuf,
+    /// Image to serve (created if missing); default: a temporary one.
+    pub image: Option<PathBuf>,
+    /// Image size when created.
+    pub image_size: Option<u64>,
+    /// The sluice binary for `serve` (default: found beside this one).
+    pub sluice_bin: Option<PathBuf>,
+    /// Targets to include (default: all the preset knows).
+    pub targets: Option<Vec<String>>,
+    /// Client(s) driving the load.
+    pub driver: Driver,
+    /// Progress bars on a terminal.
+    pub progress: bool,
+}
+
+impl PresetOptions {
+    fn duration(&self, quick: f64, full: f64) -> Duration {
+        self.duration
+            .unwrap_or_else(|| Duration::from_secs_f64(if self.quick { quick } else { full }))
+    }
+
+    fn size(&self, quick: u64, full: u64) -> u64 {
+        self.image_size
+            .unwrap_or(if self.quick { quick } else { full })
+    }
+
+    fn wants(&self, target: &str) -> bool {
+        self.targets
+            .as_ref()
+            .is_none_or(|t| t.iter().any(|x| x == target))
+    }
+}
+
+/// An image file, deleted afterwards if this run created it.
+#[derive(Debug)]
+pub struct Image {
+    path: PathBuf,
+    remove: bool,
+}
+
+impl Image {
+    /// `given`, or a new file `sluice-bench-NAME.img` in `dir` (default
+    /// /dev/shm when present, else the temp dir), filled to `size`.
+    pub fn prepare(
+        given: Option<&Path>,
+        dir: Option<&Path>,
+        name: &str,
+        size: u64,
+    ) -> Result<Self> {
+        let (path, remove) = match given {
+            Some(p) => (p.to_path_buf(), false),
+            None => {
+                let dir = dir.map(Path::to_path_buf).unwrap_or_else(|| {
+                    let shm = PathBuf::from("/dev/shm");
+                    if shm.is_dir() {
+                        shm
+                    } else {
+                        std::env::temp_dir()
+                    }
+                });
+                (
+                    dir.join(format!("sluice-bench-{name}-{}.img", std::process::id())),
+                    true,
+                )
+            }
+        };
+        eprintln!("image: {} ({} bytes)", path.display(), size);
+        peers::ensure_image(&path, size)?;
+        Ok(Self { path, remove })
+    }
+
+    /// Its path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        if self.remove {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// What a preset or comparison writes to JSON.
+#[derive(Debug, Serialize)]
+pub struct PresetReport {
+    /// Preset name.
+    pub preset: String,
+    /// The command that produced it.
+    pub command: String,
+    /// The machine.
+    pub machine: Machine,
+    /// Load average when it ended.
+    pub loadavg_end: String,
+    /// Quick sizes.
+    pub quick: bool,
+    /// Rounds.
+    pub rounds: u32,
+    /// Seconds per timed run.
+    pub duration_s: f64,
+    /// Image size.
+    pub image_bytes: u64,
+    /// Notes (skipped targets, caveats).
+    pub notes: Vec<String>,
+    /// Medians over rounds.
+    pub summaries: Vec<Summary>,
+    /// Every run.
+    #[serde(flatten)]
+    pub runs: MatrixRuns,
+}
+
+fn command_line() -> String {
+    std::env::args().collect::<Vec<_>>().join(" ")
+}
+
+/// Peers (and local) as targets; messages for those skipped.
+fn peer_targets(opts: &PresetOptions, with_local: bool) -> (Vec<TargetEntry>, Vec<String>) {
+    let names: Vec<&str> = ["sluice", "nbdkit", "qemu-nbd"]
+        .into_iter()
+        .filter(|n| opts.wants(n))
+        .collect();
+    let (found, skipped) = peers::available_peers(&names, opts.sluice_bin.as_deref());
+    for s in &skipped {
+        eprintln!("{s}");
+    }
+    let mut targets: Vec<TargetEntry> = found
+        .into_iter()
+        .map(|p| TargetEntry {
+            label: p.label.clone(),
+            kind: TargetKind::Peer(p),
+        })
+        .collect();
+    if with_local && opts.wants("local") {
+        targets.push(TargetEntry {
+            label: "local".into(),
+            kind: TargetKind::Local,
+        });
+    }
+    (targets, skipped)
+}
+
+/// What a preset knew before it ran.
+struct Meta {
+    machine: Machine,
+    duration: Duration,
+    image_bytes: u64,
+    notes: Vec<String>,
+}
+
+fn finish(
+    name: &str,
+    opts: &PresetOptions,
+    meta: Meta,
+    runs: MatrixRuns,
+    baseline: &str,
+) -> Result<PresetReport> {
+    let Meta {
+        machine,
+        duration,
+        image_bytes,
+        notes,
+    } = meta;
+    let summaries = matrix::summarise(&runs.runs, baseline);
+    let report = PresetReport {
+        preset: name.to_owned(),
+        command: command_line(),
+        machine,
+        loadavg_end: Machine::probe().loadavg,
+        quick: opts.quick,
+        rounds: opts.rounds,
+        duration_s: duration.as_secs_f64(),
+        image_bytes,
+        notes,
+        summaries,
+        runs,
+    };
+    let json = opts.out_dir.join(format!("{name}.json"));
+    report::write_json(&json, &report)?;
+    let csv = opts.out_dir.join(format!("{name}.csv"));
+    let results: Vec<_> = report.runs.runs.iter().map(|m| m.result.clone()).collect();
+    report::write_text(&csv, &report::results_csv(&results))?;
+    eprintln!("results: {} and {}", json.display(), csv.display());
+    Ok(report)
+}
+
+fn print_header(report: &PresetReport) {
+    println!(
+        "# {} ({} round(s), {:.1} s per run, wall {:.0} s)",
+        report.preset, report.rounds, report.duration_s, report.runs.wall_s
+    );
+    println!("machine: {}", report.machine.line());
+    for n in &report.notes {
+        println!("note: {n}");
+    }
+    if !report.runs.failures.is_empty() {
+        println!("{} run(s) failed:", report.runs.failures.len());
+        for f in &report.runs.failures {
+            println!(
+                "  round {} {} {} {}: {}",
+                f.round, f.target, f.driver, f.case, f.error
+            );
+        }
+    }
+}
+
+fn labels(targets: &[TargetEntry]) -> Vec<String> {
+    targets.iter().map(|t| t.label.clone()).collect()
+}
+
+// ---------------------------------------------------------------- compare
+
+/// The standard comparison cases (as /work/shared/tools/fio-peers).
+pub fn standard_cases(duration: Duration) -> Vec<Workload> {
+    let mk = |p, rw, bs: u32, qd, workers| {
+        let mut w = Workload::new(p, rw, bs, qd);
+        w.workers = workers;
+        w.limit = Limit::Time(duration);
+        w
+    };
+    vec![
+        mk(Pattern::Rand, Rw::Read, 4096, 1, 1),
+        mk(Pattern::Rand, Rw::Read, 4096, 16, 1),
+        mk(Pattern::Rand, Rw::Write, 4096, 16, 1),
+        mk(Pattern::Rand, Rw::Read, 4096, 16, 2),
+        mk(Pattern::Seq, Rw::Read, 1 << 20, 8, 1),
+        mk(Pattern::Seq, Rw::Write, 1 << 20, 8, 1),
+    ]
+}
+
+/// `sluice bench compare`: sluice, nbdkit, qemu-nbd and local I/O on one
+/// image, own client and fio, interleaved rounds, ratios to `baseline`.
+pub fn compare(
+    opts: &PresetOptions,
+    cases: Option<&[String]>,
+    baseline: &str,
+) -> Result<PresetReport> {
+    let machine = Machine::probe();
+    let duration = opts.duration(1.0, 3.0);
+    let mut all = standard_cases(duration);
+    if let Some(names) = cases {
+        for n in names {
+            if !all.iter().any(|w| &w.label() == n) {
+                bail!(
+                    "unknown case {n:?}; cases are {}",
+                    all.iter()
+                        .map(Workload::label)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+        }
+        all.retain(|w| names.contains(&w.label()));
+    }
+    let size = opts.size(256 << 20, 1 << 30);
+    let image = Image::prepare(opts.image.as_deref(), None, "compare", size)?;
+    let (targets, notes) = peer_targets(opts, true);
+    if targets.is_empty() {
+        bail!("no target can run here");
+    }
+    let mut notes = notes;
+    if opts.driver != Driver::Own && peers::which("fio").is_none() {
+        notes.push("fio is not installed: fio-driven runs fail (apt-get install fio)".into());
+    }
+    let m = Matrix {
+        targets: targets.clone(),
+        drivers: opts.driver.expand(),
+        cases: all,
+        rounds: opts.rounds,
+        image: image.path().to_path_buf(),
+        progress: opts.progress,
+    };
+    let runs = matrix::run(&m);
+    let report = finish(
+        "compare",
+        opts,
+        Meta {
+            machine,
+            duration,
+            image_bytes: size,
+            notes,
+        },
+        runs,
+        baseline,
+    )?;
+    print_header(&report);
+    println!("\nmedian IOPS (ratio to {baseline})");
+    print!(
+        "{}",
+        matrix::pivot_table(&report.summaries, &labels(&targets), false).render()
+    );
+    println!("\ndetails (median over rounds; min-max of IOPS)");
+    print!(
+        "{}",
+        matrix::summary_table(&report.summaries, baseline).render()
+    );
+    Ok(report)
+}
+
+// ---------------------------------------------------------------- pipelining
+
+const PIPE_MODES: [(&str, PipelineMode); 3] = [
+    ("off", PipelineMode::Off),
+    ("fixed", PipelineMode::Fixed),
+    ("flexible", PipelineMode::Flexible),
+];
+const PIPE_QDS: [u32; 5] = [1, 2, 4, 8, 16];
+const PIPE_BS: [u32; 6] = [512, 2048, 8192, 32768, 65536, 131072];
+
+/// SPEC 1.3: sequential read-only and write-only, outstanding I/O 1–16 ×
+/// 512 B–128 KiB, server pipelining off vs fixed vs flexible.
+pub fn pipelining(opts: &PresetOptions, direct: bool) -> Result<PresetReport> {
+    let machine = Machine::probe();
+    let duration = opts.duration(0.3, 1.0);
+    let size = opts.size(256 << 20, 1 << 30);
+    // O_DIRECT needs a real filesystem (not tmpfs): then use the temp dir.
+    let tmp = std::env::temp_dir();
+    let image = Image::prepare(
+        opts.image.as_deref(),
+        direct.then_some(tmp.as_path()),
+        "pipelining",
+        size,
+    )?;
+    let targets: Vec<TargetEntry> = PIPE_MODES
+        .iter()
+        .filter(|(l, _)| opts.wants(l))
+        .map(|(label, mode)| TargetEntry {
+            label: (*label).to_owned(),
+            kind: TargetKind::Embedded(EmbeddedConfig {
+                backing: Backing::File(image.path().to_path_buf()),
+                size,
+                pipeline: *mode,
+                direct,
+                spin_us: None,
+                io_threads: None,
+            }),
+        })
+        .collect();
+    let mut cases = Vec::new();
+    for rw in [Rw::Read, Rw::Write] {
+        for bs in PIPE_BS {
+            if direct && bs < 4096 {
+                continue;
+            }
+            for qd in PIPE_QDS {
+                let mut w = Workload::new(Pattern::Seq, rw, bs, qd);
+                w.limit = Limit::Time(duration);
+                cases.push(w);
+            }
+        }
+    }
+    let mut notes = vec![format!(
+        "embedded sluice server on {} ({}), same process as the client",
+        image.path().display(),
+        if direct { "O_DIRECT" } else { "page cache" }
+    )];
+    if direct {
+        notes.push("O_DIRECT: 512 B and 2 KiB left out (below the 4 KiB minimum block)".into());
+    }
+    let m = Matrix {
+        targets: targets.clone(),
+        drivers: vec!["own"],
+        cases,
+        rounds: opts.rounds,
+        image: image.path().to_path_buf(),
+        progress: opts.progress,
+    };
+    let runs = matrix::run(&m);
+    let name = if direct {
+        "pipelining-direct"
+    } else {
+        "pipelining"
+    };
+    let report = finish(
+        name,
+        opts,
+        Meta {
+            machine,
+            duration,
+            image_bytes: size,
+            notes,
+        },
+        runs,
+        "off",
+    )?;
+    print_header(&report);
+    let get = |rw: &str, bs: u32, qd: u32, mode: &str| {
+        let case = format!("seq{rw}-{}-qd{qd}", format_size(u64::from(bs)));
+        report
+            .summaries
+            .iter()
+            .find(|s| s.case == case && s.target == mode)
+    };
+    let mut t = Table::new([
+        "op",
+        "size",
+        "QD",
+        "off MiB/s",
+        "fixed MiB/s",
+        "flex MiB/s",
+        "off us",
+        "fixed us",
+        "flex us",
+        "flex/off",
+    ]);
+    for rw in ["read", "write"] {
+        for bs in PIPE_BS {
+            for qd in PIPE_QDS {
+                let cell = |m: &str, f: &dyn Fn(&Summary) -> f64| {
+                    get(rw, bs, qd, m).map_or_else(|| "-".into(), |s| num(f(s)))
+                };
+                let ratio = get(rw, bs, qd, "flexible")
+                    .and_then(|s| s.ratio)
+                    .map_or_else(|| "-".into(), |r| format!("{r:.2}"));
+                t.row([
+                    rw.to_owned(),
+                    format_size(u64::from(bs)),
+                    qd.to_string(),
+                    cell("off", &|s| s.mib_s.median),
+                    cell("fixed", &|s| s.mib_s.median),
+                    cell("flexible", &|s| s.mib_s.median),
+                    cell("off", &|s| s.mean_us),
+                    cell("fixed", &|s| s.mean_us),
+                    cell("flexible", &|s| s.mean_us),
+                    ratio,
+                ]);
+            }
+        }
+    }
+    println!("\nthroughput (median MiB/s) and mean response time (us)");
+    print!("{}", t.render());
+    report::write_text(
+        &opts.out_dir.join(format!("{name}-table.md")),
+        &t.markdown(),
+    )?;
+    let mut panels = Vec::new();
+    for rw in ["read", "write"] {
+        for bs in PIPE_BS {
+            let series = labels(&targets)
+                .into_iter()
+                .map(|mode| Series {
+                    points: PIPE_QDS
+                        .iter()
+                        .filter_map(|&qd| {
+                            get(rw, bs, qd, &mode).map(|s| (f64::from(qd), s.mib_s.median))
+                        })
+                        .collect(),
+                    name: mode,
+                })
+                .collect();
+            let panel = Panel {
+                title: format!("{rw} {}", format_size(u64::from(bs))),
+                series,
+            };
+            if panel.series.iter().any(|s| !s.points.is_empty()) {
+                panels.push(panel);
+            }
+        }
+    }
+    plot::draw_or_warn(
+        &Chart {
+            title: format!(
+                "Pipelining ({}): sequential throughput vs outstanding I/O",
+                if direct { "O_DIRECT" } else { "page cache" }
+            ),
+            x_label: "outstanding I/O".into(),
+            y_label: "MiB/s".into(),
+            x_axis: XAxis::Log2,
+            columns: 3,
+            panels,
+        },
+        &opts.plot_dir.join(format!("bench-{name}")),
+    );
+    Ok(report)
+}
+
+// ---------------------------------------------------------------- scaling
+
+const SCALING_CLIENTS: [u32; 5] = [1, 2, 4, 8, 16];
+
+/// SPEC 1.1: 1–16 clients each streaming their own region with 1 MiB
+/// records (one outstanding each), read and write; aggregate throughput,
+/// sluice vs nbdkit vs qemu-nbd (and local I/O).
+pub fn scaling(opts: &PresetOptions, qd: u32) -> Result<PresetReport> {
+    let machine = Machine::probe();
+    let duration = opts.duration(0.5, 2.0);
+    let size = opts.size(512 << 20, 2 << 30);
+    let image = Image::prepare(opts.image.as_deref(), None, "scaling", size)?;
+    let (targets, notes) = peer_targets(opts, true);
+    if targets.is_empty() {
+        bail!("no target can run here");
+    }
+    let mut cases = Vec::new();
+    for rw in [Rw::Read, Rw::Write] {
+        for clients in SCALING_CLIENTS {
+            let mut w = Workload::new(Pattern::Seq, rw, 1 << 20, qd.max(1));
+            w.workers = clients;
+            w.limit = Limit::Time(duration);
+            w.name = format!(
+                "{}-1m-{clients}clients",
+                if rw == Rw::Read { "read" } else { "write" }
+            );
+            cases.push(w);
+        }
+    }
+    let m = Matrix {
+        targets: targets.clone(),
+        drivers: opts.driver.expand(),
+        cases,
+        rounds: opts.rounds,
+        image: image.path().to_path_buf(),
+        progress: opts.progress,
+    };
+    let runs = matrix::run(&m);
+    let report = finish(
+        "scaling",
+        opts,
+        Meta {
+            machine,
+            duration,
+            image_bytes: size,
+            notes,
+        },
+        runs,
+        "nbdkit",
+    )?;
+    print_header(&report);
+    println!("\naggregate MiB/s, median (ratio to nbdkit)");
+    let pivot = matrix::pivot_table(&report.summaries, &labels(&targets), true);
+    print!("{}", pivot.render());
+    report::write_text(&opts.out_dir.join("scaling-table.md"), &pivot.markdown())?;
+    let mut panels = Vec::new();
+    for driver in opts.driver.expand() {
+        for rw in ["read", "write"] {
+            let series = labels(&targets)
+                .into_iter()
+                .map(|t| Series {
+                    points: SCALING_CLIENTS
+                        .iter()
+                        .filter_map(|&c| {
+                            let case = format!("{rw}-1m-{c}clients");
+                            report
+                                .summaries
+                                .iter()
+                                .find(|s| s.case == case && s.target == t && s.driver == driver)
+                                .map(|s| (f64::from(c), s.mib_s.median))
+                        })
+                        .collect(),
+                    name: t,
+                })
+                .collect();
+            panels.push(Panel {
+                title: format!("{rw}, 1 MiB records ({driver} client)"),
+                series,
+            });
+        }
+    }
+    plot::draw_or_warn(
+        &Chart {
+            title: "Scaling: aggregate throughput vs clients".into(),
+            x_label: "clients".into(),
+            y_label: "MiB/s".into(),
+            x_axis: XAxis::Log2,
+            columns: 2,
+            panels,
+        },
+        &opts.plot_dir.join("bench-scaling"),
+    );
+    Ok(report)
+}
+
+// ---------------------------------------------------------------- san
+
+const SAN_WORKERS: [u32; 7] = [1, 2, 4, 8, 16, 32, 64];
+
+/// SPEC 1.2: 4 KiB latency at QD 1 over 10,000 ops; the fio-style matrix
+/// with 16 workers; 4 KiB random-write throughput vs workers 1–64; all as
+/// a fraction of local I/O on the same image.
+pub fn san(opts: &PresetOptions) -> Result<PresetReport> {
+    let machine = Machine::probe();
+    let duration = opts.duration(0.5, 2.0);
+    let size = opts.size(512 << 20, 2 << 30);
+    let image = Image::prepare(opts.image.as_deref(), None, "san", size)?;
+    let (targets, mut notes) = peer_targets(opts, true);
+    if targets.is_empty() {
+        bail!("no target can run here");
+    }
+    notes.push(
+        "temporal merge: sluice-client has no request merging yet, so only 'off' is measured"
+            .into(),
+    );
+    let mut cases = Vec::new();
+    for rw in [Rw::Read, Rw::Write] {
+        let mut w = Workload::new(Pattern::Rand, rw, 4096, 1);
+        w.limit = Limit::Ops(10_000);
+        w.name = format!(
+            "lat-{}-4k-qd1",
+            if rw == Rw::Read { "read" } else { "write" }
+        );
+        cases.push(w);
+    }
+    for p in [Pattern::Seq, Pattern::Rand] {
+        for rw in [Rw::Read, Rw::Write] {
+            for bs in [4096u32, 1 << 20] {
+                let mut w = Workload::new(p, rw, bs, 1);
+                w.workers = 16;
+                w.limit = Limit::Time(duration);
+                cases.push(w);
+            }
+        }
+    }
+    for workers in SAN_WORKERS {
+        let mut w = Workload::new(Pattern::Rand, Rw::Write, 4096, 1);
+        w.workers = workers;
+        w.limit = Limit::Time(duration);
+        w.name = format!("randwrite-4k-{workers}workers");
+        cases.push(w);
+    }
+    let m = Matrix {
+        targets: targets.clone(),
+        drivers: opts.driver.expand(),
+        cases,
+        rounds: opts.rounds,
+        image: image.path().to_path_buf(),
+        progress: opts.progress,
+    };
+    let runs = matrix::run(&m);
+    let report = finish(
+        "san",
+        opts,
+        Meta {
+            machine,
+            duration,
+            image_bytes: size,
+            notes,
+        },
+        runs,
+        "local",
+    )?;
+    print_header(&report);
+    let names = labels(&targets);
+    let mut lat = Table::new([
+        "case", "driver", "target", "p50 us", "p99 us", "mean us", "IOPS", "x local",
+    ]);
+    for s in report
+        .summaries
+        .iter()
+        .filter(|s| s.case.starts_with("lat-"))
+    {
+        lat.row([
+            s.case.clone(),
+            s.driver.clone(),
+            s.target.clone(),
+            num(s.p50_us),
+            num(s.p99_us),
+            num(s.mean_us),
+            report::iops(s.iops.median),
+            s.ratio.map_or_else(|| "-".into(), |r| format!("{r:.2}")),
+        ]);
+    }
+    println!("\n4 KiB latency at QD 1, 10,000 ops (median of rounds)");
+    print!("{}", lat.render());
+    let fio_style: Vec<Summary> = report
+        .summaries
+        .iter()
+        .filter(|s| s.case.ends_with("-qd1-w16"))
+        .cloned()
+        .collect();
+    let sweep: Vec<Summary> = report
+        .summaries
+        .iter()
+        .filter(|s| s.case.ends_with("workers"))
+        .cloned()
+        .collect();
+    let t2 = matrix::pivot_table(&fio_style, &names, true);
+    println!("\n16 workers, QD 1 each: median MiB/s (fraction of local)");
+    print!("{}", t2.render());
+    let t3 = matrix::pivot_table(&sweep, &names, false);
+    println!("\n4 KiB random writes vs workers: median IOPS (fraction of local)");
+    print!("{}", t3.render());
+    report::write_text(
+        &opts.out_dir.join("san-tables.md"),
+        &format!("{}\n{}\n{}", lat.markdown(), t2.markdown(), t3.markdown()),
+    )?;
+    let mut panels = Vec::new();
+    for driver in opts.driver.expand() {
+        let series = names
+            .iter()
+            .map(|t| Series {
+                name: t.clone(),
+                points: SAN_WORKERS
+                    .iter()
+                    .filter_map(|&w| {
+                        let case = format!("randwrite-4k-{w}workers");
+                        sweep
+                            .iter()
+                            .find(|s| s.case == case && &s.target == t && s.driver == driver)
+                            .map(|s| (f64::from(w), s.iops.median / 1000.0))
+                    })
+                    .collect(),
+            })
+            .collect();
+        panels.push(Panel {
+            title: format!("4 KiB random writes, QD 1 per worker ({driver} client)"),
+            series,
+        });
+        let fractions = names
+            .iter()
+            .filter(|t| t.as_str() != "local")
+            .map(|t| Series {
+                name: t.clone(),
+                points: SAN_WORKERS
+                    .iter()
+                    .filter_map(|&w| {
+                        let case = format!("randwrite-4k-{w}workers");
+                        sweep
+                            .iter()
+                            .find(|s| s.case == case && &s.target == t && s.driver == driver)
+                            .and_then(|s| s.ratio)
+                            .map(|r| (f64::from(w), r))
+                    })
+                    .collect(),
+            })
+            .collect();
+        panels.push(Panel {
+            title: format!("the same as a fraction of local I/O ({driver} client)"),
+            series: fractions,
+        });
+    }
+    plot::draw_or_warn(
+        &Chart {
+            title: "SAN: random-write throughput vs workers".into(),
+            x_label: "workers".into(),
+            y_label: "kIOPS (left), fraction of local (right)".into(),
+            x_axis: XAxis::Log2,
+            columns: 2,
+            panels,
+        },
+        &opts.plot_dir.join("bench-san"),
+    );
+    Ok(report)
+}
+
+/// Checks that `dir` can be written (fails early, before long runs).
+pub fn check_out_dir(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))
+}
