@@ -73,6 +73,30 @@ struct ServeArgs {
     /// Serve Prometheus metrics on http://ADDR/metrics (e.g. 127.0.0.1:9109).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<std::net::SocketAddr>,
+    /// TLS (NBD STARTTLS): off; on (offered, plaintext clients still
+    /// served); require (nothing but STARTTLS answered before TLS).
+    #[arg(long, value_name = "MODE")]
+    tls: Option<sluice_server::TlsMode>,
+    /// Directory with server-cert.pem, server-key.pem and ca-cert.pem
+    /// (the layout nbdkit and qemu use).
+    #[arg(long, value_name = "DIR")]
+    tls_certificates: Option<PathBuf>,
+    /// Require a client certificate signed by ca-cert.pem.
+    #[arg(long)]
+    tls_verify_peer: bool,
+    /// Allow only the client identity ID on export NAME (repeatable); ID is
+    /// CN=..., DNS=..., IP=..., EMAIL=... or URI=..., matched against the
+    /// verified client certificate. Needs --tls-verify-peer.
+    #[arg(long, value_name = "NAME=ID", value_parser = parse_tls_allow)]
+    tls_allow: Vec<(String, sluice_server::TlsIdentity)>,
+}
+
+fn parse_tls_allow(arg: &str) -> Result<(String, sluice_server::TlsIdentity), String> {
+    let (export, id) = arg
+        .split_once('=')
+        .ok_or_else(|| format!("expected NAME=ID (e.g. disk=CN=client1), got {arg:?}"))?;
+    let id = id.parse().map_err(|e| format!("{e}"))?;
+    Ok((export.to_owned(), id))
 }
 
 /// An error in what the user asked for (exit code 2).
@@ -129,6 +153,18 @@ fn serve_config(args: ServeArgs) -> Result<ServerConfig> {
     }
     if let Some(a) = args.metrics {
         config.metrics = Some(a);
+    }
+    if let Some(m) = args.tls {
+        config.tls.mode = m;
+    }
+    if let Some(dir) = args.tls_certificates {
+        config.tls.certificates = Some(dir);
+    }
+    if args.tls_verify_peer {
+        config.tls.verify_peer = true;
+    }
+    for (export, id) in args.tls_allow {
+        config.tls.allow.entry(export).or_default().push(id);
     }
     if config.listen.is_empty() {
         config.listen.push(

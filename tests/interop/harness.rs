@@ -25,7 +25,7 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_CMD_TIMEOUT: Duration = Duration::from_secs(180);
 
 const INSTALL_HINT: &str = "run scripts/test from the repository root: it installs the interop \
-     test dependencies (qemu-utils, libnbd-bin, python3-libnbd, nbdkit, fio, nbdfuse) and then \
+     test dependencies (qemu-utils, libnbd-bin, python3-libnbd, nbdkit, fio, gnutls-bin, nbdfuse) and then \
      runs the suite";
 
 /// The interpreter for the libnbd Python scripts. Debian's python3-libnbd is
@@ -331,6 +331,12 @@ impl ServerBuilder {
     /// `--listen ADDR` (replaces the default 127.0.0.1:0 listener).
     pub(crate) fn listen(mut self, addr: impl AsRef<str>) -> Self {
         self.listens.push(addr.as_ref().to_string());
+        self
+    }
+
+    /// Any other `sluice serve` argument (e.g. `--tls require`).
+    pub(crate) fn arg(mut self, a: impl AsRef<str>) -> Self {
+        self.args.push(a.as_ref().to_string());
         self
     }
 

@@ -19,3 +19,4 @@ mod qemu_img;
 mod qemu_io;
 mod raw_protocol;
 mod shutdown;
+mod tls;

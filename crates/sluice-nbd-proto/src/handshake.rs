@@ -2,6 +2,14 @@
 //! machine: feed it received bytes with [`ServerHandshake::handle_input`],
 //! send what [`ServerHandshake::poll_output`] returns, until it reports
 //! [`HandshakeStatus::Done`] (enter transmission) or `Aborted`.
+//!
+//! TLS: with a [`TlsPolicy`] other than `Off`, an accepted
+//! `NBD_OPT_STARTTLS` queues its `NBD_REP_ACK` and returns
+//! [`HandshakeStatus::StartTls`]. The caller sends the ACK in plaintext,
+//! runs the TLS handshake on its transport, and from then on feeds the
+//! machine decrypted bytes only. Input left unconsumed at that point is
+//! the start of the TLS handshake, never options: a client cannot smuggle
+//! plaintext options past STARTTLS.
 
 use thiserror::Error;
 
@@ -48,6 +56,20 @@ pub struct ExportInfo {
     pub base_allocation: bool,
 }
 
+/// Whether the client of this session may use an export.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExportAccess {
+    /// The export may be listed, described and used.
+    Allowed,
+    /// The export is TLS-only and TLS has not started: `NBD_OPT_INFO` and
+    /// `NBD_OPT_GO` get `NBD_REP_ERR_TLS_REQD` (the spec's SELECTIVETLS
+    /// mode). After TLS has started this is treated as `Denied`.
+    TlsRequired,
+    /// The client may not use the export (e.g. its TLS identity is not on
+    /// the export's allow-list): `NBD_REP_ERR_POLICY`.
+    Denied,
+}
+
 /// The server's exports, as the handshake sees them.
 pub trait ExportCatalog {
     /// Every export as (name, description), in listing order.
@@ -55,6 +77,30 @@ pub trait ExportCatalog {
     /// The export a client asking for `name` gets (`""` is the default
     /// export), or `None` if there is none.
     fn lookup(&self, name: &str) -> Option<ExportInfo>;
+    /// Whether this session's client may use the export with canonical
+    /// name `name`. Exports that are not `Allowed` are hidden from
+    /// `NBD_OPT_LIST` and refused before anything about them (size,
+    /// flags, contexts) is sent. The server passes a catalog that knows
+    /// the session: whether TLS is up and who the client proved to be.
+    fn access(&self, name: &str) -> ExportAccess {
+        let _ = name;
+        ExportAccess::Allowed
+    }
+}
+
+/// How the server offers TLS: the spec's three modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TlsPolicy {
+    /// NOTLS: `NBD_OPT_STARTTLS` is answered with `NBD_REP_ERR_POLICY`.
+    #[default]
+    Off,
+    /// SELECTIVETLS: `NBD_OPT_STARTTLS` is accepted; exports the catalog
+    /// reports as [`ExportAccess::TlsRequired`] need it, others do not.
+    Optional,
+    /// FORCEDTLS: before TLS, every option but `NBD_OPT_STARTTLS` and
+    /// `NBD_OPT_ABORT` is answered with `NBD_REP_ERR_TLS_REQD`, and
+    /// `NBD_OPT_EXPORT_NAME` (which cannot be refused) ends the session.
+    Required,
 }
 
 /// Handshake policy.
@@ -67,6 +113,8 @@ pub struct HandshakeConfig {
     /// ([`HandshakeError::OptionTooLarge`]): skipping gigabytes would let a
     /// client hold a connection open for as long as it likes.
     pub disconnect_option_len: u32,
+    /// Whether `NBD_OPT_STARTTLS` is accepted, and whether it is required.
+    pub tls: TlsPolicy,
 }
 
 impl Default for HandshakeConfig {
@@ -74,6 +122,7 @@ impl Default for HandshakeConfig {
         Self {
             max_option_len: 64 * 1024,
             disconnect_option_len: 1 << 20,
+            tls: TlsPolicy::Off,
         }
     }
 }
@@ -98,6 +147,12 @@ pub enum HandshakeStatus {
     Aborted,
     /// Send the pending output, then enter the transmission phase.
     Done(Box<Negotiated>),
+    /// `NBD_OPT_STARTTLS` was accepted: send the pending output (its
+    /// `NBD_REP_ACK`) in plaintext, run the TLS handshake, then keep
+    /// feeding the machine the decrypted bytes. Unconsumed input belongs
+    /// to the TLS handshake. Everything negotiated before (structured
+    /// replies, extended headers, meta contexts) has been forgotten.
+    StartTls,
 }
 
 /// A violation that ends the session with a hard disconnect.
@@ -122,6 +177,17 @@ pub enum HandshakeError {
         "option {option} claims {len} bytes of data, more than the {limit} this server accepts"
     )]
     OptionTooLarge { option: u32, len: u32, limit: u32 },
+    /// `NBD_OPT_EXPORT_NAME` before TLS, on a server that requires TLS or
+    /// for a TLS-only export. It cannot be refused, so the session ends.
+    #[error("client used NBD_OPT_EXPORT_NAME before starting TLS, which is required")]
+    TlsRequired,
+    /// A server that requires TLS met a client without fixed newstyle,
+    /// which cannot start TLS.
+    #[error("client did not set NBD_FLAG_C_FIXED_NEWSTYLE, so it cannot start TLS, which this server requires")]
+    TlsNeedsFixedNewstyle,
+    /// `NBD_OPT_EXPORT_NAME` for an export this client may not use.
+    #[error("client asked with NBD_OPT_EXPORT_NAME for export {0:?}, which it may not use")]
+    ExportDenied(String),
     /// Input after the handshake ended.
     #[error("handshake already finished")]
     Finished,
@@ -146,6 +212,10 @@ pub struct ServerHandshake {
     state: State,
     out: Vec<u8>,
     no_zeroes: bool,
+    /// The client set `NBD_FLAG_C_FIXED_NEWSTYLE` (TLS needs it).
+    fixed: bool,
+    /// `NBD_OPT_STARTTLS` was accepted: every later byte is over TLS.
+    tls_active: bool,
     structured: bool,
     extended: bool,
     /// Canonical export name the last SET_META_CONTEXT referred to, and
@@ -208,6 +278,8 @@ impl ServerHandshake {
             state: State::ClientFlags,
             out,
             no_zeroes: false,
+            fixed: false,
+            tls_active: false,
             structured: false,
             extended: false,
             meta: None,
@@ -217,6 +289,27 @@ impl ServerHandshake {
     /// Bytes to send now (empty when there is nothing).
     pub fn poll_output(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.out)
+    }
+
+    /// Whether `NBD_OPT_STARTTLS` has been accepted on this session.
+    pub fn tls_active(&self) -> bool {
+        self.tls_active
+    }
+
+    /// FORCEDTLS and TLS not started yet: only STARTTLS and ABORT count.
+    fn tls_forced(&self) -> bool {
+        self.config.tls == TlsPolicy::Required && !self.tls_active
+    }
+
+    /// What the catalog says, with the spec's rule that nothing answers
+    /// `NBD_REP_ERR_TLS_REQD` once TLS is up, nor ever in NOTLS mode.
+    fn access(&self, catalog: &dyn ExportCatalog, name: &str) -> ExportAccess {
+        match catalog.access(name) {
+            ExportAccess::TlsRequired if self.tls_active || self.config.tls == TlsPolicy::Off => {
+                ExportAccess::Denied
+            }
+            a => a,
+        }
     }
 
     /// Consumes as much of `input` as forms complete messages. Returns the
@@ -242,6 +335,11 @@ impl ServerHandshake {
                         return Err(HandshakeError::BadClientFlags(flags));
                     }
                     self.no_zeroes = flags & FLAG_C_NO_ZEROES != 0;
+                    self.fixed = flags & FLAG_C_FIXED_NEWSTYLE != 0;
+                    if !self.fixed && self.config.tls == TlsPolicy::Required {
+                        self.state = State::Finished;
+                        return Err(HandshakeError::TlsNeedsFixedNewstyle);
+                    }
                     self.state = State::Options;
                     used += 4;
                 }
@@ -262,7 +360,11 @@ impl ServerHandshake {
                         self.state = State::Finished;
                         return Ok((used, HandshakeStatus::Aborted));
                     }
-                    self.reply_err(option, REP_ERR_TOO_BIG, "option data too long");
+                    if self.tls_forced() {
+                        self.reply_tls_required(option);
+                    } else {
+                        self.reply_err(option, REP_ERR_TOO_BIG, "option data too long");
+                    }
                 }
                 State::Options => {
                     if rest.len() < 16 {
@@ -285,6 +387,12 @@ impl ServerHandshake {
                             limit: self.config.disconnect_option_len,
                         });
                     }
+                    if option == OPT_EXPORT_NAME && self.tls_forced() {
+                        // Cannot be answered with TLS_REQD: end the session
+                        // before reading the name, let alone answering it.
+                        self.state = State::Finished;
+                        return Err(HandshakeError::TlsRequired);
+                    }
                     if option == OPT_EXPORT_NAME && len as usize > MAX_STRING_LEN {
                         // No export has such a name, and EXPORT_NAME cannot
                         // be answered with an error: end the session.
@@ -305,6 +413,8 @@ impl ServerHandshake {
                     used += 16 + len as usize;
                     match self.handle_option(option, data, catalog)? {
                         HandshakeStatus::NeedInput => {}
+                        // The rest of `input` is TLS: stop here.
+                        HandshakeStatus::StartTls => return Ok((used, HandshakeStatus::StartTls)),
                         done => {
                             self.state = State::Finished;
                             return Ok((used, done));
@@ -328,6 +438,28 @@ impl ServerHandshake {
     /// An error reply whose message is clipped to the spec's 4096 bytes.
     fn reply_err(&mut self, option: u32, kind: u32, message: &str) {
         self.reply(option, kind, crate::reply::clip_message(message));
+    }
+
+    fn reply_tls_required(&mut self, option: u32) {
+        self.reply_err(
+            option,
+            REP_ERR_TLS_REQD,
+            "this server requires TLS: send NBD_OPT_STARTTLS first",
+        );
+    }
+
+    /// The refusal for an export that is not `Allowed`. The message names
+    /// no export and says nothing about it.
+    fn reply_refused(&mut self, option: u32, access: ExportAccess) {
+        if access == ExportAccess::TlsRequired {
+            self.reply_err(option, REP_ERR_TLS_REQD, "this export requires TLS");
+        } else {
+            self.reply_err(
+                option,
+                REP_ERR_POLICY,
+                "this client is not allowed to use this export",
+            );
+        }
     }
 
     fn reply_style(&self) -> ReplyStyle {
@@ -382,6 +514,11 @@ impl ServerHandshake {
         data: &[u8],
         catalog: &dyn ExportCatalog,
     ) -> Result<HandshakeStatus, HandshakeError> {
+        if self.tls_forced() && option != OPT_STARTTLS && option != OPT_ABORT {
+            // FORCEDTLS: the option is not even parsed.
+            self.reply_tls_required(option);
+            return Ok(HandshakeStatus::NeedInput);
+        }
         match option {
             OPT_EXPORT_NAME => {
                 if self.extended {
@@ -390,7 +527,12 @@ impl ServerHandshake {
                 let name = String::from_utf8_lossy(data).into_owned();
                 let export = catalog
                     .lookup(&name)
-                    .ok_or(HandshakeError::UnknownExport(name))?;
+                    .ok_or_else(|| HandshakeError::UnknownExport(name.clone()))?;
+                match self.access(catalog, &export.name) {
+                    ExportAccess::Allowed => {}
+                    ExportAccess::TlsRequired => return Err(HandshakeError::TlsRequired),
+                    ExportAccess::Denied => return Err(HandshakeError::ExportDenied(name)),
+                }
                 let negotiated = self.negotiated(export);
                 self.out
                     .extend_from_slice(&negotiated.export.size.to_be_bytes());
@@ -411,6 +553,9 @@ impl ServerHandshake {
                     return Ok(HandshakeStatus::NeedInput);
                 }
                 for (name, description) in catalog.list() {
+                    if self.access(catalog, &name) != ExportAccess::Allowed {
+                        continue;
+                    }
                     let mut d = Vec::with_capacity(4 + name.len() + description.len());
                     d.extend_from_slice(&(name.len() as u32).to_be_bytes());
                     d.extend_from_slice(name.as_bytes());
@@ -421,10 +566,21 @@ impl ServerHandshake {
                 Ok(HandshakeStatus::NeedInput)
             }
             OPT_STARTTLS => {
-                if data.is_empty() {
-                    self.reply_err(option, REP_ERR_POLICY, "TLS is not enabled on this server");
-                } else {
+                if !data.is_empty() {
                     self.reply_err(option, REP_ERR_INVALID, "NBD_OPT_STARTTLS takes no data");
+                } else if self.config.tls == TlsPolicy::Off || !self.fixed {
+                    self.reply_err(option, REP_ERR_POLICY, "TLS is not enabled on this server");
+                } else if self.tls_active {
+                    self.reply_err(option, REP_ERR_INVALID, "TLS is already active");
+                } else {
+                    self.reply(option, REP_ACK, &[]);
+                    // The spec: nothing negotiated before STARTTLS survives
+                    // it (a man in the middle may have chosen it).
+                    self.tls_active = true;
+                    self.structured = false;
+                    self.extended = false;
+                    self.meta = None;
+                    return Ok(HandshakeStatus::StartTls);
                 }
                 Ok(HandshakeStatus::NeedInput)
             }
@@ -502,6 +658,11 @@ impl ServerHandshake {
             self.reply_err(option, REP_ERR_UNKNOWN, &msg);
             return Ok(HandshakeStatus::NeedInput);
         };
+        let access = self.access(catalog, &export.name);
+        if access != ExportAccess::Allowed {
+            self.reply_refused(option, access);
+            return Ok(HandshakeStatus::NeedInput);
+        }
         let negotiated = self.negotiated(export);
         let export = &negotiated.export;
         let mut info = Vec::with_capacity(14);
@@ -574,6 +735,11 @@ impl ServerHandshake {
             self.reply_err(option, REP_ERR_UNKNOWN, &msg);
             return;
         };
+        if self.access(catalog, &export.name) != ExportAccess::Allowed {
+            // Never TLS_REQD here: the spec allows it only for INFO/GO.
+            self.reply_refused(option, ExportAccess::Denied);
+            return;
+        }
         let matches_base_allocation = |q: &[u8]| {
             if set {
                 q == META_CONTEXT_BASE_ALLOCATION.as_bytes()

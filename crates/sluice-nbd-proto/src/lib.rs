@@ -13,8 +13,8 @@ mod request;
 
 pub use errno::NbdErrno;
 pub use handshake::{
-    BlockSizes, ExportCatalog, ExportInfo, HandshakeConfig, HandshakeError, HandshakeStatus,
-    Negotiated, ServerHandshake, BASE_ALLOCATION_ID,
+    BlockSizes, ExportAccess, ExportCatalog, ExportInfo, HandshakeConfig, HandshakeError,
+    HandshakeStatus, Negotiated, ServerHandshake, TlsPolicy, BASE_ALLOCATION_ID,
 };
 pub use reply::{
     encode_block_status, encode_chunk_header, encode_error, encode_error_offset, encode_hole_chunk,

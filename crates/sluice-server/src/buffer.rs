@@ -114,6 +114,25 @@ impl RecvBuf {
         }
     }
 
+    /// Appends what `fill` writes into the free tail (made non-empty
+    /// first, as [`try_fill_from`](Self::try_fill_from) does); `fill`
+    /// returns how many bytes it wrote. Used for TLS plaintext.
+    pub(crate) fn fill_with(
+        &mut self,
+        fill: impl FnOnce(&mut [u8]) -> io::Result<usize>,
+    ) -> io::Result<usize> {
+        if self.end == self.bytes.len() {
+            self.compact();
+            if self.end == self.bytes.len() {
+                let grown = self.bytes.len() * 2;
+                self.bytes.resize(grown, 0);
+            }
+        }
+        let n = fill(&mut self.bytes[self.end..])?;
+        self.end += n.min(self.bytes.len() - self.end);
+        Ok(n)
+    }
+
     /// Called once per batch: gives memory back once big messages have
     /// stopped coming for a while.
     pub(crate) fn relax(&mut self, idle: usize) {

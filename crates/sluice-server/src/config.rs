@@ -1,7 +1,8 @@
 //! Server configuration: what `--export`, `--listen` and the TOML file say.
 
+use std::collections::BTreeMap;
 use std::fmt;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
@@ -29,6 +30,14 @@ pub enum ConfigError {
     DuplicateExport(String),
     #[error("export name {name:?} is invalid: {reason}")]
     BadExportName { name: String, reason: &'static str },
+    #[error("bad TLS mode {0:?}: expected off, on or require")]
+    BadTlsMode(String),
+    #[error("bad TLS client identity {value:?}: {reason} (expected CN=NAME, DNS=NAME, IP=ADDR, EMAIL=ADDR or URI=URI)")]
+    BadTlsIdentity { value: String, reason: &'static str },
+    #[error("TLS settings do not fit together: {0}")]
+    Tls(&'static str),
+    #[error("TLS allow-list for export {0:?}, which does not exist")]
+    TlsAllowUnknownExport(String),
 }
 
 /// Parses sizes like `4096`, `64K`, `1G`, `2TiB` (binary units).
@@ -303,6 +312,148 @@ impl<'de> Deserialize<'de> for CachePolicy {
     }
 }
 
+/// Whether the server offers TLS (NBD STARTTLS). The names follow
+/// nbdkit's `--tls`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TlsMode {
+    /// No TLS: STARTTLS is refused (the spec's NOTLS mode).
+    #[default]
+    Off,
+    /// TLS offered; plaintext clients are served too, except exports with
+    /// an allow-list (SELECTIVETLS).
+    On,
+    /// TLS required before any option but STARTTLS and ABORT is answered
+    /// (FORCEDTLS): no export name, size or data goes out in plaintext.
+    Require,
+}
+
+impl FromStr for TlsMode {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "off" => Ok(Self::Off),
+            "on" => Ok(Self::On),
+            "require" => Ok(Self::Require),
+            _ => Err(ConfigError::BadTlsMode(s.to_owned())),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for TlsMode {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// One client identity on an export's allow-list, matched against the
+/// verified client certificate: its subject common name or one of its
+/// subject alternative names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TlsIdentity {
+    /// `CN=NAME`: a subject common name, compared exactly.
+    CommonName(String),
+    /// `DNS=NAME`: a DNS SAN, compared without regard to ASCII case.
+    Dns(String),
+    /// `IP=ADDR`: an IP address SAN.
+    Ip(IpAddr),
+    /// `EMAIL=ADDR`: an rfc822Name SAN, compared exactly.
+    Email(String),
+    /// `URI=URI`: a URI SAN (e.g. a SPIFFE id), compared exactly.
+    Uri(String),
+}
+
+impl FromStr for TlsIdentity {
+    type Err = ConfigError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let bad = |reason| ConfigError::BadTlsIdentity {
+            value: s.to_owned(),
+            reason,
+        };
+        let (kind, value) = s.split_once('=').ok_or_else(|| bad("missing KIND="))?;
+        if value.is_empty() {
+            return Err(bad("empty value"));
+        }
+        let value = value.to_owned();
+        match kind.trim().to_ascii_uppercase().as_str() {
+            "CN" => Ok(Self::CommonName(value)),
+            "DNS" => Ok(Self::Dns(value)),
+            "IP" => value
+                .parse()
+                .map(Self::Ip)
+                .map_err(|_| bad("not an IP address")),
+            "EMAIL" => Ok(Self::Email(value)),
+            "URI" => Ok(Self::Uri(value)),
+            _ => Err(bad("unknown kind")),
+        }
+    }
+}
+
+impl fmt::Display for TlsIdentity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::CommonName(v) => write!(f, "CN={v}"),
+            Self::Dns(v) => write!(f, "DNS={v}"),
+            Self::Ip(v) => write!(f, "IP={v}"),
+            Self::Email(v) => write!(f, "EMAIL={v}"),
+            Self::Uri(v) => write!(f, "URI={v}"),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for TlsIdentity {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// TLS settings (`[tls]` in the TOML file, `--tls*` flags).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// off, on or require.
+    pub mode: TlsMode,
+    /// Directory with `server-cert.pem`, `server-key.pem` and (for
+    /// client verification) `ca-cert.pem`: the layout nbdkit and qemu use.
+    pub certificates: Option<PathBuf>,
+    /// Require a client certificate signed by `ca-cert.pem`.
+    pub verify_peer: bool,
+    /// Per export, the client identities allowed to use it. An export
+    /// listed here is TLS-only and refused to every other client; exports
+    /// not listed are open to every client that passed TLS (and, with
+    /// mode `on`, to plaintext clients).
+    pub allow: BTreeMap<String, Vec<TlsIdentity>>,
+}
+
+impl TlsConfig {
+    /// Checks the settings fit together.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let on = self.mode != TlsMode::Off;
+        if on && self.certificates.is_none() {
+            return Err(ConfigError::Tls(
+                "TLS needs a certificate directory (--tls-certificates DIR)",
+            ));
+        }
+        if !on && self.certificates.is_some() {
+            return Err(ConfigError::Tls(
+                "a certificate directory is given but TLS is off (add --tls on or --tls require)",
+            ));
+        }
+        if self.verify_peer && !on {
+            return Err(ConfigError::Tls(
+                "--tls-verify-peer needs TLS (--tls on or --tls require)",
+            ));
+        }
+        if !self.allow.is_empty() && !self.verify_peer {
+            return Err(ConfigError::Tls(
+                "allow-lists need verified client certificates (--tls-verify-peer)",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// A byte count written as a number or a string with a K/M/G/T suffix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ByteSize(pub u64);
@@ -362,6 +513,8 @@ pub struct ServerConfig {
     /// Answer reads over 256 KiB that miss memory piece by piece, each
     /// piece sent as soon as it is read (structured replies only).
     pub pipelined_reads: bool,
+    /// TLS (STARTTLS), client certificates and per-export allow-lists.
+    pub tls: TlsConfig,
 }
 
 impl Default for ServerConfig {
@@ -380,6 +533,7 @@ impl Default for ServerConfig {
             cache_size: ByteSize(256 << 20),
             readahead_max: ByteSize(4 << 20),
             pipelined_reads: true,
+            tls: TlsConfig::default(),
         }
     }
 }
@@ -397,6 +551,12 @@ impl ServerConfig {
             e.check_name()?;
             if !seen.insert(e.name.as_str()) {
                 return Err(ConfigError::DuplicateExport(e.name.clone()));
+            }
+        }
+        self.tls.validate()?;
+        if !self.export.is_empty() {
+            if let Some(name) = self.tls.allow.keys().find(|n| !seen.contains(n.as_str())) {
+                return Err(ConfigError::TlsAllowUnknownExport(name.clone()));
             }
         }
         Ok(())
@@ -479,5 +639,53 @@ mod tests {
         );
         assert!(toml::from_str::<ServerConfig>("cache = \"sometimes\"").is_err());
         assert!(toml::from_str::<ServerConfig>("bogus = 1").is_err());
+    }
+
+    #[test]
+    fn tls_config() {
+        let c: ServerConfig = toml::from_str(
+            r#"
+            [[export]]
+            name = "secret"
+            spec = "mem:1M"
+            [tls]
+            mode = "require"
+            certificates = "/etc/sluice/pki"
+            verify_peer = true
+            [tls.allow]
+            secret = ["CN=client1", "dns=backup.example", "IP=127.0.0.1"]
+            "#,
+        )
+        .unwrap();
+        assert_eq!(c.tls.mode, TlsMode::Require);
+        assert_eq!(
+            c.tls.allow["secret"],
+            vec![
+                TlsIdentity::CommonName("client1".into()),
+                TlsIdentity::Dns("backup.example".into()),
+                TlsIdentity::Ip("127.0.0.1".parse().unwrap()),
+            ]
+        );
+        c.validate().unwrap();
+        let mut bad = c.clone();
+        bad.tls.allow.insert("nope".into(), vec![]);
+        assert_eq!(
+            bad.validate(),
+            Err(ConfigError::TlsAllowUnknownExport("nope".into()))
+        );
+        let mut bad = c.clone();
+        bad.tls.verify_peer = false;
+        assert!(bad.validate().is_err(), "allow-list without verify_peer");
+        let mut bad = c.clone();
+        bad.tls.certificates = None;
+        assert!(bad.validate().is_err(), "TLS without certificates");
+        let mut bad = c;
+        bad.tls.mode = TlsMode::Off;
+        assert!(bad.validate().is_err(), "certificates with TLS off");
+        assert!(toml::from_str::<ServerConfig>("[tls]\nmode = \"maybe\"").is_err());
+        assert!("CN".parse::<TlsIdentity>().is_err());
+        assert!("CN=".parse::<TlsIdentity>().is_err());
+        assert!("IP=host".parse::<TlsIdentity>().is_err());
+        assert!("OU=x".parse::<TlsIdentity>().is_err());
     }
 }

@@ -18,7 +18,7 @@ use sluice_nbd_proto::consts::{REPLY_FLAG_DONE, REPLY_TYPE_NONE, STATE_HOLE, STA
 use sluice_nbd_proto::{
     encode_block_status, encode_chunk_header, encode_error, encode_error_offset, encode_ok,
     encode_read_data_header, read_data_header_len, Command, Extent, HandshakeConfig,
-    HandshakeStatus, NbdErrno, Negotiated, ReplyStyle, RequestHeader, ServerHandshake,
+    HandshakeStatus, NbdErrno, Negotiated, ReplyStyle, RequestHeader, ServerHandshake, TlsPolicy,
     TransmissionParams,
 };
 use sluice_storage::{BlockingClass, DeviceError, ZeroMode};
@@ -33,6 +33,9 @@ use crate::sink::{ReplySink, Seq};
 use crate::spin::SpinPolicy;
 use crate::stop::{wait_readable, Readiness, StopSignal};
 use crate::stream::Stream;
+use crate::tls::{
+    AccessPolicy, PeerIdentity, SessionCatalog, TlsAcceptor, TlsHandshakeError, TlsStream,
+};
 
 /// Initial receive buffer; grows to the largest message received.
 const RECV_BUF: usize = 256 * 1024;
@@ -65,6 +68,12 @@ pub(crate) struct ConnectionContext {
     pub(crate) stop: Arc<StopSignal>,
     /// Answer large reads piece by piece as parts become ready.
     pub(crate) pipelined_reads: bool,
+    /// The handshake's TLS mode (off unless credentials are loaded).
+    pub(crate) tls_policy: TlsPolicy,
+    /// TLS credentials, when TLS is on.
+    pub(crate) tls: Option<Arc<TlsAcceptor>>,
+    /// Which client identities may use which exports.
+    pub(crate) access: Arc<AccessPolicy>,
 }
 
 /// The NBD error a device error becomes on the wire. The one place this
@@ -87,6 +96,7 @@ pub(crate) fn serve_connection(mut stream: Stream, ctx: &ConnectionContext) {
         Ok(Some(n)) => n,
         Ok(None) => {
             debug!("client left during the handshake");
+            stream.close();
             return;
         }
         Err(e) => {
@@ -140,6 +150,7 @@ pub(crate) fn serve_connection(mut stream: Stream, ctx: &ConnectionContext) {
         Err(e) => info!(error = %e, "connection ended"),
     }
     t.inflight.wait_idle();
+    stream.close();
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -150,6 +161,10 @@ enum HandshakeFailure {
     Protocol(#[from] sluice_nbd_proto::HandshakeError),
     #[error("client did not finish the handshake within {0:?}")]
     TimedOut(std::time::Duration),
+    #[error(transparent)]
+    Tls(#[from] TlsHandshakeError),
+    #[error("internal error: STARTTLS accepted without TLS credentials")]
+    NoTlsCredentials,
 }
 
 fn handshake(
@@ -158,13 +173,23 @@ fn handshake(
     ctx: &ConnectionContext,
 ) -> Result<Option<Negotiated>, HandshakeFailure> {
     let deadline = Instant::now() + ctx.handshake_timeout;
-    let mut hs = ServerHandshake::new(HandshakeConfig::default());
+    let mut hs = ServerHandshake::new(HandshakeConfig {
+        tls: ctx.tls_policy,
+        ..HandshakeConfig::default()
+    });
+    let mut peer: Option<PeerIdentity> = None;
     loop {
         let out = hs.poll_output();
         if !out.is_empty() {
             stream.write_all(&out)?;
         }
-        let (used, status) = hs.handle_input(buf.data(), ctx.registry.as_ref())?;
+        let catalog = SessionCatalog {
+            registry: &ctx.registry,
+            policy: &ctx.access,
+            tls: hs.tls_active(),
+            peer: peer.as_ref(),
+        };
+        let (used, status) = hs.handle_input(buf.data(), &catalog)?;
         buf.consume(used);
         match status {
             HandshakeStatus::NeedInput => {}
@@ -176,18 +201,56 @@ fn handshake(
                 stream.write_all(&hs.poll_output())?;
                 return Ok(Some(*n));
             }
+            HandshakeStatus::StartTls => {
+                // The ACK goes out in plaintext; whatever the client sent
+                // after STARTTLS is the start of its TLS handshake.
+                stream.write_all(&hs.poll_output())?;
+                let acceptor = ctx
+                    .tls
+                    .as_deref()
+                    .ok_or(HandshakeFailure::NoTlsCredentials)?;
+                let accepted = TlsStream::accept(
+                    stream.try_clone()?,
+                    acceptor,
+                    buf.data(),
+                    &ctx.stop,
+                    deadline,
+                );
+                let (tls, identity) = match accepted {
+                    Ok(a) => a,
+                    // Like a plaintext client still negotiating at shutdown.
+                    Err(TlsHandshakeError::Stopped) => return Ok(None),
+                    Err(e) => return Err(e.into()),
+                };
+                buf.consume(buf.data().len());
+                *stream = Stream::Tls(Box::new(tls));
+                match &identity {
+                    Some(id) => {
+                        info!(client = %id.subject, "TLS started; client certificate verified")
+                    }
+                    None => info!("TLS started"),
+                }
+                peer = identity;
+                continue;
+            }
         }
         if used == 0 || buf.data().is_empty() {
             let out = hs.poll_output();
             if !out.is_empty() {
                 stream.write_all(&out)?;
             }
+            if stream.has_buffered_input() {
+                if stream.try_fill(buf)? == Some(0) {
+                    return Ok(None);
+                }
+                continue;
+            }
             // A client still negotiating when the server stops is simply
             // closed: it has no requests in flight.
             let left = deadline.saturating_duration_since(Instant::now());
             match wait_readable(stream.fd(), Some(&ctx.stop), Some(left))? {
                 Readiness::Readable => {
-                    if buf.try_fill_from(stream.fd())? == Some(0) {
+                    if stream.try_fill(buf)? == Some(0) {
                         return Ok(None);
                     }
                 }
@@ -321,7 +384,7 @@ impl Transmission {
         if self.spin.should_spin(active, self.cpus) && !self.stop.is_set() {
             let deadline = Instant::now() + self.spin.window();
             loop {
-                match buf.try_fill_from(stream.fd())? {
+                match stream.try_fill(buf)? {
                     Some(0) => return Ok(Received::Eof),
                     Some(_) => {
                         self.spin.hit();
@@ -338,6 +401,14 @@ impl Transmission {
         }
         let started = Instant::now();
         loop {
+            if stream.has_buffered_input() {
+                // TLS: decrypted or undecrypted bytes that poll cannot see.
+                match stream.try_fill(buf)? {
+                    Some(0) => return Ok(Received::Eof),
+                    Some(_) => return Ok(Received::Data),
+                    None => {}
+                }
+            }
             let partial = !buf.data().is_empty();
             let (stop, timeout) = match (partial, self.stop.is_set()) {
                 (false, _) => (Some(self.stop.as_ref()), None),
@@ -345,7 +416,7 @@ impl Transmission {
                 (true, true) => (None, Some(STOP_PARTIAL_GRACE)),
             };
             match wait_readable(stream.fd(), stop, timeout)? {
-                Readiness::Readable => match buf.try_fill_from(stream.fd())? {
+                Readiness::Readable => match stream.try_fill(buf)? {
                     Some(0) => return Ok(Received::Eof),
                     Some(_) => {
                         self.spin.blocked_for(started.elapsed());

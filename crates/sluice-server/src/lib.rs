@@ -13,9 +13,12 @@ mod sink;
 mod spin;
 mod stop;
 mod stream;
+mod tls;
 
 pub use config::{
     ByteSize, CachePolicy, ExportConfig, ExportSpec, ListenAddr, PipelineMode, ServerConfig,
+    TlsConfig, TlsIdentity, TlsMode,
 };
 pub use export::{Export, ExportRegistry};
 pub use server::{Server, ServerError, ServerHandle};
+pub use tls::{TlsSetupError, CA_CERT_FILE, SERVER_CERT_FILE, SERVER_KEY_FILE};

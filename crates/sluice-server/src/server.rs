@@ -21,6 +21,7 @@ use crate::metrics::ServerMetrics;
 use crate::pool::IoPool;
 use crate::stop::StopSignal;
 use crate::stream::Stream;
+use crate::tls::{handshake_policy, AccessPolicy, TlsAcceptor, TlsSetupError};
 
 /// How long shutdown waits for connections to finish in-flight requests
 /// before it also closes their write side.
@@ -49,11 +50,21 @@ pub enum ServerError {
     Threads(io::Error),
     #[error("accept loop failed: {0}")]
     Accept(io::Error),
+    #[error("cannot set up TLS: {0}")]
+    Tls(TlsSetupError),
     #[error("flushing export {name:?} at shutdown failed: {source}")]
     Flush {
         name: String,
         source: sluice_storage::DeviceError,
     },
+}
+
+// Not `#[from]`: that would make the TLS error a `source` too, and the
+// binary's error chain would print it twice.
+impl From<TlsSetupError> for ServerError {
+    fn from(e: TlsSetupError) -> Self {
+        Self::Tls(e)
+    }
 }
 
 enum Listener {
@@ -121,6 +132,7 @@ pub struct Server {
     local_addrs: Vec<ListenAddr>,
     registry: Arc<ExportRegistry>,
     config: ServerConfig,
+    tls: Option<Arc<TlsAcceptor>>,
     shared: Arc<Shared>,
     metrics: Arc<ServerMetrics>,
     metrics_listener: Option<TcpListener>,
@@ -158,6 +170,16 @@ impl Server {
         if config.listen.is_empty() {
             return Err(ServerError::NoListeners);
         }
+        config.tls.validate()?;
+        if let Some(name) = config
+            .tls
+            .allow
+            .keys()
+            .find(|n| !exports.iter().any(|e| &e.name == *n))
+        {
+            return Err(crate::config::ConfigError::TlsAllowUnknownExport(name.clone()).into());
+        }
+        let tls = TlsAcceptor::load(&config.tls)?.map(Arc::new);
         let mut listeners = Vec::new();
         let mut local_addrs = Vec::new();
         for addr in &config.listen {
@@ -205,6 +227,7 @@ impl Server {
             local_addrs,
             registry: Arc::new(ExportRegistry::new(exports)),
             config,
+            tls,
             metrics: Arc::new(ServerMetrics::default()),
             metrics_listener,
             metrics_addr,
@@ -260,6 +283,9 @@ impl Server {
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             stop: Arc::clone(&self.shared.stop),
             pipelined_reads: self.config.pipelined_reads,
+            tls_policy: handshake_policy(self.config.tls.mode, self.tls.as_deref()),
+            tls: self.tls.clone(),
+            access: Arc::new(AccessPolicy::new(self.config.tls.allow.clone())),
         });
         let result = self.accept_loop(&ctx);
         self.drain_connections();

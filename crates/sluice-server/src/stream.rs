@@ -1,15 +1,21 @@
-//! A connected client socket, TCP or Unix.
+//! A connected client socket, TCP or Unix, in plaintext or (after
+//! STARTTLS) with TLS.
 
-use std::io::{self, IoSlice, Read, Write};
+use std::io::{self, IoSlice, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
+
+use crate::buffer::RecvBuf;
+use crate::tls::TlsStream;
 
 /// One client connection's socket.
 #[derive(Debug)]
 pub(crate) enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    /// After STARTTLS: the socket and its TLS session (see `tls`).
+    Tls(Box<TlsStream>),
 }
 
 impl Stream {
@@ -17,6 +23,7 @@ impl Stream {
         Ok(match self {
             Self::Tcp(s) => Self::Tcp(s.try_clone()?),
             Self::Unix(s) => Self::Unix(s.try_clone()?),
+            Self::Tls(t) => Self::Tls(Box::new(t.try_clone()?)),
         })
     }
 
@@ -24,19 +31,54 @@ impl Stream {
         match self {
             Self::Tcp(s) => s.shutdown(how),
             Self::Unix(s) => s.shutdown(how),
+            Self::Tls(t) => t.socket().shutdown(how),
         }
     }
 
+    /// The socket's descriptor (for `poll`).
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         match self {
             Self::Tcp(s) => s.as_fd(),
             Self::Unix(s) => s.as_fd(),
+            Self::Tls(t) => t.socket().fd(),
+        }
+    }
+
+    /// One non-blocking receive into `buf`: `Ok(None)` if nothing is
+    /// waiting, `Ok(Some(0))` at end of stream. With TLS, what is appended
+    /// is the decrypted bytes.
+    #[inline]
+    pub(crate) fn try_fill(&mut self, buf: &mut RecvBuf) -> io::Result<Option<usize>> {
+        match self {
+            Self::Tls(t) => t.try_fill(buf),
+            _ => buf.try_fill_from(self.fd()),
+        }
+    }
+
+    /// Whether a receive may find data the socket's readiness does not
+    /// show (TLS buffers). Check before sleeping in `poll`.
+    #[inline]
+    pub(crate) fn has_buffered_input(&self) -> bool {
+        match self {
+            Self::Tls(t) => t.has_buffered_input(),
+            _ => false,
+        }
+    }
+
+    /// Ends the stream politely: a TLS close_notify. Nothing for
+    /// plaintext sockets (closing them is enough).
+    pub(crate) fn close(&mut self) {
+        if let Self::Tls(t) = self {
+            t.close();
         }
     }
 
     /// Writes every slice completely, with as few syscalls as the kernel
     /// allows.
     pub(crate) fn write_all_vectored(&mut self, mut bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+        if let Self::Tls(t) = self {
+            return t.write_all_vectored(bufs);
+        }
         IoSlice::advance_slices(&mut bufs, 0);
         while !bufs.is_empty() {
             match self.write_vectored(bufs) {
@@ -50,26 +92,24 @@ impl Stream {
     }
 }
 
-impl Read for Stream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Self::Tcp(s) => s.read(buf),
-            Self::Unix(s) => s.read(buf),
-        }
-    }
-}
-
 impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
             Self::Tcp(s) => s.write(buf),
             Self::Unix(s) => s.write(buf),
+            Self::Tls(t) => t
+                .write_all_vectored(&[IoSlice::new(buf)])
+                .map(|()| buf.len()),
         }
     }
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         match self {
             Self::Tcp(s) => s.write_vectored(bufs),
             Self::Unix(s) => s.write_vectored(bufs),
+            Self::Tls(t) => {
+                t.write_all_vectored(bufs)?;
+                Ok(bufs.iter().map(|b| b.len()).sum())
+            }
         }
     }
     fn flush(&mut self) -> io::Result<()> {
