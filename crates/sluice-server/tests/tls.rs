@@ -646,6 +646,38 @@ fn plaintext_pipelined_after_starttls_is_never_taken_as_options() {
 }
 
 #[test]
+fn options_sent_right_behind_the_tls_handshake_are_answered() {
+    // The client queues LIST before its handshake finishes, so rustls
+    // sends it in the same flight as the client's Finished: the server
+    // decrypts it during the TLS handshake, and must answer it without
+    // waiting for the socket to become readable again.
+    let server = start(TlsMode::Require, false, &[], vec![]);
+    for tls12_only in [false, true] {
+        let mut c = plain(server.addr);
+        c.option(OPT_STARTTLS, &[]);
+        assert_eq!(c.option_reply().1, REP_ACK);
+        let config = client_config(&[&pki().ca], None, tls12_only);
+        let name = ServerName::try_from("127.0.0.1").unwrap();
+        let mut conn = ClientConnection::new(config, name).unwrap();
+        conn.writer().write_all(&opt_bytes(OPT_LIST, &[])).unwrap();
+        let mut c = Nbd {
+            s: StreamOwned::new(conn, c.s),
+        };
+        let mut names = Vec::new();
+        loop {
+            let (option, kind, data, _) = c.option_reply();
+            assert_eq!(option, OPT_LIST);
+            if kind == REP_ACK {
+                break;
+            }
+            let n = be32(&data) as usize;
+            names.push(String::from_utf8(data[4..4 + n].to_vec()).unwrap());
+        }
+        assert_eq!(names, vec!["open", "secret"]);
+    }
+}
+
+#[test]
 fn bind_fails_clearly_without_credentials() {
     let dir = tempfile::tempdir().unwrap();
     let config = ServerConfig {
