@@ -26,7 +26,7 @@ enum Command {
     Serve(ServeArgs),
     /// Measure an NBD server or local I/O: workloads, comparisons with
     /// nbdkit and qemu-nbd, and the papers' experiments as presets.
-    Bench(bench_cmd::BenchArgs),
+    Bench(Box<bench_cmd::BenchArgs>),
     /// Analytical models: MVA and bounds, the networked RAID model, the
     /// non-contiguous transfer model.
     Model(model_cmd::ModelArgs),
@@ -227,7 +227,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Serve(args) => serve(args),
-        Command::Bench(args) => bench_cmd::run(args),
+        Command::Bench(args) => bench_cmd::run(*args),
         Command::Model(args) => model_cmd::run(args),
     };
     match result {
