@@ -126,6 +126,20 @@ pub enum ModelError {
     #[error("calibration: {0}")]
     Calibration(String),
 
+    /// Text that is not in the Prometheus exposition format.
+    #[error("metrics line {line}: {reason}")]
+    Metrics {
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// Measurements that cannot be compared with a model (no runs, a run
+    /// without a queue depth, ...).
+    #[error("validation: {0}")]
+    Validation(String),
+
     /// Drawing a chart failed.
     #[error("plot: {0}")]
     Plot(String),

@@ -5,7 +5,11 @@
 //!   networks with queueing, delay and load-dependent stations and think
 //!   time; exact and approximate (Schweitzer, Bard) mean value analysis,
 //!   single and multiclass; asymptotic and balanced job bounds.
-//! - [`calibration`]: demands from measured busy times, D = U / X.
+//! - [`calibration`]: demands from measured busy times, D = U / X, and the
+//!   single-server model from two snapshots of a sluice server's metrics
+//!   ([`prometheus`] parses them).
+//! - [`validation`]: a `sluice bench` concurrency sweep against exact MVA
+//!   and the bounds, with relative errors.
 //! - [`raid`]: the networked RAID 5 model of seeds/002, equations (2)-(10),
 //!   with the paper's setting as [`raid::RaidParams::paper`] and the sweeps
 //!   of its figures 3-8.
@@ -26,11 +30,16 @@ pub mod network;
 pub mod noncontig;
 #[cfg(feature = "plot")]
 pub mod plot;
+pub mod prometheus;
 pub mod raid;
 pub mod report;
+pub mod validation;
 
 pub use bounds::{bounds, Bounds, PerfBounds};
-pub use calibration::{CalibratedDemand, Calibration, StationObservation};
+pub use calibration::{
+    server_calibration, CalibratedDemand, Calibration, ClientStation, ServerCalibration,
+    ServerLayout, ServerModelOptions, StationObservation,
+};
 pub use error::{ModelError, Result};
 pub use multiclass::{
     approximate_mva_multiclass, exact_mva_multiclass, CustomerClass, MulticlassNetwork,
@@ -41,4 +50,8 @@ pub use mva::{
     Solution, StationResult,
 };
 pub use network::{ClosedNetwork, Station, StationKind};
+pub use prometheus::ServerCounters;
 pub use report::{mva_report, MvaReport};
+pub use validation::{
+    measured_points, validate, validate_each, Aggregate, BenchDocument, MeasuredPoint, Validation,
+};

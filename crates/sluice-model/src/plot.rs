@@ -18,6 +18,7 @@ use plotters::style::FontStyle;
 use crate::error::{ModelError, Result};
 use crate::noncontig::{Ddt, SizePoint};
 use crate::raid::{RaidCurve, Sweep, SweepKind};
+use crate::validation::Validation;
 
 /// How a series is stroked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +29,8 @@ pub enum LineStyle {
     Dashed,
     /// Thin dotted line (looser bounds).
     Dotted,
+    /// Markers only, no line (measured values).
+    Markers,
 }
 
 /// One line of a chart.
@@ -213,6 +216,19 @@ where
                     .map_err(plot_err)?;
                 continue;
             }
+            LineStyle::Markers => {
+                let a = ctx
+                    .draw_series(pts.iter().map(|&p| {
+                        EmptyElement::at(p)
+                            + Circle::new((0, 0), 5, color.stroke_width(2))
+                            + Circle::new((0, 0), 1, color.filled())
+                    }))
+                    .map_err(plot_err)?;
+                a.label(s.label.as_str()).legend(move |(x, y)| {
+                    EmptyElement::at((x + 10, y)) + Circle::new((0, 0), 5, color.stroke_width(2))
+                });
+                continue;
+            }
             LineStyle::Dashed => ctx
                 .draw_series(DashedLineSeries::new(pts, 8, 5, color.stroke_width(1)))
                 .map_err(plot_err)?,
@@ -245,7 +261,6 @@ where
         .label_font(("sans-serif", 13))
         .draw()
         .map_err(plot_err)?;
-    root.present().map_err(plot_err)?;
     Ok(())
 }
 
@@ -261,25 +276,48 @@ fn check_size((w, h): (u32, u32)) -> Result<()> {
 
 /// The chart as an SVG document.
 pub fn render_svg(chart: &Chart, size: (u32, u32)) -> Result<String> {
+    render_svg_panels(std::slice::from_ref(chart), size)
+}
+
+/// The chart as a PNG image.
+pub fn render_png(chart: &Chart, size: (u32, u32)) -> Result<Vec<u8>> {
+    render_png_panels(std::slice::from_ref(chart), size)
+}
+
+/// Draws `charts` side by side, each in an equal share of the width.
+fn draw_panels<DB: DrawingBackend>(charts: &[Chart], root: DrawingArea<DB, Shift>) -> Result<()> {
+    if charts.is_empty() {
+        return Err(ModelError::Plot("nothing to draw: no charts".into()));
+    }
+    root.fill(&WHITE).map_err(plot_err)?;
+    let areas = root.split_evenly((1, charts.len()));
+    for (chart, area) in charts.iter().zip(areas) {
+        draw(chart, area)?;
+    }
+    root.present().map_err(plot_err)
+}
+
+/// Several charts side by side in one SVG document of `size` in all.
+pub fn render_svg_panels(charts: &[Chart], size: (u32, u32)) -> Result<String> {
     check_size(size)?;
     ensure_font()?;
     let mut out = String::new();
     {
         let root = SVGBackend::with_string(&mut out, size).into_drawing_area();
-        draw(chart, root)?;
+        draw_panels(charts, root)?;
     }
     Ok(out)
 }
 
-/// The chart as a PNG image.
-pub fn render_png(chart: &Chart, size: (u32, u32)) -> Result<Vec<u8>> {
+/// Several charts side by side in one PNG image of `size` in all.
+pub fn render_png_panels(charts: &[Chart], size: (u32, u32)) -> Result<Vec<u8>> {
     check_size(size)?;
     ensure_font()?;
     let (w, h) = size;
     let mut rgb = vec![0u8; w as usize * h as usize * 3];
     {
         let root = BitMapBackend::with_buffer(&mut rgb, size).into_drawing_area();
-        draw(chart, root)?;
+        draw_panels(charts, root)?;
     }
     let mut png = Vec::new();
     image::codecs::png::PngEncoder::new(&mut png)
@@ -407,4 +445,157 @@ pub fn noncontig_chart(points: &[SizePoint], title: &str) -> Chart {
         series,
         legend: Legend::LowerRight,
     }
+}
+
+/// A unit for values of about `max`: (divisor, suffix).
+fn time_unit(max: f64) -> (f64, &'static str) {
+    if max < 1e-3 {
+        (1e-6, "µs")
+    } else if max < 1.0 {
+        (1e-3, "ms")
+    } else {
+        (1.0, "s")
+    }
+}
+
+fn rate_unit(max: f64) -> (f64, &'static str) {
+    if max >= 1e6 {
+        (1e6, "M requests/s")
+    } else if max >= 1e4 {
+        (1e3, "k requests/s")
+    } else {
+        (1.0, "requests/s")
+    }
+}
+
+/// Size for [`validation_charts`] drawn side by side.
+pub const VALIDATION_SIZE: (u32, u32) = (1400, 600);
+
+/// Measured response time and throughput against the exact MVA prediction
+/// and the bounds, by concurrency N: two charts, R(N) and X(N), to draw
+/// side by side ([`render_svg_panels`]). Bounds are left out when the
+/// network has load-dependent stations.
+pub fn validation_charts(v: &Validation, title: &str) -> [Chart; 2] {
+    let n = |p: &crate::validation::ValidationPoint| f64::from(p.customers);
+    let r_max = v
+        .points
+        .iter()
+        .map(|p| p.measured_response_time.max(p.predicted_response_time))
+        .fold(0.0, f64::max);
+    let x_max = v
+        .points
+        .iter()
+        .map(|p| p.measured_throughput.max(p.predicted_throughput))
+        .fold(0.0, f64::max);
+    let (rd, ru) = time_unit(r_max);
+    let (xd, xu) = rate_unit(x_max);
+    let line = |label: &str,
+                f: &dyn Fn(&crate::validation::ValidationPoint) -> Option<f64>,
+                style,
+                color| Series {
+        label: label.to_owned(),
+        points: v
+            .points
+            .iter()
+            .filter_map(|p| f(p).map(|y| (n(p), y)))
+            .collect(),
+        style,
+        color,
+    };
+    let rs = |f: fn(&crate::validation::ValidationPoint) -> Option<f64>| {
+        move |p: &crate::validation::ValidationPoint| f(p).map(|y| y / rd)
+    };
+    let xs = |f: fn(&crate::validation::ValidationPoint) -> Option<f64>| {
+        move |p: &crate::validation::ValidationPoint| f(p).map(|y| y / xd)
+    };
+    let mut r_series = vec![
+        line(
+            "measured (sluice bench)",
+            &rs(|p| Some(p.measured_response_time)),
+            LineStyle::Markers,
+            1,
+        ),
+        line(
+            "exact MVA",
+            &rs(|p| Some(p.predicted_response_time)),
+            LineStyle::Solid,
+            0,
+        ),
+    ];
+    let mut x_series = vec![
+        line(
+            "measured (sluice bench)",
+            &xs(|p| Some(p.measured_throughput)),
+            LineStyle::Markers,
+            1,
+        ),
+        line(
+            "exact MVA",
+            &xs(|p| Some(p.predicted_throughput)),
+            LineStyle::Solid,
+            0,
+        ),
+    ];
+    if v.points.iter().all(|p| p.bounds.is_some()) {
+        r_series.extend([
+            line(
+                "balanced job bound, lower",
+                &rs(|p| p.bounds.map(|b| b.balanced_job.response_time[0])),
+                LineStyle::Dashed,
+                2,
+            ),
+            line(
+                "balanced job bound, upper",
+                &rs(|p| p.bounds.map(|b| b.balanced_job.response_time[1])),
+                LineStyle::Dashed,
+                3,
+            ),
+            line(
+                "asymptotic bound, lower",
+                &rs(|p| p.bounds.map(|b| b.asymptotic.response_time[0])),
+                LineStyle::Dotted,
+                4,
+            ),
+        ]);
+        x_series.extend([
+            line(
+                "balanced job bound, upper",
+                &xs(|p| p.bounds.map(|b| b.balanced_job.throughput[1])),
+                LineStyle::Dashed,
+                2,
+            ),
+            line(
+                "balanced job bound, lower",
+                &xs(|p| p.bounds.map(|b| b.balanced_job.throughput[0])),
+                LineStyle::Dashed,
+                3,
+            ),
+            line(
+                "asymptotic bound, upper",
+                &xs(|p| p.bounds.map(|b| b.asymptotic.throughput[1])),
+                LineStyle::Dotted,
+                4,
+            ),
+        ]);
+    }
+    [
+        Chart {
+            title: format!("{title}: response time"),
+            x_label: "outstanding requests N".into(),
+            y_label: format!("response time R(N), {ru}"),
+            x_log: false,
+            y_log: false,
+            series: r_series,
+            legend: Legend::UpperLeft,
+        },
+        Chart {
+            title: format!("{title}: throughput"),
+            x_label: "outstanding requests N".into(),
+            y_label: format!("throughput X(N), {xu}"),
+            x_log: false,
+            y_log: false,
+            series: x_series,
+            legend: Legend::LowerRight,
+        },
+    ]
 }
