@@ -316,6 +316,9 @@ enum ClientArg {
     Queueing,
     /// A delay station (no queueing at the client).
     Delay,
+    /// Client and server share one CPU (both pinned to one core): the
+    /// client's demand is added to the server-cpu station.
+    Shared,
     /// No client station.
     None,
 }
@@ -350,8 +353,9 @@ struct ValidateArgs {
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     delay_demands: Vec<f64>,
     /// How the load generator's own work enters the model: a client
-    /// station whose demand is --client-demand or else the client CPU per
-    /// request the bench file reports (over all its runs).
+    /// station (or, with shared, extra demand at server-cpu) whose demand
+    /// is --client-demand or else the client CPU per request the bench
+    /// file reports (over all its runs; per N with one calibration per N).
     #[arg(long, value_enum, default_value_t = ClientArg::Queueing)]
     client: ClientArg,
     /// Demand of the client station, seconds per request.
@@ -1415,6 +1419,20 @@ fn with_client(
 ) -> Result<ClosedNetwork> {
     let think = a.think.unwrap_or_else(|| base.think_time());
     let mut stations: Vec<Station> = base.stations().to_vec();
+    if let (Some(d), ClientArg::Shared) = (client, a.client) {
+        let cpu = stations
+            .iter_mut()
+            .find(|s| s.name == "server-cpu")
+            .ok_or_else(|| {
+                ModelUsageError(
+                    "--client shared adds the client's demand to the station named server-cpu, and the model has none"
+                        .into(),
+                )
+            })?;
+        cpu.demand += d;
+        cpu.name = "server-cpu+client".into();
+        return Ok(ClosedNetwork::new(stations, think)?);
+    }
     if let Some(d) = client {
         if stations.iter().any(|s| s.name == "client") {
             return Err(ModelUsageError(
@@ -2102,6 +2120,38 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         let r1 = v["points"][0]["predicted_response_time"].as_f64().unwrap();
         assert!((r1 - FIXTURE_CPU / FIXTURE_REQUESTS).abs() < 1e-15);
+        // Client and server on one core: one station with both demands.
+        let out = run_args(&[
+            "validate",
+            "--bench",
+            f1,
+            "--calibration",
+            calf,
+            "--client",
+            "shared",
+            "--json",
+        ])
+        .unwrap();
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let st = &v["networks"][0]["stations"];
+        assert_eq!(st.as_array().unwrap().len(), 1);
+        assert_eq!(st[0]["name"], "server-cpu+client");
+        let d = st[0]["demand"].as_f64().unwrap();
+        assert!(
+            (d - (FIXTURE_CPU / FIXTURE_REQUESTS + 1e-6)).abs() < 1e-15,
+            "{d}"
+        );
+        let e = run_args(&[
+            "validate",
+            "--bench",
+            f1,
+            "--demands",
+            "1e-6",
+            "--client",
+            "shared",
+        ])
+        .unwrap_err();
+        assert!(is_usage_error(&e), "{e:#}");
         // Several calibrations must each say their N.
         let e = run_args(&["validate", "--bench", f1, "--calibration", calf, calf]).unwrap_err();
         assert!(
