@@ -220,6 +220,8 @@ fn bind_file(
                 direct: config.direct,
             },
             read_only: false,
+            faults: Vec::new(),
+            power_loss_seed: None,
         },
         description: "bench".into(),
     });

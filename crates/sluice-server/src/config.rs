@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 use thiserror::Error;
+use sluice_storage::FaultRule;
 
 /// A configuration value that cannot be used, saying which and why.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -16,7 +17,7 @@ use thiserror::Error;
 pub enum ConfigError {
     #[error("bad size {value:?}: {reason} (use a number with an optional K, M, G or T suffix)")]
     BadSize { value: String, reason: &'static str },
-    #[error("bad export spec {spec:?}: {reason} (expected file:PATH[,size=BYTES][,ro][,direct] or mem:BYTES[,ro])")]
+    #[error("bad export spec {spec:?}: {reason} (expected file:PATH[,size=BYTES][,ro][,direct] or mem:BYTES[,ro], and for testing [,fail=OPS:ERRNO:TRIGGER][,power-loss[=SEED]])")]
     BadExportSpec { spec: String, reason: String },
     #[error("bad export {arg:?}: expected NAME=SPEC")]
     BadExportArg { arg: String },
@@ -140,6 +141,13 @@ pub struct ExportSpec {
     pub backend: BackendSpec,
     /// Serve read-only.
     pub read_only: bool,
+    /// Error injection (`fail=OPS:ERRNO:TRIGGER`, repeatable), a testing
+    /// tool: see [`FaultRule`].
+    pub faults: Vec<FaultRule>,
+    /// Power-loss simulation (`power-loss[=SEED]`), a testing tool: the
+    /// device gets a volatile write cache that loses whatever was not
+    /// flushed when the process dies. See [`sluice_storage::PowerLossDevice`].
+    pub power_loss_seed: Option<u64>,
 }
 
 impl FromStr for ExportSpec {
@@ -157,11 +165,21 @@ impl FromStr for ExportSpec {
         let mut read_only = false;
         let mut size = None;
         let mut direct = false;
+        let mut faults = Vec::new();
+        let mut power_loss_seed = None;
         for opt in parts {
             match opt.split_once('=') {
                 None if opt == "ro" => read_only = true,
                 None if opt == "direct" => direct = true,
+                None if opt == "power-loss" => power_loss_seed = Some(1),
                 Some(("size", v)) => size = Some(parse_size(v)?),
+                Some(("fail", v)) => faults.push(v.parse().map_err(|e| bad(format!("{e}")))?),
+                Some(("power-loss", v)) => {
+                    power_loss_seed = Some(
+                        v.parse()
+                            .map_err(|e| bad(format!("bad power-loss seed {v:?}: {e}")))?,
+                    )
+                }
                 _ => return Err(bad(format!("unknown option {opt:?}"))),
             }
         }
@@ -186,7 +204,12 @@ impl FromStr for ExportSpec {
             }
             other => return Err(bad(format!("unknown backend {other:?}"))),
         };
-        Ok(Self { backend, read_only })
+        Ok(Self {
+            backend,
+            read_only,
+            faults,
+            power_loss_seed,
+        })
     }
 }
 
@@ -597,6 +620,23 @@ mod tests {
         assert!(ExportConfig::parse_arg("x=file:/a,bogus").is_err());
         assert!(ExportConfig::parse_arg("noequals").is_err());
         assert!(ExportConfig::parse_arg("=mem:1M").is_err());
+    }
+
+    #[test]
+    fn testing_layers_in_export_specs() {
+        let e =
+            ExportConfig::parse_arg("d=mem:1M,fail=write:enospc:after=3,fail=flush:eio:nth=1")
+                .unwrap();
+        let rules: Vec<String> = e.spec.faults.iter().map(ToString::to_string).collect();
+        assert_eq!(rules, ["write:enospc:after=3", "flush:eio:nth=1"]);
+        assert_eq!(e.spec.power_loss_seed, None);
+        let p = ExportConfig::parse_arg("d=file:/x,power-loss").unwrap();
+        assert_eq!(p.spec.power_loss_seed, Some(1));
+        let p = ExportConfig::parse_arg("d=file:/x,power-loss=42").unwrap();
+        assert_eq!(p.spec.power_loss_seed, Some(42));
+        let e = ExportConfig::parse_arg("d=mem:1M,fail=write:eio").unwrap_err();
+        assert!(e.to_string().contains("three parts"), "{e}");
+        assert!(ExportConfig::parse_arg("d=file:/x,power-loss=soon").is_err());
     }
 
     #[test]

@@ -5,8 +5,9 @@ use std::sync::Arc;
 use sluice_nbd_proto::consts::*;
 use sluice_nbd_proto::{BlockSizes, ExportCatalog, ExportInfo};
 use sluice_storage::{
-    BlockDevice, CacheConfig, CacheDevice, CacheMode, Capability, DeviceError, FileDevice,
-    FileOptions, MemDevice, OpenError,
+    BlockDevice, CacheConfig, CacheDevice, CacheMode, Capability, DeviceError,
+    FaultInjectionDevice, FileDevice, FileOptions, MemDevice, OpenError, PowerLossConfig,
+    PowerLossDevice,
 };
 
 use crate::config::{BackendSpec, CachePolicy, ExportConfig, ServerConfig};
@@ -60,7 +61,9 @@ pub fn transmission_flags(cap: &Capability) -> u16 {
 
 impl Export {
     /// Opens the backing store an export config names, behind a buffer
-    /// cache unless `cache` is [`CachePolicy::None`].
+    /// cache unless `cache` is [`CachePolicy::None`]. The testing layers
+    /// sit between the two, where a disk would be: the power-loss
+    /// simulation right over the backing store, error injection over it.
     pub fn open(config: &ExportConfig, server: &ServerConfig) -> Result<Self, ExportOpenError> {
         let device: Arc<dyn BlockDevice> = match &config.spec.backend {
             BackendSpec::File { path, size, direct } => Arc::new(FileDevice::open(
@@ -72,6 +75,30 @@ impl Export {
                 },
             )?),
             BackendSpec::Memory { size } => Arc::new(MemDevice::new(*size, config.spec.read_only)),
+        };
+        let device: Arc<dyn BlockDevice> = match config.spec.power_loss_seed {
+            None => device,
+            Some(seed) => {
+                tracing::warn!(export = %config.name, seed, "power-loss simulation on: writes not flushed are lost when the process dies");
+                Arc::new(PowerLossDevice::new(
+                    device,
+                    PowerLossConfig {
+                        seed,
+                        ..PowerLossConfig::default()
+                    },
+                ))
+            }
+        };
+        let device: Arc<dyn BlockDevice> = if config.spec.faults.is_empty() {
+            device
+        } else {
+            let rules: Vec<String> = config.spec.faults.iter().map(ToString::to_string).collect();
+            tracing::warn!(export = %config.name, rules = ?rules, "error injection on");
+            Arc::new(FaultInjectionDevice::new(
+                device,
+                format!("export {:?}", config.name),
+                config.spec.faults.clone(),
+            ))
         };
         let mode = match server.cache {
             CachePolicy::None => None,

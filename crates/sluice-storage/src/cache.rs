@@ -907,6 +907,11 @@ fn writeback_loop(weak: &Weak<Inner>) {
         {
             let (lock, cv) = &inner.writeback;
             let kick = lock.lock().unwrap_or_else(|p| p.into_inner());
+            // Checked under the lock `Drop` notifies under, so the wake-up
+            // that follows `closing` is never missed.
+            if inner.closing.load(Ordering::SeqCst) {
+                return;
+            }
             let (mut kick, _) = cv
                 .wait_timeout(kick, Duration::from_millis(200))
                 .unwrap_or_else(|p| p.into_inner());
@@ -945,7 +950,11 @@ impl Drop for CacheDevice {
             .unwrap_or_else(|p| p.into_inner())
             .take();
         self.inner.closing.store(true, Ordering::SeqCst);
-        self.inner.wake_writers();
+        {
+            let (lock, cv) = &self.inner.writeback;
+            let _held = lock.lock().unwrap_or_else(|p| p.into_inner());
+            cv.notify_all();
+        }
         let threads = std::mem::take(&mut self.threads);
         for t in threads {
             // The write-back thread sees `closing` within its 200 ms tick;

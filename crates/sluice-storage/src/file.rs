@@ -87,6 +87,11 @@ pub struct FileDevice {
     /// Cleared when the filesystem rejects RWF_NOWAIT (tmpfs does); such
     /// filesystems never block on reads anyway.
     nowait_supported: AtomicBool,
+    /// An fsync or O_DSYNC write failed. Linux may then have dropped the
+    /// dirty pages it could not write and report the next fsync as a
+    /// success, so every later flush fails instead (never a false claim
+    /// of durability).
+    sync_failed: AtomicBool,
 }
 
 fn io_err(label: &str, op: IoOp, offset: u64, len: u64, source: io::Error) -> DeviceError {
@@ -193,6 +198,7 @@ impl FileDevice {
             direct: options.direct,
             block_device,
             nowait_supported: AtomicBool::new(!options.direct),
+            sync_failed: AtomicBool::new(false),
         })
     }
 
@@ -358,16 +364,34 @@ impl BlockDevice for FileDevice {
         } else {
             self.pwrite_all(buf, offset, fua)
         };
-        result.map_err(|e| self.err(IoOp::Write, offset, len, e))
+        result.map_err(|e| {
+            // A failed O_DSYNC write is a failed sync (see `sync_failed`),
+            // unless nothing was written because the disk is full.
+            if fua && e.raw_os_error() != Some(Errno::NOSPC.raw_os_error()) {
+                self.sync_failed.store(true, Ordering::Release);
+            }
+            self.err(IoOp::Write, offset, len, e)
+        })
     }
 
     fn flush(&self) -> Result<(), DeviceError> {
         if self.read_only {
             return Ok(());
         }
-        self.file
-            .sync_data()
-            .map_err(|e| self.err(IoOp::Flush, 0, self.size, e))
+        if self.sync_failed.load(Ordering::Acquire) {
+            return Err(self.err(
+                IoOp::Flush,
+                0,
+                self.size,
+                io::Error::other(
+                    "an earlier sync failed, so writes since the last good sync may be lost",
+                ),
+            ));
+        }
+        self.file.sync_data().map_err(|e| {
+            self.sync_failed.store(true, Ordering::Release);
+            self.err(IoOp::Flush, 0, self.size, e)
+        })
     }
 
     fn trim(&self, offset: u64, length: u64, fua: bool) -> Result<(), DeviceError> {

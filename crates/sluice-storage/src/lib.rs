@@ -11,13 +11,19 @@
 
 mod cache;
 mod error;
+mod fault;
 mod file;
 mod mem;
+mod power_loss;
 
 pub use cache::{CacheConfig, CacheDevice, CacheMode};
 pub use error::{DeviceError, IoOp};
+pub use fault::{
+    FaultInjectionDevice, FaultOps, FaultRule, FaultRuleError, FaultTrigger, InjectedErrno,
+};
 pub use file::{FileDevice, FileOptions, OpenError};
 pub use mem::MemDevice;
+pub use power_loss::{PowerLossConfig, PowerLossDevice, PowerLossReport};
 
 /// How long a device's calls may block the calling thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

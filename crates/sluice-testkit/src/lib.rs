@@ -1,6 +1,9 @@
 //! Test-only building blocks shared by the crates' tests: devices that
-//! make concurrency and completion order observable without timing.
-//! A dev-dependency only; nothing in production links it.
+//! make concurrency and completion order observable without timing, and
+//! ([`crash`]) the model of expected contents the crash-consistency tests
+//! check against. A dev-dependency only; nothing in production links it.
+
+pub mod crash;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
