@@ -8,6 +8,7 @@
 mod harness;
 mod nbd_raw;
 
+mod crash;
 mod fio;
 mod listeners;
 mod multi_conn;
