@@ -163,7 +163,9 @@ fn write_until_killed(
                     Err(e) => end.errors.push(format!("flush failed: {e}")),
                 }
             }
-            None => end.errors.push(format!("reply to unknown cookie {}", c.cookie)),
+            None => end
+                .errors
+                .push(format!("reply to unknown cookie {}", c.cookie)),
         });
         if result.is_err() {
             // The server is gone; writes still in flight may or may not

@@ -368,7 +368,12 @@ impl ServerBuilder {
         cmd.args(&self.args);
         // scripts/test reruns the suite with e.g. `--cache writeback` here,
         // so every client is checked against every cache policy.
-        if let Ok(extra) = std::env::var("SLUICE_TEST_SERVER_ARGS") {
+        // A test that picks its own cache policy keeps it.
+        let own_cache = self.args.iter().any(|a| a == "--cache");
+        if let Some(extra) = std::env::var("SLUICE_TEST_SERVER_ARGS")
+            .ok()
+            .filter(|_| !own_cache)
+        {
             cmd.args(extra.split_whitespace());
         }
         let cmdline = format!("{:?}", cmd);

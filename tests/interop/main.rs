@@ -9,6 +9,7 @@ mod harness;
 mod nbd_raw;
 
 mod crash;
+mod faults;
 mod fio;
 mod listeners;
 mod multi_conn;

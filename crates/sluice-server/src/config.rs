@@ -8,8 +8,8 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
-use thiserror::Error;
 use sluice_storage::FaultRule;
+use thiserror::Error;
 
 /// A configuration value that cannot be used, saying which and why.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -624,9 +624,8 @@ mod tests {
 
     #[test]
     fn testing_layers_in_export_specs() {
-        let e =
-            ExportConfig::parse_arg("d=mem:1M,fail=write:enospc:after=3,fail=flush:eio:nth=1")
-                .unwrap();
+        let e = ExportConfig::parse_arg("d=mem:1M,fail=write:enospc:after=3,fail=flush:eio:nth=1")
+            .unwrap();
         let rules: Vec<String> = e.spec.faults.iter().map(ToString::to_string).collect();
         assert_eq!(rules, ["write:enospc:after=3", "flush:eio:nth=1"]);
         assert_eq!(e.spec.power_loss_seed, None);

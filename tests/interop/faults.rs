@@ -1,0 +1,87 @@
+//! Error injection (the export option `fail=OPS:ERRNO:TRIGGER`): injected
+//! EIO and ENOSPC reach real clients as the right errors, the server stays
+//! up, a failed flush is never followed by a false success, and other
+//! exports and connections are untouched.
+
+use crate::harness::{tool, ServerBuilder};
+use crate::nbdsh::run_script;
+
+const BAD_RULES: &str = "fail=write:enospc:after=4,fail=read:eio:nth=3,fail=flush:eio:nth=2";
+
+#[test]
+fn injected_errors_reach_libnbd_as_the_right_errno() {
+    let mut srv = ServerBuilder::new()
+        .export("bad", format!("mem:16M,{BAD_RULES}"))
+        .export("good", "mem:16M")
+        .arg("--cache")
+        .arg("none")
+        .start();
+    run_script("injected_errors.py", &[srv.uri("bad"), srv.uri("good")]);
+    srv.assert_running();
+    let log = srv.stderr_log();
+    assert!(
+        log.contains("error injection on"),
+        "the server says so:\n{log}"
+    );
+}
+
+#[test]
+fn write_back_failures_fail_every_flush_not_the_write() {
+    let mut srv = ServerBuilder::new()
+        .export("bad", "mem:16M,fail=write:eio:after=0")
+        .export("good", "mem:16M")
+        .arg("--cache")
+        .arg("writeback")
+        .start();
+    run_script(
+        "injected_errors_write_back.py",
+        &[srv.uri("bad"), srv.uri("good")],
+    );
+    srv.assert_running();
+}
+
+#[test]
+fn qemu_io_reports_injected_enospc_and_eio() {
+    let mut srv = ServerBuilder::new()
+        .export(
+            "bad",
+            "mem:16M,fail=write:enospc:after=1,fail=read:eio:after=0",
+        )
+        .arg("--cache")
+        .arg("none")
+        .start();
+    let uri = srv.uri("bad");
+    let out = tool("qemu-io")
+        .args([
+            "-f",
+            "raw",
+            "-c",
+            "write -P 1 0 4k",
+            "-c",
+            "write -P 2 4k 4k",
+        ])
+        .arg(&uri)
+        .output();
+    let text = format!("{}{}", out.stdout(), out.stderr());
+    assert!(
+        text.contains("wrote 4096/4096 bytes at offset 0"),
+        "first write succeeds; {}",
+        out.describe()
+    );
+    assert!(
+        text.contains("No space left on device"),
+        "second write fails with ENOSPC; {}",
+        out.describe()
+    );
+    let out = tool("qemu-io")
+        .args(["-f", "raw", "-c", "read 0 4k"])
+        .arg(&uri)
+        .output();
+    let text = format!("{}{}", out.stdout(), out.stderr());
+    assert!(
+        text.contains("Input/output error"),
+        "reads fail with EIO; {}",
+        out.describe()
+    );
+    srv.assert_running();
+}
