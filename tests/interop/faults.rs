@@ -85,3 +85,49 @@ fn qemu_io_reports_injected_enospc_and_eio() {
     );
     srv.assert_running();
 }
+
+/// A small tmpfs mounted for one test, unmounted on drop.
+struct SmallFilesystem {
+    dir: tempfile::TempDir,
+}
+
+impl SmallFilesystem {
+    fn mount(bytes: u64) -> Self {
+        let dir = crate::harness::tempdir();
+        let out = tool("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}")])
+            .arg("tmpfs")
+            .arg(dir.path())
+            .output();
+        assert_eq!(
+            out.code(),
+            Some(0),
+            "mounting a {bytes}-byte tmpfs (the tests run as root); {}",
+            out.describe()
+        );
+        Self { dir }
+    }
+}
+
+impl Drop for SmallFilesystem {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+#[test]
+fn a_full_filesystem_gives_enospc_and_frees_up_again() {
+    const FS: u64 = 2 << 20;
+    let fs = SmallFilesystem::mount(FS);
+    let mut srv = ServerBuilder::new()
+        .file_export("disk", &fs.dir.path().join("d.img"), "size=16M")
+        .arg("--cache")
+        .arg("none")
+        .start();
+    run_script("full_disk.py", &[srv.uri("disk"), FS.to_string()]);
+    srv.assert_running();
+    drop(srv);
+    drop(fs);
+}
