@@ -157,3 +157,43 @@ seqs = {
 }
 for name, data in seqs.items():
     write("nbd_option_sequence", name, data)
+
+# --- nbd_replies: style byte, then what a server sends -----------------------
+
+
+def rep(option, kind, data=b""):
+    return struct.pack(">QIII", 0x3E889045565A9, option, kind, len(data)) + data
+
+
+def chunk(flags, kind, cookie, length):
+    return struct.pack(">IHHQI", 0x668E33EF, flags, kind, cookie, length)
+
+
+def xchunk(flags, kind, cookie, offset, length):
+    return struct.pack(">IHHQQQ", 0x6E8A278C, flags, kind, cookie, offset, length)
+
+
+def simple(error, cookie):
+    return struct.pack(">IIQ", 0x67446698, error, cookie)
+
+
+DONE = 1
+msg = b"read of 4096 bytes at offset 0 failed"
+write("nbd_replies", "option-replies",
+      bytes([1]) + rep(OPT_STRUCTURED_REPLY, 1)
+      + rep(OPT_SET_META_CONTEXT, 4, struct.pack(">I", 1) + b"base:allocation")
+      + rep(OPT_SET_META_CONTEXT, 1)
+      + rep(OPT_GO, 3, struct.pack(">HQH", 0, 1 << 30, 0x1ED))
+      + rep(OPT_GO, 1))
+write("nbd_replies", "structured-read-and-status",
+      bytes([1]) + chunk(0, 1, 7, 8 + 512) + struct.pack(">Q", 0) + bytes(512)
+      + chunk(0, 2, 7, 12) + struct.pack(">QI", 512, 512)
+      + chunk(DONE, 0, 7, 0)
+      + chunk(DONE, 5, 8, 4 + 16) + struct.pack(">IIIII", 1, 4096, 0, 8192, 3)
+      + chunk(DONE, 0x8001, 9, 6 + len(msg)) + struct.pack(">IH", 5, len(msg)) + msg)
+write("nbd_replies", "extended-status-and-error-offset",
+      bytes([2]) + xchunk(DONE, 6, 3, 0, 8 + 32)
+      + struct.pack(">IIQQQQ", 1, 2, 65536, 0, 1 << 33, 3)
+      + xchunk(DONE, 0x8002, 4, 4096, 14 + len(msg))
+      + struct.pack(">IH", 5, len(msg)) + msg + struct.pack(">Q", 8192))
+write("nbd_replies", "simple", bytes([0]) + simple(0, 1) + simple(22, 2) + bytes(16))
