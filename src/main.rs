@@ -52,9 +52,25 @@ struct ServeArgs {
     /// Threads for device I/O that would block a connection.
     #[arg(long, value_name = "N")]
     io_threads: Option<usize>,
-    /// Most simultaneous connections.
+    /// Most simultaneous connections; more are closed at once.
     #[arg(long, value_name = "N")]
     max_connections: Option<usize>,
+    /// Seconds a client may take to finish the handshake (default 30).
+    #[arg(long, value_name = "SECS")]
+    handshake_timeout: Option<u64>,
+    /// Seconds one send of replies may take before a client that does
+    /// not read them is disconnected; 0: never (default 60).
+    #[arg(long, value_name = "SECS")]
+    send_timeout: Option<u64>,
+    /// Seconds a connection may have no request in flight and send nothing
+    /// before it is closed; also how long a half-sent request may stall
+    /// (without it: the send timeout). 0: never (default).
+    #[arg(long, value_name = "SECS")]
+    idle_timeout: Option<u64>,
+    /// Bytes of handed-off requests in flight per connection before it
+    /// stops reading (K/M/G suffixes; default 64M).
+    #[arg(long, value_name = "BYTES")]
+    max_inflight_bytes: Option<sluice_server::ByteSize>,
     /// Microseconds a connection polls its socket before sleeping (0: off).
     #[arg(long, value_name = "US")]
     spin_us: Option<u64>,
@@ -135,6 +151,18 @@ fn serve_config(args: ServeArgs) -> Result<ServerConfig> {
     }
     if let Some(n) = args.max_connections {
         config.max_connections = n;
+    }
+    if let Some(s) = args.handshake_timeout {
+        config.handshake_timeout_secs = s;
+    }
+    if let Some(s) = args.send_timeout {
+        config.send_timeout_secs = s;
+    }
+    if let Some(s) = args.idle_timeout {
+        config.idle_timeout_secs = s;
+    }
+    if let Some(b) = args.max_inflight_bytes {
+        config.max_inflight_bytes_per_connection = b.0;
     }
     if let Some(us) = args.spin_us {
         config.spin_us = us;

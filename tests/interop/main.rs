@@ -11,6 +11,7 @@ mod nbd_raw;
 mod crash;
 mod faults;
 mod fio;
+mod limits;
 mod listeners;
 mod multi_conn;
 mod nbdcopy;

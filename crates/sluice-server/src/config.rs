@@ -519,6 +519,15 @@ pub struct ServerConfig {
     pub handshake_timeout_secs: u64,
     /// Most connections served at once; more are refused.
     pub max_connections: usize,
+    /// Seconds one send of replies may take (a client that does not read,
+    /// or reads a trickle) before the connection is closed; 0: wait
+    /// forever. A request received only in part also gets this long for
+    /// its next bytes when no idle timeout is set.
+    pub send_timeout_secs: u64,
+    /// Seconds a connection in transmission may have no request in flight
+    /// and receive nothing before it is closed; 0: never. Also how long a
+    /// request received only in part may wait for its next bytes.
+    pub idle_timeout_secs: u64,
     /// Most bytes of handed-off requests in flight per connection before
     /// the connection stops reading (back-pressure).
     pub max_inflight_bytes_per_connection: u64,
@@ -549,6 +558,8 @@ impl Default for ServerConfig {
             io_threads: 16,
             handshake_timeout_secs: 30,
             max_connections: 1024,
+            send_timeout_secs: 60,
+            idle_timeout_secs: 0,
             max_inflight_bytes_per_connection: 64 << 20,
             metrics: None,
             spin_us: 40,
@@ -565,6 +576,16 @@ impl ServerConfig {
     /// The handshake timeout as a duration.
     pub fn handshake_timeout(&self) -> Duration {
         Duration::from_secs(self.handshake_timeout_secs.max(1))
+    }
+
+    /// The send timeout, if any.
+    pub fn send_timeout(&self) -> Option<Duration> {
+        (self.send_timeout_secs > 0).then(|| Duration::from_secs(self.send_timeout_secs))
+    }
+
+    /// The idle timeout, if any.
+    pub fn idle_timeout(&self) -> Option<Duration> {
+        (self.idle_timeout_secs > 0).then(|| Duration::from_secs(self.idle_timeout_secs))
     }
 
     /// Checks names are valid and unique.

@@ -37,7 +37,9 @@ use crate::tls::{
     AccessPolicy, PeerIdentity, SessionCatalog, TlsAcceptor, TlsHandshakeError, TlsStream,
 };
 
-/// Initial receive buffer; grows to the largest message received.
+/// Receive buffer once requests with payloads arrive (idle and read-only
+/// connections keep the 4 KiB handshake buffer); grows to the largest
+/// message received.
 const RECV_BUF: usize = 256 * 1024;
 /// Buffers are shrunk back to this after serving a huge request.
 const IDLE_BUF: usize = 1 << 20;
@@ -74,6 +76,11 @@ pub(crate) struct ConnectionContext {
     pub(crate) tls: Option<Arc<TlsAcceptor>>,
     /// Which client identities may use which exports.
     pub(crate) access: Arc<AccessPolicy>,
+    /// A send that makes no progress for this long closes the connection.
+    pub(crate) send_timeout: Option<std::time::Duration>,
+    /// A connection with nothing in flight and nothing received for this
+    /// long is closed.
+    pub(crate) idle_timeout: Option<std::time::Duration>,
 }
 
 /// The NBD error a device error becomes on the wire. The one place this
@@ -117,6 +124,10 @@ pub(crate) fn serve_connection(mut stream: Stream, ctx: &ConnectionContext) {
         reply_style = ?negotiated.params.reply_style,
         "transmission phase started"
     );
+    if let Err(e) = stream.set_send_timeout(ctx.send_timeout) {
+        error!(error = %e, "cannot set the send timeout on the client socket");
+        return;
+    }
     let writer = match stream.try_clone() {
         Ok(w) => w,
         Err(e) => {
@@ -130,7 +141,17 @@ pub(crate) fn serve_connection(mut stream: Stream, ctx: &ConnectionContext) {
         spin: SpinPolicy::new(ctx.spin),
         cpus: ctx.cpus,
         server_metrics: Arc::clone(&ctx.metrics),
-        sink: Arc::new(ReplySink::new(writer, ctx.pipeline == PipelineMode::Fixed)),
+        sink: Arc::new(ReplySink::new(
+            writer,
+            ctx.pipeline == PipelineMode::Fixed,
+            ctx.send_timeout,
+        )),
+        broken: false,
+        idle_timeout: ctx.idle_timeout,
+        // A request whose first bytes arrived is not idle: with no idle
+        // timeout it gets the send timeout (a peer that stops halfway
+        // through a transfer, in either direction).
+        stall_timeout: ctx.idle_timeout.or(ctx.send_timeout),
         params: negotiated.params,
         context_id: negotiated.base_allocation_id,
         export,
@@ -142,9 +163,12 @@ pub(crate) fn serve_connection(mut stream: Stream, ctx: &ConnectionContext) {
         ends: Vec::with_capacity(64),
         next_seq: 0,
     };
-    buf.reserve_message(RECV_BUF);
     match t.run(&mut stream, &mut buf) {
         Ok(End::Disconnect) => debug!("client disconnected (NBD_CMD_DISC)"),
+        Ok(End::Idle(d)) => info!(
+            idle_timeout = ?d,
+            "connection idle (nothing in flight, nothing received) for the idle timeout; closing it"
+        ),
         Ok(End::Eof) => debug!("client closed the connection"),
         Ok(End::Shutdown) => debug!("server stopping: connection closed after its requests"),
         Err(e) => info!(error = %e, "connection ended"),
@@ -267,6 +291,8 @@ enum End {
     Disconnect,
     Eof,
     Shutdown,
+    /// Nothing in flight and nothing received for the idle timeout.
+    Idle(std::time::Duration),
 }
 
 /// What a receive brought.
@@ -274,6 +300,7 @@ enum Received {
     Data,
     Eof,
     Stop,
+    Idle(std::time::Duration),
 }
 
 /// How long a connection waits, once the server is stopping, for the rest
@@ -286,6 +313,8 @@ enum TransmissionError {
     Io(#[from] io::Error),
     #[error("protocol violation, disconnecting: {0}")]
     Protocol(String),
+    #[error("client sent part of a request and then nothing for {0:?}; disconnecting")]
+    Stalled(std::time::Duration),
 }
 
 struct Transmission {
@@ -302,6 +331,12 @@ struct Transmission {
     inflight: Arc<InFlight>,
     pipeline: PipelineMode,
     max_inflight_bytes: u64,
+    /// A reply could not be sent: stop handling requests.
+    broken: bool,
+    /// Close when idle (nothing in flight, nothing received) this long.
+    idle_timeout: Option<std::time::Duration>,
+    /// Close when a partly received request gets no more bytes this long.
+    stall_timeout: Option<std::time::Duration>,
     /// Replies produced on this thread and not yet sent.
     batch: ReplyBuf,
     /// (sequence number, end offset in `batch`) of each queued reply.
@@ -344,13 +379,20 @@ impl Transmission {
                     )));
                 }
                 let total = header_len + payload_len as usize;
-                if buf.data().len() < total {
-                    buf.reserve_message(total);
+                let have = buf.data().len();
+                if have < total {
+                    // Room grows with what arrives (at most double it), so
+                    // a client that announces a large write and stalls
+                    // costs what it sent, not what it announced.
+                    buf.reserve_message(RECV_BUF.max(total.min(have.saturating_mul(2))));
                     break;
                 }
                 let payload = &buf.data()[header_len..total];
                 let disconnect = self.handle(&header, payload);
                 buf.consume(total);
+                if self.broken {
+                    return Err(io::Error::from(io::ErrorKind::BrokenPipe).into());
+                }
                 if disconnect {
                     self.flush_batch()?;
                     return Ok(End::Disconnect);
@@ -367,6 +409,7 @@ impl Transmission {
                 Received::Data => {}
                 Received::Eof => return Ok(End::Eof),
                 Received::Stop => return Ok(End::Shutdown),
+                Received::Idle(d) => return Ok(End::Idle(d)),
             }
         }
     }
@@ -375,7 +418,11 @@ impl Transmission {
     /// policy allows, then waits for the socket or the server's stop
     /// signal. A request whose bytes are partly here is finished even when
     /// the server is stopping (for up to [`STOP_PARTIAL_GRACE`]).
-    fn receive(&mut self, stream: &mut Stream, buf: &mut RecvBuf) -> io::Result<Received> {
+    fn receive(
+        &mut self,
+        stream: &mut Stream,
+        buf: &mut RecvBuf,
+    ) -> Result<Received, TransmissionError> {
         let active = self
             .server_metrics
             .connections_active
@@ -400,6 +447,10 @@ impl Transmission {
             }
         }
         let started = Instant::now();
+        // Nothing was received since the last batch was handled (just
+        // before this call), so both limits count from here.
+        let mut idle_deadline = self.idle_timeout.map(|d| started + d);
+        let stall_deadline = self.stall_timeout.map(|d| started + d);
         loop {
             if stream.has_buffered_input() {
                 // TLS: decrypted or undecrypted bytes that poll cannot see.
@@ -410,9 +461,12 @@ impl Transmission {
                 }
             }
             let partial = !buf.data().is_empty();
+            let left = |deadline: Option<Instant>| {
+                deadline.map(|d| d.saturating_duration_since(Instant::now()))
+            };
             let (stop, timeout) = match (partial, self.stop.is_set()) {
-                (false, _) => (Some(self.stop.as_ref()), None),
-                (true, false) => (None, None),
+                (false, _) => (Some(self.stop.as_ref()), left(idle_deadline)),
+                (true, false) => (None, left(stall_deadline)),
                 (true, true) => (None, Some(STOP_PARTIAL_GRACE)),
             };
             match wait_readable(stream.fd(), stop, timeout)? {
@@ -425,11 +479,26 @@ impl Transmission {
                     None => {}
                 },
                 Readiness::Stop => return Ok(Received::Stop),
-                Readiness::TimedOut => {
+                Readiness::TimedOut if partial && self.stop.is_set() => {
                     return Err(io::Error::new(
                         io::ErrorKind::TimedOut,
                         "client did not finish its request while the server was stopping",
+                    )
+                    .into())
+                }
+                Readiness::TimedOut if partial => {
+                    return Err(TransmissionError::Stalled(
+                        self.stall_timeout.unwrap_or_default(),
                     ))
+                }
+                Readiness::TimedOut => {
+                    let idle = self.idle_timeout.unwrap_or_default();
+                    if self.inflight.is_idle() {
+                        return Ok(Received::Idle(idle));
+                    }
+                    // Requests still running or replies still queued: not
+                    // idle; look again one timeout later.
+                    idle_deadline = Some(Instant::now() + idle);
                 }
             }
         }
@@ -606,7 +675,7 @@ impl Transmission {
         let remaining = Arc::new(std::sync::atomic::AtomicUsize::new(missing.len()));
         let failed = Arc::new(std::sync::atomic::AtomicBool::new(false));
         for (pos, len) in missing {
-            self.inflight.add(u64::from(len));
+            self.admit(u64::from(len));
             let guard = InFlightGuard {
                 inflight: Arc::clone(&self.inflight),
                 bytes: u64::from(len),
@@ -618,7 +687,6 @@ impl Transmission {
             let span = tracing::Span::current();
             metrics.handoffs.fetch_add(1, Ordering::Relaxed);
             self.pool.submit(move || {
-                let _guard = guard;
                 let _enter = span.enter();
                 let started = Instant::now();
                 let mut out = ReplyBuf::with_capacity(0);
@@ -638,7 +706,7 @@ impl Transmission {
                     });
                 }
                 metrics.add_busy(Stage::ExecutePool, started.elapsed());
-                let _ = sink.send_owned(seq, out.into_vec());
+                let _ = sink.send_owned(seq, out.into_vec(), Some(guard));
                 // Decrement only after sending, so the final chunk follows
                 // every other piece on the wire.
                 if remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
@@ -652,7 +720,7 @@ impl Transmission {
                         req_offset,
                         0,
                     );
-                    let _ = sink.send_owned(seq, last);
+                    let _ = sink.send_owned(seq, last, None);
                     let elapsed = request.received.elapsed();
                     export.metrics.record(
                         CommandKind::Read,
@@ -663,6 +731,28 @@ impl Transmission {
                 }
             });
         }
+    }
+
+    /// Counts a request of `bytes` as in flight, first waiting (with this
+    /// thread's replies sent, since in request order a worker's reply may
+    /// wait for them) while the connection is at its in-flight limit. Every
+    /// request of one receive passes here, so a client that pipelines far
+    /// past the limit is held to it.
+    fn admit(&mut self, bytes: u64) {
+        if self
+            .inflight
+            .try_add(bytes, MAX_INFLIGHT_REQUESTS, self.max_inflight_bytes)
+        {
+            return;
+        }
+        // A send error resurfaces on the next batch.
+        let _ = self.flush_batch();
+        self.inflight
+            .wait_below(MAX_INFLIGHT_REQUESTS, self.max_inflight_bytes);
+        self.inflight.add(bytes);
+        // Waiting ends early when the client stopped reading and the send
+        // timed out: stop executing what it sent.
+        self.broken = self.sink.is_broken();
     }
 
     fn take_seq(&mut self) -> Seq {
@@ -676,7 +766,7 @@ impl Transmission {
             Command::Read { length, .. } | Command::Write { length, .. } => u64::from(length),
             _ => 0,
         };
-        self.inflight.add(bytes);
+        self.admit(bytes);
         let guard = InFlightGuard {
             inflight: Arc::clone(&self.inflight),
             bytes,
@@ -691,7 +781,6 @@ impl Transmission {
         metrics.handoffs.fetch_add(1, Ordering::Relaxed);
         metrics.inflight.fetch_add(1, Ordering::Relaxed);
         self.pool.submit(move || {
-            let _guard = guard;
             let _enter = span.enter();
             let started = Instant::now();
             let mut out = ReplyBuf::with_capacity(0);
@@ -702,7 +791,9 @@ impl Transmission {
                 };
             let executed = Instant::now();
             metrics.add_busy(Stage::ExecutePool, executed - started);
-            if let Err(e) = sink.send_owned(seq, out.into_vec()) {
+            // The guard goes with the reply: the in-flight slot is freed
+            // when the reply is on the wire, not when it is queued.
+            if let Err(e) = sink.send_owned(seq, out.into_vec(), Some(guard)) {
                 debug!(error = %e, "reply not sent: connection gone");
             }
             let sent = Instant::now();

@@ -70,6 +70,18 @@ impl InFlight {
         s.1 += bytes;
     }
 
+    /// Adds a request of `bytes` if fewer than `max_count` requests and at
+    /// most `max_bytes` bytes are in flight; returns whether it did.
+    pub(crate) fn try_add(&self, bytes: u64, max_count: usize, max_bytes: u64) -> bool {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if s.0 >= max_count || (s.0 > 0 && s.1 > max_bytes) {
+            return false;
+        }
+        s.0 += 1;
+        s.1 += bytes;
+        true
+    }
+
     pub(crate) fn done(&self, bytes: u64) {
         let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
         s.0 -= 1;
@@ -86,6 +98,12 @@ impl InFlight {
         }
     }
 
+    /// Whether nothing is in flight (no request running on the pool, no
+    /// reply of one waiting to be sent).
+    pub(crate) fn is_idle(&self) -> bool {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).0 == 0
+    }
+
     /// Waits until nothing is in flight.
     pub(crate) fn wait_idle(&self) {
         self.wait_below(1, 0);
@@ -93,6 +111,9 @@ impl InFlight {
 }
 
 /// Releases an in-flight slot when dropped, even if the job never ran.
+/// It travels with the reply: a reply queued in the `ReplySink` keeps its
+/// slot until it is sent.
+#[derive(Debug)]
 pub(crate) struct InFlightGuard {
     pub(crate) inflight: std::sync::Arc<InFlight>,
     pub(crate) bytes: u64,

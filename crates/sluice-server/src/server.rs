@@ -286,6 +286,8 @@ impl Server {
             tls_policy: handshake_policy(self.config.tls.mode, self.tls.as_deref()),
             tls: self.tls.clone(),
             access: Arc::new(AccessPolicy::new(self.config.tls.allow.clone())),
+            send_timeout: self.config.send_timeout(),
+            idle_timeout: self.config.idle_timeout(),
         });
         let result = self.accept_loop(&ctx);
         self.drain_connections();

@@ -1,14 +1,36 @@
 //! The sending half of a connection, shared by the connection thread and
 //! the I/O workers that finish its handed-off requests.
+//!
+//! One thread at a time holds the *sender* role and writes to the socket;
+//! the lock that orders replies is never held across a `write`. A worker
+//! that finishes while another thread is sending queues its reply here and
+//! goes back to the pool, so a client that stops reading ties up at most
+//! one pool worker (the sender), and only until the send timeout. Queued
+//! replies keep their in-flight guard until they are on the wire, so the
+//! connection's in-flight limit also bounds the bytes waiting here.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, IoSlice};
-use std::sync::Mutex;
+use std::net::Shutdown;
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
+use tracing::{debug, warn};
+
+use crate::pool::InFlightGuard;
 use crate::stream::Stream;
 
 /// Sequence number of a request that gets a reply, in arrival order.
 pub(crate) type Seq = u64;
+
+/// A reply that waits for the socket or for earlier replies. Its guard
+/// releases the request's in-flight slot once the reply is sent (or
+/// dropped because the connection broke).
+#[derive(Debug)]
+struct Queued {
+    bytes: Vec<u8>,
+    _guard: Option<InFlightGuard>,
+}
 
 #[derive(Debug)]
 enum Order {
@@ -17,21 +39,36 @@ enum Order {
     /// Replies leave in request order; early ones wait in `held`.
     Request {
         next: Seq,
-        held: BTreeMap<Seq, Vec<u8>>,
+        held: BTreeMap<Seq, Queued>,
     },
 }
 
 #[derive(Debug)]
-struct Inner {
-    stream: Stream,
+struct State {
     order: Order,
+    /// Replies ready to go, in order, while another thread sends.
+    queue: VecDeque<Queued>,
+    /// A thread holds the sender role (and will drain `queue`).
+    sending: bool,
+    /// Threads waiting in `send_batch` for the sender role.
+    waiters: usize,
     broken: bool,
 }
 
 /// Serialises replies onto one socket, in completion or request order.
 #[derive(Debug)]
 pub(crate) struct ReplySink {
-    inner: Mutex<Inner>,
+    state: Mutex<State>,
+    /// Signalled when the sender role is released (only if `waiters`).
+    released: Condvar,
+    /// Locked only by the holder of the sender role, so never contended.
+    stream: Mutex<Stream>,
+    /// The socket's send timeout (for the log line when it expires).
+    send_timeout: Option<Duration>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 enum Part {
@@ -40,7 +77,13 @@ enum Part {
 }
 
 impl ReplySink {
-    pub(crate) fn new(stream: Stream, in_request_order: bool) -> Self {
+    /// `stream` should already carry `send_timeout` as its socket send
+    /// timeout (`Stream::set_send_timeout`).
+    pub(crate) fn new(
+        stream: Stream,
+        in_request_order: bool,
+        send_timeout: Option<Duration>,
+    ) -> Self {
         let order = if in_request_order {
             Order::Request {
                 next: 0,
@@ -50,25 +93,43 @@ impl ReplySink {
             Order::Completion
         };
         Self {
-            inner: Mutex::new(Inner {
-                stream,
+            state: Mutex::new(State {
                 order,
+                queue: VecDeque::new(),
+                sending: false,
+                waiters: 0,
                 broken: false,
             }),
+            released: Condvar::new(),
+            stream: Mutex::new(stream),
+            send_timeout,
         }
     }
 
     /// Sends replies built on the connection thread. `ends[i]` is the
     /// sequence number and end offset in `batch` of the i-th reply; the
-    /// replies are contiguous from offset 0.
+    /// replies are contiguous from offset 0. Waits while another thread
+    /// sends (the connection thread may block; pool workers never wait
+    /// here).
     pub(crate) fn send_batch(&self, batch: &[u8], ends: &[(Seq, usize)]) -> io::Result<()> {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if inner.broken {
+        let mut st = lock(&self.state);
+        while st.sending && !st.broken {
+            st.waiters += 1;
+            st = self.released.wait(st).unwrap_or_else(|p| p.into_inner());
+            st.waiters -= 1;
+        }
+        if st.broken {
             return Err(io::ErrorKind::BrokenPipe.into());
         }
-        let inner = &mut *inner;
-        let result = match &mut inner.order {
-            Order::Completion => inner.stream.write_all_vectored(&mut [IoSlice::new(batch)]),
+        let state = &mut *st;
+        match &mut state.order {
+            Order::Completion => {
+                state.sending = true;
+                drop(st);
+                let result =
+                    lock(&self.stream).write_all_until(&mut [IoSlice::new(batch)], self.deadline());
+                self.finish(result)
+            }
             Order::Request { next, held } => {
                 let mut parts = Vec::with_capacity(ends.len());
                 let mut released = Vec::new();
@@ -83,53 +144,162 @@ impl ReplySink {
                             *next += 1;
                         }
                     } else {
-                        held.insert(seq, batch[start..end].to_vec());
+                        held.insert(
+                            seq,
+                            Queued {
+                                bytes: batch[start..end].to_vec(),
+                                _guard: None,
+                            },
+                        );
                     }
                     start = end;
                 }
+                if parts.is_empty() {
+                    return Ok(());
+                }
+                state.sending = true;
+                drop(st);
                 let mut slices: Vec<IoSlice<'_>> = parts
                     .iter()
                     .map(|p| match *p {
                         Part::Batch(s, e) => IoSlice::new(&batch[s..e]),
-                        Part::Held(i) => IoSlice::new(&released[i]),
+                        Part::Held(i) => IoSlice::new(&released[i].bytes),
                     })
                     .collect();
-                inner.stream.write_all_vectored(&mut slices)
+                let result = lock(&self.stream).write_all_until(&mut slices, self.deadline());
+                drop(released);
+                self.finish(result)
             }
-        };
-        if result.is_err() {
-            inner.broken = true;
         }
-        result
     }
 
-    /// Sends one reply finished by an I/O worker.
-    pub(crate) fn send_owned(&self, seq: Seq, reply: Vec<u8>) -> io::Result<()> {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if inner.broken {
+    /// Sends one reply finished by an I/O worker, or queues it if another
+    /// thread is sending (or, in request order, if earlier replies are
+    /// missing). `guard` is released once the reply is on the wire.
+    pub(crate) fn send_owned(
+        &self,
+        seq: Seq,
+        reply: Vec<u8>,
+        guard: Option<InFlightGuard>,
+    ) -> io::Result<()> {
+        let item = Queued {
+            bytes: reply,
+            _guard: guard,
+        };
+        let mut st = lock(&self.state);
+        if st.broken {
             return Err(io::ErrorKind::BrokenPipe.into());
         }
-        let inner = &mut *inner;
-        let result = match &mut inner.order {
-            Order::Completion => inner.stream.write_all_vectored(&mut [IoSlice::new(&reply)]),
-            Order::Request { next, held } => {
-                if seq != *next {
-                    held.insert(seq, reply);
+        let state = &mut *st;
+        match &mut state.order {
+            Order::Completion => {
+                if state.sending {
+                    state.queue.push_back(item);
                     return Ok(());
                 }
-                let mut ready = vec![reply];
+                state.sending = true;
+                drop(st);
+                let result = lock(&self.stream)
+                    .write_all_until(&mut [IoSlice::new(&item.bytes)], self.deadline());
+                drop(item);
+                self.finish(result)
+            }
+            Order::Request { next, held } => {
+                if seq != *next {
+                    held.insert(seq, item);
+                    return Ok(());
+                }
                 *next += 1;
+                if state.sending {
+                    state.queue.push_back(item);
+                    while let Some(v) = held.remove(next) {
+                        state.queue.push_back(v);
+                        *next += 1;
+                    }
+                    return Ok(());
+                }
+                let mut ready = vec![item];
                 while let Some(v) = held.remove(next) {
                     ready.push(v);
                     *next += 1;
                 }
-                let mut slices: Vec<IoSlice<'_>> = ready.iter().map(|v| IoSlice::new(v)).collect();
-                inner.stream.write_all_vectored(&mut slices)
+                state.sending = true;
+                drop(st);
+                let mut slices: Vec<IoSlice<'_>> =
+                    ready.iter().map(|v| IoSlice::new(&v.bytes)).collect();
+                let result = lock(&self.stream).write_all_until(&mut slices, self.deadline());
+                drop(ready);
+                self.finish(result)
             }
-        };
-        if result.is_err() {
-            inner.broken = true;
         }
-        result
+    }
+
+    /// When a send starting now must be done.
+    fn deadline(&self) -> Option<Instant> {
+        self.send_timeout.map(|d| Instant::now() + d)
+    }
+
+    /// Whether a send failed (the connection is being closed).
+    pub(crate) fn is_broken(&self) -> bool {
+        lock(&self.state).broken
+    }
+
+    /// Called by the sender after its own write: sends what others queued
+    /// meanwhile, then gives up the sender role. On a send error the sink
+    /// breaks: queued and held replies are dropped (releasing their
+    /// in-flight slots) and the socket is shut down, so the connection
+    /// thread wakes up and ends the connection.
+    fn finish(&self, mut result: io::Result<()>) -> io::Result<()> {
+        loop {
+            let mut st = lock(&self.state);
+            if let Err(e) = &result {
+                st.broken = true;
+                st.sending = false;
+                let queued = std::mem::take(&mut st.queue);
+                let held = match &mut st.order {
+                    Order::Request { held, .. } => std::mem::take(held),
+                    Order::Completion => BTreeMap::new(),
+                };
+                if st.waiters > 0 {
+                    self.released.notify_all();
+                }
+                drop(st);
+                self.broke(e);
+                drop((queued, held));
+                return result;
+            }
+            if st.queue.is_empty() {
+                st.sending = false;
+                if st.waiters > 0 {
+                    self.released.notify_all();
+                }
+                return Ok(());
+            }
+            let batch: Vec<Queued> = st.queue.drain(..).collect();
+            drop(st);
+            let mut slices: Vec<IoSlice<'_>> =
+                batch.iter().map(|v| IoSlice::new(&v.bytes)).collect();
+            result = lock(&self.stream).write_all_until(&mut slices, self.deadline());
+            drop(slices);
+            drop(batch);
+        }
+    }
+
+    fn broke(&self, e: &io::Error) {
+        let stream = lock(&self.stream);
+        if matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+        ) {
+            warn!(
+                timeout = ?self.send_timeout,
+                "client has not read its replies within the send timeout; closing the connection"
+            );
+        } else {
+            debug!(error = %e, "sending a reply failed; closing the connection");
+        }
+        // Wakes the connection thread (its receive sees the end) and any
+        // other thread still using the socket.
+        let _ = stream.shutdown(Shutdown::Both);
     }
 }

@@ -5,6 +5,7 @@ use std::io::{self, IoSlice, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
+use std::time::Instant;
 
 use crate::buffer::RecvBuf;
 use crate::tls::TlsStream;
@@ -32,6 +33,17 @@ impl Stream {
             Self::Tcp(s) => s.shutdown(how),
             Self::Unix(s) => s.shutdown(how),
             Self::Tls(t) => t.socket().shutdown(how),
+        }
+    }
+
+    /// Sets the socket's send timeout (SO_SNDTIMEO; `None`: block
+    /// forever). A send that makes no progress for that long fails with
+    /// `WouldBlock`. Shared by every clone of the socket.
+    pub(crate) fn set_send_timeout(&self, timeout: Option<std::time::Duration>) -> io::Result<()> {
+        match self {
+            Self::Tcp(s) => s.set_write_timeout(timeout),
+            Self::Unix(s) => s.set_write_timeout(timeout),
+            Self::Tls(t) => t.socket().set_send_timeout(timeout),
         }
     }
 
@@ -74,10 +86,17 @@ impl Stream {
     }
 
     /// Writes every slice completely, with as few syscalls as the kernel
-    /// allows.
-    pub(crate) fn write_all_vectored(&mut self, mut bufs: &mut [IoSlice<'_>]) -> io::Result<()> {
+    /// allows; fails with `TimedOut` once `deadline` has passed and bytes
+    /// remain (a
+    /// client that takes a trickle at a time is not waited for forever;
+    /// the socket's send timeout covers one send that makes no progress).
+    pub(crate) fn write_all_until(
+        &mut self,
+        mut bufs: &mut [IoSlice<'_>],
+        deadline: Option<Instant>,
+    ) -> io::Result<()> {
         if let Self::Tls(t) = self {
-            return t.write_all_vectored(bufs);
+            return t.write_all_vectored(bufs, deadline);
         }
         IoSlice::advance_slices(&mut bufs, 0);
         while !bufs.is_empty() {
@@ -86,6 +105,12 @@ impl Stream {
                 Ok(n) => IoSlice::advance_slices(&mut bufs, n),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
+            }
+            if !bufs.is_empty() && deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "client did not take the replies within the send timeout",
+                ));
             }
         }
         Ok(())
@@ -98,7 +123,7 @@ impl Write for Stream {
             Self::Tcp(s) => s.write(buf),
             Self::Unix(s) => s.write(buf),
             Self::Tls(t) => t
-                .write_all_vectored(&[IoSlice::new(buf)])
+                .write_all_vectored(&[IoSlice::new(buf)], None)
                 .map(|()| buf.len()),
         }
     }
@@ -107,7 +132,7 @@ impl Write for Stream {
             Self::Tcp(s) => s.write_vectored(bufs),
             Self::Unix(s) => s.write_vectored(bufs),
             Self::Tls(t) => {
-                t.write_all_vectored(bufs)?;
+                t.write_all_vectored(bufs, None)?;
                 Ok(bufs.iter().map(|b| b.len()).sum())
             }
         }

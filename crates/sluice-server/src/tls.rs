@@ -539,8 +539,13 @@ impl TlsStream {
         })
     }
 
-    /// Encrypts and sends every slice, in order, as one send.
-    pub(crate) fn write_all_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<()> {
+    /// Encrypts and sends every slice, in order, as one send; fails with
+    /// `TimedOut` if `deadline` passes first (see `Stream::write_all_until`).
+    pub(crate) fn write_all_vectored(
+        &mut self,
+        bufs: &[IoSlice<'_>],
+        deadline: Option<Instant>,
+    ) -> io::Result<()> {
         let mut cipher = lock(&self.shared.send);
         let mut slices = bufs.iter().map(|s| &s[..]).filter(|s| !s.is_empty());
         let mut current: &[u8] = slices.next().unwrap_or_default();
@@ -562,7 +567,9 @@ impl TlsStream {
                 }
             }
             if !cipher.is_empty() {
-                let sent = self.sock.write_all(&cipher);
+                let sent = self
+                    .sock
+                    .write_all_until(&mut [IoSlice::new(&cipher)], deadline);
                 cipher.clear();
                 sent?;
             }
@@ -575,7 +582,7 @@ impl TlsStream {
     /// Sends whatever rustls has queued (handshake messages, alerts,
     /// tickets, key updates).
     fn flush_pending(&mut self) -> io::Result<()> {
-        self.write_all_vectored(&[])
+        self.write_all_vectored(&[], None)
     }
 
     /// Sends close_notify (best effort): a clean end the client can tell
