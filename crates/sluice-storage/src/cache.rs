@@ -957,7 +957,7 @@ impl Drop for CacheDevice {
         }
         let threads = std::mem::take(&mut self.threads);
         for t in threads {
-            // The write-back thread sees `closing` within its 200 ms tick;
+            // The write-back thread was woken above and sees `closing`;
             // prefetchers exit when the channel closes.
             let _ = t.join();
         }

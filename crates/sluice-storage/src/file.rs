@@ -365,12 +365,13 @@ impl BlockDevice for FileDevice {
             self.pwrite_all(buf, offset, fua)
         };
         result.map_err(|e| {
+            let err = self.err(IoOp::Write, offset, len, e);
             // A failed O_DSYNC write is a failed sync (see `sync_failed`),
             // unless nothing was written because the disk is full.
-            if fua && e.raw_os_error() != Some(Errno::NOSPC.raw_os_error()) {
+            if fua && !err.is_no_space() {
                 self.sync_failed.store(true, Ordering::Release);
             }
-            self.err(IoOp::Write, offset, len, e)
+            err
         })
     }
 
