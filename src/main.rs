@@ -86,6 +86,10 @@ struct ServeArgs {
     /// Answer large reads piece by piece as parts become ready (true/false).
     #[arg(long, value_name = "BOOL")]
     pipelined_reads: Option<bool>,
+    /// Send large page-cache reads of file exports straight from a shared
+    /// mapping of the file, one copy instead of two (true/false).
+    #[arg(long, value_name = "BOOL")]
+    mapped_reads: Option<bool>,
     /// Serve Prometheus metrics on http://ADDR/metrics (e.g. 127.0.0.1:9109).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<std::net::SocketAddr>,
@@ -178,6 +182,9 @@ fn serve_config(args: ServeArgs) -> Result<ServerConfig> {
     }
     if let Some(p) = args.pipelined_reads {
         config.pipelined_reads = p;
+    }
+    if let Some(m) = args.mapped_reads {
+        config.mapped_reads = m;
     }
     if let Some(a) = args.metrics {
         config.metrics = Some(a);

@@ -545,6 +545,10 @@ pub struct ServerConfig {
     /// Answer reads over 256 KiB that miss memory piece by piece, each
     /// piece sent as soon as it is read (structured replies only).
     pub pipelined_reads: bool,
+    /// Send reads of 128 KiB or more that are in the page cache straight
+    /// from a shared mapping of the file (one copy instead of two;
+    /// buffered file exports without TLS, `pipeline = "flexible"`).
+    pub mapped_reads: bool,
     /// TLS (STARTTLS), client certificates and per-export allow-lists.
     pub tls: TlsConfig,
 }
@@ -567,6 +571,7 @@ impl Default for ServerConfig {
             cache_size: ByteSize(256 << 20),
             readahead_max: ByteSize(4 << 20),
             pipelined_reads: true,
+            mapped_reads: true,
             tls: TlsConfig::default(),
         }
     }

@@ -52,6 +52,9 @@ const MAX_INFLIGHT_REQUESTS: usize = 256;
 const MAX_EXTENTS: usize = 1024;
 /// Reads longer than this are answered piece by piece (pipelined reads).
 const READ_PIECE: u32 = 256 * 1024;
+/// Reads at least this long are sent from the file's mapping when they
+/// can be (`--mapped-reads`); shorter ones are cheaper batched.
+const MAPPED_READ_MIN: u32 = 128 * 1024;
 
 /// What a connection needs from the server.
 #[derive(Debug)]
@@ -70,6 +73,8 @@ pub(crate) struct ConnectionContext {
     pub(crate) stop: Arc<StopSignal>,
     /// Answer large reads piece by piece as parts become ready.
     pub(crate) pipelined_reads: bool,
+    /// Send large page-cache reads from the file's shared mapping.
+    pub(crate) mapped_reads: bool,
     /// The handshake's TLS mode (off unless credentials are loaded).
     pub(crate) tls_policy: TlsPolicy,
     /// TLS credentials, when TLS is on.
@@ -137,6 +142,8 @@ pub(crate) fn serve_connection(mut stream: Stream, ctx: &ConnectionContext) {
     };
     let mut t = Transmission {
         pipelined_reads: ctx.pipelined_reads,
+        mapped_reads: ctx.mapped_reads,
+        mapped_header: Vec::with_capacity(64),
         stop: Arc::clone(&ctx.stop),
         spin: SpinPolicy::new(ctx.spin),
         cpus: ctx.cpus,
@@ -319,6 +326,9 @@ enum TransmissionError {
 
 struct Transmission {
     pipelined_reads: bool,
+    mapped_reads: bool,
+    /// Header of a read sent from a mapping (reused).
+    mapped_header: Vec<u8>,
     stop: Arc<StopSignal>,
     spin: SpinPolicy,
     cpus: usize,
@@ -572,6 +582,16 @@ impl Transmission {
             received,
         };
         let placement = self.placement(&cmd);
+        if let Command::Read { offset, length, .. } = cmd {
+            if self.mapped_reads
+                && length >= MAPPED_READ_MIN
+                && self.pipeline == PipelineMode::Flexible
+                && self.sink.is_plain()
+                && self.mapped_read(&request, offset, length)
+            {
+                return false;
+            }
+        }
         if let Command::Read {
             offset,
             length,
@@ -615,6 +635,47 @@ impl Transmission {
         }
         self.hand_off(seq, request, payload);
         false
+    }
+
+    /// Answers a read with one data chunk whose bytes the kernel copies
+    /// straight from the file's shared mapping, if the device has one and
+    /// every page is in the page cache (so the send cannot wait for the
+    /// disk). Returns false, having sent nothing, otherwise.
+    fn mapped_read(&mut self, request: &Request, offset: u64, length: u32) -> bool {
+        let export = Arc::clone(&self.export);
+        let Some(map) = export.device.mapped() else {
+            return false;
+        };
+        let len = length as usize;
+        let Some(data) = map.iovec(offset, len).filter(|_| map.resident(offset, len)) else {
+            return false;
+        };
+        // Replies already built go first; a send error resurfaces below
+        // (the sink is broken) and on the next batch.
+        let _ = self.flush_batch();
+        let style = self.params.reply_style;
+        self.mapped_header.clear();
+        encode_read_data_header(
+            &mut self.mapped_header,
+            style,
+            request.cookie,
+            request.offset,
+            offset,
+            length,
+            true,
+        );
+        let started = Instant::now();
+        // `map` (borrowed from `export`) stays mapped across the send.
+        let failed = self.sink.send_mapped(&self.mapped_header, data).is_err();
+        self.server_metrics.add_busy(Stage::Send, started.elapsed());
+        self.server_metrics
+            .mapped_reads
+            .fetch_add(1, Ordering::Relaxed);
+        let elapsed = request.received.elapsed();
+        self.export
+            .metrics
+            .record(CommandKind::Read, u64::from(length), failed, elapsed);
+        true
     }
 
     /// Answers a large read piece by piece (SuperNBD's pipelined reads):

@@ -195,6 +195,7 @@ pub struct ServerMetrics {
     pub(crate) connections_active: AtomicI64,
     pub(crate) handshakes_failed: AtomicU64,
     pub(crate) handoffs: AtomicU64,
+    pub(crate) mapped_reads: AtomicU64,
     pub(crate) inflight: AtomicI64,
     stage_busy_ns: [AtomicU64; 3],
 }
@@ -260,6 +261,17 @@ impl ServerMetrics {
             out,
             "sluice_handoffs_total {}",
             self.handoffs.load(Ordering::Relaxed)
+        );
+        g(
+            &mut out,
+            "sluice_mapped_reads_total",
+            "counter",
+            "Reads sent straight from a shared mapping of the file.",
+        );
+        let _ = writeln!(
+            out,
+            "sluice_mapped_reads_total {}",
+            self.mapped_reads.load(Ordering::Relaxed)
         );
         g(
             &mut out,

@@ -283,6 +283,7 @@ impl Server {
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             stop: Arc::clone(&self.shared.stop),
             pipelined_reads: self.config.pipelined_reads,
+            mapped_reads: self.config.mapped_reads,
             tls_policy: handshake_policy(self.config.tls.mode, self.tls.as_deref()),
             tls: self.tls.clone(),
             access: Arc::new(AccessPolicy::new(self.config.tls.allow.clone())),

@@ -65,6 +65,8 @@ pub(crate) struct ReplySink {
     stream: Mutex<Stream>,
     /// The socket's send timeout (for the log line when it expires).
     send_timeout: Option<Duration>,
+    /// No TLS: replies may be sent from mapped file pages.
+    plain: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -101,9 +103,43 @@ impl ReplySink {
                 broken: false,
             }),
             released: Condvar::new(),
+            plain: stream.is_plain(),
             stream: Mutex::new(stream),
             send_timeout,
         }
+    }
+
+    /// Whether [`send_mapped`](Self::send_mapped) can be used (no TLS).
+    pub(crate) fn is_plain(&self) -> bool {
+        self.plain
+    }
+
+    /// Sends one read reply whose data the kernel copies straight from a
+    /// shared file mapping (`data`, see `sluice_storage::MappedBytes`),
+    /// after its `header`. For completion order only; the caller keeps
+    /// the mapping alive for the call.
+    pub(crate) fn send_mapped(&self, header: &[u8], data: libc::iovec) -> io::Result<()> {
+        let mut st = lock(&self.state);
+        while st.sending && !st.broken {
+            st.waiters += 1;
+            st = self.released.wait(st).unwrap_or_else(|p| p.into_inner());
+            st.waiters -= 1;
+        }
+        if st.broken {
+            return Err(io::ErrorKind::BrokenPipe.into());
+        }
+        debug_assert!(matches!(st.order, Order::Completion));
+        st.sending = true;
+        drop(st);
+        let mut iov = [
+            libc::iovec {
+                iov_base: header.as_ptr().cast_mut().cast(),
+                iov_len: header.len(),
+            },
+            data,
+        ];
+        let result = lock(&self.stream).write_all_raw_until(&mut iov, self.deadline());
+        self.finish(result)
     }
 
     /// Sends replies built on the connection thread. `ends[i]` is the

@@ -3,7 +3,7 @@
 
 use std::io::{self, IoSlice, Write};
 use std::net::{Shutdown, TcpStream};
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::time::Instant;
 
@@ -107,6 +107,67 @@ impl Stream {
                 Err(e) => return Err(e),
             }
             if !bufs.is_empty() && deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "client did not take the replies within the send timeout",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Stream {
+    /// Whether bytes go to the socket as they are (no TLS), so the kernel
+    /// can copy them from wherever they are.
+    pub(crate) fn is_plain(&self) -> bool {
+        !matches!(self, Self::Tls(_))
+    }
+
+    /// Like [`write_all_until`](Self::write_all_until) for address ranges
+    /// Rust never dereferences (a shared file mapping, see
+    /// `sluice_storage::MappedBytes`): the kernel copies them, and reports
+    /// an unmapped or truncated page as EFAULT. Plain sockets only.
+    pub(crate) fn write_all_raw_until(
+        &mut self,
+        mut iov: &mut [libc::iovec],
+        deadline: Option<Instant>,
+    ) -> io::Result<()> {
+        if !self.is_plain() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "raw sends are for plaintext sockets",
+            ));
+        }
+        let fd = self.fd().as_raw_fd();
+        while !iov.is_empty() {
+            let count = iov.len().min(1024) as libc::c_int;
+            // SAFETY: `iov` is a valid array of `count` iovecs; each
+            // describes memory the caller keeps mapped for this call (the
+            // kernel validates the addresses and fails with EFAULT rather
+            // than fault); `fd` is this stream's open socket.
+            let n = unsafe { libc::writev(fd, iov.as_ptr(), count) };
+            if n < 0 {
+                let e = io::Error::last_os_error();
+                if e.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(e);
+            }
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            let mut n = n as usize;
+            while let Some(first) = iov.first_mut() {
+                if n < first.iov_len {
+                    first.iov_base = first.iov_base.cast::<u8>().wrapping_add(n).cast();
+                    first.iov_len -= n;
+                    break;
+                }
+                n -= first.iov_len;
+                iov = &mut iov[1..];
+            }
+            if !iov.is_empty() && deadline.is_some_and(|d| Instant::now() >= d) {
                 return Err(io::Error::new(
                     io::ErrorKind::TimedOut,
                     "client did not take the replies within the send timeout",

@@ -477,3 +477,79 @@ fn large_reads_send_ready_pieces_before_slow_ones() {
     );
     server.stop().unwrap();
 }
+
+/// A server with one buffered file export and the given `mapped_reads`.
+fn file_server(dir: &tempfile::TempDir, mapped_reads: bool) -> TestServer {
+    let device = sluice_storage::FileDevice::open(
+        &dir.path().join("img"),
+        &sluice_storage::FileOptions {
+            size: Some(4 << 20),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let config = ServerConfig {
+        listen: vec!["127.0.0.1:0".parse().unwrap()],
+        metrics: Some("127.0.0.1:0".parse().unwrap()),
+        mapped_reads,
+        ..ServerConfig::default()
+    };
+    let export = Arc::new(Export::new(
+        "default".into(),
+        "test".into(),
+        Arc::new(device),
+    ));
+    let server = Server::bind_exports(config, vec![export]).expect("bind");
+    let ListenAddr::Tcp(addr) = server.local_addrs()[0].clone() else {
+        panic!("tcp")
+    };
+    let handle = server.handle();
+    let metrics_addr = server.metrics_addr().unwrap();
+    let thread = Some(std::thread::spawn(move || server.run()));
+    TestServer {
+        addr,
+        metrics_addr,
+        handle,
+        thread,
+    }
+}
+
+#[test]
+fn large_page_cache_reads_are_sent_from_the_mapping_and_match() {
+    for mapped in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let server = file_server(&dir, mapped);
+        let mut c = RawClient::connect(server.addr);
+        let data: Vec<u8> = (0..(1u32 << 20))
+            .map(|i| (i * 7 + i / 4096) as u8)
+            .collect();
+        c.send(CMD_WRITE, 1, 1 << 20, data.len() as u64, &data);
+        assert_eq!(c.reply().1, 0, "write");
+        // A 1 MiB read (mapped when on), a 4 KiB one (never mapped), and
+        // one overlapping the end of the written range.
+        c.send(CMD_READ, 2, 1 << 20, 1 << 20, &[]);
+        c.send(CMD_READ, 3, (1 << 20) + 4096, 4096, &[]);
+        c.send(CMD_READ, 4, (2 << 20) - 65536, 256 << 10, &[]);
+        let mut replies: Vec<_> = (0..3).map(|_| c.reply()).collect();
+        replies.sort_by_key(|r| r.0);
+        assert_eq!(
+            replies[0],
+            (2, 0, data.clone()),
+            "1 MiB read (mapped {mapped})"
+        );
+        assert_eq!(replies[1], (3, 0, data[4096..8192].to_vec()));
+        let mut want = data[(1 << 20) - 65536..].to_vec();
+        want.resize(256 << 10, 0);
+        assert_eq!(replies[2], (4, 0, want), "read past the written range");
+        let text = scrape(server.metrics_addr);
+        let sent_mapped = metric(&text, "sluice_mapped_reads_total ");
+        if mapped {
+            // The third reaches into a hole no one has read, which is not
+            // in the page cache: it takes the ordinary path.
+            assert_eq!(sent_mapped, 1.0, "the 1 MiB read of written data");
+        } else {
+            assert_eq!(sent_mapped, 0.0);
+        }
+        server.stop().unwrap();
+    }
+}

@@ -13,7 +13,8 @@ use rustix::io::{Errno, ReadWriteFlags};
 use thiserror::Error;
 
 use crate::{
-    check_range, BlockDevice, BlockingClass, Capability, DeviceError, Extent, IoOp, ZeroMode,
+    check_range, BlockDevice, BlockingClass, Capability, DeviceError, Extent, IoOp, MappedBytes,
+    ZeroMode,
 };
 
 /// Alignment used for O_DIRECT buffers, offsets and lengths. 4 KiB
@@ -92,6 +93,9 @@ pub struct FileDevice {
     /// success, so every later flush fails instead (never a false claim
     /// of durability).
     sync_failed: AtomicBool,
+    /// Shared read-only mapping of a buffered regular file, for sending
+    /// reads without copying them into a buffer first.
+    mapped: Option<MappedBytes>,
 }
 
 fn io_err(label: &str, op: IoOp, offset: u64, len: u64, source: io::Error) -> DeviceError {
@@ -190,7 +194,15 @@ impl FileDevice {
                 align: DIRECT_ALIGN,
             });
         }
+        let mapped = if options.direct || block_device || size == 0 {
+            None
+        } else {
+            MappedBytes::map(&file, size)
+                .map_err(|e| tracing::debug!(path = %path.display(), error = %e, "cannot map the file; reads are copied"))
+                .ok()
+        };
         Ok(Self {
+            mapped,
             file,
             label: path.display().to_string(),
             size,
@@ -279,6 +291,9 @@ fn libc_o_direct() -> i32 {
 impl BlockDevice for FileDevice {
     fn size(&self) -> u64 {
         self.size
+    }
+    fn mapped(&self) -> Option<&MappedBytes> {
+        self.mapped.as_ref()
     }
 
     fn capability(&self) -> Capability {
@@ -634,6 +649,19 @@ mod tests {
             assert!(ext.iter().any(|e| e.hole && e.zero));
         }
         dev.trim(0, 4096, false).unwrap();
+    }
+
+    #[test]
+    fn buffered_files_are_mapped_and_report_residency() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = open_sparse(&dir, 1 << 20);
+        let m = d.mapped().expect("a buffered regular file is mapped");
+        assert_eq!(m.len(), 1 << 20);
+        d.write_at(&[7u8; 65536], 65536, false).expect("write");
+        assert!(m.resident(65536, 65536), "just written: in the page cache");
+        assert!(m.iovec(65536, 65536).is_some());
+        assert!(m.iovec((1 << 20) - 10, 11).is_none(), "past the end");
+        assert!(!m.resident((1 << 20) - 10, 11));
     }
 
     #[test]

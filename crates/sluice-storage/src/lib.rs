@@ -13,6 +13,7 @@ mod cache;
 mod error;
 mod fault;
 mod file;
+mod mapped;
 mod mem;
 mod power_loss;
 
@@ -22,6 +23,7 @@ pub use fault::{
     FaultInjectionDevice, FaultOps, FaultRule, FaultRuleError, FaultTrigger, InjectedErrno,
 };
 pub use file::{FileDevice, FileOptions, OpenError};
+pub use mapped::MappedBytes;
 pub use mem::MemDevice;
 pub use power_loss::{PowerLossConfig, PowerLossDevice, PowerLossReport};
 
@@ -130,6 +132,12 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
     /// (cache hits, dirty bytes, ...). Most devices have none.
     fn metrics(&self) -> Vec<DeviceMetric> {
         Vec::new()
+    }
+    /// The device's bytes as a shared mapping the kernel can send from
+    /// directly (a buffered file), if it has one. Wrappers that change
+    /// what reads return (caches, simulations) must not pass it on.
+    fn mapped(&self) -> Option<&MappedBytes> {
+        None
     }
 }
 
