@@ -32,6 +32,10 @@ impl TestServer {
             metrics: Some("127.0.0.1:0".parse().unwrap()),
             ..ServerConfig::default()
         };
+        Self::with_config(device, config)
+    }
+
+    fn with_config(device: Arc<dyn BlockDevice>, config: ServerConfig) -> Self {
         let export = Arc::new(Export::new("default".into(), "test".into(), device));
         let server = Server::bind_exports(config, vec![export]).expect("bind");
         let ListenAddr::Tcp(addr) = server.local_addrs()[0].clone() else {
@@ -494,24 +498,7 @@ fn file_server(dir: &tempfile::TempDir, mapped_reads: bool) -> TestServer {
         mapped_reads,
         ..ServerConfig::default()
     };
-    let export = Arc::new(Export::new(
-        "default".into(),
-        "test".into(),
-        Arc::new(device),
-    ));
-    let server = Server::bind_exports(config, vec![export]).expect("bind");
-    let ListenAddr::Tcp(addr) = server.local_addrs()[0].clone() else {
-        panic!("tcp")
-    };
-    let handle = server.handle();
-    let metrics_addr = server.metrics_addr().unwrap();
-    let thread = Some(std::thread::spawn(move || server.run()));
-    TestServer {
-        addr,
-        metrics_addr,
-        handle,
-        thread,
-    }
+    TestServer::with_config(Arc::new(device), config)
 }
 
 #[test]
