@@ -218,72 +218,49 @@ impl ServerMetrics {
         let g = |out: &mut String, name: &str, kind: &str, help: &str| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         };
-        g(
-            &mut out,
-            "sluice_connections_total",
-            "counter",
-            "Connections accepted.",
-        );
-        let _ = writeln!(
-            out,
-            "sluice_connections_total {}",
-            self.connections_total.load(Ordering::Relaxed)
-        );
-        g(
-            &mut out,
-            "sluice_connections_active",
-            "gauge",
-            "Connections open now.",
-        );
-        let _ = writeln!(
-            out,
-            "sluice_connections_active {}",
-            self.connections_active.load(Ordering::Relaxed)
-        );
-        g(
-            &mut out,
-            "sluice_handshakes_failed_total",
-            "counter",
-            "Handshakes that ended in an error.",
-        );
-        let _ = writeln!(
-            out,
-            "sluice_handshakes_failed_total {}",
-            self.handshakes_failed.load(Ordering::Relaxed)
-        );
-        g(
-            &mut out,
-            "sluice_handoffs_total",
-            "counter",
-            "Requests handed to the I/O pool.",
-        );
-        let _ = writeln!(
-            out,
-            "sluice_handoffs_total {}",
-            self.handoffs.load(Ordering::Relaxed)
-        );
-        g(
-            &mut out,
-            "sluice_mapped_reads_total",
-            "counter",
-            "Reads sent straight from a shared mapping of the file.",
-        );
-        let _ = writeln!(
-            out,
-            "sluice_mapped_reads_total {}",
-            self.mapped_reads.load(Ordering::Relaxed)
-        );
-        g(
-            &mut out,
-            "sluice_inflight_requests",
-            "gauge",
-            "Requests on the I/O pool now.",
-        );
-        let _ = writeln!(
-            out,
-            "sluice_inflight_requests {}",
-            self.inflight.load(Ordering::Relaxed)
-        );
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
+        let scalars: [(&str, &str, &str, f64); 6] = [
+            (
+                "sluice_connections_total",
+                "counter",
+                "Connections accepted.",
+                load(&self.connections_total),
+            ),
+            (
+                "sluice_connections_active",
+                "gauge",
+                "Connections open now.",
+                self.connections_active.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "sluice_handshakes_failed_total",
+                "counter",
+                "Handshakes that ended in an error.",
+                load(&self.handshakes_failed),
+            ),
+            (
+                "sluice_handoffs_total",
+                "counter",
+                "Requests handed to the I/O pool.",
+                load(&self.handoffs),
+            ),
+            (
+                "sluice_mapped_reads_total",
+                "counter",
+                "Reads sent straight from a shared mapping of the file.",
+                load(&self.mapped_reads),
+            ),
+            (
+                "sluice_inflight_requests",
+                "gauge",
+                "Requests on the I/O pool now.",
+                self.inflight.load(Ordering::Relaxed) as f64,
+            ),
+        ];
+        for (name, kind, help, value) in scalars {
+            g(&mut out, name, kind, help);
+            let _ = writeln!(out, "{name} {value}");
+        }
         g(
             &mut out,
             "sluice_stage_busy_seconds_total",
