@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
 use sluice_client::{ConnectOptions, Connection, NbdUri, Outcome, Request, Target};
-use sluice_testkit::crash::{DurabilityModel, FlushTicket, WriteTicket, SECTOR};
+use sluice_testkit::crash::{splitmix, DurabilityModel, FlushTicket, WriteTicket, SECTOR};
 
 use crate::harness::{create_sparse_file, shm_tempdir, Server, ServerBuilder, MIB};
 
@@ -50,11 +50,8 @@ struct Choices(u64);
 
 impl Choices {
     fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0 = self.0.wrapping_add(1);
+        splitmix(self.0)
     }
     fn below(&mut self, n: u64) -> u64 {
         self.next() % n

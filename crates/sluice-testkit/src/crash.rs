@@ -25,7 +25,9 @@ use sluice_storage::{BlockDevice, Capability, DeviceError, Extent, IoOp, ZeroMod
 /// Bytes per modelled sector.
 pub const SECTOR: usize = 512;
 
-fn splitmix(mut x: u64) -> u64 {
+/// One step of splitmix64: a well-mixed 64-bit value from `x`. Tests
+/// use it for seeded, repeatable choices.
+pub fn splitmix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
