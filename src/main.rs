@@ -74,6 +74,15 @@ struct ServeArgs {
     /// Microseconds a connection polls its socket before sleeping (0: off).
     #[arg(long, value_name = "US")]
     spin_us: Option<u64>,
+    /// Most requests a connection lets pile up in its socket before it
+    /// wakes (request coalescing; chosen per connection by measuring;
+    /// 1: off; default 8).
+    #[arg(long, value_name = "N")]
+    coalesce_max: Option<u32>,
+    /// Microseconds a connection waits for a batch of requests to fill
+    /// (0: coalescing off; default 50).
+    #[arg(long, value_name = "US")]
+    coalesce_wait_us: Option<u64>,
     /// Buffer cache per export: none, writethrough or writeback.
     #[arg(long, value_name = "POLICY")]
     cache: Option<sluice_server::CachePolicy>,
@@ -170,6 +179,12 @@ fn serve_config(args: ServeArgs) -> Result<ServerConfig> {
     }
     if let Some(us) = args.spin_us {
         config.spin_us = us;
+    }
+    if let Some(n) = args.coalesce_max {
+        config.coalesce_max = n;
+    }
+    if let Some(us) = args.coalesce_wait_us {
+        config.coalesce_wait_us = us;
     }
     if let Some(c) = args.cache {
         config.cache = c;

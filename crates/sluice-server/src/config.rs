@@ -536,6 +536,13 @@ pub struct ServerConfig {
     /// Microseconds a connection thread polls its socket before blocking
     /// (0 disables polling). See docs/design/0001-threading-model.md.
     pub spin_us: u64,
+    /// Largest number of requests a connection lets pile up in its socket
+    /// before waking (1 disables coalescing). The size in force is chosen
+    /// per connection by measuring; see `coalesce.rs`.
+    pub coalesce_max: u32,
+    /// Microseconds a connection waits for a batch of requests to fill
+    /// before serving what has arrived (0 disables coalescing).
+    pub coalesce_wait_us: u64,
     /// Buffer cache policy for every export.
     pub cache: CachePolicy,
     /// Bytes of cache per export.
@@ -567,6 +574,8 @@ impl Default for ServerConfig {
             max_inflight_bytes_per_connection: 64 << 20,
             metrics: None,
             spin_us: 40,
+            coalesce_max: 8,
+            coalesce_wait_us: 50,
             cache: CachePolicy::None,
             cache_size: ByteSize(256 << 20),
             readahead_max: ByteSize(4 << 20),

@@ -25,6 +25,7 @@ use sluice_storage::{BlockingClass, DeviceError, ZeroMode};
 use tracing::{debug, error, info, trace, warn};
 
 use crate::buffer::{RecvBuf, ReplyBuf};
+use crate::coalesce::CoalescePolicy;
 use crate::config::PipelineMode;
 use crate::export::{Export, ExportRegistry};
 use crate::metrics::{CommandKind, ServerMetrics, Stage};
@@ -67,6 +68,10 @@ pub(crate) struct ConnectionContext {
     pub(crate) metrics: Arc<ServerMetrics>,
     /// Poll window before blocking on a receive (zero: never poll).
     pub(crate) spin: std::time::Duration,
+    /// Most requests to let pile up before waking (1: no coalescing).
+    pub(crate) coalesce_max: u32,
+    /// Longest wait for a batch of requests to fill.
+    pub(crate) coalesce_wait: std::time::Duration,
     /// CPUs available; polling stops when connections outnumber them.
     pub(crate) cpus: usize,
     /// Set when the server is stopping.
@@ -146,6 +151,8 @@ pub(crate) fn serve_connection(mut stream: Stream, ctx: &ConnectionContext) {
         mapped_header: Vec::with_capacity(64),
         stop: Arc::clone(&ctx.stop),
         spin: SpinPolicy::new(ctx.spin),
+        coalesce: CoalescePolicy::new(ctx.coalesce_max, ctx.coalesce_wait),
+        low_water: 1,
         cpus: ctx.cpus,
         server_metrics: Arc::clone(&ctx.metrics),
         sink: Arc::new(ReplySink::new(
@@ -170,6 +177,11 @@ pub(crate) fn serve_connection(mut stream: Stream, ctx: &ConnectionContext) {
         ends: Vec::with_capacity(64),
         next_seq: 0,
     };
+    if t.coalesce.enabled() {
+        // Coalescing waits are tens of microseconds; the default 50 us
+        // timer slack would double them.
+        let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1_000));
+    }
     match t.run(&mut stream, &mut buf) {
         Ok(End::Disconnect) => debug!("client disconnected (NBD_CMD_DISC)"),
         Ok(End::Idle(d)) => info!(
@@ -331,6 +343,9 @@ struct Transmission {
     mapped_header: Vec<u8>,
     stop: Arc<StopSignal>,
     spin: SpinPolicy,
+    coalesce: CoalescePolicy,
+    /// The socket's receive low-water mark as last set.
+    low_water: usize,
     cpus: usize,
     sink: Arc<ReplySink>,
     server_metrics: Arc<ServerMetrics>,
@@ -399,6 +414,7 @@ impl Transmission {
                 }
                 let payload = &buf.data()[header_len..total];
                 let disconnect = self.handle(&header, payload);
+                self.coalesce.request(total);
                 buf.consume(total);
                 if self.broken {
                     return Err(io::Error::from(io::ErrorKind::BrokenPipe).into());
@@ -433,12 +449,21 @@ impl Transmission {
         stream: &mut Stream,
         buf: &mut RecvBuf,
     ) -> Result<Received, TransmissionError> {
+        self.coalesce.tick(Instant::now());
+        let coalescing = self.coalesce.batch() > 1 && self.sink.is_plain();
+        if coalescing && buf.data().is_empty() && !self.stop.is_set() {
+            if let Some(received) = self.receive_batch(stream, buf)? {
+                return Ok(received);
+            }
+        } else if self.low_water > 1 {
+            self.set_low_water(stream, 1)?;
+        }
         let active = self
             .server_metrics
             .connections_active
             .load(Ordering::Relaxed)
             .max(0) as usize;
-        if self.spin.should_spin(active, self.cpus) && !self.stop.is_set() {
+        if !coalescing && self.spin.should_spin(active, self.cpus) && !self.stop.is_set() {
             let deadline = Instant::now() + self.spin.window();
             loop {
                 match stream.try_fill(buf)? {
@@ -512,6 +537,58 @@ impl Transmission {
                 }
             }
         }
+    }
+
+    /// Waits, for at most the coalescing wait, until the socket holds a
+    /// batch of requests' bytes, then receives what has arrived. `None`
+    /// when nothing arrived (the low-water mark is back at one byte and
+    /// the caller waits as usual).
+    fn receive_batch(
+        &mut self,
+        stream: &mut Stream,
+        buf: &mut RecvBuf,
+    ) -> Result<Option<Received>, TransmissionError> {
+        let Some(low_water) = self.coalesce.low_water() else {
+            return Ok(None);
+        };
+        if low_water != self.low_water {
+            self.set_low_water(stream, low_water)?;
+        }
+        let readiness = wait_readable(
+            stream.fd(),
+            Some(self.stop.as_ref()),
+            Some(self.coalesce.wait()),
+        )?;
+        if readiness == Readiness::Stop {
+            return Ok(Some(Received::Stop));
+        }
+        let timed_out = readiness == Readiness::TimedOut;
+        self.server_metrics
+            .coalesced_waits
+            .fetch_add(1, Ordering::Relaxed);
+        if timed_out {
+            self.server_metrics
+                .coalesce_timeouts
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        match stream.try_fill(buf)? {
+            Some(0) => Ok(Some(Received::Eof)),
+            Some(_) => {
+                self.coalesce.waited(timed_out);
+                Ok(Some(Received::Data))
+            }
+            None => {
+                self.coalesce.waited(true);
+                self.set_low_water(stream, 1)?;
+                Ok(None)
+            }
+        }
+    }
+
+    fn set_low_water(&mut self, stream: &Stream, bytes: usize) -> io::Result<()> {
+        stream.set_receive_low_water(bytes)?;
+        self.low_water = bytes;
+        Ok(())
     }
 
     fn flush_batch(&mut self) -> io::Result<()> {

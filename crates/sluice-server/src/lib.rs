@@ -3,6 +3,7 @@
 //! requests against `sluice-storage` devices.
 
 mod buffer;
+mod coalesce;
 pub mod config;
 mod connection;
 pub mod export;

@@ -196,6 +196,8 @@ pub struct ServerMetrics {
     pub(crate) handshakes_failed: AtomicU64,
     pub(crate) handoffs: AtomicU64,
     pub(crate) mapped_reads: AtomicU64,
+    pub(crate) coalesced_waits: AtomicU64,
+    pub(crate) coalesce_timeouts: AtomicU64,
     pub(crate) inflight: AtomicI64,
     stage_busy_ns: [AtomicU64; 3],
 }
@@ -219,7 +221,7 @@ impl ServerMetrics {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         };
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
-        let scalars: [(&str, &str, &str, f64); 6] = [
+        let scalars: [(&str, &str, &str, f64); 8] = [
             (
                 "sluice_connections_total",
                 "counter",
@@ -249,6 +251,18 @@ impl ServerMetrics {
                 "counter",
                 "Reads sent straight from a shared mapping of the file.",
                 load(&self.mapped_reads),
+            ),
+            (
+                "sluice_coalesced_waits_total",
+                "counter",
+                "Waits for a batch of requests to pile up in a socket (request coalescing).",
+                load(&self.coalesced_waits),
+            ),
+            (
+                "sluice_coalesce_timeouts_total",
+                "counter",
+                "Coalescing waits that ended before the batch filled.",
+                load(&self.coalesce_timeouts),
             ),
             (
                 "sluice_inflight_requests",

@@ -280,6 +280,8 @@ impl Server {
             handshake_timeout: self.config.handshake_timeout(),
             max_inflight_bytes: self.config.max_inflight_bytes_per_connection,
             spin: Duration::from_micros(self.config.spin_us),
+            coalesce_max: self.config.coalesce_max,
+            coalesce_wait: Duration::from_micros(self.config.coalesce_wait_us),
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             stop: Arc::clone(&self.shared.stop),
             pipelined_reads: self.config.pipelined_reads,

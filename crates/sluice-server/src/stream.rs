@@ -47,6 +47,32 @@ impl Stream {
         }
     }
 
+    /// Sets `SO_RCVLOWAT`: `poll` reports the socket readable, and a
+    /// sleeping receiver is woken, only once `bytes` have arrived (or at
+    /// end of stream or on error). A non-blocking receive still returns
+    /// whatever is there.
+    pub(crate) fn set_receive_low_water(&self, bytes: usize) -> io::Result<()> {
+        let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+        // SAFETY: `fd()` is an open socket borrowed for the call, and the
+        // option value points at a live `c_int` whose size is passed; the
+        // kernel only reads those 4 bytes. (rustix 1 has no wrapper for
+        // SO_RCVLOWAT.)
+        let rc = unsafe {
+            libc::setsockopt(
+                self.fd().as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVLOWAT,
+                (&value as *const libc::c_int).cast(),
+                size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+
     /// The socket's descriptor (for `poll`).
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
         match self {

@@ -540,3 +540,74 @@ fn large_page_cache_reads_are_sent_from_the_mapping_and_match() {
         server.stop().unwrap();
     }
 }
+
+/// A client keeping 16 reads in flight, each sent with its own `send`
+/// (as libnbd does), until the server has made at least one coalescing
+/// wait or `deadline` passes; every reply is checked against the data.
+/// Returns the server's coalescing waits.
+fn run_deep_queue(server: &TestServer, data: &[u8], deadline: Duration) -> f64 {
+    let mut c = RawClient::connect(server.addr);
+    c.s.set_nodelay(true).unwrap();
+    let blocks = (data.len() / 4096) as u64;
+    c.send(CMD_WRITE, 0, 0, data.len() as u64, data);
+    assert_eq!(c.reply().1, 0, "write");
+    let started = Instant::now();
+    let mut next = 1u64;
+    for _ in 0..16 {
+        c.send(CMD_READ, next, (next % blocks) * 4096, 4096, &[]);
+        next += 1;
+    }
+    let mut waits = 0.0;
+    let mut answered = 0u64;
+    loop {
+        let (cookie, error, got) = c.reply();
+        assert_eq!(error, 0, "read {cookie}");
+        let at = ((cookie % blocks) * 4096) as usize;
+        assert!(
+            got == data[at..at + 4096],
+            "read {cookie} returned other data"
+        );
+        answered += 1;
+        if answered % 2048 == 0 {
+            waits = metric(
+                &scrape(server.metrics_addr),
+                "sluice_coalesced_waits_total ",
+            );
+            if waits > 0.0 || started.elapsed() > deadline {
+                break;
+            }
+        }
+        c.send(CMD_READ, next, (next % blocks) * 4096, 4096, &[]);
+        next += 1;
+    }
+    for _ in 0..15 {
+        assert_eq!(c.reply().1, 0);
+    }
+    waits
+}
+
+#[test]
+fn deep_queues_of_single_sends_are_coalesced_and_answered_correctly() {
+    let data: Vec<u8> = (0..(256u32 << 10))
+        .map(|i| (i / 4096 * 31 + i) as u8)
+        .collect();
+    for coalesce_max in [8, 1] {
+        let config = ServerConfig {
+            listen: vec!["127.0.0.1:0".parse().unwrap()],
+            metrics: Some("127.0.0.1:0".parse().unwrap()),
+            coalesce_max,
+            ..ServerConfig::default()
+        };
+        let server = TestServer::with_config(Arc::new(MemDevice::new(1 << 20, false)), config);
+        let limit = if coalesce_max > 1 { 10 } else { 1 };
+        let waits = run_deep_queue(&server, &data, Duration::from_secs(limit));
+        if coalesce_max > 1 {
+            // Trials start after a 50 ms warm-up and try a batch of 2 in
+            // the first round whatever it gains.
+            assert!(waits > 0.0, "no coalescing wait in {limit} s");
+        } else {
+            assert_eq!(waits, 0.0, "coalescing is off");
+        }
+        server.stop().unwrap();
+    }
+}
