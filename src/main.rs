@@ -99,6 +99,10 @@ struct ServeArgs {
     /// mapping of the file, one copy instead of two (true/false).
     #[arg(long, value_name = "BOOL")]
     mapped_reads: Option<bool>,
+    /// Splice the payload of large writes to file exports from the socket
+    /// into the file, one copy instead of two (true/false).
+    #[arg(long, value_name = "BOOL")]
+    spliced_writes: Option<bool>,
     /// Serve Prometheus metrics on http://ADDR/metrics (e.g. 127.0.0.1:9109).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<std::net::SocketAddr>,
@@ -200,6 +204,9 @@ fn serve_config(args: ServeArgs) -> Result<ServerConfig> {
     }
     if let Some(m) = args.mapped_reads {
         config.mapped_reads = m;
+    }
+    if let Some(s) = args.spliced_writes {
+        config.spliced_writes = s;
     }
     if let Some(a) = args.metrics {
         config.metrics = Some(a);

@@ -129,5 +129,18 @@ fn a_full_filesystem_gives_enospc_and_frees_up_again() {
     run_script("full_disk.py", &[srv.uri("disk"), FS.to_string()]);
     srv.assert_running();
     drop(srv);
+    // Again with 512 KiB writes, whose payloads are spliced into the file.
+    std::fs::remove_file(fs.dir.path().join("d.img")).expect("remove the image");
+    let mut srv = ServerBuilder::new()
+        .file_export("disk", &fs.dir.path().join("d.img"), "size=16M")
+        .arg("--cache")
+        .arg("none")
+        .start();
+    run_script(
+        "full_disk.py",
+        &[srv.uri("disk"), FS.to_string(), (512 << 10).to_string()],
+    );
+    srv.assert_running();
+    drop(srv);
     drop(fs);
 }

@@ -3,15 +3,18 @@
 connection stays usable, and freeing space (trim punches holes) makes
 writes work again.
 
-usage: full_disk.py URI FS_BYTES   (FS_BYTES: size of the filesystem)
+usage: full_disk.py URI FS_BYTES [CHUNK]
+  FS_BYTES: size of the filesystem; CHUNK: bytes per write (default
+  65536; 128 KiB and more take the server's spliced-write path)
 """
+import sys
 import errno
 import nbd
 from nbdtest import *
 
 h = connect(uri_arg(1))
 fs_bytes = int(uri_arg(2))
-chunk = 65536
+chunk = int(sys.argv[3]) if len(sys.argv) > 3 else 65536
 written = []
 failed_at = None
 for i in range(2 * fs_bytes // chunk):

@@ -556,6 +556,10 @@ pub struct ServerConfig {
     /// from a shared mapping of the file (one copy instead of two;
     /// buffered file exports without TLS, `pipeline = "flexible"`).
     pub mapped_reads: bool,
+    /// Receive the payload of writes of 128 KiB or more into a pipe and
+    /// splice it into the file (one copy instead of two; buffered file
+    /// exports without TLS, `pipeline = "flexible"`, no FUA).
+    pub spliced_writes: bool,
     /// TLS (STARTTLS), client certificates and per-export allow-lists.
     pub tls: TlsConfig,
 }
@@ -581,6 +585,7 @@ impl Default for ServerConfig {
             readahead_max: ByteSize(4 << 20),
             pipelined_reads: true,
             mapped_reads: true,
+            spliced_writes: true,
             tls: TlsConfig::default(),
         }
     }

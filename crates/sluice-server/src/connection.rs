@@ -29,6 +29,7 @@ use crate::coalesce::CoalescePolicy;
 use crate::config::PipelineMode;
 use crate::export::{Export, ExportRegistry};
 use crate::metrics::{CommandKind, ServerMetrics, Stage};
+use crate::payload_pipe::PayloadPipe;
 use crate::pool::{InFlight, InFlightGuard, IoPool};
 use crate::sink::{ReplySink, Seq};
 use crate::spin::SpinPolicy;
@@ -53,6 +54,10 @@ const MAX_INFLIGHT_REQUESTS: usize = 256;
 const MAX_EXTENTS: usize = 1024;
 /// Reads longer than this are answered piece by piece (pipelined reads).
 const READ_PIECE: u32 = 256 * 1024;
+/// Writes at least this long have their payload spliced into the file
+/// when they can be (`--spliced-writes`).
+const SPLICED_WRITE_MIN: u64 = 128 * 1024;
+
 /// Reads at least this long are sent from the file's mapping when they
 /// can be (`--mapped-reads`); shorter ones are cheaper batched.
 const MAPPED_READ_MIN: u32 = 128 * 1024;
@@ -80,6 +85,8 @@ pub(crate) struct ConnectionContext {
     pub(crate) pipelined_reads: bool,
     /// Send large page-cache reads from the file's shared mapping.
     pub(crate) mapped_reads: bool,
+    /// Splice large write payloads from the socket into the file.
+    pub(crate) spliced_writes: bool,
     /// The handshake's TLS mode (off unless credentials are loaded).
     pub(crate) tls_policy: TlsPolicy,
     /// TLS credentials, when TLS is on.
@@ -149,6 +156,8 @@ pub(crate) fn serve_connection(mut stream: Stream, ctx: &ConnectionContext) {
         pipelined_reads: ctx.pipelined_reads,
         mapped_reads: ctx.mapped_reads,
         mapped_header: Vec::with_capacity(64),
+        spliced_writes: ctx.spliced_writes,
+        payload_pipe: None,
         stop: Arc::clone(&ctx.stop),
         spin: SpinPolicy::new(ctx.spin),
         coalesce: CoalescePolicy::new(ctx.coalesce_max, ctx.coalesce_wait),
@@ -341,6 +350,10 @@ struct Transmission {
     mapped_reads: bool,
     /// Header of a read sent from a mapping (reused).
     mapped_header: Vec<u8>,
+    /// Large write payloads may be spliced (until making the pipe fails).
+    spliced_writes: bool,
+    /// Made at the first spliced write.
+    payload_pipe: Option<PayloadPipe>,
     stop: Arc<StopSignal>,
     spin: SpinPolicy,
     coalesce: CoalescePolicy,
@@ -367,6 +380,16 @@ struct Transmission {
     /// (sequence number, end offset in `batch`) of each queued reply.
     ends: Vec<(Seq, usize)>,
     next_seq: Seq,
+}
+
+/// What became of a write offered to the splicing path.
+enum Spliced {
+    /// Written (or failed) and answered.
+    Done,
+    /// Not for splicing; the copying path goes on receiving it.
+    NotTaken,
+    /// The client closed the connection mid-payload; nothing was written.
+    Eof,
 }
 
 /// Where a request runs.
@@ -405,6 +428,13 @@ impl Transmission {
                 }
                 let total = header_len + payload_len as usize;
                 let have = buf.data().len();
+                if have < total && payload_len >= SPLICED_WRITE_MIN {
+                    match self.spliced_write(&header, header_len, stream, buf)? {
+                        Spliced::Done => continue,
+                        Spliced::Eof => return Ok(End::Eof),
+                        Spliced::NotTaken => {}
+                    }
+                }
                 if have < total {
                     // Room grows with what arrives (at most double it), so
                     // a client that announces a large write and stalls
@@ -712,6 +742,138 @@ impl Transmission {
         }
         self.hand_off(seq, request, payload);
         false
+    }
+
+    /// Handles a write whose payload is still arriving by splicing the
+    /// rest of it from the socket into a pipe and from the pipe into the
+    /// file, when the export is a buffered file on a plain socket and the
+    /// payload fits the pipe. The whole payload is in the pipe before any
+    /// byte is written, so a client that vanishes changes nothing.
+    fn spliced_write(
+        &mut self,
+        h: &RequestHeader,
+        header_len: usize,
+        stream: &Stream,
+        buf: &mut RecvBuf,
+    ) -> Result<Spliced, TransmissionError> {
+        if !self.spliced_writes
+            || self.pipeline != PipelineMode::Flexible
+            || !self.sink.is_plain()
+            || !self.export.device.splices_writes()
+        {
+            return Ok(Spliced::NotTaken);
+        }
+        let Ok(Command::Write {
+            offset,
+            length,
+            fua: false,
+        }) = self.params.validate(h)
+        else {
+            return Ok(Spliced::NotTaken);
+        };
+        if self.payload_pipe.is_none() {
+            match PayloadPipe::new() {
+                Ok(p) => self.payload_pipe = Some(p),
+                Err(e) => {
+                    debug!(error = %e, "cannot make a payload pipe; writes are copied");
+                    self.spliced_writes = false;
+                    return Ok(Spliced::NotTaken);
+                }
+            }
+        }
+        let Some(mut pipe) = self.payload_pipe.take() else {
+            return Ok(Spliced::NotTaken);
+        };
+        let result = self.splice_through(&mut pipe, h, offset, length, header_len, stream, buf);
+        self.payload_pipe = Some(pipe);
+        result
+    }
+
+    /// [`spliced_write`](Self::spliced_write) once the pipe exists.
+    #[allow(clippy::too_many_arguments)]
+    fn splice_through(
+        &mut self,
+        pipe: &mut PayloadPipe,
+        h: &RequestHeader,
+        offset: u64,
+        length: u32,
+        header_len: usize,
+        stream: &Stream,
+        buf: &mut RecvBuf,
+    ) -> Result<Spliced, TransmissionError> {
+        let received = Instant::now();
+        let prefix_len = buf.data().len() - header_len;
+        let rest = length as usize - prefix_len;
+        if rest > pipe.capacity() {
+            return Ok(Spliced::NotTaken);
+        }
+        let stall = self.stall_timeout;
+        while pipe.held() < rest {
+            match pipe.fill_from(stream.fd(), rest - pipe.held())? {
+                Some(0) => {
+                    pipe.drain()?;
+                    return Ok(Spliced::Eof);
+                }
+                Some(_) => continue,
+                None => {}
+            }
+            if wait_readable(stream.fd(), None, Some(std::time::Duration::ZERO))?
+                == Readiness::Readable
+            {
+                // Bytes are waiting but the pipe took none: it is full
+                // (partly filled pages). The copying path takes over.
+                pipe.unload_into(buf)?;
+                return Ok(Spliced::NotTaken);
+            }
+            let timeout = if self.stop.is_set() {
+                Some(STOP_PARTIAL_GRACE)
+            } else {
+                stall
+            };
+            if wait_readable(stream.fd(), None, timeout)? == Readiness::TimedOut {
+                pipe.drain()?;
+                return Err(TransmissionError::Stalled(timeout.unwrap_or_default()));
+            }
+        }
+        let seq = self.take_seq();
+        let export = Arc::clone(&self.export);
+        let device = export.device.as_ref();
+        let prefix = &buf.data()[header_len..];
+        let mut result = if prefix.is_empty() {
+            Ok(())
+        } else {
+            device.write_at(prefix, offset, false)
+        };
+        if result.is_ok() {
+            result = device.write_from_pipe(pipe.read_end(), offset + prefix_len as u64, rest);
+        }
+        match result {
+            Ok(()) => pipe.consumed(rest),
+            Err(_) => pipe.drain()?,
+        }
+        buf.consume(header_len + prefix_len);
+        let failed = encode_result(
+            &mut self.batch,
+            self.params.reply_style,
+            h.cookie,
+            h.offset,
+            result,
+        );
+        self.ends.push((seq, self.batch.len()));
+        self.coalesce.request(header_len + length as usize);
+        self.server_metrics
+            .spliced_writes
+            .fetch_add(1, Ordering::Relaxed);
+        let done = Instant::now();
+        self.server_metrics
+            .add_busy(Stage::ExecuteInline, done - received);
+        self.export.metrics.record(
+            CommandKind::Write,
+            u64::from(length),
+            failed,
+            done - received,
+        );
+        Ok(Spliced::Done)
     }
 
     /// Answers a read with one data chunk whose bytes the kernel copies
@@ -1062,24 +1224,11 @@ impl Request {
             } => self.block_status(export, params, context_id, offset, length, req_one, out),
             Command::Disconnect => Ok(()),
         };
-        let failed = result.is_err();
-        match result {
-            Ok(()) => {
-                if !matches!(self.cmd, Command::BlockStatus { .. }) {
-                    out.encode(|o| encode_ok(o, style, cookie, req_offset));
-                }
-            }
-            Err(e) => {
-                let errno = nbd_errno(&e);
-                if errno == NbdErrno::Io {
-                    error!(error = %e, "device I/O failed");
-                } else {
-                    debug!(error = %e, %errno, "request failed");
-                }
-                let message = format!("{errno}: {}", short_reason(&e));
-                out.encode(|o| encode_error(o, style, cookie, req_offset, errno, &message));
-            }
-        }
+        let failed = match result {
+            // Block status encoded its own reply.
+            Ok(()) if matches!(self.cmd, Command::BlockStatus { .. }) => false,
+            result => encode_result(out, style, cookie, req_offset, result),
+        };
         Outcome::Done { failed }
     }
 
@@ -1118,6 +1267,34 @@ impl Request {
 }
 
 /// A client-safe reason: the kind of failure without server paths.
+/// Encodes the reply to a request with no data to return: success, or the
+/// error (logged). Returns whether it failed.
+fn encode_result(
+    out: &mut ReplyBuf,
+    style: ReplyStyle,
+    cookie: u64,
+    req_offset: u64,
+    result: Result<(), DeviceError>,
+) -> bool {
+    match result {
+        Ok(()) => {
+            out.encode(|o| encode_ok(o, style, cookie, req_offset));
+            false
+        }
+        Err(e) => {
+            let errno = nbd_errno(&e);
+            if errno == NbdErrno::Io {
+                error!(error = %e, "device I/O failed");
+            } else {
+                debug!(error = %e, %errno, "request failed");
+            }
+            let message = format!("{errno}: {}", short_reason(&e));
+            out.encode(|o| encode_error(o, style, cookie, req_offset, errno, &message));
+            true
+        }
+    }
+}
+
 fn short_reason(e: &DeviceError) -> String {
     match e {
         DeviceError::Io { op, source, .. } => format!("{op} failed: {}", source.kind()),

@@ -8,6 +8,7 @@ pub mod config;
 mod connection;
 pub mod export;
 pub mod metrics;
+mod payload_pipe;
 mod pool;
 mod server;
 mod sink;

@@ -196,6 +196,7 @@ pub struct ServerMetrics {
     pub(crate) handshakes_failed: AtomicU64,
     pub(crate) handoffs: AtomicU64,
     pub(crate) mapped_reads: AtomicU64,
+    pub(crate) spliced_writes: AtomicU64,
     pub(crate) coalesced_waits: AtomicU64,
     pub(crate) coalesce_timeouts: AtomicU64,
     pub(crate) inflight: AtomicI64,
@@ -221,7 +222,7 @@ impl ServerMetrics {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         };
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
-        let scalars: [(&str, &str, &str, f64); 8] = [
+        let scalars: [(&str, &str, &str, f64); 9] = [
             (
                 "sluice_connections_total",
                 "counter",
@@ -251,6 +252,12 @@ impl ServerMetrics {
                 "counter",
                 "Reads sent straight from a shared mapping of the file.",
                 load(&self.mapped_reads),
+            ),
+            (
+                "sluice_spliced_writes_total",
+                "counter",
+                "Write payloads spliced from the socket into the file.",
+                load(&self.spliced_writes),
             ),
             (
                 "sluice_coalesced_waits_total",

@@ -286,6 +286,7 @@ impl Server {
             stop: Arc::clone(&self.shared.stop),
             pipelined_reads: self.config.pipelined_reads,
             mapped_reads: self.config.mapped_reads,
+            spliced_writes: self.config.spliced_writes,
             tls_policy: handshake_policy(self.config.tls.mode, self.tls.as_deref()),
             tls: self.tls.clone(),
             access: Arc::new(AccessPolicy::new(self.config.tls.allow.clone())),

@@ -484,6 +484,18 @@ fn large_reads_send_ready_pieces_before_slow_ones() {
 
 /// A server with one buffered file export and the given `mapped_reads`.
 fn file_server(dir: &tempfile::TempDir, mapped_reads: bool) -> TestServer {
+    file_server_with(
+        dir,
+        ServerConfig {
+            mapped_reads,
+            ..ServerConfig::default()
+        },
+    )
+}
+
+/// A server with one 4 MiB buffered file export and `config` (listening
+/// on a free port, with metrics).
+fn file_server_with(dir: &tempfile::TempDir, config: ServerConfig) -> TestServer {
     let device = sluice_storage::FileDevice::open(
         &dir.path().join("img"),
         &sluice_storage::FileOptions {
@@ -495,8 +507,7 @@ fn file_server(dir: &tempfile::TempDir, mapped_reads: bool) -> TestServer {
     let config = ServerConfig {
         listen: vec!["127.0.0.1:0".parse().unwrap()],
         metrics: Some("127.0.0.1:0".parse().unwrap()),
-        mapped_reads,
-        ..ServerConfig::default()
+        ..config
     };
     TestServer::with_config(Arc::new(device), config)
 }
@@ -610,4 +621,96 @@ fn deep_queues_of_single_sends_are_coalesced_and_answered_correctly() {
         }
         server.stop().unwrap();
     }
+}
+
+impl RawClient {
+    /// Sends a write's header and the first `first` bytes of its payload,
+    /// waits, then sends the rest: the server sees the header while the
+    /// payload is still arriving.
+    fn send_write_in_two(&mut self, cookie: u64, offset: u64, data: &[u8], first: usize) {
+        let mut m = Vec::new();
+        RequestHeader {
+            flags: 0,
+            kind: CMD_WRITE,
+            cookie,
+            offset,
+            length: data.len() as u64,
+        }
+        .encode(HeaderStyle::Compact, &mut m);
+        m.extend_from_slice(&data[..first]);
+        self.s.write_all(&m).unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+        self.s.write_all(&data[first..]).unwrap();
+    }
+}
+
+#[test]
+fn large_write_payloads_are_spliced_into_the_file_and_read_back() {
+    for spliced_writes in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = ServerConfig {
+            spliced_writes,
+            ..ServerConfig::default()
+        };
+        let server = file_server_with(&dir, config);
+        let mut c = RawClient::connect(server.addr);
+        let data: Vec<u8> = (0..(1u32 << 20))
+            .map(|i| (i * 13 + i / 4093) as u8)
+            .collect();
+        // Part of the payload arrives with the header (written with
+        // pwrite), the rest later (spliced), in several sizes.
+        c.send_write_in_two(1, 1 << 20, &data, 1000);
+        assert_eq!(c.reply(), (1, 0, Vec::new()), "1 MiB write");
+        c.send_write_in_two(2, 3 << 20, &data[..256 << 10], 0);
+        assert_eq!(c.reply().1, 0, "256 KiB write");
+        // Smaller than the splicing threshold: copied.
+        c.send_write_in_two(3, 0, &data[..64 << 10], 10);
+        assert_eq!(c.reply().1, 0, "64 KiB write");
+        // Out of range: refused before any byte is taken.
+        c.send_write_in_two(4, 4 << 20, &data[..256 << 10], 100);
+        assert_ne!(c.reply().1, 0, "write past the end");
+        c.send(CMD_READ, 5, 1 << 20, 1 << 20, &[]);
+        assert_eq!(c.reply(), (5, 0, data.clone()), "1 MiB read back");
+        c.send(CMD_READ, 6, 3 << 20, 256 << 10, &[]);
+        assert_eq!(c.reply().2, data[..256 << 10], "256 KiB read back");
+        c.send(CMD_READ, 7, 0, 64 << 10, &[]);
+        assert_eq!(c.reply().2, data[..64 << 10], "64 KiB read back");
+        let on_disk = std::fs::read(dir.path().join("img")).unwrap();
+        assert!(on_disk[1 << 20..2 << 20] == data[..], "file content");
+        let spliced = metric(&scrape(server.metrics_addr), "sluice_spliced_writes_total ");
+        assert_eq!(spliced, if spliced_writes { 2.0 } else { 0.0 });
+        server.stop().unwrap();
+    }
+}
+
+#[test]
+fn a_client_vanishing_mid_spliced_payload_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = file_server_with(&dir, ServerConfig::default());
+    {
+        let mut bad = RawClient::connect(server.addr);
+        let mut m = Vec::new();
+        RequestHeader {
+            flags: 0,
+            kind: CMD_WRITE,
+            cookie: 1,
+            offset: 0,
+            length: 1 << 20,
+        }
+        .encode(HeaderStyle::Compact, &mut m);
+        m.extend_from_slice(&[0xee; 1000]);
+        bad.s.write_all(&m).unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+        bad.s.write_all(&[0xee; 300_000]).unwrap();
+        std::thread::sleep(Duration::from_millis(30));
+    }
+    let mut good = RawClient::connect(server.addr);
+    good.send(CMD_READ, 2, 0, 1 << 20, &[]);
+    let (_, error, got) = good.reply();
+    assert_eq!(error, 0);
+    assert!(
+        got.iter().all(|&b| b == 0),
+        "the vanished client's partial payload was not written"
+    );
+    server.stop().unwrap();
 }

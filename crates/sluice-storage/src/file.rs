@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use rustix::fs::{FallocateFlags, SeekFrom};
 use rustix::io::{Errno, ReadWriteFlags};
+use rustix::pipe::SpliceFlags;
 use thiserror::Error;
 
 use crate::{
@@ -294,6 +295,46 @@ impl BlockDevice for FileDevice {
     }
     fn mapped(&self) -> Option<&MappedBytes> {
         self.mapped.as_ref()
+    }
+
+    fn splices_writes(&self) -> bool {
+        !self.read_only && !self.direct
+    }
+
+    fn write_from_pipe(
+        &self,
+        pipe: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+    ) -> Result<(), DeviceError> {
+        self.check_writable(IoOp::Write)?;
+        check_range(&self.label, IoOp::Write, self.size, offset, len as u64)?;
+        let mut at = offset;
+        let end = offset + len as u64;
+        while at < end {
+            let left = (end - at) as usize;
+            match rustix::pipe::splice(
+                pipe,
+                None,
+                &self.file,
+                Some(&mut at),
+                left,
+                SpliceFlags::MOVE,
+            ) {
+                // The caller filled the pipe first, so it never runs dry.
+                Ok(0) => {
+                    return Err(self.err(
+                        IoOp::Write,
+                        offset,
+                        len as u64,
+                        io::Error::new(io::ErrorKind::UnexpectedEof, "the pipe ran dry"),
+                    ))
+                }
+                Ok(_) | Err(Errno::INTR) => {}
+                Err(e) => return Err(self.err(IoOp::Write, offset, len as u64, e.into())),
+            }
+        }
+        Ok(())
     }
 
     fn capability(&self) -> Capability {

@@ -139,6 +139,31 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
     fn mapped(&self) -> Option<&MappedBytes> {
         None
     }
+    /// Whether [`write_from_pipe`](Self::write_from_pipe) works: the
+    /// device is a buffered file the kernel can splice into. Wrappers that
+    /// change what writes do (caches, simulations) must not pass it on.
+    fn splices_writes(&self) -> bool {
+        false
+    }
+    /// Writes exactly `len` bytes taken from the pipe `pipe` at `offset`,
+    /// like [`write_at`](Self::write_at) without FUA; the kernel moves
+    /// them from the pipe into the page cache, so a payload spliced from
+    /// a socket is copied once instead of twice. On an error, what is
+    /// left in the pipe is the caller's to drain. Only called when
+    /// [`splices_writes`](Self::splices_writes) is true.
+    fn write_from_pipe(
+        &self,
+        pipe: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+    ) -> Result<(), DeviceError> {
+        let _ = pipe;
+        Err(DeviceError::Unsupported {
+            device: format!("device at offset {offset} ({len} bytes)"),
+            op: IoOp::Write,
+            reason: "writes from a pipe",
+        })
+    }
 }
 
 /// Whether a [`DeviceMetric`] only grows or goes up and down.
