@@ -14,7 +14,8 @@
 //! timeout per batch, and waiting for about half of them starves the
 //! client (fio at queue depth 16 fell to 107k IOPS when made to send 8).
 //! The client's queue depth is invisible to the server, so the batch size
-//! is chosen by measuring: every [`HOLD_EPOCHS`] epochs the connection
+//! is chosen by measuring: every [`HOLD_EPOCHS`] epochs (doubling, up to
+//! [`MAX_HOLD_EPOCHS`], while rounds keep choosing the same size) the connection
 //! tries batch sizes 1, 2, 4, ... for one epoch each and keeps the one that
 //! completed the most requests per second, unless it beat waiting for no
 //! batch at all by less than [`MIN_GAIN`]. A burst of timeouts drops back
@@ -32,6 +33,8 @@ const EPOCH: Duration = Duration::from_millis(10);
 const WARMUP_EPOCHS: u32 = 5;
 /// Epochs a chosen batch size is kept before the next round of trials.
 pub(crate) const HOLD_EPOCHS: u32 = 50;
+/// Longest hold, reached when round after round chooses the same size.
+const MAX_HOLD_EPOCHS: u32 = 400;
 /// A batch size above 1 must complete this many times the requests per
 /// second of no batching to be chosen.
 pub(crate) const MIN_GAIN: f64 = 1.05;
@@ -67,6 +70,9 @@ pub(crate) struct CoalescePolicy {
     epoch_requests: u64,
     epoch_waits: u32,
     epoch_timeouts: u32,
+    /// The size the latest round chose, and how long it is held.
+    chosen: u32,
+    hold_epochs: u32,
     /// Requests per second measured at each ladder step this round.
     rates: [f64; LADDER.len()],
     /// Running average of a request's size on the wire (header and
@@ -88,6 +94,8 @@ impl CoalescePolicy {
             epoch_waits: 0,
             epoch_timeouts: 0,
             rates: [0.0; LADDER.len()],
+            chosen: 0,
+            hold_epochs: HOLD_EPOCHS,
             average_request: 0,
         }
     }
@@ -104,6 +112,12 @@ impl CoalescePolicy {
     /// The batch size in force (1: no coalescing).
     pub(crate) fn batch(&self) -> u32 {
         self.batch
+    }
+
+    /// Requests per second measured at batch sizes 1, 2, 4, ... in the
+    /// latest round of trials (for logs).
+    pub(crate) fn rates(&self) -> [u64; LADDER.len()] {
+        self.rates.map(|r| r as u64)
     }
 
     /// Bytes to wait for before waking (the socket's receive low-water
@@ -171,6 +185,8 @@ impl CoalescePolicy {
                 // than the batch waits for.
                 if self.batch > 1 && timeouts > 0 && timeouts * 8 >= waits {
                     self.batch = 1;
+                    self.chosen = 1;
+                    self.hold_epochs = HOLD_EPOCHS;
                 }
                 if left <= 1 {
                     self.phase = Phase::Trial(0);
@@ -190,8 +206,14 @@ impl CoalescePolicy {
     }
 
     fn hold(&mut self, batch: u32) {
+        self.hold_epochs = if batch == self.chosen {
+            (self.hold_epochs * 2).min(MAX_HOLD_EPOCHS)
+        } else {
+            HOLD_EPOCHS
+        };
+        self.chosen = batch;
         self.batch = batch;
-        self.phase = Phase::Hold(HOLD_EPOCHS);
+        self.phase = Phase::Hold(self.hold_epochs);
     }
 
     /// The best of the first `tried` ladder steps.
@@ -281,6 +303,24 @@ mod tests {
         assert_eq!(p.batch(), 4);
         epoch(&mut p, &mut t, 700, 175, 0);
         assert_eq!(p.batch(), 2, "4 was much worse: 8 and 16 are not tried");
+    }
+
+    #[test]
+    fn the_same_choice_round_after_round_is_held_longer() {
+        let (mut p, mut t) = started(2);
+        let mut holds = Vec::new();
+        for _ in 0..5 {
+            epoch(&mut p, &mut t, 1000, 1000, 0);
+            epoch(&mut p, &mut t, 1500, 750, 0);
+            assert_eq!(p.batch(), 2);
+            let mut held = 0;
+            while p.batch() == 2 {
+                epoch(&mut p, &mut t, 1500, 750, 0);
+                held += 1;
+            }
+            holds.push(held);
+        }
+        assert_eq!(holds, [50, 100, 200, 400, 400]);
     }
 
     #[test]

@@ -479,7 +479,16 @@ impl Transmission {
         stream: &mut Stream,
         buf: &mut RecvBuf,
     ) -> Result<Received, TransmissionError> {
+        let batch = self.coalesce.batch();
         self.coalesce.tick(Instant::now());
+        if batch != self.coalesce.batch() {
+            debug!(
+                from = batch,
+                to = self.coalesce.batch(),
+                rates = ?self.coalesce.rates(),
+                "coalescing batch size changed"
+            );
+        }
         let coalescing = self.coalesce.batch() > 1 && self.sink.is_plain();
         if coalescing && buf.data().is_empty() && !self.stop.is_set() {
             if let Some(received) = self.receive_batch(stream, buf)? {
