@@ -171,6 +171,7 @@ impl CoalescePolicy {
                     self.hold(1);
                 } else if next < LADDER.len()
                     && LADDER[next] <= self.max_batch
+                    && u64::from(LADDER[next]) * self.average_request <= MAX_LOW_WATER
                     && rate >= best_so_far * CLIMB_FLOOR
                 {
                     self.phase = Phase::Trial(next);
@@ -368,5 +369,20 @@ mod tests {
             p.request(1 << 20);
         }
         assert_eq!(p.low_water(), None, "1 MiB writes are not coalesced");
+    }
+
+    #[test]
+    fn large_requests_are_not_tried() {
+        let (mut p, mut t) = started(8);
+        for _ in 0..1000 {
+            p.request(1 << 20);
+        }
+        t += EPOCH;
+        p.tick(t);
+        assert_eq!(p.batch(), 1, "no trial at batch 2 for 1 MiB requests");
+        for _ in 0..HOLD_EPOCHS {
+            epoch(&mut p, &mut t, 0, 0, 0);
+            assert_eq!(p.batch(), 1);
+        }
     }
 }

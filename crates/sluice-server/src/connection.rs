@@ -489,7 +489,7 @@ impl Transmission {
                 "coalescing batch size changed"
             );
         }
-        let coalescing = self.coalesce.batch() > 1 && self.sink.is_plain();
+        let coalescing = self.coalesce.low_water().is_some() && self.sink.is_plain();
         if coalescing && buf.data().is_empty() && !self.stop.is_set() {
             if let Some(received) = self.receive_batch(stream, buf)? {
                 return Ok(received);
