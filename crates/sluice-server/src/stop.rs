@@ -64,14 +64,15 @@ pub(crate) fn wait_readable(
         tv_sec: t.as_secs().try_into().unwrap_or(i64::MAX),
         tv_nsec: t.subsec_nanos().into(),
     });
+    let stop_fd = stop.map(StopSignal::fd);
     loop {
-        let mut fds = Vec::with_capacity(2);
-        fds.push(PollFd::new(&sock, PollFlags::IN));
-        let stop_fd = stop.map(StopSignal::fd);
-        if let Some(fd) = stop_fd.as_ref() {
-            fds.push(PollFd::new(fd, PollFlags::IN));
-        }
-        match poll(&mut fds, ts.as_ref()) {
+        // On the stack: this runs once per batch of requests.
+        let mut fds = [
+            PollFd::new(&sock, PollFlags::IN),
+            PollFd::new(stop_fd.as_ref().unwrap_or(&sock), PollFlags::IN),
+        ];
+        let watched = if stop_fd.is_some() { 2 } else { 1 };
+        match poll(&mut fds[..watched], ts.as_ref()) {
             Ok(0) => return Ok(Readiness::TimedOut),
             Ok(_) => {
                 if !fds[0].revents().is_empty() {

@@ -568,9 +568,8 @@ fn run_deep_queue(server: &TestServer, data: &[u8], deadline: Duration) -> f64 {
         c.send(CMD_READ, next, (next % blocks) * 4096, 4096, &[]);
         next += 1;
     }
-    let mut waits = 0.0;
     let mut answered = 0u64;
-    loop {
+    let waits = loop {
         let (cookie, error, got) = c.reply();
         assert_eq!(error, 0, "read {cookie}");
         let at = ((cookie % blocks) * 4096) as usize;
@@ -580,17 +579,17 @@ fn run_deep_queue(server: &TestServer, data: &[u8], deadline: Duration) -> f64 {
         );
         answered += 1;
         if answered % 2048 == 0 {
-            waits = metric(
+            let waits = metric(
                 &scrape(server.metrics_addr),
                 "sluice_coalesced_waits_total ",
             );
             if waits > 0.0 || started.elapsed() > deadline {
-                break;
+                break waits;
             }
         }
         c.send(CMD_READ, next, (next % blocks) * 4096, 4096, &[]);
         next += 1;
-    }
+    };
     for _ in 0..15 {
         assert_eq!(c.reply().1, 0);
     }
