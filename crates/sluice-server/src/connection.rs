@@ -826,11 +826,17 @@ impl Transmission {
                 Some(_) => continue,
                 None => {}
             }
+            if self.low_water > 1 {
+                // What is left may be shorter than the coalescing batch
+                // the socket is set to wake for: wake for any byte.
+                self.set_low_water(stream, 1)?;
+            }
             if wait_readable(stream.fd(), None, Some(std::time::Duration::ZERO))?
                 == Readiness::Readable
             {
                 // Bytes are waiting but the pipe took none: it is full
-                // (partly filled pages). The copying path takes over.
+                // (partly filled pages), or the socket failed between the
+                // two looks. The copying path takes over.
                 pipe.unload_into(buf)?;
                 return Ok(Spliced::NotTaken);
             }

@@ -11,6 +11,7 @@ use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::io::Errno;
+use rustix::net::RecvFlags;
 use rustix::pipe::{PipeFlags, SpliceFlags};
 
 use crate::buffer::RecvBuf;
@@ -62,11 +63,28 @@ impl PayloadPipe {
     /// Moves up to `len` bytes from `socket` into the pipe without
     /// waiting: `Ok(None)` if the socket has nothing (or the pipe is
     /// full), `Ok(Some(0))` at end of stream.
+    ///
+    /// Splice's non-blocking flag covers only the pipe: on a blocking
+    /// socket that holds nothing the kernel would wait for data, beyond
+    /// the reach of the stall timeout and the stop signal, and woken only
+    /// once the socket's receive low-water mark is reached. So the socket
+    /// is asked first (a one-byte peek that does not wait); once it holds
+    /// a byte, the kernel moves what is there and returns.
     pub(crate) fn fill_from(
         &mut self,
         socket: BorrowedFd<'_>,
         len: usize,
     ) -> io::Result<Option<usize>> {
+        let mut probe = [0u8; 1];
+        loop {
+            match rustix::net::recv(socket, &mut probe, RecvFlags::PEEK | RecvFlags::DONTWAIT) {
+                Ok((0, _)) => return Ok(Some(0)),
+                Ok(_) => break,
+                Err(Errno::AGAIN) => return Ok(None),
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
         loop {
             return match rustix::pipe::splice(
                 socket,
@@ -140,8 +158,8 @@ mod tests {
 
     #[test]
     fn fills_from_a_socket_unloads_in_order_and_drains() {
+        // A blocking socket, as the server's are: filling must not wait.
         let (mut client, server) = UnixStream::pair().unwrap();
-        server.set_nonblocking(true).unwrap();
         let mut pipe = PayloadPipe::new().unwrap();
         assert!(pipe.capacity() >= 64 * 1024);
         assert_eq!(

@@ -552,16 +552,13 @@ fn large_page_cache_reads_are_sent_from_the_mapping_and_match() {
     }
 }
 
-/// A client keeping 16 reads in flight, each sent with its own `send`
-/// (as libnbd does), until the server has made at least one coalescing
-/// wait or `deadline` passes; every reply is checked against the data.
-/// Returns the server's coalescing waits.
-fn run_deep_queue(server: &TestServer, data: &[u8], deadline: Duration) -> f64 {
-    let mut c = RawClient::connect(server.addr);
-    c.s.set_nodelay(true).unwrap();
+/// A client keeping 16 reads of `data` (already written at offset 0) in
+/// flight, each sent with its own `send` (as libnbd does), until the
+/// server has made at least one coalescing wait or `deadline` passes;
+/// every reply is checked against the data. Returns the server's
+/// coalescing waits.
+fn run_deep_queue(c: &mut RawClient, server: &TestServer, data: &[u8], deadline: Duration) -> f64 {
     let blocks = (data.len() / 4096) as u64;
-    c.send(CMD_WRITE, 0, 0, data.len() as u64, data);
-    assert_eq!(c.reply().1, 0, "write");
     let started = Instant::now();
     let mut next = 1u64;
     for _ in 0..16 {
@@ -610,7 +607,11 @@ fn deep_queues_of_single_sends_are_coalesced_and_answered_correctly() {
         };
         let server = TestServer::with_config(Arc::new(MemDevice::new(1 << 20, false)), config);
         let limit = if coalesce_max > 1 { 10 } else { 1 };
-        let waits = run_deep_queue(&server, &data, Duration::from_secs(limit));
+        let mut c = RawClient::connect(server.addr);
+        c.s.set_nodelay(true).unwrap();
+        c.send(CMD_WRITE, 0, 0, data.len() as u64, &data);
+        assert_eq!(c.reply().1, 0, "write");
+        let waits = run_deep_queue(&mut c, &server, &data, Duration::from_secs(limit));
         if coalesce_max > 1 {
             // Trials start after a 50 ms warm-up and try a batch of 2 in
             // the first round whatever it gains.
@@ -680,6 +681,125 @@ fn large_write_payloads_are_spliced_into_the_file_and_read_back() {
         assert_eq!(spliced, if spliced_writes { 2.0 } else { 0.0 });
         server.stop().unwrap();
     }
+}
+
+#[test]
+fn spliced_writes_whose_last_bytes_trickle_in_are_answered_between_coalesced_reads() {
+    // While a connection coalesces, its socket wakes it only once a batch
+    // of bytes is there; a spliced write waiting for the last few bytes of
+    // its payload must not wait for that many (it would stall until the
+    // send timeout, 3 s here). A new connection tries batches of 2, 4 and
+    // 8 for 10 ms each after a 50 ms warm-up, so writes sent behind 45 to
+    // 105 ms of reads arrive while it coalesces, whatever it then keeps.
+    let dir = tempfile::tempdir().unwrap();
+    let config = ServerConfig {
+        send_timeout_secs: 3,
+        ..ServerConfig::default()
+    };
+    let server = file_server_with(&dir, config);
+    let data: Vec<u8> = (0..(256u32 << 10))
+        .map(|i| (i / 4096 * 7 + i) as u8)
+        .collect();
+    let payload: Vec<u8> = (0..(1u32 << 20)).map(|i| (i * 5 + i / 999) as u8).collect();
+    {
+        let mut c = RawClient::connect(server.addr);
+        c.send(CMD_WRITE, 0, 0, data.len() as u64, &data);
+        assert_eq!(c.reply().1, 0, "write");
+    }
+    let blocks = (data.len() / 4096) as u64;
+    let before = metric(&scrape(server.metrics_addr), "sluice_spliced_writes_total ");
+    let rounds = 21u64;
+    for round in 0..rounds {
+        let mut c = RawClient::connect(server.addr);
+        c.s.set_nodelay(true).unwrap();
+        let reads_for = Duration::from_millis(45 + 3 * round);
+        let started = Instant::now();
+        let mut next = 0u64;
+        let mut answered = 0u64;
+        let mut check = |c: &mut RawClient, answered: &mut u64| {
+            let (cookie, error, got) = c.reply();
+            assert_eq!(error, 0, "request {cookie} in round {round}");
+            if cookie < 1 << 40 {
+                let at = ((cookie % blocks) * 4096) as usize;
+                assert!(
+                    got == data[at..at + 4096],
+                    "read {cookie} returned other data"
+                );
+                *answered += 1;
+            }
+        };
+        while started.elapsed() < reads_for {
+            c.send(CMD_READ, next, (next % blocks) * 4096, 4096, &[]);
+            next += 1;
+            if next >= 16 {
+                check(&mut c, &mut answered);
+            }
+        }
+        // The write goes out behind 15 reads in flight, its last 20
+        // bytes 30 ms after the rest.
+        c.send_write_in_two(1 << 40 | round, 2 << 20, &payload, payload.len() - 20);
+        while answered < next {
+            check(&mut c, &mut answered);
+        }
+        check(&mut c, &mut answered);
+    }
+    let mut c = RawClient::connect(server.addr);
+    c.send(CMD_READ, 7, 2 << 20, 1 << 20, &[]);
+    assert!(c.reply().2 == payload, "1 MiB read back");
+    let metrics = scrape(server.metrics_addr);
+    assert!(
+        metric(&metrics, "sluice_coalesced_waits_total ") > 0.0,
+        "never coalesced"
+    );
+    let spliced = metric(&metrics, "sluice_spliced_writes_total ");
+    assert_eq!(spliced - before, rounds as f64);
+    server.stop().unwrap();
+}
+
+#[test]
+fn a_client_stalling_mid_spliced_payload_is_cut_off_after_the_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = ServerConfig {
+        send_timeout_secs: 1,
+        ..ServerConfig::default()
+    };
+    let server = file_server_with(&dir, config);
+    let mut c = RawClient::connect(server.addr);
+    let data = vec![0x5au8; 1 << 20];
+    let mut m = Vec::new();
+    RequestHeader {
+        flags: 0,
+        kind: CMD_WRITE,
+        cookie: 1,
+        offset: 0,
+        length: data.len() as u64,
+    }
+    .encode(HeaderStyle::Compact, &mut m);
+    m.extend_from_slice(&data[..4096]);
+    c.s.write_all(&m).unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    // More of the payload, then nothing: the server waits in its splicing
+    // loop, where the stall timeout must still apply.
+    c.s.write_all(&data[4096..512 << 10]).unwrap();
+    let started = Instant::now();
+    let mut byte = [0u8; 1];
+    let n = c.s.read(&mut byte).unwrap_or(0);
+    assert_eq!(n, 0, "the server closes the stalled connection");
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_secs(10),
+        "closed after {waited:?}, not after the 1 s stall timeout"
+    );
+    let on_disk = std::fs::read(dir.path().join("img")).unwrap();
+    assert!(
+        on_disk[..1 << 20].iter().all(|&b| b == 0),
+        "nothing written"
+    );
+    assert_eq!(
+        metric(&scrape(server.metrics_addr), "sluice_spliced_writes_total "),
+        0.0
+    );
+    server.stop().unwrap();
 }
 
 #[test]
