@@ -716,7 +716,7 @@ fn spliced_writes_whose_last_bytes_trickle_in_are_answered_between_coalesced_rea
         let started = Instant::now();
         let mut next = 0u64;
         let mut answered = 0u64;
-        let mut check = |c: &mut RawClient, answered: &mut u64| {
+        let check = |c: &mut RawClient, answered: &mut u64| {
             let (cookie, error, got) = c.reply();
             assert_eq!(error, 0, "request {cookie} in round {round}");
             if cookie < 1 << 40 {
