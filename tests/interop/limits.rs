@@ -361,8 +361,10 @@ fn never_reading_clients_do_not_starve_the_pool(pipeline: &str) {
     let (p50_before, _) = latencies(&mut good, 20, 100);
     let rss_before = rss_kib(&srv);
     let started = Instant::now();
-    // Two clients that never read, with fewer than the 4 workers.
-    let mut slow = [never_read(&srv), never_read(&srv)];
+    // Six clients that never read, more than the 4 workers: each ties up
+    // a worker in a blocked send, and the pool starts spares meanwhile.
+    let slow_clients = 6;
+    let mut slow: Vec<RawConn> = (0..slow_clients).map(|_| never_read(&srv)).collect();
     std::thread::sleep(Duration::from_millis(300));
     let mut worst = Duration::ZERO;
     for round in 0..5 {
@@ -375,8 +377,8 @@ fn never_reading_clients_do_not_starve_the_pool(pipeline: &str) {
     let rss_stuck = rss_kib(&srv);
     eprintln!(
         "never-reading clients ({pipeline}): good client 64 KiB write+read+flush p50 {p50_before:?} \
-         before, slowest {worst:?} while 2 clients do not read; server VmRSS {rss_before} -> \
-         {rss_stuck} KiB"
+         before, slowest {worst:?} while {slow_clients} clients do not read; server VmRSS \
+         {rss_before} -> {rss_stuck} KiB"
     );
     assert!(
         served_within < Duration::from_secs(3),
@@ -391,21 +393,21 @@ fn never_reading_clients_do_not_starve_the_pool(pipeline: &str) {
     // connection (16 MiB here, plus the one request that crossed it),
     // plus slack for the allocator and the workers' O_DIRECT bounce
     // buffers.
-    let bound = 2 * (16 + 1) * 1024 + 32 * 1024;
+    let bound = slow_clients as u64 * (16 + 1) * 1024 + 32 * 1024;
     assert!(
         rss_stuck.saturating_sub(rss_before) < bound,
-        "server VmRSS grew by {} KiB with 2 never-reading clients (bound {bound} KiB)",
+        "server VmRSS grew by {} KiB with {slow_clients} never-reading clients (bound {bound} KiB)",
         rss_stuck - rss_before
     );
-    // Both, before reading from either: reading would make it progress.
+    // All of them, before reading from any: reading would make it progress.
     let needle = "client has not read its replies within the send timeout";
     assert!(
         wait_for(Duration::from_secs(10), || srv
             .stderr_log()
             .matches(needle)
             .count()
-            == 2),
-        "the server did not log {needle:?} for both clients; log:\n{}",
+            == slow_clients),
+        "the server did not log {needle:?} for all {slow_clients} clients; log:\n{}",
         srv.stderr_log()
     );
     for s in &mut slow {

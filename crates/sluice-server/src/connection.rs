@@ -1000,6 +1000,7 @@ impl Transmission {
             let metrics = Arc::clone(&self.server_metrics);
             let (remaining, failed) = (Arc::clone(&remaining), Arc::clone(&failed));
             let span = tracing::Span::current();
+            let pool = Arc::clone(&self.pool);
             metrics.handoffs.fetch_add(1, Ordering::Relaxed);
             self.pool.submit(move || {
                 let _enter = span.enter();
@@ -1021,6 +1022,9 @@ impl Transmission {
                     });
                 }
                 metrics.add_busy(Stage::ExecutePool, started.elapsed());
+                // A client that does not read may hold this send until the
+                // send timeout: the pool starts a spare meanwhile.
+                let _sending = pool.sending();
                 let _ = sink.send_owned(seq, out.into_vec(), Some(guard));
                 // Decrement only after sending, so the final chunk follows
                 // every other piece on the wire.
@@ -1093,6 +1097,7 @@ impl Transmission {
         let context_id = self.context_id;
         let span = tracing::Span::current();
         let metrics = Arc::clone(&self.server_metrics);
+        let pool = Arc::clone(&self.pool);
         metrics.handoffs.fetch_add(1, Ordering::Relaxed);
         metrics.inflight.fetch_add(1, Ordering::Relaxed);
         self.pool.submit(move || {
@@ -1107,10 +1112,14 @@ impl Transmission {
             let executed = Instant::now();
             metrics.add_busy(Stage::ExecutePool, executed - started);
             // The guard goes with the reply: the in-flight slot is freed
-            // when the reply is on the wire, not when it is queued.
+            // when the reply is on the wire, not when it is queued. A
+            // client that does not read may hold this send until the send
+            // timeout: the pool starts a spare meanwhile.
+            let sending = pool.sending();
             if let Err(e) = sink.send_owned(seq, out.into_vec(), Some(guard)) {
                 debug!(error = %e, "reply not sent: connection gone");
             }
+            drop(sending);
             let sent = Instant::now();
             metrics.add_busy(Stage::Send, sent - executed);
             let (kind, bytes) = metric_kind(&request.cmd);

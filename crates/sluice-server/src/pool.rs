@@ -1,38 +1,135 @@
 //! Threads that run device I/O which would block a connection thread
 //! (cache misses, O_DIRECT, fsync), shared by all connections.
+//!
+//! A worker also sends the reply of the request it ran, and that send
+//! can block for as long as the send timeout when the client does not
+//! read. So that such clients cannot take every worker away from the
+//! others, a worker marks the send ([`IoPool::sending`]); while jobs wait
+//! and no worker is free, the pool starts a spare worker for each one
+//! away in a send, so `threads` workers are always available for device
+//! I/O. Spares end after a second without work. Senders number at most
+//! one per connection (the sink's sender role), so spares do too.
 
-use std::sync::{Condvar, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
-use crossbeam_channel::{Receiver, Sender};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use tracing::{debug, warn};
 
 type Job = Box<dyn FnOnce() + Send + 'static>;
 
-/// A fixed set of I/O threads fed by one bounded queue.
+/// How long a spare worker waits for a job before it ends.
+const SPARE_IDLE: Duration = Duration::from_secs(1);
+
+/// What the workers share.
+#[derive(Debug)]
+struct Workers {
+    rx: Receiver<Job>,
+    /// Workers for device I/O (the `--io-threads` setting).
+    base: usize,
+    /// Workers alive, spares included.
+    alive: AtomicUsize,
+    /// Workers waiting for a job.
+    idle: AtomicUsize,
+    /// Workers inside a reply send.
+    sending: AtomicUsize,
+    /// Every worker started, to join on drop (finished spares pruned).
+    handles: Mutex<Vec<JoinHandle<()>>>,
+}
+
+impl Workers {
+    fn spawn(self: &Arc<Self>, spare: bool) -> std::io::Result<()> {
+        let workers = Arc::clone(self);
+        let id = self.alive.fetch_add(1, Ordering::AcqRel);
+        let name = if spare {
+            format!("sluice-io-spare-{id}")
+        } else {
+            format!("sluice-io-{id}")
+        };
+        let spawned = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || workers.work(spare));
+        let mut handles = self.handles.lock().unwrap_or_else(|p| p.into_inner());
+        match spawned {
+            Ok(h) => {
+                handles.retain(|h| !h.is_finished());
+                handles.push(h);
+                Ok(())
+            }
+            Err(e) => {
+                self.alive.fetch_sub(1, Ordering::AcqRel);
+                Err(e)
+            }
+        }
+    }
+
+    fn work(&self, spare: bool) {
+        loop {
+            self.idle.fetch_add(1, Ordering::AcqRel);
+            let next = if spare {
+                self.rx.recv_timeout(SPARE_IDLE)
+            } else {
+                self.rx.recv().map_err(|_| RecvTimeoutError::Disconnected)
+            };
+            self.idle.fetch_sub(1, Ordering::AcqRel);
+            match next {
+                Ok(job) => job(),
+                Err(RecvTimeoutError::Timeout) => {
+                    self.alive.fetch_sub(1, Ordering::AcqRel);
+                    return;
+                }
+                Err(RecvTimeoutError::Disconnected) => return,
+            }
+        }
+    }
+
+    /// Starts a spare if jobs wait, no worker is free and fewer than
+    /// `base` workers are outside a send.
+    fn top_up(self: &Arc<Self>) {
+        if self.rx.is_empty() || self.idle.load(Ordering::Acquire) > 0 {
+            return;
+        }
+        let sending = self.sending.load(Ordering::Acquire);
+        if self.alive.load(Ordering::Acquire) >= self.base + sending {
+            return;
+        }
+        debug!(
+            sending,
+            "I/O workers are blocked sending replies; starting a spare"
+        );
+        if let Err(e) = self.spawn(true) {
+            warn!(error = %e, "cannot start a spare I/O worker");
+        }
+    }
+}
+
+/// A set of I/O threads fed by one bounded queue (see the module docs).
 #[derive(Debug)]
 pub(crate) struct IoPool {
     tx: Option<Sender<Job>>,
-    threads: Vec<JoinHandle<()>>,
+    workers: Arc<Workers>,
 }
 
 impl IoPool {
     pub(crate) fn new(threads: usize) -> std::io::Result<Self> {
-        let (tx, rx) = crossbeam_channel::bounded::<Job>(threads.max(1) * 64);
-        let threads = (0..threads.max(1))
-            .map(|i| {
-                let rx: Receiver<Job> = rx.clone();
-                std::thread::Builder::new()
-                    .name(format!("sluice-io-{i}"))
-                    .spawn(move || {
-                        for job in rx {
-                            job();
-                        }
-                    })
-            })
-            .collect::<std::io::Result<Vec<_>>>()?;
+        let base = threads.max(1);
+        let (tx, rx) = crossbeam_channel::bounded::<Job>(base * 64);
+        let workers = Arc::new(Workers {
+            rx,
+            base,
+            alive: AtomicUsize::new(0),
+            idle: AtomicUsize::new(0),
+            sending: AtomicUsize::new(0),
+            handles: Mutex::new(Vec::with_capacity(base)),
+        });
+        for _ in 0..base {
+            workers.spawn(false)?;
+        }
         Ok(Self {
             tx: Some(tx),
-            threads,
+            workers,
         })
     }
 
@@ -43,14 +140,52 @@ impl IoPool {
             // `drop`; then the job is dropped and its in-flight count
             // released by its guard.
             let _ = tx.send(Box::new(job));
+            if self.workers.sending.load(Ordering::Acquire) > 0 {
+                self.workers.top_up();
+            }
         }
+    }
+
+    /// Marks the calling worker as sending a reply (which may block on
+    /// the client) until the returned guard is dropped.
+    pub(crate) fn sending(&self) -> SendingGuard {
+        self.workers.sending.fetch_add(1, Ordering::AcqRel);
+        self.workers.top_up();
+        SendingGuard {
+            workers: Arc::clone(&self.workers),
+        }
+    }
+
+    /// Workers alive now, spares included.
+    #[cfg(test)]
+    fn alive(&self) -> usize {
+        self.workers.alive.load(Ordering::Acquire)
+    }
+}
+
+/// A worker's reply send in progress (see [`IoPool::sending`]).
+#[derive(Debug)]
+pub(crate) struct SendingGuard {
+    workers: Arc<Workers>,
+}
+
+impl Drop for SendingGuard {
+    fn drop(&mut self) {
+        self.workers.sending.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
 impl Drop for IoPool {
     fn drop(&mut self) {
         self.tx.take();
-        for t in self.threads.drain(..) {
+        let handles = std::mem::take(
+            &mut *self
+                .workers
+                .handles
+                .lock()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
+        for t in handles {
             let _ = t.join();
         }
     }
@@ -115,12 +250,80 @@ impl InFlight {
 /// slot until it is sent.
 #[derive(Debug)]
 pub(crate) struct InFlightGuard {
-    pub(crate) inflight: std::sync::Arc<InFlight>,
+    pub(crate) inflight: Arc<InFlight>,
     pub(crate) bytes: u64,
 }
 
 impl Drop for InFlightGuard {
     fn drop(&mut self) {
         self.inflight.done(self.bytes);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    #[test]
+    fn workers_blocked_in_sends_get_spares_so_other_jobs_run() {
+        let pool = Arc::new(IoPool::new(2).unwrap());
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let release_rx = Arc::new(Mutex::new(release_rx));
+        let (started_tx, started_rx) = mpsc::channel::<()>();
+        // Both workers end up "sending" to clients that do not read.
+        for _ in 0..2 {
+            let (p, rx, started) = (
+                Arc::clone(&pool),
+                Arc::clone(&release_rx),
+                started_tx.clone(),
+            );
+            pool.submit(move || {
+                let _sending = p.sending();
+                started.send(()).unwrap();
+                let _ = rx.lock().unwrap().recv();
+            });
+        }
+        started_rx.recv().unwrap();
+        started_rx.recv().unwrap();
+        // Other connections' jobs still run, on spares.
+        let (done_tx, done_rx) = mpsc::channel::<u32>();
+        for i in 0..4 {
+            let done = done_tx.clone();
+            pool.submit(move || done.send(i).unwrap());
+        }
+        let mut got: Vec<u32> = (0..4)
+            .map(|_| {
+                done_rx
+                    .recv_timeout(Duration::from_secs(5))
+                    .expect("job ran")
+            })
+            .collect();
+        got.sort_unstable();
+        assert_eq!(got, [0, 1, 2, 3]);
+        assert!(pool.alive() <= 4, "{} workers for 2 senders", pool.alive());
+        // The senders finish; the spares end after a second without work.
+        release_tx.send(()).unwrap();
+        release_tx.send(()).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while pool.alive() > 2 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(pool.alive(), 2, "spares ended");
+    }
+
+    #[test]
+    fn quick_sends_with_free_workers_start_no_spares() {
+        let pool = Arc::new(IoPool::new(2).unwrap());
+        let (done_tx, done_rx) = mpsc::channel::<()>();
+        for _ in 0..100 {
+            let (p, done) = (Arc::clone(&pool), done_tx.clone());
+            pool.submit(move || {
+                let _sending = p.sending();
+                done.send(()).unwrap();
+            });
+            done_rx.recv().unwrap();
+        }
+        assert_eq!(pool.alive(), 2);
     }
 }
