@@ -55,7 +55,8 @@ struct ServeArgs {
     /// Most simultaneous connections; more are closed at once.
     #[arg(long, value_name = "N")]
     max_connections: Option<usize>,
-    /// Seconds a client may take to finish the handshake (default 30).
+    /// Seconds a client may take to finish the handshake, at least 1
+    /// (default 30).
     #[arg(long, value_name = "SECS")]
     handshake_timeout: Option<u64>,
     /// Seconds one send of replies may take before a client that does

@@ -39,6 +39,8 @@ pub enum ConfigError {
     Tls(&'static str),
     #[error("TLS allow-list for export {0:?}, which does not exist")]
     TlsAllowUnknownExport(String),
+    #[error("handshake timeout of 0 s: a handshake must have a limit (at least 1 s), or silent clients hold connection slots forever")]
+    ZeroHandshakeTimeout,
 }
 
 /// Parses sizes like `4096`, `64K`, `1G`, `2TiB` (binary units).
@@ -515,7 +517,7 @@ pub struct ServerConfig {
     pub pipeline: PipelineMode,
     /// Threads that run device I/O which would block a connection thread.
     pub io_threads: usize,
-    /// Seconds a client may take to finish the handshake.
+    /// Seconds a client may take to finish the handshake (at least 1).
     pub handshake_timeout_secs: u64,
     /// Most connections served at once; more are refused.
     pub max_connections: usize,
@@ -607,8 +609,11 @@ impl ServerConfig {
         (self.idle_timeout_secs > 0).then(|| Duration::from_secs(self.idle_timeout_secs))
     }
 
-    /// Checks names are valid and unique.
+    /// Checks names are valid and unique, and limits are usable.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.handshake_timeout_secs == 0 {
+            return Err(ConfigError::ZeroHandshakeTimeout);
+        }
         let mut seen = std::collections::HashSet::new();
         for e in &self.export {
             e.check_name()?;
@@ -629,6 +634,16 @@ impl ServerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_zero_handshake_timeout_is_refused() {
+        let mut c = ServerConfig::default();
+        assert!(c.validate().is_ok());
+        c.handshake_timeout_secs = 0;
+        let e = c.validate().unwrap_err();
+        assert!(matches!(e, ConfigError::ZeroHandshakeTimeout));
+        assert!(e.to_string().contains("handshake timeout of 0 s"), "{e}");
+    }
 
     #[test]
     fn sizes() {
