@@ -1000,7 +1000,7 @@ impl Transmission {
             let metrics = Arc::clone(&self.server_metrics);
             let (remaining, failed) = (Arc::clone(&remaining), Arc::clone(&failed));
             let span = tracing::Span::current();
-            let pool = Arc::clone(&self.pool);
+            let sends = self.pool.send_tracker();
             metrics.handoffs.fetch_add(1, Ordering::Relaxed);
             self.pool.submit(move || {
                 let _enter = span.enter();
@@ -1024,7 +1024,7 @@ impl Transmission {
                 metrics.add_busy(Stage::ExecutePool, started.elapsed());
                 // A client that does not read may hold this send until the
                 // send timeout: the pool starts a spare meanwhile.
-                let _sending = pool.sending();
+                let _sending = sends.sending();
                 let _ = sink.send_owned(seq, out.into_vec(), Some(guard));
                 // Decrement only after sending, so the final chunk follows
                 // every other piece on the wire.
@@ -1097,7 +1097,7 @@ impl Transmission {
         let context_id = self.context_id;
         let span = tracing::Span::current();
         let metrics = Arc::clone(&self.server_metrics);
-        let pool = Arc::clone(&self.pool);
+        let sends = self.pool.send_tracker();
         metrics.handoffs.fetch_add(1, Ordering::Relaxed);
         metrics.inflight.fetch_add(1, Ordering::Relaxed);
         self.pool.submit(move || {
@@ -1115,7 +1115,7 @@ impl Transmission {
             // when the reply is on the wire, not when it is queued. A
             // client that does not read may hold this send until the send
             // timeout: the pool starts a spare meanwhile.
-            let sending = pool.sending();
+            let sending = sends.sending();
             if let Err(e) = sink.send_owned(seq, out.into_vec(), Some(guard)) {
                 debug!(error = %e, "reply not sent: connection gone");
             }
