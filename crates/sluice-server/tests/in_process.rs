@@ -624,21 +624,27 @@ fn deep_queues_of_single_sends_are_coalesced_and_answered_correctly() {
 }
 
 impl RawClient {
-    /// Sends a write's header and the first `first` bytes of its payload,
-    /// waits, then sends the rest: the server sees the header while the
-    /// payload is still arriving.
-    fn send_write_in_two(&mut self, cookie: u64, offset: u64, data: &[u8], first: usize) {
+    /// Sends the header of a write of `length` bytes and, with it, the
+    /// first bytes of its payload (`first`); the rest is up to the caller.
+    fn send_write_start(&mut self, cookie: u64, offset: u64, length: usize, first: &[u8]) {
         let mut m = Vec::new();
         RequestHeader {
             flags: 0,
             kind: CMD_WRITE,
             cookie,
             offset,
-            length: data.len() as u64,
+            length: length as u64,
         }
         .encode(HeaderStyle::Compact, &mut m);
-        m.extend_from_slice(&data[..first]);
+        m.extend_from_slice(first);
         self.s.write_all(&m).unwrap();
+    }
+
+    /// Sends a write's header and the first `first` bytes of its payload,
+    /// waits, then sends the rest: the server sees the header while the
+    /// payload is still arriving.
+    fn send_write_in_two(&mut self, cookie: u64, offset: u64, data: &[u8], first: usize) {
+        self.send_write_start(cookie, offset, data.len(), &data[..first]);
         std::thread::sleep(Duration::from_millis(30));
         self.s.write_all(&data[first..]).unwrap();
     }
@@ -766,17 +772,7 @@ fn a_client_stalling_mid_spliced_payload_is_cut_off_after_the_timeout() {
     let server = file_server_with(&dir, config);
     let mut c = RawClient::connect(server.addr);
     let data = vec![0x5au8; 1 << 20];
-    let mut m = Vec::new();
-    RequestHeader {
-        flags: 0,
-        kind: CMD_WRITE,
-        cookie: 1,
-        offset: 0,
-        length: data.len() as u64,
-    }
-    .encode(HeaderStyle::Compact, &mut m);
-    m.extend_from_slice(&data[..4096]);
-    c.s.write_all(&m).unwrap();
+    c.send_write_start(1, 0, data.len(), &data[..4096]);
     std::thread::sleep(Duration::from_millis(30));
     // More of the payload, then nothing: the server waits in its splicing
     // loop, where the stall timeout must still apply.
@@ -808,17 +804,7 @@ fn a_client_vanishing_mid_spliced_payload_writes_nothing() {
     let server = file_server_with(&dir, ServerConfig::default());
     {
         let mut bad = RawClient::connect(server.addr);
-        let mut m = Vec::new();
-        RequestHeader {
-            flags: 0,
-            kind: CMD_WRITE,
-            cookie: 1,
-            offset: 0,
-            length: 1 << 20,
-        }
-        .encode(HeaderStyle::Compact, &mut m);
-        m.extend_from_slice(&[0xee; 1000]);
-        bad.s.write_all(&m).unwrap();
+        bad.send_write_start(1, 0, 1 << 20, &[0xee; 1000]);
         std::thread::sleep(Duration::from_millis(30));
         bad.s.write_all(&[0xee; 300_000]).unwrap();
         std::thread::sleep(Duration::from_millis(30));
