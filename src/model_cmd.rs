@@ -378,26 +378,11 @@ struct ValidateArgs {
     json: bool,
 }
 
-/// Parses 5s, 500ms, 250us, 2m or a plain number of seconds.
+/// Parses a duration flag as seconds.
 fn parse_duration(s: &str) -> Result<f64, String> {
-    let t = s.trim();
-    let (num, scale) = if let Some(v) = t.strip_suffix("ms") {
-        (v, 1e-3)
-    } else if let Some(v) = t.strip_suffix("us") {
-        (v, 1e-6)
-    } else if let Some(v) = t.strip_suffix('s') {
-        (v, 1.0)
-    } else if let Some(v) = t.strip_suffix('m') {
-        (v, 60.0)
-    } else {
-        (t, 1.0)
-    };
-    match num.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Ok(v * scale),
-        _ => Err(format!(
-            "'{s}' is not a positive duration (e.g. 5s, 500ms, 2m)"
-        )),
-    }
+    sluice_types::parse_duration(s)
+        .map(|d| d.as_secs_f64())
+        .map_err(|e| e.to_string())
 }
 
 /// An error in what the user asked for, as opposed to a failure while

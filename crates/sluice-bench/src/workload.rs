@@ -308,46 +308,14 @@ impl OpGen {
     }
 }
 
-/// Parses `4096`, `4K`, `4KiB`, `1M`, `2G` (binary units).
+/// Parses a size for a command-line flag (clap wants a `String` error).
 pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, suffix) = t.split_at(digits);
-    let n: u64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (try 4096, 4K, 1M, 2G)"))?;
-    let shift = match suffix.trim().to_ascii_uppercase().as_str() {
-        "" | "B" => 0,
-        "K" | "KB" | "KIB" => 10,
-        "M" | "MB" | "MIB" => 20,
-        "G" | "GB" | "GIB" => 30,
-        "T" | "TB" | "TIB" => 40,
-        _ => return Err(format!("{s:?}: unknown size suffix (use K, M, G, T)")),
-    };
-    n.checked_mul(1 << shift)
-        .ok_or_else(|| format!("{s:?} does not fit in 64 bits"))
+    sluice_types::parse_size(s).map_err(|e| e.to_string())
 }
 
-/// Parses `500ms`, `2s`, `1.5s`, `3m`, or plain seconds.
+/// Parses a duration for a command-line flag.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let t = s.trim();
-    let (num, mult) = if let Some(n) = t.strip_suffix("ms") {
-        (n, 0.001)
-    } else if let Some(n) = t.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = t.strip_suffix('m') {
-        (n, 60.0)
-    } else {
-        (t, 1.0)
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("{s:?} is not a duration (try 500ms, 2s, 1m)"))?;
-    if !(v.is_finite() && v > 0.0) {
-        return Err(format!("{s:?}: a duration must be positive"));
-    }
-    Ok(Duration::from_secs_f64(v * mult))
+    sluice_types::parse_duration(s).map_err(|e| e.to_string())
 }
 
 /// `4k`, `1m`, `512`, `1536` for table names.
@@ -485,18 +453,7 @@ mod tests {
     }
 
     #[test]
-    fn sizes_durations_and_names() {
-        assert_eq!(parse_size("4K"), Ok(4096));
-        assert_eq!(parse_size("1MiB"), Ok(1 << 20));
-        assert_eq!(parse_size("512"), Ok(512));
-        assert!(parse_size("4X").is_err());
-        assert!(parse_size("").is_err());
-        assert!(parse_size("99999999999T").is_err());
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("2"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("1m"), Ok(Duration::from_secs(60)));
-        assert!(parse_duration("-1s").is_err());
-        assert!(parse_duration("fast").is_err());
+    fn workload_names() {
         let mut w = Workload::new(Pattern::Rand, Rw::Mixed, 4096, 16);
         w.read_pct = 70;
         w.workers = 4;

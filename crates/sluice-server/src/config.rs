@@ -15,8 +15,8 @@ use thiserror::Error;
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ConfigError {
-    #[error("bad size {value:?}: {reason} (use a number with an optional K, M, G or T suffix)")]
-    BadSize { value: String, reason: &'static str },
+    #[error(transparent)]
+    BadValue(#[from] sluice_types::ParseError),
     #[error("bad export spec {spec:?}: {reason} (expected file:PATH[,size=BYTES][,ro][,direct] or mem:BYTES[,ro], and for testing [,fail=OPS:ERRNO:TRIGGER][,power-loss[=SEED]])")]
     BadExportSpec { spec: String, reason: String },
     #[error("bad export {arg:?}: expected NAME=SPEC")]
@@ -43,29 +43,9 @@ pub enum ConfigError {
     ZeroHandshakeTimeout,
 }
 
-/// Parses sizes like `4096`, `64K`, `1G`, `2TiB` (binary units).
+/// Parses a byte size, reporting a bad one as a configuration error.
 pub fn parse_size(value: &str) -> Result<u64, ConfigError> {
-    let bad = |reason| ConfigError::BadSize {
-        value: value.to_owned(),
-        reason,
-    };
-    let v = value.trim();
-    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
-    let (digits, suffix) = v.split_at(split);
-    if digits.is_empty() {
-        return Err(bad("no digits"));
-    }
-    let n: u64 = digits.parse().map_err(|_| bad("number too large"))?;
-    let shift = match suffix.trim().to_ascii_uppercase().as_str() {
-        "" | "B" => 0,
-        "K" | "KB" | "KIB" => 10,
-        "M" | "MB" | "MIB" => 20,
-        "G" | "GB" | "GIB" => 30,
-        "T" | "TB" | "TIB" => 40,
-        _ => return Err(bad("unknown suffix")),
-    };
-    n.checked_mul(1u64 << shift)
-        .ok_or_else(|| bad("size overflows 64 bits"))
+    sluice_types::parse_size(value).map_err(ConfigError::from)
 }
 
 /// Where the server listens.
@@ -643,17 +623,6 @@ mod tests {
         let e = c.validate().unwrap_err();
         assert!(matches!(e, ConfigError::ZeroHandshakeTimeout));
         assert!(e.to_string().contains("handshake timeout of 0 s"), "{e}");
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("4096").unwrap(), 4096);
-        assert_eq!(parse_size("64K").unwrap(), 65536);
-        assert_eq!(parse_size("1G").unwrap(), 1 << 30);
-        assert_eq!(parse_size("2TiB").unwrap(), 2 << 40);
-        assert!(parse_size("G").is_err());
-        assert!(parse_size("1X").is_err());
-        assert!(parse_size("99999999999T").is_err());
     }
 
     #[test]
