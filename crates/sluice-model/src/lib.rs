@@ -60,6 +60,6 @@ pub use report::{
     ValidationReport,
 };
 pub use validation::{
-    measured_points, validate, validate_each, with_client, Aggregate, BenchDocument, ClientPlacement,
-    MeasuredPoint, Validation,
+    measured_points, validate, validate_each, with_client, Aggregate, BenchDocument,
+    ClientPlacement, MeasuredPoint, Validation,
 };

@@ -811,7 +811,15 @@ mod tests {
             .split("</text>")
             .filter_map(|t| t.rsplit_once('>').map(|(_, text)| text.trim()))
             .collect();
-        for want in ["Pipelining", "read 4k", "write 4k", "read 1m", "1", "2", "64"] {
+        for want in [
+            "Pipelining",
+            "read 4k",
+            "write 4k",
+            "read 1m",
+            "1",
+            "2",
+            "64",
+        ] {
             assert!(texts.contains(&want), "{want}: {texts:?}");
         }
         // Only powers of two label the x axis.

@@ -160,9 +160,10 @@ pub fn mva_text(report: &MvaReport, net: &ClosedNetwork) -> String {
         z = report.think_time,
         x = num(report.throughput),
         r = num(report.response_time),
-        stations = Table::underlined(["station", "demand s", "utilization", "queue", "residence s"])
-            .with_rows(rows)
-            .render(),
+        stations =
+            Table::underlined(["station", "demand s", "utilization", "queue", "residence s"])
+                .with_rows(rows)
+                .render(),
         bounds = Table::underlined(["bounds", "X lower", "X upper", "R lower", "R upper"])
             .with_rows([
                 bound_row("asymptotic", &b.asymptotic),

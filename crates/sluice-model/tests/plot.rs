@@ -5,8 +5,7 @@ use sluice_model::noncontig::{
     by_segment_size, figure8_sizes, NoncontigParams, FIGURE8_FILE_BYTES,
 };
 use sluice_model::plot::{
-    noncontig_chart, raid_chart, render_png, render_svg, sweep_chart, Chart, XAxis,
-    DEFAULT_SIZE,
+    noncontig_chart, raid_chart, render_png, render_svg, sweep_chart, Chart, XAxis, DEFAULT_SIZE,
 };
 use sluice_model::raid::{default_customers, raid_curve, sweep, RaidParams, SweepKind};
 
