@@ -367,6 +367,49 @@ pub fn render_png(chart: &Chart, size: (u32, u32)) -> Result<Vec<u8>> {
     render_png_panels(std::slice::from_ref(chart), size)
 }
 
+/// What the charts of a grid share: axis labels and x scale.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Axes {
+    /// X axis label.
+    pub x_label: String,
+    /// Y axis label.
+    pub y_label: String,
+    /// X scale.
+    pub x_axis: XAxis,
+}
+
+impl Axes {
+    /// A chart of measured lines, `(label, points)`, coloured in order:
+    /// solid with markers, y from zero, the legend upper left.
+    pub fn chart(&self, title: impl Into<String>, lines: Vec<(String, Vec<(f64, f64)>)>) -> Chart {
+        Chart {
+            title: title.into(),
+            x_label: self.x_label.clone(),
+            y_label: self.y_label.clone(),
+            x_axis: self.x_axis,
+            y_log: false,
+            series: lines
+                .into_iter()
+                .enumerate()
+                .map(|(color, (label, points))| Series {
+                    label,
+                    points,
+                    style: LineStyle::Solid,
+                    color,
+                })
+                .collect(),
+            legend: Legend::UpperLeft,
+        }
+    }
+}
+
+impl Chart {
+    /// True when some series has a point to draw.
+    pub fn has_points(&self) -> bool {
+        self.series.iter().any(|s| !s.points.is_empty())
+    }
+}
+
 /// Charts in a grid, row by row, under one title.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Figure {
