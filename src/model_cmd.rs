@@ -15,6 +15,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
+use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::{Args, Subcommand, ValueEnum};
 use sluice_model::noncontig::FIGURE8_FILE_BYTES;
 use sluice_model::raid::SweepKind;
@@ -63,6 +64,24 @@ impl From<Method> for Approximation {
     }
 }
 
+/// Exact or approximate MVA.
+#[derive(Debug, Args)]
+struct SolverArgs {
+    /// Approximate MVA instead of exact.
+    #[arg(long)]
+    approx: bool,
+    /// Approximation used with --approx.
+    #[arg(long, value_enum, default_value_t = Method::Schweitzer)]
+    method: Method,
+}
+
+impl SolverArgs {
+    /// The approximation asked for (None: exact MVA).
+    fn approximation(&self) -> Option<Approximation> {
+        self.approx.then(|| self.method.into())
+    }
+}
+
 #[derive(Debug, Args)]
 struct MvaArgs {
     /// Service demands of the queueing stations, seconds (D1,D2,...).
@@ -83,12 +102,8 @@ struct MvaArgs {
     /// Number of customers N.
     #[arg(long)]
     customers: u32,
-    /// Approximate MVA instead of exact.
-    #[arg(long)]
-    approx: bool,
-    /// Approximation used with --approx.
-    #[arg(long, value_enum, default_value_t = Method::Schweitzer)]
-    method: Method,
+    #[command(flatten)]
+    solver: SolverArgs,
     /// Print one JSON object instead of a table.
     #[arg(long)]
     json: bool,
@@ -106,12 +121,8 @@ struct MulticlassArgs {
     /// 1-based indexes of stations that are delay centres.
     #[arg(long, value_delimiter = ',')]
     delay_stations: Vec<usize>,
-    /// Approximate MVA instead of exact.
-    #[arg(long)]
-    approx: bool,
-    /// Approximation used with --approx.
-    #[arg(long, value_enum, default_value_t = Method::Schweitzer)]
-    method: Method,
+    #[command(flatten)]
+    solver: SolverArgs,
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
@@ -123,33 +134,13 @@ enum Preset {
     Paper,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum SweepArg {
-    /// Figure 4: network bandwidth, Mb/s.
-    Bandwidth,
-    /// Figure 5: central cache hit rate.
-    CacheHit,
-    /// Figure 6: central CPU speed (x the paper's PIII 650).
-    Cpu,
-    /// Figure 7: storage-server CPU speed.
-    StorageCpu,
-    /// Figure 8: disk transfer rate, MB/s.
-    Disk,
-    /// Figure 3: concurrent jobs (values are populations).
-    Concurrency,
-}
-
-impl From<SweepArg> for SweepKind {
-    fn from(s: SweepArg) -> Self {
-        match s {
-            SweepArg::Bandwidth => Self::Bandwidth,
-            SweepArg::CacheHit => Self::CacheHit,
-            SweepArg::Cpu => Self::Cpu,
-            SweepArg::StorageCpu => Self::StorageCpu,
-            SweepArg::Disk => Self::Disk,
-            SweepArg::Concurrency => Self::Concurrency,
-        }
-    }
+/// `--sweep`: the names of [`SweepKind`], each with its figure.
+fn sweep_kind() -> impl TypedValueParser<Value = SweepKind> {
+    let values = SweepKind::ALL.map(|k| {
+        PossibleValue::new(k.name()).help(format!("Figure {}: {}", k.figure(), k.label()))
+    });
+    PossibleValuesParser::new(values)
+        .map(|name| SweepKind::parse(&name).expect("clap accepts only the names listed"))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -188,8 +179,8 @@ struct RaidArgs {
     #[arg(long, default_value_t = 10)]
     max_customers: u32,
     /// Vary one parameter (one curve per value).
-    #[arg(long, value_enum)]
-    sweep: Option<SweepArg>,
+    #[arg(long, value_parser = sweep_kind())]
+    sweep: Option<SweepKind>,
     /// Values for --sweep (default: the sweep's own list).
     #[arg(long, value_delimiter = ',', allow_negative_numbers = true)]
     values: Vec<f64>,

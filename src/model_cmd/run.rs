@@ -68,8 +68,7 @@ fn write_panels(path: &Path, charts: &[Chart], size: (u32, u32)) -> Result<()> {
 
 pub(super) fn mva(a: &MvaArgs, out: &mut dyn Write) -> Result<()> {
     let net = ClosedNetwork::from_demands(&a.demands, &a.delay_demands, a.think)?;
-    let approx = a.approx.then(|| a.method.into());
-    let solved = mva_report(&net, a.customers, approx)?;
+    let solved = mva_report(&net, a.customers, a.solver.approximation())?;
     if let Some(path) = &a.plot {
         write_plot(path, &plot::mva_chart(&net, a.customers)?)?;
     }
@@ -127,10 +126,9 @@ pub(super) fn multiclass(a: &MulticlassArgs, out: &mut dyn Write) -> Result<()> 
         })
         .collect();
     let net = MulticlassNetwork::new(stations, classes)?;
-    let sol = if a.approx {
-        approximate_mva_multiclass(&net, a.method.into(), ApproxOptions::default())?
-    } else {
-        exact_mva_multiclass(&net)?
+    let sol = match a.solver.approximation() {
+        Some(method) => approximate_mva_multiclass(&net, method, ApproxOptions::default())?,
+        None => exact_mva_multiclass(&net)?,
     };
     if a.json {
         return json(out, &sol);
@@ -183,7 +181,6 @@ pub(super) fn raid(a: &RaidArgs, out: &mut dyn Write) -> Result<()> {
     let params = raid_params(a)?;
     let customers = raid_customers(a)?;
     if let Some(kind) = a.sweep {
-        let kind = SweepKind::from(kind);
         let values = match (a.values.is_empty(), kind) {
             (false, _) => a.values.clone(),
             (true, SweepKind::Concurrency) => customers.iter().map(|&n| f64::from(n)).collect(),

@@ -174,38 +174,46 @@ fn peer_targets(opts: &PresetOptions, with_local: bool) -> (Vec<TargetEntry>, Ve
     (targets, skipped)
 }
 
-/// What a preset knew before it ran.
-struct Meta {
+/// What a preset runs, and what it knew before it ran.
+struct Plan<'a> {
+    /// The preset's name: its files are NAME.json and NAME.csv.
+    name: &'a str,
+    targets: &'a [TargetEntry],
+    drivers: Vec<&'static str>,
+    cases: Vec<Workload>,
+    image: &'a Image,
     machine: Machine,
     duration: Duration,
     image_bytes: u64,
     notes: Vec<String>,
+    /// The target ratios are taken against.
+    baseline: &'a str,
 }
 
-fn finish(
-    name: &str,
-    opts: &PresetOptions,
-    meta: Meta,
-    runs: MatrixRuns,
-    baseline: &str,
-) -> Result<PresetReport> {
-    let Meta {
-        machine,
-        duration,
-        image_bytes,
-        notes,
-    } = meta;
-    let summaries = matrix::summarise(&runs.runs, baseline);
+/// Runs the plan's matrix, writes its JSON and CSV reports and prints
+/// their header.
+fn run_plan(opts: &PresetOptions, plan: Plan<'_>) -> Result<PresetReport> {
+    let m = Matrix {
+        targets: plan.targets.to_vec(),
+        drivers: plan.drivers,
+        cases: plan.cases,
+        rounds: opts.rounds,
+        image: plan.image.path().to_path_buf(),
+        progress: opts.progress,
+    };
+    let runs = matrix::run(&m);
+    let name = plan.name;
+    let summaries = matrix::summarise(&runs.runs, plan.baseline);
     let report = PresetReport {
         preset: name.to_owned(),
         command: command_line(),
-        machine,
+        machine: plan.machine,
         loadavg_end: Machine::probe().loadavg,
         quick: opts.quick,
         rounds: opts.rounds,
-        duration_s: duration.as_secs_f64(),
-        image_bytes,
-        notes,
+        duration_s: plan.duration.as_secs_f64(),
+        image_bytes: plan.image_bytes,
+        notes: plan.notes,
         summaries,
         runs,
     };
@@ -215,6 +223,7 @@ fn finish(
     let results: Vec<_> = report.runs.runs.iter().map(|m| m.result.clone()).collect();
     report::write_text(&csv, &report::results_csv(&results))?;
     eprintln!("results: {} and {}", json.display(), csv.display());
+    print_header(&report);
     Ok(report)
 }
 
@@ -296,28 +305,21 @@ pub fn compare(
     if opts.driver != Driver::Own && peers::which("fio").is_none() {
         notes.push("fio is not installed: fio-driven runs fail (apt-get install fio)".into());
     }
-    let m = Matrix {
-        targets: targets.clone(),
-        drivers: opts.driver.expand(),
-        cases: all,
-        rounds: opts.rounds,
-        image: image.path().to_path_buf(),
-        progress: opts.progress,
-    };
-    let runs = matrix::run(&m);
-    let report = finish(
-        "compare",
+    let report = run_plan(
         opts,
-        Meta {
+        Plan {
+            name: "compare",
+            targets: &targets,
+            drivers: opts.driver.expand(),
+            cases: all,
+            image: &image,
             machine,
             duration,
             image_bytes: size,
             notes,
+            baseline,
         },
-        runs,
-        baseline,
     )?;
-    print_header(&report);
     println!("\nmedian IOPS (ratio to {baseline})");
     print!(
         "{}",
@@ -391,33 +393,26 @@ pub fn pipelining(opts: &PresetOptions, direct: bool) -> Result<PresetReport> {
     if direct {
         notes.push("O_DIRECT: 512 B and 2 KiB left out (below the 4 KiB minimum block)".into());
     }
-    let m = Matrix {
-        targets: targets.clone(),
-        drivers: vec!["own"],
-        cases,
-        rounds: opts.rounds,
-        image: image.path().to_path_buf(),
-        progress: opts.progress,
-    };
-    let runs = matrix::run(&m);
     let name = if direct {
         "pipelining-direct"
     } else {
         "pipelining"
     };
-    let report = finish(
-        name,
+    let report = run_plan(
         opts,
-        Meta {
+        Plan {
+            name,
+            targets: &targets,
+            drivers: vec!["own"],
+            cases,
+            image: &image,
             machine,
             duration,
             image_bytes: size,
             notes,
+            baseline: "off",
         },
-        runs,
-        "off",
     )?;
-    print_header(&report);
     let get = |rw: &str, bs: u32, qd: u32, mode: &str| {
         let case = format!("seq{rw}-{}-qd{qd}", format_size(u64::from(bs)));
         report
@@ -533,28 +528,21 @@ pub fn scaling(opts: &PresetOptions, qd: u32) -> Result<PresetReport> {
             cases.push(w);
         }
     }
-    let m = Matrix {
-        targets: targets.clone(),
-        drivers: opts.driver.expand(),
-        cases,
-        rounds: opts.rounds,
-        image: image.path().to_path_buf(),
-        progress: opts.progress,
-    };
-    let runs = matrix::run(&m);
-    let report = finish(
-        "scaling",
+    let report = run_plan(
         opts,
-        Meta {
+        Plan {
+            name: "scaling",
+            targets: &targets,
+            drivers: opts.driver.expand(),
+            cases,
+            image: &image,
             machine,
             duration,
             image_bytes: size,
             notes,
+            baseline: "nbdkit",
         },
-        runs,
-        "nbdkit",
     )?;
-    print_header(&report);
     println!("\naggregate MiB/s, median (ratio to nbdkit)");
     let pivot = matrix::pivot_table(&report.summaries, &labels(&targets), true);
     print!("{}", pivot.render());
@@ -645,28 +633,21 @@ pub fn san(opts: &PresetOptions) -> Result<PresetReport> {
         w.name = format!("randwrite-4k-{workers}workers");
         cases.push(w);
     }
-    let m = Matrix {
-        targets: targets.clone(),
-        drivers: opts.driver.expand(),
-        cases,
-        rounds: opts.rounds,
-        image: image.path().to_path_buf(),
-        progress: opts.progress,
-    };
-    let runs = matrix::run(&m);
-    let report = finish(
-        "san",
+    let report = run_plan(
         opts,
-        Meta {
+        Plan {
+            name: "san",
+            targets: &targets,
+            drivers: opts.driver.expand(),
+            cases,
+            image: &image,
             machine,
             duration,
             image_bytes: size,
             notes,
+            baseline: "local",
         },
-        runs,
-        "local",
     )?;
-    print_header(&report);
     let names = labels(&targets);
     let mut lat = Table::new([
         "case", "driver", "target", "p50 us", "p99 us", "mean us", "IOPS", "x local",
