@@ -10,6 +10,7 @@ use serde::Serialize;
 use sluice_model::plot::{Axes, Figure, XAxis};
 use sluice_model::text::{compact, scaled, Table};
 use sluice_server::PipelineMode;
+use sluice_types::format_size;
 
 use crate::machine::Machine;
 use crate::matrix::{self, Driver, Matrix, MatrixRuns, Summary, TargetEntry, TargetKind};
@@ -17,7 +18,7 @@ use crate::peers;
 use crate::plot;
 use crate::report;
 use crate::target::{Backing, EmbeddedConfig};
-use crate::workload::{format_size, Limit, Pattern, Rw, Workload};
+use crate::workload::{Limit, Pattern, Rw, Workload};
 
 /// Options every preset and `compare` share.
 #[derive(Debug, Clone)]
