@@ -8,6 +8,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
 use serde::Serialize;
 use sluice_client::NbdUri;
+use sluice_model::text::scaled;
 use sluice_server::PipelineMode;
 
 use crate::machine::Machine;
@@ -368,7 +369,7 @@ fn run_single(args: RunArgs) -> Result<()> {
         )
         .with_context(|| format!("{} against {description}", w.label()))?;
         if args.format == Format::Table && show && workloads.len() > 1 {
-            eprintln!("{}: {} IOPS", r.case, report::iops(r.iops));
+            eprintln!("{}: {} IOPS", r.case, scaled(r.iops));
         }
         results.push(r);
     }

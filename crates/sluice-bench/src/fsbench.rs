@@ -8,13 +8,15 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use sluice_model::plot::{Axes, Figure, XAxis};
+use sluice_model::text::{compact, scaled, Table};
 
 use crate::machine::Machine;
 use crate::matrix::{self, Failure, MatrixRuns, Measured};
 use crate::peers::{self, PeerServer, PeerSpec};
-use crate::plot::{self, Chart, Panel, Series, XAxis};
+use crate::plot;
 use crate::presets::{Image, PresetOptions, PresetReport};
-use crate::report::{self, num, Table};
+use crate::report;
 use crate::runner::RunResult;
 
 /// One fio job on the mounted filesystem.
@@ -380,9 +382,9 @@ pub fn filesystem(opts: &PresetOptions) -> Result<PresetReport> {
                                 "round {round} {:<10} {:<20} {:>9} IOPS {:>8} MiB/s  srv {} us/op",
                                 spec.label,
                                 job.name,
-                                report::iops(r.iops),
-                                num(r.mib_s),
-                                r.server_us_per_op().map_or_else(|| "-".into(), num)
+                                scaled(r.iops),
+                                compact(r.mib_s),
+                                r.server_us_per_op().map_or_else(|| "-".into(), compact)
                             );
                             runs.runs.push(Measured { round, result: r });
                         }
@@ -450,31 +452,30 @@ pub fn filesystem(opts: &PresetOptions) -> Result<PresetReport> {
         t.row([
             s.case.clone(),
             s.target.clone(),
-            report::iops(s.iops.median),
-            format!("{}-{}", report::iops(s.iops.min), report::iops(s.iops.max)),
-            num(s.mib_s.median),
-            num(s.p50_us),
-            num(s.p99_us),
-            s.server_us_per_op.map_or_else(|| "-".into(), num),
+            scaled(s.iops.median),
+            format!("{}-{}", scaled(s.iops.min), scaled(s.iops.max)),
+            compact(s.mib_s.median),
+            compact(s.p50_us),
+            compact(s.p99_us),
+            s.server_us_per_op.map_or_else(|| "-".into(), compact),
             s.ratio.map_or_else(|| "-".into(), |r| format!("{r:.2}")),
         ]);
     }
     println!("\nfio on ext4 over nbdfuse + loop (median of rounds)");
     print!("{}", t.render());
     report::write_text(&opts.out_dir.join("filesystem-table.md"), &t.markdown())?;
-    let panels = jobs
+    let axes = Axes {
+        x_label: "round".into(),
+        y_label: "IOPS or MiB/s".into(),
+        x_axis: XAxis::Linear,
+    };
+    let charts = jobs
         .iter()
-        .map(|job| Panel {
-            title: format!(
-                "{} ({})",
-                job.name,
-                if job.bandwidth { "MiB/s" } else { "IOPS" }
-            ),
-            series: targets
+        .map(|job| {
+            let lines = targets
                 .iter()
-                .map(|spec| Series {
-                    name: spec.label.clone(),
-                    points: report
+                .map(|spec| {
+                    let points = report
                         .runs
                         .runs
                         .iter()
@@ -487,19 +488,19 @@ pub fn filesystem(opts: &PresetOptions) -> Result<PresetReport> {
                             };
                             (f64::from(m.round + 1), y)
                         })
-                        .collect(),
+                        .collect();
+                    (spec.label.clone(), points)
                 })
-                .collect(),
+                .collect();
+            let unit = if job.bandwidth { "MiB/s" } else { "IOPS" };
+            axes.chart(format!("{} ({unit})", job.name), lines)
         })
         .collect();
     plot::draw_or_warn(
-        &Chart {
+        &Figure {
             title: "Filesystem over NBD (ext4 on nbdfuse + loop): each round".into(),
-            x_label: "round".into(),
-            y_label: "IOPS or MiB/s".into(),
-            x_axis: XAxis::Linear,
             columns: 2,
-            panels,
+            charts,
         },
         &opts.plot_dir.join("bench-filesystem"),
     );

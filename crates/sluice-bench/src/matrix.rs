@@ -12,9 +12,9 @@ use std::time::Instant;
 
 use anyhow::Result;
 use serde::Serialize;
+use sluice_model::text::{compact, scaled, Table};
 
 use crate::peers::{self, FioTarget, PeerKind, PeerServer, PeerSpec, QEMU_NBD_SHARED};
-use crate::report::{iops, num, Table};
 use crate::runner::{self, Endpoint, RunOptions, RunResult, ServerCpu};
 use crate::stats::{median, ratio, Spread};
 use crate::target::{EmbeddedConfig, EmbeddedServer};
@@ -217,10 +217,10 @@ pub fn run(m: &Matrix) -> MatrixRuns {
                                 entry.label,
                                 driver,
                                 r.case,
-                                iops(r.iops),
-                                num(r.mib_s),
-                                num(r.latency.p50_us),
-                                r.server_us_per_op().map_or_else(|| "-".into(), num),
+                                scaled(r.iops),
+                                compact(r.mib_s),
+                                compact(r.latency.p50_us),
+                                r.server_us_per_op().map_or_else(|| "-".into(), compact),
                             );
                             out.runs.push(Measured { round, result: r });
                         }
@@ -360,13 +360,13 @@ pub fn summary_table(summaries: &[Summary], baseline: &str) -> Table {
             s.case.clone(),
             s.driver.clone(),
             s.target.clone(),
-            iops(s.iops.median),
-            format!("{}-{}", iops(s.iops.min), iops(s.iops.max)),
-            num(s.mib_s.median),
-            num(s.p50_us),
-            num(s.p99_us),
-            num(s.client_us_per_op),
-            s.server_us_per_op.map_or_else(|| "-".into(), num),
+            scaled(s.iops.median),
+            format!("{}-{}", scaled(s.iops.min), scaled(s.iops.max)),
+            compact(s.mib_s.median),
+            compact(s.p50_us),
+            compact(s.p99_us),
+            compact(s.client_us_per_op),
+            s.server_us_per_op.map_or_else(|| "-".into(), compact),
             s.ratio.map_or_else(|| "-".into(), |r| format!("{r:.2}")),
         ]);
     }
@@ -396,9 +396,9 @@ pub fn pivot_table(summaries: &[Summary], targets: &[String], use_mib: bool) -> 
                     || "-".to_owned(),
                     |s| {
                         let v = if use_mib {
-                            format!("{} MiB/s", num(s.mib_s.median))
+                            format!("{} MiB/s", compact(s.mib_s.median))
                         } else {
-                            iops(s.iops.median)
+                            scaled(s.iops.median)
                         };
                         match s.ratio {
                             Some(r) => format!("{v} ({r:.2}x)"),

@@ -7,15 +7,18 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
+use sluice_model::plot::{Axes, Figure, XAxis};
+use sluice_model::text::{compact, scaled, Table};
 use sluice_server::PipelineMode;
+use sluice_types::format_size;
 
 use crate::machine::Machine;
 use crate::matrix::{self, Driver, Matrix, MatrixRuns, Summary, TargetEntry, TargetKind};
 use crate::peers;
-use crate::plot::{self, Chart, Panel, Series, XAxis};
-use crate::report::{self, num, Table};
+use crate::plot;
+use crate::report;
 use crate::target::{Backing, EmbeddedConfig};
-use crate::workload::{format_size, Limit, Pattern, Rw, Workload};
+use crate::workload::{Limit, Pattern, Rw, Workload};
 
 /// Options every preset and `compare` share.
 #[derive(Debug, Clone)]
@@ -172,38 +175,46 @@ fn peer_targets(opts: &PresetOptions, with_local: bool) -> (Vec<TargetEntry>, Ve
     (targets, skipped)
 }
 
-/// What a preset knew before it ran.
-struct Meta {
+/// What a preset runs, and what it knew before it ran.
+struct Plan<'a> {
+    /// The preset's name: its files are NAME.json and NAME.csv.
+    name: &'a str,
+    targets: &'a [TargetEntry],
+    drivers: Vec<&'static str>,
+    cases: Vec<Workload>,
+    image: &'a Image,
     machine: Machine,
     duration: Duration,
     image_bytes: u64,
     notes: Vec<String>,
+    /// The target ratios are taken against.
+    baseline: &'a str,
 }
 
-fn finish(
-    name: &str,
-    opts: &PresetOptions,
-    meta: Meta,
-    runs: MatrixRuns,
-    baseline: &str,
-) -> Result<PresetReport> {
-    let Meta {
-        machine,
-        duration,
-        image_bytes,
-        notes,
-    } = meta;
-    let summaries = matrix::summarise(&runs.runs, baseline);
+/// Runs the plan's matrix, writes its JSON and CSV reports and prints
+/// their header.
+fn run_plan(opts: &PresetOptions, plan: Plan<'_>) -> Result<PresetReport> {
+    let m = Matrix {
+        targets: plan.targets.to_vec(),
+        drivers: plan.drivers,
+        cases: plan.cases,
+        rounds: opts.rounds,
+        image: plan.image.path().to_path_buf(),
+        progress: opts.progress,
+    };
+    let runs = matrix::run(&m);
+    let name = plan.name;
+    let summaries = matrix::summarise(&runs.runs, plan.baseline);
     let report = PresetReport {
         preset: name.to_owned(),
         command: command_line(),
-        machine,
+        machine: plan.machine,
         loadavg_end: Machine::probe().loadavg,
         quick: opts.quick,
         rounds: opts.rounds,
-        duration_s: duration.as_secs_f64(),
-        image_bytes,
-        notes,
+        duration_s: plan.duration.as_secs_f64(),
+        image_bytes: plan.image_bytes,
+        notes: plan.notes,
         summaries,
         runs,
     };
@@ -213,6 +224,7 @@ fn finish(
     let results: Vec<_> = report.runs.runs.iter().map(|m| m.result.clone()).collect();
     report::write_text(&csv, &report::results_csv(&results))?;
     eprintln!("results: {} and {}", json.display(), csv.display());
+    print_header(&report);
     Ok(report)
 }
 
@@ -294,28 +306,21 @@ pub fn compare(
     if opts.driver != Driver::Own && peers::which("fio").is_none() {
         notes.push("fio is not installed: fio-driven runs fail (apt-get install fio)".into());
     }
-    let m = Matrix {
-        targets: targets.clone(),
-        drivers: opts.driver.expand(),
-        cases: all,
-        rounds: opts.rounds,
-        image: image.path().to_path_buf(),
-        progress: opts.progress,
-    };
-    let runs = matrix::run(&m);
-    let report = finish(
-        "compare",
+    let report = run_plan(
         opts,
-        Meta {
+        Plan {
+            name: "compare",
+            targets: &targets,
+            drivers: opts.driver.expand(),
+            cases: all,
+            image: &image,
             machine,
             duration,
             image_bytes: size,
             notes,
+            baseline,
         },
-        runs,
-        baseline,
     )?;
-    print_header(&report);
     println!("\nmedian IOPS (ratio to {baseline})");
     print!(
         "{}",
@@ -389,33 +394,26 @@ pub fn pipelining(opts: &PresetOptions, direct: bool) -> Result<PresetReport> {
     if direct {
         notes.push("O_DIRECT: 512 B and 2 KiB left out (below the 4 KiB minimum block)".into());
     }
-    let m = Matrix {
-        targets: targets.clone(),
-        drivers: vec!["own"],
-        cases,
-        rounds: opts.rounds,
-        image: image.path().to_path_buf(),
-        progress: opts.progress,
-    };
-    let runs = matrix::run(&m);
     let name = if direct {
         "pipelining-direct"
     } else {
         "pipelining"
     };
-    let report = finish(
-        name,
+    let report = run_plan(
         opts,
-        Meta {
+        Plan {
+            name,
+            targets: &targets,
+            drivers: vec!["own"],
+            cases,
+            image: &image,
             machine,
             duration,
             image_bytes: size,
             notes,
+            baseline: "off",
         },
-        runs,
-        "off",
     )?;
-    print_header(&report);
     let get = |rw: &str, bs: u32, qd: u32, mode: &str| {
         let case = format!("seq{rw}-{}-qd{qd}", format_size(u64::from(bs)));
         report
@@ -439,7 +437,7 @@ pub fn pipelining(opts: &PresetOptions, direct: bool) -> Result<PresetReport> {
         for bs in PIPE_BS {
             for qd in PIPE_QDS {
                 let cell = |m: &str, f: &dyn Fn(&Summary) -> f64| {
-                    get(rw, bs, qd, m).map_or_else(|| "-".into(), |s| num(f(s)))
+                    get(rw, bs, qd, m).map_or_else(|| "-".into(), |s| compact(f(s)))
                 };
                 let ratio = get(rw, bs, qd, "flexible")
                     .and_then(|s| s.ratio)
@@ -465,41 +463,37 @@ pub fn pipelining(opts: &PresetOptions, direct: bool) -> Result<PresetReport> {
         &opts.out_dir.join(format!("{name}-table.md")),
         &t.markdown(),
     )?;
-    let mut panels = Vec::new();
+    let axes = Axes {
+        x_label: "outstanding I/O".into(),
+        y_label: "MiB/s".into(),
+        x_axis: XAxis::Log2,
+    };
+    let mut charts = Vec::new();
     for rw in ["read", "write"] {
         for bs in PIPE_BS {
-            let series = labels(&targets)
+            let lines = labels(&targets)
                 .into_iter()
-                .map(|mode| Series {
-                    points: PIPE_QDS
+                .map(|mode| {
+                    let points = PIPE_QDS
                         .iter()
                         .filter_map(|&qd| {
                             get(rw, bs, qd, &mode).map(|s| (f64::from(qd), s.mib_s.median))
                         })
-                        .collect(),
-                    name: mode,
+                        .collect();
+                    (mode, points)
                 })
                 .collect();
-            let panel = Panel {
-                title: format!("{rw} {}", format_size(u64::from(bs))),
-                series,
-            };
-            if panel.series.iter().any(|s| !s.points.is_empty()) {
-                panels.push(panel);
-            }
+            charts.push(axes.chart(format!("{rw} {}", format_size(u64::from(bs))), lines));
         }
     }
     plot::draw_or_warn(
-        &Chart {
+        &Figure {
             title: format!(
                 "Pipelining ({}): sequential throughput vs outstanding I/O",
                 if direct { "O_DIRECT" } else { "page cache" }
             ),
-            x_label: "outstanding I/O".into(),
-            y_label: "MiB/s".into(),
-            x_axis: XAxis::Log2,
             columns: 3,
-            panels,
+            charts,
         },
         &opts.plot_dir.join(format!("bench-{name}")),
     );
@@ -535,39 +529,37 @@ pub fn scaling(opts: &PresetOptions, qd: u32) -> Result<PresetReport> {
             cases.push(w);
         }
     }
-    let m = Matrix {
-        targets: targets.clone(),
-        drivers: opts.driver.expand(),
-        cases,
-        rounds: opts.rounds,
-        image: image.path().to_path_buf(),
-        progress: opts.progress,
-    };
-    let runs = matrix::run(&m);
-    let report = finish(
-        "scaling",
+    let report = run_plan(
         opts,
-        Meta {
+        Plan {
+            name: "scaling",
+            targets: &targets,
+            drivers: opts.driver.expand(),
+            cases,
+            image: &image,
             machine,
             duration,
             image_bytes: size,
             notes,
+            baseline: "nbdkit",
         },
-        runs,
-        "nbdkit",
     )?;
-    print_header(&report);
     println!("\naggregate MiB/s, median (ratio to nbdkit)");
     let pivot = matrix::pivot_table(&report.summaries, &labels(&targets), true);
     print!("{}", pivot.render());
     report::write_text(&opts.out_dir.join("scaling-table.md"), &pivot.markdown())?;
-    let mut panels = Vec::new();
+    let axes = Axes {
+        x_label: "clients".into(),
+        y_label: "MiB/s".into(),
+        x_axis: XAxis::Log2,
+    };
+    let mut charts = Vec::new();
     for driver in opts.driver.expand() {
         for rw in ["read", "write"] {
-            let series = labels(&targets)
+            let lines = labels(&targets)
                 .into_iter()
-                .map(|t| Series {
-                    points: SCALING_CLIENTS
+                .map(|t| {
+                    let points = SCALING_CLIENTS
                         .iter()
                         .filter_map(|&c| {
                             let case = format!("{rw}-1m-{c}clients");
@@ -577,24 +569,18 @@ pub fn scaling(opts: &PresetOptions, qd: u32) -> Result<PresetReport> {
                                 .find(|s| s.case == case && s.target == t && s.driver == driver)
                                 .map(|s| (f64::from(c), s.mib_s.median))
                         })
-                        .collect(),
-                    name: t,
+                        .collect();
+                    (t, points)
                 })
                 .collect();
-            panels.push(Panel {
-                title: format!("{rw}, 1 MiB records ({driver} client)"),
-                series,
-            });
+            charts.push(axes.chart(format!("{rw}, 1 MiB records ({driver} client)"), lines));
         }
     }
     plot::draw_or_warn(
-        &Chart {
+        &Figure {
             title: "Scaling: aggregate throughput vs clients".into(),
-            x_label: "clients".into(),
-            y_label: "MiB/s".into(),
-            x_axis: XAxis::Log2,
             columns: 2,
-            panels,
+            charts,
         },
         &opts.plot_dir.join("bench-scaling"),
     );
@@ -648,28 +634,21 @@ pub fn san(opts: &PresetOptions) -> Result<PresetReport> {
         w.name = format!("randwrite-4k-{workers}workers");
         cases.push(w);
     }
-    let m = Matrix {
-        targets: targets.clone(),
-        drivers: opts.driver.expand(),
-        cases,
-        rounds: opts.rounds,
-        image: image.path().to_path_buf(),
-        progress: opts.progress,
-    };
-    let runs = matrix::run(&m);
-    let report = finish(
-        "san",
+    let report = run_plan(
         opts,
-        Meta {
+        Plan {
+            name: "san",
+            targets: &targets,
+            drivers: opts.driver.expand(),
+            cases,
+            image: &image,
             machine,
             duration,
             image_bytes: size,
             notes,
+            baseline: "local",
         },
-        runs,
-        "local",
     )?;
-    print_header(&report);
     let names = labels(&targets);
     let mut lat = Table::new([
         "case", "driver", "target", "p50 us", "p99 us", "mean us", "IOPS", "x local",
@@ -683,10 +662,10 @@ pub fn san(opts: &PresetOptions) -> Result<PresetReport> {
             s.case.clone(),
             s.driver.clone(),
             s.target.clone(),
-            num(s.p50_us),
-            num(s.p99_us),
-            num(s.mean_us),
-            report::iops(s.iops.median),
+            compact(s.p50_us),
+            compact(s.p99_us),
+            compact(s.mean_us),
+            scaled(s.iops.median),
             s.ratio.map_or_else(|| "-".into(), |r| format!("{r:.2}")),
         ]);
     }
@@ -714,59 +693,54 @@ pub fn san(opts: &PresetOptions) -> Result<PresetReport> {
         &opts.out_dir.join("san-tables.md"),
         &format!("{}\n{}\n{}", lat.markdown(), t2.markdown(), t3.markdown()),
     )?;
-    let mut panels = Vec::new();
+    let axes = Axes {
+        x_label: "workers".into(),
+        y_label: "kIOPS (left), fraction of local (right)".into(),
+        x_axis: XAxis::Log2,
+    };
+    let mut charts = Vec::new();
     for driver in opts.driver.expand() {
-        let series = names
+        let sweep_points = |t: &str, f: &dyn Fn(&Summary) -> Option<f64>| -> Vec<(f64, f64)> {
+            SAN_WORKERS
+                .iter()
+                .filter_map(|&w| {
+                    let case = format!("randwrite-4k-{w}workers");
+                    sweep
+                        .iter()
+                        .find(|s| s.case == case && s.target == t && s.driver == driver)
+                        .and_then(f)
+                        .map(|y| (f64::from(w), y))
+                })
+                .collect()
+        };
+        let kiops = names
             .iter()
-            .map(|t| Series {
-                name: t.clone(),
-                points: SAN_WORKERS
-                    .iter()
-                    .filter_map(|&w| {
-                        let case = format!("randwrite-4k-{w}workers");
-                        sweep
-                            .iter()
-                            .find(|s| s.case == case && &s.target == t && s.driver == driver)
-                            .map(|s| (f64::from(w), s.iops.median / 1000.0))
-                    })
-                    .collect(),
+            .map(|t| {
+                (
+                    t.clone(),
+                    sweep_points(t, &|s| Some(s.iops.median / 1000.0)),
+                )
             })
             .collect();
-        panels.push(Panel {
-            title: format!("4 KiB random writes, QD 1 per worker ({driver} client)"),
-            series,
-        });
+        charts.push(axes.chart(
+            format!("4 KiB random writes, QD 1 per worker ({driver} client)"),
+            kiops,
+        ));
         let fractions = names
             .iter()
             .filter(|t| t.as_str() != "local")
-            .map(|t| Series {
-                name: t.clone(),
-                points: SAN_WORKERS
-                    .iter()
-                    .filter_map(|&w| {
-                        let case = format!("randwrite-4k-{w}workers");
-                        sweep
-                            .iter()
-                            .find(|s| s.case == case && &s.target == t && s.driver == driver)
-                            .and_then(|s| s.ratio)
-                            .map(|r| (f64::from(w), r))
-                    })
-                    .collect(),
-            })
+            .map(|t| (t.clone(), sweep_points(t, &|s| s.ratio)))
             .collect();
-        panels.push(Panel {
-            title: format!("the same as a fraction of local I/O ({driver} client)"),
-            series: fractions,
-        });
+        charts.push(axes.chart(
+            format!("the same as a fraction of local I/O ({driver} client)"),
+            fractions,
+        ));
     }
     plot::draw_or_warn(
-        &Chart {
+        &Figure {
             title: "SAN: random-write throughput vs workers".into(),
-            x_label: "workers".into(),
-            y_label: "kIOPS (left), fraction of local (right)".into(),
-            x_axis: XAxis::Log2,
             columns: 2,
-            panels,
+            charts,
         },
         &opts.plot_dir.join("bench-san"),
     );

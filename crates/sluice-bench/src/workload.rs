@@ -7,6 +7,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use serde::Serialize;
+use sluice_types::format_size;
 
 /// Sequential or random offsets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -318,19 +319,6 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     sluice_types::parse_duration(s).map_err(|e| e.to_string())
 }
 
-/// `4k`, `1m`, `512`, `1536` for table names.
-pub fn format_size(n: u64) -> String {
-    if n >= 1 << 30 && n % (1 << 30) == 0 {
-        format!("{}g", n >> 30)
-    } else if n >= 1 << 20 && n % (1 << 20) == 0 {
-        format!("{}m", n >> 20)
-    } else if n >= 1 << 10 && n % (1 << 10) == 0 {
-        format!("{}k", n >> 10)
-    } else {
-        n.to_string()
-    }
-}
-
 /// A size given on the command line.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Size(pub u64);
@@ -458,7 +446,5 @@ mod tests {
         w.read_pct = 70;
         w.workers = 4;
         assert_eq!(w.default_name(), "randmixed70-4k-qd16-w4");
-        assert_eq!(format_size(1 << 20), "1m");
-        assert_eq!(format_size(1536), "1536");
     }
 }

@@ -314,45 +314,8 @@ pub fn server_calibration(
     opts: &ServerModelOptions,
 ) -> Result<ServerCalibration> {
     let mut notes = Vec::new();
-    let interval = match opts.interval_seconds {
-        Some(t) => Some(t),
-        None => match (before.scraped_at, after.scraped_at) {
-            (Some(a), Some(b)) => Some(b - a),
-            _ => None,
-        },
-    };
-    if let Some(t) = interval {
-        if !t.is_finite() || t <= 0.0 {
-            return Err(ModelError::Calibration(format!(
-                "interval must be a finite number of seconds > 0 (got {t}); is 'after' later than 'before'?"
-            )));
-        }
-    } else {
-        notes.push(
-            "interval unknown (no scrape times and no --interval): demands only, no utilizations or throughput"
-                .into(),
-        );
-    }
-    let mut requests = BTreeMap::new();
-    let mut commands: Vec<&String> = after.requests.keys().collect();
-    commands.extend(
-        before
-            .requests
-            .keys()
-            .filter(|k| !after.requests.contains_key(*k)),
-    );
-    for cmd in commands {
-        let b = before.requests.get(cmd).copied().unwrap_or(0);
-        let a = after.requests.get(cmd).copied().unwrap_or(0);
-        if a < b {
-            return Err(ModelError::Calibration(format!(
-                "requests of command '{cmd}' went down from {b} to {a}: the server restarted between the snapshots, or they are in the wrong order"
-            )));
-        }
-        if a > b {
-            requests.insert(cmd.clone(), a - b);
-        }
-    }
+    let interval = interval_between(before, after, opts.interval_seconds, &mut notes)?;
+    let requests = request_deltas(before, after)?;
     let completions: u64 = requests.values().sum();
     if completions == 0 {
         return Err(ModelError::Calibration(
@@ -401,8 +364,132 @@ pub fn server_calibration(
         }
     }
 
-    // (name, source, busy seconds, servers)
-    let mut raw: Vec<(&str, &str, f64, u32)> = Vec::new();
+    let busy = Busy {
+        cpu,
+        exec_inline,
+        exec_pool,
+        send,
+    };
+    let raw = busy_stations(opts, &busy, &mut notes)?;
+    let stations = derived_stations(raw, interval, c, opts.client)?;
+    let network = ClosedNetwork::new(
+        stations
+            .iter()
+            .map(|s| {
+                if s.delay {
+                    Station::delay(s.name.clone(), s.demand)
+                } else if s.servers > 1 {
+                    Station::multi_server(s.name.clone(), s.demand, s.servers)
+                } else {
+                    Station::queueing(s.name.clone(), s.demand)
+                }
+            })
+            .collect(),
+        opts.think_time,
+    )?;
+    Ok(ServerCalibration {
+        layout: opts.layout,
+        interval_seconds: interval,
+        completions,
+        requests,
+        throughput: interval.map(|t| c / t),
+        per_request: PerRequest {
+            cpu: cpu.map(|b| b / c),
+            execute_inline: exec_inline / c,
+            execute_pool: exec_pool / c,
+            send: send / c,
+            server_time,
+            bytes: bytes / c,
+        },
+        stations,
+        network,
+        notes,
+    })
+}
+
+/// The time between the snapshots: given, or from their scrape times.
+fn interval_between(
+    before: &ServerCounters,
+    after: &ServerCounters,
+    given: Option<f64>,
+    notes: &mut Vec<String>,
+) -> Result<Option<f64>> {
+    let interval = match given {
+        Some(t) => Some(t),
+        None => match (before.scraped_at, after.scraped_at) {
+            (Some(a), Some(b)) => Some(b - a),
+            _ => None,
+        },
+    };
+    if let Some(t) = interval {
+        if !t.is_finite() || t <= 0.0 {
+            return Err(ModelError::Calibration(format!(
+                "interval must be a finite number of seconds > 0 (got {t}); is 'after' later than 'before'?"
+            )));
+        }
+    } else {
+        notes.push(
+            "interval unknown (no scrape times and no --interval): demands only, no utilizations or throughput"
+                .into(),
+        );
+    }
+    Ok(interval)
+}
+
+/// Requests completed between the snapshots, per command (commands with
+/// none left out).
+fn request_deltas(
+    before: &ServerCounters,
+    after: &ServerCounters,
+) -> Result<BTreeMap<String, u64>> {
+    let mut requests = BTreeMap::new();
+    let mut commands: Vec<&String> = after.requests.keys().collect();
+    commands.extend(
+        before
+            .requests
+            .keys()
+            .filter(|k| !after.requests.contains_key(*k)),
+    );
+    for cmd in commands {
+        let b = before.requests.get(cmd).copied().unwrap_or(0);
+        let a = after.requests.get(cmd).copied().unwrap_or(0);
+        if a < b {
+            return Err(ModelError::Calibration(format!(
+                "requests of command '{cmd}' went down from {b} to {a}: the server restarted between the snapshots, or they are in the wrong order"
+            )));
+        }
+        if a > b {
+            requests.insert(cmd.clone(), a - b);
+        }
+    }
+    Ok(requests)
+}
+
+/// Busy seconds between the snapshots.
+struct Busy {
+    /// Process CPU, when the metrics have it.
+    cpu: Option<f64>,
+    exec_inline: f64,
+    exec_pool: f64,
+    send: f64,
+}
+
+/// (name, source, busy seconds, servers) of each station of the layout.
+type RawStation = (&'static str, &'static str, f64, u32);
+
+/// The stations the layout makes of the busy times.
+fn busy_stations(
+    opts: &ServerModelOptions,
+    busy: &Busy,
+    notes: &mut Vec<String>,
+) -> Result<Vec<RawStation>> {
+    let Busy {
+        cpu,
+        exec_inline,
+        exec_pool,
+        send,
+    } = *busy;
+    let mut raw: Vec<RawStation> = Vec::new();
     match opts.layout {
         ServerLayout::Cpu => {
             let b = cpu.ok_or_else(|| {
@@ -450,6 +537,17 @@ pub fn server_calibration(
             }
         }
     }
+    Ok(raw)
+}
+
+/// Stations with demands D = busy / completions (and utilizations when the
+/// interval is known), plus the client's.
+fn derived_stations(
+    raw: Vec<RawStation>,
+    interval: Option<f64>,
+    c: f64,
+    client: Option<ClientStation>,
+) -> Result<Vec<DerivedStation>> {
     let mut stations = Vec::with_capacity(raw.len() + 1);
     for (name, source, busy, servers) in raw {
         if servers == 0 {
@@ -476,7 +574,7 @@ pub fn server_calibration(
             utilization,
         });
     }
-    if let Some(client) = opts.client {
+    if let Some(client) = client {
         if !client.demand.is_finite() || client.demand < 0.0 {
             return Err(ModelError::Calibration(format!(
                 "client demand must be a finite number of seconds >= 0 (got {})",
@@ -493,37 +591,5 @@ pub fn server_calibration(
             utilization: interval.map(|t| client.demand * c / t),
         });
     }
-    let network = ClosedNetwork::new(
-        stations
-            .iter()
-            .map(|s| {
-                if s.delay {
-                    Station::delay(s.name.clone(), s.demand)
-                } else if s.servers > 1 {
-                    Station::multi_server(s.name.clone(), s.demand, s.servers)
-                } else {
-                    Station::queueing(s.name.clone(), s.demand)
-                }
-            })
-            .collect(),
-        opts.think_time,
-    )?;
-    Ok(ServerCalibration {
-        layout: opts.layout,
-        interval_seconds: interval,
-        completions,
-        requests,
-        throughput: interval.map(|t| c / t),
-        per_request: PerRequest {
-            cpu: cpu.map(|b| b / c),
-            execute_inline: exec_inline / c,
-            execute_pool: exec_pool / c,
-            send: send / c,
-            server_time,
-            bytes: bytes / c,
-        },
-        stations,
-        network,
-        notes,
-    })
+    Ok(stations)
 }

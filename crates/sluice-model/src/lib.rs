@@ -15,8 +15,11 @@
 //!   of its figures 3-8.
 //! - [`noncontig`]: the non-contiguous transfer model of seeds/001 section
 //!   4.1 (iterative, SGL, strided) and its figure 8.
-//! - [`report`]: the JSON shapes other tools read.
-//! - `plot` (feature `plot`): charts rendered to SVG or PNG bytes.
+//! - [`report`]: what `sluice model` prints, as JSON and as text tables;
+//!   [`text`]: the one table formatter and number formats (`sluice bench`
+//!   prints its tables with them too).
+//! - `plot` (feature `plot`): charts and grids of charts rendered to SVG
+//!   or PNG bytes, for the model and the bench.
 //!
 //! See docs/MODEL.md for the equations, the bounds variant and how the
 //! papers' figures compare.
@@ -33,6 +36,7 @@ pub mod plot;
 pub mod prometheus;
 pub mod raid;
 pub mod report;
+pub mod text;
 pub mod validation;
 
 pub use bounds::{bounds, Bounds, PerfBounds};
@@ -51,7 +55,11 @@ pub use mva::{
 };
 pub use network::{ClosedNetwork, Station, StationKind};
 pub use prometheus::ServerCounters;
-pub use report::{mva_report, MvaReport};
+pub use report::{
+    mva_report, CountersReport, MvaReport, NoncontigReport, ServerCalibrationReport,
+    ValidationReport,
+};
 pub use validation::{
-    measured_points, validate, validate_each, Aggregate, BenchDocument, MeasuredPoint, Validation,
+    measured_points, validate, validate_each, with_client, Aggregate, BenchDocument,
+    ClientPlacement, MeasuredPoint, Validation,
 };

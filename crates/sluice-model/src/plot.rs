@@ -1,5 +1,7 @@
-//! Charts of model results, rendered to SVG text or PNG bytes with
-//! plotters. No file I/O: callers write the bytes where they like.
+//! Charts of model results and bench measurements, rendered to SVG text
+//! or PNG bytes with plotters: one chart, charts side by side, or a grid
+//! of charts under one title ([`Figure`]). No file I/O: callers write the
+//! bytes where they like.
 //!
 //! Text is drawn with DejaVu Sans, embedded in the binary and registered
 //! with plotters as `sans-serif` on first use, so a chart looks the same on
@@ -16,9 +18,25 @@ use plotters::prelude::*;
 use plotters::style::FontStyle;
 
 use crate::error::{ModelError, Result};
+use crate::mva::exact_mva_curve;
+use crate::network::ClosedNetwork;
 use crate::noncontig::{Ddt, SizePoint};
 use crate::raid::{RaidCurve, Sweep, SweepKind};
+use crate::text::{rate_scale, time_scale};
 use crate::validation::Validation;
+
+/// How the x axis is scaled and labelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum XAxis {
+    /// Linear.
+    #[default]
+    Linear,
+    /// Logarithmic, decades.
+    Log10,
+    /// Logarithmic base 2, labelled at powers of two (1, 2, 4, ...): queue
+    /// depths, clients, workers.
+    Log2,
+}
 
 /// How a series is stroked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,8 +73,8 @@ pub struct Chart {
     pub x_label: String,
     /// Y axis label.
     pub y_label: String,
-    /// Logarithmic x axis.
-    pub x_log: bool,
+    /// X scale.
+    pub x_axis: XAxis,
     /// Logarithmic y axis.
     pub y_log: bool,
     /// The lines.
@@ -158,17 +176,81 @@ fn extent(
 }
 
 fn draw<DB: DrawingBackend>(chart: &Chart, root: DrawingArea<DB, Shift>) -> Result<()> {
-    let x = extent(chart, |p| p.0, chart.x_log, false)?;
+    if chart.x_axis == XAxis::Log2 {
+        // Drawn on a linear axis of log2(x), labelled 2^v at whole v.
+        let log2 = Chart {
+            x_axis: XAxis::Linear,
+            series: chart
+                .series
+                .iter()
+                .map(|s| Series {
+                    points: s
+                        .points
+                        .iter()
+                        .filter(|p| p.0 > 0.0)
+                        .map(|&(x, y)| (x.log2(), y))
+                        .collect(),
+                    ..s.clone()
+                })
+                .collect(),
+            ..chart.clone()
+        };
+        let x = extent(&log2, |p| p.0, false, false)?;
+        let y = extent(&log2, |p| p.1, chart.y_log, true)?;
+        let ticks = ((x.1 - x.0).round() as usize + 1).clamp(2, 12);
+        let axis = Axis {
+            labels: ticks,
+            tick: &power_of_two_tick,
+        };
+        return if chart.y_log {
+            draw_on(&log2, root, x.0..x.1, (y.0..y.1).log_scale(), axis)
+        } else {
+            draw_on(&log2, root, x.0..x.1, y.0..y.1, axis)
+        };
+    }
+    let log_x = chart.x_axis == XAxis::Log10;
+    let x = extent(chart, |p| p.0, log_x, false)?;
     let y = extent(chart, |p| p.1, chart.y_log, true)?;
-    match (chart.x_log, chart.y_log) {
-        (false, false) => draw_on(chart, root, x.0..x.1, y.0..y.1),
-        (true, false) => draw_on(chart, root, (x.0..x.1).log_scale(), y.0..y.1),
-        (false, true) => draw_on(chart, root, x.0..x.1, (y.0..y.1).log_scale()),
-        (true, true) => draw_on(chart, root, (x.0..x.1).log_scale(), (y.0..y.1).log_scale()),
+    let axis = Axis {
+        labels: 10,
+        tick: &tick,
+    };
+    match (log_x, chart.y_log) {
+        (false, false) => draw_on(chart, root, x.0..x.1, y.0..y.1, axis),
+        (true, false) => draw_on(chart, root, (x.0..x.1).log_scale(), y.0..y.1, axis),
+        (false, true) => draw_on(chart, root, x.0..x.1, (y.0..y.1).log_scale(), axis),
+        (true, true) => draw_on(
+            chart,
+            root,
+            (x.0..x.1).log_scale(),
+            (y.0..y.1).log_scale(),
+            axis,
+        ),
     }
 }
 
-fn draw_on<DB, XR, YR>(chart: &Chart, root: DrawingArea<DB, Shift>, x: XR, y: YR) -> Result<()>
+/// How the x axis is labelled: about how many labels, and their text.
+#[derive(Clone, Copy)]
+struct Axis<'a> {
+    labels: usize,
+    tick: &'a dyn Fn(&f64) -> String,
+}
+
+/// The label of `v` on a log2 axis: 2^v at whole v, nothing between.
+fn power_of_two_tick(v: &f64) -> String {
+    if (v - v.round()).abs() > 1e-6 {
+        return String::new();
+    }
+    tick(&2f64.powf(v.round()))
+}
+
+fn draw_on<DB, XR, YR>(
+    chart: &Chart,
+    root: DrawingArea<DB, Shift>,
+    x: XR,
+    y: YR,
+    x_axis: Axis<'_>,
+) -> Result<()>
 where
     DB: DrawingBackend,
     XR: AsRangedCoord<Value = f64>,
@@ -191,14 +273,15 @@ where
         .axis_desc_style(("sans-serif", 15))
         .max_light_lines(2)
         .light_line_style(RGBColor(240, 240, 240))
-        .x_label_formatter(&tick)
+        .x_labels(x_axis.labels)
+        .x_label_formatter(x_axis.tick)
         .y_label_formatter(&tick)
         .draw()
         .map_err(plot_err)?;
     let keep = |p: &&(f64, f64)| {
         p.0.is_finite()
             && p.1.is_finite()
-            && (!chart.x_log || p.0 > 0.0)
+            && (chart.x_axis != XAxis::Log10 || p.0 > 0.0)
             && (!chart.y_log || p.1 > 0.0)
     };
     for s in &chart.series {
@@ -284,14 +367,97 @@ pub fn render_png(chart: &Chart, size: (u32, u32)) -> Result<Vec<u8>> {
     render_png_panels(std::slice::from_ref(chart), size)
 }
 
-/// Draws `charts` side by side, each in an equal share of the width.
-fn draw_panels<DB: DrawingBackend>(charts: &[Chart], root: DrawingArea<DB, Shift>) -> Result<()> {
-    if charts.is_empty() {
+/// What the charts of a grid share: axis labels and x scale.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Axes {
+    /// X axis label.
+    pub x_label: String,
+    /// Y axis label.
+    pub y_label: String,
+    /// X scale.
+    pub x_axis: XAxis,
+}
+
+impl Axes {
+    /// A chart of measured lines, `(label, points)`, coloured in order:
+    /// solid with markers, y from zero, the legend upper left.
+    pub fn chart(&self, title: impl Into<String>, lines: Vec<(String, Vec<(f64, f64)>)>) -> Chart {
+        Chart {
+            title: title.into(),
+            x_label: self.x_label.clone(),
+            y_label: self.y_label.clone(),
+            x_axis: self.x_axis,
+            y_log: false,
+            series: lines
+                .into_iter()
+                .enumerate()
+                .map(|(color, (label, points))| Series {
+                    label,
+                    points,
+                    style: LineStyle::Solid,
+                    color,
+                })
+                .collect(),
+            legend: Legend::UpperLeft,
+        }
+    }
+}
+
+impl Chart {
+    /// True when some series has a point to draw.
+    pub fn has_points(&self) -> bool {
+        self.series.iter().any(|s| !s.points.is_empty())
+    }
+}
+
+/// Charts in a grid, row by row, under one title.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Figure {
+    /// Title over every chart (none when empty).
+    pub title: String,
+    /// Charts per row.
+    pub columns: usize,
+    /// The charts.
+    pub charts: Vec<Chart>,
+}
+
+impl Figure {
+    /// Charts side by side in one row, without a title.
+    pub fn row(charts: &[Chart]) -> Self {
+        Self {
+            title: String::new(),
+            columns: charts.len(),
+            charts: charts.to_vec(),
+        }
+    }
+
+    fn grid(&self) -> (usize, usize) {
+        let cols = self.columns.clamp(1, self.charts.len().max(1));
+        (self.charts.len().div_ceil(cols).max(1), cols)
+    }
+
+    /// A size that gives each chart of the grid about 380 x 280 pixels.
+    pub fn grid_size(&self) -> (u32, u32) {
+        let (rows, cols) = self.grid();
+        let (rows, cols) = (rows as u32, cols as u32);
+        ((380 * cols).max(640), 280 * rows + 40)
+    }
+}
+
+/// Draws the figure's charts in its grid, under its title.
+fn draw_figure<DB: DrawingBackend>(figure: &Figure, root: DrawingArea<DB, Shift>) -> Result<()> {
+    if figure.charts.is_empty() {
         return Err(ModelError::Plot("nothing to draw: no charts".into()));
     }
     root.fill(&WHITE).map_err(plot_err)?;
-    let areas = root.split_evenly((1, charts.len()));
-    for (chart, area) in charts.iter().zip(areas) {
+    let root = if figure.title.is_empty() {
+        root
+    } else {
+        root.titled(&figure.title, ("sans-serif", 20))
+            .map_err(plot_err)?
+    };
+    let areas = root.split_evenly(figure.grid());
+    for (chart, area) in figure.charts.iter().zip(areas) {
         draw(chart, area)?;
     }
     root.present().map_err(plot_err)
@@ -299,31 +465,84 @@ fn draw_panels<DB: DrawingBackend>(charts: &[Chart], root: DrawingArea<DB, Shift
 
 /// Several charts side by side in one SVG document of `size` in all.
 pub fn render_svg_panels(charts: &[Chart], size: (u32, u32)) -> Result<String> {
+    render_svg_figure(&Figure::row(charts), size)
+}
+
+/// Several charts side by side in one PNG image of `size` in all.
+pub fn render_png_panels(charts: &[Chart], size: (u32, u32)) -> Result<Vec<u8>> {
+    render_png_figure(&Figure::row(charts), size)
+}
+
+/// A figure as one SVG document of `size` in all.
+pub fn render_svg_figure(figure: &Figure, size: (u32, u32)) -> Result<String> {
     check_size(size)?;
     ensure_font()?;
     let mut out = String::new();
     {
         let root = SVGBackend::with_string(&mut out, size).into_drawing_area();
-        draw_panels(charts, root)?;
+        draw_figure(figure, root)?;
     }
     Ok(out)
 }
 
-/// Several charts side by side in one PNG image of `size` in all.
-pub fn render_png_panels(charts: &[Chart], size: (u32, u32)) -> Result<Vec<u8>> {
+/// A figure as one PNG image of `size` in all.
+pub fn render_png_figure(figure: &Figure, size: (u32, u32)) -> Result<Vec<u8>> {
     check_size(size)?;
     ensure_font()?;
     let (w, h) = size;
     let mut rgb = vec![0u8; w as usize * h as usize * 3];
     {
         let root = BitMapBackend::with_buffer(&mut rgb, size).into_drawing_area();
-        draw_panels(charts, root)?;
+        draw_figure(figure, root)?;
     }
     let mut png = Vec::new();
     image::codecs::png::PngEncoder::new(&mut png)
         .write_image(&rgb, w, h, image::ColorType::Rgb8)
         .map_err(plot_err)?;
     Ok(png)
+}
+
+/// Exact MVA R(N) for N = 1..=`n` between the balanced job bounds.
+pub fn mva_chart(net: &ClosedNetwork, n: u32) -> Result<Chart> {
+    let curve = exact_mva_curve(net, n)?;
+    let mut lo = Vec::new();
+    let mut hi = Vec::new();
+    for k in 1..=n {
+        let b = crate::bounds::bounds(net, k)?;
+        lo.push((f64::from(k), b.balanced_job.response_time[0]));
+        hi.push((f64::from(k), b.balanced_job.response_time[1]));
+    }
+    Ok(Chart {
+        title: "response time vs customers".into(),
+        x_label: "customers N".into(),
+        y_label: "response time R(N), s".into(),
+        x_axis: XAxis::Linear,
+        y_log: false,
+        legend: Legend::UpperLeft,
+        series: vec![
+            Series {
+                label: "exact MVA".into(),
+                points: curve
+                    .iter()
+                    .map(|s| (f64::from(s.customers), s.response_time))
+                    .collect(),
+                style: LineStyle::Solid,
+                color: 0,
+            },
+            Series {
+                label: "balanced job bound, lower".into(),
+                points: lo,
+                style: LineStyle::Dashed,
+                color: 1,
+            },
+            Series {
+                label: "balanced job bound, upper".into(),
+                points: hi,
+                style: LineStyle::Dashed,
+                color: 2,
+            },
+        ],
+    })
 }
 
 /// The figure-3 style chart: exact MVA R(N) with balanced job and
@@ -340,7 +559,7 @@ pub fn raid_chart(curve: &RaidCurve, title: &str) -> Chart {
         title: title.to_owned(),
         x_label: "concurrent jobs N".into(),
         y_label: "response time R(N), s".into(),
-        x_log: false,
+        x_axis: XAxis::Linear,
         y_log: false,
         series: vec![
             Series {
@@ -413,11 +632,24 @@ pub fn sweep_chart(sweep: &Sweep) -> Chart {
         ),
         x_label: "concurrent jobs N".into(),
         y_label: "response time R(N), s".into(),
-        x_log: false,
+        x_axis: XAxis::Linear,
         y_log: false,
         series,
         legend: Legend::UpperLeft,
     }
+}
+
+/// The title of [`noncontig_chart`] for a transfer of `file_bytes`.
+pub fn noncontig_title(read: bool, file_bytes: u64, rtt_us: f64, bandwidth_mbps: f64) -> String {
+    let size = if file_bytes & ((1 << 20) - 1) == 0 {
+        format!("{} MiB", file_bytes >> 20)
+    } else {
+        format!("{file_bytes} bytes")
+    };
+    format!(
+        "{} model: {size}, RTT {rtt_us} us, {bandwidth_mbps} Mb/s",
+        if read { "Read" } else { "Write" },
+    )
 }
 
 /// Figure 8 of seeds/001: throughput against segment size for the three
@@ -440,31 +672,10 @@ pub fn noncontig_chart(points: &[SizePoint], title: &str) -> Chart {
         title: title.to_owned(),
         x_label: "segment size, bytes".into(),
         y_label: "throughput, MB/s".into(),
-        x_log: true,
+        x_axis: XAxis::Log10,
         y_log: true,
         series,
         legend: Legend::LowerRight,
-    }
-}
-
-/// A unit for values of about `max`: (divisor, suffix).
-fn time_unit(max: f64) -> (f64, &'static str) {
-    if max < 1e-3 {
-        (1e-6, "µs")
-    } else if max < 1.0 {
-        (1e-3, "ms")
-    } else {
-        (1.0, "s")
-    }
-}
-
-fn rate_unit(max: f64) -> (f64, &'static str) {
-    if max >= 1e6 {
-        (1e6, "M requests/s")
-    } else if max >= 1e4 {
-        (1e3, "k requests/s")
-    } else {
-        (1.0, "requests/s")
     }
 }
 
@@ -487,8 +698,13 @@ pub fn validation_charts(v: &Validation, title: &str) -> [Chart; 2] {
         .iter()
         .map(|p| p.measured_throughput.max(p.predicted_throughput))
         .fold(0.0, f64::max);
-    let (rd, ru) = time_unit(r_max);
-    let (xd, xu) = rate_unit(x_max);
+    let (rd, ru) = time_scale(r_max);
+    let (xd, prefix) = rate_scale(x_max);
+    let xu = if prefix.is_empty() {
+        "requests/s".to_owned()
+    } else {
+        format!("{prefix} requests/s")
+    };
     let line = |label: &str,
                 f: &dyn Fn(&crate::validation::ValidationPoint) -> Option<f64>,
                 style,
@@ -583,7 +799,7 @@ pub fn validation_charts(v: &Validation, title: &str) -> [Chart; 2] {
             title: format!("{title}: response time"),
             x_label: "outstanding requests N".into(),
             y_label: format!("response time R(N), {ru}"),
-            x_log: false,
+            x_axis: XAxis::Linear,
             y_log: false,
             series: r_series,
             legend: Legend::UpperLeft,
@@ -592,10 +808,64 @@ pub fn validation_charts(v: &Validation, title: &str) -> [Chart; 2] {
             title: format!("{title}: throughput"),
             x_label: "outstanding requests N".into(),
             y_label: format!("throughput X(N), {xu}"),
-            x_log: false,
+            x_axis: XAxis::Linear,
             y_log: false,
             series: x_series,
             legend: Legend::LowerRight,
         },
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn log2_ticks_label_powers_of_two_only() {
+        assert_eq!(power_of_two_tick(&4.0), "16");
+        assert_eq!(power_of_two_tick(&0.0), "1");
+        assert_eq!(power_of_two_tick(&2.5), "");
+    }
+
+    #[test]
+    fn a_log2_grid_renders_under_its_title() {
+        let chart = |title: &str| Chart {
+            title: title.into(),
+            x_label: "outstanding I/O".into(),
+            y_label: "MiB/s".into(),
+            x_axis: XAxis::Log2,
+            y_log: false,
+            series: vec![Series {
+                label: "sluice".into(),
+                points: vec![(1.0, 10.0), (4.0, 30.0), (64.0, 90.0)],
+                style: LineStyle::Solid,
+                color: 0,
+            }],
+            legend: Legend::UpperLeft,
+        };
+        let figure = Figure {
+            title: "Pipelining".into(),
+            columns: 2,
+            charts: vec![chart("read 4k"), chart("write 4k"), chart("read 1m")],
+        };
+        assert_eq!(figure.grid(), (2, 2));
+        let svg = render_svg_figure(&figure, figure.grid_size()).unwrap();
+        let texts: Vec<&str> = svg
+            .split("</text>")
+            .filter_map(|t| t.rsplit_once('>').map(|(_, text)| text.trim()))
+            .collect();
+        for want in [
+            "Pipelining",
+            "read 4k",
+            "write 4k",
+            "read 1m",
+            "1",
+            "2",
+            "64",
+        ] {
+            assert!(texts.contains(&want), "{want}: {texts:?}");
+        }
+        // Only powers of two label the x axis.
+        assert!(!texts.contains(&"3"), "{texts:?}");
+    }
 }

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::bounds::bounds;
 use crate::error::{ModelError, Result};
 use crate::mva::exact_mva_points;
-use crate::network::ClosedNetwork;
+use crate::network::{ClosedNetwork, Station};
 use crate::report::BoundsReport;
 
 /// The workload fields of a bench run that matter here.
@@ -223,6 +223,61 @@ pub fn client_cpu_per_request(runs: &[BenchRun]) -> Option<f64> {
     let cpu: Option<f64> = runs.iter().map(|r| r.client_cpu_s).sum();
     (ops > 0).then_some(())?;
     cpu.map(|c| c / ops as f64)
+}
+
+/// How the load generator's own work enters the model it is validated
+/// against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientPlacement {
+    /// A queueing station named `client` (one client thread serves its
+    /// requests in turn).
+    Queueing,
+    /// A delay station named `client` (no queueing at the client).
+    Delay,
+    /// Client and server share one CPU: the client's demand is added to
+    /// the station named `server-cpu`.
+    Shared,
+}
+
+/// `base` with the client's `demand` placed as `placement` says (nothing
+/// added without a demand) and think time `think` (default: `base`'s).
+pub fn with_client(
+    base: &ClosedNetwork,
+    placement: ClientPlacement,
+    demand: Option<f64>,
+    think: Option<f64>,
+) -> Result<ClosedNetwork> {
+    let think = think.unwrap_or_else(|| base.think_time());
+    let mut stations: Vec<Station> = base.stations().to_vec();
+    let Some(d) = demand else {
+        return ClosedNetwork::new(stations, think);
+    };
+    if placement == ClientPlacement::Shared {
+        let cpu = stations
+            .iter_mut()
+            .find(|s| s.name == "server-cpu")
+            .ok_or_else(|| {
+                ModelError::Validation(
+                    "a shared client adds its demand to the station named server-cpu, and the model has none"
+                        .into(),
+                )
+            })?;
+        cpu.demand += d;
+        cpu.name = "server-cpu+client".into();
+        return ClosedNetwork::new(stations, think);
+    }
+    if stations.iter().any(|s| s.name == "client") {
+        return Err(ModelError::Validation(
+            "the model already has a station named 'client': leave the client out (--client none)"
+                .into(),
+        ));
+    }
+    stations.push(if placement == ClientPlacement::Delay {
+        Station::delay("client", d)
+    } else {
+        Station::queueing("client", d)
+    });
+    ClosedNetwork::new(stations, think)
 }
 
 /// Model and measurement at one N.

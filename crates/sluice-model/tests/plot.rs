@@ -5,7 +5,7 @@ use sluice_model::noncontig::{
     by_segment_size, figure8_sizes, NoncontigParams, FIGURE8_FILE_BYTES,
 };
 use sluice_model::plot::{
-    noncontig_chart, raid_chart, render_png, render_svg, sweep_chart, Chart, DEFAULT_SIZE,
+    noncontig_chart, raid_chart, render_png, render_svg, sweep_chart, Chart, XAxis, DEFAULT_SIZE,
 };
 use sluice_model::raid::{default_customers, raid_curve, sweep, RaidParams, SweepKind};
 
@@ -54,7 +54,7 @@ fn empty_or_oversized_charts_are_errors() {
         title: "nothing".into(),
         x_label: String::new(),
         y_label: String::new(),
-        x_log: false,
+        x_axis: XAxis::Linear,
         y_log: false,
         series: vec![],
         legend: Default::default(),

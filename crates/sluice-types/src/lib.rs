@@ -1,6 +1,7 @@
 //! Values every sluice layer reads the same way, whatever reads them
 //! (the server's export specs and TOML, `sluice bench`, `sluice model`):
-//! byte sizes like `64K` or `2GiB` and durations like `500ms` or `2m`.
+//! byte sizes like `64K` or `2GiB` and durations like `500ms` or `2m`,
+//! and sizes written back the same way ([`format_size`]).
 //! No I/O, no other sluice crate.
 
 use std::time::Duration;
@@ -43,6 +44,20 @@ pub fn parse_size(value: &str) -> Result<u64, ParseError> {
     };
     n.checked_mul(1u64 << shift)
         .ok_or_else(|| bad("size overflows 64 bits"))
+}
+
+/// A byte count as `parse_size` reads it back, shortest first: `4k`, `1m`,
+/// `2g` for whole binary multiples, else the digits (`1536`).
+pub fn format_size(n: u64) -> String {
+    if n >= 1 << 30 && n % (1 << 30) == 0 {
+        format!("{}g", n >> 30)
+    } else if n >= 1 << 20 && n % (1 << 20) == 0 {
+        format!("{}m", n >> 20)
+    } else if n >= 1 << 10 && n % (1 << 10) == 0 {
+        format!("{}k", n >> 10)
+    } else {
+        n.to_string()
+    }
 }
 
 /// Parses a positive duration: a decimal number followed by `us`, `ms`,
@@ -89,6 +104,27 @@ mod tests {
         }
         let msg = parse_size("1X").unwrap_err().to_string();
         assert!(msg.contains("\"1X\"") && msg.contains("suffix"), "{msg}");
+    }
+
+    #[test]
+    fn sizes_format_and_read_back() {
+        assert_eq!(format_size(1 << 20), "1m");
+        assert_eq!(format_size(4096), "4k");
+        assert_eq!(format_size(3 << 30), "3g");
+        assert_eq!(format_size(1536), "1536");
+        for n in [
+            0,
+            1,
+            512,
+            1536,
+            4096,
+            65536 + 1024,
+            1 << 20,
+            5 << 30,
+            u64::MAX,
+        ] {
+            assert_eq!(parse_size(&format_size(n)), Ok(n), "{n}");
+        }
     }
 
     #[test]
