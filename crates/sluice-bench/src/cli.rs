@@ -109,7 +109,8 @@ struct PresetArgs {
     #[arg(long)]
     sluice_bin: Option<PathBuf>,
     /// Targets to include, comma-separated (sluice, nbdkit, qemu-nbd,
-    /// local; for pipelining: off, fixed, flexible).
+    /// local, and LABEL=PATH for another sluice binary, e.g. an older
+    /// build; for pipelining: off, fixed, flexible).
     #[arg(long, value_delimiter = ',')]
     targets: Option<Vec<String>>,
     /// Which client drives the load: own, fio or both.

@@ -116,8 +116,9 @@ pub fn resolve_sluice_bin(explicit: Option<&Path>) -> Result<PathBuf> {
     )
 }
 
-/// The peers among `names` (sluice, nbdkit, qemu-nbd) that can run here,
-/// and a message for each that cannot.
+/// The peers among `names` (sluice, nbdkit, qemu-nbd, or `LABEL=PATH`
+/// for another sluice binary) that can run here, and a message for each
+/// that cannot.
 pub fn available_peers(names: &[&str], sluice_bin: Option<&Path>) -> (Vec<PeerSpec>, Vec<String>) {
     let mut found = Vec::new();
     let mut skipped = Vec::new();
@@ -130,11 +131,18 @@ pub fn available_peers(names: &[&str], sluice_bin: Option<&Path>) -> (Vec<PeerSp
             "qemu-nbd" => which("qemu-nbd")
                 .map(|p| (PeerKind::QemuNbd, p))
                 .ok_or_else(|| anyhow!("qemu-nbd is not installed (apt-get install qemu-utils)")),
-            other => Err(anyhow!("unknown server {other:?}")),
+            other => match other.split_once('=') {
+                Some((label, path)) if !label.is_empty() => {
+                    resolve_sluice_bin(Some(Path::new(path))).map(|p| (PeerKind::Sluice, p))
+                }
+                _ => Err(anyhow!(
+                    "unknown server {other:?} (sluice, nbdkit, qemu-nbd, or LABEL=PATH for another sluice binary)"
+                )),
+            },
         };
         match r {
             Ok((kind, program)) => found.push(PeerSpec {
-                label: name.to_owned(),
+                label: name.split_once('=').map_or(name, |(label, _)| label).to_owned(),
                 kind,
                 program,
             }),
@@ -519,6 +527,21 @@ mod tests {
             .argv(img, 5000)
             .join(" ")
             .ends_with("-t -e 16 --cache=writeback --aio=threads /dev/shm/i.img"));
+    }
+
+    #[test]
+    fn other_sluice_builds_are_peers_under_their_label() {
+        let me = std::env::current_exe().expect("test executable");
+        let arg = format!("before={}", me.display());
+        let (found, skipped) = available_peers(&[arg.as_str(), "=x", "tape"], None);
+        assert_eq!(found.len(), 1, "{skipped:?}");
+        assert_eq!(found[0].label, "before");
+        assert_eq!(found[0].kind, PeerKind::Sluice);
+        assert_eq!(found[0].program, me);
+        assert_eq!(skipped.len(), 2, "{skipped:?}");
+        let (found, skipped) = available_peers(&["old=/no/such/sluice"], None);
+        assert!(found.is_empty());
+        assert!(skipped[0].contains("/no/such/sluice"), "{skipped:?}");
     }
 
     #[test]

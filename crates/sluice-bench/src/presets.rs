@@ -151,10 +151,19 @@ fn command_line() -> String {
 
 /// Peers (and local) as targets; messages for those skipped.
 fn peer_targets(opts: &PresetOptions, with_local: bool) -> (Vec<TargetEntry>, Vec<String>) {
-    let names: Vec<&str> = ["sluice", "nbdkit", "qemu-nbd"]
+    let mut names: Vec<&str> = ["sluice", "nbdkit", "qemu-nbd"]
         .into_iter()
         .filter(|n| opts.wants(n))
         .collect();
+    // Other sluice builds, as LABEL=PATH (an old and a new binary
+    // interleaved in one run).
+    names.extend(
+        opts.targets
+            .iter()
+            .flatten()
+            .filter(|t| t.contains('='))
+            .map(String::as_str),
+    );
     let (found, skipped) = peers::available_peers(&names, opts.sluice_bin.as_deref());
     for s in &skipped {
         eprintln!("{s}");
