@@ -964,7 +964,11 @@ impl Drop for CacheDevice {
     }
 }
 
-impl BlockDevice for CacheDevice {
+impl crate::DeviceLayer for CacheDevice {
+    fn inner(&self) -> &dyn BlockDevice {
+        self.inner.device.as_ref()
+    }
+
     fn size(&self) -> u64 {
         self.inner.size
     }
@@ -1133,7 +1137,8 @@ impl BlockDevice for CacheDevice {
             kind: MetricKind::Counter,
             value: v.load(Ordering::Relaxed) as f64,
         };
-        let mut m = vec![
+        let mut m = self.inner.device.metrics();
+        m.extend([
             c(
                 "cache_read_hits_total",
                 "Block reads served from the cache.",
@@ -1175,7 +1180,7 @@ impl BlockDevice for CacheDevice {
                 "Prefetched bytes evicted unread.",
                 &s.readahead_wasted_bytes,
             ),
-        ];
+        ]);
         m.push(DeviceMetric {
             name: "cache_dirty_bytes",
             help: "Dirty bytes not yet written back.",
@@ -1220,9 +1225,9 @@ mod tests {
         }
     }
 
-    impl BlockDevice for Counting {
-        fn size(&self) -> u64 {
-            self.inner.size()
+    impl crate::DeviceLayer for Counting {
+        fn inner(&self) -> &dyn BlockDevice {
+            &self.inner
         }
         fn capability(&self) -> Capability {
             Capability {
@@ -1242,18 +1247,6 @@ mod tests {
         fn flush(&self) -> Result<(), DeviceError> {
             self.flushes.fetch_add(1, Ordering::SeqCst);
             Ok(())
-        }
-        fn trim(&self, o: u64, l: u64, f: bool) -> Result<(), DeviceError> {
-            self.inner.trim(o, l, f)
-        }
-        fn write_zeroes(&self, o: u64, l: u64, m: ZeroMode) -> Result<(), DeviceError> {
-            self.inner.write_zeroes(o, l, m)
-        }
-        fn extents(&self, o: u64, l: u64, m: usize) -> Result<Vec<Extent>, DeviceError> {
-            self.inner.extents(o, l, m)
-        }
-        fn cache(&self, o: u64, l: u64) -> Result<(), DeviceError> {
-            self.inner.cache(o, l)
         }
     }
 

@@ -15,7 +15,7 @@ use thiserror::Error;
 
 use crate::{
     check_range, BlockDevice, BlockingClass, Capability, DeviceError, Extent, IoOp, MappedBytes,
-    ZeroMode,
+    ZeroCopy, ZeroMode,
 };
 
 /// Alignment used for O_DIRECT buffers, offsets and lengths. 4 KiB
@@ -289,10 +289,7 @@ fn libc_o_direct() -> i32 {
     rustix::fs::OFlags::DIRECT.bits() as i32
 }
 
-impl BlockDevice for FileDevice {
-    fn size(&self) -> u64 {
-        self.size
-    }
+impl ZeroCopy for FileDevice {
     fn mapped(&self) -> Option<&MappedBytes> {
         self.mapped.as_ref()
     }
@@ -335,6 +332,15 @@ impl BlockDevice for FileDevice {
             }
         }
         Ok(())
+    }
+}
+
+impl BlockDevice for FileDevice {
+    fn size(&self) -> u64 {
+        self.size
+    }
+    fn zero_copy(&self) -> Option<&dyn ZeroCopy> {
+        Some(self)
     }
 
     fn capability(&self) -> Capability {

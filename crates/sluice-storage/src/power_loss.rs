@@ -263,9 +263,9 @@ impl PowerLossDevice {
     }
 }
 
-impl BlockDevice for PowerLossDevice {
-    fn size(&self) -> u64 {
-        self.inner.size()
+impl crate::DeviceLayer for PowerLossDevice {
+    fn inner(&self) -> &dyn BlockDevice {
+        self.inner.as_ref()
     }
     fn capability(&self) -> Capability {
         Capability {
@@ -355,9 +355,6 @@ impl BlockDevice for PowerLossDevice {
             }]);
         }
         self.inner.extents(offset, length, max)
-    }
-    fn cache(&self, offset: u64, length: u64) -> Result<(), DeviceError> {
-        self.inner.cache(offset, length)
     }
     fn metrics(&self) -> Vec<DeviceMetric> {
         let mut m = self.inner.metrics();
