@@ -157,6 +157,8 @@ struct Inner {
     device: Arc<dyn BlockDevice>,
     config: CacheConfig,
     size: u64,
+    /// The device refuses writes: they are passed down to be refused.
+    read_only: bool,
     shards: Box<[Shard]>,
     /// Blocks in insertion order, for second-chance eviction.
     order: Mutex<VecDeque<u64>>,
@@ -704,10 +706,12 @@ impl CacheDevice {
         config.capacity = config.capacity.max(BLOCK * 16);
         config.high_watermark = config.high_watermark.min(config.capacity / 2).max(BLOCK);
         config.low_watermark = config.low_watermark.min(config.high_watermark / 2);
+        let read_only = device.capability().read_only;
         let inner = Arc::new(Inner {
             device,
             config,
             size,
+            read_only,
             shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
             order: Mutex::new(VecDeque::new()),
             blocks: AtomicU64::new(0),
@@ -1006,7 +1010,9 @@ impl crate::DeviceLayer for CacheDevice {
             offset,
             buf.len() as u64,
         )?;
-        if inner.config.mode == CacheMode::WriteThrough {
+        if inner.config.mode == CacheMode::WriteThrough || inner.read_only {
+            // A read-only device refuses the write itself, before anything
+            // is cached.
             inner.device.write_at(buf, offset, fua)?;
             // Cached copies are now stale: drop them (nothing is dirty in
             // write-through mode, so this never writes back).

@@ -340,6 +340,7 @@ impl crate::DeviceLayer for PowerLossDevice {
         })
     }
     fn extents(&self, offset: u64, length: u64, max: usize) -> Result<Vec<Extent>, DeviceError> {
+        self.check(IoOp::Extents, offset, length)?;
         let st = self.lock();
         if st
             .pending

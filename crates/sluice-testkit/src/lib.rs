@@ -1,8 +1,10 @@
 //! Test-only building blocks shared by the crates' tests: devices that
-//! make concurrency and completion order observable without timing, and
+//! make concurrency and completion order observable without timing,
 //! ([`crash`]) the model of expected contents the crash-consistency tests
-//! check against. A dev-dependency only; nothing in production links it.
+//! check against, and ([`conformance`]) the behaviour suite every device
+//! stack runs. A dev-dependency only; nothing in production links it.
 
+pub mod conformance;
 pub mod crash;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
