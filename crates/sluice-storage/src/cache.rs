@@ -1424,33 +1424,6 @@ mod tests {
     }
 
     #[test]
-    fn trim_and_zero_discard_cached_data() {
-        let dev = Arc::new(Counting::new(1 << 20));
-        let cache = CacheDevice::new(dev.clone(), no_readahead(CacheMode::WriteBack)).unwrap();
-        cache.write_at(&[1u8; 65536 * 2], 0, false).unwrap();
-        cache
-            .write_zeroes(
-                100,
-                65536,
-                ZeroMode {
-                    may_trim: true,
-                    fast: false,
-                    fua: false,
-                },
-            )
-            .unwrap();
-        let mut b = vec![9u8; 65536 * 2];
-        cache.read_at(&mut b, 0).unwrap();
-        assert!(b[..100].iter().all(|&x| x == 1));
-        assert!(b[100..65636].iter().all(|&x| x == 0));
-        assert!(b[65636..].iter().all(|&x| x == 1));
-        cache.flush().unwrap();
-        let mut direct = vec![9u8; 65536 * 2];
-        dev.inner.read_at(&mut direct, 0).unwrap();
-        assert_eq!(direct, b);
-    }
-
-    #[test]
     fn loads_racing_a_zeroing_do_not_leave_stale_data() {
         // Device reads are slow, so prefetches and reads of the range are
         // in flight while write_zeroes runs; afterwards every byte must

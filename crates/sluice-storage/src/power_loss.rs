@@ -436,42 +436,6 @@ mod tests {
     }
 
     #[test]
-    fn flush_and_fua_survive_power_loss() {
-        let (_, d) = device(0, 0);
-        d.write_at(&[1; 512], 0, false).expect("write");
-        d.flush().expect("flush");
-        d.write_at(&[2; 512], 512, true).expect("fua write");
-        d.write_at(&[3; 512], 1024, false).expect("write");
-        d.power_loss();
-        let got = read(&d, 0, 1536);
-        assert_eq!(&got[..512], &[1; 512]);
-        assert_eq!(&got[512..1024], &[2; 512]);
-        assert_eq!(&got[1024..], &[0; 512]);
-    }
-
-    #[test]
-    fn reads_always_match_a_plain_device_whatever_was_written_early() {
-        let (_, d) = device(60, 30);
-        let reference = MemDevice::new(1 << 20, false);
-        let mut rng = SmallRng::seed_from_u64(3);
-        for round in 0..2000u32 {
-            let sectors = rng.random_range(1..16u64);
-            let offset = rng.random_range(0..64u64) * SECTOR;
-            let data = vec![(round % 251) as u8 + 1; (sectors * SECTOR) as usize];
-            d.write_at(&data, offset, false).expect("write");
-            reference.write_at(&data, offset, false).expect("write");
-            if round % 100 == 99 {
-                assert_eq!(
-                    read(&d, 0, 80 * 512),
-                    read(&reference, 0, 80 * 512),
-                    "{round}"
-                );
-            }
-        }
-        assert!(d.torn_writes.load(Ordering::Relaxed) > 50);
-    }
-
-    #[test]
     fn early_writes_never_land_an_old_write_over_a_new_one() {
         let (_, d) = device(100, 50);
         for round in 0..200u8 {

@@ -501,9 +501,11 @@ pub fn fast_zero_is_refused_or_zeroes(factory: Factory<'_>) -> CheckResult {
             fua: false,
         };
         match dev.write_zeroes(offset, len, mode) {
-            Ok(()) if !cap.fast_zero => return fail(format!(
+            Ok(()) if !cap.fast_zero => {
+                return fail(format!(
                 "fast zero of {len} bytes at {offset} succeeded on a device without fast zeroing"
-            )),
+            ))
+            }
             Ok(()) => model.zero(offset, len),
             Err(DeviceError::Unsupported { .. }) => {}
             Err(e) => return fail(format!("fast zero of {len} bytes at {offset}: {e}")),
