@@ -2,13 +2,14 @@
 //!
 //! [`BlockDevice`] is the one trait every volume implements: the few
 //! operations every volume has. Wrappers (cache, error injection,
-//! power-loss simulation, later RAID and remote devices' layers) are
-//! [`DeviceLayer`]s, which forward what they do not change; the Linux
-//! zero-copy paths of a buffered file are an optional extension,
-//! [`ZeroCopy`]. A device
+//! power-loss simulation, test devices) are [`DeviceLayer`]s, which
+//! forward what they do not change; the Linux zero-copy paths of a
+//! buffered file are an optional extension, [`ZeroCopy`]. A device
 //! declares what it can do in a [`Capability`], which the server maps onto
 //! NBD transmission flags, and how it behaves under concurrency and
 //! blocking, which the server uses to choose where to run each request.
+//! Every device stack runs the same behaviour suite
+//! (`sluice_testkit::conformance`).
 //!
 //! Callers (the server core) check ranges before calling; devices still
 //! return [`DeviceError::OutOfRange`] rather than panic if a bug slips by.
@@ -124,8 +125,9 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
     /// Makes a range read as zeroes.
     fn write_zeroes(&self, offset: u64, length: u64, mode: ZeroMode) -> Result<(), DeviceError>;
     /// Allocation of `[offset, offset+length)` as consecutive extents,
-    /// at most `max_extents` of them (at least one); the last may end
-    /// before the range does.
+    /// at most `max_extents` of them (at least one), never past the range;
+    /// they may end before the range does only when there are
+    /// `max_extents` of them.
     fn extents(
         &self,
         offset: u64,
