@@ -307,3 +307,52 @@ fn the_broken_cache_is_fine_once_it_drops_what_it_zeroes() {
         assert_eq!(check(&factory), Ok(Outcome::Passed));
     }
 }
+
+/// A device without fast zeroing: it refuses fast zeroes when `honest`,
+/// and zeroes anyway (slowly, as far as a client knows) when not.
+#[derive(Debug)]
+struct NoFastZero {
+    inner: Arc<dyn BlockDevice>,
+    honest: bool,
+}
+
+impl sluice_storage::DeviceLayer for NoFastZero {
+    fn inner(&self) -> &dyn BlockDevice {
+        self.inner.as_ref()
+    }
+    fn capability(&self) -> sluice_storage::Capability {
+        sluice_storage::Capability {
+            fast_zero: false,
+            ..self.inner.capability()
+        }
+    }
+    fn write_zeroes(&self, offset: u64, length: u64, mode: ZeroMode) -> Result<(), DeviceError> {
+        if mode.fast && self.honest {
+            return Err(DeviceError::Unsupported {
+                device: "no-fast-zero test device".into(),
+                op: sluice_storage::IoOp::WriteZeroes,
+                reason: "no fast zeroing",
+            });
+        }
+        self.inner.write_zeroes(offset, length, mode)
+    }
+}
+
+#[test]
+fn fast_zero_is_held_to_the_capability() {
+    let device = |honest| {
+        move |access| {
+            Subject::new(Arc::new(NoFastZero {
+                inner: mem(access),
+                honest,
+            }))
+        }
+    };
+    assert_eq!(
+        conformance::fast_zero_is_refused_or_zeroes(&device(true)),
+        Ok(Outcome::Passed)
+    );
+    let failure = conformance::fast_zero_is_refused_or_zeroes(&device(false))
+        .expect_err("a fast zero the device does not offer must be refused");
+    assert!(failure.0.contains("without fast zeroing"), "{failure}");
+}
