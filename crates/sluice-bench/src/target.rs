@@ -7,11 +7,11 @@ use std::thread::JoinHandle;
 
 use anyhow::{anyhow, bail, Context, Result};
 use sluice_client::{NbdUri, Target as NbdTarget};
-use sluice_server::config::BackendSpec;
 use sluice_server::{
-    Export, ExportConfig, ExportSpec, ListenAddr, PipelineMode, Server, ServerConfig, ServerHandle,
+    Export, ExportConfig, ListenAddr, PipelineMode, Server, ServerConfig, ServerHandle,
 };
 use sluice_storage::{BlockDevice, MemDevice};
+use sluice_volume::{BaseSpec, VolumeSpec};
 
 /// Prefix of the embedded server's thread names (`sluice-conn-N`,
 /// `sluice-io-N`, and the accept thread this module names).
@@ -213,16 +213,11 @@ fn bind_file(
 ) -> Result<Server> {
     server_config.export.push(ExportConfig {
         name: "bench".into(),
-        spec: ExportSpec {
-            backend: BackendSpec::File {
-                path: path.to_path_buf(),
-                size: Some(config.size),
-                direct: config.direct,
-            },
-            read_only: false,
-            faults: Vec::new(),
-            power_loss_seed: None,
-        },
+        spec: VolumeSpec::new(BaseSpec::File {
+            path: path.to_path_buf(),
+            size: Some(config.size),
+            direct: config.direct,
+        }),
         description: "bench".into(),
     });
     Server::bind(server_config)

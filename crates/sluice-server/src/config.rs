@@ -8,7 +8,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
-use sluice_storage::FaultRule;
+use sluice_volume::VolumeSpec;
 use thiserror::Error;
 
 /// A configuration value that cannot be used, saying which and why.
@@ -17,8 +17,8 @@ use thiserror::Error;
 pub enum ConfigError {
     #[error(transparent)]
     BadValue(#[from] sluice_types::ParseError),
-    #[error("bad export spec {spec:?}: {reason} (expected file:PATH[,size=BYTES][,ro][,direct] or mem:BYTES[,ro], and for testing [,fail=OPS:ERRNO:TRIGGER][,power-loss[=SEED]])")]
-    BadExportSpec { spec: String, reason: String },
+    #[error(transparent)]
+    BadExportSpec(#[from] sluice_volume::SpecError),
     #[error("bad export {arg:?}: expected NAME=SPEC")]
     BadExportArg { arg: String },
     #[error("bad listen address {addr:?}: {reason} (expected HOST:PORT or unix:PATH)")]
@@ -97,109 +97,10 @@ impl<'de> Deserialize<'de> for ListenAddr {
     }
 }
 
-/// What backs an export.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum BackendSpec {
-    /// A regular file or block device.
-    File {
-        /// Path of the file or device.
-        path: PathBuf,
-        /// Size to create or extend to.
-        size: Option<u64>,
-        /// Open with O_DIRECT.
-        direct: bool,
-    },
-    /// A sparse RAM disk.
-    Memory {
-        /// Size in bytes.
-        size: u64,
-    },
-}
-
-/// A parsed `SPEC` of `--export NAME=SPEC`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ExportSpec {
-    /// The backing store.
-    pub backend: BackendSpec,
-    /// Serve read-only.
-    pub read_only: bool,
-    /// Error injection (`fail=OPS:ERRNO:TRIGGER`, repeatable), a testing
-    /// tool: see [`FaultRule`].
-    pub faults: Vec<FaultRule>,
-    /// Power-loss simulation (`power-loss[=SEED]`), a testing tool: the
-    /// device gets a volatile write cache that loses whatever was not
-    /// flushed when the process dies. See [`sluice_storage::PowerLossDevice`].
-    pub power_loss_seed: Option<u64>,
-}
-
-impl FromStr for ExportSpec {
-    type Err = ConfigError;
-    fn from_str(spec: &str) -> Result<Self, Self::Err> {
-        let bad = |reason: String| ConfigError::BadExportSpec {
-            spec: spec.to_owned(),
-            reason,
-        };
-        let (kind, rest) = spec
-            .split_once(':')
-            .ok_or_else(|| bad("missing KIND:".into()))?;
-        let mut parts = rest.split(',');
-        let first = parts.next().unwrap_or_default();
-        let mut read_only = false;
-        let mut size = None;
-        let mut direct = false;
-        let mut faults = Vec::new();
-        let mut power_loss_seed = None;
-        for opt in parts {
-            match opt.split_once('=') {
-                None if opt == "ro" => read_only = true,
-                None if opt == "direct" => direct = true,
-                None if opt == "power-loss" => power_loss_seed = Some(1),
-                Some(("size", v)) => size = Some(parse_size(v)?),
-                Some(("fail", v)) => faults.push(v.parse().map_err(|e| bad(format!("{e}")))?),
-                Some(("power-loss", v)) => {
-                    power_loss_seed = Some(
-                        v.parse()
-                            .map_err(|e| bad(format!("bad power-loss seed {v:?}: {e}")))?,
-                    )
-                }
-                _ => return Err(bad(format!("unknown option {opt:?}"))),
-            }
-        }
-        let backend = match kind {
-            "file" => {
-                if first.is_empty() {
-                    return Err(bad("empty path".into()));
-                }
-                BackendSpec::File {
-                    path: PathBuf::from(first),
-                    size,
-                    direct,
-                }
-            }
-            "mem" => {
-                if size.is_some() || direct {
-                    return Err(bad("mem takes its size as mem:BYTES".into()));
-                }
-                BackendSpec::Memory {
-                    size: parse_size(first)?,
-                }
-            }
-            other => return Err(bad(format!("unknown backend {other:?}"))),
-        };
-        Ok(Self {
-            backend,
-            read_only,
-            faults,
-            power_loss_seed,
-        })
-    }
-}
-
-impl<'de> Deserialize<'de> for ExportSpec {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        let s = String::deserialize(d)?;
-        s.parse().map_err(serde::de::Error::custom)
-    }
+/// Reads an export's spec as the `SPEC` of `--export NAME=SPEC`.
+fn deserialize_spec<'de, D: Deserializer<'de>>(d: D) -> Result<VolumeSpec, D::Error> {
+    let s = String::deserialize(d)?;
+    s.parse().map_err(serde::de::Error::custom)
 }
 
 /// One export.
@@ -208,8 +109,9 @@ impl<'de> Deserialize<'de> for ExportSpec {
 pub struct ExportConfig {
     /// Name clients ask for.
     pub name: String,
-    /// Backing store, as in `--export NAME=SPEC`.
-    pub spec: ExportSpec,
+    /// Device stack, as in `--export NAME=SPEC`.
+    #[serde(deserialize_with = "deserialize_spec")]
+    pub spec: VolumeSpec,
     /// Description shown by `NBD_OPT_LIST` and `NBD_INFO_DESCRIPTION`.
     #[serde(default)]
     pub description: String,
@@ -626,40 +528,29 @@ mod tests {
     }
 
     #[test]
-    fn export_specs() {
+    fn export_args() {
         let e = ExportConfig::parse_arg("disk=file:/tmp/a.img,size=1G,ro").unwrap();
         assert_eq!(e.name, "disk");
         assert!(e.spec.read_only);
-        assert_eq!(
-            e.spec.backend,
-            BackendSpec::File {
-                path: "/tmp/a.img".into(),
-                size: Some(1 << 30),
-                direct: false
-            }
-        );
         let m = ExportConfig::parse_arg("m=mem:64M").unwrap();
-        assert_eq!(m.spec.backend, BackendSpec::Memory { size: 64 << 20 });
-        assert!(ExportConfig::parse_arg("x=tape:/dev/st0").is_err());
-        assert!(ExportConfig::parse_arg("x=file:/a,bogus").is_err());
-        assert!(ExportConfig::parse_arg("noequals").is_err());
-        assert!(ExportConfig::parse_arg("=mem:1M").is_err());
-    }
-
-    #[test]
-    fn testing_layers_in_export_specs() {
-        let e = ExportConfig::parse_arg("d=mem:1M,fail=write:enospc:after=3,fail=flush:eio:nth=1")
-            .unwrap();
-        let rules: Vec<String> = e.spec.faults.iter().map(ToString::to_string).collect();
-        assert_eq!(rules, ["write:enospc:after=3", "flush:eio:nth=1"]);
-        assert_eq!(e.spec.power_loss_seed, None);
-        let p = ExportConfig::parse_arg("d=file:/x,power-loss").unwrap();
-        assert_eq!(p.spec.power_loss_seed, Some(1));
-        let p = ExportConfig::parse_arg("d=file:/x,power-loss=42").unwrap();
-        assert_eq!(p.spec.power_loss_seed, Some(42));
-        let e = ExportConfig::parse_arg("d=mem:1M,fail=write:eio").unwrap_err();
-        assert!(e.to_string().contains("three parts"), "{e}");
-        assert!(ExportConfig::parse_arg("d=file:/x,power-loss=soon").is_err());
+        assert_eq!(m.spec, "mem:64M".parse().unwrap());
+        let e = ExportConfig::parse_arg("x=tape:/dev/st0").unwrap_err();
+        assert!(matches!(e, ConfigError::BadExportSpec(_)), "{e:?}");
+        assert!(e.to_string().contains("unknown backend \"tape\""), "{e}");
+        assert!(matches!(
+            ExportConfig::parse_arg("noequals"),
+            Err(ConfigError::BadExportArg { .. })
+        ));
+        assert!(matches!(
+            ExportConfig::parse_arg("=mem:1M"),
+            Err(ConfigError::BadExportName { .. })
+        ));
+        let c: ServerConfig =
+            toml::from_str("[[export]]\nname = \"a\"\nspec = \"mem:1M,power-loss=4\"").unwrap();
+        assert_eq!(c.export[0].spec.power_loss_seed(), Some(4));
+        let e = toml::from_str::<ServerConfig>("[[export]]\nname = \"a\"\nspec = \"mem:x\"")
+            .unwrap_err();
+        assert!(e.to_string().contains("bad size \"x\""), "{e}");
     }
 
     #[test]

@@ -21,7 +21,7 @@ use sluice_nbd_proto::{
     HandshakeStatus, NbdErrno, Negotiated, ReplyStyle, RequestHeader, ServerHandshake, TlsPolicy,
     TransmissionParams,
 };
-use sluice_storage::{BlockingClass, DeviceError, ZeroMode};
+use sluice_storage::{BlockingClass, DeviceError, IoOp, ZeroMode};
 use tracing::{debug, error, info, trace, warn};
 
 use crate::buffer::{RecvBuf, ReplyBuf};
@@ -768,7 +768,11 @@ impl Transmission {
         if !self.spliced_writes
             || self.pipeline != PipelineMode::Flexible
             || !self.sink.is_plain()
-            || !self.export.device.splices_writes()
+            || !self
+                .export
+                .device
+                .zero_copy()
+                .is_some_and(|z| z.splices_writes())
         {
             return Ok(Spliced::NotTaken);
         }
@@ -860,7 +864,14 @@ impl Transmission {
             device.write_at(prefix, offset, false)
         };
         if result.is_ok() {
-            result = device.write_from_pipe(pipe.read_end(), offset + prefix_len as u64, rest);
+            result = match device.zero_copy() {
+                Some(z) => z.write_from_pipe(pipe.read_end(), offset + prefix_len as u64, rest),
+                None => Err(DeviceError::Unsupported {
+                    device: format!("export {:?}", export.name),
+                    op: IoOp::Write,
+                    reason: "writes from a pipe",
+                }),
+            };
         }
         match result {
             Ok(()) => pipe.consumed(rest),
@@ -897,7 +908,7 @@ impl Transmission {
     /// disk). Returns false, having sent nothing, otherwise.
     fn mapped_read(&mut self, request: &Request, offset: u64, length: u32) -> bool {
         let export = Arc::clone(&self.export);
-        let Some(map) = export.device.mapped() else {
+        let Some(map) = export.device.zero_copy().and_then(|z| z.mapped()) else {
             return false;
         };
         let len = length as usize;

@@ -1,27 +1,18 @@
 //! Exports: a named device plus what the handshake tells clients about it.
+//! The device stack itself is built by `sluice_volume::VolumeBuilder`.
 
 use std::sync::Arc;
 
 use sluice_nbd_proto::consts::*;
 use sluice_nbd_proto::{BlockSizes, ExportCatalog, ExportInfo};
-use sluice_storage::{
-    BlockDevice, CacheConfig, CacheDevice, CacheMode, Capability, DeviceError,
-    FaultInjectionDevice, FileDevice, FileOptions, MemDevice, OpenError, PowerLossConfig,
-    PowerLossDevice,
-};
+use sluice_storage::{BlockDevice, CacheConfig, CacheMode, Capability};
+use sluice_volume::VolumeBuilder;
 
-use crate::config::{BackendSpec, CachePolicy, ExportConfig, ServerConfig};
+use crate::config::{CachePolicy, ExportConfig, ServerConfig};
 use crate::metrics::ExportMetrics;
 
-/// Why an export could not be opened.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ExportOpenError {
-    #[error(transparent)]
-    Open(#[from] OpenError),
-    #[error("cannot start its cache: {0}")]
-    Cache(#[from] DeviceError),
-}
+/// Why an export could not be opened: its device stack could not be.
+pub type ExportOpenError = sluice_volume::VolumeError;
 
 /// A device served under a name.
 #[derive(Debug)]
@@ -60,63 +51,10 @@ pub fn transmission_flags(cap: &Capability) -> u16 {
 }
 
 impl Export {
-    /// Opens the backing store an export config names, behind a buffer
-    /// cache unless `cache` is [`CachePolicy::None`]. The testing layers
-    /// sit between the two, where a disk would be: the power-loss
-    /// simulation right over the backing store, error injection over it.
+    /// Opens the device stack an export config names, behind the
+    /// server's buffer cache unless that is [`CachePolicy::None`].
     pub fn open(config: &ExportConfig, server: &ServerConfig) -> Result<Self, ExportOpenError> {
-        let device: Arc<dyn BlockDevice> = match &config.spec.backend {
-            BackendSpec::File { path, size, direct } => Arc::new(FileDevice::open(
-                path,
-                &FileOptions {
-                    read_only: config.spec.read_only,
-                    direct: *direct,
-                    size: *size,
-                },
-            )?),
-            BackendSpec::Memory { size } => Arc::new(MemDevice::new(*size, config.spec.read_only)),
-        };
-        let device: Arc<dyn BlockDevice> = match config.spec.power_loss_seed {
-            None => device,
-            Some(seed) => {
-                tracing::warn!(export = %config.name, seed, "power-loss simulation on: writes not flushed are lost when the process dies");
-                Arc::new(PowerLossDevice::new(
-                    device,
-                    PowerLossConfig {
-                        seed,
-                        ..PowerLossConfig::default()
-                    },
-                ))
-            }
-        };
-        let device: Arc<dyn BlockDevice> = if config.spec.faults.is_empty() {
-            device
-        } else {
-            let rules: Vec<String> = config.spec.faults.iter().map(ToString::to_string).collect();
-            tracing::warn!(export = %config.name, rules = ?rules, "error injection on");
-            Arc::new(FaultInjectionDevice::new(
-                device,
-                format!("export {:?}", config.name),
-                config.spec.faults.clone(),
-            ))
-        };
-        let mode = match server.cache {
-            CachePolicy::None => None,
-            CachePolicy::WriteThrough => Some(CacheMode::WriteThrough),
-            CachePolicy::WriteBack => Some(CacheMode::WriteBack),
-        };
-        let device: Arc<dyn BlockDevice> = match mode {
-            None => device,
-            Some(mode) => Arc::new(CacheDevice::new(
-                device,
-                CacheConfig {
-                    mode,
-                    capacity: server.cache_size.0,
-                    readahead_max: server.readahead_max.0,
-                    ..CacheConfig::default()
-                },
-            )?),
-        };
+        let device = volume_builder(server).open(&config.name, &config.spec)?;
         Ok(Self::new(
             config.name.clone(),
             config.description.clone(),
@@ -151,6 +89,22 @@ impl Export {
             base_allocation: true,
         }
     }
+}
+
+/// What the server's settings add to every export's stack: the buffer
+/// cache, over all of the spec's layers.
+fn volume_builder(server: &ServerConfig) -> VolumeBuilder {
+    let mode = match server.cache {
+        CachePolicy::None => None,
+        CachePolicy::WriteThrough => Some(CacheMode::WriteThrough),
+        CachePolicy::WriteBack => Some(CacheMode::WriteBack),
+    };
+    VolumeBuilder::new(mode.map(|mode| CacheConfig {
+        mode,
+        capacity: server.cache_size.0,
+        readahead_max: server.readahead_max.0,
+        ..CacheConfig::default()
+    }))
 }
 
 /// All exports of a server; the default export answers the empty name.

@@ -18,8 +18,8 @@ mod stream;
 mod tls;
 
 pub use config::{
-    ByteSize, CachePolicy, ExportConfig, ExportSpec, ListenAddr, PipelineMode, ServerConfig,
-    TlsConfig, TlsIdentity, TlsMode,
+    ByteSize, CachePolicy, ExportConfig, ListenAddr, PipelineMode, ServerConfig, TlsConfig,
+    TlsIdentity, TlsMode,
 };
 pub use export::{Export, ExportRegistry};
 pub use server::{Server, ServerError, ServerHandle};

@@ -27,9 +27,7 @@ use sluice_nbd_proto::{HeaderStyle, RequestHeader};
 use sluice_server::{
     Export, ListenAddr, Server, ServerConfig, ServerError, ServerHandle, TlsConfig, TlsMode,
 };
-use sluice_storage::{
-    BlockDevice, BlockingClass, Capability, DeviceError, Extent, MemDevice, ZeroMode,
-};
+use sluice_storage::{BlockDevice, BlockingClass, Capability, DeviceError, MemDevice};
 
 // ---------------------------------------------------------------------------
 // Certificates
@@ -719,9 +717,9 @@ impl JitterDevice {
     }
 }
 
-impl BlockDevice for JitterDevice {
-    fn size(&self) -> u64 {
-        self.inner.size()
+impl sluice_storage::DeviceLayer for JitterDevice {
+    fn inner(&self) -> &dyn BlockDevice {
+        &self.inner
     }
     fn capability(&self) -> Capability {
         Capability {
@@ -736,21 +734,6 @@ impl BlockDevice for JitterDevice {
     fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<(), DeviceError> {
         self.pause();
         self.inner.write_at(buf, offset, fua)
-    }
-    fn flush(&self) -> Result<(), DeviceError> {
-        self.inner.flush()
-    }
-    fn trim(&self, offset: u64, length: u64, fua: bool) -> Result<(), DeviceError> {
-        self.inner.trim(offset, length, fua)
-    }
-    fn write_zeroes(&self, offset: u64, length: u64, mode: ZeroMode) -> Result<(), DeviceError> {
-        self.inner.write_zeroes(offset, length, mode)
-    }
-    fn extents(&self, offset: u64, length: u64, max: usize) -> Result<Vec<Extent>, DeviceError> {
-        self.inner.extents(offset, length, max)
-    }
-    fn cache(&self, offset: u64, length: u64) -> Result<(), DeviceError> {
-        self.inner.cache(offset, length)
     }
 }
 

@@ -157,6 +157,8 @@ struct Inner {
     device: Arc<dyn BlockDevice>,
     config: CacheConfig,
     size: u64,
+    /// The device refuses writes: they are passed down to be refused.
+    read_only: bool,
     shards: Box<[Shard]>,
     /// Blocks in insertion order, for second-chance eviction.
     order: Mutex<VecDeque<u64>>,
@@ -704,10 +706,12 @@ impl CacheDevice {
         config.capacity = config.capacity.max(BLOCK * 16);
         config.high_watermark = config.high_watermark.min(config.capacity / 2).max(BLOCK);
         config.low_watermark = config.low_watermark.min(config.high_watermark / 2);
+        let read_only = device.capability().read_only;
         let inner = Arc::new(Inner {
             device,
             config,
             size,
+            read_only,
             shards: (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect(),
             order: Mutex::new(VecDeque::new()),
             blocks: AtomicU64::new(0),
@@ -964,7 +968,11 @@ impl Drop for CacheDevice {
     }
 }
 
-impl BlockDevice for CacheDevice {
+impl crate::DeviceLayer for CacheDevice {
+    fn inner(&self) -> &dyn BlockDevice {
+        self.inner.device.as_ref()
+    }
+
     fn size(&self) -> u64 {
         self.inner.size
     }
@@ -1002,7 +1010,9 @@ impl BlockDevice for CacheDevice {
             offset,
             buf.len() as u64,
         )?;
-        if inner.config.mode == CacheMode::WriteThrough {
+        if inner.config.mode == CacheMode::WriteThrough || inner.read_only {
+            // A read-only device refuses the write itself, before anything
+            // is cached.
             inner.device.write_at(buf, offset, fua)?;
             // Cached copies are now stale: drop them (nothing is dirty in
             // write-through mode, so this never writes back).
@@ -1133,7 +1143,8 @@ impl BlockDevice for CacheDevice {
             kind: MetricKind::Counter,
             value: v.load(Ordering::Relaxed) as f64,
         };
-        let mut m = vec![
+        let mut m = self.inner.device.metrics();
+        m.extend([
             c(
                 "cache_read_hits_total",
                 "Block reads served from the cache.",
@@ -1175,7 +1186,7 @@ impl BlockDevice for CacheDevice {
                 "Prefetched bytes evicted unread.",
                 &s.readahead_wasted_bytes,
             ),
-        ];
+        ]);
         m.push(DeviceMetric {
             name: "cache_dirty_bytes",
             help: "Dirty bytes not yet written back.",
@@ -1220,9 +1231,9 @@ mod tests {
         }
     }
 
-    impl BlockDevice for Counting {
-        fn size(&self) -> u64 {
-            self.inner.size()
+    impl crate::DeviceLayer for Counting {
+        fn inner(&self) -> &dyn BlockDevice {
+            &self.inner
         }
         fn capability(&self) -> Capability {
             Capability {
@@ -1242,18 +1253,6 @@ mod tests {
         fn flush(&self) -> Result<(), DeviceError> {
             self.flushes.fetch_add(1, Ordering::SeqCst);
             Ok(())
-        }
-        fn trim(&self, o: u64, l: u64, f: bool) -> Result<(), DeviceError> {
-            self.inner.trim(o, l, f)
-        }
-        fn write_zeroes(&self, o: u64, l: u64, m: ZeroMode) -> Result<(), DeviceError> {
-            self.inner.write_zeroes(o, l, m)
-        }
-        fn extents(&self, o: u64, l: u64, m: usize) -> Result<Vec<Extent>, DeviceError> {
-            self.inner.extents(o, l, m)
-        }
-        fn cache(&self, o: u64, l: u64) -> Result<(), DeviceError> {
-            self.inner.cache(o, l)
         }
     }
 
@@ -1422,33 +1421,6 @@ mod tests {
                 .load(Ordering::SeqCst),
             0
         );
-    }
-
-    #[test]
-    fn trim_and_zero_discard_cached_data() {
-        let dev = Arc::new(Counting::new(1 << 20));
-        let cache = CacheDevice::new(dev.clone(), no_readahead(CacheMode::WriteBack)).unwrap();
-        cache.write_at(&[1u8; 65536 * 2], 0, false).unwrap();
-        cache
-            .write_zeroes(
-                100,
-                65536,
-                ZeroMode {
-                    may_trim: true,
-                    fast: false,
-                    fua: false,
-                },
-            )
-            .unwrap();
-        let mut b = vec![9u8; 65536 * 2];
-        cache.read_at(&mut b, 0).unwrap();
-        assert!(b[..100].iter().all(|&x| x == 1));
-        assert!(b[100..65636].iter().all(|&x| x == 0));
-        assert!(b[65636..].iter().all(|&x| x == 1));
-        cache.flush().unwrap();
-        let mut direct = vec![9u8; 65536 * 2];
-        dev.inner.read_at(&mut direct, 0).unwrap();
-        assert_eq!(direct, b);
     }
 
     #[test]

@@ -27,9 +27,7 @@ use std::sync::{Arc, Mutex};
 use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 
-use crate::{
-    BlockDevice, Capability, DeviceError, DeviceMetric, Extent, IoOp, MetricKind, ZeroMode,
-};
+use crate::{BlockDevice, DeviceError, DeviceMetric, IoOp, MetricKind, ZeroMode};
 
 /// Seed of the rate trigger's generator.
 const RATE_SEED: u64 = 0x5eed_fa17;
@@ -319,12 +317,9 @@ impl FaultInjectionDevice {
     }
 }
 
-impl BlockDevice for FaultInjectionDevice {
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-    fn capability(&self) -> Capability {
-        self.inner.capability()
+impl crate::DeviceLayer for FaultInjectionDevice {
+    fn inner(&self) -> &dyn BlockDevice {
+        self.inner.as_ref()
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
         self.check(IoOp::Read, offset, buf.len() as u64)?;
@@ -355,12 +350,6 @@ impl BlockDevice for FaultInjectionDevice {
     fn write_zeroes(&self, offset: u64, length: u64, mode: ZeroMode) -> Result<(), DeviceError> {
         self.check(IoOp::WriteZeroes, offset, length)?;
         self.inner.write_zeroes(offset, length, mode)
-    }
-    fn extents(&self, offset: u64, length: u64, max: usize) -> Result<Vec<Extent>, DeviceError> {
-        self.inner.extents(offset, length, max)
-    }
-    fn cache(&self, offset: u64, length: u64) -> Result<(), DeviceError> {
-        self.inner.cache(offset, length)
     }
     fn metrics(&self) -> Vec<DeviceMetric> {
         let mut m = self.inner.metrics();

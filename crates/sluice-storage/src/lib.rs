@@ -1,10 +1,15 @@
 //! Block devices for sluice.
 //!
-//! [`BlockDevice`] is the one trait every volume implements (file, memory,
-//! and later cache, RAID and remote devices as wrappers). A device
+//! [`BlockDevice`] is the one trait every volume implements: the few
+//! operations every volume has. Wrappers (cache, error injection,
+//! power-loss simulation, test devices) are [`DeviceLayer`]s, which
+//! forward what they do not change; the Linux zero-copy paths of a
+//! buffered file are an optional extension, [`ZeroCopy`]. A device
 //! declares what it can do in a [`Capability`], which the server maps onto
 //! NBD transmission flags, and how it behaves under concurrency and
 //! blocking, which the server uses to choose where to run each request.
+//! Every device stack runs the same behaviour suite
+//! (`sluice_testkit::conformance`).
 //!
 //! Callers (the server core) check ranges before calling; devices still
 //! return [`DeviceError::OutOfRange`] rather than panic if a bug slips by.
@@ -113,13 +118,16 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
     fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<(), DeviceError>;
     /// Makes every completed write durable.
     fn flush(&self) -> Result<(), DeviceError>;
-    /// Discards a range (a hint: contents afterwards are unspecified).
+    /// Discards a range, a hint: afterwards each byte of it reads either
+    /// as it did or as zero (NBD promises less; every device here keeps
+    /// to this, and the conformance suite checks it).
     fn trim(&self, offset: u64, length: u64, fua: bool) -> Result<(), DeviceError>;
     /// Makes a range read as zeroes.
     fn write_zeroes(&self, offset: u64, length: u64, mode: ZeroMode) -> Result<(), DeviceError>;
     /// Allocation of `[offset, offset+length)` as consecutive extents,
-    /// at most `max_extents` of them (at least one); the last may end
-    /// before the range does.
+    /// at most `max_extents` of them (at least one), never past the range;
+    /// they may end before the range does only when there are
+    /// `max_extents` of them.
     fn extents(
         &self,
         offset: u64,
@@ -133,36 +141,158 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
     fn metrics(&self) -> Vec<DeviceMetric> {
         Vec::new()
     }
-    /// The device's bytes as a shared mapping the kernel can send from
-    /// directly (a buffered file), if it has one. Wrappers that change
-    /// what reads return (caches, simulations) must not pass it on.
-    fn mapped(&self) -> Option<&MappedBytes> {
+    /// The Linux zero-copy paths of this device, if it has them (a
+    /// buffered file). Layers never pass this on: a layer that changes
+    /// what reads return or what writes do (a cache, a simulation) would
+    /// be bypassed by a path that reaches the file directly, so
+    /// [`DeviceLayer`]'s blanket implementation always answers `None`.
+    fn zero_copy(&self) -> Option<&dyn ZeroCopy> {
         None
     }
+}
+
+/// Optional zero-copy paths a device offers beside [`BlockDevice`], for
+/// a server that can move bytes between a socket and the device without
+/// copying them through its own buffers. Reached through
+/// [`BlockDevice::zero_copy`]; only devices whose reads and writes are
+/// exactly the file's implement it.
+pub trait ZeroCopy: Send + Sync {
+    /// The device's bytes as a shared mapping the kernel can send from
+    /// directly, if it has one.
+    fn mapped(&self) -> Option<&MappedBytes>;
     /// Whether [`write_from_pipe`](Self::write_from_pipe) works: the
-    /// device is a buffered file the kernel can splice into. Wrappers that
-    /// change what writes do (caches, simulations) must not pass it on.
-    fn splices_writes(&self) -> bool {
-        false
-    }
+    /// device is a writable buffered file the kernel can splice into.
+    fn splices_writes(&self) -> bool;
     /// Writes exactly `len` bytes taken from the pipe `pipe` at `offset`,
-    /// like [`write_at`](Self::write_at) without FUA; the kernel moves
-    /// them from the pipe into the page cache, so a payload spliced from
-    /// a socket is copied once instead of twice. On an error, what is
-    /// left in the pipe is the caller's to drain. Only called when
+    /// like [`BlockDevice::write_at`] without FUA; the kernel moves them
+    /// from the pipe into the page cache, so a payload spliced from a
+    /// socket is copied once instead of twice. On an error, what is left
+    /// in the pipe is the caller's to drain. Only called when
     /// [`splices_writes`](Self::splices_writes) is true.
     fn write_from_pipe(
         &self,
         pipe: std::os::fd::BorrowedFd<'_>,
         offset: u64,
         len: usize,
-    ) -> Result<(), DeviceError> {
-        let _ = pipe;
-        Err(DeviceError::Unsupported {
-            device: format!("device at offset {offset} ({len} bytes)"),
-            op: IoOp::Write,
-            reason: "writes from a pipe",
-        })
+    ) -> Result<(), DeviceError>;
+}
+
+/// A device that wraps another and changes only part of what it does:
+/// cache, error injection, power-loss simulation, test devices. Every
+/// `DeviceLayer` is a [`BlockDevice`] through a blanket implementation,
+/// so a layer writes [`inner`](Self::inner) and overrides only the
+/// operations it changes (nbdkit filters' `next_ops`, opendal's
+/// `LayeredAccess`).
+///
+/// What a layer does by default, decided once here:
+/// - `size`, `capability`, `write_at`, `flush`, `trim`, `write_zeroes`,
+///   `extents`, `cache` and `metrics` go to the device beneath unchanged.
+///   A layer that holds data the device beneath does not have yet (a
+///   write-back cache, a volatile-cache simulation) must override
+///   `extents`, or it reports holes where its data is. A layer with
+///   metrics of its own appends them to the inner device's.
+/// - `read_at_nowait` goes through the layer's *own* `read_at` (blocking
+///   and answering `true`), so overriding `read_at` is always enough to
+///   change what reads return. A layer that leaves reads alone and wants
+///   the inner device's non-blocking reads overrides it to forward.
+/// - [`BlockDevice::zero_copy`] is never passed on (see there).
+///
+/// Name the trait by path in `impl` blocks rather than importing it
+/// beside [`BlockDevice`]: with both in scope, calls like `layer.read_at`
+/// are ambiguous.
+pub trait DeviceLayer: Send + Sync + std::fmt::Debug {
+    /// The device beneath.
+    fn inner(&self) -> &dyn BlockDevice;
+    /// Size in bytes.
+    fn size(&self) -> u64 {
+        self.inner().size()
+    }
+    /// What the device supports.
+    fn capability(&self) -> Capability {
+        self.inner().capability()
+    }
+    /// See [`BlockDevice::read_at`].
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+        self.inner().read_at(buf, offset)
+    }
+    /// See [`BlockDevice::read_at_nowait`]; by default this layer's own
+    /// blocking [`read_at`](Self::read_at).
+    fn read_at_nowait(&self, buf: &mut [u8], offset: u64) -> Result<bool, DeviceError> {
+        self.read_at(buf, offset).map(|()| true)
+    }
+    /// See [`BlockDevice::write_at`].
+    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<(), DeviceError> {
+        self.inner().write_at(buf, offset, fua)
+    }
+    /// See [`BlockDevice::flush`].
+    fn flush(&self) -> Result<(), DeviceError> {
+        self.inner().flush()
+    }
+    /// See [`BlockDevice::trim`].
+    fn trim(&self, offset: u64, length: u64, fua: bool) -> Result<(), DeviceError> {
+        self.inner().trim(offset, length, fua)
+    }
+    /// See [`BlockDevice::write_zeroes`].
+    fn write_zeroes(&self, offset: u64, length: u64, mode: ZeroMode) -> Result<(), DeviceError> {
+        self.inner().write_zeroes(offset, length, mode)
+    }
+    /// See [`BlockDevice::extents`].
+    fn extents(
+        &self,
+        offset: u64,
+        length: u64,
+        max_extents: usize,
+    ) -> Result<Vec<Extent>, DeviceError> {
+        self.inner().extents(offset, length, max_extents)
+    }
+    /// See [`BlockDevice::cache`].
+    fn cache(&self, offset: u64, length: u64) -> Result<(), DeviceError> {
+        self.inner().cache(offset, length)
+    }
+    /// See [`BlockDevice::metrics`].
+    fn metrics(&self) -> Vec<DeviceMetric> {
+        self.inner().metrics()
+    }
+}
+
+impl<L: DeviceLayer> BlockDevice for L {
+    fn size(&self) -> u64 {
+        DeviceLayer::size(self)
+    }
+    fn capability(&self) -> Capability {
+        DeviceLayer::capability(self)
+    }
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+        DeviceLayer::read_at(self, buf, offset)
+    }
+    fn read_at_nowait(&self, buf: &mut [u8], offset: u64) -> Result<bool, DeviceError> {
+        DeviceLayer::read_at_nowait(self, buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<(), DeviceError> {
+        DeviceLayer::write_at(self, buf, offset, fua)
+    }
+    fn flush(&self) -> Result<(), DeviceError> {
+        DeviceLayer::flush(self)
+    }
+    fn trim(&self, offset: u64, length: u64, fua: bool) -> Result<(), DeviceError> {
+        DeviceLayer::trim(self, offset, length, fua)
+    }
+    fn write_zeroes(&self, offset: u64, length: u64, mode: ZeroMode) -> Result<(), DeviceError> {
+        DeviceLayer::write_zeroes(self, offset, length, mode)
+    }
+    fn extents(
+        &self,
+        offset: u64,
+        length: u64,
+        max_extents: usize,
+    ) -> Result<Vec<Extent>, DeviceError> {
+        DeviceLayer::extents(self, offset, length, max_extents)
+    }
+    fn cache(&self, offset: u64, length: u64) -> Result<(), DeviceError> {
+        DeviceLayer::cache(self, offset, length)
+    }
+    fn metrics(&self) -> Vec<DeviceMetric> {
+        DeviceLayer::metrics(self)
     }
 }
 

@@ -263,9 +263,9 @@ impl PowerLossDevice {
     }
 }
 
-impl BlockDevice for PowerLossDevice {
-    fn size(&self) -> u64 {
-        self.inner.size()
+impl crate::DeviceLayer for PowerLossDevice {
+    fn inner(&self) -> &dyn BlockDevice {
+        self.inner.as_ref()
     }
     fn capability(&self) -> Capability {
         Capability {
@@ -340,6 +340,7 @@ impl BlockDevice for PowerLossDevice {
         })
     }
     fn extents(&self, offset: u64, length: u64, max: usize) -> Result<Vec<Extent>, DeviceError> {
+        self.check(IoOp::Extents, offset, length)?;
         let st = self.lock();
         if st
             .pending
@@ -355,9 +356,6 @@ impl BlockDevice for PowerLossDevice {
             }]);
         }
         self.inner.extents(offset, length, max)
-    }
-    fn cache(&self, offset: u64, length: u64) -> Result<(), DeviceError> {
-        self.inner.cache(offset, length)
     }
     fn metrics(&self) -> Vec<DeviceMetric> {
         let mut m = self.inner.metrics();
@@ -435,42 +433,6 @@ mod tests {
         let lost = d.power_loss();
         assert_eq!((lost.lost_writes, lost.lost_bytes), (2, 4096 + 512));
         assert_eq!(read(&d, 0, 4096), vec![0; 4096]);
-    }
-
-    #[test]
-    fn flush_and_fua_survive_power_loss() {
-        let (_, d) = device(0, 0);
-        d.write_at(&[1; 512], 0, false).expect("write");
-        d.flush().expect("flush");
-        d.write_at(&[2; 512], 512, true).expect("fua write");
-        d.write_at(&[3; 512], 1024, false).expect("write");
-        d.power_loss();
-        let got = read(&d, 0, 1536);
-        assert_eq!(&got[..512], &[1; 512]);
-        assert_eq!(&got[512..1024], &[2; 512]);
-        assert_eq!(&got[1024..], &[0; 512]);
-    }
-
-    #[test]
-    fn reads_always_match_a_plain_device_whatever_was_written_early() {
-        let (_, d) = device(60, 30);
-        let reference = MemDevice::new(1 << 20, false);
-        let mut rng = SmallRng::seed_from_u64(3);
-        for round in 0..2000u32 {
-            let sectors = rng.random_range(1..16u64);
-            let offset = rng.random_range(0..64u64) * SECTOR;
-            let data = vec![(round % 251) as u8 + 1; (sectors * SECTOR) as usize];
-            d.write_at(&data, offset, false).expect("write");
-            reference.write_at(&data, offset, false).expect("write");
-            if round % 100 == 99 {
-                assert_eq!(
-                    read(&d, 0, 80 * 512),
-                    read(&reference, 0, 80 * 512),
-                    "{round}"
-                );
-            }
-        }
-        assert!(d.torn_writes.load(Ordering::Relaxed) > 50);
     }
 
     #[test]

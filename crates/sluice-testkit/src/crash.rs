@@ -20,7 +20,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use sluice_storage::{BlockDevice, Capability, DeviceError, Extent, IoOp, ZeroMode};
+use sluice_storage::{BlockDevice, DeviceError, Extent, IoOp, ZeroMode};
 
 /// Bytes per modelled sector.
 pub const SECTOR: usize = 512;
@@ -339,12 +339,9 @@ impl KillSwitchDevice {
     }
 }
 
-impl BlockDevice for KillSwitchDevice {
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-    fn capability(&self) -> Capability {
-        self.inner.capability()
+impl sluice_storage::DeviceLayer for KillSwitchDevice {
+    fn inner(&self) -> &dyn BlockDevice {
+        self.inner.as_ref()
     }
     fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
         self.alive(IoOp::Read)?;
@@ -391,15 +388,9 @@ impl SkipFlushDevice {
     }
 }
 
-impl BlockDevice for SkipFlushDevice {
-    fn size(&self) -> u64 {
-        self.inner.size()
-    }
-    fn capability(&self) -> Capability {
-        self.inner.capability()
-    }
-    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
-        self.inner.read_at(buf, offset)
+impl sluice_storage::DeviceLayer for SkipFlushDevice {
+    fn inner(&self) -> &dyn BlockDevice {
+        self.inner.as_ref()
     }
     fn write_at(&self, buf: &[u8], offset: u64, _fua: bool) -> Result<(), DeviceError> {
         self.inner.write_at(buf, offset, false)
@@ -413,12 +404,6 @@ impl BlockDevice for SkipFlushDevice {
     fn write_zeroes(&self, offset: u64, length: u64, mode: ZeroMode) -> Result<(), DeviceError> {
         self.inner
             .write_zeroes(offset, length, ZeroMode { fua: false, ..mode })
-    }
-    fn extents(&self, offset: u64, length: u64, max: usize) -> Result<Vec<Extent>, DeviceError> {
-        self.inner.extents(offset, length, max)
-    }
-    fn cache(&self, offset: u64, length: u64) -> Result<(), DeviceError> {
-        self.inner.cache(offset, length)
     }
 }
 

@@ -1,17 +1,17 @@
 //! Test-only building blocks shared by the crates' tests: devices that
-//! make concurrency and completion order observable without timing, and
+//! make concurrency and completion order observable without timing,
 //! ([`crash`]) the model of expected contents the crash-consistency tests
-//! check against. A dev-dependency only; nothing in production links it.
+//! check against, and ([`conformance`]) the behaviour suite every device
+//! stack runs. A dev-dependency only; nothing in production links it.
 
+pub mod conformance;
 pub mod crash;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
 
-use sluice_storage::{
-    BlockDevice, BlockingClass, Capability, DeviceError, Extent, MemDevice, ZeroMode,
-};
+use sluice_storage::{BlockDevice, BlockingClass, Capability, DeviceError, MemDevice};
 
 /// A memory device whose reads at offsets listed in `gate_offsets` wait
 /// until the test opens the gate, and which records how many reads run
@@ -49,9 +49,9 @@ impl GatedDevice {
     }
 }
 
-impl BlockDevice for GatedDevice {
-    fn size(&self) -> u64 {
-        self.inner.size()
+impl sluice_storage::DeviceLayer for GatedDevice {
+    fn inner(&self) -> &dyn BlockDevice {
+        &self.inner
     }
     fn capability(&self) -> Capability {
         Capability {
@@ -72,23 +72,5 @@ impl BlockDevice for GatedDevice {
         let r = self.inner.read_at(buf, offset);
         self.running.fetch_sub(1, Ordering::SeqCst);
         r
-    }
-    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<(), DeviceError> {
-        self.inner.write_at(buf, offset, fua)
-    }
-    fn flush(&self) -> Result<(), DeviceError> {
-        self.inner.flush()
-    }
-    fn trim(&self, offset: u64, length: u64, fua: bool) -> Result<(), DeviceError> {
-        self.inner.trim(offset, length, fua)
-    }
-    fn write_zeroes(&self, offset: u64, length: u64, mode: ZeroMode) -> Result<(), DeviceError> {
-        self.inner.write_zeroes(offset, length, mode)
-    }
-    fn extents(&self, offset: u64, length: u64, max: usize) -> Result<Vec<Extent>, DeviceError> {
-        self.inner.extents(offset, length, max)
-    }
-    fn cache(&self, offset: u64, length: u64) -> Result<(), DeviceError> {
-        self.inner.cache(offset, length)
     }
 }
