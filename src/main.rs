@@ -168,28 +168,28 @@ fn serve_config(args: ServeArgs) -> Result<ServerConfig> {
         config.io_threads = n;
     }
     if let Some(n) = args.max_connections {
-        config.max_connections = n;
+        config.limits.max_connections = n;
     }
     if let Some(s) = args.handshake_timeout {
-        config.handshake_timeout_secs = s;
+        config.timeouts.handshake_timeout_secs = s;
     }
     if let Some(s) = args.send_timeout {
-        config.send_timeout_secs = s;
+        config.timeouts.send_timeout_secs = s;
     }
     if let Some(s) = args.idle_timeout {
-        config.idle_timeout_secs = s;
+        config.timeouts.idle_timeout_secs = s;
     }
     if let Some(b) = args.max_inflight_bytes {
-        config.max_inflight_bytes_per_connection = b.0;
+        config.limits.max_inflight_bytes_per_connection = b.0;
     }
     if let Some(us) = args.spin_us {
-        config.spin_us = us;
+        config.receive.spin_us = us;
     }
     if let Some(n) = args.coalesce_max {
-        config.coalesce_max = n;
+        config.receive.coalesce_max = n;
     }
     if let Some(us) = args.coalesce_wait_us {
-        config.coalesce_wait_us = us;
+        config.receive.coalesce_wait_us = us;
     }
     if let Some(c) = args.cache {
         config.cache = c;
@@ -201,13 +201,13 @@ fn serve_config(args: ServeArgs) -> Result<ServerConfig> {
         config.readahead_max = b;
     }
     if let Some(p) = args.pipelined_reads {
-        config.pipelined_reads = p;
+        config.fast_paths.pipelined_reads = p;
     }
     if let Some(m) = args.mapped_reads {
-        config.mapped_reads = m;
+        config.fast_paths.mapped_reads = m;
     }
     if let Some(s) = args.spliced_writes {
-        config.spliced_writes = s;
+        config.fast_paths.spliced_writes = s;
     }
     if let Some(a) = args.metrics {
         config.metrics = Some(a);

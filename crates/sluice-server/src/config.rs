@@ -799,6 +799,67 @@ mod tests {
     }
 
     #[test]
+    fn grouped_settings_keep_their_top_level_toml_keys() {
+        let c: ServerConfig = toml::from_str(
+            r#"
+            handshake_timeout_secs = 5
+            send_timeout_secs = 6
+            idle_timeout_secs = 7
+            max_connections = 8
+            max_inflight_bytes_per_connection = 9
+            spin_us = 10
+            coalesce_max = 11
+            coalesce_wait_us = 12
+            pipelined_reads = false
+            mapped_reads = false
+            spliced_writes = false
+            io_threads = 3
+            "#,
+        )
+        .unwrap();
+        assert_eq!(
+            c.timeouts,
+            Timeouts {
+                handshake_timeout_secs: 5,
+                send_timeout_secs: 6,
+                idle_timeout_secs: 7,
+            }
+        );
+        assert_eq!(
+            c.limits,
+            Limits {
+                max_connections: 8,
+                max_inflight_bytes_per_connection: 9,
+            }
+        );
+        assert_eq!(
+            c.receive,
+            ReceiveTuning {
+                spin_us: 10,
+                coalesce_max: 11,
+                coalesce_wait_us: 12,
+            }
+        );
+        assert_eq!(
+            c.fast_paths,
+            FastPaths {
+                pipelined_reads: false,
+                mapped_reads: false,
+                spliced_writes: false,
+            }
+        );
+        assert_eq!(c.io_threads, 3);
+        // Keys left out keep their defaults, group by group.
+        let c: ServerConfig = toml::from_str("send_timeout_secs = 1").unwrap();
+        assert_eq!(c.timeouts.handshake_timeout_secs, 30);
+        assert_eq!(c.receive, ReceiveTuning::default());
+        // Unknown keys and bad values are still refused.
+        assert!(toml::from_str::<ServerConfig>("spin = 1").is_err());
+        assert!(toml::from_str::<ServerConfig>("spin_us = \"soon\"").is_err());
+        assert!(toml::from_str::<ServerConfig>("[timeouts]\nsend_timeout_secs = 1").is_err());
+    }
+
+    #[test]
     fn tls_config() {
         let c: ServerConfig = toml::from_str(
             r#"

@@ -50,8 +50,8 @@ use sluice_nbd_proto::{ExportAccess, TlsPolicy};
 
 use crate::buffer::RecvBuf;
 use crate::config::{TlsConfig, TlsIdentity, TlsMode};
-use crate::stop::{wait_readable, Readiness, StopSignal};
 use crate::socket::Socket;
+use crate::stop::{wait_readable, Readiness, StopSignal};
 
 /// The CA that signs client certificates (read with `verify_peer`).
 pub const CA_CERT_FILE: &str = "ca-cert.pem";

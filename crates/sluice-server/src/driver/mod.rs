@@ -166,7 +166,12 @@ pub(crate) trait Protocol {
 
     /// Validates a complete message. A message answered at once (a
     /// rejected request) is answered through `d`.
-    fn start(&mut self, head: &Self::Head, received: Instant, d: &mut Dispatch) -> Start<Self::Request>;
+    fn start(
+        &mut self,
+        head: &Self::Head,
+        received: Instant,
+        d: &mut Dispatch,
+    ) -> Start<Self::Request>;
 
     /// What runs this session's requests.
     fn executor(&self) -> &Arc<Self::Executor>;
@@ -256,7 +261,12 @@ enum End {
 /// Serves a connection whose handshake is done until the client leaves,
 /// the server stops, or the protocol breaks; `buf` holds what arrived
 /// after the handshake. Never panics on client input.
-pub(crate) fn serve<P: Protocol>(mut stream: Stream, mut buf: RecvBuf, protocol: P, env: &DriverEnv) {
+pub(crate) fn serve<P: Protocol>(
+    mut stream: Stream,
+    mut buf: RecvBuf,
+    protocol: P,
+    env: &DriverEnv,
+) {
     if let Err(e) = stream.set_send_timeout(env.timeouts.send()) {
         error!(error = %e, "cannot set the send timeout on the client socket");
         return;
@@ -314,7 +324,10 @@ impl<P: Protocol> Connection<P> {
             self.dispatch.flush()?;
             buf.relax(IDLE_BUF);
             self.dispatch.wait_for_room();
-            match self.receiver.receive(stream, buf, self.dispatch.in_flight())? {
+            match self
+                .receiver
+                .receive(stream, buf, self.dispatch.in_flight())?
+            {
                 Received::Data => {}
                 Received::Eof => return Ok(End::Eof),
                 Received::Stop => return Ok(End::Shutdown),
@@ -336,7 +349,10 @@ impl<P: Protocol> Connection<P> {
                 Ok(Decoded::Partial(frame)) => {
                     let have = buf.data().len();
                     let mut io = PayloadIo::new(stream, buf, &mut self.receiver);
-                    match self.protocol.receive_rest(&frame, &mut io, &mut self.dispatch)? {
+                    match self
+                        .protocol
+                        .receive_rest(&frame, &mut io, &mut self.dispatch)?
+                    {
                         Taken::Done => {
                             self.receiver.request_done(frame.len);
                             continue;
@@ -354,7 +370,12 @@ impl<P: Protocol> Connection<P> {
                     buf.reserve_message(n);
                     return Ok(None);
                 }
-                Err(ProtocolViolation(e)) => return Err(DriverError::Protocol(e)),
+                Err(ProtocolViolation(e)) => {
+                    // What was answered before the violation still goes
+                    // out (best effort: the connection is closing anyway).
+                    let _ = self.dispatch.flush();
+                    return Err(DriverError::Protocol(e));
+                }
             };
             let payload = &buf.data()[frame.header_len..frame.len];
             let close = self.handle(&frame.head, payload);

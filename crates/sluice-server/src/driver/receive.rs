@@ -160,8 +160,9 @@ impl Receiver {
                 }
             }
             let partial = !buf.data().is_empty();
-            let left =
-                |deadline: Option<Instant>| deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let left = |deadline: Option<Instant>| {
+                deadline.map(|d| d.saturating_duration_since(Instant::now()))
+            };
             let (stop, timeout) = match (partial, self.stop.is_set()) {
                 (false, _) => (Some(self.stop.as_ref()), left(idle_deadline)),
                 (true, false) => (None, left(stall_deadline)),
@@ -261,7 +262,11 @@ pub(crate) struct PayloadIo<'a> {
 }
 
 impl<'a> PayloadIo<'a> {
-    pub(super) fn new(stream: &'a Stream, buf: &'a mut RecvBuf, receiver: &'a mut Receiver) -> Self {
+    pub(super) fn new(
+        stream: &'a Stream,
+        buf: &'a mut RecvBuf,
+        receiver: &'a mut Receiver,
+    ) -> Self {
         Self {
             stream,
             buf,

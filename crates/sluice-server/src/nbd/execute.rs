@@ -78,7 +78,13 @@ impl Execute for NbdExecutor {
         }
     }
 
-    fn execute(&self, request: &Request, payload: &[u8], nowait: bool, out: &mut ReplyBuf) -> Outcome {
+    fn execute(
+        &self,
+        request: &Request,
+        payload: &[u8],
+        nowait: bool,
+        out: &mut ReplyBuf,
+    ) -> Outcome {
         request.execute(self, payload, nowait, out)
     }
 
@@ -106,7 +112,13 @@ impl Request {
     /// Runs the command against the device and appends its complete reply
     /// to `out`. With `nowait`, a read that would block appends nothing
     /// and returns [`Outcome::WouldBlock`].
-    fn execute(&self, exec: &NbdExecutor, payload: &[u8], nowait: bool, out: &mut ReplyBuf) -> Outcome {
+    fn execute(
+        &self,
+        exec: &NbdExecutor,
+        payload: &[u8],
+        nowait: bool,
+        out: &mut ReplyBuf,
+    ) -> Outcome {
         let style = exec.params.reply_style;
         let device = exec.export.device.as_ref();
         let result = match self.cmd {
@@ -151,7 +163,14 @@ impl Request {
         Outcome::Done { failed }
     }
 
-    fn read(&self, exec: &NbdExecutor, offset: u64, length: u32, nowait: bool, out: &mut ReplyBuf) -> Outcome {
+    fn read(
+        &self,
+        exec: &NbdExecutor,
+        offset: u64,
+        length: u32,
+        nowait: bool,
+        out: &mut ReplyBuf,
+    ) -> Outcome {
         let style = exec.params.reply_style;
         let (cookie, req_offset) = (self.cookie, self.offset);
         if length == 0 {

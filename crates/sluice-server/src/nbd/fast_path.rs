@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_nbd_proto::consts::{REPLY_FLAG_DONE, REPLY_TYPE_NONE};
-use sluice_nbd_proto::{encode_chunk_header, encode_error_offset, encode_read_data_header, Command, RequestHeader};
+use sluice_nbd_proto::{
+    encode_chunk_header, encode_error_offset, encode_read_data_header, Command, RequestHeader,
+};
 use sluice_storage::BlockingClass;
 use tracing::{debug, error};
 
@@ -214,9 +216,12 @@ impl NbdSession {
         // `map` (borrowed from `export`) stays mapped across the send.
         let failed = d.send_mapped(&self.mapped_header, data).is_err();
         d.metrics().mapped_reads.fetch_add(1, Ordering::Relaxed);
-        export
-            .metrics
-            .record(CommandKind::Read, u64::from(length), failed, received.elapsed());
+        export.metrics.record(
+            CommandKind::Read,
+            u64::from(length),
+            failed,
+            received.elapsed(),
+        );
         true
     }
 
@@ -247,7 +252,8 @@ impl NbdSession {
             let len = (piece_end - pos) as u32;
             let batch = d.batch();
             let start = batch.len();
-            batch.encode(|o| encode_read_data_header(o, style, cookie, req_offset, pos, len, false));
+            batch
+                .encode(|o| encode_read_data_header(o, style, cookie, req_offset, pos, len, false));
             let data = batch.tail_mut(len as usize);
             if try_inline && matches!(export.device.read_at_nowait(data, pos), Ok(true)) {
                 d.end_reply(seq);
@@ -259,7 +265,15 @@ impl NbdSession {
             pos = piece_end;
         }
         let done_chunk = move |o: &mut Vec<u8>| {
-            encode_chunk_header(o, style, REPLY_FLAG_DONE, REPLY_TYPE_NONE, cookie, req_offset, 0)
+            encode_chunk_header(
+                o,
+                style,
+                REPLY_FLAG_DONE,
+                REPLY_TYPE_NONE,
+                cookie,
+                req_offset,
+                0,
+            )
         };
         if missing.is_empty() {
             d.batch().encode(done_chunk);
@@ -285,7 +299,9 @@ impl NbdSession {
             d.spawn(u64::from(len), move |mut job| {
                 let started = Instant::now();
                 let mut out = ReplyBuf::with_capacity(0);
-                out.encode(|o| encode_read_data_header(o, style, cookie, req_offset, pos, len, false));
+                out.encode(|o| {
+                    encode_read_data_header(o, style, cookie, req_offset, pos, len, false)
+                });
                 if let Err(e) = export.device.read_at(out.tail_mut(len as usize), pos) {
                     failed.store(true, Ordering::Relaxed);
                     let errno = nbd_errno(&e);
@@ -293,7 +309,9 @@ impl NbdSession {
                     let message = format!("{errno}: {}", short_reason(&e));
                     out.clear();
                     out.encode(|o| {
-                        encode_error_offset(o, style, cookie, req_offset, errno, &message, pos, false)
+                        encode_error_offset(
+                            o, style, cookie, req_offset, errno, &message, pos, false,
+                        )
                     });
                 }
                 job.metrics.add_busy(Stage::ExecutePool, started.elapsed());
