@@ -141,6 +141,9 @@ impl Histogram {
     }
 }
 
+/// One counter of a command's metrics.
+type CounterOf = fn(&CommandMetrics) -> &AtomicU64;
+
 #[derive(Debug, Default)]
 struct CommandMetrics {
     ops: AtomicU64,
@@ -306,7 +309,7 @@ impl ServerMetrics {
             let _ = writeln!(out, "process_cpu_seconds_total {cpu}");
         }
         let exports: Vec<_> = exports.collect();
-        let counters: [(&str, &str, fn(&CommandMetrics) -> &AtomicU64); 3] = [
+        let counters: [(&str, &str, CounterOf); 3] = [
             (
                 "sluice_requests_total",
                 "Requests completed, by export and command.",
