@@ -7,7 +7,10 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
-use sluice_server::{ExportConfig, ListenAddr, PipelineMode, Server, ServerConfig};
+use sluice_server::{
+    ExportConfig, FastPaths, Limits, ListenAddr, PipelineMode, ReceiveTuning, Server, ServerConfig,
+    Timeouts,
+};
 
 mod bench_cmd;
 mod model_cmd;
@@ -52,38 +55,12 @@ struct ServeArgs {
     /// Threads for device I/O that would block a connection.
     #[arg(long, value_name = "N")]
     io_threads: Option<usize>,
-    /// Most simultaneous connections; more are closed at once.
-    #[arg(long, value_name = "N")]
-    max_connections: Option<usize>,
-    /// Seconds a client may take to finish the handshake, at least 1
-    /// (default 30).
-    #[arg(long, value_name = "SECS")]
-    handshake_timeout: Option<u64>,
-    /// Seconds one send of replies may take before a client that does
-    /// not read them is disconnected; 0: never (default 60).
-    #[arg(long, value_name = "SECS")]
-    send_timeout: Option<u64>,
-    /// Seconds a connection may have no request in flight and send nothing
-    /// before it is closed; also how long a half-sent request may stall
-    /// (without it: the send timeout). 0: never (default).
-    #[arg(long, value_name = "SECS")]
-    idle_timeout: Option<u64>,
-    /// Bytes of handed-off requests in flight per connection before it
-    /// stops reading (K/M/G suffixes; default 64M).
-    #[arg(long, value_name = "BYTES")]
-    max_inflight_bytes: Option<sluice_server::ByteSize>,
-    /// Microseconds a connection polls its socket before sleeping (0: off).
-    #[arg(long, value_name = "US")]
-    spin_us: Option<u64>,
-    /// Most requests a connection lets pile up in its socket before it
-    /// wakes (request coalescing; chosen per connection by measuring;
-    /// 1: off; default 8).
-    #[arg(long, value_name = "N")]
-    coalesce_max: Option<u32>,
-    /// Microseconds a connection waits for a batch of requests to fill
-    /// (0: coalescing off; default 50).
-    #[arg(long, value_name = "US")]
-    coalesce_wait_us: Option<u64>,
+    #[command(flatten)]
+    limits: LimitArgs,
+    #[command(flatten)]
+    timeouts: TimeoutArgs,
+    #[command(flatten)]
+    receive: ReceiveArgs,
     /// Buffer cache per export: none, writethrough or writeback.
     #[arg(long, value_name = "POLICY")]
     cache: Option<sluice_server::CachePolicy>,
@@ -93,17 +70,8 @@ struct ServeArgs {
     /// Largest read-ahead window of the cache (0 disables read-ahead).
     #[arg(long, value_name = "BYTES")]
     readahead_max: Option<sluice_server::ByteSize>,
-    /// Answer large reads piece by piece as parts become ready (true/false).
-    #[arg(long, value_name = "BOOL")]
-    pipelined_reads: Option<bool>,
-    /// Send large page-cache reads of file exports straight from a shared
-    /// mapping of the file, one copy instead of two (true/false).
-    #[arg(long, value_name = "BOOL")]
-    mapped_reads: Option<bool>,
-    /// Splice the payload of large writes to file exports from the socket
-    /// into the file, one copy instead of two (true/false).
-    #[arg(long, value_name = "BOOL")]
-    spliced_writes: Option<bool>,
+    #[command(flatten)]
+    fast_paths: FastPathArgs,
     /// Serve Prometheus metrics on http://ADDR/metrics (e.g. 127.0.0.1:9109).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<std::net::SocketAddr>,
@@ -123,6 +91,122 @@ struct ServeArgs {
     /// verified client certificate. Needs --tls-verify-peer.
     #[arg(long, value_name = "NAME=ID", value_parser = parse_tls_allow)]
     tls_allow: Vec<(String, sluice_server::TlsIdentity)>,
+}
+
+/// `--max-connections`, `--max-inflight-bytes`.
+#[derive(Debug, Args)]
+struct LimitArgs {
+    /// Most simultaneous connections; more are closed at once.
+    #[arg(long, value_name = "N")]
+    max_connections: Option<usize>,
+    /// Bytes of handed-off requests in flight per connection before it
+    /// stops reading (K/M/G suffixes; default 64M).
+    #[arg(long, value_name = "BYTES")]
+    max_inflight_bytes: Option<sluice_server::ByteSize>,
+}
+
+impl LimitArgs {
+    fn apply(self, limits: &mut Limits) {
+        if let Some(n) = self.max_connections {
+            limits.max_connections = n;
+        }
+        if let Some(b) = self.max_inflight_bytes {
+            limits.max_inflight_bytes_per_connection = b.0;
+        }
+    }
+}
+
+/// `--handshake-timeout`, `--send-timeout`, `--idle-timeout`.
+#[derive(Debug, Args)]
+struct TimeoutArgs {
+    /// Seconds a client may take to finish the handshake, at least 1
+    /// (default 30).
+    #[arg(long, value_name = "SECS")]
+    handshake_timeout: Option<u64>,
+    /// Seconds one send of replies may take before a client that does
+    /// not read them is disconnected; 0: never (default 60).
+    #[arg(long, value_name = "SECS")]
+    send_timeout: Option<u64>,
+    /// Seconds a connection may have no request in flight and send nothing
+    /// before it is closed; also how long a half-sent request may stall
+    /// (without it: the send timeout). 0: never (default).
+    #[arg(long, value_name = "SECS")]
+    idle_timeout: Option<u64>,
+}
+
+impl TimeoutArgs {
+    fn apply(self, timeouts: &mut Timeouts) {
+        if let Some(s) = self.handshake_timeout {
+            timeouts.handshake_timeout_secs = s;
+        }
+        if let Some(s) = self.send_timeout {
+            timeouts.send_timeout_secs = s;
+        }
+        if let Some(s) = self.idle_timeout {
+            timeouts.idle_timeout_secs = s;
+        }
+    }
+}
+
+/// `--spin-us`, `--coalesce-max`, `--coalesce-wait-us`.
+#[derive(Debug, Args)]
+struct ReceiveArgs {
+    /// Microseconds a connection polls its socket before sleeping (0: off).
+    #[arg(long, value_name = "US")]
+    spin_us: Option<u64>,
+    /// Most requests a connection lets pile up in its socket before it
+    /// wakes (request coalescing; chosen per connection by measuring;
+    /// 1: off; default 8).
+    #[arg(long, value_name = "N")]
+    coalesce_max: Option<u32>,
+    /// Microseconds a connection waits for a batch of requests to fill
+    /// (0: coalescing off; default 50).
+    #[arg(long, value_name = "US")]
+    coalesce_wait_us: Option<u64>,
+}
+
+impl ReceiveArgs {
+    fn apply(self, receive: &mut ReceiveTuning) {
+        if let Some(us) = self.spin_us {
+            receive.spin_us = us;
+        }
+        if let Some(n) = self.coalesce_max {
+            receive.coalesce_max = n;
+        }
+        if let Some(us) = self.coalesce_wait_us {
+            receive.coalesce_wait_us = us;
+        }
+    }
+}
+
+/// `--pipelined-reads`, `--mapped-reads`, `--spliced-writes`.
+#[derive(Debug, Args)]
+struct FastPathArgs {
+    /// Answer large reads piece by piece as parts become ready (true/false).
+    #[arg(long, value_name = "BOOL")]
+    pipelined_reads: Option<bool>,
+    /// Send large page-cache reads of file exports straight from a shared
+    /// mapping of the file, one copy instead of two (true/false).
+    #[arg(long, value_name = "BOOL")]
+    mapped_reads: Option<bool>,
+    /// Splice the payload of large writes to file exports from the socket
+    /// into the file, one copy instead of two (true/false).
+    #[arg(long, value_name = "BOOL")]
+    spliced_writes: Option<bool>,
+}
+
+impl FastPathArgs {
+    fn apply(self, fast_paths: &mut FastPaths) {
+        if let Some(p) = self.pipelined_reads {
+            fast_paths.pipelined_reads = p;
+        }
+        if let Some(m) = self.mapped_reads {
+            fast_paths.mapped_reads = m;
+        }
+        if let Some(s) = self.spliced_writes {
+            fast_paths.spliced_writes = s;
+        }
+    }
 }
 
 fn parse_tls_allow(arg: &str) -> Result<(String, sluice_server::TlsIdentity), String> {
@@ -167,30 +251,9 @@ fn serve_config(args: ServeArgs) -> Result<ServerConfig> {
     if let Some(n) = args.io_threads {
         config.io_threads = n;
     }
-    if let Some(n) = args.max_connections {
-        config.max_connections = n;
-    }
-    if let Some(s) = args.handshake_timeout {
-        config.handshake_timeout_secs = s;
-    }
-    if let Some(s) = args.send_timeout {
-        config.send_timeout_secs = s;
-    }
-    if let Some(s) = args.idle_timeout {
-        config.idle_timeout_secs = s;
-    }
-    if let Some(b) = args.max_inflight_bytes {
-        config.max_inflight_bytes_per_connection = b.0;
-    }
-    if let Some(us) = args.spin_us {
-        config.spin_us = us;
-    }
-    if let Some(n) = args.coalesce_max {
-        config.coalesce_max = n;
-    }
-    if let Some(us) = args.coalesce_wait_us {
-        config.coalesce_wait_us = us;
-    }
+    args.limits.apply(&mut config.limits);
+    args.timeouts.apply(&mut config.timeouts);
+    args.receive.apply(&mut config.receive);
     if let Some(c) = args.cache {
         config.cache = c;
     }
@@ -200,15 +263,7 @@ fn serve_config(args: ServeArgs) -> Result<ServerConfig> {
     if let Some(b) = args.readahead_max {
         config.readahead_max = b;
     }
-    if let Some(p) = args.pipelined_reads {
-        config.pipelined_reads = p;
-    }
-    if let Some(m) = args.mapped_reads {
-        config.mapped_reads = m;
-    }
-    if let Some(s) = args.spliced_writes {
-        config.spliced_writes = s;
-    }
+    args.fast_paths.apply(&mut config.fast_paths);
     if let Some(a) = args.metrics {
         config.metrics = Some(a);
     }

@@ -113,7 +113,7 @@ impl EmbeddedServer {
             ..ServerConfig::default()
         };
         if let Some(us) = config.spin_us {
-            server_config.spin_us = us;
+            server_config.receive.spin_us = us;
         }
         if let Some(n) = config.io_threads {
             server_config.io_threads = n.max(1);

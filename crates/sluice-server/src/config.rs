@@ -387,22 +387,13 @@ impl<'de> Deserialize<'de> for ByteSize {
     }
 }
 
-/// Everything the server needs to run.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct ServerConfig {
-    /// Listening addresses.
-    pub listen: Vec<ListenAddr>,
-    /// Exports; the one named `default`, else the first, is the default.
-    pub export: Vec<ExportConfig>,
-    /// Request pipelining.
-    pub pipeline: PipelineMode,
-    /// Threads that run device I/O which would block a connection thread.
-    pub io_threads: usize,
+/// How long the server waits for a client (`--*-timeout`). The fields
+/// are top-level keys of the TOML file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct Timeouts {
     /// Seconds a client may take to finish the handshake (at least 1).
     pub handshake_timeout_secs: u64,
-    /// Most connections served at once; more are refused.
-    pub max_connections: usize,
     /// Seconds one send of replies may take (a client that does not read,
     /// or reads a trickle) before the connection is closed; 0: wait
     /// forever. A request received only in part also gets this long for
@@ -412,13 +403,50 @@ pub struct ServerConfig {
     /// and receive nothing before it is closed; 0: never. Also how long a
     /// request received only in part may wait for its next bytes.
     pub idle_timeout_secs: u64,
-    /// Most bytes of handed-off requests in flight per connection before
-    /// the connection stops reading (back-pressure).
-    pub max_inflight_bytes_per_connection: u64,
-    /// Where to serve Prometheus metrics (`GET /metrics`), if anywhere.
-    pub metrics: Option<SocketAddr>,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            handshake_timeout_secs: 30,
+            send_timeout_secs: 60,
+            idle_timeout_secs: 0,
+        }
+    }
+}
+
+impl Timeouts {
+    /// The handshake timeout as a duration.
+    pub fn handshake(&self) -> Duration {
+        Duration::from_secs(self.handshake_timeout_secs.max(1))
+    }
+
+    /// The send timeout, if any.
+    pub fn send(&self) -> Option<Duration> {
+        (self.send_timeout_secs > 0).then(|| Duration::from_secs(self.send_timeout_secs))
+    }
+
+    /// The idle timeout, if any.
+    pub fn idle(&self) -> Option<Duration> {
+        (self.idle_timeout_secs > 0).then(|| Duration::from_secs(self.idle_timeout_secs))
+    }
+
+    /// How long a request whose first bytes arrived may wait for the
+    /// next: the idle timeout, or without one the send timeout (a peer
+    /// that stops halfway through a transfer, in either direction).
+    pub fn stall(&self) -> Option<Duration> {
+        self.idle().or(self.send())
+    }
+}
+
+/// How a connection waits for requests before sleeping: polling and
+/// coalescing (`--spin-us`, `--coalesce-*`). See
+/// docs/design/0001-threading-model.md.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct ReceiveTuning {
     /// Microseconds a connection thread polls its socket before blocking
-    /// (0 disables polling). See docs/design/0001-threading-model.md.
+    /// (0 disables polling).
     pub spin_us: u64,
     /// Largest number of requests a connection lets pile up in its socket
     /// before waking (1 disables coalescing). The size in force is chosen
@@ -427,12 +455,35 @@ pub struct ServerConfig {
     /// Microseconds a connection waits for a batch of requests to fill
     /// before serving what has arrived (0 disables coalescing).
     pub coalesce_wait_us: u64,
-    /// Buffer cache policy for every export.
-    pub cache: CachePolicy,
-    /// Bytes of cache per export.
-    pub cache_size: ByteSize,
-    /// Largest read-ahead window (0 disables read-ahead).
-    pub readahead_max: ByteSize,
+}
+
+impl Default for ReceiveTuning {
+    fn default() -> Self {
+        Self {
+            spin_us: 40,
+            coalesce_max: 8,
+            coalesce_wait_us: 50,
+        }
+    }
+}
+
+impl ReceiveTuning {
+    /// The poll window before blocking on a receive (zero: never poll).
+    pub fn spin(&self) -> Duration {
+        Duration::from_micros(self.spin_us)
+    }
+
+    /// The longest wait for a batch of requests to fill.
+    pub fn coalesce_wait(&self) -> Duration {
+        Duration::from_micros(self.coalesce_wait_us)
+    }
+}
+
+/// The NBD data path's shortcuts (`--pipelined-reads`, `--mapped-reads`,
+/// `--spliced-writes`), each on by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct FastPaths {
     /// Answer reads over 256 KiB that miss memory piece by piece, each
     /// piece sent as soon as it is read (structured replies only).
     pub pipelined_reads: bool,
@@ -444,6 +495,71 @@ pub struct ServerConfig {
     /// splice it into the file (one copy instead of two; buffered file
     /// exports without TLS, `pipeline = "flexible"`, no FUA).
     pub spliced_writes: bool,
+}
+
+impl Default for FastPaths {
+    fn default() -> Self {
+        Self {
+            pipelined_reads: true,
+            mapped_reads: true,
+            spliced_writes: true,
+        }
+    }
+}
+
+/// What one client, or all of them, may hold of the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct Limits {
+    /// Most connections served at once; more are refused.
+    pub max_connections: usize,
+    /// Most bytes of handed-off requests in flight per connection before
+    /// the connection stops reading (back-pressure).
+    pub max_inflight_bytes_per_connection: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_connections: 1024,
+            max_inflight_bytes_per_connection: 64 << 20,
+        }
+    }
+}
+
+/// Everything the server needs to run. The groups are flattened: the
+/// TOML file names their fields at the top level.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// Listening addresses.
+    pub listen: Vec<ListenAddr>,
+    /// Exports; the one named `default`, else the first, is the default.
+    pub export: Vec<ExportConfig>,
+    /// Request pipelining.
+    pub pipeline: PipelineMode,
+    /// Threads that run device I/O which would block a connection thread.
+    pub io_threads: usize,
+    /// Handshake, send and idle timeouts.
+    #[serde(flatten)]
+    pub timeouts: Timeouts,
+    /// Connection and in-flight limits.
+    #[serde(flatten)]
+    pub limits: Limits,
+    /// Where to serve Prometheus metrics (`GET /metrics`), if anywhere.
+    pub metrics: Option<SocketAddr>,
+    /// Polling and coalescing before a connection sleeps.
+    #[serde(flatten)]
+    pub receive: ReceiveTuning,
+    /// Buffer cache policy for every export.
+    pub cache: CachePolicy,
+    /// Bytes of cache per export.
+    pub cache_size: ByteSize,
+    /// Largest read-ahead window (0 disables read-ahead).
+    pub readahead_max: ByteSize,
+    /// NBD pipelined reads, mapped reads and spliced writes.
+    #[serde(flatten)]
+    pub fast_paths: FastPaths,
     /// TLS (STARTTLS), client certificates and per-export allow-lists.
     pub tls: TlsConfig,
 }
@@ -455,45 +571,23 @@ impl Default for ServerConfig {
             export: Vec::new(),
             pipeline: PipelineMode::Flexible,
             io_threads: 16,
-            handshake_timeout_secs: 30,
-            max_connections: 1024,
-            send_timeout_secs: 60,
-            idle_timeout_secs: 0,
-            max_inflight_bytes_per_connection: 64 << 20,
+            timeouts: Timeouts::default(),
+            limits: Limits::default(),
             metrics: None,
-            spin_us: 40,
-            coalesce_max: 8,
-            coalesce_wait_us: 50,
+            receive: ReceiveTuning::default(),
             cache: CachePolicy::None,
             cache_size: ByteSize(256 << 20),
             readahead_max: ByteSize(4 << 20),
-            pipelined_reads: true,
-            mapped_reads: true,
-            spliced_writes: true,
+            fast_paths: FastPaths::default(),
             tls: TlsConfig::default(),
         }
     }
 }
 
 impl ServerConfig {
-    /// The handshake timeout as a duration.
-    pub fn handshake_timeout(&self) -> Duration {
-        Duration::from_secs(self.handshake_timeout_secs.max(1))
-    }
-
-    /// The send timeout, if any.
-    pub fn send_timeout(&self) -> Option<Duration> {
-        (self.send_timeout_secs > 0).then(|| Duration::from_secs(self.send_timeout_secs))
-    }
-
-    /// The idle timeout, if any.
-    pub fn idle_timeout(&self) -> Option<Duration> {
-        (self.idle_timeout_secs > 0).then(|| Duration::from_secs(self.idle_timeout_secs))
-    }
-
     /// Checks names are valid and unique, and limits are usable.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.handshake_timeout_secs == 0 {
+        if self.timeouts.handshake_timeout_secs == 0 {
             return Err(ConfigError::ZeroHandshakeTimeout);
         }
         let mut seen = std::collections::HashSet::new();
@@ -521,7 +615,7 @@ mod tests {
     fn a_zero_handshake_timeout_is_refused() {
         let mut c = ServerConfig::default();
         assert!(c.validate().is_ok());
-        c.handshake_timeout_secs = 0;
+        c.timeouts.handshake_timeout_secs = 0;
         let e = c.validate().unwrap_err();
         assert!(matches!(e, ConfigError::ZeroHandshakeTimeout));
         assert!(e.to_string().contains("handshake timeout of 0 s"), "{e}");
@@ -593,6 +687,67 @@ mod tests {
         );
         assert!(toml::from_str::<ServerConfig>("cache = \"sometimes\"").is_err());
         assert!(toml::from_str::<ServerConfig>("bogus = 1").is_err());
+    }
+
+    #[test]
+    fn grouped_settings_keep_their_top_level_toml_keys() {
+        let c: ServerConfig = toml::from_str(
+            r#"
+            handshake_timeout_secs = 5
+            send_timeout_secs = 6
+            idle_timeout_secs = 7
+            max_connections = 8
+            max_inflight_bytes_per_connection = 9
+            spin_us = 10
+            coalesce_max = 11
+            coalesce_wait_us = 12
+            pipelined_reads = false
+            mapped_reads = false
+            spliced_writes = false
+            io_threads = 3
+            "#,
+        )
+        .unwrap();
+        assert_eq!(
+            c.timeouts,
+            Timeouts {
+                handshake_timeout_secs: 5,
+                send_timeout_secs: 6,
+                idle_timeout_secs: 7,
+            }
+        );
+        assert_eq!(
+            c.limits,
+            Limits {
+                max_connections: 8,
+                max_inflight_bytes_per_connection: 9,
+            }
+        );
+        assert_eq!(
+            c.receive,
+            ReceiveTuning {
+                spin_us: 10,
+                coalesce_max: 11,
+                coalesce_wait_us: 12,
+            }
+        );
+        assert_eq!(
+            c.fast_paths,
+            FastPaths {
+                pipelined_reads: false,
+                mapped_reads: false,
+                spliced_writes: false,
+            }
+        );
+        assert_eq!(c.io_threads, 3);
+        // Keys left out keep their defaults, group by group.
+        let c: ServerConfig = toml::from_str("send_timeout_secs = 1").unwrap();
+        assert_eq!(c.timeouts.handshake_timeout_secs, 30);
+        assert_eq!(c.receive, ReceiveTuning::default());
+        // Unknown keys and bad values are still refused.
+        assert!(toml::from_str::<ServerConfig>("spin = 1").is_err());
+        assert!(toml::from_str::<ServerConfig>("spin_us = \"soon\"").is_err());
+        assert!(toml::from_str::<ServerConfig>("[timeouts]\nsend_timeout_secs = 1").is_err());
     }
 
     #[test]

@@ -1,25 +1,23 @@
-//! sluice's NBD server: binds listeners, runs one thread per connection
-//! over the sans-IO protocol machines of `sluice-nbd-proto`, and executes
-//! requests against `sluice-storage` devices.
+//! sluice's server: binds listeners, runs one thread per connection
+//! through a protocol-neutral driver (`driver`), and serves NBD (`nbd`,
+//! over the sans-IO machines of `sluice-nbd-proto`) against
+//! `sluice-storage` devices.
 
 mod buffer;
-mod coalesce;
 pub mod config;
-mod connection;
+mod driver;
 pub mod export;
 pub mod metrics;
-mod payload_pipe;
-mod pool;
+mod nbd;
 mod server;
-mod sink;
-mod spin;
+mod socket;
 mod stop;
 mod stream;
 mod tls;
 
 pub use config::{
-    ByteSize, CachePolicy, ExportConfig, ListenAddr, PipelineMode, ServerConfig, TlsConfig,
-    TlsIdentity, TlsMode,
+    ByteSize, CachePolicy, ExportConfig, FastPaths, Limits, ListenAddr, PipelineMode,
+    ReceiveTuning, ServerConfig, Timeouts, TlsConfig, TlsIdentity, TlsMode,
 };
 pub use export::{Export, ExportRegistry};
 pub use server::{Server, ServerError, ServerHandle};

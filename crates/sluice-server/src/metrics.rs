@@ -141,6 +141,9 @@ impl Histogram {
     }
 }
 
+/// One counter of a command's metrics.
+type CounterOf = fn(&CommandMetrics) -> &AtomicU64;
+
 #[derive(Debug, Default)]
 struct CommandMetrics {
     ops: AtomicU64,
@@ -306,55 +309,35 @@ impl ServerMetrics {
             let _ = writeln!(out, "process_cpu_seconds_total {cpu}");
         }
         let exports: Vec<_> = exports.collect();
-        g(
-            &mut out,
-            "sluice_requests_total",
-            "counter",
-            "Requests completed, by export and command.",
-        );
-        for (name, m) in &exports {
-            for (k, c) in CommandKind::ALL.iter().zip(&m.commands) {
-                let _ = writeln!(
-                    out,
-                    "sluice_requests_total{{export=\"{}\",command=\"{}\"}} {}",
-                    escape(name),
-                    k.label(),
-                    c.ops.load(Ordering::Relaxed)
-                );
-            }
-        }
-        g(
-            &mut out,
-            "sluice_request_bytes_total",
-            "counter",
-            "Payload bytes moved or affected, by export and command.",
-        );
-        for (name, m) in &exports {
-            for (k, c) in CommandKind::ALL.iter().zip(&m.commands) {
-                let _ = writeln!(
-                    out,
-                    "sluice_request_bytes_total{{export=\"{}\",command=\"{}\"}} {}",
-                    escape(name),
-                    k.label(),
-                    c.bytes.load(Ordering::Relaxed)
-                );
-            }
-        }
-        g(
-            &mut out,
-            "sluice_request_errors_total",
-            "counter",
-            "Requests answered with an error.",
-        );
-        for (name, m) in &exports {
-            for (k, c) in CommandKind::ALL.iter().zip(&m.commands) {
-                let _ = writeln!(
-                    out,
-                    "sluice_request_errors_total{{export=\"{}\",command=\"{}\"}} {}",
-                    escape(name),
-                    k.label(),
-                    c.errors.load(Ordering::Relaxed)
-                );
+        let counters: [(&str, &str, CounterOf); 3] = [
+            (
+                "sluice_requests_total",
+                "Requests completed, by export and command.",
+                |c| &c.ops,
+            ),
+            (
+                "sluice_request_bytes_total",
+                "Payload bytes moved or affected, by export and command.",
+                |c| &c.bytes,
+            ),
+            (
+                "sluice_request_errors_total",
+                "Requests answered with an error.",
+                |c| &c.errors,
+            ),
+        ];
+        for (series, help, counter) in counters {
+            g(&mut out, series, "counter", help);
+            for (name, m) in &exports {
+                for (k, c) in CommandKind::ALL.iter().zip(&m.commands) {
+                    let _ = writeln!(
+                        out,
+                        "{series}{{export=\"{}\",command=\"{}\"}} {}",
+                        escape(name),
+                        k.label(),
+                        counter(c).load(Ordering::Relaxed)
+                    );
+                }
             }
         }
         g(

@@ -15,10 +15,12 @@ use thiserror::Error;
 use tracing::{debug, error, info, info_span, warn};
 
 use crate::config::{ListenAddr, ServerConfig};
-use crate::connection::{serve_connection, ConnectionContext};
+use crate::driver::pool::IoPool;
+use crate::driver::{ConnectionHandler, DriverEnv};
 use crate::export::{Export, ExportRegistry};
 use crate::metrics::ServerMetrics;
-use crate::pool::IoPool;
+use crate::nbd::NbdService;
+use crate::socket::Socket;
 use crate::stop::StopSignal;
 use crate::stream::Stream;
 use crate::tls::{handshake_policy, AccessPolicy, TlsAcceptor, TlsSetupError};
@@ -67,12 +69,19 @@ impl From<TlsSetupError> for ServerError {
     }
 }
 
-enum Listener {
+/// A bound listening socket.
+enum ListenSocket {
     Tcp(TcpListener),
     Unix(UnixListener, PathBuf),
 }
 
-impl Listener {
+/// A listening socket and the protocol its connections speak.
+struct Listener {
+    socket: ListenSocket,
+    protocol: Arc<dyn ConnectionHandler>,
+}
+
+impl ListenSocket {
     fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
         match self {
             Self::Tcp(l) => l.as_fd(),
@@ -86,12 +95,15 @@ impl Listener {
                 let (s, peer) = l.accept()?;
                 s.set_nonblocking(false)?;
                 s.set_nodelay(true)?;
-                Ok((Stream::Tcp(s), peer.to_string()))
+                Ok((Stream::Plain(Socket::Tcp(s)), peer.to_string()))
             }
             Self::Unix(l, path) => {
                 let (s, _) = l.accept()?;
                 s.set_nonblocking(false)?;
-                Ok((Stream::Unix(s), format!("unix:{}", path.display())))
+                Ok((
+                    Stream::Plain(Socket::Unix(s)),
+                    format!("unix:{}", path.display()),
+                ))
             }
         }
     }
@@ -132,7 +144,6 @@ pub struct Server {
     local_addrs: Vec<ListenAddr>,
     registry: Arc<ExportRegistry>,
     config: ServerConfig,
-    tls: Option<Arc<TlsAcceptor>>,
     shared: Arc<Shared>,
     metrics: Arc<ServerMetrics>,
     metrics_listener: Option<TcpListener>,
@@ -180,6 +191,16 @@ impl Server {
             return Err(crate::config::ConfigError::TlsAllowUnknownExport(name.clone()).into());
         }
         let tls = TlsAcceptor::load(&config.tls)?.map(Arc::new);
+        let registry = Arc::new(ExportRegistry::new(exports));
+        // Every configured address speaks NBD; another protocol gets its
+        // own handler here.
+        let nbd: Arc<dyn ConnectionHandler> = Arc::new(NbdService {
+            registry: Arc::clone(&registry),
+            tls_policy: handshake_policy(config.tls.mode, tls.as_deref()),
+            tls,
+            access: Arc::new(AccessPolicy::new(config.tls.allow.clone())),
+            fast_paths: config.fast_paths,
+        });
         let mut listeners = Vec::new();
         let mut local_addrs = Vec::new();
         for addr in &config.listen {
@@ -192,7 +213,10 @@ impl Server {
                     let l = TcpListener::bind(a).map_err(bind_err)?;
                     l.set_nonblocking(true).map_err(bind_err)?;
                     local_addrs.push(ListenAddr::Tcp(l.local_addr().map_err(bind_err)?));
-                    listeners.push(Listener::Tcp(l));
+                    listeners.push(Listener {
+                        socket: ListenSocket::Tcp(l),
+                        protocol: Arc::clone(&nbd),
+                    });
                 }
                 ListenAddr::Unix(path) => {
                     if path.exists() {
@@ -205,7 +229,10 @@ impl Server {
                     let l = UnixListener::bind(path).map_err(bind_err)?;
                     l.set_nonblocking(true).map_err(bind_err)?;
                     local_addrs.push(ListenAddr::Unix(path.clone()));
-                    listeners.push(Listener::Unix(l, path.clone()));
+                    listeners.push(Listener {
+                        socket: ListenSocket::Unix(l, path.clone()),
+                        protocol: Arc::clone(&nbd),
+                    });
                 }
             }
         }
@@ -225,9 +252,8 @@ impl Server {
         Ok(Self {
             listeners,
             local_addrs,
-            registry: Arc::new(ExportRegistry::new(exports)),
+            registry,
             config,
-            tls,
             metrics: Arc::new(ServerMetrics::default()),
             metrics_listener,
             metrics_addr,
@@ -272,36 +298,25 @@ impl Server {
     pub fn run(self) -> Result<(), ServerError> {
         let pool = Arc::new(IoPool::new(self.config.io_threads).map_err(ServerError::Threads)?);
         let metrics_endpoint = self.start_metrics_endpoint()?;
-        let ctx = Arc::new(ConnectionContext {
-            metrics: Arc::clone(&self.metrics),
-            registry: Arc::clone(&self.registry),
+        let env = Arc::new(DriverEnv {
             pool,
-            pipeline: self.config.pipeline,
-            handshake_timeout: self.config.handshake_timeout(),
-            max_inflight_bytes: self.config.max_inflight_bytes_per_connection,
-            spin: Duration::from_micros(self.config.spin_us),
-            coalesce_max: self.config.coalesce_max,
-            coalesce_wait: Duration::from_micros(self.config.coalesce_wait_us),
-            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            metrics: Arc::clone(&self.metrics),
             stop: Arc::clone(&self.shared.stop),
-            pipelined_reads: self.config.pipelined_reads,
-            mapped_reads: self.config.mapped_reads,
-            spliced_writes: self.config.spliced_writes,
-            tls_policy: handshake_policy(self.config.tls.mode, self.tls.as_deref()),
-            tls: self.tls.clone(),
-            access: Arc::new(AccessPolicy::new(self.config.tls.allow.clone())),
-            send_timeout: self.config.send_timeout(),
-            idle_timeout: self.config.idle_timeout(),
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            pipeline: self.config.pipeline,
+            timeouts: self.config.timeouts,
+            receive: self.config.receive,
+            limits: self.config.limits,
         });
-        let result = self.accept_loop(&ctx);
+        let result = self.accept_loop(&env);
         self.drain_connections();
         if let Some((http, thread)) = metrics_endpoint {
             http.unblock();
             let _ = thread.join();
         }
-        drop(ctx);
+        drop(env);
         for l in &self.listeners {
-            if let Listener::Unix(_, path) = l {
+            if let ListenSocket::Unix(_, path) = &l.socket {
                 let _ = std::fs::remove_file(path);
             }
         }
@@ -372,13 +387,13 @@ impl Server {
         Ok(Some((http, thread)))
     }
 
-    fn accept_loop(&self, ctx: &Arc<ConnectionContext>) -> Result<(), ServerError> {
+    fn accept_loop(&self, env: &Arc<DriverEnv>) -> Result<(), ServerError> {
         let next_id = AtomicU64::new(1);
         while !self.shared.stop.is_set() {
             let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(self.listeners.len() + 1);
             let stop_fd = self.shared.stop.fd();
             fds.push(PollFd::new(&stop_fd, PollFlags::IN));
-            let listener_fds: Vec<_> = self.listeners.iter().map(Listener::fd).collect();
+            let listener_fds: Vec<_> = self.listeners.iter().map(|l| l.socket.fd()).collect();
             for fd in &listener_fds {
                 fds.push(PollFd::new(fd, PollFlags::IN));
             }
@@ -394,10 +409,11 @@ impl Server {
                     continue;
                 }
                 loop {
-                    match listener.accept() {
+                    match listener.socket.accept() {
                         Ok((stream, peer)) => {
                             let id = next_id.fetch_add(1, Ordering::Relaxed);
-                            self.spawn_connection(id, stream, peer, ctx);
+                            let protocol = Arc::clone(&listener.protocol);
+                            self.spawn_connection(id, stream, peer, protocol, env);
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -419,7 +435,8 @@ impl Server {
         id: u64,
         stream: Stream,
         peer: String,
-        ctx: &Arc<ConnectionContext>,
+        protocol: Arc<dyn ConnectionHandler>,
+        env: &Arc<DriverEnv>,
     ) {
         let span = info_span!("conn", conn = id, peer = %peer, export = tracing::field::Empty);
         let registered = match stream.try_clone() {
@@ -435,14 +452,14 @@ impl Server {
                 .connections
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            if conns.len() >= self.config.max_connections {
-                warn!(parent: &span, limit = self.config.max_connections, "connection limit reached; refusing");
+            if conns.len() >= self.config.limits.max_connections {
+                warn!(parent: &span, limit = self.config.limits.max_connections, "connection limit reached; refusing");
                 return;
             }
             conns.insert(id, registered);
         }
         let shared = Arc::clone(&self.shared);
-        let ctx = Arc::clone(ctx);
+        let env = Arc::clone(env);
         self.metrics
             .connections_total
             .fetch_add(1, Ordering::Relaxed);
@@ -456,7 +473,7 @@ impl Server {
             .spawn(move || {
                 let _enter = span.enter();
                 info!("connection accepted");
-                serve_connection(stream, &ctx);
+                protocol.serve(stream, &env);
                 metrics.connections_active.fetch_sub(1, Ordering::Relaxed);
                 let mut conns = shared.connections.lock().unwrap_or_else(|p| p.into_inner());
                 conns.remove(&id);

@@ -1,85 +1,60 @@
-//! A connected client socket, TCP or Unix, in plaintext or (after
-//! STARTTLS) with TLS.
+//! A connection's byte stream: its socket in plaintext, or (after
+//! STARTTLS) the TLS session over it. Layers: `socket::Socket` at the
+//! bottom, `tls::TlsStream` over a socket, `Stream` over both.
 
 use std::io::{self, IoSlice, Write};
-use std::net::{Shutdown, TcpStream};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
-use std::os::unix::net::UnixStream;
+use std::net::Shutdown;
+use std::os::fd::BorrowedFd;
 use std::time::Instant;
 
 use crate::buffer::RecvBuf;
+use crate::socket::Socket;
 use crate::tls::TlsStream;
 
-/// One client connection's socket.
+/// One client connection's stream.
 #[derive(Debug)]
 pub(crate) enum Stream {
-    Tcp(TcpStream),
-    Unix(UnixStream),
+    /// Bytes go to the socket as they are.
+    Plain(Socket),
     /// After STARTTLS: the socket and its TLS session (see `tls`).
     Tls(Box<TlsStream>),
 }
 
 impl Stream {
+    /// The socket underneath.
+    #[inline]
+    pub(crate) fn socket(&self) -> &Socket {
+        match self {
+            Self::Plain(s) => s,
+            Self::Tls(t) => t.socket(),
+        }
+    }
+
     pub(crate) fn try_clone(&self) -> io::Result<Self> {
         Ok(match self {
-            Self::Tcp(s) => Self::Tcp(s.try_clone()?),
-            Self::Unix(s) => Self::Unix(s.try_clone()?),
+            Self::Plain(s) => Self::Plain(s.try_clone()?),
             Self::Tls(t) => Self::Tls(Box::new(t.try_clone()?)),
         })
     }
 
     pub(crate) fn shutdown(&self, how: Shutdown) -> io::Result<()> {
-        match self {
-            Self::Tcp(s) => s.shutdown(how),
-            Self::Unix(s) => s.shutdown(how),
-            Self::Tls(t) => t.socket().shutdown(how),
-        }
+        self.socket().shutdown(how)
     }
 
-    /// Sets the socket's send timeout (SO_SNDTIMEO; `None`: block
-    /// forever). A send that makes no progress for that long fails with
-    /// `WouldBlock`. Shared by every clone of the socket.
+    /// See [`Socket::set_send_timeout`].
     pub(crate) fn set_send_timeout(&self, timeout: Option<std::time::Duration>) -> io::Result<()> {
-        match self {
-            Self::Tcp(s) => s.set_write_timeout(timeout),
-            Self::Unix(s) => s.set_write_timeout(timeout),
-            Self::Tls(t) => t.socket().set_send_timeout(timeout),
-        }
+        self.socket().set_send_timeout(timeout)
     }
 
-    /// Sets `SO_RCVLOWAT`: `poll` reports the socket readable, and a
-    /// sleeping receiver is woken, only once `bytes` have arrived (or at
-    /// end of stream or on error). A non-blocking receive still returns
-    /// whatever is there.
+    /// See [`Socket::set_receive_low_water`].
     pub(crate) fn set_receive_low_water(&self, bytes: usize) -> io::Result<()> {
-        let value = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-        // SAFETY: `fd()` is an open socket borrowed for the call, and the
-        // option value points at a live `c_int` whose size is passed; the
-        // kernel only reads those 4 bytes. (rustix 1 has no wrapper for
-        // SO_RCVLOWAT.)
-        let rc = unsafe {
-            libc::setsockopt(
-                self.fd().as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_RCVLOWAT,
-                (&value as *const libc::c_int).cast(),
-                size_of::<libc::c_int>() as libc::socklen_t,
-            )
-        };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        }
+        self.socket().set_receive_low_water(bytes)
     }
 
     /// The socket's descriptor (for `poll`).
+    #[inline]
     pub(crate) fn fd(&self) -> BorrowedFd<'_> {
-        match self {
-            Self::Tcp(s) => s.as_fd(),
-            Self::Unix(s) => s.as_fd(),
-            Self::Tls(t) => t.socket().fd(),
-        }
+        self.socket().fd()
     }
 
     /// One non-blocking receive into `buf`: `Ok(None)` if nothing is
@@ -88,8 +63,8 @@ impl Stream {
     #[inline]
     pub(crate) fn try_fill(&mut self, buf: &mut RecvBuf) -> io::Result<Option<usize>> {
         match self {
+            Self::Plain(s) => s.try_fill(buf),
             Self::Tls(t) => t.try_fill(buf),
-            _ => buf.try_fill_from(self.fd()),
         }
     }
 
@@ -98,8 +73,8 @@ impl Stream {
     #[inline]
     pub(crate) fn has_buffered_input(&self) -> bool {
         match self {
+            Self::Plain(_) => false,
             Self::Tls(t) => t.has_buffered_input(),
-            _ => false,
         }
     }
 
@@ -111,104 +86,44 @@ impl Stream {
         }
     }
 
-    /// Writes every slice completely, with as few syscalls as the kernel
-    /// allows; fails with `TimedOut` once `deadline` has passed and bytes
-    /// remain (a
-    /// client that takes a trickle at a time is not waited for forever;
-    /// the socket's send timeout covers one send that makes no progress).
+    /// Writes every slice completely; see [`Socket::write_all_until`].
     pub(crate) fn write_all_until(
         &mut self,
-        mut bufs: &mut [IoSlice<'_>],
+        bufs: &mut [IoSlice<'_>],
         deadline: Option<Instant>,
     ) -> io::Result<()> {
-        if let Self::Tls(t) = self {
-            return t.write_all_vectored(bufs, deadline);
+        match self {
+            Self::Plain(s) => s.write_all_until(bufs, deadline),
+            Self::Tls(t) => t.write_all_vectored(bufs, deadline),
         }
-        IoSlice::advance_slices(&mut bufs, 0);
-        while !bufs.is_empty() {
-            match self.write_vectored(bufs) {
-                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                Ok(n) => IoSlice::advance_slices(&mut bufs, n),
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-            if !bufs.is_empty() && deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "client did not take the replies within the send timeout",
-                ));
-            }
-        }
-        Ok(())
     }
-}
 
-impl Stream {
     /// Whether bytes go to the socket as they are (no TLS), so the kernel
     /// can copy them from wherever they are.
     pub(crate) fn is_plain(&self) -> bool {
-        !matches!(self, Self::Tls(_))
+        matches!(self, Self::Plain(_))
     }
 
-    /// Like [`write_all_until`](Self::write_all_until) for address ranges
-    /// Rust never dereferences (a shared file mapping, see
-    /// `sluice_storage::MappedBytes`): the kernel copies them, and reports
-    /// an unmapped or truncated page as EFAULT. Plain sockets only.
+    /// See [`Socket::write_all_raw_until`]. Plain sockets only.
     pub(crate) fn write_all_raw_until(
         &mut self,
-        mut iov: &mut [libc::iovec],
+        iov: &mut [libc::iovec],
         deadline: Option<Instant>,
     ) -> io::Result<()> {
-        if !self.is_plain() {
-            return Err(io::Error::new(
+        match self {
+            Self::Plain(s) => s.write_all_raw_until(iov, deadline),
+            Self::Tls(_) => Err(io::Error::new(
                 io::ErrorKind::Unsupported,
                 "raw sends are for plaintext sockets",
-            ));
+            )),
         }
-        let fd = self.fd().as_raw_fd();
-        while !iov.is_empty() {
-            let count = iov.len().min(1024) as libc::c_int;
-            // SAFETY: `iov` is a valid array of `count` iovecs; each
-            // describes memory the caller keeps mapped for this call (the
-            // kernel validates the addresses and fails with EFAULT rather
-            // than fault); `fd` is this stream's open socket.
-            let n = unsafe { libc::writev(fd, iov.as_ptr(), count) };
-            if n < 0 {
-                let e = io::Error::last_os_error();
-                if e.kind() == io::ErrorKind::Interrupted {
-                    continue;
-                }
-                return Err(e);
-            }
-            if n == 0 {
-                return Err(io::ErrorKind::WriteZero.into());
-            }
-            let mut n = n as usize;
-            while let Some(first) = iov.first_mut() {
-                if n < first.iov_len {
-                    first.iov_base = first.iov_base.cast::<u8>().wrapping_add(n).cast();
-                    first.iov_len -= n;
-                    break;
-                }
-                n -= first.iov_len;
-                iov = &mut iov[1..];
-            }
-            if !iov.is_empty() && deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "client did not take the replies within the send timeout",
-                ));
-            }
-        }
-        Ok(())
     }
 }
 
 impl Write for Stream {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         match self {
-            Self::Tcp(s) => s.write(buf),
-            Self::Unix(s) => s.write(buf),
+            Self::Plain(s) => s.write(buf),
             Self::Tls(t) => t
                 .write_all_vectored(&[IoSlice::new(buf)], None)
                 .map(|()| buf.len()),
@@ -216,8 +131,7 @@ impl Write for Stream {
     }
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         match self {
-            Self::Tcp(s) => s.write_vectored(bufs),
-            Self::Unix(s) => s.write_vectored(bufs),
+            Self::Plain(s) => s.write_vectored(bufs),
             Self::Tls(t) => {
                 t.write_all_vectored(bufs, None)?;
                 Ok(bufs.iter().map(|b| b.len()).sum())

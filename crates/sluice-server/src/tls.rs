@@ -46,13 +46,12 @@ use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{RootCertStore, ServerConnection};
-use sluice_nbd_proto::{ExportAccess, ExportCatalog, ExportInfo, TlsPolicy};
+use sluice_nbd_proto::{ExportAccess, TlsPolicy};
 
 use crate::buffer::RecvBuf;
 use crate::config::{TlsConfig, TlsIdentity, TlsMode};
-use crate::export::ExportRegistry;
+use crate::socket::Socket;
 use crate::stop::{wait_readable, Readiness, StopSignal};
-use crate::stream::Stream;
 
 /// The CA that signs client certificates (read with `verify_peer`).
 pub const CA_CERT_FILE: &str = "ca-cert.pem";
@@ -276,28 +275,6 @@ impl AccessPolicy {
     }
 }
 
-/// The export catalog as one session sees it.
-pub(crate) struct SessionCatalog<'a> {
-    pub(crate) registry: &'a ExportRegistry,
-    pub(crate) policy: &'a AccessPolicy,
-    /// TLS has been started on this session.
-    pub(crate) tls: bool,
-    /// The verified client certificate's identity, if one was presented.
-    pub(crate) peer: Option<&'a PeerIdentity>,
-}
-
-impl ExportCatalog for SessionCatalog<'_> {
-    fn list(&self) -> Vec<(String, String)> {
-        self.registry.list()
-    }
-    fn lookup(&self, name: &str) -> Option<ExportInfo> {
-        self.registry.lookup(name)
-    }
-    fn access(&self, name: &str) -> ExportAccess {
-        self.policy.access(name, self.tls, self.peer)
-    }
-}
-
 // ---------------------------------------------------------------------------
 // The encrypted stream
 
@@ -320,8 +297,8 @@ fn tls_error(e: rustls::Error) -> io::Error {
 /// original (the connection thread's) receives.
 #[derive(Debug)]
 pub(crate) struct TlsStream {
-    /// The plaintext socket underneath (never itself TLS).
-    sock: Stream,
+    /// The socket underneath.
+    sock: Socket,
     shared: Arc<Shared>,
     /// Ciphertext received and not yet given to rustls: `raw[start..end]`.
     raw: Vec<u8>,
@@ -355,7 +332,7 @@ impl TlsStream {
     /// the STARTTLS ACK was sent. `early` is what the client sent after
     /// STARTTLS that was already received: the start of the handshake.
     pub(crate) fn accept(
-        sock: Stream,
+        sock: Socket,
         acceptor: &TlsAcceptor,
         early: &[u8],
         stop: &StopSignal,
@@ -440,7 +417,7 @@ impl TlsStream {
     }
 
     /// The socket underneath.
-    pub(crate) fn socket(&self) -> &Stream {
+    pub(crate) fn socket(&self) -> &Socket {
         &self.sock
     }
 
@@ -540,7 +517,7 @@ impl TlsStream {
     }
 
     /// Encrypts and sends every slice, in order, as one send; fails with
-    /// `TimedOut` if `deadline` passes first (see `Stream::write_all_until`).
+    /// `TimedOut` if `deadline` passes first (see `Socket::write_all_until`).
     pub(crate) fn write_all_vectored(
         &mut self,
         bufs: &[IoSlice<'_>],

@@ -12,7 +12,10 @@ use std::time::{Duration, Instant};
 
 use sluice_nbd_proto::consts::*;
 use sluice_nbd_proto::{HeaderStyle, RequestHeader};
-use sluice_server::{Export, ListenAddr, PipelineMode, Server, ServerConfig, ServerHandle};
+use sluice_server::{
+    Export, FastPaths, ListenAddr, PipelineMode, ReceiveTuning, Server, ServerConfig, ServerHandle,
+    Timeouts,
+};
 use sluice_storage::{BlockDevice, MemDevice};
 use sluice_testkit::GatedDevice;
 
@@ -487,7 +490,10 @@ fn file_server(dir: &tempfile::TempDir, mapped_reads: bool) -> TestServer {
     file_server_with(
         dir,
         ServerConfig {
-            mapped_reads,
+            fast_paths: FastPaths {
+                mapped_reads,
+                ..FastPaths::default()
+            },
             ..ServerConfig::default()
         },
     )
@@ -602,7 +608,10 @@ fn deep_queues_of_single_sends_are_coalesced_and_answered_correctly() {
         let config = ServerConfig {
             listen: vec!["127.0.0.1:0".parse().unwrap()],
             metrics: Some("127.0.0.1:0".parse().unwrap()),
-            coalesce_max,
+            receive: ReceiveTuning {
+                coalesce_max,
+                ..ReceiveTuning::default()
+            },
             ..ServerConfig::default()
         };
         let server = TestServer::with_config(Arc::new(MemDevice::new(1 << 20, false)), config);
@@ -655,7 +664,10 @@ fn large_write_payloads_are_spliced_into_the_file_and_read_back() {
     for spliced_writes in [true, false] {
         let dir = tempfile::tempdir().unwrap();
         let config = ServerConfig {
-            spliced_writes,
+            fast_paths: FastPaths {
+                spliced_writes,
+                ..FastPaths::default()
+            },
             ..ServerConfig::default()
         };
         let server = file_server_with(&dir, config);
@@ -699,7 +711,10 @@ fn spliced_writes_whose_last_bytes_trickle_in_are_answered_between_coalesced_rea
     // 105 ms of reads arrive while it coalesces, whatever it then keeps.
     let dir = tempfile::tempdir().unwrap();
     let config = ServerConfig {
-        send_timeout_secs: 3,
+        timeouts: Timeouts {
+            send_timeout_secs: 3,
+            ..Timeouts::default()
+        },
         ..ServerConfig::default()
     };
     let server = file_server_with(&dir, config);
@@ -766,7 +781,10 @@ fn spliced_writes_whose_last_bytes_trickle_in_are_answered_between_coalesced_rea
 fn a_client_stalling_mid_spliced_payload_is_cut_off_after_the_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let config = ServerConfig {
-        send_timeout_secs: 1,
+        timeouts: Timeouts {
+            send_timeout_secs: 1,
+            ..Timeouts::default()
+        },
         ..ServerConfig::default()
     };
     let server = file_server_with(&dir, config);

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{debug, warn};
 
-use crate::pool::InFlightGuard;
+use crate::driver::pool::InFlightGuard;
 use crate::stream::Stream;
 
 /// Sequence number of a request that gets a reply, in arrival order.

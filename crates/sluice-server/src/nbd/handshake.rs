@@ -1,0 +1,169 @@
+//! The NBD handshake on a connection: drives the sans-IO
+//! `ServerHandshake` over the socket, including STARTTLS.
+
+use std::io::{self, Write};
+use std::time::Instant;
+
+use sluice_nbd_proto::{
+    ExportAccess, ExportCatalog, ExportInfo, HandshakeConfig, HandshakeStatus, Negotiated,
+    ServerHandshake,
+};
+use tracing::info;
+
+use super::NbdService;
+use crate::buffer::RecvBuf;
+use crate::driver::DriverEnv;
+use crate::export::ExportRegistry;
+use crate::stop::{wait_readable, Readiness};
+use crate::stream::Stream;
+use crate::tls::{AccessPolicy, PeerIdentity, TlsHandshakeError, TlsStream};
+
+#[derive(Debug, thiserror::Error)]
+pub(super) enum HandshakeFailure {
+    #[error("socket error during the handshake: {0}")]
+    Io(#[from] io::Error),
+    #[error(transparent)]
+    Protocol(#[from] sluice_nbd_proto::HandshakeError),
+    #[error("client did not finish the handshake within {0:?}")]
+    TimedOut(std::time::Duration),
+    #[error(transparent)]
+    Tls(#[from] TlsHandshakeError),
+    #[error("internal error: STARTTLS accepted without TLS credentials")]
+    NoTlsCredentials,
+}
+
+/// The export catalog as one session sees it.
+pub(crate) struct SessionCatalog<'a> {
+    pub(crate) registry: &'a ExportRegistry,
+    pub(crate) policy: &'a AccessPolicy,
+    /// TLS has been started on this session.
+    pub(crate) tls: bool,
+    /// The verified client certificate's identity, if one was presented.
+    pub(crate) peer: Option<&'a PeerIdentity>,
+}
+
+impl ExportCatalog for SessionCatalog<'_> {
+    fn list(&self) -> Vec<(String, String)> {
+        self.registry.list()
+    }
+    fn lookup(&self, name: &str) -> Option<ExportInfo> {
+        self.registry.lookup(name)
+    }
+    fn access(&self, name: &str) -> ExportAccess {
+        self.policy.access(name, self.tls, self.peer)
+    }
+}
+
+/// Runs the handshake; `None` when the client left (or the server
+/// stopped) before it was done. What the client sent after the handshake
+/// stays in `buf`.
+pub(super) fn handshake(
+    stream: &mut Stream,
+    buf: &mut RecvBuf,
+    service: &NbdService,
+    env: &DriverEnv,
+) -> Result<Option<Negotiated>, HandshakeFailure> {
+    let deadline = Instant::now() + env.timeouts.handshake();
+    let mut hs = ServerHandshake::new(HandshakeConfig {
+        tls: service.tls_policy,
+        ..HandshakeConfig::default()
+    });
+    let mut peer: Option<PeerIdentity> = None;
+    loop {
+        let out = hs.poll_output();
+        if !out.is_empty() {
+            stream.write_all(&out)?;
+        }
+        let catalog = SessionCatalog {
+            registry: &service.registry,
+            policy: &service.access,
+            tls: hs.tls_active(),
+            peer: peer.as_ref(),
+        };
+        let (used, status) = hs.handle_input(buf.data(), &catalog)?;
+        buf.consume(used);
+        match status {
+            HandshakeStatus::NeedInput => {}
+            HandshakeStatus::Aborted => {
+                stream.write_all(&hs.poll_output())?;
+                return Ok(None);
+            }
+            HandshakeStatus::Done(n) => {
+                stream.write_all(&hs.poll_output())?;
+                return Ok(Some(*n));
+            }
+            HandshakeStatus::StartTls => {
+                // The ACK goes out in plaintext; whatever the client sent
+                // after STARTTLS is the start of its TLS handshake.
+                stream.write_all(&hs.poll_output())?;
+                match start_tls(stream, buf, service, env, deadline)? {
+                    Some(identity) => peer = identity,
+                    None => return Ok(None),
+                }
+                continue;
+            }
+        }
+        if used == 0 || buf.data().is_empty() {
+            let out = hs.poll_output();
+            if !out.is_empty() {
+                stream.write_all(&out)?;
+            }
+            if stream.has_buffered_input() {
+                if stream.try_fill(buf)? == Some(0) {
+                    return Ok(None);
+                }
+                continue;
+            }
+            // A client still negotiating when the server stops is simply
+            // closed: it has no requests in flight.
+            let left = deadline.saturating_duration_since(Instant::now());
+            match wait_readable(stream.fd(), Some(&env.stop), Some(left))? {
+                Readiness::Readable => {
+                    if stream.try_fill(buf)? == Some(0) {
+                        return Ok(None);
+                    }
+                }
+                Readiness::Stop => return Ok(None),
+                Readiness::TimedOut => {
+                    return Err(HandshakeFailure::TimedOut(env.timeouts.handshake()))
+                }
+            }
+        }
+    }
+}
+
+/// Runs the TLS handshake after STARTTLS and puts the TLS stream in
+/// place of the plaintext one. `None` when the server stopped meanwhile;
+/// otherwise the verified client identity, if any.
+fn start_tls(
+    stream: &mut Stream,
+    buf: &mut RecvBuf,
+    service: &NbdService,
+    env: &DriverEnv,
+    deadline: Instant,
+) -> Result<Option<Option<PeerIdentity>>, HandshakeFailure> {
+    let acceptor = service
+        .tls
+        .as_deref()
+        .ok_or(HandshakeFailure::NoTlsCredentials)?;
+    let accepted = TlsStream::accept(
+        stream.socket().try_clone()?,
+        acceptor,
+        buf.data(),
+        &env.stop,
+        deadline,
+    );
+    let (tls, identity) = match accepted {
+        Ok(a) => a,
+        // Like a plaintext client still negotiating at shutdown.
+        Err(TlsHandshakeError::Stopped) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    buf.consume(buf.data().len());
+    *stream = Stream::Tls(Box::new(tls));
+    match &identity {
+        Some(id) => info!(client = %id.subject, "TLS started; client certificate verified"),
+        None => info!("TLS started"),
+    }
+    Ok(Some(identity))
+}
