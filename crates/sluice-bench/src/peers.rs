@@ -142,7 +142,10 @@ pub fn available_peers(names: &[&str], sluice_bin: Option<&Path>) -> (Vec<PeerSp
         };
         match r {
             Ok((kind, program)) => found.push(PeerSpec {
-                label: name.split_once('=').map_or(name, |(label, _)| label).to_owned(),
+                label: name
+                    .split_once('=')
+                    .map_or(name, |(label, _)| label)
+                    .to_owned(),
                 kind,
                 program,
             }),
