@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
 use sluice_client::{ConnectOptions, Connection, NbdUri, Outcome, Request, Target};
-use sluice_testkit::crash::{splitmix, DurabilityModel, FlushTicket, WriteTicket, SECTOR};
+use sluice_testkit::crash::{DurabilityModel, FlushTicket, WriteTicket, SECTOR};
 
 use crate::harness::{create_sparse_file, shm_tempdir, Server, ServerBuilder, MIB};
 
@@ -43,19 +43,6 @@ struct Totals {
     sectors_newer_than_floor: u64,
     violations: u64,
     lost_durable_bytes: u64,
-}
-
-/// Small deterministic generator (the test's own choices, seeded).
-struct Choices(u64);
-
-impl Choices {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(1);
-        splitmix(self.0)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 enum InFlight {
@@ -99,13 +86,13 @@ fn write_until_killed(
         }
     };
     let _ = started.send(());
-    let mut rng = Choices(seed);
+    let mut rng = fastrand::Rng::with_seed(seed);
     let mut buf = vec![0u8; MAX_WRITE_SECTORS as usize * SECTOR];
     let mut pending: HashMap<u64, InFlight> = HashMap::new();
     let mut flushes = 0usize;
     loop {
         while pending.len() < QUEUE_DEPTH {
-            if rng.below(20) == 0 {
+            if rng.u64(..20) == 0 {
                 let ticket = model.begin_flush();
                 let Ok(cookie) = conn.queue(Request::Flush) else {
                     break;
@@ -114,12 +101,12 @@ fn write_until_killed(
                 flushes += 1;
                 continue;
             }
-            let count = 1 + rng.below(MAX_WRITE_SECTORS);
-            let sector = rng.below(model.len() - count);
+            let count = 1 + rng.u64(..MAX_WRITE_SECTORS);
+            let sector = rng.u64(..model.len() - count);
             if (sector..sector + count).any(|s| model.in_flight(s)) {
                 break;
             }
-            let fua = rng.below(10) == 0;
+            let fua = rng.u64(..10) == 0;
             let data = &mut buf[..count as usize * SECTOR];
             let ticket = model.begin_write(sector, count, data);
             let request = Request::Write {
@@ -240,7 +227,7 @@ fn crash_cycles(n: u64, cache: &str, power_loss: bool, seed: u64) -> Totals {
     create_sparse_file(&image, IMAGE);
     let mut model = DurabilityModel::new(IMAGE / SECTOR as u64);
     let mut totals = Totals::default();
-    let mut rng = Choices(seed);
+    let mut rng = fastrand::Rng::with_seed(seed);
     let began = Instant::now();
     for cycle in 0..n {
         let mut server = start(&image, cache, power_loss.then_some(seed + cycle));
@@ -263,14 +250,14 @@ fn crash_cycles(n: u64, cache: &str, power_loss: bool, seed: u64) -> Totals {
         // 2. Write until a random moment, then SIGKILL.
         let (tx, rx) = mpsc::channel();
         let writer_model = std::mem::replace(&mut model, DurabilityModel::new(0));
-        let writer_seed = rng.next();
+        let writer_seed = rng.u64(..);
         let writer = {
             let uri = uri.clone();
             thread::spawn(move || write_until_killed(&uri, writer_model, writer_seed, tx))
         };
         rx.recv_timeout(Duration::from_secs(30))
             .expect("writer connected");
-        thread::sleep(Duration::from_micros(1_000 + rng.below(40_000)));
+        thread::sleep(Duration::from_micros(1_000 + rng.u64(..40_000)));
         server.signal(Signal::KILL);
         server
             .wait_exit(Duration::from_secs(10))

@@ -25,7 +25,7 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_CMD_TIMEOUT: Duration = Duration::from_secs(180);
 
 const INSTALL_HINT: &str = "run scripts/test from the repository root: it installs the interop \
-     test dependencies (qemu-utils, libnbd-bin, python3-libnbd, nbdkit, fio, gnutls-bin, nbdfuse) and then \
+     test dependencies (qemu-utils, libnbd-bin, python3-libnbd, nbdkit, fio, nbdfuse) and then \
      runs the suite";
 
 /// The interpreter for the libnbd Python scripts. Debian's python3-libnbd is
@@ -601,24 +601,9 @@ pub(crate) fn shm_tempdir() -> TempDir {
     tempdir()
 }
 
-/// Deterministic pseudo-random bytes (splitmix64); `seed` picks the stream.
+/// Deterministic pseudo-random bytes; `seed` picks the stream.
 pub(crate) fn fill_random(seed: u64, buf: &mut [u8]) {
-    let mut state = seed ^ 0x9e37_79b9_7f4a_7c15;
-    let mut next = || {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    };
-    let mut chunks = buf.chunks_exact_mut(8);
-    for c in &mut chunks {
-        c.copy_from_slice(&next().to_le_bytes());
-    }
-    let rem = chunks.into_remainder();
-    let last = next().to_le_bytes();
-    let n = rem.len();
-    rem.copy_from_slice(&last[..n]);
+    fastrand::Rng::with_seed(seed).fill(buf);
 }
 
 pub(crate) fn random_bytes(seed: u64, len: usize) -> Vec<u8> {

@@ -6,7 +6,6 @@
 //! a missing tool fails the test with a message saying so.
 
 mod harness;
-mod nbd_raw;
 
 mod crash;
 mod faults;

@@ -6,7 +6,7 @@ use std::net::Shutdown;
 use std::time::Duration;
 
 use crate::harness::{random_bytes, tool, ServerBuilder, MIB};
-use crate::nbd_raw::*;
+use sluice_testkit::raw_nbd::*;
 
 const DISCONNECT_WITHIN: Duration = Duration::from_secs(10);
 
@@ -18,7 +18,7 @@ fn server() -> crate::harness::Server {
 }
 
 /// A second, well-behaved connection: write, read back, flush.
-fn check_healthy(conn: &mut RawConn, seed: u64, offset: u64) {
+fn check_healthy(conn: &mut RawClient, seed: u64, offset: u64) {
     let data = random_bytes(seed, 64 * 1024);
     assert_eq!(conn.write(seed, offset, &data), 0, "write on healthy conn");
     let got = conn
@@ -38,10 +38,10 @@ fn check_new_clients_served(srv: &mut crate::harness::Server) {
 #[test]
 fn raw_handshake_opt_go_simple_replies_round_trip() {
     let srv = server();
-    let mut c = RawConn::open(srv.connect(), "disk", Finish::Go, false);
+    let mut c = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
     assert_eq!(c.size, 64 * MIB, "NBD_INFO_EXPORT size");
-    assert_eq!(c.flags & TFLAG_READ_ONLY, 0, "rw export flagged read-only");
-    assert_ne!(c.flags & TFLAG_SEND_FLUSH, 0, "flush not advertised");
+    assert_eq!(c.flags & FLAG_READ_ONLY, 0, "rw export flagged read-only");
+    assert_ne!(c.flags & FLAG_SEND_FLUSH, 0, "flush not advertised");
     check_healthy(&mut c, 10, 4096 + 7);
     // Last bytes of the export.
     let tail = random_bytes(11, 4096);
@@ -53,11 +53,11 @@ fn raw_handshake_opt_go_simple_replies_round_trip() {
 #[test]
 fn raw_handshake_export_name_option_round_trip() {
     let srv = server();
-    let mut c = RawConn::open(srv.connect(), "other", Finish::ExportName, false);
+    let mut c = RawClient::open(srv.connect(), "other", Finish::ExportName, Replies::Simple);
     assert_eq!(c.size, 8 * MIB, "NBD_OPT_EXPORT_NAME reply size");
     check_healthy(&mut c, 30, 0);
     // The empty name is the default export (the first one).
-    let d = RawConn::open(srv.connect(), "", Finish::ExportName, false);
+    let d = RawClient::open(srv.connect(), "", Finish::ExportName, Replies::Simple);
     assert_eq!(
         d.size,
         64 * MIB,
@@ -70,7 +70,7 @@ fn raw_handshake_export_name_option_round_trip() {
 #[test]
 fn raw_extended_headers_read_write_with_64bit_lengths() {
     let srv = server();
-    let mut c = RawConn::open(srv.connect(), "disk", Finish::Go, true);
+    let mut c = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Extended);
     let data = random_bytes(40, 300_000);
     assert_eq!(c.write(1, 12345, &data), 0, "extended-header write");
     let got = c.read(2, 12345, data.len()).expect("extended-header read");
@@ -84,7 +84,8 @@ fn raw_extended_headers_read_write_with_64bit_lengths() {
     assert_eq!(c.flush(4), 0);
     // Out of bounds with a 64-bit effect length: an error, not a disconnect.
     c.send_request(0, CMD_READ, 5, 0, u64::MAX - 10, &[]);
-    let (err, _) = c.read_extended_reply(5, 0, 0);
+    let (cookie, err, _) = c.reply();
+    assert_eq!(cookie, 5);
     assert_ne!(err, 0, "a read with a 2^64-ish length must fail");
     check_healthy(&mut c, 50, MIB);
     c.disconnect();
@@ -114,18 +115,18 @@ fn unknown_option_gets_err_unsup_and_negotiation_continues() {
 #[test]
 fn unknown_command_gets_einval_and_connection_survives() {
     let srv = server();
-    let mut c = RawConn::open(srv.connect(), "disk", Finish::Go, false);
+    let mut c = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
     c.send_request(0, 0x7fff, 77, 0, 0, &[]);
     let (err, cookie) = c.read_simple_reply();
     assert_eq!(cookie, 77);
-    assert_eq!(err, NBD_EINVAL, "unknown command must fail with NBD_EINVAL");
+    assert_eq!(err, EINVAL, "unknown command must fail with EINVAL");
     // Unknown command flag on a read.
     c.send_request(1 << 14, CMD_READ, 78, 0, 512, &[]);
     let (err, cookie) = c.read_simple_reply();
     assert_eq!(cookie, 78);
     assert_eq!(
-        err, NBD_EINVAL,
-        "unknown command flag must fail with NBD_EINVAL"
+        err, EINVAL,
+        "unknown command flag must fail with EINVAL"
     );
     check_healthy(&mut c, 60, 0);
 }
@@ -133,7 +134,7 @@ fn unknown_command_gets_einval_and_connection_survives() {
 #[test]
 fn client_vanishing_mid_write_payload_does_not_affect_other_connections() {
     let mut srv = server();
-    let mut good = RawConn::open(srv.connect(), "disk", Finish::Go, false);
+    let mut good = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
     check_healthy(&mut good, 70, 0);
     let protected = random_bytes(71, 256 * 1024);
     assert_eq!(good.write(80, 8 * MIB, &protected), 0);
@@ -143,7 +144,7 @@ fn client_vanishing_mid_write_payload_does_not_affect_other_connections() {
         .into_iter()
         .enumerate()
     {
-        let mut bad = RawConn::open(srv.connect(), "disk", Finish::Go, false);
+        let mut bad = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
         let header_only = random_bytes(90 + i as u64, sent);
         bad.send_request(0, CMD_WRITE, 1, 16 * MIB, announced, &header_only);
         let _ = bad.s.shutdown(Shutdown::Both);
@@ -174,10 +175,10 @@ fn client_vanishing_mid_write_payload_does_not_affect_other_connections() {
 #[test]
 fn bad_request_magic_disconnects_only_that_connection() {
     let mut srv = server();
-    let mut good = RawConn::open(srv.connect(), "disk", Finish::Go, false);
+    let mut good = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
     check_healthy(&mut good, 120, 0);
 
-    let mut bad = RawConn::open(srv.connect(), "disk", Finish::Go, false);
+    let mut bad = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
     bad.s
         .write_all(&[0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0])
         .expect("send bad magic");
@@ -185,8 +186,8 @@ fn bad_request_magic_disconnects_only_that_connection() {
     assert_closed_by_server(&mut bad.s, DISCONNECT_WITHIN, "bad request magic");
 
     // Compact magic after extended headers were negotiated is also a violation.
-    let mut ext = RawConn::open(srv.connect(), "disk", Finish::Go, true);
-    ext.extended = false;
+    let mut ext = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Extended);
+    ext.replies = Replies::Simple;
     ext.send_request(0, CMD_READ, 1, 0, 512, &[]);
     ext.s.write_all(&[0u8; 4]).expect("pad to 32 bytes");
     assert_closed_by_server(
@@ -202,7 +203,7 @@ fn bad_request_magic_disconnects_only_that_connection() {
 #[test]
 fn garbage_during_handshake_is_disconnected_and_server_keeps_serving() {
     let mut srv = server();
-    let mut good = RawConn::open(srv.connect(), "disk", Finish::Go, false);
+    let mut good = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
 
     // 1. Garbage instead of the client flags (unknown flag bits set).
     {
@@ -278,12 +279,8 @@ fn structured_reply_option_then_go_gives_structured_read_replies() {
     let (_, typ, _) = read_option_reply(&mut s);
     assert_eq!(typ, REP_ACK, "structured replies must be supported");
     opt_go(&mut s, "disk").expect("go");
-    let mut c = RawConn {
-        s,
-        size: 64 * MIB,
-        flags: 0,
-        extended: false,
-    };
+    let mut c = RawClient::resume(s, hflags);
+    c.replies = Replies::Structured;
     let data = random_bytes(150, 8192);
     c.send_request(0, CMD_WRITE, 9, 0, data.len() as u64, &data);
     // The write reply may be simple or structured; read its magic.
@@ -309,12 +306,12 @@ fn structured_reply_option_then_go_gives_structured_read_replies() {
     // chunk), never a simple reply.
     c.send_request(0, CMD_READ, 11, 64 * MIB, 4096, &[]);
     let (err, _) = read_structured_reply(&mut c, 11, 64 * MIB, 0);
-    assert_eq!(err, NBD_EINVAL, "read past the end must fail with EINVAL");
+    assert_eq!(err, EINVAL, "read past the end must fail with EINVAL");
     check_healthy_structured(&mut c);
 }
 
 /// Reads the structured chunks of one reply: (error, data).
-fn read_structured_reply(c: &mut RawConn, cookie: u64, base: u64, len: usize) -> (u32, Vec<u8>) {
+fn read_structured_reply(c: &mut RawClient, cookie: u64, base: u64, len: usize) -> (u32, Vec<u8>) {
     let mut got = vec![0u8; len];
     let mut error = 0;
     loop {
@@ -356,7 +353,7 @@ fn read_structured_reply(c: &mut RawConn, cookie: u64, base: u64, len: usize) ->
 }
 
 /// Write + structured read on a structured-reply connection.
-fn check_healthy_structured(c: &mut RawConn) {
+fn check_healthy_structured(c: &mut RawClient) {
     let data = random_bytes(160, 5000);
     c.send_request(0, CMD_WRITE, 20, 777, data.len() as u64, &data);
     let magic = read_u32(&mut c.s);
@@ -382,22 +379,21 @@ fn check_healthy_structured(c: &mut RawConn) {
 #[test]
 fn deep_pipelining_thousands_of_requests_on_one_connection() {
     let srv = server();
-    let mut c = RawConn::open(srv.connect(), "disk", Finish::Go, false);
+    let mut c = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
     const N: u64 = 2000;
     const BS: usize = 4096;
     let block = |i: u64| random_bytes(10_000 + i, BS);
     // All writes back to back (the replies are small, so nothing blocks).
     let mut batch = Vec::new();
     for i in 0..N {
-        let mut hdr = Vec::with_capacity(28 + BS);
-        hdr.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
-        hdr.extend_from_slice(&0u16.to_be_bytes());
-        hdr.extend_from_slice(&CMD_WRITE.to_be_bytes());
-        hdr.extend_from_slice(&i.to_be_bytes());
-        hdr.extend_from_slice(&(i * BS as u64 * 3).to_be_bytes());
-        hdr.extend_from_slice(&(BS as u32).to_be_bytes());
-        hdr.extend_from_slice(&block(i));
-        batch.extend_from_slice(&hdr);
+        batch.extend_from_slice(&compact_header(
+            0,
+            CMD_WRITE,
+            i,
+            i * BS as u64 * 3,
+            BS as u32,
+        ));
+        batch.extend_from_slice(&block(i));
     }
     c.s.write_all(&batch).expect("pipelined writes");
     let mut seen = vec![false; N as usize];
@@ -414,12 +410,13 @@ fn deep_pipelining_thousands_of_requests_on_one_connection() {
     let sender = std::thread::spawn(move || {
         let mut batch = Vec::new();
         for i in 0..N {
-            batch.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
-            batch.extend_from_slice(&0u16.to_be_bytes());
-            batch.extend_from_slice(&CMD_READ.to_be_bytes());
-            batch.extend_from_slice(&(N + i).to_be_bytes());
-            batch.extend_from_slice(&(i * BS as u64 * 3).to_be_bytes());
-            batch.extend_from_slice(&(BS as u32).to_be_bytes());
+            batch.extend_from_slice(&compact_header(
+                0,
+                CMD_READ,
+                N + i,
+                i * BS as u64 * 3,
+                BS as u32,
+            ));
         }
         writer.write_all(&batch).expect("pipelined reads");
     });
@@ -441,8 +438,8 @@ fn deep_pipelining_thousands_of_requests_on_one_connection() {
 #[test]
 fn client_that_never_reads_replies_does_not_block_others() {
     let mut srv = server();
-    let mut good = RawConn::open(srv.connect(), "disk", Finish::Go, false);
-    let mut slow = RawConn::open(srv.connect(), "disk", Finish::Go, false);
+    let mut good = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
+    let mut slow = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
     slow.s
         .set_write_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
@@ -450,12 +447,13 @@ fn client_that_never_reads_replies_does_not_block_others() {
     // pushes back.
     let mut hdrs = Vec::new();
     for i in 0..256u64 {
-        hdrs.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
-        hdrs.extend_from_slice(&0u16.to_be_bytes());
-        hdrs.extend_from_slice(&CMD_READ.to_be_bytes());
-        hdrs.extend_from_slice(&i.to_be_bytes());
-        hdrs.extend_from_slice(&((i % 60) * MIB).to_be_bytes());
-        hdrs.extend_from_slice(&(MIB as u32).to_be_bytes());
+        hdrs.extend_from_slice(&compact_header(
+            0,
+            CMD_READ,
+            i,
+            (i % 60) * MIB,
+            MIB as u32,
+        ));
     }
     let _ = slow.s.write_all(&hdrs);
     std::thread::sleep(Duration::from_millis(300));
