@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+use crate::matrix::Cell;
+
 pub(crate) const KIB: u64 = 1024;
 pub(crate) const MIB: u64 = 1024 * 1024;
 
@@ -340,10 +342,9 @@ impl ServerBuilder {
         self
     }
 
-    /// `--pipeline MODE`.
-    pub(crate) fn pipeline(mut self, mode: &str) -> Self {
-        self.args.push("--pipeline".into());
-        self.args.push(mode.into());
+    /// The cache and pipeline arguments of a matrix cell.
+    pub(crate) fn cell(mut self, cell: Cell) -> Self {
+        self.args.extend(cell.args().map(String::from));
         self
     }
 
@@ -366,16 +367,6 @@ impl ServerBuilder {
             cmd.arg("--listen").arg(l);
         }
         cmd.args(&self.args);
-        // scripts/test reruns the suite with e.g. `--cache writeback` here,
-        // so every client is checked against every cache policy.
-        // A test that picks its own cache policy keeps it.
-        let own_cache = self.args.iter().any(|a| a == "--cache");
-        if let Some(extra) = std::env::var("SLUICE_TEST_SERVER_ARGS")
-            .ok()
-            .filter(|_| !own_cache)
-        {
-            cmd.args(extra.split_whitespace());
-        }
         let cmdline = format!("{:?}", cmd);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())

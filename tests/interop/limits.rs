@@ -342,7 +342,8 @@ fn never_reading_clients_do_not_starve_the_pool(pipeline: &str) {
     let image = direct_image(dir.path());
     let mut srv = ServerBuilder::new()
         .file_export("direct", &image, "direct")
-        .pipeline(pipeline)
+        .arg("--pipeline")
+        .arg(pipeline)
         .arg("--io-threads")
         .arg("4")
         .arg("--send-timeout")

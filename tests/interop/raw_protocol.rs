@@ -5,16 +5,28 @@ use std::io::Write;
 use std::net::Shutdown;
 use std::time::Duration;
 
-use crate::harness::{random_bytes, tool, ServerBuilder, MIB};
+use rstest::rstest;
 use sluice_testkit::raw_nbd::*;
+use tempfile::TempDir;
+
+use crate::harness::{random_bytes, tempdir, tool, Server, MIB};
+use crate::matrix::{Backend, Backend::*, Cache, Cache::*, Cell, Pipeline::Flexible};
 
 const DISCONNECT_WITHIN: Duration = Duration::from_secs(10);
 
-fn server() -> crate::harness::Server {
-    ServerBuilder::new()
-        .export("disk", "mem:64M")
-        .export("other", "mem:8M")
-        .start()
+/// `disk` (64 MiB) and `other` (8 MiB) in `cell`'s configuration, and
+/// the directory their files (if any) are in.
+fn server_in(cell: Cell) -> (Server, TempDir) {
+    let dir = tempdir();
+    let srv = cell
+        .server(dir.path(), &[("disk", "64M"), ("other", "8M")])
+        .start();
+    (srv, dir)
+}
+
+/// The same in memory, for the tests of misbehaving clients.
+fn server() -> Server {
+    server_in(Cell::new(Mem, NoCache, Flexible)).0
 }
 
 /// A second, well-behaved connection: write, read back, flush.
@@ -29,15 +41,18 @@ fn check_healthy(conn: &mut RawClient, seed: u64, offset: u64) {
 }
 
 /// The server is still running and accepts brand-new clients (nbdinfo).
-fn check_new_clients_served(srv: &mut crate::harness::Server) {
+fn check_new_clients_served(srv: &mut Server) {
     srv.assert_running();
     let out = tool("nbdinfo").arg("--size").arg(srv.uri("disk")).run();
     assert_eq!(out.stdout().trim(), (64 * MIB).to_string());
 }
 
-#[test]
-fn raw_handshake_opt_go_simple_replies_round_trip() {
-    let srv = server();
+#[rstest]
+fn raw_handshake_opt_go_simple_replies_round_trip(
+    #[values(Mem, File)] backend: Backend,
+    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+) {
+    let (srv, _dir) = server_in(Cell::new(backend, cache, Flexible));
     let mut c = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
     assert_eq!(c.size, 64 * MIB, "NBD_INFO_EXPORT size");
     assert_eq!(c.flags & FLAG_READ_ONLY, 0, "rw export flagged read-only");
@@ -50,9 +65,12 @@ fn raw_handshake_opt_go_simple_replies_round_trip() {
     c.disconnect();
 }
 
-#[test]
-fn raw_handshake_export_name_option_round_trip() {
-    let srv = server();
+#[rstest]
+fn raw_handshake_export_name_option_round_trip(
+    #[values(Mem, File)] backend: Backend,
+    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+) {
+    let (srv, _dir) = server_in(Cell::new(backend, cache, Flexible));
     let mut c = RawClient::open(srv.connect(), "other", Finish::ExportName, Replies::Simple);
     assert_eq!(c.size, 8 * MIB, "NBD_OPT_EXPORT_NAME reply size");
     check_healthy(&mut c, 30, 0);
@@ -67,9 +85,12 @@ fn raw_handshake_export_name_option_round_trip() {
     c.disconnect();
 }
 
-#[test]
-fn raw_extended_headers_read_write_with_64bit_lengths() {
-    let srv = server();
+#[rstest]
+fn raw_extended_headers_read_write_with_64bit_lengths(
+    #[values(Mem, File)] backend: Backend,
+    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+) {
+    let (srv, _dir) = server_in(Cell::new(backend, cache, Flexible));
     let mut c = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Extended);
     let data = random_bytes(40, 300_000);
     assert_eq!(c.write(1, 12345, &data), 0, "extended-header write");
@@ -266,11 +287,12 @@ fn oversized_option_length_is_refused_promptly() {
     check_new_clients_served(&mut srv);
 }
 
-#[test]
-fn structured_reply_option_then_go_gives_structured_read_replies() {
-    // NBD_OPT_STRUCTURED_REPLY negotiated by hand: a READ must then be
-    // answered with structured chunks, never a simple reply.
-    let srv = server();
+#[rstest]
+fn structured_reply_option_then_go_gives_structured_read_replies(
+    #[values(Mem, File)] backend: Backend,
+    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+) {
+    let (srv, _dir) = server_in(Cell::new(backend, cache, Flexible));
     let mut s = srv.connect();
     let hflags = read_greeting(&mut s);
     let cflags = u32::from(FLAG_FIXED_NEWSTYLE | (hflags & FLAG_NO_ZEROES));
@@ -281,104 +303,28 @@ fn structured_reply_option_then_go_gives_structured_read_replies() {
     opt_go(&mut s, "disk").expect("go");
     let mut c = RawClient::resume(s, hflags);
     c.replies = Replies::Structured;
+    // The client's reply reader insists that a READ's reply is made of
+    // structured chunks once they are negotiated (a write's may be simple).
     let data = random_bytes(150, 8192);
-    c.send_request(0, CMD_WRITE, 9, 0, data.len() as u64, &data);
-    // The write reply may be simple or structured; read its magic.
-    let magic = read_u32(&mut c.s);
-    if magic == SIMPLE_REPLY_MAGIC {
-        assert_eq!(read_u32(&mut c.s), 0, "write error");
-        assert_eq!(read_u64(&mut c.s), 9);
-    } else {
-        assert_eq!(magic, 0x668e_33ef, "structured reply magic");
-        let flags = read_u16(&mut c.s);
-        let typ = read_u16(&mut c.s);
-        assert_eq!(read_u64(&mut c.s), 9);
-        let len = read_u32(&mut c.s);
-        read_exact(&mut c.s, len as usize);
-        assert_eq!(typ, REPLY_TYPE_NONE, "write reply type");
-        assert_ne!(flags & REPLY_FLAG_DONE, 0);
-    }
-    c.send_request(0, CMD_READ, 10, 0, data.len() as u64, &[]);
-    let (err, got) = read_structured_reply(&mut c, 10, 0, data.len());
-    assert_eq!(err, 0, "structured read failed");
+    assert_eq!(c.write(9, 0, &data), 0, "write");
+    let got = c.read(10, 0, data.len()).expect("structured read");
     crate::harness::assert_bytes_eq("structured read-back", &got, &data);
     // Even an early error on a READ must be a structured reply (an error
     // chunk), never a simple reply.
-    c.send_request(0, CMD_READ, 11, 64 * MIB, 4096, &[]);
-    let (err, _) = read_structured_reply(&mut c, 11, 64 * MIB, 0);
+    let err = c.read(11, 64 * MIB, 4096).expect_err("read past the end");
     assert_eq!(err, EINVAL, "read past the end must fail with EINVAL");
-    check_healthy_structured(&mut c);
-}
-
-/// Reads the structured chunks of one reply: (error, data).
-fn read_structured_reply(c: &mut RawClient, cookie: u64, base: u64, len: usize) -> (u32, Vec<u8>) {
-    let mut got = vec![0u8; len];
-    let mut error = 0;
-    loop {
-        let magic = read_u32(&mut c.s);
-        assert_eq!(
-            magic, 0x668e_33ef,
-            "a READ must get structured reply chunks once structured replies are negotiated"
-        );
-        let flags = read_u16(&mut c.s);
-        let typ = read_u16(&mut c.s);
-        assert_eq!(read_u64(&mut c.s), cookie, "chunk cookie");
-        let n = read_u32(&mut c.s) as usize;
-        let payload = read_exact(&mut c.s, n);
-        match typ {
-            REPLY_TYPE_OFFSET_DATA => {
-                let o = u64::from_be_bytes(payload[..8].try_into().expect("8"));
-                let o = usize::try_from(o - base).expect("chunk offset inside the request");
-                got[o..o + n - 8].copy_from_slice(&payload[8..]);
-            }
-            REPLY_TYPE_OFFSET_HOLE => {
-                let o = u64::from_be_bytes(payload[..8].try_into().expect("8"));
-                let o = usize::try_from(o - base).expect("chunk offset inside the request");
-                let h = u32::from_be_bytes(payload[8..12].try_into().expect("4")) as usize;
-                got[o..o + h].fill(0);
-            }
-            REPLY_TYPE_NONE => assert_eq!(n, 0),
-            t if t & REPLY_TYPE_ERROR_BIT != 0 => {
-                assert!(n >= 6, "error chunk too short");
-                error = u32::from_be_bytes(payload[..4].try_into().expect("4"));
-                let msg_len = u16::from_be_bytes([payload[4], payload[5]]) as usize;
-                assert!(6 + msg_len <= n, "error message length exceeds chunk");
-            }
-            t => panic!("unexpected chunk type {t}"),
-        }
-        if flags & REPLY_FLAG_DONE != 0 {
-            return (error, got);
-        }
-    }
-}
-
-/// Write + structured read on a structured-reply connection.
-fn check_healthy_structured(c: &mut RawClient) {
     let data = random_bytes(160, 5000);
-    c.send_request(0, CMD_WRITE, 20, 777, data.len() as u64, &data);
-    let magic = read_u32(&mut c.s);
-    if magic == SIMPLE_REPLY_MAGIC {
-        assert_eq!(read_u32(&mut c.s), 0, "write error");
-        assert_eq!(read_u64(&mut c.s), 20);
-    } else {
-        assert_eq!(magic, 0x668e_33ef);
-        let flags = read_u16(&mut c.s);
-        let _typ = read_u16(&mut c.s);
-        assert_eq!(read_u64(&mut c.s), 20);
-        let n = read_u32(&mut c.s) as usize;
-        let payload = read_exact(&mut c.s, n);
-        assert_ne!(flags & REPLY_FLAG_DONE, 0);
-        assert!(payload.is_empty(), "unexpected payload in write reply");
-    }
-    c.send_request(0, CMD_READ, 21, 777, data.len() as u64, &[]);
-    let (err, got) = read_structured_reply(c, 21, 777, data.len());
-    assert_eq!(err, 0);
+    assert_eq!(c.write(20, 777, &data), 0, "write after an error");
+    let got = c.read(21, 777, data.len()).expect("read after an error");
     crate::harness::assert_bytes_eq("structured read after error", &got, &data);
 }
 
-#[test]
-fn deep_pipelining_thousands_of_requests_on_one_connection() {
-    let srv = server();
+#[rstest]
+fn deep_pipelining_thousands_of_requests_on_one_connection(
+    #[values(Mem, File)] backend: Backend,
+    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+) {
+    let (srv, _dir) = server_in(Cell::new(backend, cache, Flexible));
     let mut c = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
     const N: u64 = 2000;
     const BS: usize = 4096;

@@ -600,6 +600,13 @@ impl<S: Read + Write> RawClient<S> {
                 let error = read_u32(&mut self.s);
                 let cookie = read_u64(&mut self.s);
                 let p = self.take(cookie);
+                assert!(
+                    self.replies == Replies::Simple
+                        || (self.replies == Replies::Structured && p.kind != CMD_READ),
+                    "a simple reply to command {} after {:?} replies were negotiated",
+                    p.kind,
+                    self.replies
+                );
                 if p.kind == CMD_READ && error == 0 {
                     let len = usize::try_from(p.length).expect("read length fits in memory");
                     let data = read_exact(&mut self.s, len);
@@ -759,6 +766,11 @@ fn place(p: &mut Pending, chunk: &Chunk) {
         }
         t if t & REPLY_TYPE_ERROR_BIT != 0 => {
             assert!(payload.len() >= 6, "error chunk too short");
+            let message = usize::from(be16(&payload[4..]));
+            assert!(
+                6 + message <= payload.len(),
+                "error message longer than its chunk"
+            );
             p.error = be32(payload);
             assert_ne!(p.error, 0, "error chunk with error 0");
         }
