@@ -12,9 +12,7 @@
 //! show as lost durable data.
 //!
 //! `SLUICE_CRASH_CYCLES=N` multiplies the cycle counts (long runs,
-//! docs/RELIABILITY.md). These tests choose their own cache policy, so
-//! the reruns of the interop suite under `SLUICE_TEST_SERVER_ARGS` skip
-//! them.
+//! docs/RELIABILITY.md). These tests choose their own cache policy.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -204,14 +202,6 @@ fn start(image: &Path, cache: &str, power_loss_seed: Option<u64>) -> Server {
         .start()
 }
 
-fn skipped_under_rerun() -> bool {
-    if std::env::var_os("SLUICE_TEST_SERVER_ARGS").is_some() {
-        eprintln!("crash tests pick their own --cache; covered by the main run");
-        return true;
-    }
-    false
-}
-
 fn cycles(base: u64) -> u64 {
     let factor = std::env::var("SLUICE_CRASH_CYCLES")
         .ok()
@@ -298,9 +288,6 @@ fn crash_cycles(n: u64, cache: &str, power_loss: bool, seed: u64) -> Totals {
 
 #[test]
 fn sigkill_with_write_back_cache_loses_no_flushed_write() {
-    if skipped_under_rerun() {
-        return;
-    }
     let n = cycles(200);
     let t = crash_cycles(n, "writeback", false, 0xc0ffee);
     assert!(
@@ -311,9 +298,6 @@ fn sigkill_with_write_back_cache_loses_no_flushed_write() {
 
 #[test]
 fn power_loss_with_write_back_cache_loses_no_flushed_write() {
-    if skipped_under_rerun() {
-        return;
-    }
     let n = cycles(100);
     let t = crash_cycles(n, "writeback", true, 0xbadcab1e);
     assert!(t.killed_mid_flush >= n / 10, "{t:?}");
@@ -321,8 +305,5 @@ fn power_loss_with_write_back_cache_loses_no_flushed_write() {
 
 #[test]
 fn power_loss_without_cache_loses_no_flushed_write() {
-    if skipped_under_rerun() {
-        return;
-    }
     crash_cycles(cycles(60), "none", true, 0xfeed);
 }

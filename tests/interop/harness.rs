@@ -302,6 +302,7 @@ impl CmdOutput {
 pub(crate) struct ServerBuilder {
     listens: Vec<String>,
     args: Vec<String>,
+    metrics: bool,
 }
 
 impl ServerBuilder {
@@ -310,6 +311,7 @@ impl ServerBuilder {
         Self {
             listens: Vec::new(),
             args: Vec::new(),
+            metrics: false,
         }
     }
 
@@ -339,6 +341,14 @@ impl ServerBuilder {
     /// Any other `sluice serve` argument (e.g. `--tls require`).
     pub(crate) fn arg(mut self, a: impl AsRef<str>) -> Self {
         self.args.push(a.as_ref().to_string());
+        self
+    }
+
+    /// `--metrics 127.0.0.1:0`; the address is in [`Server::metrics`].
+    pub(crate) fn metrics(mut self) -> Self {
+        self.args.push("--metrics".into());
+        self.args.push("127.0.0.1:0".into());
+        self.metrics = true;
         self
     }
 
@@ -395,14 +405,27 @@ impl ServerBuilder {
             cmdline,
             tcp: Vec::new(),
             unix: Vec::new(),
+            metrics: None,
             stderr_path,
             _logdir: logdir,
         };
         let deadline = Instant::now() + STARTUP_TIMEOUT;
-        while server.tcp.len() + server.unix.len() < listens.len() {
+        while server.tcp.len() + server.unix.len() < listens.len()
+            || (self.metrics && server.metrics.is_none())
+        {
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left.min(Duration::from_millis(100))) {
                 Ok(line) => {
+                    if let Some(rest) = line.trim().strip_prefix("metrics on http://") {
+                        let addr = rest
+                            .trim_end_matches("/metrics")
+                            .parse()
+                            .unwrap_or_else(|e| {
+                                panic!("cannot parse the metrics address in {line:?}: {e}")
+                            });
+                        server.metrics = Some(addr);
+                        continue;
+                    }
                     let Some(rest) = line.trim().strip_prefix("listening on ") else {
                         continue;
                     };
@@ -453,6 +476,8 @@ pub(crate) struct Server {
     cmdline: String,
     pub(crate) tcp: Vec<SocketAddr>,
     pub(crate) unix: Vec<PathBuf>,
+    /// The metrics endpoint, when started with [`ServerBuilder::metrics`].
+    pub(crate) metrics: Option<SocketAddr>,
     stderr_path: PathBuf,
     _logdir: TempDir,
 }

@@ -14,6 +14,7 @@ mod faults;
 mod fio;
 mod limits;
 mod listeners;
+mod metrics;
 mod multi_conn;
 mod nbdcopy;
 mod nbdinfo;

@@ -118,7 +118,12 @@ impl Cell {
 
     /// The server's cache and pipeline arguments.
     pub(crate) fn args(&self) -> [&'static str; 4] {
-        ["--cache", self.cache.arg(), "--pipeline", self.pipeline.arg()]
+        [
+            "--cache",
+            self.cache.arg(),
+            "--pipeline",
+            self.pipeline.arg(),
+        ]
     }
 
     /// A server in this configuration with `exports` (name, size) stored

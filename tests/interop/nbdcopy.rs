@@ -7,11 +7,13 @@ use rstest::rstest;
 use crate::harness::{
     assert_files_equal, sha256_file, shm_tempdir, tool, write_random_file, ServerBuilder, MIB,
 };
-use crate::matrix::{Cache, Cache::*, Cell, Backend::File, Pipeline::Flexible};
+use crate::matrix::{Backend::File, Cache, Cache::*, Cell, Pipeline::Flexible};
 
 /// The backing file's content is checked too, so the backend is a file.
 #[rstest]
-fn nbdcopy_256mib_random_round_trip_local_to_sluice_to_local(#[values(NoCache, WriteThrough, WriteBack)] cache: Cache) {
+fn nbdcopy_256mib_random_round_trip_local_to_sluice_to_local(
+    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+) {
     let dir = shm_tempdir();
     let size = 256 * MIB;
     let src = dir.path().join("src.raw");

@@ -33,7 +33,9 @@ fn qemu_img_info_reports_export_sizes() {
 
 /// The backing file's content is checked too, so the backend is a file.
 #[rstest]
-fn qemu_img_convert_in_and_out_round_trip_matches_byte_for_byte(#[values(NoCache, WriteThrough, WriteBack)] cache: Cache) {
+fn qemu_img_convert_in_and_out_round_trip_matches_byte_for_byte(
+    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+) {
     let dir = shm_tempdir();
     let size = 48 * MIB;
     let src = dir.path().join("src.raw");

@@ -160,7 +160,9 @@ fn qemu_io_last_sector_and_last_byte_of_export(
     let cell = Cell::new(backend, cache, Flexible);
     // An odd size: the last "sector" is partial.
     let size: u64 = 16 * MIB + 1000;
-    let srv = cell.server(dir.path(), &[("disk", &size.to_string())]).start();
+    let srv = cell
+        .server(dir.path(), &[("disk", &size.to_string())])
+        .start();
     let uri = srv.uri("disk");
     let last512 = size - 512;
     let last = size - 1;

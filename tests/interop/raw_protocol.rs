@@ -145,10 +145,7 @@ fn unknown_command_gets_einval_and_connection_survives() {
     c.send_request(1 << 14, CMD_READ, 78, 0, 512, &[]);
     let (err, cookie) = c.read_simple_reply();
     assert_eq!(cookie, 78);
-    assert_eq!(
-        err, EINVAL,
-        "unknown command flag must fail with EINVAL"
-    );
+    assert_eq!(err, EINVAL, "unknown command flag must fail with EINVAL");
     check_healthy(&mut c, 60, 0);
 }
 
@@ -393,13 +390,7 @@ fn client_that_never_reads_replies_does_not_block_others() {
     // pushes back.
     let mut hdrs = Vec::new();
     for i in 0..256u64 {
-        hdrs.extend_from_slice(&compact_header(
-            0,
-            CMD_READ,
-            i,
-            (i % 60) * MIB,
-            MIB as u32,
-        ));
+        hdrs.extend_from_slice(&compact_header(0, CMD_READ, i, (i % 60) * MIB, MIB as u32));
     }
     let _ = slow.s.write_all(&hdrs);
     std::thread::sleep(Duration::from_millis(300));

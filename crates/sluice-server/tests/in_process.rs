@@ -303,7 +303,11 @@ fn large_reads_send_ready_pieces_before_slow_ones() {
     dev.open_gate();
     let chunk = c.chunk();
     assert_eq!(
-        (chunk.flags & REPLY_FLAG_DONE, chunk.kind, be64(&chunk.payload)),
+        (
+            chunk.flags & REPLY_FLAG_DONE,
+            chunk.kind,
+            be64(&chunk.payload)
+        ),
         (0, REPLY_TYPE_OFFSET_DATA, 0)
     );
     let chunk = c.chunk();
@@ -401,10 +405,7 @@ fn run_deep_queue(c: &mut RawClient, server: &TestServer, data: &[u8], deadline:
         );
         answered += 1;
         if answered % 2048 == 0 {
-            let waits = metric(
-                &server.scrape(),
-                "sluice_coalesced_waits_total ",
-            );
+            let waits = metric(&server.scrape(), "sluice_coalesced_waits_total ");
             if waits > 0.0 || started.elapsed() > deadline {
                 break waits;
             }

@@ -56,7 +56,11 @@ fn start(
         );
     }
     let mut builder = TestServer::builder()
-        .described_export("open", "open to all", Arc::new(MemDevice::new(1 << 20, false)))
+        .described_export(
+            "open",
+            "open to all",
+            Arc::new(MemDevice::new(1 << 20, false)),
+        )
         .described_export("secret", "allow-listed", Arc::new(secret));
     for (name, dev) in extra {
         builder = builder.export(name, dev);
@@ -83,7 +87,8 @@ fn plain(addr: SocketAddr) -> RawClient<TcpStream> {
 /// Structured replies, then GO; returns the export size.
 fn go<S: Read + Write>(c: &mut RawClient<S>, name: &str) -> u64 {
     c.structured_replies();
-    c.go(name).unwrap_or_else(|t| panic!("GO {name:?} failed: {t:#x}"))
+    c.go(name)
+        .unwrap_or_else(|t| panic!("GO {name:?} failed: {t:#x}"))
 }
 
 /// Reads `len` bytes at `offset` (which must succeed).
@@ -126,7 +131,10 @@ type TlsNbd = RawClient<StreamOwned<ClientConnection, TcpStream>>;
 
 /// STARTTLS on a plaintext connection; returns the TLS connection and the
 /// result of its handshake (from the client's point of view).
-fn starttls(mut c: RawClient<TcpStream>, config: Arc<ClientConfig>) -> (TlsNbd, std::io::Result<()>) {
+fn starttls(
+    mut c: RawClient<TcpStream>,
+    config: Arc<ClientConfig>,
+) -> (TlsNbd, std::io::Result<()>) {
     c.option(OPT_STARTTLS, &[]);
     let (option, kind, data, _) = c.option_reply();
     assert_eq!((option, kind, data), (OPT_STARTTLS, REP_ACK, vec![]));
@@ -312,7 +320,10 @@ fn allow_listed_export_is_tls_only_with_tls_on() {
         );
     }
     // A plaintext client cannot present a certificate, but can upgrade.
-    let (mut t, handshake) = starttls(c, client_config(&[&pki().ca.cert], Some(&pki().client1), false));
+    let (mut t, handshake) = starttls(
+        c,
+        client_config(&[&pki().ca.cert], Some(&pki().client1), false),
+    );
     handshake.unwrap();
     assert_eq!(go(&mut t, "secret"), 1 << 20);
 }
@@ -350,7 +361,9 @@ fn options_sent_right_behind_the_tls_handshake_are_answered() {
         let config = client_config(&[&pki().ca.cert], None, tls12_only);
         let name = ServerName::try_from("127.0.0.1").unwrap();
         let mut conn = ClientConnection::new(config, name).unwrap();
-        conn.writer().write_all(&option_bytes(OPT_LIST, &[])).unwrap();
+        conn.writer()
+            .write_all(&option_bytes(OPT_LIST, &[]))
+            .unwrap();
         let mut c = RawClient::resume(StreamOwned::new(conn, c.s), c.handshake_flags);
         let mut names = Vec::new();
         loop {

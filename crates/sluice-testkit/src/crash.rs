@@ -20,8 +20,8 @@ use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use sluice_types::splitmix64;
 use sluice_storage::{BlockDevice, Capability, DeviceError, Extent, IoOp, ZeroMode};
+use sluice_types::splitmix64;
 
 /// Bytes per modelled sector.
 pub const SECTOR: usize = 512;

@@ -42,7 +42,11 @@ fn allowed_flags(p: &TransmissionParams, kind: u16) -> u16 {
 
 /// Ok if `validate` was right to accept `h` as `cmd` under `p`, else
 /// what is wrong.
-pub fn check_accepted(p: &TransmissionParams, h: &RequestHeader, cmd: Command) -> Result<(), String> {
+pub fn check_accepted(
+    p: &TransmissionParams,
+    h: &RequestHeader,
+    cmd: Command,
+) -> Result<(), String> {
     let adv = |f: u16| p.flags & f != 0;
     let flag = |f: u16| h.flags & f != 0;
     let in_range = |off: u64, len: u64| off.checked_add(len).is_some_and(|e| e <= p.size);

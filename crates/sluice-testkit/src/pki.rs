@@ -61,7 +61,14 @@ pub struct Pki {
 }
 
 /// Client directories [`Pki::client`] knows.
-pub const CLIENTS: [&str; 6] = ["client1", "client2", "expired", "rogue", "nocert", "untrusted"];
+pub const CLIENTS: [&str; 6] = [
+    "client1",
+    "client2",
+    "expired",
+    "rogue",
+    "nocert",
+    "untrusted",
+];
 
 impl Pki {
     /// The process-wide set (made once; key generation is not free).

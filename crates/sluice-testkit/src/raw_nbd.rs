@@ -630,7 +630,10 @@ impl<S: Read + Write> RawClient<S> {
                 .get_mut(&cookie)
                 .unwrap_or_else(|| panic!("reply for cookie {cookie}, which is not in flight"));
             if let Some(off) = chunk.offset {
-                assert_eq!(off, p.offset, "extended reply offset must echo the request's");
+                assert_eq!(
+                    off, p.offset,
+                    "extended reply offset must echo the request's"
+                );
             }
             place(p, &chunk);
             if done {
@@ -687,7 +690,8 @@ impl<S: Read + Write> RawClient<S> {
             0
         };
         let len = data.len() as u64;
-        self.round_trip(flags, CMD_WRITE, cookie, offset, len, data).0
+        self.round_trip(flags, CMD_WRITE, cookie, offset, len, data)
+            .0
     }
 
     /// READ; Ok(data) or Err(NBD error).
@@ -737,7 +741,11 @@ fn place(p: &mut Pending, chunk: &Chunk) {
     match chunk.kind {
         REPLY_TYPE_NONE => assert!(payload.is_empty(), "NONE chunk with a payload"),
         REPLY_TYPE_OFFSET_DATA | REPLY_TYPE_OFFSET_HOLE => {
-            assert_eq!(p.kind, CMD_READ, "read data in a reply to command {}", p.kind);
+            assert_eq!(
+                p.kind, CMD_READ,
+                "read data in a reply to command {}",
+                p.kind
+            );
             assert!(payload.len() >= 8, "offset chunk too short");
             let at = be64(payload)
                 .checked_sub(p.offset)
