@@ -70,7 +70,7 @@ pub(crate) fn fio_randwrite_4k_qd32(srv: &Server) {
 #[rstest]
 fn fio_large_blocks_seq_write_md5_verify(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let dir = tempdir();
     let srv = Cell::new(backend, cache, Flexible)
@@ -93,7 +93,7 @@ fn fio_large_blocks_seq_write_md5_verify(
 #[rstest]
 fn fio_mixed_block_sizes_randwrite_verify(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let dir = tempdir();
     let srv = Cell::new(backend, cache, Flexible)

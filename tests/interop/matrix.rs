@@ -9,7 +9,7 @@
 //! #[rstest]
 //! fn round_trip(
 //!     #[values(Mem, File)] backend: Backend,
-//!     #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+//!     #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 //! ) {
 //!     let dir = tempdir();
 //!     let srv = Cell::new(backend, cache, Flexible)
@@ -42,7 +42,7 @@ pub(crate) enum Backend {
 /// `--cache`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Cache {
-    NoCache,
+    Uncached,
     WriteThrough,
     WriteBack,
 }
@@ -58,7 +58,7 @@ pub(crate) enum Pipeline {
 impl Cache {
     fn arg(self) -> &'static str {
         match self {
-            Self::NoCache => "none",
+            Self::Uncached => "none",
             Self::WriteThrough => "writethrough",
             Self::WriteBack => "writeback",
         }

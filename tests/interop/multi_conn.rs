@@ -9,7 +9,7 @@ use crate::nbdsh::run_script;
 #[rstest]
 fn multi_conn_write_flush_read_across_three_connections(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let dir = tempdir();
     let srv = Cell::new(backend, cache, Flexible)
@@ -21,7 +21,7 @@ fn multi_conn_write_flush_read_across_three_connections(
 #[rstest]
 fn concurrent_writers_on_disjoint_regions_then_verify(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let dir = tempdir();
     let srv = Cell::new(backend, cache, Flexible)

@@ -12,7 +12,7 @@ use crate::matrix::{Backend::File, Cache, Cache::*, Cell, Pipeline::Flexible};
 /// The backing file's content is checked too, so the backend is a file.
 #[rstest]
 fn nbdcopy_256mib_random_round_trip_local_to_sluice_to_local(
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let dir = shm_tempdir();
     let size = 256 * MIB;

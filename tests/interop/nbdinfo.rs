@@ -283,7 +283,7 @@ fn check_map(srv: &Server, name: &str, size: u64, grain: u64) {
 #[rstest]
 fn nbdinfo_map_shows_data_and_holes(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let dir = tempdir();
     let srv = Cell::new(backend, cache, Flexible)

@@ -28,7 +28,7 @@ fn mem_server(size: &str) -> crate::harness::Server {
 #[rstest]
 fn nbdsh_zero_length_requests_keep_connection_usable(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let dir = tempdir();
     let cell = Cell::new(backend, cache, Flexible);
@@ -39,7 +39,7 @@ fn nbdsh_zero_length_requests_keep_connection_usable(
 #[rstest]
 fn nbdsh_unaligned_io_and_last_byte(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let dir = tempdir();
     let cell = Cell::new(backend, cache, Flexible);
@@ -51,7 +51,7 @@ fn nbdsh_unaligned_io_and_last_byte(
 #[rstest]
 fn nbdsh_requests_past_end_fail_and_connection_survives(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let dir = tempdir();
     let cell = Cell::new(backend, cache, Flexible);
@@ -61,7 +61,7 @@ fn nbdsh_requests_past_end_fail_and_connection_survives(
 
 #[rstest]
 fn nbdsh_fua_flush_cache_and_df_reach_backing_file(
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let dir = tempdir();
     let backing = dir.path().join("disk.img");
@@ -78,7 +78,7 @@ fn nbdsh_fua_flush_cache_and_df_reach_backing_file(
 #[rstest]
 fn nbdsh_trim_and_write_zeroes(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let dir = tempdir();
     let cell = Cell::new(backend, cache, Flexible);
@@ -93,7 +93,7 @@ fn nbdsh_trim_and_write_zeroes(
 #[rstest]
 fn nbdsh_block_status_with_and_without_req_one(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let dir = tempdir();
     let cell = Cell::new(backend, cache, Flexible);
@@ -104,7 +104,7 @@ fn nbdsh_block_status_with_and_without_req_one(
 #[rstest]
 fn nbdsh_extended_headers_when_libnbd_supports_them(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let dir = tempdir();
     let cell = Cell::new(backend, cache, Flexible);
@@ -118,7 +118,7 @@ fn nbdsh_extended_headers_when_libnbd_supports_them(
 #[rstest]
 fn nbdsh_without_structured_replies_reads_correctly(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let dir = tempdir();
     let cell = Cell::new(backend, cache, Flexible);
@@ -191,7 +191,7 @@ fn nbdsh_opt_mode_list_info_and_go() {
 #[rstest]
 fn nbdsh_max_payload_requests_and_large_effect_lengths(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let dir = tempdir();
     let cell = Cell::new(backend, cache, Flexible);

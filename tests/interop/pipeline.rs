@@ -11,7 +11,7 @@ use crate::nbdsh::run_script;
 #[rstest]
 fn fio_randwrite_4k_qd32_crc32c_verify(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
     #[values(Off, Fixed, Flexible)] pipeline: Pipeline,
 ) {
     let dir = tempdir();
@@ -24,7 +24,7 @@ fn fio_randwrite_4k_qd32_crc32c_verify(
 #[rstest]
 fn libnbd_aio_64_in_flight(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
     #[values(Off, Fixed, Flexible)] pipeline: Pipeline,
 ) {
     let dir = tempdir();

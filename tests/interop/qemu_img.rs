@@ -34,7 +34,7 @@ fn qemu_img_info_reports_export_sizes() {
 /// The backing file's content is checked too, so the backend is a file.
 #[rstest]
 fn qemu_img_convert_in_and_out_round_trip_matches_byte_for_byte(
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let dir = shm_tempdir();
     let size = 48 * MIB;
@@ -112,7 +112,7 @@ fn qemu_img_convert_in_and_out_round_trip_matches_byte_for_byte(
 #[rstest]
 fn qemu_img_convert_with_n_into_larger_existing_export(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let dir = shm_tempdir();
     let src = dir.path().join("src.raw");

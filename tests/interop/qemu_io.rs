@@ -47,7 +47,7 @@ fn qemu_io_pattern_mismatch(uri: &str, cmd: &str) {
 #[rstest]
 fn qemu_io_write_pattern_reads_back_and_wrong_pattern_is_detected(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let dir = tempdir();
     let cell = Cell::new(backend, cache, Flexible);
@@ -74,7 +74,7 @@ fn qemu_io_write_pattern_reads_back_and_wrong_pattern_is_detected(
 #[rstest]
 fn qemu_io_discard_then_reads_zeros(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let dir = tempdir();
     let cell = Cell::new(backend, cache, Flexible);
@@ -96,7 +96,7 @@ fn qemu_io_discard_then_reads_zeros(
 #[rstest]
 fn qemu_io_write_zeroes_then_reads_zeros(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let dir = tempdir();
     let cell = Cell::new(backend, cache, Flexible);
@@ -126,7 +126,7 @@ fn qemu_io_write_zeroes_then_reads_zeros(
 #[rstest]
 fn qemu_io_unaligned_offsets_and_lengths(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let dir = tempdir();
     let cell = Cell::new(backend, cache, Flexible);
@@ -154,7 +154,7 @@ fn qemu_io_unaligned_offsets_and_lengths(
 #[rstest]
 fn qemu_io_last_sector_and_last_byte_of_export(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let dir = tempdir();
     let cell = Cell::new(backend, cache, Flexible);
@@ -189,7 +189,7 @@ fn qemu_io_last_sector_and_last_byte_of_export(
 
 #[rstest]
 fn qemu_io_flush_makes_writes_visible_in_backing_file(
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let dir = tempdir();
     let backing = dir.path().join("disk.img");

@@ -26,7 +26,7 @@ fn server_in(cell: Cell) -> (Server, TempDir) {
 
 /// The same in memory, for the tests of misbehaving clients.
 fn server() -> Server {
-    server_in(Cell::new(Mem, NoCache, Flexible)).0
+    server_in(Cell::new(Mem, Uncached, Flexible)).0
 }
 
 /// A second, well-behaved connection: write, read back, flush.
@@ -50,7 +50,7 @@ fn check_new_clients_served(srv: &mut Server) {
 #[rstest]
 fn raw_handshake_opt_go_simple_replies_round_trip(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let (srv, _dir) = server_in(Cell::new(backend, cache, Flexible));
     let mut c = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
@@ -68,7 +68,7 @@ fn raw_handshake_opt_go_simple_replies_round_trip(
 #[rstest]
 fn raw_handshake_export_name_option_round_trip(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let (srv, _dir) = server_in(Cell::new(backend, cache, Flexible));
     let mut c = RawClient::open(srv.connect(), "other", Finish::ExportName, Replies::Simple);
@@ -88,7 +88,7 @@ fn raw_handshake_export_name_option_round_trip(
 #[rstest]
 fn raw_extended_headers_read_write_with_64bit_lengths(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let (srv, _dir) = server_in(Cell::new(backend, cache, Flexible));
     let mut c = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Extended);
@@ -287,7 +287,7 @@ fn oversized_option_length_is_refused_promptly() {
 #[rstest]
 fn structured_reply_option_then_go_gives_structured_read_replies(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let (srv, _dir) = server_in(Cell::new(backend, cache, Flexible));
     let mut s = srv.connect();
@@ -319,7 +319,7 @@ fn structured_reply_option_then_go_gives_structured_read_replies(
 #[rstest]
 fn deep_pipelining_thousands_of_requests_on_one_connection(
     #[values(Mem, File)] backend: Backend,
-    #[values(NoCache, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
 ) {
     let (srv, _dir) = server_in(Cell::new(backend, cache, Flexible));
     let mut c = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
