@@ -18,10 +18,11 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluice_fuzz::{be32, check_command};
+use sluice_fuzz::be32;
 use sluice_nbd_proto::{
     HeaderStyle, ReplyStyle, RequestDecodeError, RequestHeader, TransmissionParams,
 };
+use sluice_testkit::nbd_oracle::check_accepted;
 
 const PREFIX: usize = 17;
 
@@ -78,7 +79,9 @@ fn frame(mut rest: &[u8], style: HeaderStyle, params: &TransmissionParams) {
                 h.encode(style, &mut enc);
                 assert_eq!(enc, &rest[..hl], "re-encoding gives the same bytes");
                 if let Ok(cmd) = p.validate(&h) {
-                    check_command(&p, &h, cmd);
+                    if let Err(e) = check_accepted(&p, &h, cmd) {
+                        panic!("{e}");
+                    }
                 }
                 let payload = usize::try_from(h.payload_len(style)).unwrap_or(usize::MAX);
                 let skip = hl.saturating_add(payload);

@@ -1,13 +1,14 @@
 //! Helpers shared by the fuzz targets: a small export catalog, a driver
 //! that feeds a [`ServerHandshake`] the way a server loop does, an option
 //! reply parser written from the spec's layout, and the invariants every
-//! negotiated session and every accepted command must satisfy.
+//! negotiated session must satisfy. What every accepted command must
+//! satisfy is the test kit's oracle (`sluice_testkit::nbd_oracle`), which
+//! the property tests share.
 
 use sluice_nbd_proto::consts::*;
 use sluice_nbd_proto::{
-    BlockSizes, Command, ExportCatalog, ExportInfo, HandshakeConfig, HandshakeError,
-    HandshakeStatus, HeaderStyle, Negotiated, ReplyStyle, RequestHeader, ServerHandshake,
-    TransmissionParams,
+    BlockSizes, ExportCatalog, ExportInfo, HandshakeConfig, HandshakeError, HandshakeStatus,
+    HeaderStyle, Negotiated, ReplyStyle, ServerHandshake,
 };
 
 /// Big-endian u16 at `at` (panics if out of range).
@@ -215,100 +216,3 @@ pub fn check_negotiated(n: &Negotiated) {
     assert_eq!(p.min_block, n.export.block_sizes.minimum);
 }
 
-/// What an accepted command promises: the right command, its range
-/// inside the export and aligned, its flags advertised, write access.
-pub fn check_command(p: &TransmissionParams, h: &RequestHeader, cmd: Command) {
-    let adv = |f: u16| p.flags & f != 0;
-    let in_range = |off: u64, len: u64| off.checked_add(len).is_some_and(|e| e <= p.size);
-    let align = u64::from(p.min_block.max(1));
-    let aligned = |off: u64, len: u64| off % align == 0 && len % align == 0;
-    let defined = CMD_FLAG_FUA
-        | CMD_FLAG_NO_HOLE
-        | CMD_FLAG_DF
-        | CMD_FLAG_REQ_ONE
-        | CMD_FLAG_FAST_ZERO
-        | CMD_FLAG_PAYLOAD_LEN;
-    if h.kind != CMD_DISC {
-        assert_eq!(h.flags & !defined, 0, "undefined flag accepted: {h:?}");
-        assert!(
-            h.flags & CMD_FLAG_FUA == 0 || adv(FLAG_SEND_FUA),
-            "FUA not advertised: {h:?}"
-        );
-    }
-    let ok = match cmd {
-        Command::Read { offset, length, df } => {
-            h.kind == CMD_READ
-                && (offset, u64::from(length)) == (h.offset, h.length)
-                && length <= p.max_payload
-                && in_range(offset, h.length)
-                && aligned(offset, h.length)
-                && (!df || adv(FLAG_SEND_DF))
-        }
-        Command::Write {
-            offset,
-            length,
-            fua,
-        } => {
-            h.kind == CMD_WRITE
-                && (offset, u64::from(length)) == (h.offset, h.length)
-                && length <= p.max_payload
-                && in_range(offset, h.length)
-                && aligned(offset, h.length)
-                && !adv(FLAG_READ_ONLY)
-                && (!fua || adv(FLAG_SEND_FUA))
-        }
-        Command::Disconnect => h.kind == CMD_DISC,
-        Command::Flush => {
-            h.kind == CMD_FLUSH && adv(FLAG_SEND_FLUSH) && h.offset == 0 && h.length == 0
-        }
-        Command::Trim {
-            offset,
-            length,
-            fua,
-        } => {
-            h.kind == CMD_TRIM
-                && (offset, length) == (h.offset, h.length)
-                && adv(FLAG_SEND_TRIM)
-                && !adv(FLAG_READ_ONLY)
-                && in_range(offset, length)
-                && aligned(offset, length)
-                && (!fua || adv(FLAG_SEND_FUA))
-        }
-        Command::Cache { offset, length } => {
-            h.kind == CMD_CACHE
-                && (offset, length) == (h.offset, h.length)
-                && in_range(offset, length)
-                && aligned(offset, length)
-        }
-        Command::WriteZeroes {
-            offset,
-            length,
-            fua,
-            may_trim,
-            fast,
-        } => {
-            h.kind == CMD_WRITE_ZEROES
-                && (offset, length) == (h.offset, h.length)
-                && adv(FLAG_SEND_WRITE_ZEROES)
-                && !adv(FLAG_READ_ONLY)
-                && in_range(offset, length)
-                && aligned(offset, length)
-                && (!fua || adv(FLAG_SEND_FUA))
-                && (!fast || adv(FLAG_SEND_FAST_ZERO))
-                && may_trim == (h.flags & CMD_FLAG_NO_HOLE == 0)
-        }
-        Command::BlockStatus {
-            offset,
-            length,
-            req_one,
-        } => {
-            h.kind == CMD_BLOCK_STATUS
-                && (offset, length) == (h.offset, h.length)
-                && p.block_status
-                && length > 0
-                && in_range(offset, length)
-                && req_one == (h.flags & CMD_FLAG_REQ_ONE != 0)
-        }
-    };
-    assert!(ok, "accepted {cmd:?} for {h:?} under {p:?}");
-}

@@ -12,9 +12,7 @@
 //! show as lost durable data.
 //!
 //! `SLUICE_CRASH_CYCLES=N` multiplies the cycle counts (long runs,
-//! docs/RELIABILITY.md). These tests choose their own cache policy, so
-//! the reruns of the interop suite under `SLUICE_TEST_SERVER_ARGS` skip
-//! them.
+//! docs/RELIABILITY.md). These tests choose their own cache policy.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -24,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
 use sluice_client::{ConnectOptions, Connection, NbdUri, Outcome, Request, Target};
-use sluice_testkit::crash::{splitmix, DurabilityModel, FlushTicket, WriteTicket, SECTOR};
+use sluice_testkit::crash::{DurabilityModel, FlushTicket, WriteTicket, SECTOR};
 
 use crate::harness::{create_sparse_file, shm_tempdir, Server, ServerBuilder, MIB};
 
@@ -43,19 +41,6 @@ struct Totals {
     sectors_newer_than_floor: u64,
     violations: u64,
     lost_durable_bytes: u64,
-}
-
-/// Small deterministic generator (the test's own choices, seeded).
-struct Choices(u64);
-
-impl Choices {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(1);
-        splitmix(self.0)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 enum InFlight {
@@ -99,13 +84,13 @@ fn write_until_killed(
         }
     };
     let _ = started.send(());
-    let mut rng = Choices(seed);
+    let mut rng = fastrand::Rng::with_seed(seed);
     let mut buf = vec![0u8; MAX_WRITE_SECTORS as usize * SECTOR];
     let mut pending: HashMap<u64, InFlight> = HashMap::new();
     let mut flushes = 0usize;
     loop {
         while pending.len() < QUEUE_DEPTH {
-            if rng.below(20) == 0 {
+            if rng.u64(..20) == 0 {
                 let ticket = model.begin_flush();
                 let Ok(cookie) = conn.queue(Request::Flush) else {
                     break;
@@ -114,12 +99,12 @@ fn write_until_killed(
                 flushes += 1;
                 continue;
             }
-            let count = 1 + rng.below(MAX_WRITE_SECTORS);
-            let sector = rng.below(model.len() - count);
+            let count = 1 + rng.u64(..MAX_WRITE_SECTORS);
+            let sector = rng.u64(..model.len() - count);
             if (sector..sector + count).any(|s| model.in_flight(s)) {
                 break;
             }
-            let fua = rng.below(10) == 0;
+            let fua = rng.u64(..10) == 0;
             let data = &mut buf[..count as usize * SECTOR];
             let ticket = model.begin_write(sector, count, data);
             let request = Request::Write {
@@ -217,14 +202,6 @@ fn start(image: &Path, cache: &str, power_loss_seed: Option<u64>) -> Server {
         .start()
 }
 
-fn skipped_under_rerun() -> bool {
-    if std::env::var_os("SLUICE_TEST_SERVER_ARGS").is_some() {
-        eprintln!("crash tests pick their own --cache; covered by the main run");
-        return true;
-    }
-    false
-}
-
 fn cycles(base: u64) -> u64 {
     let factor = std::env::var("SLUICE_CRASH_CYCLES")
         .ok()
@@ -240,7 +217,7 @@ fn crash_cycles(n: u64, cache: &str, power_loss: bool, seed: u64) -> Totals {
     create_sparse_file(&image, IMAGE);
     let mut model = DurabilityModel::new(IMAGE / SECTOR as u64);
     let mut totals = Totals::default();
-    let mut rng = Choices(seed);
+    let mut rng = fastrand::Rng::with_seed(seed);
     let began = Instant::now();
     for cycle in 0..n {
         let mut server = start(&image, cache, power_loss.then_some(seed + cycle));
@@ -263,14 +240,14 @@ fn crash_cycles(n: u64, cache: &str, power_loss: bool, seed: u64) -> Totals {
         // 2. Write until a random moment, then SIGKILL.
         let (tx, rx) = mpsc::channel();
         let writer_model = std::mem::replace(&mut model, DurabilityModel::new(0));
-        let writer_seed = rng.next();
+        let writer_seed = rng.u64(..);
         let writer = {
             let uri = uri.clone();
             thread::spawn(move || write_until_killed(&uri, writer_model, writer_seed, tx))
         };
         rx.recv_timeout(Duration::from_secs(30))
             .expect("writer connected");
-        thread::sleep(Duration::from_micros(1_000 + rng.below(40_000)));
+        thread::sleep(Duration::from_micros(1_000 + rng.u64(..40_000)));
         server.signal(Signal::KILL);
         server
             .wait_exit(Duration::from_secs(10))
@@ -311,9 +288,6 @@ fn crash_cycles(n: u64, cache: &str, power_loss: bool, seed: u64) -> Totals {
 
 #[test]
 fn sigkill_with_write_back_cache_loses_no_flushed_write() {
-    if skipped_under_rerun() {
-        return;
-    }
     let n = cycles(200);
     let t = crash_cycles(n, "writeback", false, 0xc0ffee);
     assert!(
@@ -324,9 +298,6 @@ fn sigkill_with_write_back_cache_loses_no_flushed_write() {
 
 #[test]
 fn power_loss_with_write_back_cache_loses_no_flushed_write() {
-    if skipped_under_rerun() {
-        return;
-    }
     let n = cycles(100);
     let t = crash_cycles(n, "writeback", true, 0xbadcab1e);
     assert!(t.killed_mid_flush >= n / 10, "{t:?}");
@@ -334,8 +305,5 @@ fn power_loss_with_write_back_cache_loses_no_flushed_write() {
 
 #[test]
 fn power_loss_without_cache_loses_no_flushed_write() {
-    if skipped_under_rerun() {
-        return;
-    }
     crash_cycles(cycles(60), "none", true, 0xfeed);
 }

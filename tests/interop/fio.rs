@@ -1,8 +1,10 @@
 //! fio's nbd engine against sluice, with data verification.
 
+use rstest::rstest;
 use serde_json::Value;
 
-use crate::harness::{tool, Server, ServerBuilder};
+use crate::harness::{tempdir, tool, Server};
+use crate::matrix::{Backend, Backend::*, Cache, Cache::*, Cell, Pipeline::Flexible};
 
 /// Runs fio with the nbd engine and the given job options; asserts exit 0,
 /// no job error, the expected bytes written and verified.
@@ -63,17 +65,16 @@ pub(crate) fn fio_randwrite_4k_qd32(srv: &Server) {
     );
 }
 
-#[test]
-fn fio_randwrite_4k_qd32_crc32c_verify() {
-    let srv = ServerBuilder::new().export("default", "mem:64M").start();
-    fio_randwrite_4k_qd32(&srv);
-}
+// The 4 KiB random-write job runs over the whole matrix in pipeline.rs.
 
-#[test]
-fn fio_large_blocks_seq_write_md5_verify_on_file_export() {
-    let dir = crate::harness::tempdir();
-    let srv = ServerBuilder::new()
-        .file_export("default", &dir.path().join("f.img"), "size=128M")
+#[rstest]
+fn fio_large_blocks_seq_write_md5_verify(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
+    let dir = tempdir();
+    let srv = Cell::new(backend, cache, Flexible)
+        .server(dir.path(), &[("default", "128M")])
         .start();
     fio_verify(
         &srv,
@@ -89,9 +90,15 @@ fn fio_large_blocks_seq_write_md5_verify_on_file_export() {
     );
 }
 
-#[test]
-fn fio_mixed_block_sizes_randwrite_verify() {
-    let srv = ServerBuilder::new().export("default", "mem:32M").start();
+#[rstest]
+fn fio_mixed_block_sizes_randwrite_verify(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
+    let dir = tempdir();
+    let srv = Cell::new(backend, cache, Flexible)
+        .server(dir.path(), &[("default", "32M")])
+        .start();
     fio_verify(
         &srv,
         "bsrange",

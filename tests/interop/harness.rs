@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 
+use crate::matrix::Cell;
+
 pub(crate) const KIB: u64 = 1024;
 pub(crate) const MIB: u64 = 1024 * 1024;
 
@@ -25,7 +27,7 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 const DEFAULT_CMD_TIMEOUT: Duration = Duration::from_secs(180);
 
 const INSTALL_HINT: &str = "run scripts/test from the repository root: it installs the interop \
-     test dependencies (qemu-utils, libnbd-bin, python3-libnbd, nbdkit, fio, gnutls-bin, nbdfuse) and then \
+     test dependencies (qemu-utils, libnbd-bin, python3-libnbd, nbdkit, fio, nbdfuse) and then \
      runs the suite";
 
 /// The interpreter for the libnbd Python scripts. Debian's python3-libnbd is
@@ -300,6 +302,7 @@ impl CmdOutput {
 pub(crate) struct ServerBuilder {
     listens: Vec<String>,
     args: Vec<String>,
+    metrics: bool,
 }
 
 impl ServerBuilder {
@@ -308,6 +311,7 @@ impl ServerBuilder {
         Self {
             listens: Vec::new(),
             args: Vec::new(),
+            metrics: false,
         }
     }
 
@@ -340,10 +344,17 @@ impl ServerBuilder {
         self
     }
 
-    /// `--pipeline MODE`.
-    pub(crate) fn pipeline(mut self, mode: &str) -> Self {
-        self.args.push("--pipeline".into());
-        self.args.push(mode.into());
+    /// `--metrics 127.0.0.1:0`; the address is in [`Server::metrics`].
+    pub(crate) fn metrics(mut self) -> Self {
+        self.args.push("--metrics".into());
+        self.args.push("127.0.0.1:0".into());
+        self.metrics = true;
+        self
+    }
+
+    /// The cache and pipeline arguments of a matrix cell.
+    pub(crate) fn cell(mut self, cell: Cell) -> Self {
+        self.args.extend(cell.args().map(String::from));
         self
     }
 
@@ -366,16 +377,6 @@ impl ServerBuilder {
             cmd.arg("--listen").arg(l);
         }
         cmd.args(&self.args);
-        // scripts/test reruns the suite with e.g. `--cache writeback` here,
-        // so every client is checked against every cache policy.
-        // A test that picks its own cache policy keeps it.
-        let own_cache = self.args.iter().any(|a| a == "--cache");
-        if let Some(extra) = std::env::var("SLUICE_TEST_SERVER_ARGS")
-            .ok()
-            .filter(|_| !own_cache)
-        {
-            cmd.args(extra.split_whitespace());
-        }
         let cmdline = format!("{:?}", cmd);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -404,14 +405,27 @@ impl ServerBuilder {
             cmdline,
             tcp: Vec::new(),
             unix: Vec::new(),
+            metrics: None,
             stderr_path,
             _logdir: logdir,
         };
         let deadline = Instant::now() + STARTUP_TIMEOUT;
-        while server.tcp.len() + server.unix.len() < listens.len() {
+        while server.tcp.len() + server.unix.len() < listens.len()
+            || (self.metrics && server.metrics.is_none())
+        {
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left.min(Duration::from_millis(100))) {
                 Ok(line) => {
+                    if let Some(rest) = line.trim().strip_prefix("metrics on http://") {
+                        let addr = rest
+                            .trim_end_matches("/metrics")
+                            .parse()
+                            .unwrap_or_else(|e| {
+                                panic!("cannot parse the metrics address in {line:?}: {e}")
+                            });
+                        server.metrics = Some(addr);
+                        continue;
+                    }
                     let Some(rest) = line.trim().strip_prefix("listening on ") else {
                         continue;
                     };
@@ -462,6 +476,8 @@ pub(crate) struct Server {
     cmdline: String,
     pub(crate) tcp: Vec<SocketAddr>,
     pub(crate) unix: Vec<PathBuf>,
+    /// The metrics endpoint, when started with [`ServerBuilder::metrics`].
+    pub(crate) metrics: Option<SocketAddr>,
     stderr_path: PathBuf,
     _logdir: TempDir,
 }
@@ -601,24 +617,9 @@ pub(crate) fn shm_tempdir() -> TempDir {
     tempdir()
 }
 
-/// Deterministic pseudo-random bytes (splitmix64); `seed` picks the stream.
+/// Deterministic pseudo-random bytes; `seed` picks the stream.
 pub(crate) fn fill_random(seed: u64, buf: &mut [u8]) {
-    let mut state = seed ^ 0x9e37_79b9_7f4a_7c15;
-    let mut next = || {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    };
-    let mut chunks = buf.chunks_exact_mut(8);
-    for c in &mut chunks {
-        c.copy_from_slice(&next().to_le_bytes());
-    }
-    let rem = chunks.into_remainder();
-    let last = next().to_le_bytes();
-    let n = rem.len();
-    rem.copy_from_slice(&last[..n]);
+    fastrand::Rng::with_seed(seed).fill(buf);
 }
 
 pub(crate) fn random_bytes(seed: u64, len: usize) -> Vec<u8> {

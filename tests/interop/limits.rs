@@ -10,7 +10,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::harness::{random_bytes, tempdir, Server, ServerBuilder, KIB, MIB};
-use crate::nbd_raw::*;
+use sluice_testkit::raw_nbd::*;
 
 /// A field of /proc/PID/status in its unit (kB for memory).
 fn proc_status(pid: i32, field: &str) -> u64 {
@@ -46,7 +46,7 @@ fn wait_for(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
 
 /// Write then read back 64 KiB (4 KiB-aligned, so O_DIRECT exports take it
 /// too) and flush; returns how long the three requests took.
-fn round_trip(conn: &mut RawConn, seed: u64, offset: u64) -> Duration {
+fn round_trip(conn: &mut RawClient, seed: u64, offset: u64) -> Duration {
     let started = Instant::now();
     let data = random_bytes(seed, 64 * KIB as usize);
     assert_eq!(conn.write(seed, offset, &data), 0, "write failed");
@@ -58,20 +58,13 @@ fn round_trip(conn: &mut RawConn, seed: u64, offset: u64) -> Duration {
     started.elapsed()
 }
 
-fn open(srv: &Server, export: &str) -> RawConn {
-    RawConn::open(srv.connect(), export, Finish::Go, false)
+fn open(srv: &Server, export: &str) -> RawClient {
+    RawClient::open(srv.connect(), export, Finish::Go, Replies::Simple)
 }
 
-/// A compact request header.
+/// A compact request header without flags.
 fn header(typ: u16, cookie: u64, offset: u64, len: u32) -> Vec<u8> {
-    let mut h = Vec::with_capacity(28);
-    h.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
-    h.extend_from_slice(&0u16.to_be_bytes());
-    h.extend_from_slice(&typ.to_be_bytes());
-    h.extend_from_slice(&cookie.to_be_bytes());
-    h.extend_from_slice(&offset.to_be_bytes());
-    h.extend_from_slice(&len.to_be_bytes());
-    h
+    compact_header(0, typ, cookie, offset, len)
 }
 
 /// Connects and returns the socket if the server greets it, `None` if it
@@ -90,7 +83,7 @@ fn try_connect(srv: &Server) -> Option<TcpStream> {
 }
 
 /// Latency percentiles of `n` round trips.
-fn latencies(conn: &mut RawConn, n: u64, seed: u64) -> (Duration, Duration) {
+fn latencies(conn: &mut RawClient, n: u64, seed: u64) -> (Duration, Duration) {
     let mut v: Vec<Duration> = (0..n)
         .map(|i| round_trip(conn, seed + i * 3, (i % 16) * 64 * KIB))
         .collect();
@@ -105,7 +98,7 @@ fn max_connections_refuses_the_fifth_client_and_serves_again_after_one_leaves() 
         .arg("--max-connections")
         .arg("4")
         .start();
-    let mut conns: Vec<RawConn> = (0..4).map(|_| open(&srv, "disk")).collect();
+    let mut conns: Vec<RawClient> = (0..4).map(|_| open(&srv, "disk")).collect();
     assert!(
         try_connect(&srv).is_none(),
         "a 5th client was greeted with --max-connections 4"
@@ -122,7 +115,7 @@ fn max_connections_refuses_the_fifth_client_and_serves_again_after_one_leaves() 
         }),
         "no client is served after one of the 4 left"
     );
-    let mut c = RawConn::open(again.expect("greeted"), "disk", Finish::Go, false);
+    let mut c = RawClient::open(again.expect("greeted"), "disk", Finish::Go, Replies::Simple);
     round_trip(&mut c, 40, 5 * MIB);
     assert!(srv.stderr_log().contains("connection limit reached"));
 }
@@ -275,7 +268,7 @@ fn a_thousand_idle_connections_cost_little_and_close_cleanly() {
     }));
     let (rss_before, threads_before) = (rss_kib(&srv), threads(&srv));
     let started = Instant::now();
-    let conns: Vec<RawConn> = (0..N).map(|_| open(&srv, "disk")).collect();
+    let conns: Vec<RawClient> = (0..N).map(|_| open(&srv, "disk")).collect();
     let opened = started.elapsed();
     std::thread::sleep(Duration::from_millis(500));
     let (rss_after, threads_after) = (rss_kib(&srv), threads(&srv));
@@ -327,7 +320,7 @@ fn direct_image(dir: &Path) -> std::path::PathBuf {
 }
 
 /// Sends 256 x 1 MiB reads and never reads a reply.
-fn never_read(srv: &Server) -> RawConn {
+fn never_read(srv: &Server) -> RawClient {
     let mut slow = open(srv, "direct");
     slow.s
         .set_write_timeout(Some(Duration::from_secs(5)))
@@ -349,7 +342,8 @@ fn never_reading_clients_do_not_starve_the_pool(pipeline: &str) {
     let image = direct_image(dir.path());
     let mut srv = ServerBuilder::new()
         .file_export("direct", &image, "direct")
-        .pipeline(pipeline)
+        .arg("--pipeline")
+        .arg(pipeline)
         .arg("--io-threads")
         .arg("4")
         .arg("--send-timeout")
@@ -364,7 +358,7 @@ fn never_reading_clients_do_not_starve_the_pool(pipeline: &str) {
     // Six clients that never read, more than the 4 workers: each ties up
     // a worker in a blocked send, and the pool starts spares meanwhile.
     let slow_clients = 6;
-    let mut slow: Vec<RawConn> = (0..slow_clients).map(|_| never_read(&srv)).collect();
+    let mut slow: Vec<RawClient> = (0..slow_clients).map(|_| never_read(&srv)).collect();
     std::thread::sleep(Duration::from_millis(300));
     let mut worst = Duration::ZERO;
     for round in 0..5 {

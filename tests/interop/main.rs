@@ -2,17 +2,19 @@
 //! libnbd scripts, fio) and a hand-written raw client against `sluice serve`.
 //!
 //! Every test starts its own server on an OS-chosen port with its own
-//! temporary directory. The external tools are installed by `scripts/test`;
+//! temporary directory. Data-path tests run over a matrix of backends,
+//! cache policies and pipeline modes (`matrix.rs`), one test per cell. The external tools are installed by `scripts/test`;
 //! a missing tool fails the test with a message saying so.
 
 mod harness;
-mod nbd_raw;
+mod matrix;
 
 mod crash;
 mod faults;
 mod fio;
 mod limits;
 mod listeners;
+mod metrics;
 mod multi_conn;
 mod nbdcopy;
 mod nbdinfo;

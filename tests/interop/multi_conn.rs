@@ -1,28 +1,31 @@
 //! Several connections to one export at the same time.
 
-use crate::harness::{nbdsh_script, tempdir, ServerBuilder, MIB};
+use rstest::rstest;
+
+use crate::harness::{nbdsh_script, tempdir, MIB};
+use crate::matrix::{Backend, Backend::*, Cache, Cache::*, Cell, Pipeline::Flexible};
 use crate::nbdsh::run_script;
 
-#[test]
-fn multi_conn_write_flush_read_across_three_connections() {
-    let srv = ServerBuilder::new().export("disk", "mem:32M").start();
-    run_script("multi_conn.py", &[srv.uri("disk")]);
-}
-
-#[test]
-fn multi_conn_write_flush_read_across_three_connections_file_export() {
+#[rstest]
+fn multi_conn_write_flush_read_across_three_connections(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
     let dir = tempdir();
-    let srv = ServerBuilder::new()
-        .file_export("disk", &dir.path().join("d.img"), "size=32M")
+    let srv = Cell::new(backend, cache, Flexible)
+        .server(dir.path(), &[("disk", "32M")])
         .start();
     run_script("multi_conn.py", &[srv.uri("disk")]);
 }
 
-#[test]
-fn concurrent_writers_on_disjoint_regions_then_verify() {
+#[rstest]
+fn concurrent_writers_on_disjoint_regions_then_verify(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
     let dir = tempdir();
-    let srv = ServerBuilder::new()
-        .file_export("disk", &dir.path().join("d.img"), "size=64M")
+    let srv = Cell::new(backend, cache, Flexible)
+        .server(dir.path(), &[("disk", "64M")])
         .start();
     let uri = srv.uri("disk");
     let region = 12 * MIB + 4096 + 17; // unaligned lengths and offsets

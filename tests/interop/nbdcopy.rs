@@ -1,12 +1,19 @@
 //! nbdcopy through sluice: a large random round trip, and export to export.
 
+use std::time::Duration;
+
+use rstest::rstest;
+
 use crate::harness::{
     assert_files_equal, sha256_file, shm_tempdir, tool, write_random_file, ServerBuilder, MIB,
 };
-use std::time::Duration;
+use crate::matrix::{Backend::File, Cache, Cache::*, Cell, Pipeline::Flexible};
 
-#[test]
-fn nbdcopy_256mib_random_round_trip_local_to_sluice_to_local() {
+/// The backing file's content is checked too, so the backend is a file.
+#[rstest]
+fn nbdcopy_256mib_random_round_trip_local_to_sluice_to_local(
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
     let dir = shm_tempdir();
     let size = 256 * MIB;
     let src = dir.path().join("src.raw");
@@ -17,9 +24,9 @@ fn nbdcopy_256mib_random_round_trip_local_to_sluice_to_local() {
         7,
         &[(100 * MIB, 16 * MIB), (200 * MIB + 4096, 12345)],
     );
-    let backing = dir.path().join("backing.img");
-    let srv = ServerBuilder::new()
-        .file_export("disk", &backing, "size=256M")
+    let backing = dir.path().join("disk.img");
+    let srv = Cell::new(File, cache, Flexible)
+        .server(dir.path(), &[("disk", "256M")])
         .start();
     let uri = srv.uri("disk");
     tool("nbdcopy")

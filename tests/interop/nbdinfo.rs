@@ -2,9 +2,11 @@
 
 use std::collections::BTreeMap;
 
+use rstest::rstest;
 use serde_json::Value;
 
 use crate::harness::{create_sparse_file, tempdir, tool, Server, ServerBuilder, KIB, MIB};
+use crate::matrix::{Backend, Backend::*, Cache, Cache::*, Cell, Pipeline::Flexible};
 
 fn nbdinfo_json(uri: &str) -> Value {
     tool("nbdinfo").arg("--json").arg(uri).run().json()
@@ -278,19 +280,20 @@ fn check_map(srv: &Server, name: &str, size: u64, grain: u64) {
     );
 }
 
-#[test]
-fn nbdinfo_map_of_mem_export_shows_data_and_holes() {
-    let srv = ServerBuilder::new().export("m", "mem:16M").start();
-    // The in-memory store may track allocation in chunks up to 64 KiB.
-    check_map(&srv, "m", 16 * MIB, 64 * KIB);
-}
-
-#[test]
-fn nbdinfo_map_of_file_export_shows_data_and_holes() {
+#[rstest]
+fn nbdinfo_map_shows_data_and_holes(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
     let dir = tempdir();
-    let srv = ServerBuilder::new()
-        .file_export("f", &dir.path().join("f.img"), "size=16M")
+    let srv = Cell::new(backend, cache, Flexible)
+        .server(dir.path(), &[("m", "16M")])
         .start();
-    // The filesystem tracks allocation in 4 KiB blocks.
-    check_map(&srv, "f", 16 * MIB, 4 * KIB);
+    // The in-memory store may track allocation in chunks up to 64 KiB,
+    // the filesystem in 4 KiB blocks.
+    let grain = match backend {
+        Mem => 64 * KIB,
+        File => 4 * KIB,
+    };
+    check_map(&srv, "m", 16 * MIB, grain);
 }

@@ -1,8 +1,11 @@
 //! libnbd (python3-libnbd) scripts from tests/nbdsh/ against sluice.
 
+use rstest::rstest;
+
 use crate::harness::{
     create_sparse_file, nbdsh_script, tempdir, write_random_file, CmdOutput, ServerBuilder, MIB,
 };
+use crate::matrix::{Backend, Backend::*, Cache, Cache::*, Cell, Pipeline::Flexible};
 
 /// Runs tests/nbdsh/SCRIPT with the given arguments; asserts exit 0 and
 /// the script's closing "OK".
@@ -22,41 +25,48 @@ fn mem_server(size: &str) -> crate::harness::Server {
         .start()
 }
 
-#[test]
-fn nbdsh_zero_length_requests_keep_connection_usable() {
-    let srv = mem_server("16M");
+#[rstest]
+fn nbdsh_zero_length_requests_keep_connection_usable(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
+    let dir = tempdir();
+    let cell = Cell::new(backend, cache, Flexible);
+    let srv = cell.server(dir.path(), &[("disk", "16M")]).start();
     run_script("zero_length.py", &[srv.uri("disk")]);
 }
 
-#[test]
-fn nbdsh_unaligned_io_and_last_byte() {
-    let srv = ServerBuilder::new()
-        .export("disk", "mem:16777219") // odd size: partial last block
-        .start();
-    run_script("unaligned_and_last_byte.py", &[srv.uri("disk")]);
-}
-
-#[test]
-fn nbdsh_unaligned_io_and_last_byte_on_file_export() {
+#[rstest]
+fn nbdsh_unaligned_io_and_last_byte(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
     let dir = tempdir();
-    let srv = ServerBuilder::new()
-        .file_export("disk", &dir.path().join("d.img"), "size=5000001")
-        .start();
+    let cell = Cell::new(backend, cache, Flexible);
+    // An odd size: a partial last block.
+    let srv = cell.server(dir.path(), &[("disk", "5000001")]).start();
     run_script("unaligned_and_last_byte.py", &[srv.uri("disk")]);
 }
 
-#[test]
-fn nbdsh_requests_past_end_fail_and_connection_survives() {
-    let srv = mem_server("8M");
+#[rstest]
+fn nbdsh_requests_past_end_fail_and_connection_survives(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
+    let dir = tempdir();
+    let cell = Cell::new(backend, cache, Flexible);
+    let srv = cell.server(dir.path(), &[("disk", "8M")]).start();
     run_script("out_of_bounds.py", &[srv.uri("disk")]);
 }
 
-#[test]
-fn nbdsh_fua_flush_cache_and_df_reach_backing_file() {
+#[rstest]
+fn nbdsh_fua_flush_cache_and_df_reach_backing_file(
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
     let dir = tempdir();
-    let backing = dir.path().join("d.img");
-    let srv = ServerBuilder::new()
-        .file_export("disk", &backing, "size=8M")
+    let backing = dir.path().join("disk.img");
+    let srv = Cell::new(File, cache, Flexible)
+        .server(dir.path(), &[("disk", "8M")])
         .start();
     run_script(
         "fua_flush_cache_df.py",
@@ -64,52 +74,55 @@ fn nbdsh_fua_flush_cache_and_df_reach_backing_file() {
     );
 }
 
-#[test]
-fn nbdsh_trim_and_write_zeroes_on_mem_export() {
-    let srv = mem_server("16M");
-    run_script("trim_and_write_zeroes.py", &[srv.uri("disk")]);
-}
-
-#[test]
-fn nbdsh_trim_and_write_zeroes_punch_holes_in_file_export() {
+/// On a file export the script also checks the holes in the file.
+#[rstest]
+fn nbdsh_trim_and_write_zeroes(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
     let dir = tempdir();
-    let backing = dir.path().join("d.img");
-    let srv = ServerBuilder::new()
-        .file_export("disk", &backing, "size=16M")
-        .start();
-    run_script(
-        "trim_and_write_zeroes.py",
-        &[srv.uri("disk"), backing.display().to_string()],
-    );
+    let cell = Cell::new(backend, cache, Flexible);
+    let srv = cell.server(dir.path(), &[("disk", "16M")]).start();
+    let mut args = vec![srv.uri("disk")];
+    if backend == File {
+        args.push(dir.path().join("disk.img").display().to_string());
+    }
+    run_script("trim_and_write_zeroes.py", &args);
 }
 
-#[test]
-fn nbdsh_block_status_with_and_without_req_one_mem() {
-    let srv = mem_server("32M");
+#[rstest]
+fn nbdsh_block_status_with_and_without_req_one(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
+    let dir = tempdir();
+    let cell = Cell::new(backend, cache, Flexible);
+    let srv = cell.server(dir.path(), &[("disk", "32M")]).start();
     run_script("block_status.py", &[srv.uri("disk")]);
 }
 
-#[test]
-fn nbdsh_block_status_with_and_without_req_one_file() {
+#[rstest]
+fn nbdsh_extended_headers_when_libnbd_supports_them(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
     let dir = tempdir();
-    let srv = ServerBuilder::new()
-        .file_export("disk", &dir.path().join("d.img"), "size=32M")
-        .start();
-    run_script("block_status.py", &[srv.uri("disk")]);
-}
-
-#[test]
-fn nbdsh_extended_headers_when_libnbd_supports_them() {
-    let srv = mem_server("16M");
+    let cell = Cell::new(backend, cache, Flexible);
+    let srv = cell.server(dir.path(), &[("disk", "16M")]).start();
     let out = run_script("extended_headers.py", &[srv.uri("disk")]);
     if out.stdout().contains("SKIP:") {
         eprintln!("{}", out.stdout().trim());
     }
 }
 
-#[test]
-fn nbdsh_without_structured_replies_reads_correctly() {
-    let srv = mem_server("40M");
+#[rstest]
+fn nbdsh_without_structured_replies_reads_correctly(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
+    let dir = tempdir();
+    let cell = Cell::new(backend, cache, Flexible);
+    let srv = cell.server(dir.path(), &[("disk", "40M")]).start();
     run_script("no_structured_replies.py", &[srv.uri("disk")]);
 }
 
@@ -173,23 +186,15 @@ fn nbdsh_opt_mode_list_info_and_go() {
     );
 }
 
-#[test]
-fn nbdsh_64_aio_requests_in_flight_complete_correctly() {
-    let srv = mem_server("256M");
-    run_script("aio_in_flight.py", &[srv.uri("disk"), "64".into()]);
-}
+// 64 AIO requests in flight: over the whole matrix in pipeline.rs.
 
-#[test]
-fn nbdsh_max_payload_requests_and_large_effect_lengths() {
-    let srv = mem_server("96M");
-    run_script("large_requests.py", &[srv.uri("disk")]);
-}
-
-#[test]
-fn nbdsh_max_payload_requests_on_file_export() {
+#[rstest]
+fn nbdsh_max_payload_requests_and_large_effect_lengths(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
     let dir = tempdir();
-    let srv = ServerBuilder::new()
-        .file_export("disk", &dir.path().join("d.img"), "size=100M")
-        .start();
+    let cell = Cell::new(backend, cache, Flexible);
+    let srv = cell.server(dir.path(), &[("disk", "100M")]).start();
     run_script("large_requests.py", &[srv.uri("disk")]);
 }

@@ -1,51 +1,35 @@
-//! The same data-integrity workloads under each `--pipeline` schedule.
+//! Clients that keep many requests in flight, over the whole matrix:
+//! every backend, cache policy and `--pipeline` schedule.
+
+use rstest::rstest;
 
 use crate::fio::fio_randwrite_4k_qd32;
-use crate::harness::ServerBuilder;
+use crate::harness::tempdir;
+use crate::matrix::{Backend, Backend::*, Cache, Cache::*, Cell, Pipeline, Pipeline::*};
 use crate::nbdsh::run_script;
 
-fn server(mode: &str) -> crate::harness::Server {
-    ServerBuilder::new()
-        .export("default", "mem:256M")
-        .pipeline(mode)
-        .start()
+#[rstest]
+fn fio_randwrite_4k_qd32_crc32c_verify(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Off, Fixed, Flexible)] pipeline: Pipeline,
+) {
+    let dir = tempdir();
+    let srv = Cell::new(backend, cache, pipeline)
+        .server(dir.path(), &[("default", "64M")])
+        .start();
+    fio_randwrite_4k_qd32(&srv);
 }
 
-fn fio_under(mode: &str) {
-    fio_randwrite_4k_qd32(&server(mode));
-}
-
-fn aio_under(mode: &str) {
-    let srv = server(mode);
+#[rstest]
+fn libnbd_aio_64_in_flight(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+    #[values(Off, Fixed, Flexible)] pipeline: Pipeline,
+) {
+    let dir = tempdir();
+    let srv = Cell::new(backend, cache, pipeline)
+        .server(dir.path(), &[("default", "256M")])
+        .start();
     run_script("aio_in_flight.py", &[srv.uri("default"), "64".into()]);
-}
-
-#[test]
-fn pipeline_off_fio_randwrite_verify() {
-    fio_under("off");
-}
-
-#[test]
-fn pipeline_fixed_fio_randwrite_verify() {
-    fio_under("fixed");
-}
-
-#[test]
-fn pipeline_flexible_fio_randwrite_verify() {
-    fio_under("flexible");
-}
-
-#[test]
-fn pipeline_off_aio_64_in_flight() {
-    aio_under("off");
-}
-
-#[test]
-fn pipeline_fixed_aio_64_in_flight() {
-    aio_under("fixed");
-}
-
-#[test]
-fn pipeline_flexible_aio_64_in_flight() {
-    aio_under("flexible");
 }

@@ -1,9 +1,12 @@
 //! qemu-img against sluice: info, convert in and out, compare.
 
+use rstest::rstest;
+
 use crate::harness::{
     assert_bytes_eq, assert_files_equal, read_file_range, sha256_file, shm_tempdir, tempdir, tool,
     write_random_file, ServerBuilder, MIB,
 };
+use crate::matrix::{Backend, Backend::*, Cache, Cache::*, Cell, Pipeline::Flexible};
 
 fn virtual_size(uri: &str) -> u64 {
     let out = tool("qemu-img")
@@ -28,8 +31,11 @@ fn qemu_img_info_reports_export_sizes() {
     assert_eq!(virtual_size(&srv.uri("")), 64 * MIB);
 }
 
-#[test]
-fn qemu_img_convert_in_and_out_round_trip_matches_byte_for_byte() {
+/// The backing file's content is checked too, so the backend is a file.
+#[rstest]
+fn qemu_img_convert_in_and_out_round_trip_matches_byte_for_byte(
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
     let dir = shm_tempdir();
     let size = 48 * MIB;
     let src = dir.path().join("src.raw");
@@ -41,9 +47,9 @@ fn qemu_img_convert_in_and_out_round_trip_matches_byte_for_byte() {
         1,
         &[(8 * MIB, 4 * MIB), (40 * MIB + 512, MIB + 333)],
     );
-    let backing = dir.path().join("backing.img");
-    let srv = ServerBuilder::new()
-        .file_export("disk", &backing, "size=48M")
+    let backing = dir.path().join("disk.img");
+    let srv = Cell::new(File, cache, Flexible)
+        .server(dir.path(), &[("disk", "48M")])
         .start();
     let uri = srv.uri("disk");
 
@@ -103,12 +109,17 @@ fn qemu_img_convert_in_and_out_round_trip_matches_byte_for_byte() {
     );
 }
 
-#[test]
-fn qemu_img_convert_with_n_into_larger_existing_export() {
+#[rstest]
+fn qemu_img_convert_with_n_into_larger_existing_export(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
     let dir = shm_tempdir();
     let src = dir.path().join("src.raw");
     write_random_file(&src, 20 * MIB, 2, &[(3 * MIB, 2 * MIB)]);
-    let srv = ServerBuilder::new().export("big", "mem:32M").start();
+    let srv = Cell::new(backend, cache, Flexible)
+        .server(dir.path(), &[("big", "32M")])
+        .start();
     let uri = srv.uri("big");
     // Pre-fill the whole export so that we can see what convert touched.
     tool("qemu-io")

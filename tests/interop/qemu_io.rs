@@ -1,7 +1,10 @@
 //! qemu-io against sluice: pattern writes/reads, discard, write-zeroes,
 //! unaligned I/O, the end of the export, flush reaching the backing file.
 
-use crate::harness::{read_file_range, tempdir, tool, CmdOutput, ServerBuilder, MIB};
+use rstest::rstest;
+
+use crate::harness::{read_file_range, tempdir, tool, CmdOutput, MIB};
+use crate::matrix::{Backend, Backend::*, Cache, Cache::*, Cell, Pipeline::Flexible};
 
 /// `qemu-io -f raw URI -c CMD...`.
 fn qemu_io(uri: &str, cmds: &[&str]) -> CmdOutput {
@@ -41,9 +44,14 @@ fn qemu_io_pattern_mismatch(uri: &str, cmd: &str) {
     );
 }
 
-#[test]
-fn qemu_io_write_pattern_reads_back_and_wrong_pattern_is_detected() {
-    let srv = ServerBuilder::new().export("disk", "mem:16M").start();
+#[rstest]
+fn qemu_io_write_pattern_reads_back_and_wrong_pattern_is_detected(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
+    let dir = tempdir();
+    let cell = Cell::new(backend, cache, Flexible);
+    let srv = cell.server(dir.path(), &[("disk", "16M")]).start();
     let uri = srv.uri("disk");
     qemu_io_ok(&uri, &["write -P 0xab 0 64k", "read -P 0xab 0 64k"]);
     // A new connection sees the same bytes.
@@ -51,7 +59,7 @@ fn qemu_io_write_pattern_reads_back_and_wrong_pattern_is_detected() {
     qemu_io_pattern_mismatch(&uri, "read -P 0xcd 0 64k");
     qemu_io_pattern_mismatch(&uri, "read -P 0xab 64k 4k");
     // Larger than one maximum-size request (32 MiB): qemu splits it.
-    let srv2 = ServerBuilder::new().export("big", "mem:80M").start();
+    let srv2 = cell.server(dir.path(), &[("big", "80M")]).start();
     let uri2 = srv2.uri("big");
     qemu_io_ok(
         &uri2,
@@ -63,9 +71,14 @@ fn qemu_io_write_pattern_reads_back_and_wrong_pattern_is_detected() {
     );
 }
 
-#[test]
-fn qemu_io_discard_then_reads_zeros() {
-    let srv = ServerBuilder::new().export("disk", "mem:16M").start();
+#[rstest]
+fn qemu_io_discard_then_reads_zeros(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
+    let dir = tempdir();
+    let cell = Cell::new(backend, cache, Flexible);
+    let srv = cell.server(dir.path(), &[("disk", "16M")]).start();
     let uri = srv.uri("disk");
     qemu_io_ok(
         &uri,
@@ -80,9 +93,14 @@ fn qemu_io_discard_then_reads_zeros() {
     qemu_io_pattern_mismatch(&uri, "read -P 0x11 1M 4k");
 }
 
-#[test]
-fn qemu_io_write_zeroes_then_reads_zeros() {
-    let srv = ServerBuilder::new().export("disk", "mem:16M").start();
+#[rstest]
+fn qemu_io_write_zeroes_then_reads_zeros(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
+    let dir = tempdir();
+    let cell = Cell::new(backend, cache, Flexible);
+    let srv = cell.server(dir.path(), &[("disk", "16M")]).start();
     let uri = srv.uri("disk");
     qemu_io_ok(
         &uri,
@@ -105,9 +123,14 @@ fn qemu_io_write_zeroes_then_reads_zeros() {
     qemu_io_pattern_mismatch(&uri, "read -P 0x22 512k 1");
 }
 
-#[test]
-fn qemu_io_unaligned_offsets_and_lengths() {
-    let srv = ServerBuilder::new().export("disk", "mem:16M").start();
+#[rstest]
+fn qemu_io_unaligned_offsets_and_lengths(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
+    let dir = tempdir();
+    let cell = Cell::new(backend, cache, Flexible);
+    let srv = cell.server(dir.path(), &[("disk", "16M")]).start();
     let uri = srv.uri("disk");
     qemu_io_ok(
         &uri,
@@ -128,12 +151,17 @@ fn qemu_io_unaligned_offsets_and_lengths() {
     qemu_io_pattern_mismatch(&uri, "read -P 0x5a 4096 2");
 }
 
-#[test]
-fn qemu_io_last_sector_and_last_byte_of_export() {
+#[rstest]
+fn qemu_io_last_sector_and_last_byte_of_export(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
+    let dir = tempdir();
+    let cell = Cell::new(backend, cache, Flexible);
     // An odd size: the last "sector" is partial.
     let size: u64 = 16 * MIB + 1000;
-    let srv = ServerBuilder::new()
-        .export("disk", format!("mem:{size}"))
+    let srv = cell
+        .server(dir.path(), &[("disk", &size.to_string())])
         .start();
     let uri = srv.uri("disk");
     let last512 = size - 512;
@@ -159,12 +187,14 @@ fn qemu_io_last_sector_and_last_byte_of_export() {
     qemu_io_ok(&uri, &[&format!("read -P 0x99 {last} 1")]);
 }
 
-#[test]
-fn qemu_io_flush_makes_writes_visible_in_backing_file() {
+#[rstest]
+fn qemu_io_flush_makes_writes_visible_in_backing_file(
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
     let dir = tempdir();
     let backing = dir.path().join("disk.img");
-    let srv = ServerBuilder::new()
-        .file_export("disk", &backing, "size=8M")
+    let srv = Cell::new(File, cache, Flexible)
+        .server(dir.path(), &[("disk", "8M")])
         .start();
     let uri = srv.uri("disk");
     qemu_io_ok(

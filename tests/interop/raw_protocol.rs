@@ -5,20 +5,32 @@ use std::io::Write;
 use std::net::Shutdown;
 use std::time::Duration;
 
-use crate::harness::{random_bytes, tool, ServerBuilder, MIB};
-use crate::nbd_raw::*;
+use rstest::rstest;
+use sluice_testkit::raw_nbd::*;
+use tempfile::TempDir;
+
+use crate::harness::{random_bytes, tempdir, tool, Server, MIB};
+use crate::matrix::{Backend, Backend::*, Cache, Cache::*, Cell, Pipeline::Flexible};
 
 const DISCONNECT_WITHIN: Duration = Duration::from_secs(10);
 
-fn server() -> crate::harness::Server {
-    ServerBuilder::new()
-        .export("disk", "mem:64M")
-        .export("other", "mem:8M")
-        .start()
+/// `disk` (64 MiB) and `other` (8 MiB) in `cell`'s configuration, and
+/// the directory their files (if any) are in.
+fn server_in(cell: Cell) -> (Server, TempDir) {
+    let dir = tempdir();
+    let srv = cell
+        .server(dir.path(), &[("disk", "64M"), ("other", "8M")])
+        .start();
+    (srv, dir)
+}
+
+/// The same in memory, for the tests of misbehaving clients.
+fn server() -> Server {
+    server_in(Cell::new(Mem, Uncached, Flexible)).0
 }
 
 /// A second, well-behaved connection: write, read back, flush.
-fn check_healthy(conn: &mut RawConn, seed: u64, offset: u64) {
+fn check_healthy(conn: &mut RawClient, seed: u64, offset: u64) {
     let data = random_bytes(seed, 64 * 1024);
     assert_eq!(conn.write(seed, offset, &data), 0, "write on healthy conn");
     let got = conn
@@ -29,19 +41,22 @@ fn check_healthy(conn: &mut RawConn, seed: u64, offset: u64) {
 }
 
 /// The server is still running and accepts brand-new clients (nbdinfo).
-fn check_new_clients_served(srv: &mut crate::harness::Server) {
+fn check_new_clients_served(srv: &mut Server) {
     srv.assert_running();
     let out = tool("nbdinfo").arg("--size").arg(srv.uri("disk")).run();
     assert_eq!(out.stdout().trim(), (64 * MIB).to_string());
 }
 
-#[test]
-fn raw_handshake_opt_go_simple_replies_round_trip() {
-    let srv = server();
-    let mut c = RawConn::open(srv.connect(), "disk", Finish::Go, false);
+#[rstest]
+fn raw_handshake_opt_go_simple_replies_round_trip(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
+    let (srv, _dir) = server_in(Cell::new(backend, cache, Flexible));
+    let mut c = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
     assert_eq!(c.size, 64 * MIB, "NBD_INFO_EXPORT size");
-    assert_eq!(c.flags & TFLAG_READ_ONLY, 0, "rw export flagged read-only");
-    assert_ne!(c.flags & TFLAG_SEND_FLUSH, 0, "flush not advertised");
+    assert_eq!(c.flags & FLAG_READ_ONLY, 0, "rw export flagged read-only");
+    assert_ne!(c.flags & FLAG_SEND_FLUSH, 0, "flush not advertised");
     check_healthy(&mut c, 10, 4096 + 7);
     // Last bytes of the export.
     let tail = random_bytes(11, 4096);
@@ -50,14 +65,17 @@ fn raw_handshake_opt_go_simple_replies_round_trip() {
     c.disconnect();
 }
 
-#[test]
-fn raw_handshake_export_name_option_round_trip() {
-    let srv = server();
-    let mut c = RawConn::open(srv.connect(), "other", Finish::ExportName, false);
+#[rstest]
+fn raw_handshake_export_name_option_round_trip(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
+    let (srv, _dir) = server_in(Cell::new(backend, cache, Flexible));
+    let mut c = RawClient::open(srv.connect(), "other", Finish::ExportName, Replies::Simple);
     assert_eq!(c.size, 8 * MIB, "NBD_OPT_EXPORT_NAME reply size");
     check_healthy(&mut c, 30, 0);
     // The empty name is the default export (the first one).
-    let d = RawConn::open(srv.connect(), "", Finish::ExportName, false);
+    let d = RawClient::open(srv.connect(), "", Finish::ExportName, Replies::Simple);
     assert_eq!(
         d.size,
         64 * MIB,
@@ -67,10 +85,13 @@ fn raw_handshake_export_name_option_round_trip() {
     c.disconnect();
 }
 
-#[test]
-fn raw_extended_headers_read_write_with_64bit_lengths() {
-    let srv = server();
-    let mut c = RawConn::open(srv.connect(), "disk", Finish::Go, true);
+#[rstest]
+fn raw_extended_headers_read_write_with_64bit_lengths(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
+    let (srv, _dir) = server_in(Cell::new(backend, cache, Flexible));
+    let mut c = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Extended);
     let data = random_bytes(40, 300_000);
     assert_eq!(c.write(1, 12345, &data), 0, "extended-header write");
     let got = c.read(2, 12345, data.len()).expect("extended-header read");
@@ -84,7 +105,8 @@ fn raw_extended_headers_read_write_with_64bit_lengths() {
     assert_eq!(c.flush(4), 0);
     // Out of bounds with a 64-bit effect length: an error, not a disconnect.
     c.send_request(0, CMD_READ, 5, 0, u64::MAX - 10, &[]);
-    let (err, _) = c.read_extended_reply(5, 0, 0);
+    let (cookie, err, _) = c.reply();
+    assert_eq!(cookie, 5);
     assert_ne!(err, 0, "a read with a 2^64-ish length must fail");
     check_healthy(&mut c, 50, MIB);
     c.disconnect();
@@ -114,26 +136,23 @@ fn unknown_option_gets_err_unsup_and_negotiation_continues() {
 #[test]
 fn unknown_command_gets_einval_and_connection_survives() {
     let srv = server();
-    let mut c = RawConn::open(srv.connect(), "disk", Finish::Go, false);
+    let mut c = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
     c.send_request(0, 0x7fff, 77, 0, 0, &[]);
     let (err, cookie) = c.read_simple_reply();
     assert_eq!(cookie, 77);
-    assert_eq!(err, NBD_EINVAL, "unknown command must fail with NBD_EINVAL");
+    assert_eq!(err, EINVAL, "unknown command must fail with EINVAL");
     // Unknown command flag on a read.
     c.send_request(1 << 14, CMD_READ, 78, 0, 512, &[]);
     let (err, cookie) = c.read_simple_reply();
     assert_eq!(cookie, 78);
-    assert_eq!(
-        err, NBD_EINVAL,
-        "unknown command flag must fail with NBD_EINVAL"
-    );
+    assert_eq!(err, EINVAL, "unknown command flag must fail with EINVAL");
     check_healthy(&mut c, 60, 0);
 }
 
 #[test]
 fn client_vanishing_mid_write_payload_does_not_affect_other_connections() {
     let mut srv = server();
-    let mut good = RawConn::open(srv.connect(), "disk", Finish::Go, false);
+    let mut good = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
     check_healthy(&mut good, 70, 0);
     let protected = random_bytes(71, 256 * 1024);
     assert_eq!(good.write(80, 8 * MIB, &protected), 0);
@@ -143,7 +162,7 @@ fn client_vanishing_mid_write_payload_does_not_affect_other_connections() {
         .into_iter()
         .enumerate()
     {
-        let mut bad = RawConn::open(srv.connect(), "disk", Finish::Go, false);
+        let mut bad = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
         let header_only = random_bytes(90 + i as u64, sent);
         bad.send_request(0, CMD_WRITE, 1, 16 * MIB, announced, &header_only);
         let _ = bad.s.shutdown(Shutdown::Both);
@@ -174,10 +193,10 @@ fn client_vanishing_mid_write_payload_does_not_affect_other_connections() {
 #[test]
 fn bad_request_magic_disconnects_only_that_connection() {
     let mut srv = server();
-    let mut good = RawConn::open(srv.connect(), "disk", Finish::Go, false);
+    let mut good = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
     check_healthy(&mut good, 120, 0);
 
-    let mut bad = RawConn::open(srv.connect(), "disk", Finish::Go, false);
+    let mut bad = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
     bad.s
         .write_all(&[0xde, 0xad, 0xbe, 0xef, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0])
         .expect("send bad magic");
@@ -185,8 +204,8 @@ fn bad_request_magic_disconnects_only_that_connection() {
     assert_closed_by_server(&mut bad.s, DISCONNECT_WITHIN, "bad request magic");
 
     // Compact magic after extended headers were negotiated is also a violation.
-    let mut ext = RawConn::open(srv.connect(), "disk", Finish::Go, true);
-    ext.extended = false;
+    let mut ext = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Extended);
+    ext.replies = Replies::Simple;
     ext.send_request(0, CMD_READ, 1, 0, 512, &[]);
     ext.s.write_all(&[0u8; 4]).expect("pad to 32 bytes");
     assert_closed_by_server(
@@ -202,7 +221,7 @@ fn bad_request_magic_disconnects_only_that_connection() {
 #[test]
 fn garbage_during_handshake_is_disconnected_and_server_keeps_serving() {
     let mut srv = server();
-    let mut good = RawConn::open(srv.connect(), "disk", Finish::Go, false);
+    let mut good = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
 
     // 1. Garbage instead of the client flags (unknown flag bits set).
     {
@@ -265,11 +284,12 @@ fn oversized_option_length_is_refused_promptly() {
     check_new_clients_served(&mut srv);
 }
 
-#[test]
-fn structured_reply_option_then_go_gives_structured_read_replies() {
-    // NBD_OPT_STRUCTURED_REPLY negotiated by hand: a READ must then be
-    // answered with structured chunks, never a simple reply.
-    let srv = server();
+#[rstest]
+fn structured_reply_option_then_go_gives_structured_read_replies(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
+    let (srv, _dir) = server_in(Cell::new(backend, cache, Flexible));
     let mut s = srv.connect();
     let hflags = read_greeting(&mut s);
     let cflags = u32::from(FLAG_FIXED_NEWSTYLE | (hflags & FLAG_NO_ZEROES));
@@ -278,126 +298,45 @@ fn structured_reply_option_then_go_gives_structured_read_replies() {
     let (_, typ, _) = read_option_reply(&mut s);
     assert_eq!(typ, REP_ACK, "structured replies must be supported");
     opt_go(&mut s, "disk").expect("go");
-    let mut c = RawConn {
-        s,
-        size: 64 * MIB,
-        flags: 0,
-        extended: false,
-    };
+    let mut c = RawClient::resume(s, hflags);
+    c.replies = Replies::Structured;
+    // The client's reply reader insists that a READ's reply is made of
+    // structured chunks once they are negotiated (a write's may be simple).
     let data = random_bytes(150, 8192);
-    c.send_request(0, CMD_WRITE, 9, 0, data.len() as u64, &data);
-    // The write reply may be simple or structured; read its magic.
-    let magic = read_u32(&mut c.s);
-    if magic == SIMPLE_REPLY_MAGIC {
-        assert_eq!(read_u32(&mut c.s), 0, "write error");
-        assert_eq!(read_u64(&mut c.s), 9);
-    } else {
-        assert_eq!(magic, 0x668e_33ef, "structured reply magic");
-        let flags = read_u16(&mut c.s);
-        let typ = read_u16(&mut c.s);
-        assert_eq!(read_u64(&mut c.s), 9);
-        let len = read_u32(&mut c.s);
-        read_exact(&mut c.s, len as usize);
-        assert_eq!(typ, REPLY_TYPE_NONE, "write reply type");
-        assert_ne!(flags & REPLY_FLAG_DONE, 0);
-    }
-    c.send_request(0, CMD_READ, 10, 0, data.len() as u64, &[]);
-    let (err, got) = read_structured_reply(&mut c, 10, 0, data.len());
-    assert_eq!(err, 0, "structured read failed");
+    assert_eq!(c.write(9, 0, &data), 0, "write");
+    let got = c.read(10, 0, data.len()).expect("structured read");
     crate::harness::assert_bytes_eq("structured read-back", &got, &data);
     // Even an early error on a READ must be a structured reply (an error
     // chunk), never a simple reply.
-    c.send_request(0, CMD_READ, 11, 64 * MIB, 4096, &[]);
-    let (err, _) = read_structured_reply(&mut c, 11, 64 * MIB, 0);
-    assert_eq!(err, NBD_EINVAL, "read past the end must fail with EINVAL");
-    check_healthy_structured(&mut c);
-}
-
-/// Reads the structured chunks of one reply: (error, data).
-fn read_structured_reply(c: &mut RawConn, cookie: u64, base: u64, len: usize) -> (u32, Vec<u8>) {
-    let mut got = vec![0u8; len];
-    let mut error = 0;
-    loop {
-        let magic = read_u32(&mut c.s);
-        assert_eq!(
-            magic, 0x668e_33ef,
-            "a READ must get structured reply chunks once structured replies are negotiated"
-        );
-        let flags = read_u16(&mut c.s);
-        let typ = read_u16(&mut c.s);
-        assert_eq!(read_u64(&mut c.s), cookie, "chunk cookie");
-        let n = read_u32(&mut c.s) as usize;
-        let payload = read_exact(&mut c.s, n);
-        match typ {
-            REPLY_TYPE_OFFSET_DATA => {
-                let o = u64::from_be_bytes(payload[..8].try_into().expect("8"));
-                let o = usize::try_from(o - base).expect("chunk offset inside the request");
-                got[o..o + n - 8].copy_from_slice(&payload[8..]);
-            }
-            REPLY_TYPE_OFFSET_HOLE => {
-                let o = u64::from_be_bytes(payload[..8].try_into().expect("8"));
-                let o = usize::try_from(o - base).expect("chunk offset inside the request");
-                let h = u32::from_be_bytes(payload[8..12].try_into().expect("4")) as usize;
-                got[o..o + h].fill(0);
-            }
-            REPLY_TYPE_NONE => assert_eq!(n, 0),
-            t if t & REPLY_TYPE_ERROR_BIT != 0 => {
-                assert!(n >= 6, "error chunk too short");
-                error = u32::from_be_bytes(payload[..4].try_into().expect("4"));
-                let msg_len = u16::from_be_bytes([payload[4], payload[5]]) as usize;
-                assert!(6 + msg_len <= n, "error message length exceeds chunk");
-            }
-            t => panic!("unexpected chunk type {t}"),
-        }
-        if flags & REPLY_FLAG_DONE != 0 {
-            return (error, got);
-        }
-    }
-}
-
-/// Write + structured read on a structured-reply connection.
-fn check_healthy_structured(c: &mut RawConn) {
+    let err = c.read(11, 64 * MIB, 4096).expect_err("read past the end");
+    assert_eq!(err, EINVAL, "read past the end must fail with EINVAL");
     let data = random_bytes(160, 5000);
-    c.send_request(0, CMD_WRITE, 20, 777, data.len() as u64, &data);
-    let magic = read_u32(&mut c.s);
-    if magic == SIMPLE_REPLY_MAGIC {
-        assert_eq!(read_u32(&mut c.s), 0, "write error");
-        assert_eq!(read_u64(&mut c.s), 20);
-    } else {
-        assert_eq!(magic, 0x668e_33ef);
-        let flags = read_u16(&mut c.s);
-        let _typ = read_u16(&mut c.s);
-        assert_eq!(read_u64(&mut c.s), 20);
-        let n = read_u32(&mut c.s) as usize;
-        let payload = read_exact(&mut c.s, n);
-        assert_ne!(flags & REPLY_FLAG_DONE, 0);
-        assert!(payload.is_empty(), "unexpected payload in write reply");
-    }
-    c.send_request(0, CMD_READ, 21, 777, data.len() as u64, &[]);
-    let (err, got) = read_structured_reply(c, 21, 777, data.len());
-    assert_eq!(err, 0);
+    assert_eq!(c.write(20, 777, &data), 0, "write after an error");
+    let got = c.read(21, 777, data.len()).expect("read after an error");
     crate::harness::assert_bytes_eq("structured read after error", &got, &data);
 }
 
-#[test]
-fn deep_pipelining_thousands_of_requests_on_one_connection() {
-    let srv = server();
-    let mut c = RawConn::open(srv.connect(), "disk", Finish::Go, false);
+#[rstest]
+fn deep_pipelining_thousands_of_requests_on_one_connection(
+    #[values(Mem, File)] backend: Backend,
+    #[values(Uncached, WriteThrough, WriteBack)] cache: Cache,
+) {
+    let (srv, _dir) = server_in(Cell::new(backend, cache, Flexible));
+    let mut c = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
     const N: u64 = 2000;
     const BS: usize = 4096;
     let block = |i: u64| random_bytes(10_000 + i, BS);
     // All writes back to back (the replies are small, so nothing blocks).
     let mut batch = Vec::new();
     for i in 0..N {
-        let mut hdr = Vec::with_capacity(28 + BS);
-        hdr.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
-        hdr.extend_from_slice(&0u16.to_be_bytes());
-        hdr.extend_from_slice(&CMD_WRITE.to_be_bytes());
-        hdr.extend_from_slice(&i.to_be_bytes());
-        hdr.extend_from_slice(&(i * BS as u64 * 3).to_be_bytes());
-        hdr.extend_from_slice(&(BS as u32).to_be_bytes());
-        hdr.extend_from_slice(&block(i));
-        batch.extend_from_slice(&hdr);
+        batch.extend_from_slice(&compact_header(
+            0,
+            CMD_WRITE,
+            i,
+            i * BS as u64 * 3,
+            BS as u32,
+        ));
+        batch.extend_from_slice(&block(i));
     }
     c.s.write_all(&batch).expect("pipelined writes");
     let mut seen = vec![false; N as usize];
@@ -414,12 +353,13 @@ fn deep_pipelining_thousands_of_requests_on_one_connection() {
     let sender = std::thread::spawn(move || {
         let mut batch = Vec::new();
         for i in 0..N {
-            batch.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
-            batch.extend_from_slice(&0u16.to_be_bytes());
-            batch.extend_from_slice(&CMD_READ.to_be_bytes());
-            batch.extend_from_slice(&(N + i).to_be_bytes());
-            batch.extend_from_slice(&(i * BS as u64 * 3).to_be_bytes());
-            batch.extend_from_slice(&(BS as u32).to_be_bytes());
+            batch.extend_from_slice(&compact_header(
+                0,
+                CMD_READ,
+                N + i,
+                i * BS as u64 * 3,
+                BS as u32,
+            ));
         }
         writer.write_all(&batch).expect("pipelined reads");
     });
@@ -441,8 +381,8 @@ fn deep_pipelining_thousands_of_requests_on_one_connection() {
 #[test]
 fn client_that_never_reads_replies_does_not_block_others() {
     let mut srv = server();
-    let mut good = RawConn::open(srv.connect(), "disk", Finish::Go, false);
-    let mut slow = RawConn::open(srv.connect(), "disk", Finish::Go, false);
+    let mut good = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
+    let mut slow = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
     slow.s
         .set_write_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
@@ -450,12 +390,7 @@ fn client_that_never_reads_replies_does_not_block_others() {
     // pushes back.
     let mut hdrs = Vec::new();
     for i in 0..256u64 {
-        hdrs.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
-        hdrs.extend_from_slice(&0u16.to_be_bytes());
-        hdrs.extend_from_slice(&CMD_READ.to_be_bytes());
-        hdrs.extend_from_slice(&i.to_be_bytes());
-        hdrs.extend_from_slice(&((i % 60) * MIB).to_be_bytes());
-        hdrs.extend_from_slice(&(MIB as u32).to_be_bytes());
+        hdrs.extend_from_slice(&compact_header(0, CMD_READ, i, (i % 60) * MIB, MIB as u32));
     }
     let _ = slow.s.write_all(&hdrs);
     std::thread::sleep(Duration::from_millis(300));

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 use crate::harness::{
     assert_bytes_eq, nbdsh_script, random_bytes, read_file_range, tempdir, tool, ServerBuilder, MIB,
 };
-use crate::nbd_raw::{
-    Finish, RawConn, CMD_WRITE, NBD_ESHUTDOWN, REQUEST_MAGIC, SIMPLE_REPLY_MAGIC,
+use sluice_testkit::raw_nbd::{
+    Finish, RawClient, Replies, CMD_WRITE, ESHUTDOWN, SIMPLE_REPLY_MAGIC,
 };
 
 #[test]
@@ -88,7 +88,7 @@ fn sigint_exits_zero_and_flushes_acknowledged_writes() {
         .file_export("disk", &backing, "size=4M")
         .start();
     // Raw client: write (no flush), then stay connected.
-    let mut c = RawConn::open(srv.connect(), "disk", Finish::Go, false);
+    let mut c = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
     let data = random_bytes(3, 200_000);
     assert_eq!(c.write(1, 1000, &data), 0);
     srv.signal(Signal::INT);
@@ -128,7 +128,7 @@ fn sigterm_finishes_a_write_whose_payload_is_still_arriving() {
     // "Finishes in-flight": a WRITE whose header (and half its payload)
     // arrived before SIGTERM gets a reply once the rest of the payload
     // arrives (200 ms later): success (and then the data is on disk after
-    // exit 0) or NBD_ESHUTDOWN. Closing the connection without any reply is
+    // exit 0) or ESHUTDOWN. Closing the connection without any reply is
     // what the protocol says a server SHOULD NOT do ("wait for inflight
     // requests to be serviced prior to initiating a hard disconnect").
     let dir = tempdir();
@@ -136,18 +136,10 @@ fn sigterm_finishes_a_write_whose_payload_is_still_arriving() {
     let mut srv = ServerBuilder::new()
         .file_export("disk", &backing, "size=64M")
         .start();
-    let mut c = RawConn::open(srv.connect(), "disk", Finish::Go, false);
+    let mut c = RawClient::open(srv.connect(), "disk", Finish::Go, Replies::Simple);
     let data = random_bytes(4, 32 * MIB as usize);
     let half = data.len() / 2;
-    let mut msg = Vec::with_capacity(28 + half);
-    msg.extend_from_slice(&REQUEST_MAGIC.to_be_bytes());
-    msg.extend_from_slice(&0u16.to_be_bytes());
-    msg.extend_from_slice(&CMD_WRITE.to_be_bytes());
-    msg.extend_from_slice(&7u64.to_be_bytes());
-    msg.extend_from_slice(&MIB.to_be_bytes());
-    msg.extend_from_slice(&u32::try_from(data.len()).expect("len").to_be_bytes());
-    msg.extend_from_slice(&data[..half]);
-    c.s.write_all(&msg).expect("header and first half");
+    c.send(CMD_WRITE, 7, MIB, data.len() as u64, &data[..half]);
     std::thread::sleep(Duration::from_millis(100));
     srv.signal(Signal::TERM);
     std::thread::sleep(Duration::from_millis(200));
@@ -172,9 +164,9 @@ fn sigterm_finishes_a_write_whose_payload_is_still_arriving() {
     assert_eq!(&hdr[..4], &SIMPLE_REPLY_MAGIC.to_be_bytes(), "reply magic");
     assert_eq!(&hdr[8..], &7u64.to_be_bytes(), "reply cookie");
     let err = u32::from_be_bytes(hdr[4..8].try_into().expect("4"));
-    if err == NBD_ESHUTDOWN {
+    if err == ESHUTDOWN {
         // Allowed by the protocol: "the server MAY speed this process up by
-        // issuing error replies ... NBD_ESHUTDOWN".
+        // issuing error replies ... ESHUTDOWN".
         return;
     }
     assert_eq!(

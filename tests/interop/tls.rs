@@ -1,8 +1,9 @@
 //! TLS (NBD STARTTLS) against real clients: qemu-img/qemu-io with
 //! `tls-creds-x509` and libnbd's nbdinfo/nbdcopy with `nbds://` URIs,
-//! using certificates that certtool (gnutls-bin) makes at test time: a CA,
-//! a server certificate for 127.0.0.1/localhost, and client certificates
-//! (allowed, not allowed, expired, signed by another CA).
+//! using the test kit's certificates (`sluice_testkit::pki`, made with
+//! rcgen at test time): a CA, a server certificate for
+//! 127.0.0.1/localhost, and client certificates (allowed, not allowed,
+//! expired, signed by another CA).
 //!
 //! Every refusal is checked to happen before the export's size reaches the
 //! client (the 16 MiB of `secret` never appears in the client's output);
@@ -11,183 +12,22 @@
 //! crates/sluice-server/tests/tls.rs.
 
 use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use crate::harness::{
     assert_files_equal, read_file_range, tempdir, tool, write_random_file, CmdOutput, Server,
     ServerBuilder, MIB,
 };
-use crate::nbd_raw::{
-    read_greeting, read_option_reply, send_option, OPT_EXPORT_NAME, OPT_GO, OPT_STRUCTURED_REPLY,
+use sluice_testkit::pki::Pki;
+use sluice_testkit::raw_nbd::{
+    go_data, read_greeting, read_option_reply, send_option, FLAG_C_FIXED_NEWSTYLE,
+    FLAG_C_NO_ZEROES, OPT_EXPORT_NAME, OPT_GO, OPT_INFO, OPT_LIST, OPT_STARTTLS,
+    OPT_STRUCTURED_REPLY, REP_ERR_TLS_REQD,
 };
 
 const SECRET_SIZE: &str = "16777216";
-const FLAG_C_FIXED_NEWSTYLE: u32 = 1;
-const FLAG_C_NO_ZEROES: u32 = 2;
-const OPT_LIST: u32 = 3;
-const OPT_STARTTLS: u32 = 5;
-const OPT_INFO: u32 = 6;
-const REP_ERR_TLS_REQD: u32 = 0x8000_0005;
 const TLS_REQD_MSG: &[u8] = b"this server requires TLS: send NBD_OPT_STARTTLS first";
-
-// ---------------------------------------------------------------------------
-// Certificates (certtool)
-
-/// Directories in the layout qemu and libnbd read: the server's
-/// (`ca-cert.pem`, `server-cert.pem`, `server-key.pem`) and one per
-/// client (`ca-cert.pem` plus optionally `client-cert.pem`,
-/// `client-key.pem`).
-struct Pki {
-    dir: tempfile::TempDir,
-}
-
-impl Pki {
-    fn server(&self) -> PathBuf {
-        self.dir.path().join("server")
-    }
-    /// `client1` (allowed), `client2` (valid, not allowed), `expired`
-    /// (client1's name, expired in 2020), `rogue` (client1's name, signed
-    /// by another CA), `nocert` (trusts our CA, has no certificate),
-    /// `untrusted` (trusts only another CA).
-    fn client(&self, who: &str) -> PathBuf {
-        let d = self.dir.path().join(who);
-        assert!(d.is_dir(), "no client directory {who}");
-        d
-    }
-}
-
-fn certtool(args: &[&str], cwd: &Path) {
-    let mut c = tool("certtool");
-    for a in args {
-        let p = cwd.join(a);
-        // Relative file names are resolved in the work directory.
-        if a.ends_with(".pem") || a.ends_with(".info") {
-            c = c.arg(p);
-        } else {
-            c = c.arg(a);
-        }
-    }
-    c.run();
-}
-
-fn make_pki() -> Pki {
-    let dir = tempdir();
-    let w = dir.path().join("work");
-    std::fs::create_dir_all(&w).expect("mkdir");
-    let template = |name: &str, body: &str| {
-        std::fs::write(w.join(name), body).expect("write template");
-    };
-    // RSA keys: qemu insists that client and server certificates allow key
-    // encipherment, which ECDSA keys cannot.
-    let key = |name: &str| {
-        certtool(
-            &[
-                "--generate-privkey",
-                "--key-type=rsa",
-                "--bits=2048",
-                "--outfile",
-                name,
-            ],
-            &w,
-        );
-    };
-    template(
-        "ca.info",
-        "cn = sluice interop CA\nca\ncert_signing_key\nexpiration_days = 2\n",
-    );
-    template(
-        "other-ca.info",
-        "cn = some other CA\nca\ncert_signing_key\nexpiration_days = 2\n",
-    );
-    template(
-        "server.info",
-        "cn = localhost\ndns_name = localhost\nip_address = 127.0.0.1\ntls_www_server\n\
-         signing_key\nencryption_key\nexpiration_days = 2\n",
-    );
-    for cn in ["client1", "client2"] {
-        template(
-            &format!("{cn}.info"),
-            &format!(
-                "cn = {cn}\ntls_www_client\nsigning_key\nencryption_key\nexpiration_days = 2\n"
-            ),
-        );
-    }
-    template(
-        "expired.info",
-        "cn = client1\ntls_www_client\nsigning_key\nencryption_key\n\
-         activation_date = \"2019-01-01 00:00:00 UTC\"\n\
-         expiration_date = \"2020-01-01 00:00:00 UTC\"\n",
-    );
-    for ca in ["ca", "other-ca"] {
-        key(&format!("{ca}-key.pem"));
-        certtool(
-            &[
-                "--generate-self-signed",
-                "--load-privkey",
-                &format!("{ca}-key.pem"),
-                "--template",
-                &format!("{ca}.info"),
-                "--outfile",
-                &format!("{ca}-cert.pem"),
-            ],
-            &w,
-        );
-    }
-    let leaf = |name: &str, template: &str, ca: &str| {
-        key(&format!("{name}-key.pem"));
-        certtool(
-            &[
-                "--generate-certificate",
-                "--load-privkey",
-                &format!("{name}-key.pem"),
-                "--load-ca-certificate",
-                &format!("{ca}-cert.pem"),
-                "--load-ca-privkey",
-                &format!("{ca}-key.pem"),
-                "--template",
-                template,
-                "--outfile",
-                &format!("{name}-cert.pem"),
-            ],
-            &w,
-        );
-    };
-    leaf("server", "server.info", "ca");
-    leaf("client1", "client1.info", "ca");
-    leaf("client2", "client2.info", "ca");
-    leaf("expired", "expired.info", "ca");
-    leaf("rogue", "client1.info", "other-ca");
-    let root = dir.path().to_owned();
-    let populate = |dir: &str, files: &[(&str, &str)]| {
-        let d = root.join(dir);
-        std::fs::create_dir_all(&d).expect("mkdir");
-        for (from, to) in files {
-            std::fs::copy(w.join(from), d.join(to)).expect("copy certificate");
-        }
-    };
-    populate(
-        "server",
-        &[
-            ("ca-cert.pem", "ca-cert.pem"),
-            ("server-cert.pem", "server-cert.pem"),
-            ("server-key.pem", "server-key.pem"),
-        ],
-    );
-    for who in ["client1", "client2", "expired", "rogue"] {
-        populate(
-            who,
-            &[
-                ("ca-cert.pem", "ca-cert.pem"),
-                (&format!("{who}-cert.pem"), "client-cert.pem"),
-                (&format!("{who}-key.pem"), "client-key.pem"),
-            ],
-        );
-    }
-    populate("nocert", &[("ca-cert.pem", "ca-cert.pem")]);
-    populate("untrusted", &[("other-ca-cert.pem", "ca-cert.pem")]);
-    Pki { dir }
-}
 
 // ---------------------------------------------------------------------------
 // Server and clients
@@ -274,8 +114,8 @@ fn nbdinfo(uri: &str) -> CmdOutput {
 
 #[test]
 fn tls_qemu_reads_and_writes_with_a_client_certificate() {
-    let pki = make_pki();
-    let srv = tls_server(&pki, "require", true);
+    let pki = Pki::shared();
+    let srv = tls_server(pki, "require", true);
     let c1 = pki.client("client1");
     let out = qemu_io(
         &srv,
@@ -333,8 +173,8 @@ fn tls_qemu_reads_and_writes_with_a_client_certificate() {
 
 #[test]
 fn tls_nbdinfo_and_nbdcopy_round_trip_data() {
-    let pki = make_pki();
-    let srv = tls_server(&pki, "require", true);
+    let pki = Pki::shared();
+    let srv = tls_server(pki, "require", true);
     let c1 = pki.client("client1");
     let out = tool("nbdinfo")
         .arg("--json")
@@ -374,8 +214,8 @@ fn tls_nbdinfo_and_nbdcopy_round_trip_data() {
 
 #[test]
 fn tls_on_still_serves_plaintext_clients() {
-    let pki = make_pki();
-    let srv = tls_server(&pki, "on", false);
+    let pki = Pki::shared();
+    let srv = tls_server(pki, "on", false);
     let out = tool("nbdinfo").arg("--json").arg(srv.uri("secret")).run();
     assert_eq!(out.json()["TLS"], false);
     assert_eq!(out.json()["exports"][0]["export-size"], 16 * MIB);
@@ -406,16 +246,14 @@ fn tls_on_still_serves_plaintext_clients() {
 
 #[test]
 fn tls_require_refuses_plaintext_clients_before_any_export_data() {
-    let pki = make_pki();
-    let srv = tls_server(&pki, "require", false);
+    let pki = Pki::shared();
+    let srv = tls_server(pki, "require", false);
     // Raw bytes: every option but STARTTLS gets exactly one TLS_REQD.
     let mut s = srv.connect();
     read_greeting(&mut s);
     s.write_all(&(FLAG_C_FIXED_NEWSTYLE | FLAG_C_NO_ZEROES).to_be_bytes())
         .expect("client flags");
-    let mut go = 6u32.to_be_bytes().to_vec();
-    go.extend_from_slice(b"secret");
-    go.extend_from_slice(&0u16.to_be_bytes());
+    let go = go_data("secret");
     for (option, data) in [
         (OPT_LIST, &[][..]),
         (OPT_STRUCTURED_REPLY, &[][..]),
@@ -453,8 +291,8 @@ fn tls_require_refuses_plaintext_clients_before_any_export_data() {
 
 #[test]
 fn tls_untrusted_server_certificate_is_refused_by_the_clients() {
-    let pki = make_pki();
-    let srv = tls_server(&pki, "require", false);
+    let pki = Pki::shared();
+    let srv = tls_server(pki, "require", false);
     let other = pki.client("untrusted");
     let out = nbdinfo(&nbds_uri(&srv, "secret", &other));
     assert_refused(&out);
@@ -473,8 +311,8 @@ fn tls_untrusted_server_certificate_is_refused_by_the_clients() {
 
 #[test]
 fn tls_expired_client_certificate_is_refused() {
-    let pki = make_pki();
-    let mut srv = tls_server(&pki, "require", true);
+    let pki = Pki::shared();
+    let mut srv = tls_server(pki, "require", true);
     let expired = pki.client("expired");
     assert_refused(&nbdinfo(&nbds_uri(&srv, "secret", &expired)));
     // libnbd sends it; the server is the one that refuses it.
@@ -494,8 +332,8 @@ fn tls_expired_client_certificate_is_refused() {
 
 #[test]
 fn tls_missing_client_certificate_is_refused_with_verify_peer() {
-    let pki = make_pki();
-    let srv = tls_server(&pki, "require", true);
+    let pki = Pki::shared();
+    let srv = tls_server(pki, "require", true);
     let nocert = pki.client("nocert");
     for export in ["secret", "open"] {
         assert_refused(&nbdinfo(&nbds_uri(&srv, export, &nocert)));
@@ -515,8 +353,8 @@ fn tls_missing_client_certificate_is_refused_with_verify_peer() {
 
 #[test]
 fn tls_client_certificate_from_another_ca_is_refused() {
-    let pki = make_pki();
-    let srv = tls_server(&pki, "require", true);
+    let pki = Pki::shared();
+    let srv = tls_server(pki, "require", true);
     let rogue = pki.client("rogue");
     assert_refused(&nbdinfo(&nbds_uri(&srv, "secret", &rogue)));
     assert_refused(&nbdinfo(&nbds_uri(&srv, "open", &rogue)));
@@ -524,8 +362,8 @@ fn tls_client_certificate_from_another_ca_is_refused() {
 
 #[test]
 fn tls_client_not_on_the_allow_list_is_refused_the_export() {
-    let pki = make_pki();
-    let srv = tls_server(&pki, "require", true);
+    let pki = Pki::shared();
+    let srv = tls_server(pki, "require", true);
     let c2 = pki.client("client2");
     assert_refused(&nbdinfo(&nbds_uri(&srv, "secret", &c2)));
     let out = tool("qemu-img")
@@ -563,8 +401,8 @@ fn tls_client_not_on_the_allow_list_is_refused_the_export() {
 fn tls_export_name_for_a_denied_export_disconnects() {
     // NBD_OPT_EXPORT_NAME cannot be refused with an error: a plaintext
     // client asking for a TLS-only export is disconnected (mode `on`).
-    let pki = make_pki();
-    let srv = tls_server(&pki, "on", true);
+    let pki = Pki::shared();
+    let srv = tls_server(pki, "on", true);
     let mut s = srv.connect();
     read_greeting(&mut s);
     s.write_all(&FLAG_C_FIXED_NEWSTYLE.to_be_bytes())

@@ -3,7 +3,7 @@
 //! can be checked whatever order concurrent writes landed in, and a block
 //! returned from the wrong offset, torn, or zeroed is caught.
 
-use crate::workload::mix64;
+use sluice_types::splitmix64;
 
 /// Fills `buf` with the pattern for the bytes starting at `offset`.
 pub fn fill(buf: &mut [u8], offset: u64, seed: u64) {
@@ -11,7 +11,7 @@ pub fn fill(buf: &mut [u8], offset: u64, seed: u64) {
     // whichever request covers them.
     for (i, b) in buf.iter_mut().enumerate() {
         let at = offset + i as u64;
-        let word = mix64(seed ^ (at & !7));
+        let word = splitmix64(seed ^ (at & !7));
         *b = word.to_le_bytes()[(at & 7) as usize];
     }
 }
@@ -46,7 +46,7 @@ pub fn check(data: &[u8], offset: u64, seed: u64) -> Result<(), Mismatch> {
         let at = offset + i as u64;
         if at & !7 != word_at {
             word_at = at & !7;
-            word = mix64(seed ^ word_at).to_le_bytes();
+            word = splitmix64(seed ^ word_at).to_le_bytes();
         }
         let expected = word[(at & 7) as usize];
         if found != expected {

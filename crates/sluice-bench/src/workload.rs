@@ -7,7 +7,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use serde::Serialize;
-use sluice_types::format_size;
+use sluice_types::{format_size, splitmix64};
 
 /// Sequential or random offsets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -211,37 +211,6 @@ impl Workload {
     }
 }
 
-/// SplitMix64: tiny, fast, good enough for offsets and mixes, and
-/// reproducible from a seed.
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from `seed`.
-    pub fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    /// The next 64 random bits.
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        mix64(self.0)
-    }
-
-    /// Uniform in `0..n` (n > 0), without modulo bias worth mentioning
-    /// (Lemire's multiply-shift).
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
-    }
-}
-
-/// The SplitMix64 finaliser: a bijective scramble of 64 bits.
-pub fn mix64(mut z: u64) -> u64 {
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 /// One worker's stream of operations.
 #[derive(Debug, Clone)]
 pub struct OpGen {
@@ -252,7 +221,7 @@ pub struct OpGen {
     start: u64,
     blocks: u64,
     next_block: u64,
-    rng: Rng,
+    rng: fastrand::Rng,
 }
 
 impl OpGen {
@@ -278,7 +247,7 @@ impl OpGen {
             start,
             blocks,
             next_block: 0,
-            rng: Rng::new(mix64(
+            rng: fastrand::Rng::with_seed(splitmix64(
                 workload.seed ^ u64::from(index).wrapping_mul(0x1000_0001),
             )),
         }
@@ -290,7 +259,7 @@ impl OpGen {
             100 => OpKind::Read,
             0 => OpKind::Write,
             pct => {
-                if self.rng.below(100) < u64::from(pct) {
+                if self.rng.u8(..100) < pct {
                     OpKind::Read
                 } else {
                     OpKind::Write
@@ -303,7 +272,7 @@ impl OpGen {
                 self.next_block = if b + 1 >= self.blocks { 0 } else { b + 1 };
                 b
             }
-            Pattern::Rand => self.rng.below(self.blocks),
+            Pattern::Rand => self.rng.u64(..self.blocks),
         };
         (kind, self.start + block * self.bs)
     }

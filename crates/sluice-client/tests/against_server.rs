@@ -4,58 +4,39 @@
 //! error mapping, multi-conn, concurrent use.
 
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use sluice_client::{
     list_exports, Client, ClientError, ConnectOptions, Connection, NbdUri, Op, Outcome, Reply,
     Request, Target,
 };
 use sluice_nbd_proto::{NbdErrno, ReplyStyle};
-use sluice_server::{Export, ListenAddr, PipelineMode, Server, ServerConfig, ServerHandle};
+use sluice_server::PipelineMode;
 use sluice_storage::{BlockDevice, MemDevice};
 use sluice_testkit::GatedDevice;
 
+/// The test kit's in-process server, and its address as the client
+/// names it.
 struct TestServer {
     addr: String,
-    handle: ServerHandle,
-    thread: Option<JoinHandle<Result<(), sluice_server::ServerError>>>,
+    _server: sluice_testkit::test_server::TestServer,
 }
 
 impl TestServer {
     fn start(exports: Vec<(&str, &str, Arc<dyn BlockDevice>)>) -> Self {
-        let config = ServerConfig {
-            listen: vec!["127.0.0.1:0".parse().unwrap()],
-            pipeline: PipelineMode::Flexible,
-            ..ServerConfig::default()
-        };
-        let exports = exports
-            .into_iter()
-            .map(|(n, d, dev)| Arc::new(Export::new(n.into(), d.into(), dev)))
-            .collect();
-        let server = Server::bind_exports(config, exports).unwrap();
-        let ListenAddr::Tcp(addr) = server.local_addrs()[0].clone() else {
-            panic!("tcp")
-        };
-        let handle = server.handle();
-        let thread = Some(std::thread::spawn(move || server.run()));
+        let mut builder = sluice_testkit::test_server::TestServer::builder()
+            .config(|c| c.pipeline = PipelineMode::Flexible);
+        for (name, description, device) in exports {
+            builder = builder.described_export(name, description, device);
+        }
+        let server = builder.start();
         Self {
-            addr: addr.to_string(),
-            handle,
-            thread,
+            addr: server.addr.to_string(),
+            _server: server,
         }
     }
 
     fn uri(&self, export: &str) -> NbdUri {
         NbdUri::new(Target::Tcp(self.addr.clone()), export)
-    }
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        self.handle.shutdown();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 

@@ -14,29 +14,16 @@
 use std::fmt::Write as _;
 use std::process::Command;
 
+use fastrand::Rng;
+
 use sluice_model::{
     approximate_mva, exact_mva, exact_mva_multiclass, ApproxOptions, Approximation, ClosedNetwork,
     CustomerClass, MulticlassNetwork, MulticlassStation, Station,
 };
 
-/// xorshift64*: deterministic and dependency-free.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    fn range(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * self.unit()
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
+/// Uniform in `lo..hi`.
+fn uniform(rng: &mut Rng, lo: f64, hi: f64) -> f64 {
+    lo + (hi - lo) * rng.f64()
 }
 
 fn vec_lit(v: &[f64]) -> String {
@@ -119,14 +106,14 @@ struct Case {
 }
 
 fn random_single(rng: &mut Rng, load_dependent: bool) -> Case {
-    let kq = 1 + rng.below(6) as usize;
-    let kd = rng.below(3) as usize;
+    let kq = 1 + rng.u64(..6) as usize;
+    let kd = rng.u64(..3) as usize;
     let mut stations = Vec::new();
     for i in 0..kq {
-        let d = rng.range(0.001, 10.0);
-        if load_dependent && rng.below(2) == 0 {
-            let rates = (0..1 + rng.below(4))
-                .map(|j| (j + 1) as f64 * rng.range(0.5, 1.0))
+        let d = uniform(rng, 0.001, 10.0);
+        if load_dependent && rng.u64(..2) == 0 {
+            let rates = (0..1 + rng.u64(..4))
+                .map(|j| (j + 1) as f64 * uniform(rng, 0.5, 1.0))
                 .collect();
             stations.push(Station::load_dependent(format!("q{i}"), d, rates));
         } else {
@@ -134,16 +121,16 @@ fn random_single(rng: &mut Rng, load_dependent: bool) -> Case {
         }
     }
     for i in 0..kd {
-        stations.push(Station::delay(format!("d{i}"), rng.range(0.0, 20.0)));
+        stations.push(Station::delay(format!("d{i}"), uniform(rng, 0.0, 20.0)));
     }
-    let z = if rng.below(4) == 0 {
+    let z = if rng.u64(..4) == 0 {
         0.0
     } else {
-        rng.range(0.0, 50.0)
+        uniform(rng, 0.0, 50.0)
     };
     Case {
         net: ClosedNetwork::new(stations, z).expect("valid by construction"),
-        n: 1 + rng.below(if load_dependent { 30 } else { 120 }) as u32,
+        n: 1 + rng.u64(..if load_dependent { 30 } else { 120 }) as u32,
     }
 }
 
@@ -152,7 +139,7 @@ fn agrees_with_octave_queueing() {
     if !octave_available() {
         return;
     }
-    let mut rng = Rng(0x05EE_D0F5_1001_CE00);
+    let mut rng = Rng::with_seed(0x05EE_D0F5_1001_CE00);
     let single: Vec<Case> = (0..60).map(|_| random_single(&mut rng, false)).collect();
     let ld: Vec<Case> = (0..30).map(|_| random_single(&mut rng, true)).collect();
     let mut script = String::from("format long; ");
@@ -206,9 +193,9 @@ fn agrees_with_octave_queueing() {
     // Multiclass: 2-3 classes, small populations.
     let mut multi = Vec::new();
     for i in 0..20 {
-        let k = 1 + rng.below(4) as usize;
-        let c = 2 + rng.below(2) as usize;
-        let delay: Vec<bool> = (0..k).map(|j| j > 0 && rng.below(4) == 0).collect();
+        let k = 1 + rng.u64(..4) as usize;
+        let c = 2 + rng.u64(..2) as usize;
+        let delay: Vec<bool> = (0..k).map(|j| j > 0 && rng.u64(..4) == 0).collect();
         let stations: Vec<MulticlassStation> = (0..k)
             .map(|j| {
                 if delay[j] {
@@ -222,13 +209,13 @@ fn agrees_with_octave_queueing() {
             .map(|j| {
                 CustomerClass::new(
                     format!("c{j}"),
-                    1 + rng.below(6) as u32,
-                    if rng.below(3) == 0 {
+                    1 + rng.u64(..6) as u32,
+                    if rng.u64(..3) == 0 {
                         0.0
                     } else {
-                        rng.range(0.0, 20.0)
+                        uniform(&mut rng, 0.0, 20.0)
                     },
-                    (0..k).map(|_| rng.range(0.01, 5.0)).collect(),
+                    (0..k).map(|_| uniform(&mut rng, 0.01, 5.0)).collect(),
                 )
             })
             .collect();

@@ -4,16 +4,19 @@
 //! writes, and the handshake survives arbitrary input in arbitrary pieces.
 //!
 //! Wire layouts are parsed here from the spec's field offsets, not with
-//! the crate's own decoders.
+//! the crate's own decoders; accepted commands are checked against the
+//! test kit's oracle (`sluice_testkit::nbd_oracle`), which the fuzz
+//! targets share.
 
 use proptest::prelude::*;
 use sluice_nbd_proto::consts::*;
 use sluice_nbd_proto::{
     encode_block_status, encode_chunk_header, encode_error, encode_error_offset, encode_hole_chunk,
-    encode_ok, encode_read_data_header, read_data_header_len, BlockSizes, Command, ExportCatalog,
+    encode_ok, encode_read_data_header, read_data_header_len, BlockSizes, ExportCatalog,
     ExportInfo, Extent, HandshakeConfig, HandshakeError, HandshakeStatus, HeaderStyle, NbdErrno,
     ReplyStyle, RequestHeader, ServerHandshake, TransmissionParams,
 };
+use sluice_testkit::nbd_oracle::check_accepted;
 
 fn be16(b: &[u8], at: usize) -> u16 {
     u16::from_be_bytes([b[at], b[at + 1]])
@@ -210,108 +213,6 @@ proptest! {
 
 // ---------------------------------------------------------------------------
 // Validation
-
-/// Checks what an accepted command promises.
-fn check_accepted(p: &TransmissionParams, h: &RequestHeader, cmd: Command) -> Result<(), String> {
-    let adv = |f: u16| p.flags & f != 0;
-    let in_range = |off: u64, len: u64| off.checked_add(len).is_some_and(|e| e <= p.size);
-    let align = u64::from(p.min_block.max(1));
-    let aligned = |off: u64, len: u64| off % align == 0 && len % align == 0;
-    let fua_ok = h.flags & CMD_FLAG_FUA == 0 || adv(FLAG_SEND_FUA);
-    let ok = match cmd {
-        Command::Read { offset, length, df } => {
-            h.kind == CMD_READ
-                && offset == h.offset
-                && u64::from(length) == h.length
-                && length <= p.max_payload
-                && in_range(offset, u64::from(length))
-                && aligned(offset, u64::from(length))
-                && (!df || adv(FLAG_SEND_DF))
-                && fua_ok
-        }
-        Command::Write {
-            offset,
-            length,
-            fua,
-        } => {
-            h.kind == CMD_WRITE
-                && offset == h.offset
-                && u64::from(length) == h.length
-                && length <= p.max_payload
-                && in_range(offset, u64::from(length))
-                && aligned(offset, u64::from(length))
-                && !adv(FLAG_READ_ONLY)
-                && (!fua || adv(FLAG_SEND_FUA))
-        }
-        Command::Disconnect => h.kind == CMD_DISC,
-        Command::Flush => {
-            h.kind == CMD_FLUSH && adv(FLAG_SEND_FLUSH) && h.offset == 0 && h.length == 0 && fua_ok
-        }
-        Command::Trim {
-            offset,
-            length,
-            fua,
-        } => {
-            h.kind == CMD_TRIM
-                && (offset, length) == (h.offset, h.length)
-                && adv(FLAG_SEND_TRIM)
-                && !adv(FLAG_READ_ONLY)
-                && in_range(offset, length)
-                && aligned(offset, length)
-                && (!fua || adv(FLAG_SEND_FUA))
-        }
-        Command::Cache { offset, length } => {
-            h.kind == CMD_CACHE
-                && (offset, length) == (h.offset, h.length)
-                && in_range(offset, length)
-                && aligned(offset, length)
-                && fua_ok
-        }
-        Command::WriteZeroes {
-            offset,
-            length,
-            fua,
-            may_trim,
-            fast,
-        } => {
-            h.kind == CMD_WRITE_ZEROES
-                && (offset, length) == (h.offset, h.length)
-                && adv(FLAG_SEND_WRITE_ZEROES)
-                && !adv(FLAG_READ_ONLY)
-                && in_range(offset, length)
-                && aligned(offset, length)
-                && (!fua || adv(FLAG_SEND_FUA))
-                && (!fast || adv(FLAG_SEND_FAST_ZERO))
-                && may_trim == (h.flags & CMD_FLAG_NO_HOLE == 0)
-        }
-        Command::BlockStatus {
-            offset,
-            length,
-            req_one,
-        } => {
-            h.kind == CMD_BLOCK_STATUS
-                && (offset, length) == (h.offset, h.length)
-                && p.block_status
-                && length > 0
-                && in_range(offset, length)
-                && req_one == (h.flags & CMD_FLAG_REQ_ONE != 0)
-                && fua_ok
-        }
-    };
-    // Flags nobody defined are never accepted (DISC ignores flags).
-    let defined = CMD_FLAG_FUA
-        | CMD_FLAG_NO_HOLE
-        | CMD_FLAG_DF
-        | CMD_FLAG_REQ_ONE
-        | CMD_FLAG_FAST_ZERO
-        | CMD_FLAG_PAYLOAD_LEN;
-    let flags_ok = h.kind == CMD_DISC || h.flags & !defined == 0;
-    if ok && flags_ok {
-        Ok(())
-    } else {
-        Err(format!("accepted {cmd:?} for {h:?} under {p:?}"))
-    }
-}
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(2048))]

@@ -4,176 +4,27 @@
 //! devices that make completion order and parallelism observable.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use sluice_nbd_proto::consts::*;
-use sluice_nbd_proto::{HeaderStyle, RequestHeader};
-use sluice_server::{
-    Export, FastPaths, ListenAddr, PipelineMode, ReceiveTuning, Server, ServerConfig, ServerHandle,
-    Timeouts,
-};
+use sluice_server::{PipelineMode, ServerConfig};
 use sluice_storage::{BlockDevice, MemDevice};
+use sluice_testkit::raw_nbd::*;
+use sluice_testkit::test_server::TestServer;
 use sluice_testkit::GatedDevice;
 
-struct TestServer {
-    addr: SocketAddr,
-    metrics_addr: SocketAddr,
-    handle: ServerHandle,
-    thread: Option<JoinHandle<Result<(), sluice_server::ServerError>>>,
-}
-
-impl TestServer {
-    fn start(device: Arc<dyn BlockDevice>, pipeline: PipelineMode) -> Self {
-        let config = ServerConfig {
-            listen: vec!["127.0.0.1:0".parse().unwrap()],
-            pipeline,
-            io_threads: 8,
-            metrics: Some("127.0.0.1:0".parse().unwrap()),
-            ..ServerConfig::default()
-        };
-        Self::with_config(device, config)
-    }
-
-    fn with_config(device: Arc<dyn BlockDevice>, config: ServerConfig) -> Self {
-        let export = Arc::new(Export::new("default".into(), "test".into(), device));
-        let server = Server::bind_exports(config, vec![export]).expect("bind");
-        let ListenAddr::Tcp(addr) = server.local_addrs()[0].clone() else {
-            panic!("tcp")
-        };
-        let handle = server.handle();
-        let metrics_addr = server.metrics_addr().unwrap();
-        let thread = Some(std::thread::spawn(move || server.run()));
-        Self {
-            addr,
-            metrics_addr,
-            handle,
-            thread,
-        }
-    }
-
-    fn stop(mut self) -> Result<(), sluice_server::ServerError> {
-        self.handle.shutdown();
-        self.thread.take().unwrap().join().unwrap()
-    }
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        if let Some(t) = self.thread.take() {
-            self.handle.shutdown();
-            let _ = t.join();
-        }
-    }
-}
-
-/// A minimal client: fixed newstyle, structured replies, NBD_OPT_GO.
-struct RawClient {
-    s: TcpStream,
-}
-
-fn be32(b: &[u8]) -> u32 {
-    u32::from_be_bytes(b[..4].try_into().unwrap())
-}
-fn be64(b: &[u8]) -> u64 {
-    u64::from_be_bytes(b[..8].try_into().unwrap())
-}
-
-impl RawClient {
-    fn connect(addr: SocketAddr) -> Self {
-        let mut s = TcpStream::connect(addr).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        let mut greeting = [0u8; 18];
-        s.read_exact(&mut greeting).unwrap();
-        assert_eq!(be64(&greeting), NBD_MAGIC);
-        assert_eq!(be64(&greeting[8..]), IHAVEOPT);
-        s.write_all(&FLAG_C_FIXED_NEWSTYLE.to_be_bytes()).unwrap();
-        let mut c = Self { s };
-        c.option(OPT_STRUCTURED_REPLY, &[]);
-        assert_eq!(c.option_reply().0, REP_ACK);
-        let mut go = Vec::new();
-        go.extend_from_slice(&0u32.to_be_bytes());
-        go.extend_from_slice(&0u16.to_be_bytes());
-        c.option(OPT_GO, &go);
-        loop {
-            let (kind, _) = c.option_reply();
-            if kind == REP_ACK {
-                break;
-            }
-            assert_eq!(kind, REP_INFO);
-        }
-        c
-    }
-
-    fn option(&mut self, opt: u32, data: &[u8]) {
-        let mut m = IHAVEOPT.to_be_bytes().to_vec();
-        m.extend_from_slice(&opt.to_be_bytes());
-        m.extend_from_slice(&(data.len() as u32).to_be_bytes());
-        m.extend_from_slice(data);
-        self.s.write_all(&m).unwrap();
-    }
-
-    fn option_reply(&mut self) -> (u32, Vec<u8>) {
-        let mut h = [0u8; 20];
-        self.s.read_exact(&mut h).unwrap();
-        let mut data = vec![0u8; be32(&h[16..]) as usize];
-        self.s.read_exact(&mut data).unwrap();
-        (be32(&h[12..]), data)
-    }
-
-    fn send(&mut self, kind: u16, cookie: u64, offset: u64, length: u64, payload: &[u8]) {
-        let mut m = Vec::new();
-        RequestHeader {
-            flags: 0,
-            kind,
-            cookie,
-            offset,
-            length,
-        }
-        .encode(HeaderStyle::Compact, &mut m);
-        m.extend_from_slice(payload);
-        self.s.write_all(&m).unwrap();
-    }
-
-    /// Reads one complete reply: (cookie, error, read data).
-    fn reply(&mut self) -> (u64, u32, Vec<u8>) {
-        let mut magic = [0u8; 4];
-        self.s.read_exact(&mut magic).unwrap();
-        match be32(&magic) {
-            SIMPLE_REPLY_MAGIC => {
-                let mut rest = [0u8; 12];
-                self.s.read_exact(&mut rest).unwrap();
-                (be64(&rest[4..]), be32(&rest), Vec::new())
-            }
-            STRUCTURED_REPLY_MAGIC => {
-                let mut data = Vec::new();
-                let mut error = 0;
-                loop {
-                    let mut rest = [0u8; 16];
-                    self.s.read_exact(&mut rest).unwrap();
-                    let flags = u16::from_be_bytes([rest[0], rest[1]]);
-                    let kind = u16::from_be_bytes([rest[2], rest[3]]);
-                    let cookie = be64(&rest[4..]);
-                    let mut payload = vec![0u8; be32(&rest[12..]) as usize];
-                    self.s.read_exact(&mut payload).unwrap();
-                    match kind {
-                        REPLY_TYPE_OFFSET_DATA => data.extend_from_slice(&payload[8..]),
-                        REPLY_TYPE_ERROR | REPLY_TYPE_ERROR_OFFSET => error = be32(&payload),
-                        _ => {}
-                    }
-                    if flags & REPLY_FLAG_DONE != 0 {
-                        return (cookie, error, data);
-                    }
-                    self.s.read_exact(&mut magic).unwrap();
-                    assert_eq!(be32(&magic), STRUCTURED_REPLY_MAGIC);
-                }
-            }
-            other => panic!("bad reply magic {other:#x}"),
-        }
-    }
+/// A server with `device` as its default export, 8 I/O threads and a
+/// metrics endpoint.
+fn start(device: Arc<dyn BlockDevice>, pipeline: PipelineMode) -> TestServer {
+    TestServer::builder()
+        .export("default", device)
+        .config(|c| {
+            c.pipeline = pipeline;
+            c.io_threads = 8;
+        })
+        .metrics()
+        .start()
 }
 
 fn gated(gate_offsets: Vec<u64>) -> Arc<GatedDevice> {
@@ -187,7 +38,7 @@ fn gated(gate_offsets: Vec<u64>) -> Arc<GatedDevice> {
 #[test]
 fn flexible_pipeline_replies_in_completion_order() {
     let dev = gated(vec![0]);
-    let server = TestServer::start(dev.clone(), PipelineMode::Flexible);
+    let server = start(dev.clone(), PipelineMode::Flexible);
     let mut c = RawClient::connect(server.addr);
     c.send(CMD_READ, 1, 0, 4096, &[]);
     c.send(CMD_READ, 2, 4096, 4096, &[]);
@@ -208,7 +59,7 @@ fn flexible_pipeline_replies_in_completion_order() {
 #[test]
 fn fixed_pipeline_replies_in_request_order_but_runs_in_parallel() {
     let dev = gated(vec![0]);
-    let server = TestServer::start(dev.clone(), PipelineMode::Fixed);
+    let server = start(dev.clone(), PipelineMode::Fixed);
     let mut c = RawClient::connect(server.addr);
     c.send(CMD_READ, 1, 0, 4096, &[]);
     for i in 1..8u64 {
@@ -236,7 +87,7 @@ fn fixed_pipeline_replies_in_request_order_but_runs_in_parallel() {
 #[test]
 fn pipeline_off_serves_one_request_at_a_time() {
     let dev = gated(vec![]);
-    let server = TestServer::start(dev.clone(), PipelineMode::Off);
+    let server = start(dev.clone(), PipelineMode::Off);
     let mut c = RawClient::connect(server.addr);
     for i in 0..16u64 {
         c.send(CMD_READ, i, i * 4096, 4096, &[]);
@@ -255,7 +106,7 @@ fn device_reads_of_many_connections_run_in_parallel() {
     // Two gated reads on two connections: if the server serialised device
     // I/O, the second would never start while the first waits.
     let dev = gated(vec![0, 4096]);
-    let server = TestServer::start(dev.clone(), PipelineMode::Flexible);
+    let server = start(dev.clone(), PipelineMode::Flexible);
     let mut a = RawClient::connect(server.addr);
     let mut b = RawClient::connect(server.addr);
     a.send(CMD_READ, 1, 0, 4096, &[]);
@@ -274,7 +125,7 @@ fn device_reads_of_many_connections_run_in_parallel() {
 #[test]
 fn client_vanishing_mid_payload_does_not_disturb_others() {
     let dev = Arc::new(MemDevice::new(1 << 20, false));
-    let server = TestServer::start(dev, PipelineMode::Flexible);
+    let server = start(dev, PipelineMode::Flexible);
     let mut good = RawClient::connect(server.addr);
     good.send(CMD_WRITE, 1, 0, 4, b"good");
     assert_eq!(good.reply().1, 0);
@@ -309,7 +160,7 @@ fn client_vanishing_mid_payload_does_not_disturb_others() {
 #[test]
 fn errors_keep_the_connection_usable() {
     let dev = Arc::new(MemDevice::new(1 << 20, false));
-    let server = TestServer::start(dev, PipelineMode::Flexible);
+    let server = start(dev, PipelineMode::Flexible);
     let mut c = RawClient::connect(server.addr);
     c.send(CMD_READ, 1, (1 << 20) - 1, 2, &[]);
     assert_eq!(c.reply().1, 22, "read past the end: EINVAL");
@@ -333,7 +184,7 @@ fn errors_keep_the_connection_usable() {
 #[test]
 fn shutdown_finishes_in_flight_requests() {
     let dev = gated(vec![0]);
-    let server = TestServer::start(dev.clone(), PipelineMode::Flexible);
+    let server = start(dev.clone(), PipelineMode::Flexible);
     let mut c = RawClient::connect(server.addr);
     c.send(CMD_READ, 1, 0, 4096, &[]);
     while dev.running.load(Ordering::SeqCst) < 1 {
@@ -352,15 +203,6 @@ fn shutdown_finishes_in_flight_requests() {
     server.stop().unwrap();
 }
 
-fn scrape(addr: SocketAddr) -> String {
-    let mut s = TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
-        .unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
-    body
-}
-
 fn metric(text: &str, line_prefix: &str) -> f64 {
     text.lines()
         .find_map(|l| {
@@ -373,7 +215,7 @@ fn metric(text: &str, line_prefix: &str) -> f64 {
 #[test]
 fn metrics_endpoint_counts_requests_bytes_errors_and_latency() {
     let dev = gated(vec![]);
-    let server = TestServer::start(dev, PipelineMode::Flexible);
+    let server = start(dev, PipelineMode::Flexible);
     let mut c = RawClient::connect(server.addr);
     for i in 0..10u64 {
         c.send(CMD_READ, i, i * 4096, 4096, &[]);
@@ -383,11 +225,7 @@ fn metrics_endpoint_counts_requests_bytes_errors_and_latency() {
     for _ in 0..12 {
         c.reply();
     }
-    let text = scrape(server.metrics_addr);
-    assert!(
-        text.starts_with("HTTP/1.") && text.contains("200"),
-        "{text}"
-    );
+    let text = server.scrape();
     let base = "{export=\"default\",command=";
     assert_eq!(
         metric(&text, &format!("sluice_requests_total{base}\"read\"}}")),
@@ -434,33 +272,24 @@ fn metrics_endpoint_counts_requests_bytes_errors_and_latency() {
     server.stop().unwrap();
 }
 
-/// Reads one structured chunk header and payload: (flags, type, cookie, payload).
-fn read_chunk(s: &mut TcpStream) -> (u16, u16, u64, Vec<u8>) {
-    let mut h = [0u8; 20];
-    s.read_exact(&mut h).unwrap();
-    assert_eq!(be32(&h), STRUCTURED_REPLY_MAGIC);
-    let mut payload = vec![0u8; be32(&h[16..]) as usize];
-    s.read_exact(&mut payload).unwrap();
-    (
-        u16::from_be_bytes([h[4], h[5]]),
-        u16::from_be_bytes([h[6], h[7]]),
-        be64(&h[8..]),
-        payload,
-    )
-}
-
 #[test]
 fn large_reads_send_ready_pieces_before_slow_ones() {
     // The first 256 KiB piece waits at the gate; the other three must
     // arrive as data chunks before it, then it, then the final chunk.
     let dev = Arc::new(GatedDevice::new(4 << 20, vec![0]));
     dev.write_at(&[9u8; 1 << 20], 0, false).unwrap();
-    let server = TestServer::start(dev.clone(), PipelineMode::Flexible);
+    let server = start(dev.clone(), PipelineMode::Flexible);
     let mut c = RawClient::connect(server.addr);
     c.send(CMD_READ, 77, 0, 1 << 20, &[]);
     let mut offsets = Vec::new();
     for _ in 0..3 {
-        let (flags, kind, cookie, payload) = read_chunk(&mut c.s);
+        let Chunk {
+            flags,
+            kind,
+            cookie,
+            payload,
+            ..
+        } = c.chunk();
         assert_eq!(
             (flags & REPLY_FLAG_DONE, kind, cookie),
             (0, REPLY_TYPE_OFFSET_DATA, 77)
@@ -472,14 +301,18 @@ fn large_reads_send_ready_pieces_before_slow_ones() {
     offsets.sort_unstable();
     assert_eq!(offsets, vec![256 * 1024, 512 * 1024, 768 * 1024]);
     dev.open_gate();
-    let (flags, kind, _, payload) = read_chunk(&mut c.s);
+    let chunk = c.chunk();
     assert_eq!(
-        (flags & REPLY_FLAG_DONE, kind, be64(&payload)),
+        (
+            chunk.flags & REPLY_FLAG_DONE,
+            chunk.kind,
+            be64(&chunk.payload)
+        ),
         (0, REPLY_TYPE_OFFSET_DATA, 0)
     );
-    let (flags, kind, cookie, payload) = read_chunk(&mut c.s);
+    let chunk = c.chunk();
     assert_eq!(
-        (flags, kind, cookie, payload.len()),
+        (chunk.flags, chunk.kind, chunk.cookie, chunk.payload.len()),
         (REPLY_FLAG_DONE, REPLY_TYPE_NONE, 77, 0)
     );
     server.stop().unwrap();
@@ -487,21 +320,12 @@ fn large_reads_send_ready_pieces_before_slow_ones() {
 
 /// A server with one buffered file export and the given `mapped_reads`.
 fn file_server(dir: &tempfile::TempDir, mapped_reads: bool) -> TestServer {
-    file_server_with(
-        dir,
-        ServerConfig {
-            fast_paths: FastPaths {
-                mapped_reads,
-                ..FastPaths::default()
-            },
-            ..ServerConfig::default()
-        },
-    )
+    file_server_with(dir, |c| c.fast_paths.mapped_reads = mapped_reads)
 }
 
-/// A server with one 4 MiB buffered file export and `config` (listening
-/// on a free port, with metrics).
-fn file_server_with(dir: &tempfile::TempDir, config: ServerConfig) -> TestServer {
+/// A server with one 4 MiB buffered file export, the configuration
+/// `change` makes, and metrics.
+fn file_server_with(dir: &tempfile::TempDir, change: impl FnOnce(&mut ServerConfig)) -> TestServer {
     let device = sluice_storage::FileDevice::open(
         &dir.path().join("img"),
         &sluice_storage::FileOptions {
@@ -510,12 +334,11 @@ fn file_server_with(dir: &tempfile::TempDir, config: ServerConfig) -> TestServer
         },
     )
     .unwrap();
-    let config = ServerConfig {
-        listen: vec!["127.0.0.1:0".parse().unwrap()],
-        metrics: Some("127.0.0.1:0".parse().unwrap()),
-        ..config
-    };
-    TestServer::with_config(Arc::new(device), config)
+    TestServer::builder()
+        .export("default", Arc::new(device))
+        .config(change)
+        .metrics()
+        .start()
 }
 
 #[test]
@@ -545,7 +368,7 @@ fn large_page_cache_reads_are_sent_from_the_mapping_and_match() {
         let mut want = data[(1 << 20) - 65536..].to_vec();
         want.resize(256 << 10, 0);
         assert_eq!(replies[2], (4, 0, want), "read past the written range");
-        let text = scrape(server.metrics_addr);
+        let text = server.scrape();
         let sent_mapped = metric(&text, "sluice_mapped_reads_total ");
         if mapped {
             // The third reaches into a hole no one has read, which is not
@@ -582,10 +405,7 @@ fn run_deep_queue(c: &mut RawClient, server: &TestServer, data: &[u8], deadline:
         );
         answered += 1;
         if answered % 2048 == 0 {
-            let waits = metric(
-                &scrape(server.metrics_addr),
-                "sluice_coalesced_waits_total ",
-            );
+            let waits = metric(&server.scrape(), "sluice_coalesced_waits_total ");
             if waits > 0.0 || started.elapsed() > deadline {
                 break waits;
             }
@@ -605,16 +425,11 @@ fn deep_queues_of_single_sends_are_coalesced_and_answered_correctly() {
         .map(|i| (i / 4096 * 31 + i) as u8)
         .collect();
     for coalesce_max in [8, 1] {
-        let config = ServerConfig {
-            listen: vec!["127.0.0.1:0".parse().unwrap()],
-            metrics: Some("127.0.0.1:0".parse().unwrap()),
-            receive: ReceiveTuning {
-                coalesce_max,
-                ..ReceiveTuning::default()
-            },
-            ..ServerConfig::default()
-        };
-        let server = TestServer::with_config(Arc::new(MemDevice::new(1 << 20, false)), config);
+        let server = TestServer::builder()
+            .export("default", Arc::new(MemDevice::new(1 << 20, false)))
+            .config(|c| c.receive.coalesce_max = coalesce_max)
+            .metrics()
+            .start();
         let limit = if coalesce_max > 1 { 10 } else { 1 };
         let mut c = RawClient::connect(server.addr);
         c.s.set_nodelay(true).unwrap();
@@ -632,45 +447,11 @@ fn deep_queues_of_single_sends_are_coalesced_and_answered_correctly() {
     }
 }
 
-impl RawClient {
-    /// Sends the header of a write of `length` bytes and, with it, the
-    /// first bytes of its payload (`first`); the rest is up to the caller.
-    fn send_write_start(&mut self, cookie: u64, offset: u64, length: usize, first: &[u8]) {
-        let mut m = Vec::new();
-        RequestHeader {
-            flags: 0,
-            kind: CMD_WRITE,
-            cookie,
-            offset,
-            length: length as u64,
-        }
-        .encode(HeaderStyle::Compact, &mut m);
-        m.extend_from_slice(first);
-        self.s.write_all(&m).unwrap();
-    }
-
-    /// Sends a write's header and the first `first` bytes of its payload,
-    /// waits, then sends the rest: the server sees the header while the
-    /// payload is still arriving.
-    fn send_write_in_two(&mut self, cookie: u64, offset: u64, data: &[u8], first: usize) {
-        self.send_write_start(cookie, offset, data.len(), &data[..first]);
-        std::thread::sleep(Duration::from_millis(30));
-        self.s.write_all(&data[first..]).unwrap();
-    }
-}
-
 #[test]
 fn large_write_payloads_are_spliced_into_the_file_and_read_back() {
     for spliced_writes in [true, false] {
         let dir = tempfile::tempdir().unwrap();
-        let config = ServerConfig {
-            fast_paths: FastPaths {
-                spliced_writes,
-                ..FastPaths::default()
-            },
-            ..ServerConfig::default()
-        };
-        let server = file_server_with(&dir, config);
+        let server = file_server_with(&dir, |c| c.fast_paths.spliced_writes = spliced_writes);
         let mut c = RawClient::connect(server.addr);
         let data: Vec<u8> = (0..(1u32 << 20))
             .map(|i| (i * 13 + i / 4093) as u8)
@@ -695,7 +476,7 @@ fn large_write_payloads_are_spliced_into_the_file_and_read_back() {
         assert_eq!(c.reply().2, data[..64 << 10], "64 KiB read back");
         let on_disk = std::fs::read(dir.path().join("img")).unwrap();
         assert!(on_disk[1 << 20..2 << 20] == data[..], "file content");
-        let spliced = metric(&scrape(server.metrics_addr), "sluice_spliced_writes_total ");
+        let spliced = metric(&server.scrape(), "sluice_spliced_writes_total ");
         assert_eq!(spliced, if spliced_writes { 2.0 } else { 0.0 });
         server.stop().unwrap();
     }
@@ -710,14 +491,7 @@ fn spliced_writes_whose_last_bytes_trickle_in_are_answered_between_coalesced_rea
     // 8 for 10 ms each after a 50 ms warm-up, so writes sent behind 45 to
     // 105 ms of reads arrive while it coalesces, whatever it then keeps.
     let dir = tempfile::tempdir().unwrap();
-    let config = ServerConfig {
-        timeouts: Timeouts {
-            send_timeout_secs: 3,
-            ..Timeouts::default()
-        },
-        ..ServerConfig::default()
-    };
-    let server = file_server_with(&dir, config);
+    let server = file_server_with(&dir, |c| c.timeouts.send_timeout_secs = 3);
     let data: Vec<u8> = (0..(256u32 << 10))
         .map(|i| (i / 4096 * 7 + i) as u8)
         .collect();
@@ -728,7 +502,7 @@ fn spliced_writes_whose_last_bytes_trickle_in_are_answered_between_coalesced_rea
         assert_eq!(c.reply().1, 0, "write");
     }
     let blocks = (data.len() / 4096) as u64;
-    let before = metric(&scrape(server.metrics_addr), "sluice_spliced_writes_total ");
+    let before = metric(&server.scrape(), "sluice_spliced_writes_total ");
     let rounds = 21u64;
     for round in 0..rounds {
         let mut c = RawClient::connect(server.addr);
@@ -767,7 +541,7 @@ fn spliced_writes_whose_last_bytes_trickle_in_are_answered_between_coalesced_rea
     let mut c = RawClient::connect(server.addr);
     c.send(CMD_READ, 7, 2 << 20, 1 << 20, &[]);
     assert!(c.reply().2 == payload, "1 MiB read back");
-    let metrics = scrape(server.metrics_addr);
+    let metrics = server.scrape();
     assert!(
         metric(&metrics, "sluice_coalesced_waits_total ") > 0.0,
         "never coalesced"
@@ -780,17 +554,10 @@ fn spliced_writes_whose_last_bytes_trickle_in_are_answered_between_coalesced_rea
 #[test]
 fn a_client_stalling_mid_spliced_payload_is_cut_off_after_the_timeout() {
     let dir = tempfile::tempdir().unwrap();
-    let config = ServerConfig {
-        timeouts: Timeouts {
-            send_timeout_secs: 1,
-            ..Timeouts::default()
-        },
-        ..ServerConfig::default()
-    };
-    let server = file_server_with(&dir, config);
+    let server = file_server_with(&dir, |c| c.timeouts.send_timeout_secs = 1);
     let mut c = RawClient::connect(server.addr);
     let data = vec![0x5au8; 1 << 20];
-    c.send_write_start(1, 0, data.len(), &data[..4096]);
+    c.send_partial(0, CMD_WRITE, 1, 0, data.len() as u64, &data[..4096]);
     std::thread::sleep(Duration::from_millis(30));
     // More of the payload, then nothing: the server waits in its splicing
     // loop, where the stall timeout must still apply.
@@ -810,7 +577,7 @@ fn a_client_stalling_mid_spliced_payload_is_cut_off_after_the_timeout() {
         "nothing written"
     );
     assert_eq!(
-        metric(&scrape(server.metrics_addr), "sluice_spliced_writes_total "),
+        metric(&server.scrape(), "sluice_spliced_writes_total "),
         0.0
     );
     server.stop().unwrap();
@@ -819,10 +586,10 @@ fn a_client_stalling_mid_spliced_payload_is_cut_off_after_the_timeout() {
 #[test]
 fn a_client_vanishing_mid_spliced_payload_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let server = file_server_with(&dir, ServerConfig::default());
+    let server = file_server_with(&dir, |_| {});
     {
         let mut bad = RawClient::connect(server.addr);
-        bad.send_write_start(1, 0, 1 << 20, &[0xee; 1000]);
+        bad.send_partial(0, CMD_WRITE, 1, 0, 1 << 20, &[0xee; 1000]);
         std::thread::sleep(Duration::from_millis(30));
         bad.s.write_all(&[0xee; 300_000]).unwrap();
         std::thread::sleep(Duration::from_millis(30));

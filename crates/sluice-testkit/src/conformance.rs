@@ -31,7 +31,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config as ProptestConfig, TestCaseError, TestRunner};
 use sluice_storage::{BlockDevice, DeviceError, Extent, ZeroMode};
 
-use crate::crash::{splitmix, DurabilityModel, SECTOR};
+use crate::crash::{DurabilityModel, SECTOR};
+use sluice_types::splitmix64;
 
 /// Smallest device the checks work on.
 pub const MIN_SIZE: u64 = 2 << 20;
@@ -201,7 +202,7 @@ fn pattern(seed: u64, len: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(len + 8);
     let mut x = seed;
     while out.len() < len {
-        x = splitmix(x);
+        x = splitmix64(x);
         out.extend_from_slice(&x.to_le_bytes());
     }
     out.truncate(len);
@@ -774,9 +775,9 @@ pub fn disjoint_concurrent_writers(factory: Factory<'_>) -> CheckResult {
                     let base = t * REGION;
                     // A model of the whole device; only this region is used.
                     let mut model = Model::new(base + REGION);
-                    let mut x = splitmix(t + 1);
+                    let mut x = splitmix64(t + 1);
                     for i in 0..60u64 {
-                        x = splitmix(x);
+                        x = splitmix64(x);
                         let units = REGION / a;
                         let off = base + (x % units) * a;
                         let len = ((x >> 24) % (units.min(70_000 / a + 1)) + 1) * a;
@@ -843,7 +844,7 @@ pub fn flush_and_fua_survive_a_crash(factory: Factory<'_>) -> CheckResult {
     let mut buf = vec![0u8; 64 * SECTOR];
     let ops = 400;
     for i in 0..ops {
-        x = splitmix(x);
+        x = splitmix64(x);
         if x % 10 == 0 && i < ops - 8 {
             let f = model.begin_flush();
             op("flush", dev.flush())?;

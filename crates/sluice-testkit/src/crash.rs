@@ -21,18 +21,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use sluice_storage::{BlockDevice, DeviceError, Extent, IoOp, ZeroMode};
+use sluice_types::splitmix64;
 
 /// Bytes per modelled sector.
 pub const SECTOR: usize = 512;
-
-/// One step of splitmix64: a well-mixed 64-bit value from `x`. Tests
-/// use it for seeded, repeatable choices.
-pub fn splitmix(mut x: u64) -> u64 {
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
 
 /// The bytes write `tag` puts into sector `sector` (tag 0: zeroes).
 pub fn fill_sector(tag: u64, sector: u64, out: &mut [u8]) {
@@ -43,9 +35,9 @@ pub fn fill_sector(tag: u64, sector: u64, out: &mut [u8]) {
     }
     out[..8].copy_from_slice(&tag.to_le_bytes());
     out[8..16].copy_from_slice(&sector.to_le_bytes());
-    let mut x = splitmix(tag ^ sector.rotate_left(32));
+    let mut x = splitmix64(tag ^ sector.rotate_left(32));
     for chunk in out[16..].chunks_mut(8) {
-        x = splitmix(x);
+        x = splitmix64(x);
         chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
     }
 }

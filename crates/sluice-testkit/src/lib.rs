@@ -1,11 +1,21 @@
 //! Test-only building blocks shared by the crates' tests: devices that
 //! make concurrency and completion order observable without timing,
 //! ([`crash`]) the model of expected contents the crash-consistency tests
-//! check against, and ([`conformance`]) the behaviour suite every device
-//! stack runs. A dev-dependency only; nothing in production links it.
+//! check against, ([`conformance`]) the behaviour suite every device
+//! stack runs, ([`raw_nbd`]) an NBD client written from the spec,
+//! ([`nbd_oracle`]) what an accepted NBD command promises, and with the
+//! `server` feature (on by default) ([`test_server`]) an in-process
+//! server and ([`pki`]) test certificates. A dev-dependency only; nothing
+//! in production links it.
 
 pub mod conformance;
 pub mod crash;
+pub mod nbd_oracle;
+#[cfg(feature = "server")]
+pub mod pki;
+pub mod raw_nbd;
+#[cfg(feature = "server")]
+pub mod test_server;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};

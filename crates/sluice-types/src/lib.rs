@@ -1,10 +1,15 @@
 //! Values every sluice layer reads the same way, whatever reads them
 //! (the server's export specs and TOML, `sluice bench`, `sluice model`):
 //! byte sizes like `64K` or `2GiB` and durations like `500ms` or `2m`,
-//! and sizes written back the same way ([`format_size`]).
-//! No I/O, no other sluice crate.
+//! and sizes written back the same way ([`format_size`]). Also
+//! [`splitmix64`], the one hash of a number that bench and tests derive
+//! repeatable bytes from. No I/O, no other sluice crate.
+
+mod mix;
 
 use std::time::Duration;
+
+pub use mix::splitmix64;
 
 use thiserror::Error;
 
