@@ -35,10 +35,10 @@ enum ModelCommand {
     Mva(MvaArgs),
     /// Solve a closed multiclass network (exact or approximate MVA).
     Multiclass(MulticlassArgs),
-    /// The networked RAID 5 model (seeds/002): R(N) bounds and exact MVA,
+    /// The networked RAID 5 model (from 'Study on I/O response time bounds of networked storage systems'): R(N) bounds and exact MVA,
     /// parameter sweeps (the paper's figures 3-8).
     Raid(RaidArgs),
-    /// The non-contiguous transfer model (seeds/001 section 4.1, figure 8):
+    /// The non-contiguous transfer model (section 4.1 and figure 8 of 'Non-Contiguous I/O Support for Object-Based Storage'):
     /// iterative vs SGL vs strided.
     Noncontig(NoncontigArgs),
     /// Service demands D = U/X: from a running sluice's metrics (two

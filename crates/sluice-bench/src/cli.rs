@@ -48,7 +48,7 @@ enum BenchCommand {
 
 #[derive(Debug, Subcommand)]
 enum PresetCommand {
-    /// SPEC 1.3: sequential read/write, outstanding I/O 1-16 x 512 B-128 KiB,
+    /// The pipelining paper's sweep: sequential read/write, outstanding I/O 1-16 x 512 B-128 KiB,
     /// server pipelining off vs fixed vs flexible (embedded server).
     Pipelining {
         #[command(flatten)]
@@ -58,7 +58,7 @@ enum PresetCommand {
         #[arg(long)]
         direct: bool,
     },
-    /// SPEC 1.1: 1-16 clients streaming 1 MiB records, read and write;
+    /// The SuperNBD paper's scaling run: 1-16 clients streaming 1 MiB records, read and write;
     /// sluice vs nbdkit vs qemu-nbd vs local.
     Scaling {
         #[command(flatten)]
@@ -67,7 +67,7 @@ enum PresetCommand {
         #[arg(long, default_value_t = 1)]
         qd: u32,
     },
-    /// SPEC 1.2: 4 KiB QD1 latency, the 16-worker fio-style matrix, and 4 KiB
+    /// The SAN paper's experiments: 4 KiB QD1 latency, the 16-worker fio-style matrix, and 4 KiB
     /// random writes vs 1-64 workers, as fractions of local I/O.
     San {
         #[command(flatten)]

@@ -353,7 +353,7 @@ const PIPE_MODES: [(&str, PipelineMode); 3] = [
 const PIPE_QDS: [u32; 5] = [1, 2, 4, 8, 16];
 const PIPE_BS: [u32; 6] = [512, 2048, 8192, 32768, 65536, 131072];
 
-/// SPEC 1.3: sequential read-only and write-only, outstanding I/O 1–16 ×
+/// "Pipelining Network Storage I/O": sequential read-only and write-only, outstanding I/O 1–16 ×
 /// 512 B–128 KiB, server pipelining off vs fixed vs flexible.
 pub fn pipelining(opts: &PresetOptions, direct: bool) -> Result<PresetReport> {
     let machine = Machine::probe();
@@ -513,7 +513,7 @@ pub fn pipelining(opts: &PresetOptions, direct: bool) -> Result<PresetReport> {
 
 const SCALING_CLIENTS: [u32; 5] = [1, 2, 4, 8, 16];
 
-/// SPEC 1.1: 1–16 clients each streaming their own region with 1 MiB
+/// The SuperNBD paper: 1–16 clients each streaming their own region with 1 MiB
 /// records (one outstanding each), read and write; aggregate throughput,
 /// sluice vs nbdkit vs qemu-nbd (and local I/O).
 pub fn scaling(opts: &PresetOptions, qd: u32) -> Result<PresetReport> {
@@ -600,7 +600,7 @@ pub fn scaling(opts: &PresetOptions, qd: u32) -> Result<PresetReport> {
 
 const SAN_WORKERS: [u32; 7] = [1, 2, 4, 8, 16, 32, 64];
 
-/// SPEC 1.2: 4 KiB latency at QD 1 over 10,000 ops; the fio-style matrix
+/// The SAN paper (RDMA target): 4 KiB latency at QD 1 over 10,000 ops; the fio-style matrix
 /// with 16 workers; 4 KiB random-write throughput vs workers 1–64; all as
 /// a fraction of local I/O on the same image.
 pub fn san(opts: &PresetOptions) -> Result<PresetReport> {

@@ -10,11 +10,11 @@
 //!   ([`prometheus`] parses them).
 //! - [`validation`]: a `sluice bench` concurrency sweep against exact MVA
 //!   and the bounds, with relative errors.
-//! - [`raid`]: the networked RAID 5 model of seeds/002, equations (2)-(10),
+//! - [`raid`]: the networked RAID 5 model of "Study on I/O response time bounds of networked storage systems", equations (2)-(10),
 //!   with the paper's setting as [`raid::RaidParams::paper`] and the sweeps
 //!   of its figures 3-8.
-//! - [`noncontig`]: the non-contiguous transfer model of seeds/001 section
-//!   4.1 (iterative, SGL, strided) and its figure 8.
+//! - [`noncontig`]: the non-contiguous transfer model of "Non-Contiguous I/O Support for Object-Based Storage"
+//!   section 4.1 (iterative, SGL, strided) and its figure 8.
 //! - [`report`]: what `sluice model` prints, as JSON and as text tables;
 //!   [`text`]: the one table formatter and number formats (`sluice bench`
 //!   prints its tables with them too).

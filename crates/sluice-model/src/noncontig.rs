@@ -1,6 +1,6 @@
 //! The non-contiguous transfer model of Dalessandro, Devulapalli and
 //! Wyckoff, "Non-Contiguous I/O Support for Object-Based Storage" (2008),
-//! section 4.1 (seeds/001).
+//! section 4.1.
 //!
 //! `n` segments of `x` bytes are sent one request each (iterative), as one
 //! request with a scatter/gather list (SGL), or as one strided request:

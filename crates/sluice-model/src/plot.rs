@@ -652,7 +652,7 @@ pub fn noncontig_title(read: bool, file_bytes: u64, rtt_us: f64, bandwidth_mbps:
     )
 }
 
-/// Figure 8 of seeds/001: throughput against segment size for the three
+/// Figure 8 of "Non-Contiguous I/O Support for Object-Based Storage": throughput against segment size for the three
 /// descriptions (log-log).
 pub fn noncontig_chart(points: &[SizePoint], title: &str) -> Chart {
     let series = Ddt::ALL

@@ -1,5 +1,5 @@
 //! The networked RAID 5 model of Cui, Liu, Wang and Liu, "Study on I/O
-//! response time bounds of networked storage systems" (2006), seeds/002.
+//! response time bounds of networked storage systems" (2006).
 //!
 //! A central storage server runs software RAID 5 over virtual disks that
 //! live on remote storage servers (reached over ENBD, for sluice over NBD).

@@ -1,4 +1,4 @@
-//! The non-contiguous transfer model (seeds/001 section 4.1, figure 8).
+//! The non-contiguous transfer model (section 4.1 and figure 8 of "Non-Contiguous I/O Support for Object-Based Storage").
 
 use sluice_model::noncontig::{
     by_segment_size, figure8_sizes, transfer_time, Ddt, Direction, NoncontigParams,

@@ -1,4 +1,4 @@
-//! The networked RAID model (seeds/002) in the paper's own setting: the
+//! The networked RAID model ("Study on I/O response time bounds of networked storage systems") in the paper's own setting: the
 //! demands of equations (2)-(10), computed independently by hand, and the
 //! paper's qualitative findings about figures 4-8.
 

@@ -154,7 +154,7 @@ impl ExportConfig {
     }
 }
 
-/// How a connection orders and overlaps request processing (SPEC 1.3).
+/// How a connection orders and overlaps request processing (the pipelining modes of "Pipelining Network Storage I/O").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PipelineMode {
     /// One request at a time: read, execute, reply, then the next.
@@ -185,7 +185,7 @@ impl<'de> Deserialize<'de> for PipelineMode {
     }
 }
 
-/// The buffer cache in front of each export (SPEC 1.1).
+/// The buffer cache in front of each export (write-back and read-ahead as in the SuperNBD paper).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CachePolicy {
     /// No cache layer: requests go straight to the device (and, for

@@ -51,8 +51,8 @@ impl CommandKind {
     }
 }
 
-/// Pipeline stages whose busy time is accumulated (SPEC 1.3, and the
-/// model's service centers).
+/// Pipeline stages whose busy time is accumulated (the stages of a
+/// pipelined request, and the model's service centers).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
     /// Device work done on connection threads.
