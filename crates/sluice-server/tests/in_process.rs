@@ -225,8 +225,26 @@ fn metrics_endpoint_counts_requests_bytes_errors_and_latency() {
     for _ in 0..12 {
         c.reply();
     }
-    let text = server.scrape();
+    // A pool worker records its request after sending the reply (the
+    // latency includes the send), so the last counts may land just after
+    // the client has its replies: wait for them, within a bound.
     let base = "{export=\"default\",command=";
+    let read_count = format!("sluice_request_duration_seconds_count{base}\"read\"}}");
+    let write_count = format!("sluice_requests_total{base}\"write\"}}");
+    let counted = |text: &str, series: &str, want: f64| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok())
+            .is_some_and(|v| v >= want)
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let text = loop {
+        let text = server.scrape();
+        let settled = counted(&text, &read_count, 10.0) && counted(&text, &write_count, 1.0);
+        if settled || Instant::now() >= deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
     assert_eq!(
         metric(&text, &format!("sluice_requests_total{base}\"read\"}}")),
         10.0
