@@ -130,6 +130,16 @@ impl CookieTable {
         self.map.is_empty()
     }
 
+    /// The request with `cookie`, if in flight.
+    pub fn get(&self, cookie: u64) -> Option<&Sent> {
+        self.map.get(&cookie).map(|f| &f.sent)
+    }
+
+    /// Every request in flight, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = &Sent> {
+        self.map.values().map(|f| &f.sent)
+    }
+
     /// Whether `cookie` is in flight.
     pub fn contains(&self, cookie: u64) -> bool {
         self.map.contains_key(&cookie)
