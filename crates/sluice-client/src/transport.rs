@@ -258,14 +258,20 @@ impl Stream {
         let Some(tls) = &self.tls else {
             return self.socket.write_all(data);
         };
-        // Encrypt a piece at a time so the lock is held briefly.
-        for piece in data.chunks(256 * 1024) {
+        // Encrypt a piece at a time (rustls takes a bounded amount of
+        // plaintext per call), so the lock is held briefly.
+        let mut rest = data;
+        while !rest.is_empty() {
             self.records.clear();
             {
                 let mut conn = lock(tls);
-                conn.writer().write_all(piece)?;
+                let n = conn.writer().write(rest)?;
+                rest = &rest[n..];
                 while conn.wants_write() {
                     conn.write_tls(&mut self.records)?;
+                }
+                if n == 0 && self.records.is_empty() {
+                    return Err(io::ErrorKind::WriteZero.into());
                 }
             }
             self.socket.write_all(&self.records)?;
