@@ -79,7 +79,9 @@ fn rogue(misdeed: Misdeed) -> NbdUri {
         let mut reply = Vec::new();
         match misdeed {
             Misdeed::Silence => {}
-            Misdeed::UnknownCookie => encode_ok(&mut reply, ReplyStyle::Structured, h.cookie + 99, 0),
+            Misdeed::UnknownCookie => {
+                encode_ok(&mut reply, ReplyStyle::Structured, h.cookie + 99, 0)
+            }
             Misdeed::DataForWrite => {
                 encode_chunk_header(
                     &mut reply,

@@ -76,7 +76,8 @@ fn pki() -> Pki {
         &["127.0.0.1", "localhost"],
         ExtendedKeyUsagePurpose::ServerAuth,
     );
-    let (client_cert, client_key) = leaf(&issuer, "client1", &[], ExtendedKeyUsagePurpose::ClientAuth);
+    let (client_cert, client_key) =
+        leaf(&issuer, "client1", &[], ExtendedKeyUsagePurpose::ClientAuth);
     write(
         &dir.path().join("server"),
         &[
@@ -186,7 +187,11 @@ fn nbds_over_tcp_and_unix_with_a_client_certificate() {
     let server = start(&pki, true);
     let good = pki.path("good");
     for uri in [
-        format!("nbds://{}/disk?tls-certificates={}", server.tcp, good.display()),
+        format!(
+            "nbds://{}/disk?tls-certificates={}",
+            server.tcp,
+            good.display()
+        ),
         format!(
             "nbds+unix:///disk?socket={}&tls-certificates={}",
             server.unix.display(),
@@ -201,9 +206,13 @@ fn nbds_over_tcp_and_unix_with_a_client_certificate() {
         c.disconnect().unwrap();
     }
     // The shared client: a reader thread and writers on one TLS session.
-    let uri: NbdUri = format!("nbds://{}/disk?tls-certificates={}", server.tcp, good.display())
-        .parse()
-        .unwrap();
+    let uri: NbdUri = format!(
+        "nbds://{}/disk?tls-certificates={}",
+        server.tcp,
+        good.display()
+    )
+    .parse()
+    .unwrap();
     let client = Client::connect(&uri, &ConnectOptions::default()).unwrap();
     let threads: Vec<_> = (0..4u64)
         .map(|t| {
@@ -282,5 +291,8 @@ fn tls_failures_are_clear_errors() {
         .parse()
         .unwrap();
     let err = Connection::connect(&missing, &ConnectOptions::default()).unwrap_err();
-    assert!(err.to_string().contains("/nonexistent/ca-cert.pem"), "{err}");
+    assert!(
+        err.to_string().contains("/nonexistent/ca-cert.pem"),
+        "{err}"
+    );
 }
