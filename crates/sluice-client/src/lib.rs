@@ -57,6 +57,7 @@
 //! relying on another client seeing its writes, as NBD requires anyway.
 //! [`Connection`] does not reconnect (it keeps no copies of requests).
 
+mod batch;
 mod bridge;
 mod connection;
 mod error;
@@ -67,6 +68,7 @@ mod shared;
 mod transport;
 mod uri;
 
+pub use batch::{batch, Batch};
 pub use bridge::{capability_from_flags, device_error};
 pub use connection::{Completion, Connection, Outcome, Request};
 pub use error::{ClientError, Op};

@@ -61,7 +61,18 @@ impl RemoteDevice {
         &self.client
     }
 
-    fn check(&self, op: IoOp, offset: u64, len: u64) -> Result<(), DeviceError> {
+    /// The name errors give this device.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A client error on a request for `[offset, offset+len)` as a
+    /// device error.
+    pub(crate) fn error(&self, e: ClientError, offset: u64, len: u64) -> DeviceError {
+        device_error(e, &self.name, offset, len, self.size())
+    }
+
+    pub(crate) fn check(&self, op: IoOp, offset: u64, len: u64) -> Result<(), DeviceError> {
         let size = self.size();
         if offset.checked_add(len).is_none_or(|end| end > size) {
             return Err(DeviceError::OutOfRange {

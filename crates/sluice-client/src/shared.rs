@@ -54,7 +54,7 @@ pub enum Reply {
 type Waiter = oneshot::Sender<Result<Reply, ClientError>>;
 
 /// Where a read's data goes.
-enum Dest {
+pub(crate) enum Dest {
     None,
     Owned(Vec<u8>),
     /// The buffer of a caller blocked in [`Client::read_at`].
@@ -258,7 +258,7 @@ impl Client {
     }
 
     /// Issues a request; the returned receiver completes with its reply.
-    fn submit(
+    pub(crate) fn submit(
         &self,
         request: Request<'_>,
         dest: Dest,
@@ -361,7 +361,7 @@ impl Client {
         let _ = w.registrations.send(entry);
     }
 
-    fn wait_blocking(
+    pub(crate) fn wait_blocking(
         &self,
         rx: oneshot::Receiver<Result<Reply, ClientError>>,
     ) -> Result<Reply, ClientError> {

@@ -6,6 +6,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -228,4 +229,80 @@ fn against_qemu_nbd() {
         ]
     });
     exercise(&RemoteDevice::open(&qemu.uri()).unwrap(), "qemu-nbd");
+}
+
+#[test]
+fn a_batch_has_every_member_request_in_flight_at_once() {
+    use sluice_testkit::GatedDevice;
+    // Every member holds its read at offset 0 until the gates open, and
+    // they open only once all four reads are waiting at their servers:
+    // a batch that waited for each request before starting the next
+    // would never get there.
+    let gated: Vec<Arc<GatedDevice>> = (0..4)
+        .map(|i| {
+            let d = GatedDevice::new(1 << 20, vec![0]);
+            d.write_at(&pattern(8192, i as u8), 0, false).unwrap();
+            Arc::new(d)
+        })
+        .collect();
+    let exports = gated
+        .iter()
+        .enumerate()
+        .map(|(i, d)| Arc::new(Export::new(format!("m{i}"), String::new(), d.clone())))
+        .collect();
+    let config = ServerConfig {
+        listen: vec!["127.0.0.1:0".parse().unwrap()],
+        ..ServerConfig::default()
+    };
+    let server = Server::bind_exports(config, exports).unwrap();
+    let ListenAddr::Tcp(addr) = server.local_addrs()[0].clone() else {
+        panic!("tcp")
+    };
+    let handle = server.handle();
+    let thread = std::thread::spawn(move || server.run());
+    let members: Vec<RemoteDevice> = (0..4)
+        .map(|i| RemoteDevice::open(&format!("nbd://{addr}/m{i}")).unwrap())
+        .collect();
+    let opener = {
+        let gated = gated.clone();
+        std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(3);
+            let all_waiting = loop {
+                if gated.iter().all(|g| g.running.load(Ordering::SeqCst) == 1) {
+                    break true;
+                }
+                if Instant::now() > deadline {
+                    break false;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            };
+            for g in &gated {
+                g.open_gate();
+            }
+            all_waiting
+        })
+    };
+    let mut stripe = vec![0u8; 4 * 8192];
+    let ((), results) = sluice_client::batch(|b| {
+        for (m, buf) in members.iter().zip(stripe.chunks_mut(8192)) {
+            b.read_at(m, buf, 0);
+        }
+        // Out of range: refused at its position, the others unaffected.
+        b.read_at(&members[1], &mut [], (1 << 20) + 1);
+    });
+    assert!(
+        opener.join().unwrap(),
+        "the four member reads were never in flight together"
+    );
+    assert_eq!(results.len(), 5);
+    for r in &results[..4] {
+        assert!(r.is_ok(), "{r:?}");
+    }
+    assert!(matches!(results[4], Err(DeviceError::OutOfRange { .. })));
+    for (i, buf) in stripe.chunks(8192).enumerate() {
+        assert!(buf == pattern(8192, i as u8), "member {i}");
+    }
+    drop(members);
+    handle.shutdown();
+    thread.join().unwrap().unwrap();
 }
