@@ -70,7 +70,7 @@ pub enum ClientError {
     ReconnectFailed {
         target: String,
         window: Duration,
-        last: Box<ClientError>,
+        last: Box<Self>,
     },
     #[error("the connection to {target} is closed")]
     Closed { target: String },
