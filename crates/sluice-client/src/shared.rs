@@ -736,6 +736,10 @@ impl Reader {
         loop {
             self.register();
             self.expire();
+            if Arc::strong_count(shared) == 1 {
+                // Every handle to the client is gone: nobody to serve.
+                return Err(closed(&self.target));
+            }
             let now = Instant::now();
             if now >= deadline {
                 return Err(ClientError::ReconnectFailed {
@@ -928,8 +932,33 @@ fn copy_error(e: &ClientError) -> ClientError {
             target: target.clone(),
             source: source.clone(),
         },
+        ClientError::ExportChanged {
+            target,
+            export,
+            what,
+        } => ClientError::ExportChanged {
+            target: target.clone(),
+            export: export.clone(),
+            what: what.clone(),
+        },
+        ClientError::Request {
+            target,
+            op,
+            offset,
+            length,
+            errno,
+            message,
+        } => ClientError::Request {
+            target: target.clone(),
+            op: *op,
+            offset: *offset,
+            length: *length,
+            errno: *errno,
+            message: message.clone(),
+        },
+        // Every other error already names its server in its message.
         other => ClientError::Violation {
-            target: String::new(),
+            target: "the server".into(),
             reason: other.to_string(),
         },
     }
