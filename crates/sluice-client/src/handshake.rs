@@ -262,10 +262,7 @@ fn drive(
     }
 }
 
-fn open_stream(
-    target: &Target,
-    options: &ConnectOptions,
-) -> Result<(Stream, Instant), ClientError> {
+fn open_stream(target: &Target, options: &ConnectOptions) -> Result<Stream, ClientError> {
     let deadline = Instant::now() + options.connect_timeout;
     let socket = Socket::connect(target, options.connect_timeout)?;
     let stream = Stream::plain(socket);
@@ -275,14 +272,14 @@ fn open_stream(
             target: target.to_string(),
             source,
         })?;
-    Ok((stream, deadline))
+    Ok(stream)
 }
 
 /// Lists the exports of the server at `uri` as (name, description).
 pub fn list_exports(uri: &NbdUri) -> Result<Vec<(String, String)>, ClientError> {
     let options = ConnectOptions::default();
     let target = uri.target.to_string();
-    let (stream, _) = open_stream(&uri.target, &options)?;
+    let stream = open_stream(&uri.target, &options)?;
     let mut machine = ClientHandshake::new(ClientHandshakeConfig {
         list: true,
         tls: uri.tls.is_some(),
@@ -310,7 +307,7 @@ pub(crate) fn open(
     options: &ConnectOptions,
 ) -> Result<(Stream, ExportDetails), ClientError> {
     let target = uri.target.to_string();
-    let (stream, _) = open_stream(&uri.target, options)?;
+    let stream = open_stream(&uri.target, options)?;
     let mut machine = ClientHandshake::new(ClientHandshakeConfig {
         export: uri.export.clone(),
         structured_replies: options.structured_replies,

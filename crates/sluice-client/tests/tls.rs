@@ -13,7 +13,8 @@ use rcgen::{
     KeyUsagePurpose,
 };
 use sluice_client::{
-    list_exports, Client, ClientError, ConnectOptions, Connection, NbdUri, Outcome, Request,
+    list_exports, Client, ClientError, ConnectOptions, Connection, NbdUri, Outcome, Reconnect,
+    Request,
 };
 use sluice_nbd_proto::ClientHandshakeError;
 use sluice_server::{Export, ListenAddr, Server, ServerConfig, ServerHandle, TlsConfig, TlsMode};
@@ -124,11 +125,21 @@ impl Drop for TestServer {
 }
 
 fn start(pki: &Pki, verify_peer: bool) -> TestServer {
+    start_on(
+        pki,
+        verify_peer,
+        "127.0.0.1:0",
+        Arc::new(MemDevice::new(4 << 20, false)),
+    )
+}
+
+/// A server on `listen` exporting `device` as `disk`.
+fn start_on(pki: &Pki, verify_peer: bool, listen: &str, device: Arc<MemDevice>) -> TestServer {
     let sockdir = tempfile::tempdir().unwrap();
     let unix = sockdir.path().join("nbd.sock");
     let config = ServerConfig {
         listen: vec![
-            "127.0.0.1:0".parse().unwrap(),
+            listen.parse().unwrap(),
             format!("unix:{}", unix.display()).parse().unwrap(),
         ],
         tls: TlsConfig {
@@ -139,11 +150,7 @@ fn start(pki: &Pki, verify_peer: bool) -> TestServer {
         },
         ..ServerConfig::default()
     };
-    let export = Arc::new(Export::new(
-        "disk".into(),
-        "over TLS".into(),
-        Arc::new(MemDevice::new(4 << 20, false)),
-    ));
+    let export = Arc::new(Export::new("disk".into(), "over TLS".into(), device));
     let server = Server::bind_exports(config, vec![export]).unwrap();
     let ListenAddr::Tcp(addr) = server.local_addrs()[0].clone() else {
         panic!("tcp")
@@ -447,4 +454,39 @@ fn nbds_against_qemu_nbd_with_a_client_certificate() {
     if let Err(p) = result {
         std::panic::resume_unwind(p);
     }
+}
+
+#[test]
+fn a_tls_client_reconnects_to_a_restarted_server() {
+    let pki = pki();
+    let device = Arc::new(MemDevice::new(4 << 20, false));
+    let server = start_on(&pki, true, "127.0.0.1:0", device.clone());
+    let addr = server.tcp.clone();
+    let uri: NbdUri = format!(
+        "nbds://{addr}/disk?tls-certificates={}",
+        pki.path("good").display()
+    )
+    .parse()
+    .unwrap();
+    let options = ConnectOptions {
+        reconnect: Reconnect::within(std::time::Duration::from_secs(10)),
+        ..ConnectOptions::default()
+    };
+    let client = Client::connect(&uri, &options).unwrap();
+    client
+        .call_blocking(Request::Write {
+            offset: 8192,
+            data: &[7; 4096],
+            fua: false,
+        })
+        .unwrap();
+    // A clean stop closes the connection; the same export comes back on
+    // the same address.
+    drop(server);
+    let restarted = start_on(&pki, true, &addr, device);
+    let mut back = vec![0u8; 4096];
+    client.read_at(&mut back, 8192).unwrap();
+    assert_eq!(back, vec![7; 4096]);
+    client.call_blocking(Request::Flush).unwrap();
+    drop(restarted);
 }
