@@ -23,5 +23,6 @@ mod pipeline;
 mod qemu_img;
 mod qemu_io;
 mod raw_protocol;
+mod reconnect;
 mod shutdown;
 mod tls;

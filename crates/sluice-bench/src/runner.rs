@@ -115,6 +115,7 @@ pub fn connect_options(h: Handshake) -> ConnectOptions {
         structured_replies: h != Handshake::Simple,
         extended_headers: h == Handshake::Extended,
         base_allocation: true,
+        ..ConnectOptions::default()
     }
 }
 

@@ -1,54 +1,29 @@
 //! A pipelined connection driven from one thread: queue any number of
 //! requests, send them with one write, then receive and complete every
 //! reply that one read brought in. This is the hot loop the bench and
-//! other single-threaded initiators use.
+//! other single-threaded initiators use, so nothing here allocates per
+//! request once warmed up: the output and receive buffers are reused,
+//! read data is lent straight out of the receive buffer, and reads that
+//! arrive in several chunks are assembled in recycled buffers.
+//!
+//! A `Connection` does not reconnect (that needs copies of every request
+//! in flight, which [`Client`](crate::Client) keeps); a lost connection or
+//! a request timeout is an error and the connection is then unusable.
 
 use std::collections::HashMap;
-use std::io::{Read, Write};
+use std::io;
 
-use sluice_nbd_proto::client::{parse_block_status, parse_error_chunk, ReplyHeader};
-use sluice_nbd_proto::consts::*;
-use sluice_nbd_proto::{Extent, HeaderStyle, NbdErrno, ReplyStyle, RequestHeader};
+use sluice_nbd_proto::{
+    ClientRequest, CookieTable, Extent, Finished, ReplyDecoder, ReplyEvent, RequestEncoder, Sent,
+    ServerError, Step,
+};
 
-use crate::handshake::{handshake, ConnectOptions, ExportDetails, Socket};
+use crate::handshake::{open, ConnectOptions, ExportDetails};
+use crate::transport::Stream;
 use crate::{ClientError, NbdUri, Op};
 
-/// Largest reply chunk accepted (32 MiB of data plus headroom).
-const MAX_CHUNK: u64 = (32 << 20) + 4096;
-
-/// One request to queue.
-#[derive(Debug, Clone, Copy)]
-#[non_exhaustive]
-pub enum Request<'a> {
-    /// Read `length` bytes.
-    Read { offset: u64, length: u32 },
-    /// Write `data`; durable on completion if `fua`.
-    Write {
-        offset: u64,
-        data: &'a [u8],
-        fua: bool,
-    },
-    /// Make completed writes durable.
-    Flush,
-    /// Discard a range.
-    Trim { offset: u64, length: u64, fua: bool },
-    /// Prefetch a range.
-    Cache { offset: u64, length: u64 },
-    /// Zero a range; `no_hole` keeps it allocated; `fast` fails unless quick.
-    WriteZeroes {
-        offset: u64,
-        length: u64,
-        no_hole: bool,
-        fast: bool,
-        fua: bool,
-    },
-    /// Allocation of a range (`base:allocation`); `req_one`: one extent.
-    BlockStatus {
-        offset: u64,
-        length: u64,
-        req_one: bool,
-    },
-}
+/// One request to queue (the protocol crate's request type).
+pub type Request<'a> = ClientRequest<'a>;
 
 /// What a successful request produced.
 #[derive(Debug, PartialEq, Eq)]
@@ -76,492 +51,180 @@ pub struct Completion<'a> {
     pub result: Result<Outcome<'a>, ClientError>,
 }
 
-/// What the reply decoder needs to know about a request in flight.
-#[derive(Debug)]
-pub(crate) struct Pending {
-    op: Op,
-    offset: u64,
-    length: u64,
-    /// Read data assembled from several chunks.
-    assembly: Option<Vec<u8>>,
-    error: Option<(NbdErrno, String)>,
-    extents: Option<Vec<Extent>>,
-}
-
-/// Turns [`Request`]s into wire bytes; the sending half of a connection.
-#[derive(Debug)]
-pub(crate) struct RequestEncoder {
-    pub(crate) details: ExportDetails,
-    pub(crate) out: Vec<u8>,
-    next_cookie: u64,
-}
-
-impl RequestEncoder {
-    pub(crate) fn new(details: ExportDetails) -> Self {
-        Self {
-            details,
-            out: Vec::with_capacity(64 * 1024),
-            next_cookie: 1,
-        }
-    }
-
-    fn unsupported(&self, op: Op) -> ClientError {
-        ClientError::Unsupported {
-            target: self.details.target.clone(),
-            export: self.details.name.clone(),
-            op,
-        }
-    }
-
-    /// Appends a request to `out`; returns its cookie and what the reply
-    /// decoder must be told.
-    pub(crate) fn encode(&mut self, request: Request<'_>) -> Result<(u64, Pending), ClientError> {
-        let d = &self.details;
-        let fua_flag = |fua: bool| if fua && d.can_fua() { CMD_FLAG_FUA } else { 0 };
-        let (op, kind, flags, offset, length, payload): (Op, u16, u16, u64, u64, &[u8]) =
-            match request {
-                Request::Read { offset, length } => {
-                    (Op::Read, CMD_READ, 0, offset, u64::from(length), &[])
-                }
-                Request::Write { offset, data, fua } => {
-                    let flags = fua_flag(fua)
-                        | if d.header_style == HeaderStyle::Extended {
-                            CMD_FLAG_PAYLOAD_LEN
-                        } else {
-                            0
-                        };
-                    (Op::Write, CMD_WRITE, flags, offset, data.len() as u64, data)
-                }
-                Request::Flush => {
-                    if !d.can_flush() {
-                        return Err(self.unsupported(Op::Flush));
-                    }
-                    (Op::Flush, CMD_FLUSH, 0, 0, 0, &[])
-                }
-                Request::Trim {
-                    offset,
-                    length,
-                    fua,
-                } => {
-                    if !d.can_trim() {
-                        return Err(self.unsupported(Op::Trim));
-                    }
-                    (Op::Trim, CMD_TRIM, fua_flag(fua), offset, length, &[])
-                }
-                Request::Cache { offset, length } => {
-                    if !d.can_cache() {
-                        return Err(self.unsupported(Op::Cache));
-                    }
-                    (Op::Cache, CMD_CACHE, 0, offset, length, &[])
-                }
-                Request::WriteZeroes {
-                    offset,
-                    length,
-                    no_hole,
-                    fast,
-                    fua,
-                } => {
-                    if !d.can_zero() || (fast && d.flags & FLAG_SEND_FAST_ZERO == 0) {
-                        return Err(self.unsupported(Op::WriteZeroes));
-                    }
-                    let flags = fua_flag(fua)
-                        | if no_hole { CMD_FLAG_NO_HOLE } else { 0 }
-                        | if fast { CMD_FLAG_FAST_ZERO } else { 0 };
-                    (
-                        Op::WriteZeroes,
-                        CMD_WRITE_ZEROES,
-                        flags,
-                        offset,
-                        length,
-                        &[],
-                    )
-                }
-                Request::BlockStatus {
-                    offset,
-                    length,
-                    req_one,
-                } => {
-                    if d.base_allocation_id.is_none() {
-                        return Err(self.unsupported(Op::BlockStatus));
-                    }
-                    let flags = if req_one { CMD_FLAG_REQ_ONE } else { 0 };
-                    (
-                        Op::BlockStatus,
-                        CMD_BLOCK_STATUS,
-                        flags,
-                        offset,
-                        length,
-                        &[],
-                    )
-                }
-            };
-        if d.header_style == HeaderStyle::Compact && length > u64::from(u32::MAX) {
-            return Err(self.unsupported(op));
-        }
-        let cookie = self.next_cookie;
-        self.next_cookie = self.next_cookie.wrapping_add(1).max(1);
-        RequestHeader {
-            flags,
-            kind,
-            cookie,
-            offset,
-            length,
-        }
-        .encode(d.header_style, &mut self.out);
-        self.out.extend_from_slice(payload);
-        Ok((
-            cookie,
-            Pending {
-                op,
-                offset,
-                length,
-                assembly: None,
-                error: None,
-                extents: None,
-            },
-        ))
-    }
-
-    /// Appends `NBD_CMD_DISC`.
-    pub(crate) fn encode_disconnect(&mut self) {
-        RequestHeader {
-            flags: 0,
-            kind: CMD_DISC,
-            cookie: 0,
-            offset: 0,
-            length: 0,
-        }
-        .encode(self.details.header_style, &mut self.out);
+/// The server's error for `sent`, as a [`ClientError`].
+pub(crate) fn request_error(target: &str, sent: &Sent, e: ServerError) -> ClientError {
+    ClientError::Request {
+        target: target.to_owned(),
+        op: sent.op,
+        offset: sent.offset,
+        length: sent.length,
+        errno: e.errno,
+        message: e.message,
     }
 }
 
-/// Parses replies and matches them to requests; the receiving half.
+pub(crate) fn refused(
+    details: &ExportDetails,
+    op_hint: Option<Op>,
+    e: sluice_nbd_proto::RequestError,
+) -> ClientError {
+    let op = match e {
+        sluice_nbd_proto::RequestError::Unsupported(op)
+        | sluice_nbd_proto::RequestError::ReadOnly(op)
+        | sluice_nbd_proto::RequestError::TooLong { op, .. } => op,
+        _ => op_hint.unwrap_or(Op::Read),
+    };
+    ClientError::Refused {
+        target: details.target.clone(),
+        export: details.name.clone(),
+        op,
+        source: e,
+    }
+}
+
+/// A receive buffer: bytes `start..end` of `buf` are received and not yet
+/// decoded.
 #[derive(Debug)]
-pub(crate) struct ReplyDecoder {
-    target: String,
-    style: ReplyStyle,
-    inbuf: Vec<u8>,
+pub(crate) struct RecvBuf {
+    buf: Vec<u8>,
     start: usize,
     end: usize,
-    pending: HashMap<u64, Pending>,
 }
 
-impl ReplyDecoder {
-    pub(crate) fn new(details: &ExportDetails) -> Self {
+impl RecvBuf {
+    pub(crate) fn new() -> Self {
         Self {
-            target: details.target.clone(),
-            style: details.reply_style,
-            inbuf: vec![0; 256 * 1024],
+            buf: vec![0; 256 * 1024],
             start: 0,
             end: 0,
-            pending: HashMap::new(),
         }
     }
 
-    pub(crate) fn register(&mut self, cookie: u64, pending: Pending) {
-        self.pending.insert(cookie, pending);
+    pub(crate) fn data(&self) -> &[u8] {
+        &self.buf[self.start..self.end]
     }
 
-    pub(crate) fn in_flight(&self) -> usize {
-        self.pending.len()
-    }
-
-    fn violation(&self, reason: String) -> ClientError {
-        ClientError::Violation {
-            target: self.target.clone(),
-            reason,
+    pub(crate) fn consume(&mut self, n: usize) {
+        self.start += n;
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
         }
     }
 
-    /// One read from `socket` into the buffer.
-    pub(crate) fn fill(&mut self, socket: &mut impl Read) -> Result<(), ClientError> {
-        if self.end == self.inbuf.len() {
-            if self.start > 0 {
-                self.inbuf.copy_within(self.start..self.end, 0);
-                self.end -= self.start;
-                self.start = 0;
-            } else {
-                let grown = self.inbuf.len() * 2;
-                self.inbuf.resize(grown, 0);
-            }
-        }
-        let n = loop {
-            match socket.read(&mut self.inbuf[self.end..]) {
-                Ok(n) => break n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(source) => {
-                    return Err(ClientError::Io {
-                        target: self.target.clone(),
-                        source,
-                    })
-                }
-            }
-        };
-        if n == 0 {
-            return Err(ClientError::Closed {
-                target: self.target.clone(),
-            });
-        }
-        self.end += n;
-        Ok(())
+    pub(crate) fn clear(&mut self) {
+        self.start = 0;
+        self.end = 0;
     }
 
-    /// Makes sure `need` bytes from `start` fit in the buffer.
-    fn reserve(&mut self, need: usize) {
-        if self.inbuf.len() - self.start < need {
-            self.inbuf.copy_within(self.start..self.end, 0);
+    /// Makes room for `need` bytes from `start`.
+    pub(crate) fn reserve(&mut self, need: usize) {
+        if self.buf.len() - self.start < need || self.end == self.buf.len() {
+            self.buf.copy_within(self.start..self.end, 0);
             self.end -= self.start;
             self.start = 0;
-            if self.inbuf.len() < need {
-                self.inbuf.resize(need, 0);
+            if self.buf.len() < need {
+                self.buf.resize(need, 0);
             }
         }
     }
 
-    fn finish<'a>(p: Pending, cookie: u64, target: &str, data: Option<&'a [u8]>) -> Completion<'a> {
-        let result = match p.error {
-            Some((errno, message)) => Err(ClientError::Request {
-                target: target.to_owned(),
-                op: p.op,
-                offset: p.offset,
-                length: p.length,
-                errno,
-                message,
-            }),
-            None => Ok(match (p.op, p.extents) {
-                (Op::BlockStatus, Some(e)) => Outcome::Extents(e),
-                (Op::Read, _) => Outcome::Data(data.unwrap_or(&[])),
-                _ => Outcome::Done,
-            }),
-        };
-        Completion {
-            cookie,
-            op: p.op,
-            offset: p.offset,
-            length: p.length,
-            result,
+    /// One read from `stream`; `Ok(false)` at the end of the stream.
+    pub(crate) fn fill(&mut self, stream: &mut Stream) -> io::Result<bool> {
+        if self.end == self.buf.len() {
+            self.reserve(self.end - self.start + 4096);
         }
-    }
-
-    /// Completes every reply fully in the buffer; returns how many.
-    pub(crate) fn process(
-        &mut self,
-        on_complete: &mut impl FnMut(Completion<'_>),
-    ) -> Result<usize, ClientError> {
-        let mut done = 0;
         loop {
-            if self.start == self.end {
-                self.start = 0;
-                self.end = 0;
-            }
-            let avail = &self.inbuf[self.start..self.end];
-            let (header, hlen) = match ReplyHeader::decode(avail, self.style) {
-                Ok(Some(h)) => h,
-                Ok(None) => {
-                    self.reserve(64);
-                    return Ok(done);
+            match stream.read(&mut self.buf[self.end..]) {
+                Ok(0) => return Ok(false),
+                Ok(n) => {
+                    self.end += n;
+                    return Ok(true);
                 }
-                Err(source) => {
-                    return Err(ClientError::Protocol {
-                        target: self.target.clone(),
-                        source,
-                    })
-                }
-            };
-            match header {
-                ReplyHeader::Simple { cookie, error } => {
-                    let Some(p) = self.pending.get(&cookie) else {
-                        return Err(self.violation(format!("reply for unknown cookie {cookie}")));
-                    };
-                    let data_len = if p.op == Op::Read && error == 0 {
-                        p.length as usize
-                    } else {
-                        0
-                    };
-                    if avail.len() < hlen + data_len {
-                        self.reserve(hlen + data_len);
-                        return Ok(done);
-                    }
-                    let Some(mut p) = self.pending.remove(&cookie) else {
-                        continue;
-                    };
-                    if error != 0 {
-                        p.error = Some((NbdErrno::from_code(error), String::new()));
-                    }
-                    let data_start = self.start + hlen;
-                    self.start += hlen + data_len;
-                    let data = &self.inbuf[data_start..data_start + data_len];
-                    on_complete(Self::finish(p, cookie, &self.target, Some(data)));
-                    done += 1;
-                }
-                ReplyHeader::Chunk {
-                    flags,
-                    kind,
-                    cookie,
-                    length,
-                    ..
-                } => {
-                    if length > MAX_CHUNK {
-                        return Err(self.violation(format!("reply chunk of {length} bytes")));
-                    }
-                    let total = hlen + length as usize;
-                    if avail.len() < total {
-                        self.reserve(total);
-                        return Ok(done);
-                    }
-                    let payload_start = self.start + hlen;
-                    self.start += total;
-                    let payload = &self.inbuf[payload_start..payload_start + length as usize];
-                    let target = &self.target;
-                    let Some(p) = self.pending.get_mut(&cookie) else {
-                        return Err(ClientError::Violation {
-                            target: target.clone(),
-                            reason: format!("reply chunk for unknown cookie {cookie}"),
-                        });
-                    };
-                    let last = flags & REPLY_FLAG_DONE != 0;
-                    let mut whole_read: Option<(usize, usize)> = None;
-                    match kind {
-                        REPLY_TYPE_NONE => {}
-                        REPLY_TYPE_OFFSET_DATA | REPLY_TYPE_OFFSET_HOLE => {
-                            let bad = || ClientError::Violation {
-                                target: target.clone(),
-                                reason: format!("malformed read chunk for cookie {cookie}"),
-                            };
-                            if p.op != Op::Read || payload.len() < 8 {
-                                return Err(bad());
-                            }
-                            let at =
-                                u64::from_be_bytes(payload[..8].try_into().map_err(|_| bad())?);
-                            let (len, data) = if kind == REPLY_TYPE_OFFSET_DATA {
-                                (payload.len() as u64 - 8, Some(&payload[8..]))
-                            } else {
-                                let l = payload.get(8..12).ok_or_else(bad)?;
-                                (
-                                    u64::from(u32::from_be_bytes(l.try_into().map_err(|_| bad())?)),
-                                    None,
-                                )
-                            };
-                            let rel = at.checked_sub(p.offset).ok_or_else(bad)?;
-                            if rel.checked_add(len).is_none_or(|e| e > p.length) {
-                                return Err(bad());
-                            }
-                            let whole = rel == 0 && len == p.length && p.assembly.is_none();
-                            if whole && last && data.is_some() {
-                                whole_read =
-                                    Some((payload_start + 8, payload_start + length as usize));
-                            } else {
-                                let buf =
-                                    p.assembly.get_or_insert_with(|| vec![0; p.length as usize]);
-                                let dst = &mut buf[rel as usize..(rel + len) as usize];
-                                match data {
-                                    Some(d) => dst.copy_from_slice(d),
-                                    None => dst.fill(0),
-                                }
-                            }
-                        }
-                        REPLY_TYPE_BLOCK_STATUS | REPLY_TYPE_BLOCK_STATUS_EXT => {
-                            let (_, extents) =
-                                parse_block_status(kind, payload).map_err(|source| {
-                                    ClientError::Protocol {
-                                        target: target.clone(),
-                                        source,
-                                    }
-                                })?;
-                            p.extents = Some(extents);
-                        }
-                        k if k & 0x8000 != 0 => {
-                            let (errno, message, _) =
-                                parse_error_chunk(k, payload).map_err(|source| {
-                                    ClientError::Protocol {
-                                        target: target.clone(),
-                                        source,
-                                    }
-                                })?;
-                            p.error.get_or_insert((errno, message));
-                        }
-                        other => {
-                            return Err(ClientError::Violation {
-                                target: target.clone(),
-                                reason: format!("unknown reply chunk type {other}"),
-                            })
-                        }
-                    }
-                    if last {
-                        let Some(mut p) = self.pending.remove(&cookie) else {
-                            continue;
-                        };
-                        let assembly = p.assembly.take();
-                        let data: Option<&[u8]> = match (whole_read, &assembly) {
-                            (Some((a, b)), _) => Some(&self.inbuf[a..b]),
-                            (None, Some(v)) => Some(v.as_slice()),
-                            (None, None) => None,
-                        };
-                        if p.op == Op::Read && p.error.is_none() && data.is_none() && p.length > 0 {
-                            return Err(ClientError::Violation {
-                                target: self.target.clone(),
-                                reason: format!(
-                                    "read reply for cookie {cookie} ended without data"
-                                ),
-                            });
-                        }
-                        on_complete(Self::finish(p, cookie, &self.target, data));
-                        done += 1;
-                    }
-                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
             }
         }
     }
+}
+
+/// Per-request state the decoder does not keep: read data arriving in
+/// several chunks and block status extents.
+#[derive(Debug, Default)]
+struct Partial {
+    assembly: HashMap<u64, Vec<u8>>,
+    extents: HashMap<u64, Vec<Extent>>,
+    /// Assembly buffers to reuse.
+    spare: Vec<Vec<u8>>,
 }
 
 /// A negotiated NBD connection with many requests in flight.
 #[derive(Debug)]
 pub struct Connection {
-    socket: Socket,
+    stream: Stream,
+    details: ExportDetails,
     encoder: RequestEncoder,
     decoder: ReplyDecoder,
+    table: CookieTable,
+    out: Vec<u8>,
+    inbuf: RecvBuf,
+    partial: Partial,
+    options: ConnectOptions,
 }
 
 impl Connection {
     /// Connects to `uri` and negotiates with `options`.
     pub fn connect(uri: &NbdUri, options: &ConnectOptions) -> Result<Self, ClientError> {
-        let (socket, details) = handshake(uri, options)?;
-        let decoder = ReplyDecoder::new(&details);
+        let (stream, details) = open(uri, options)?;
+        let t = details.transmission();
         Ok(Self {
-            socket,
-            encoder: RequestEncoder::new(details),
-            decoder,
+            stream,
+            encoder: RequestEncoder::new(t),
+            decoder: ReplyDecoder::new(t.reply_style, t.base_allocation_id),
+            table: CookieTable::with_capacity(256),
+            out: Vec::with_capacity(64 * 1024),
+            inbuf: RecvBuf::new(),
+            partial: Partial::default(),
+            details,
+            options: options.clone(),
         })
     }
 
     /// What the handshake settled.
     pub fn details(&self) -> &ExportDetails {
-        &self.encoder.details
+        &self.details
     }
 
     /// Requests queued or sent and not yet completed.
     pub fn in_flight(&self) -> usize {
-        self.decoder.in_flight()
+        self.table.len()
     }
 
     /// Queues a request (sent by [`send`](Self::send)); returns its cookie.
     pub fn queue(&mut self, request: Request<'_>) -> Result<u64, ClientError> {
-        let (cookie, pending) = self.encoder.encode(request)?;
-        self.decoder.register(cookie, pending);
-        Ok(cookie)
+        let sent = self
+            .encoder
+            .encode(request, &mut self.out)
+            .map_err(|e| refused(&self.details, None, e))?;
+        self.table.insert(sent);
+        Ok(sent.cookie)
+    }
+
+    fn io(&self, source: io::Error) -> ClientError {
+        ClientError::Io {
+            target: self.details.target.clone(),
+            source,
+        }
     }
 
     /// Sends every queued request with one write.
     pub fn send(&mut self) -> Result<(), ClientError> {
-        if self.encoder.out.is_empty() {
+        if self.out.is_empty() {
             return Ok(());
         }
-        let r = self.socket.write_all(&self.encoder.out);
-        self.encoder.out.clear();
-        r.map_err(|source| ClientError::Io {
-            target: self.encoder.details.target.clone(),
-            source,
-        })
+        let r = self.stream.write_all(&self.out);
+        self.out.clear();
+        r.map_err(|e| self.io(e))
     }
 
     /// Sends what is queued, waits for at least one reply (if any request
@@ -573,23 +236,160 @@ impl Connection {
     ) -> Result<usize, ClientError> {
         self.send()?;
         loop {
-            let done = self.decoder.process(&mut on_complete)?;
-            if done > 0 || self.decoder.in_flight() == 0 {
+            let done = self.process(&mut on_complete)?;
+            if done > 0 || self.table.is_empty() {
                 return Ok(done);
             }
-            self.decoder.fill(&mut self.socket)?;
+            match self.inbuf.fill(&mut self.stream) {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(ClientError::Closed {
+                        target: self.details.target.clone(),
+                    })
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Err(self.timeout());
+                }
+                Err(e) => return Err(self.io(e)),
+            }
+        }
+    }
+
+    /// The request timeout ran out with nothing received: names the
+    /// oldest request still waiting.
+    fn timeout(&self) -> ClientError {
+        let after = self.options.request_timeout.unwrap_or_default();
+        let oldest = self.table.iter().min_by_key(|s| s.cookie).copied();
+        match oldest {
+            Some(s) => ClientError::Timeout {
+                target: self.details.target.clone(),
+                op: s.op,
+                offset: s.offset,
+                length: s.length,
+                after,
+            },
+            None => ClientError::Closed {
+                target: self.details.target.clone(),
+            },
+        }
+    }
+
+    /// Completes every reply fully in the receive buffer.
+    fn process(
+        &mut self,
+        on_complete: &mut impl FnMut(Completion<'_>),
+    ) -> Result<usize, ClientError> {
+        let mut done = 0;
+        loop {
+            let step = self
+                .decoder
+                .decode(self.inbuf.data(), &mut self.table)
+                .map_err(|source| ClientError::Reply {
+                    target: self.details.target.clone(),
+                    source,
+                })?;
+            let d = match step {
+                Step::NeedMore(n) => {
+                    self.inbuf.reserve(n);
+                    return Ok(done);
+                }
+                Step::Decoded(d) => d,
+            };
+            // A read answered whole in one piece is lent out in place.
+            let mut whole: Option<(usize, usize)> = None;
+            match d.event {
+                ReplyEvent::Data { cookie, rel, data } => {
+                    let single = d
+                        .finished
+                        .as_ref()
+                        .is_some_and(|f| rel == 0 && data.len() as u64 == f.sent.length)
+                        && !self.partial.assembly.contains_key(&cookie);
+                    if single {
+                        let at = data.as_ptr() as usize - self.inbuf.data().as_ptr() as usize;
+                        whole = Some((at, at + data.len()));
+                    } else {
+                        let length = read_length(&self.table, cookie, &d.finished);
+                        let buf = assembly(&mut self.partial, cookie, length);
+                        buf[rel as usize..rel as usize + data.len()].copy_from_slice(data);
+                    }
+                }
+                ReplyEvent::Hole { cookie, rel, len } => {
+                    let length = read_length(&self.table, cookie, &d.finished);
+                    let buf = assembly(&mut self.partial, cookie, length);
+                    buf[rel as usize..(rel + len) as usize].fill(0);
+                }
+                ReplyEvent::Extents { cookie, extents } => {
+                    self.partial.extents.insert(cookie, extents);
+                }
+                ReplyEvent::Nothing => {}
+            }
+            let used = d.used;
+            let Some(f) = d.finished else {
+                self.inbuf.consume(used);
+                continue;
+            };
+            let cookie = f.sent.cookie;
+            let assembled = self.partial.assembly.remove(&cookie);
+            let extents = self.partial.extents.remove(&cookie);
+            let result = match f.result {
+                Err(e) => Err(request_error(&self.details.target, &f.sent, e)),
+                Ok(()) => Ok(match f.sent.op {
+                    Op::Read => match (&whole, &assembled) {
+                        (Some((a, b)), _) => Outcome::Data(&self.inbuf.data()[*a..*b]),
+                        (None, Some(v)) => Outcome::Data(v),
+                        (None, None) => Outcome::Data(&[]),
+                    },
+                    Op::BlockStatus => Outcome::Extents(extents.unwrap_or_default()),
+                    _ => Outcome::Done,
+                }),
+            };
+            on_complete(Completion {
+                cookie,
+                op: f.sent.op,
+                offset: f.sent.offset,
+                length: f.sent.length,
+                result,
+            });
+            if let Some(v) = assembled {
+                self.partial.spare.push(v);
+            }
+            self.inbuf.consume(used);
+            done += 1;
         }
     }
 
     /// Sends `NBD_CMD_DISC` and closes.
     pub fn disconnect(mut self) -> Result<(), ClientError> {
-        self.encoder.encode_disconnect();
+        self.encoder.encode_disconnect(&mut self.out);
         let r = self.send();
-        self.socket.shutdown();
+        self.stream.shutdown();
         r
     }
+}
 
-    pub(crate) fn into_parts(self) -> (Socket, RequestEncoder, ReplyDecoder) {
-        (self.socket, self.encoder, self.decoder)
-    }
+/// Length of the read with `cookie` (still in the table, or just
+/// finished).
+fn read_length(table: &CookieTable, cookie: u64, finished: &Option<Finished>) -> usize {
+    finished
+        .as_ref()
+        .map(|f| f.sent.length)
+        .or_else(|| table.get(cookie).map(|s| s.length))
+        .unwrap_or(0) as usize
+}
+
+/// The assembly buffer of read `cookie` (of `length` bytes), taken from
+/// the spare ones when it starts.
+fn assembly(p: &mut Partial, cookie: u64, length: usize) -> &mut Vec<u8> {
+    let spare = &mut p.spare;
+    p.assembly.entry(cookie).or_insert_with(|| {
+        let mut v = spare.pop().unwrap_or_default();
+        v.clear();
+        v.resize(length, 0);
+        v
+    })
 }

@@ -1,35 +1,11 @@
 use std::io;
+use std::time::Duration;
 
 use sluice_nbd_proto::client::ReplyDecodeError;
-use sluice_nbd_proto::NbdErrno;
+use sluice_nbd_proto::{ClientHandshakeError, NbdErrno, ReplyError};
 use thiserror::Error;
 
-/// The request kinds, for error messages.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Op {
-    Read,
-    Write,
-    Flush,
-    Trim,
-    Cache,
-    WriteZeroes,
-    BlockStatus,
-}
-
-impl std::fmt::Display for Op {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Self::Read => "read",
-            Self::Write => "write",
-            Self::Flush => "flush",
-            Self::Trim => "trim",
-            Self::Cache => "cache",
-            Self::WriteZeroes => "write zeroes",
-            Self::BlockStatus => "block status",
-        })
-    }
-}
+pub use sluice_nbd_proto::Op;
 
 /// Everything that can go wrong talking to an NBD server. Each variant
 /// names the server (`target`) and, for requests, the operation and range.
@@ -37,24 +13,27 @@ impl std::fmt::Display for Op {
 #[non_exhaustive]
 pub enum ClientError {
     #[error("bad NBD URI {uri:?}: {reason}")]
-    BadUri { uri: String, reason: &'static str },
+    BadUri { uri: String, reason: String },
     #[error("cannot connect to {target}: {source}")]
     Connect { target: String, source: io::Error },
+    #[error("no connection to {target} within {after:?}")]
+    ConnectTimeout { target: String, after: Duration },
+    #[error("TLS with {target} failed: {reason}")]
+    Tls { target: String, reason: String },
     #[error("connection to {target} failed: {source}")]
     Io { target: String, source: io::Error },
-    #[error("handshake with {target} failed: {reason}")]
-    Handshake { target: String, reason: String },
-    #[error("{target} has no export {export:?}: {message}")]
-    UnknownExport {
+    #[error("handshake with {target} failed: {source}")]
+    Handshake {
         target: String,
-        export: String,
-        message: String,
+        source: ClientHandshakeError,
     },
     #[error("{target} sent bytes this client cannot decode: {source}")]
     Protocol {
         target: String,
         source: ReplyDecodeError,
     },
+    #[error("{target} broke the protocol: {source}")]
+    Reply { target: String, source: ReplyError },
     #[error("{target} broke the protocol: {reason}")]
     Violation { target: String, reason: String },
     #[error("{op} of {length} bytes at offset {offset} failed on {target}: {errno}{}", if message.is_empty() { String::new() } else { format!(" ({message})") })]
@@ -66,11 +45,32 @@ pub enum ClientError {
         errno: NbdErrno,
         message: String,
     },
-    #[error("{op} is not supported by export {export:?} on {target}")]
-    Unsupported {
+    #[error("{op} of {length} bytes at offset {offset} on {target} got no reply within {after:?}")]
+    Timeout {
+        target: String,
+        op: Op,
+        offset: u64,
+        length: u64,
+        after: Duration,
+    },
+    #[error("{op} refused before sending to export {export:?} on {target}: {source}")]
+    Refused {
         target: String,
         export: String,
         op: Op,
+        source: sluice_nbd_proto::RequestError,
+    },
+    #[error("export {export:?} on {target} changed across a reconnect: {what}")]
+    ExportChanged {
+        target: String,
+        export: String,
+        what: String,
+    },
+    #[error("lost the connection to {target} and could not reconnect within {window:?}: {last}")]
+    ReconnectFailed {
+        target: String,
+        window: Duration,
+        last: Box<Self>,
     },
     #[error("the connection to {target} is closed")]
     Closed { target: String },
@@ -81,7 +81,12 @@ impl ClientError {
     /// failures) as opposed to a permanent refusal by the server.
     pub fn is_temporary(&self) -> bool {
         match self {
-            Self::Connect { .. } | Self::Io { .. } | Self::Closed { .. } => true,
+            Self::Connect { .. }
+            | Self::ConnectTimeout { .. }
+            | Self::Io { .. }
+            | Self::Closed { .. }
+            | Self::Timeout { .. }
+            | Self::ReconnectFailed { .. } => true,
             Self::Request { errno, .. } => *errno == NbdErrno::Shutdown,
             _ => false,
         }

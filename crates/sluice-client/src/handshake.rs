@@ -1,60 +1,23 @@
-//! Opening a connection: socket, fixed-newstyle handshake, option haggling.
+//! Opening a connection: socket, TLS if the URI asks for it, and the
+//! handshake, driving `sluice_nbd_proto::ClientHandshake` over a blocking
+//! stream.
 
-use std::io::{self, Read, Write};
-use std::net::TcpStream;
-use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
 
-use sluice_nbd_proto::client::{encode_option, info_go_data, meta_context_data, OptionReply};
 use sluice_nbd_proto::consts::*;
-use sluice_nbd_proto::{BlockSizes, HeaderStyle, ReplyStyle};
+use sluice_nbd_proto::{
+    BlockSizes, ClientHandshake, ClientHandshakeConfig, ClientStatus, ExportDescription,
+    HeaderStyle, ReplyStyle, Transmission,
+};
 
+use crate::transport::{client_config, left, Socket, Stream};
 use crate::uri::{NbdUri, Target};
 use crate::ClientError;
 
-/// A client socket.
-#[derive(Debug)]
-pub(crate) enum Socket {
-    Tcp(TcpStream),
-    Unix(UnixStream),
-}
+/// Default limit on reaching a server and finishing the handshake.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
-impl Socket {
-    pub(crate) fn try_clone(&self) -> io::Result<Self> {
-        Ok(match self {
-            Self::Tcp(s) => Self::Tcp(s.try_clone()?),
-            Self::Unix(s) => Self::Unix(s.try_clone()?),
-        })
-    }
-    pub(crate) fn shutdown(&self) {
-        let _ = match self {
-            Self::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
-            Self::Unix(s) => s.shutdown(std::net::Shutdown::Both),
-        };
-    }
-}
-
-impl Read for Socket {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            Self::Tcp(s) => s.read(buf),
-            Self::Unix(s) => s.read(buf),
-        }
-    }
-}
-
-impl Write for Socket {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Self::Tcp(s) => s.write(buf),
-            Self::Unix(s) => s.write(buf),
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        Ok(())
-    }
-}
-
-/// What to ask the server for.
+/// What to ask the server for, and how long to wait.
 #[derive(Debug, Clone)]
 pub struct ConnectOptions {
     /// Request structured replies (`NBD_OPT_STRUCTURED_REPLY`).
@@ -64,6 +27,14 @@ pub struct ConnectOptions {
     pub extended_headers: bool,
     /// Select `base:allocation` so block status works.
     pub base_allocation: bool,
+    /// Limit on connecting and the whole handshake (TLS included).
+    pub connect_timeout: Duration,
+    /// Limit on waiting for a request's reply (`None`: wait for ever).
+    /// A request that times out fails with [`ClientError::Timeout`]; on
+    /// a [`Connection`](crate::Connection) the connection is then unusable.
+    pub request_timeout: Option<Duration>,
+    /// [`Client`](crate::Client) only: how to survive a lost connection.
+    pub reconnect: Reconnect,
 }
 
 impl Default for ConnectOptions {
@@ -72,7 +43,51 @@ impl Default for ConnectOptions {
             structured_replies: true,
             extended_headers: true,
             base_allocation: true,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            request_timeout: None,
+            reconnect: Reconnect::default(),
         }
+    }
+}
+
+/// Reconnection policy of a [`Client`](crate::Client) (see the crate
+/// documentation for what it promises).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reconnect {
+    /// How long after losing the connection the client keeps trying to
+    /// get it back; zero turns reconnecting off (a lost connection fails
+    /// every request in flight).
+    pub window: Duration,
+    /// Bytes of acknowledged but unflushed writes the client keeps to
+    /// replay after a reconnect; when they exceed this, the client sends
+    /// a FLUSH of its own.
+    pub replay_log_bytes: usize,
+}
+
+impl Reconnect {
+    /// Reconnecting off.
+    pub const OFF: Self = Self {
+        window: Duration::ZERO,
+        replay_log_bytes: 0,
+    };
+
+    /// Reconnecting on, within `window`, with the default log size.
+    pub fn within(window: Duration) -> Self {
+        Self {
+            window,
+            replay_log_bytes: 16 << 20,
+        }
+    }
+
+    /// Whether the client reconnects at all.
+    pub fn enabled(&self) -> bool {
+        !self.window.is_zero()
+    }
+}
+
+impl Default for Reconnect {
+    fn default() -> Self {
+        Self::OFF
     }
 }
 
@@ -97,9 +112,36 @@ pub struct ExportDetails {
     pub header_style: HeaderStyle,
     /// Context id of `base:allocation` if selected.
     pub base_allocation_id: Option<u32>,
+    /// Whether the connection runs over TLS.
+    pub tls: bool,
 }
 
 impl ExportDetails {
+    fn new(target: String, e: ExportDescription, tls: bool) -> Self {
+        Self {
+            target,
+            name: e.name,
+            description: e.description,
+            size: e.size,
+            flags: e.transmission.flags,
+            block_sizes: e.block_sizes,
+            reply_style: e.transmission.reply_style,
+            header_style: e.transmission.header_style,
+            base_allocation_id: e.transmission.base_allocation_id,
+            tls,
+        }
+    }
+
+    /// What the transmission codecs need.
+    pub fn transmission(&self) -> Transmission {
+        Transmission {
+            flags: self.flags,
+            header_style: self.header_style,
+            reply_style: self.reply_style,
+            base_allocation_id: self.base_allocation_id,
+        }
+    }
+
     fn flag(&self, f: u16) -> bool {
         self.flags & f != 0
     }
@@ -133,313 +175,169 @@ impl ExportDetails {
     }
 }
 
-fn io_err(target: &str, source: io::Error) -> ClientError {
-    ClientError::Io {
+/// Runs the handshake machine over `stream` until it finishes.
+fn drive(
+    mut stream: Stream,
+    machine: &mut ClientHandshake,
+    tls: Option<&crate::uri::TlsSettings>,
+    target: &str,
+    timeout: Duration,
+) -> Result<(Stream, ClientStatus), ClientError> {
+    let io = |source| ClientError::Io {
         target: target.to_owned(),
         source,
-    }
-}
-
-fn violation(target: &str, reason: impl Into<String>) -> ClientError {
-    ClientError::Violation {
-        target: target.to_owned(),
-        reason: reason.into(),
-    }
-}
-
-pub(crate) fn open_socket(target: &Target) -> Result<Socket, ClientError> {
-    let name = target.to_string();
-    let connect_err = |source| ClientError::Connect {
-        target: name.clone(),
-        source,
     };
-    Ok(match target {
-        Target::Tcp(addr) => {
-            let s = TcpStream::connect(addr.as_str()).map_err(connect_err)?;
-            s.set_nodelay(true).map_err(connect_err)?;
-            Socket::Tcp(s)
-        }
-        Target::Unix(path) => Socket::Unix(UnixStream::connect(path).map_err(connect_err)?),
-    })
-}
-
-/// Drives option haggling over a blocking socket.
-struct Haggler<'a> {
-    socket: &'a mut Socket,
-    target: String,
-    buf: Vec<u8>,
-    /// The server offered (and we accepted) omitting the 124 zero bytes.
-    no_zeroes: bool,
-}
-
-impl Haggler<'_> {
-    fn greet(&mut self) -> Result<(), ClientError> {
-        let mut g = [0u8; 18];
-        self.socket
-            .read_exact(&mut g)
-            .map_err(|e| io_err(&self.target, e))?;
-        let magic = u64::from_be_bytes(g[..8].try_into().unwrap_or_default());
-        let opt = u64::from_be_bytes(g[8..16].try_into().unwrap_or_default());
-        if magic != NBD_MAGIC || opt != IHAVEOPT {
-            return Err(ClientError::Handshake {
-                target: self.target.clone(),
-                reason: "not a newstyle NBD server (oldstyle is not supported)".into(),
-            });
-        }
-        let hflags = u16::from_be_bytes([g[16], g[17]]);
-        if hflags & FLAG_FIXED_NEWSTYLE == 0 {
-            return Err(ClientError::Handshake {
-                target: self.target.clone(),
-                reason: "server does not offer fixed newstyle negotiation".into(),
-            });
-        }
-        let mut cflags = FLAG_C_FIXED_NEWSTYLE;
-        if hflags & FLAG_NO_ZEROES != 0 {
-            cflags |= FLAG_C_NO_ZEROES;
-            self.no_zeroes = true;
-        }
-        self.socket
-            .write_all(&cflags.to_be_bytes())
-            .map_err(|e| io_err(&self.target, e))
-    }
-
-    fn send(&mut self, option: u32, data: &[u8]) -> Result<(), ClientError> {
-        let mut m = Vec::with_capacity(16 + data.len());
-        encode_option(&mut m, option, data);
-        self.socket
-            .write_all(&m)
-            .map_err(|e| io_err(&self.target, e))
-    }
-
-    fn reply(&mut self, option: u32) -> Result<OptionReply, ClientError> {
-        loop {
-            match OptionReply::decode(&self.buf) {
-                Ok(Some((reply, used))) => {
-                    self.buf.drain(..used);
-                    if reply.option != option {
-                        return Err(violation(
-                            &self.target,
-                            format!(
-                                "reply for option {} while waiting for {option}",
-                                reply.option
-                            ),
-                        ));
-                    }
-                    return Ok(reply);
-                }
-                Ok(None) => {}
-                Err(source) => {
-                    return Err(ClientError::Protocol {
-                        target: self.target.clone(),
-                        source,
-                    })
-                }
-            }
-            let mut chunk = [0u8; 4096];
-            let n = self
-                .socket
-                .read(&mut chunk)
-                .map_err(|e| io_err(&self.target, e))?;
-            if n == 0 {
-                return Err(ClientError::Closed {
-                    target: self.target.clone(),
-                });
-            }
-            self.buf.extend_from_slice(&chunk[..n]);
-        }
-    }
-
-    /// Sends an option with no data and reports whether it was acked.
-    fn simple_option(&mut self, option: u32) -> Result<bool, ClientError> {
-        self.send(option, &[])?;
-        Ok(self.reply(option)?.kind == REP_ACK)
-    }
-}
-
-/// Lists the exports of the server at `target` as (name, description).
-pub fn list_exports(target: &Target) -> Result<Vec<(String, String)>, ClientError> {
-    let mut socket = open_socket(target)?;
-    let mut h = Haggler {
-        socket: &mut socket,
-        target: target.to_string(),
-        buf: Vec::new(),
-        no_zeroes: false,
-    };
-    h.greet()?;
-    h.send(OPT_LIST, &[])?;
-    let mut exports = Vec::new();
+    let mut input: Vec<u8> = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 4096];
     loop {
-        let r = h.reply(OPT_LIST)?;
-        match r.kind {
-            REP_SERVER => {
-                let bad = || violation(&h.target, "malformed NBD_REP_SERVER");
-                let len = u32::from_be_bytes(
-                    r.data
-                        .get(..4)
-                        .ok_or_else(bad)?
-                        .try_into()
-                        .map_err(|_| bad())?,
-                ) as usize;
-                let name = r.data.get(4..4 + len).ok_or_else(bad)?;
-                let desc = &r.data[4 + len..];
-                exports.push((
-                    String::from_utf8_lossy(name).into_owned(),
-                    String::from_utf8_lossy(desc).into_owned(),
-                ));
+        let (used, status) =
+            machine
+                .handle_input(&input)
+                .map_err(|source| ClientError::Handshake {
+                    target: target.to_owned(),
+                    source,
+                })?;
+        input.drain(..used);
+        match status {
+            ClientStatus::NeedInput => {
+                let out = machine.poll_output();
+                if !out.is_empty() {
+                    stream.write_all(&out).map_err(io)?;
+                }
             }
-            REP_ACK => break,
-            _ => {
-                return Err(ClientError::Handshake {
-                    target: h.target.clone(),
-                    reason: format!("NBD_OPT_LIST refused: {}", String::from_utf8_lossy(&r.data)),
+            ClientStatus::StartTls => {
+                let out = machine.poll_output();
+                if !input.is_empty() {
+                    return Err(ClientError::Violation {
+                        target: target.to_owned(),
+                        reason: "plaintext bytes after accepting NBD_OPT_STARTTLS".into(),
+                    });
+                }
+                let settings = tls.ok_or_else(|| ClientError::Violation {
+                    target: target.to_owned(),
+                    reason: "STARTTLS accepted though not asked for".into(),
+                })?;
+                let config = client_config(settings, target)?;
+                stream = stream.start_tls(config, &settings.server_name, target)?;
+                if !out.is_empty() {
+                    stream.write_all(&out).map_err(io)?;
+                }
+                continue;
+            }
+            done => {
+                let out = machine.poll_output();
+                if !out.is_empty() {
+                    stream.write_all(&out).map_err(io)?;
+                }
+                if !input.is_empty() {
+                    return Err(ClientError::Violation {
+                        target: target.to_owned(),
+                        reason: "unexpected bytes after the handshake".into(),
+                    });
+                }
+                return Ok((stream, done));
+            }
+        }
+        let n = match stream.read(&mut chunk) {
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(ClientError::ConnectTimeout {
+                    target: target.to_owned(),
+                    after: timeout,
                 })
             }
+            Err(e) => return Err(io(e)),
+        };
+        if n == 0 {
+            return Err(ClientError::Closed {
+                target: target.to_owned(),
+            });
         }
+        input.extend_from_slice(&chunk[..n]);
     }
-    let _ = h.simple_option(OPT_ABORT);
-    Ok(exports)
 }
 
-/// Connects and negotiates; returns the socket in transmission phase.
-pub(crate) fn handshake(
+fn open_stream(target: &Target, options: &ConnectOptions) -> Result<Stream, ClientError> {
+    let deadline = Instant::now() + options.connect_timeout;
+    let socket = Socket::connect(target, options.connect_timeout)?;
+    let stream = Stream::plain(socket);
+    stream
+        .set_timeouts(Some(left(deadline)))
+        .map_err(|source| ClientError::Io {
+            target: target.to_string(),
+            source,
+        })?;
+    Ok(stream)
+}
+
+/// Lists the exports of the server at `uri` as (name, description).
+pub fn list_exports(uri: &NbdUri) -> Result<Vec<(String, String)>, ClientError> {
+    let options = ConnectOptions::default();
+    let target = uri.target.to_string();
+    let stream = open_stream(&uri.target, &options)?;
+    let mut machine = ClientHandshake::new(ClientHandshakeConfig {
+        list: true,
+        tls: uri.tls.is_some(),
+        ..ClientHandshakeConfig::default()
+    });
+    match drive(
+        stream,
+        &mut machine,
+        uri.tls.as_ref(),
+        &target,
+        options.connect_timeout,
+    )? {
+        (_, ClientStatus::Listed(list)) => Ok(list),
+        (_, other) => Err(ClientError::Violation {
+            target,
+            reason: format!("listing ended with {other:?}"),
+        }),
+    }
+}
+
+/// Connects and negotiates; returns the stream in transmission phase,
+/// blocking with the request timeout for reads (if any).
+pub(crate) fn open(
     uri: &NbdUri,
     options: &ConnectOptions,
-) -> Result<(Socket, ExportDetails), ClientError> {
-    let mut socket = open_socket(&uri.target)?;
+) -> Result<(Stream, ExportDetails), ClientError> {
     let target = uri.target.to_string();
-    let mut h = Haggler {
-        socket: &mut socket,
-        target: target.clone(),
-        buf: Vec::new(),
-        no_zeroes: false,
-    };
-    h.greet()?;
-    let extended = options.extended_headers && h.simple_option(OPT_EXTENDED_HEADERS)?;
-    let structured =
-        extended || (options.structured_replies && h.simple_option(OPT_STRUCTURED_REPLY)?);
-    let mut base_allocation_id = None;
-    if structured && options.base_allocation {
-        h.send(
-            OPT_SET_META_CONTEXT,
-            &meta_context_data(&uri.export, &[META_CONTEXT_BASE_ALLOCATION]),
-        )?;
-        loop {
-            let r = h.reply(OPT_SET_META_CONTEXT)?;
-            match r.kind {
-                REP_META_CONTEXT if r.data.len() >= 4 => {
-                    if &r.data[4..] == META_CONTEXT_BASE_ALLOCATION.as_bytes() {
-                        base_allocation_id = Some(u32::from_be_bytes([
-                            r.data[0], r.data[1], r.data[2], r.data[3],
-                        ]));
-                    }
-                }
-                REP_ACK => break,
-                _ => {
-                    base_allocation_id = None;
-                    break;
-                }
-            }
-        }
-    }
-    h.send(
-        OPT_GO,
-        &info_go_data(&uri.export, &[INFO_BLOCK_SIZE, INFO_NAME, INFO_DESCRIPTION]),
+    let stream = open_stream(&uri.target, options)?;
+    let mut machine = ClientHandshake::new(ClientHandshakeConfig {
+        export: uri.export.clone(),
+        structured_replies: options.structured_replies,
+        extended_headers: options.extended_headers,
+        base_allocation: options.base_allocation,
+        tls: uri.tls.is_some(),
+        list: false,
+    });
+    let (stream, status) = drive(
+        stream,
+        &mut machine,
+        uri.tls.as_ref(),
+        &target,
+        options.connect_timeout,
     )?;
-    let mut details = ExportDetails {
-        target: target.clone(),
-        name: uri.export.clone(),
-        description: String::new(),
-        size: 0,
-        flags: 0,
-        block_sizes: BlockSizes::default(),
-        reply_style: if extended {
-            ReplyStyle::Extended
-        } else if structured {
-            ReplyStyle::Structured
-        } else {
-            ReplyStyle::Simple
-        },
-        header_style: if extended {
-            HeaderStyle::Extended
-        } else {
-            HeaderStyle::Compact
-        },
-        base_allocation_id,
+    let ClientStatus::Done(export) = status else {
+        return Err(ClientError::Violation {
+            target,
+            reason: format!("handshake ended with {status:?}"),
+        });
     };
-    let mut got_export = false;
-    loop {
-        let r = h.reply(OPT_GO)?;
-        match r.kind {
-            REP_INFO if r.data.len() >= 2 => {
-                let d = &r.data;
-                match u16::from_be_bytes([d[0], d[1]]) {
-                    INFO_EXPORT if d.len() == 12 => {
-                        details.size = u64::from_be_bytes(d[2..10].try_into().unwrap_or_default());
-                        details.flags = u16::from_be_bytes([d[10], d[11]]);
-                        got_export = true;
-                    }
-                    INFO_NAME => details.name = String::from_utf8_lossy(&d[2..]).into_owned(),
-                    INFO_DESCRIPTION => {
-                        details.description = String::from_utf8_lossy(&d[2..]).into_owned();
-                    }
-                    INFO_BLOCK_SIZE if d.len() == 14 => {
-                        let be32 = |at: usize| {
-                            u32::from_be_bytes([d[at], d[at + 1], d[at + 2], d[at + 3]])
-                        };
-                        details.block_sizes = BlockSizes {
-                            minimum: be32(2),
-                            preferred: be32(6),
-                            maximum_payload: be32(10),
-                        };
-                    }
-                    _ => {}
-                }
-            }
-            REP_INFO => {}
-            REP_ACK if got_export => break,
-            REP_ACK => {
-                return Err(violation(
-                    &target,
-                    "NBD_OPT_GO acked without NBD_INFO_EXPORT",
-                ))
-            }
-            REP_ERR_UNKNOWN => {
-                return Err(ClientError::UnknownExport {
-                    target,
-                    export: uri.export.clone(),
-                    message: String::from_utf8_lossy(&r.data).into_owned(),
-                })
-            }
-            REP_ERR_UNSUP if !extended => {
-                // An old server: fall back to NBD_OPT_EXPORT_NAME.
-                h.send(OPT_EXPORT_NAME, uri.export.as_bytes())?;
-                let mut info = [0u8; 10];
-                h.socket
-                    .read_exact(&mut info)
-                    .map_err(|e| io_err(&target, e))?;
-                details.size = u64::from_be_bytes(info[..8].try_into().unwrap_or_default());
-                details.flags = u16::from_be_bytes([info[8], info[9]]);
-                if !h.no_zeroes {
-                    let mut zeroes = [0u8; 124];
-                    h.socket
-                        .read_exact(&mut zeroes)
-                        .map_err(|e| io_err(&target, e))?;
-                }
-                break;
-            }
-            kind => {
-                return Err(ClientError::Handshake {
-                    target,
-                    reason: format!(
-                        "NBD_OPT_GO refused with reply {kind:#x}: {}",
-                        String::from_utf8_lossy(&r.data)
-                    ),
-                })
-            }
-        }
-    }
-    if !h.buf.is_empty() {
-        return Err(violation(&target, "unexpected bytes after NBD_OPT_GO"));
-    }
-    Ok((socket, details))
+    stream
+        .set_timeouts(None)
+        .and_then(|()| stream.set_read_timeout(options.request_timeout))
+        .map_err(|source| ClientError::Io {
+            target: target.clone(),
+            source,
+        })?;
+    Ok((
+        stream,
+        ExportDetails::new(target, *export, uri.tls.is_some()),
+    ))
 }

@@ -1,4 +1,6 @@
-//! sluice's NBD client (initiator).
+//! sluice's NBD client (initiator): thin drivers over the sans-IO client
+//! half of `sluice-nbd-proto` (handshake machine, request encoder, reply
+//! decoder and cookie table).
 //!
 //! Two ways to drive a connection:
 //! - [`Connection`]: owned by one thread, which queues any number of
@@ -6,21 +8,74 @@
 //!   brings, borrowing read data straight from the receive buffer. The
 //!   bench's workers use it: no thread hand-off, no per-request allocation.
 //! - [`Client`]: cloneable, for many threads or async tasks at once
-//!   (`client.read(off, len).await`); replies complete out of order.
+//!   (`client.read(off, len).await`, or [`Client::read_at`] straight into
+//!   the caller's buffer); replies complete out of order.
+//!
+//! [`RemoteDevice`] is a `sluice_storage::BlockDevice` over a [`Client`],
+//! so a remote export can stand wherever a local device does.
 //!
 //! Both speak fixed-newstyle NBD with `NBD_OPT_GO`, structured replies or
-//! extended headers, and `base:allocation`; [`list_exports`] lists a
-//! server's exports. Errors are [`ClientError`]s naming the server and
-//! request.
+//! extended headers, `base:allocation`, and TLS for `nbds://` URIs
+//! ([`NbdUri`]); [`list_exports`] lists a server's exports. Errors are
+//! [`ClientError`]s naming the server and request. Connecting is bounded
+//! by [`ConnectOptions::connect_timeout`], and each request, if asked, by
+//! [`ConnectOptions::request_timeout`].
+//!
+//! # Reconnecting, and what FLUSH promises
+//!
+//! A [`Client`] with [`Reconnect`] on survives the server going away and
+//! coming back (a restart, a network blip) within the window: it connects
+//! again, checks the export has the same size and flags, and re-sends
+//! every request that had no reply. Callers see no error for what
+//! succeeded after the reconnect, and [`ClientError::ReconnectFailed`]
+//! when the window runs out. Writes, trims and zeroing are idempotent in
+//! NBD, so sending one twice is safe; reads and block status are re-asked.
+//!
+//! A server may acknowledge a write it holds only in a volatile cache
+//! (`sluice serve --cache writeback`) and lose it when it dies. So the
+//! client keeps every modification acknowledged since the last
+//! successful FLUSH in a replay log, bounded by
+//! [`Reconnect::replay_log_bytes`] (when it is full the client sends a
+//! FLUSH of its own, and the log empties when it succeeds), and after a
+//! reconnect it replays the log, in acknowledgement order and one request
+//! at a time, before anything else is sent. Hence:
+//!
+//! - every write acknowledged to a caller reads back after a reconnect,
+//!   whether or not the old server had made it durable;
+//! - a FLUSH that succeeds, before or after a reconnect, means every
+//!   write acknowledged before the FLUSH was sent is durable on the
+//!   server that answered it (a FLUSH that had no reply when the
+//!   connection broke is sent again after the replay, so it covers the
+//!   replayed writes too);
+//! - a FLUSH that fails, or a reconnect window that runs out, promises
+//!   nothing about unflushed writes: the caller must assume they are lost.
+//!
+//! The log holds writes that were acknowledged but not yet flushed; a
+//! write the server had not acknowledged is simply re-sent. Writes to
+//! the same export through other connections are not replayed by this
+//! one: a caller sharing an export between clients must flush before
+//! relying on another client seeing its writes, as NBD requires anyway.
+//! [`Connection`] does not reconnect (it keeps no copies of requests).
 
+mod batch;
+mod bridge;
 mod connection;
 mod error;
 mod handshake;
+mod remote;
+mod replay;
 mod shared;
+mod transport;
 mod uri;
 
+pub use batch::{batch, Batch};
+pub use bridge::{capability_from_flags, device_error};
 pub use connection::{Completion, Connection, Outcome, Request};
 pub use error::{ClientError, Op};
-pub use handshake::{list_exports, ConnectOptions, ExportDetails};
+pub use handshake::{
+    list_exports, ConnectOptions, ExportDetails, Reconnect, DEFAULT_CONNECT_TIMEOUT,
+};
+pub use remote::{RemoteDevice, DEFAULT_RECONNECT_WINDOW};
 pub use shared::{Client, Reply};
-pub use uri::{NbdUri, Target};
+pub use transport::{CA_CERT_FILE, CLIENT_CERT_FILE, CLIENT_KEY_FILE};
+pub use uri::{NbdUri, Target, TlsSettings, DEFAULT_PORT};

@@ -1,15 +1,37 @@
-//! NBD URIs (the subset libnbd and qemu accept for plain connections).
+//! NBD URIs as the NBD URI specification (NetworkBlockDevice/nbd
+//! `doc/uri.md`) defines them, parsed with the `url` crate:
+//!
+//! ```text
+//! nbd://HOST[:PORT][/EXPORT]              TCP, port 10809 by default
+//! nbds://HOST[:PORT][/EXPORT]             the same with TLS
+//! nbd+unix:///[EXPORT]?socket=PATH        Unix-domain socket
+//! nbds+unix:///[EXPORT]?socket=PATH       the same with TLS
+//! ```
+//!
+//! The export name is the path after its first `/`, percent-decoded
+//! (`nbd://h/a%2Fb` names export `a/b`). HOST may be an IPv6 literal in
+//! brackets. Query parameters: `socket=` (Unix only, required there) and
+//! `tls-certificates=DIR` (TLS only): the directory holds `ca-cert.pem`,
+//! the CA the client trusts, and optionally `client-cert.pem` and
+//! `client-key.pem`, the client's own identity for servers that ask for
+//! one. Other parameters are ignored, as the specification allows.
 
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
+use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, CONTROLS};
+use url::{Host, Url};
+
 use crate::ClientError;
+
+/// The NBD port IANA assigned.
+pub const DEFAULT_PORT: u16 = 10809;
 
 /// Where an NBD server listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
-    /// `host:port`.
+    /// `host:port` (an IPv6 host in brackets).
     Tcp(String),
     /// A Unix-domain socket.
     Unix(PathBuf),
@@ -24,80 +46,197 @@ impl fmt::Display for Target {
     }
 }
 
-/// `nbd://HOST[:PORT][/EXPORT]` or `nbd+unix:///[EXPORT]?socket=PATH`.
+/// TLS settings from an `nbds` URI.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsSettings {
+    /// Directory with `ca-cert.pem` and optionally `client-cert.pem` and
+    /// `client-key.pem`.
+    pub certificates: PathBuf,
+    /// Name the server's certificate must carry (the URI's host; for Unix
+    /// sockets `localhost`).
+    pub server_name: String,
+}
+
+/// A parsed NBD URI.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NbdUri {
     /// The server.
     pub target: Target,
     /// Export name (empty: the default export).
     pub export: String,
+    /// TLS settings for `nbds` URIs; `None` for plaintext.
+    pub tls: Option<TlsSettings>,
 }
 
 impl NbdUri {
-    /// A URI for `export` at `target`.
+    /// A plaintext URI for `export` at `target`.
     pub fn new(target: Target, export: impl Into<String>) -> Self {
         Self {
             target,
             export: export.into(),
+            tls: None,
         }
+    }
+
+    /// The same URI with TLS.
+    pub fn with_tls(mut self, tls: TlsSettings) -> Self {
+        self.tls = Some(tls);
+        self
     }
 }
 
+/// Characters escaped when an export name is written into a URI path.
+const EXPORT: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'`')
+    .add(b'{')
+    .add(b'}')
+    .add(b'/');
+/// Characters escaped in query values.
+const QUERY: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'<')
+    .add(b'>')
+    .add(b'`')
+    .add(b'{')
+    .add(b'}')
+    .add(b'&')
+    .add(b'=')
+    .add(b'+');
+
 impl fmt::Display for NbdUri {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = if self.tls.is_some() { "s" } else { "" };
+        let export = utf8_percent_encode(&self.export, EXPORT);
+        let mut sep = '?';
         match &self.target {
-            Target::Tcp(a) => write!(f, "nbd://{a}/{}", self.export),
-            Target::Unix(p) => write!(f, "nbd+unix:///{}?socket={}", self.export, p.display()),
+            Target::Tcp(a) => write!(f, "nbd{s}://{a}/{export}")?,
+            Target::Unix(p) => {
+                let p = p.to_string_lossy();
+                write!(
+                    f,
+                    "nbd{s}+unix:///{export}?socket={}",
+                    utf8_percent_encode(&p, QUERY)
+                )?;
+                sep = '&';
+            }
         }
+        if let Some(t) = &self.tls {
+            let dir = t.certificates.to_string_lossy();
+            write!(
+                f,
+                "{sep}tls-certificates={}",
+                utf8_percent_encode(&dir, QUERY)
+            )?;
+        }
+        Ok(())
     }
 }
 
 impl FromStr for NbdUri {
     type Err = ClientError;
     fn from_str(uri: &str) -> Result<Self, Self::Err> {
-        let bad = |reason| ClientError::BadUri {
+        let bad = |reason: String| ClientError::BadUri {
             uri: uri.to_owned(),
             reason,
         };
-        if let Some(rest) = uri.strip_prefix("nbd+unix://") {
-            let (path_part, query) = rest
-                .split_once('?')
-                .ok_or_else(|| bad("missing ?socket=PATH"))?;
-            let export = path_part.strip_prefix('/').unwrap_or(path_part);
-            let socket = query
-                .split('&')
-                .find_map(|kv| kv.strip_prefix("socket="))
-                .ok_or_else(|| bad("missing socket= parameter"))?;
-            if socket.is_empty() {
-                return Err(bad("empty socket path"));
+        let url = Url::parse(uri).map_err(|e| bad(format!("not a URI: {e}")))?;
+        let (tls, unix) = match url.scheme() {
+            "nbd" => (false, false),
+            "nbds" => (true, false),
+            "nbd+unix" => (false, true),
+            "nbds+unix" => (true, true),
+            s @ ("nbd+vsock" | "nbds+vsock") => {
+                return Err(bad(format!("{s}: vsock is not supported")))
             }
-            return Ok(Self {
-                target: Target::Unix(socket.into()),
-                export: export.to_owned(),
-            });
-        }
-        let rest = uri
-            .strip_prefix("nbd://")
-            .ok_or_else(|| bad("expected nbd:// or nbd+unix://"))?;
-        let (authority, export) = match rest.split_once('/') {
-            Some((a, e)) => (a, e),
-            None => (rest, ""),
+            s => {
+                return Err(bad(format!(
+                    "unknown scheme {s:?}: expected nbd, nbds, nbd+unix or nbds+unix"
+                )))
+            }
         };
-        if authority.is_empty() {
-            return Err(bad("missing host"));
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err(bad("user information is not allowed in NBD URIs".into()));
         }
-        let has_port = match authority.rfind(':') {
-            Some(i) => !authority.ends_with(']') && authority[i + 1..].parse::<u16>().is_ok(),
-            None => false,
-        };
-        let hostport = if has_port {
-            authority.to_owned()
+        if url.fragment().is_some() {
+            return Err(bad("a fragment (#...) is not allowed in NBD URIs".into()));
+        }
+        // The path is "/" then the export name; percent-decoding is
+        // ours to do (the url crate keeps the path encoded).
+        let path = url.path();
+        let raw = path.strip_prefix('/').unwrap_or(path);
+        let export = percent_decode_str(raw)
+            .decode_utf8()
+            .map_err(|_| bad("the export name is not UTF-8 once percent-decoded".into()))?
+            .into_owned();
+        let mut socket = None;
+        let mut certificates = None;
+        for (key, value) in url.query_pairs() {
+            match &*key {
+                "socket" => socket = Some(PathBuf::from(value.into_owned())),
+                "tls-certificates" => certificates = Some(PathBuf::from(value.into_owned())),
+                _ => tracing::debug!(uri, %key, "ignoring unknown NBD URI parameter"),
+            }
+        }
+        let (target, server_name) = if unix {
+            if url.host().is_some_and(|h| h != Host::Domain("")) {
+                return Err(bad(format!(
+                    "{} URIs name no host (use {}:///EXPORT?socket=PATH)",
+                    url.scheme(),
+                    url.scheme()
+                )));
+            }
+            let socket = socket
+                .filter(|p| !p.as_os_str().is_empty())
+                .ok_or_else(|| bad("missing socket=PATH for a Unix-domain socket".into()))?;
+            (Target::Unix(socket), "localhost".to_owned())
         } else {
-            format!("{authority}:10809")
+            if socket.is_some() {
+                return Err(bad("socket= is only for nbd+unix and nbds+unix URIs".into()));
+            }
+            let host = match url.host() {
+                None | Some(Host::Domain("")) => return Err(bad("missing host".into())),
+                Some(Host::Domain(d)) => d.to_owned(),
+                Some(Host::Ipv4(a)) => a.to_string(),
+                Some(Host::Ipv6(a)) => format!("[{a}]"),
+            };
+            let port = url.port().unwrap_or(DEFAULT_PORT);
+            let name = host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_owned();
+            (Target::Tcp(format!("{host}:{port}")), name)
+        };
+        let tls = match (tls, certificates) {
+            (true, Some(certificates)) => Some(TlsSettings {
+                certificates,
+                server_name,
+            }),
+            (true, None) => {
+                return Err(bad(
+                    "nbds URIs need tls-certificates=DIR (a directory with ca-cert.pem)".into(),
+                ))
+            }
+            (false, Some(_)) => {
+                return Err(bad(
+                    "tls-certificates= needs an nbds or nbds+unix URI".into()
+                ))
+            }
+            (false, None) => None,
         };
         Ok(Self {
-            target: Target::Tcp(hostport),
-            export: export.to_owned(),
+            target,
+            export,
+            tls,
         })
     }
 }
@@ -106,16 +245,105 @@ impl FromStr for NbdUri {
 mod tests {
     use super::*;
 
+    fn parse(s: &str) -> NbdUri {
+        s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    fn reason(s: &str) -> String {
+        match s.parse::<NbdUri>() {
+            Err(ClientError::BadUri { reason, .. }) => reason,
+            other => panic!("{s}: {other:?}"),
+        }
+    }
+
     #[test]
-    fn parses_uris() {
-        let u: NbdUri = "nbd://127.0.0.1:1234/disk".parse().unwrap();
-        assert_eq!(u, NbdUri::new(Target::Tcp("127.0.0.1:1234".into()), "disk"));
-        let u: NbdUri = "nbd://localhost".parse().unwrap();
-        assert_eq!(u, NbdUri::new(Target::Tcp("localhost:10809".into()), ""));
-        let u: NbdUri = "nbd+unix:///x?socket=/tmp/s".parse().unwrap();
+    fn tcp_uris_with_default_port_and_ipv6() {
+        assert_eq!(
+            parse("nbd://127.0.0.1:1234/disk"),
+            NbdUri::new(Target::Tcp("127.0.0.1:1234".into()), "disk")
+        );
+        assert_eq!(
+            parse("nbd://localhost"),
+            NbdUri::new(Target::Tcp("localhost:10809".into()), "")
+        );
+        assert_eq!(
+            parse("nbd://example.com/"),
+            NbdUri::new(Target::Tcp("example.com:10809".into()), "")
+        );
+        assert_eq!(
+            parse("nbd://[::1]:5000/x"),
+            NbdUri::new(Target::Tcp("[::1]:5000".into()), "x")
+        );
+        assert_eq!(
+            parse("nbd://[fe80::1]/"),
+            NbdUri::new(Target::Tcp("[fe80::1]:10809".into()), "")
+        );
+    }
+
+    #[test]
+    fn export_names_are_percent_decoded() {
+        assert_eq!(parse("nbd://h/a%2Fb%20c").export, "a/b c");
+        // Only the first slash separates; the rest is the name.
+        assert_eq!(parse("nbd://h//abs/path").export, "/abs/path");
+        assert_eq!(parse("nbd://h/%C3%A9t%C3%A9").export, "été");
+        assert!(reason("nbd://h/%FF").contains("UTF-8"));
+    }
+
+    #[test]
+    fn unix_uris() {
+        let u = parse("nbd+unix:///x?socket=/tmp/s");
         assert_eq!(u, NbdUri::new(Target::Unix("/tmp/s".into()), "x"));
-        assert!("http://x".parse::<NbdUri>().is_err());
-        assert!("nbd+unix:///x".parse::<NbdUri>().is_err());
         assert_eq!(u.to_string(), "nbd+unix:///x?socket=/tmp/s");
+        assert_eq!(
+            parse("nbd+unix://?socket=/tmp/a%20b").target,
+            Target::Unix("/tmp/a b".into())
+        );
+        assert!(reason("nbd+unix:///x").contains("socket="));
+        assert!(reason("nbd+unix://host/x?socket=/s").contains("no host"));
+        assert!(reason("nbd://h/x?socket=/s").contains("only for"));
+    }
+
+    #[test]
+    fn tls_uris() {
+        let u = parse("nbds://localhost:99/e?tls-certificates=/etc/pki/nbd");
+        assert_eq!(
+            u.tls,
+            Some(TlsSettings {
+                certificates: "/etc/pki/nbd".into(),
+                server_name: "localhost".into()
+            })
+        );
+        assert_eq!(
+            u.to_string(),
+            "nbds://localhost:99/e?tls-certificates=/etc/pki/nbd"
+        );
+        let u = parse("nbds+unix:///e?socket=/s&tls-certificates=/c");
+        assert_eq!(u.target, Target::Unix("/s".into()));
+        assert_eq!(u.tls.map(|t| t.server_name), Some("localhost".into()));
+        assert!(reason("nbds://h/").contains("tls-certificates"));
+        assert!(reason("nbd://h/?tls-certificates=/c").contains("nbds"));
+    }
+
+    #[test]
+    fn bad_uris_say_why() {
+        assert!(reason("http://x").contains("unknown scheme"));
+        assert!(reason("nbd+vsock://1:2").contains("vsock"));
+        assert!(reason("nbd://").contains("missing host"));
+        assert!(reason("not a uri").contains("not a URI"));
+        assert!(reason("nbd://u:p@h/").contains("user"));
+        assert!(reason("nbd://h:99999/").contains("not a URI"));
+        assert!(reason("nbd://h/x#frag").contains("fragment"));
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for s in [
+            "nbd://127.0.0.1:10809/disk",
+            "nbd://[::1]:10809/a%2Fb",
+            "nbds+unix:///e?socket=/run/s&tls-certificates=/c",
+        ] {
+            assert_eq!(parse(s).to_string(), s);
+            assert_eq!(parse(&parse(s).to_string()), parse(s));
+        }
     }
 }

@@ -9,7 +9,7 @@ use sluice_client::{
     list_exports, Client, ClientError, ConnectOptions, Connection, NbdUri, Op, Outcome, Reply,
     Request, Target,
 };
-use sluice_nbd_proto::{NbdErrno, ReplyStyle};
+use sluice_nbd_proto::{ClientHandshakeError, NbdErrno, ReplyStyle, RequestError};
 use sluice_server::PipelineMode;
 use sluice_storage::{BlockDevice, MemDevice};
 use sluice_testkit::GatedDevice;
@@ -85,6 +85,7 @@ fn every_handshake_variant_reads_writes_and_queries() {
                 extended_headers: false,
                 structured_replies: false,
                 base_allocation: false,
+                ..Default::default()
             },
             ReplyStyle::Simple,
         ),
@@ -151,7 +152,7 @@ fn every_handshake_variant_reads_writes_and_queries() {
                     length: 4096,
                     req_one: false
                 }),
-                Err(ClientError::Unsupported {
+                Err(ClientError::Refused {
                     op: Op::BlockStatus,
                     ..
                 })
@@ -178,14 +179,20 @@ fn every_handshake_variant_reads_writes_and_queries() {
 #[test]
 fn lists_exports_and_reports_unknown_ones() {
     let server = TestServer::start(vec![("a", "first", mem(4096)), ("b", "", mem(8192))]);
-    let list = list_exports(&Target::Tcp(server.addr.clone())).unwrap();
+    let list = list_exports(&server.uri("")).unwrap();
     assert_eq!(
         list,
         vec![("a".into(), "first".into()), ("b".into(), String::new())]
     );
     let err = Connection::connect(&server.uri("nope"), &ConnectOptions::default()).unwrap_err();
     assert!(
-        matches!(err, ClientError::UnknownExport { ref export, .. } if export == "nope"),
+        matches!(
+            err,
+            ClientError::Handshake {
+                source: ClientHandshakeError::UnknownExport { ref export, .. },
+                ..
+            } if export == "nope"
+        ),
         "{err}"
     );
     // The empty name is the default export (the first here).
@@ -293,6 +300,7 @@ fn server_errors_map_to_typed_errors() {
 
     let mut r = Connection::connect(&server.uri("ro"), &ConnectOptions::default()).unwrap();
     assert!(r.details().is_read_only());
+    // Refused before anything is sent: the export said it is read-only.
     let err = run(
         &mut r,
         Request::Write {
@@ -302,14 +310,24 @@ fn server_errors_map_to_typed_errors() {
         },
     )
     .unwrap_err();
-    assert_eq!(err.errno(), Some(NbdErrno::Perm));
+    assert!(
+        matches!(
+            err,
+            ClientError::Refused {
+                source: RequestError::ReadOnly(Op::Write),
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert_eq!(r.in_flight(), 0);
     assert!(matches!(
         r.queue(Request::Trim {
             offset: 0,
             length: 1,
             fua: false
         }),
-        Err(ClientError::Unsupported { op: Op::Trim, .. })
+        Err(ClientError::Refused { op: Op::Trim, .. })
     ));
 }
 

@@ -5,12 +5,23 @@
 //! out. All integers on the wire are big-endian.
 
 pub mod client;
+mod client_handshake;
+mod client_reply;
+mod client_request;
 pub mod consts;
 mod errno;
 mod handshake;
 mod reply;
 mod request;
 
+pub use client_handshake::{
+    ClientHandshake, ClientHandshakeConfig, ClientHandshakeError, ClientStatus, ExportDescription,
+};
+pub use client_reply::{
+    CookieTable, Decoded, Finished, ReplyDecoder, ReplyError, ReplyEvent, ServerError, Step,
+    MAX_REPLY_CHUNK,
+};
+pub use client_request::{ClientRequest, Op, RequestEncoder, RequestError, Sent, Transmission};
 pub use errno::NbdErrno;
 pub use handshake::{
     BlockSizes, ExportAccess, ExportCatalog, ExportInfo, HandshakeConfig, HandshakeError,

@@ -1,0 +1,195 @@
+#![allow(clippy::unwrap_used)]
+//! What the client does when a server misbehaves: never answers the
+//! handshake, never answers a request, answers a cookie nobody sent, or
+//! sends data for a write. Each must be a clear error, never a hang and
+//! never quietly empty data. The misbehaving server speaks a real
+//! handshake (the protocol crate's `ServerHandshake`), then does one
+//! wrong thing.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use sluice_client::{Client, ClientError, ConnectOptions, Connection, NbdUri, Request, Target};
+use sluice_nbd_proto::consts::*;
+use sluice_nbd_proto::{
+    encode_chunk_header, encode_ok, BlockSizes, ExportCatalog, ExportInfo, HandshakeConfig,
+    HandshakeStatus, HeaderStyle, ReplyError, ReplyStyle, RequestHeader, ServerHandshake,
+};
+
+struct Disk;
+impl ExportCatalog for Disk {
+    fn list(&self) -> Vec<(String, String)> {
+        vec![("disk".into(), String::new())]
+    }
+    fn lookup(&self, _: &str) -> Option<ExportInfo> {
+        Some(ExportInfo {
+            name: "disk".into(),
+            description: String::new(),
+            size: 1 << 20,
+            flags: FLAG_HAS_FLAGS | FLAG_SEND_FLUSH,
+            block_sizes: BlockSizes::default(),
+            base_allocation: false,
+        })
+    }
+}
+
+/// What the server does with the first request after the handshake.
+#[derive(Clone, Copy)]
+enum Misdeed {
+    Silence,
+    UnknownCookie,
+    DataForWrite,
+}
+
+/// One connection: handshake (structured replies), then `misdeed`.
+fn rogue(misdeed: Misdeed) -> NbdUri {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let mut hs = ServerHandshake::new(HandshakeConfig::default());
+        let mut input = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            s.write_all(&hs.poll_output()).unwrap();
+            let n = s.read(&mut chunk).unwrap();
+            if n == 0 {
+                return;
+            }
+            input.extend_from_slice(&chunk[..n]);
+            let (used, status) = hs.handle_input(&input, &Disk).unwrap();
+            input.drain(..used);
+            if let HandshakeStatus::Done(_) = status {
+                s.write_all(&hs.poll_output()).unwrap();
+                break;
+            }
+        }
+        while input.len() < REQUEST_HEADER_LEN {
+            let n = s.read(&mut chunk).unwrap();
+            if n == 0 {
+                return;
+            }
+            input.extend_from_slice(&chunk[..n]);
+        }
+        let h = RequestHeader::decode(&input, HeaderStyle::Compact)
+            .unwrap()
+            .unwrap();
+        let mut reply = Vec::new();
+        match misdeed {
+            Misdeed::Silence => {}
+            Misdeed::UnknownCookie => {
+                encode_ok(&mut reply, ReplyStyle::Structured, h.cookie + 99, 0)
+            }
+            Misdeed::DataForWrite => {
+                encode_chunk_header(
+                    &mut reply,
+                    ReplyStyle::Structured,
+                    REPLY_FLAG_DONE,
+                    REPLY_TYPE_OFFSET_DATA,
+                    h.cookie,
+                    0,
+                    12,
+                );
+                reply.extend_from_slice(&h.offset.to_be_bytes());
+                reply.extend_from_slice(&[1, 2, 3, 4]);
+            }
+        }
+        s.write_all(&reply).unwrap();
+        // Hold the connection open until the client gives up.
+        let _ = s.read(&mut chunk);
+    });
+    NbdUri::new(Target::Tcp(addr.to_string()), "disk")
+}
+
+fn options() -> ConnectOptions {
+    ConnectOptions {
+        extended_headers: false,
+        request_timeout: Some(Duration::from_millis(300)),
+        ..ConnectOptions::default()
+    }
+}
+
+#[test]
+fn a_server_that_never_greets_hits_the_connect_timeout() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let uri = NbdUri::new(Target::Tcp(listener.local_addr().unwrap().to_string()), "");
+    let held = thread::spawn(move || listener.accept().map(|(s, _)| s));
+    let began = Instant::now();
+    let err = Connection::connect(
+        &uri,
+        &ConnectOptions {
+            connect_timeout: Duration::from_millis(300),
+            ..ConnectOptions::default()
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(err, ClientError::ConnectTimeout { .. }), "{err}");
+    assert!(began.elapsed() < Duration::from_secs(5));
+    drop(held.join());
+}
+
+#[test]
+fn an_unanswered_request_times_out_on_both_drivers() {
+    let mut c = Connection::connect(&rogue(Misdeed::Silence), &options()).unwrap();
+    c.queue(Request::Read {
+        offset: 512,
+        length: 512,
+    })
+    .unwrap();
+    let began = Instant::now();
+    let err = c.receive(|_| panic!("no reply was sent")).unwrap_err();
+    assert!(
+        matches!(err, ClientError::Timeout { offset: 512, .. }),
+        "{err}"
+    );
+    assert!(began.elapsed() >= Duration::from_millis(250));
+
+    let client = Client::connect(&rogue(Misdeed::Silence), &options()).unwrap();
+    let mut buf = [0u8; 512];
+    let err = client.read_at(&mut buf, 1024).unwrap_err();
+    assert!(
+        matches!(err, ClientError::Timeout { offset: 1024, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_reply_for_a_cookie_nobody_sent_is_an_error() {
+    let mut c = Connection::connect(&rogue(Misdeed::UnknownCookie), &options()).unwrap();
+    c.queue(Request::Flush).unwrap();
+    let err = c.receive(|_| panic!("not a completion")).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ClientError::Reply {
+                source: ReplyError::UnknownCookie(_),
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn read_data_for_a_write_is_an_error_not_a_success() {
+    let client = Client::connect(&rogue(Misdeed::DataForWrite), &options()).unwrap();
+    let err = client
+        .call_blocking(Request::Write {
+            offset: 0,
+            data: &[9; 4],
+            fua: false,
+        })
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ClientError::Reply {
+                source: ReplyError::UnexpectedChunk { .. },
+                ..
+            }
+        ),
+        "{err}"
+    );
+}
