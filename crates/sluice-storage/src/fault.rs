@@ -24,9 +24,6 @@ use std::str::FromStr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use rand::rngs::SmallRng;
-use rand::{RngExt, SeedableRng};
-
 use crate::{BlockDevice, DeviceError, DeviceMetric, IoOp, MetricKind, ZeroMode};
 
 /// Seed of the rate trigger's generator.
@@ -225,7 +222,7 @@ pub struct FaultInjectionDevice {
     inner: Arc<dyn BlockDevice>,
     label: String,
     rules: Vec<ArmedRule>,
-    rng: Mutex<SmallRng>,
+    rng: Mutex<fastrand::Rng>,
     injected: AtomicU64,
     /// An injected flush failure happened: every later flush fails.
     flush_failed: AtomicBool,
@@ -248,7 +245,7 @@ impl FaultInjectionDevice {
                     seen: AtomicU64::new(0),
                 })
                 .collect(),
-            rng: Mutex::new(SmallRng::seed_from_u64(RATE_SEED)),
+            rng: Mutex::new(fastrand::Rng::with_seed(RATE_SEED)),
             injected: AtomicU64::new(0),
             flush_failed: AtomicBool::new(false),
         }
@@ -282,7 +279,7 @@ impl FaultInjectionDevice {
                 FaultTrigger::Nth(nth) => n == nth,
                 FaultTrigger::RatePpm(ppm) => {
                     let mut rng = self.rng.lock().unwrap_or_else(|p| p.into_inner());
-                    rng.random_range(0..1_000_000u32) < ppm
+                    rng.u32(0..1_000_000) < ppm
                 }
             };
             if fires && fired.is_none() {

@@ -19,9 +19,6 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use rand::rngs::SmallRng;
-use rand::{RngExt, SeedableRng};
-
 use crate::{
     check_range, BlockDevice, Capability, DeviceError, DeviceMetric, Extent, IoOp, MetricKind,
     ZeroMode,
@@ -96,7 +93,7 @@ struct State {
     /// Writes not yet on the device, oldest first.
     pending: VecDeque<Pending>,
     pending_bytes: u64,
-    rng: SmallRng,
+    rng: fastrand::Rng,
 }
 
 /// A device with a simulated volatile write cache in front of `inner`.
@@ -127,7 +124,7 @@ impl PowerLossDevice {
             state: Mutex::new(State {
                 pending: VecDeque::new(),
                 pending_bytes: 0,
-                rng: SmallRng::seed_from_u64(config.seed),
+                rng: fastrand::Rng::with_seed(config.seed),
             }),
             config,
             early_writes: AtomicU64::new(0),
@@ -220,12 +217,12 @@ impl PowerLossDevice {
             i -= 1;
         }
         self.early_writes.fetch_add(1, Ordering::Relaxed);
-        let torn = st.rng.random_range(0..100u8) < self.config.torn_percent;
+        let torn = st.rng.u8(0..100) < self.config.torn_percent;
         if torn {
             if let Pending::Write { offset, data } = &mut st.pending[i] {
                 let sectors = data.len() as u64 / SECTOR;
                 if sectors >= 2 {
-                    let keep = st.rng.random_range(1..sectors) * SECTOR;
+                    let keep = st.rng.u64(1..sectors) * SECTOR;
                     let (head, offset0) = (data[..keep as usize].to_vec(), *offset);
                     self.inner.write_at(&head, offset0, false)?;
                     data.drain(..keep as usize);
@@ -247,9 +244,9 @@ impl PowerLossDevice {
         let mut st = self.lock();
         st.pending_bytes += p.bytes();
         st.pending.push_back(p);
-        if st.rng.random_range(0..100u8) < self.config.early_write_percent {
+        if st.rng.u8(0..100) < self.config.early_write_percent {
             let n = st.pending.len();
-            let i = st.rng.random_range(0..n);
+            let i = st.rng.usize(0..n);
             self.write_early(&mut st, i)?;
         }
         while st.pending_bytes > self.config.max_cached_bytes {

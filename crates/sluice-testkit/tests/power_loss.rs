@@ -5,8 +5,6 @@
 
 use std::sync::Arc;
 
-use rand::rngs::SmallRng;
-use rand::{RngExt, SeedableRng};
 use sluice_storage::{
     BlockDevice, CacheConfig, CacheDevice, CacheMode, MemDevice, PowerLossConfig, PowerLossDevice,
 };
@@ -38,7 +36,7 @@ fn crash_cycles(cycles: u64, skip_flush: bool, power_loss: bool, seed: u64) -> T
         },
     ));
     let mut model = DurabilityModel::new(SIZE / SECTOR as u64);
-    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut rng = fastrand::Rng::with_seed(seed);
     let mut t = Totals::default();
     let mut buf = vec![0u8; 64 * SECTOR];
     for _ in 0..cycles {
@@ -64,17 +62,17 @@ fn crash_cycles(cycles: u64, skip_flush: bool, power_loss: bool, seed: u64) -> T
             },
         )
         .expect("cache");
-        for _ in 0..rng.random_range(20..200) {
-            if rng.random_range(0..10) == 0 {
+        for _ in 0..rng.u32(20..200) {
+            if rng.u32(0..10) == 0 {
                 let f = model.begin_flush();
                 cache.flush().expect("flush");
                 model.flush_acked(f);
                 t.flushes += 1;
                 continue;
             }
-            let count = rng.random_range(1..=64u64);
-            let sector = rng.random_range(0..model.len() - count);
-            let fua = rng.random_range(0..10) == 0;
+            let count = rng.u64(1..=64);
+            let sector = rng.u64(0..model.len() - count);
+            let fua = rng.u32(0..10) == 0;
             let data = &mut buf[..count as usize * SECTOR];
             let w = model.begin_write(sector, count, data);
             cache
