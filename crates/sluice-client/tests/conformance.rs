@@ -1,0 +1,101 @@
+//! The device conformance suite over `RemoteDevice` against four real
+//! servers: sluice in process (a memory and a file export), nbdkit's
+//! memory and file plugins, and qemu-nbd on a raw file. Every subject
+//! gets its own freshly started server, so each device starts zeroed;
+//! the server lives as long as the subject.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{image, Peer};
+use sluice_client::RemoteDevice;
+use sluice_storage::{BlockDevice, FileDevice, FileOptions, MemDevice};
+use sluice_testkit::conformance::{Access, Subject};
+use sluice_testkit::test_server::TestServer;
+
+const SIZE: u64 = 4 << 20;
+
+fn open(uri: &str) -> Arc<dyn BlockDevice> {
+    Arc::new(RemoteDevice::open(uri).unwrap_or_else(|e| panic!("cannot open {uri}: {e}")))
+}
+
+/// `device` served by an in-process sluice server as `disk`; a read-only
+/// device makes a read-only export.
+fn sluice(device: Arc<dyn BlockDevice>) -> Subject {
+    let server = TestServer::builder().export("disk", device).start();
+    Subject::new(open(&server.uri("disk"))).keeping(server)
+}
+
+fn sluice_mem(access: Access) -> Subject {
+    sluice(Arc::new(MemDevice::new(SIZE, access == Access::ReadOnly)))
+}
+
+fn sluice_file(access: Access) -> Subject {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let path = image(dir.path(), SIZE);
+    let file = FileDevice::open(
+        &path,
+        &FileOptions {
+            read_only: access == Access::ReadOnly,
+            direct: false,
+            size: Some(SIZE),
+        },
+    )
+    .unwrap_or_else(|e| panic!("cannot open {}: {e}", path.display()));
+    sluice(Arc::new(file)).keeping(dir)
+}
+
+/// `program` with `-r` first for a read-only export.
+fn peer(program: &str, access: Access, args: impl FnOnce(&str, &str) -> Vec<String>) -> Subject {
+    let server = Peer::start(program, |socket, dir| {
+        let mut argv = Vec::new();
+        if access == Access::ReadOnly {
+            argv.push("-r".to_owned());
+        }
+        argv.extend(args(
+            &socket.display().to_string(),
+            &image(dir, SIZE).display().to_string(),
+        ));
+        argv
+    });
+    Subject::new(open(&server.uri())).keeping(server)
+}
+
+fn nbdkit_memory(access: Access) -> Subject {
+    peer("nbdkit", access, |socket, _| {
+        ["-f", "-U", socket, "memory", &format!("size={SIZE}")]
+            .map(String::from)
+            .into()
+    })
+}
+
+fn nbdkit_file(access: Access) -> Subject {
+    peer("nbdkit", access, |socket, image| {
+        ["-f", "-U", socket, "file", image].map(String::from).into()
+    })
+}
+
+fn qemu_nbd(access: Access) -> Subject {
+    peer("qemu-nbd", access, |socket, image| {
+        [
+            "--persistent",
+            "-f",
+            "raw",
+            "-k",
+            socket,
+            "--discard=unmap",
+            image,
+        ]
+        .map(String::from)
+        .into()
+    })
+}
+
+sluice_testkit::conformance_tests! {
+    sluice_mem => sluice_mem,
+    sluice_file => sluice_file,
+    nbdkit_memory => nbdkit_memory,
+    nbdkit_file => nbdkit_file,
+    qemu_nbd => qemu_nbd,
+}
