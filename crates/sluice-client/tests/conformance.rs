@@ -1,6 +1,7 @@
 //! The device conformance suite over `RemoteDevice` against four real
 //! servers: sluice in process (a memory and a file export), nbdkit's
-//! memory and file plugins, and qemu-nbd on a raw file. Every subject
+//! memory and file plugins (the memory one also behind filters that take
+//! capabilities away or enforce block sizes), and qemu-nbd on a raw file. Every subject
 //! gets its own freshly started server, so each device starts zeroed;
 //! the server lives as long as the subject.
 
@@ -70,6 +71,49 @@ fn nbdkit_memory(access: Access) -> Subject {
     })
 }
 
+/// nbdkit's memory plugin behind `filters` (each `--filter=NAME`) with
+/// their `params`: a server that offers less, or demands more.
+fn nbdkit_filtered(access: Access, filters: &[&str], params: &[&str]) -> Subject {
+    peer("nbdkit", access, |socket, _| {
+        let mut argv: Vec<String> = ["-f", "-U", socket].map(String::from).into();
+        argv.extend(filters.iter().map(|f| format!("--filter={f}")));
+        argv.extend(["memory".to_owned(), format!("size={SIZE}")]);
+        argv.extend(params.iter().map(|p| (*p).to_owned()));
+        argv
+    })
+}
+
+/// No WRITE_ZEROES (so no fast zero either), and block status that
+/// calls everything data (base:allocation is still negotiated): zeroing
+/// becomes writes of zeroes.
+fn nbdkit_no_zero_no_extents(access: Access) -> Subject {
+    nbdkit_filtered(access, &["nozero", "noextents"], &["zeromode=none"])
+}
+
+/// WRITE_ZEROES without fast zero: a fast zero must be refused.
+fn nbdkit_no_fast_zero(access: Access) -> Subject {
+    nbdkit_filtered(
+        access,
+        &["nozero"],
+        &["zeromode=plugin", "fastzeromode=none"],
+    )
+}
+
+/// A 4 KiB minimum block and a 64 KiB maximum payload, enforced: a
+/// request the device did not align or split fails.
+fn nbdkit_4k_blocks(access: Access) -> Subject {
+    nbdkit_filtered(
+        access,
+        &["blocksize-policy"],
+        &[
+            "blocksize-minimum=4096",
+            "blocksize-preferred=4096",
+            "blocksize-maximum=65536",
+            "blocksize-error-policy=error",
+        ],
+    )
+}
+
 fn nbdkit_file(access: Access) -> Subject {
     peer("nbdkit", access, |socket, image| {
         ["-f", "-U", socket, "file", image].map(String::from).into()
@@ -97,5 +141,8 @@ sluice_testkit::conformance_tests! {
     sluice_file => sluice_file,
     nbdkit_memory => nbdkit_memory,
     nbdkit_file => nbdkit_file,
+    nbdkit_no_zero_no_extents => nbdkit_no_zero_no_extents,
+    nbdkit_no_fast_zero => nbdkit_no_fast_zero,
+    nbdkit_4k_blocks => nbdkit_4k_blocks,
     qemu_nbd => qemu_nbd,
 }

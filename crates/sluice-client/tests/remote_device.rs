@@ -39,6 +39,18 @@ fn remote_only(dev: &RemoteDevice, name: &str, expect: impl Fn(&Capability) -> b
     dev.cache(0, 65536).unwrap();
 }
 
+/// nbdkit's memory plugin of `size` bytes, with `filters` and `params`
+/// (plugin and filter parameters).
+fn nbdkit_memory(size: u64, filters: &[&str], params: &[&str]) -> Peer {
+    Peer::start("nbdkit", |sock, _| {
+        let mut argv = vec!["-f".into(), "-U".into(), sock.display().to_string()];
+        argv.extend(filters.iter().map(|f| format!("--filter={f}")));
+        argv.extend(["memory".into(), format!("size={size}")]);
+        argv.extend(params.iter().map(|p| (*p).to_owned()));
+        argv
+    })
+}
+
 #[test]
 fn each_server_flags_become_the_device_capabilities() {
     let server = TestServer::builder()
@@ -49,19 +61,31 @@ fn each_server_flags_become_the_device_capabilities() {
         "sluice",
         |c| c.extents && c.trim && c.write_zeroes && c.fast_zero && c.fua,
     );
-    let memory = Peer::start("nbdkit", |sock, _| {
-        vec![
-            "-f".into(),
-            "-U".into(),
-            sock.display().to_string(),
-            "memory".into(),
-            format!("size={SIZE}"),
-        ]
-    });
+    let memory = nbdkit_memory(SIZE, &[], &[]);
     remote_only(
         &RemoteDevice::open(&memory.uri()).unwrap(),
         "nbdkit memory",
-        |c| c.extents && c.trim && c.write_zeroes,
+        |c| c.extents && c.trim && c.write_zeroes && c.fast_zero,
+    );
+    // What a filter takes away, the device does not claim. (noextents
+    // still negotiates base:allocation, answering with one data extent.)
+    let bare = nbdkit_memory(SIZE, &["nozero", "noextents"], &["zeromode=none"]);
+    remote_only(
+        &RemoteDevice::open(&bare.uri()).unwrap(),
+        "nbdkit memory without zeroes or extents",
+        |c| !c.write_zeroes && !c.fast_zero,
+    );
+    let slow = nbdkit_memory(SIZE, &["nozero"], &["zeromode=plugin", "fastzeromode=none"]);
+    remote_only(
+        &RemoteDevice::open(&slow.uri()).unwrap(),
+        "nbdkit memory without fast zero",
+        |c| c.write_zeroes && !c.fast_zero,
+    );
+    let blocks = nbdkit_memory(SIZE, &["blocksize-policy"], &["blocksize-minimum=4096"]);
+    remote_only(
+        &RemoteDevice::open(&blocks.uri()).unwrap(),
+        "nbdkit memory with 4 KiB blocks",
+        |c| c.min_block == 4096,
     );
     let file = Peer::start("nbdkit", |sock, dir| {
         vec![
@@ -91,6 +115,36 @@ fn each_server_flags_become_the_device_capabilities() {
     remote_only(&RemoteDevice::open(&qemu.uri()).unwrap(), "qemu-nbd", |c| {
         c.extents && c.trim && c.write_zeroes
     });
+}
+
+/// With compact headers one block status request names at most 32 bits
+/// of length, so the extents of a larger range take several requests;
+/// the device must make them rather than return a short list with room
+/// to spare.
+#[test]
+fn extents_of_a_range_longer_than_one_request_cover_it() {
+    const BIG: u64 = 9 << 30;
+    let memory = nbdkit_memory(BIG, &[], &[]);
+    let dev = RemoteDevice::open(&memory.uri()).unwrap();
+    dev.write_at(&pattern(4096, 1), 5 << 30, false).unwrap();
+    let extents = dev.extents(0, BIG, 64).unwrap();
+    assert_eq!(
+        extents.iter().map(|e| e.length).sum::<u64>(),
+        BIG,
+        "{extents:?}"
+    );
+    // The written block, past the first request's reach, is data.
+    let mut at = 0;
+    let written = extents
+        .iter()
+        .find(|e| {
+            at += e.length;
+            at > 5 << 30
+        })
+        .unwrap();
+    assert!(!written.zero && !written.hole, "{extents:?}");
+    // Whole answers beyond the limit still stop at it.
+    assert_eq!(dev.extents(0, BIG, 1).unwrap().len(), 1);
 }
 
 #[test]

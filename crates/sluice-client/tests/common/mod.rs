@@ -1,10 +1,11 @@
 //! What the tests against other servers share: a server process on a
 //! Unix socket, and a zeroed image file for it to serve.
 
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use sluice_client::{ConnectOptions, Connection, NbdUri};
 
 /// A server process on a Unix socket in its own temporary directory,
 /// killed on drop.
@@ -23,9 +24,11 @@ impl Drop for Peer {
 
 impl Peer {
     /// Runs `program` with the arguments `args` gives for the socket path
-    /// and the temporary directory, and waits until its socket takes
-    /// connections (the file appears at bind, before the server listens;
-    /// a server that exits after its first client needs `--persistent`).
+    /// and the temporary directory, and waits until a whole NBD session
+    /// on its socket succeeds (the file appears at bind, before the
+    /// server listens; a clean session, ended with a disconnect, leaves
+    /// no error in the server's log). A server that exits after its first
+    /// client needs `--persistent`.
     /// A missing program fails the test saying so (scripts/test installs
     /// nbdkit and qemu-nbd).
     pub(crate) fn start(program: &str, args: impl FnOnce(&Path, &Path) -> Vec<String>) -> Self {
@@ -37,8 +40,16 @@ impl Peer {
             .stdin(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot run {program} (scripts/test installs it): {e}"));
+        let uri: NbdUri = format!("nbd+unix:///?socket={}", socket.display())
+            .parse()
+            .expect("a socket path makes a valid URI");
+        let ready = || {
+            Connection::connect(&uri, &ConnectOptions::default())
+                .and_then(Connection::disconnect)
+                .is_ok()
+        };
         let deadline = Instant::now() + Duration::from_secs(20);
-        while UnixStream::connect(&socket).is_err() {
+        while !ready() {
             if let Ok(Some(status)) = child.try_wait() {
                 panic!("{program} {argv:?} exited ({status}) before listening on its socket");
             }
