@@ -1,5 +1,6 @@
 //! The device conformance suite over `RemoteDevice` against four real
-//! servers: sluice in process (a memory and a file export), nbdkit's
+//! servers: sluice in process (a memory, a file and a power-loss
+//! export, the last with a crash hook for the durability check), nbdkit's
 //! memory and file plugins (the memory one also behind filters that take
 //! capabilities away or enforce block sizes), and qemu-nbd on a raw file. Every subject
 //! gets its own freshly started server, so each device starts zeroed;
@@ -11,7 +12,9 @@ use std::sync::Arc;
 
 use common::{image, Peer};
 use sluice_client::RemoteDevice;
-use sluice_storage::{BlockDevice, FileDevice, FileOptions, MemDevice};
+use sluice_storage::{
+    BlockDevice, FileDevice, FileOptions, MemDevice, PowerLossConfig, PowerLossDevice,
+};
 use sluice_testkit::conformance::{Access, Subject};
 use sluice_testkit::test_server::TestServer;
 
@@ -30,6 +33,28 @@ fn sluice(device: Arc<dyn BlockDevice>) -> Subject {
 
 fn sluice_mem(access: Access) -> Subject {
     sluice(Arc::new(MemDevice::new(SIZE, access == Access::ReadOnly)))
+}
+
+/// A sluice export of a simulated disk that loses unflushed writes on a
+/// power cut (what an export spec's `power-loss` option builds): the
+/// durability check then proves flush and FUA travel over NBD to the
+/// disk. The crash cuts the disk's power under the running server and
+/// reads the survivors from the disk itself.
+fn sluice_power_loss(access: Access) -> Subject {
+    let disk = Arc::new(PowerLossDevice::new(
+        Arc::new(MemDevice::new(SIZE, access == Access::ReadOnly)),
+        PowerLossConfig {
+            seed: 11,
+            early_write_percent: 40,
+            torn_percent: 30,
+            max_cached_bytes: 1 << 20,
+        },
+    ));
+    let crash = Arc::clone(&disk);
+    sluice(disk).with_crash(move || {
+        crash.power_loss();
+        crash
+    })
 }
 
 fn sluice_file(access: Access) -> Subject {
@@ -139,6 +164,7 @@ fn qemu_nbd(access: Access) -> Subject {
 sluice_testkit::conformance_tests! {
     sluice_mem => sluice_mem,
     sluice_file => sluice_file,
+    sluice_power_loss => sluice_power_loss,
     nbdkit_memory => nbdkit_memory,
     nbdkit_file => nbdkit_file,
     nbdkit_no_zero_no_extents => nbdkit_no_zero_no_extents,
