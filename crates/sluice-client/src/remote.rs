@@ -72,6 +72,10 @@ impl RemoteDevice {
         device_error(e, &self.name, offset, len, self.size())
     }
 
+    /// Refuses, before anything is sent, a request for `[offset,
+    /// offset+len)` past the end of the export, and one that would change
+    /// a read-only export (a trim too, even where the server would
+    /// ignore it).
     pub(crate) fn check(&self, op: IoOp, offset: u64, len: u64) -> Result<(), DeviceError> {
         let size = self.size();
         if offset.checked_add(len).is_none_or(|end| end > size) {
@@ -81,6 +85,12 @@ impl RemoteDevice {
                 offset,
                 len,
                 size,
+            });
+        }
+        if self.capability.read_only && matches!(op, IoOp::Write | IoOp::Trim | IoOp::WriteZeroes) {
+            return Err(DeviceError::ReadOnly {
+                device: self.name.clone(),
+                op,
             });
         }
         Ok(())
@@ -169,14 +179,14 @@ impl BlockDevice for RemoteDevice {
 
     fn write_zeroes(&self, offset: u64, length: u64, mode: ZeroMode) -> Result<(), DeviceError> {
         self.check(IoOp::WriteZeroes, offset, length)?;
+        if mode.fast && !self.capability.fast_zero {
+            return Err(DeviceError::Unsupported {
+                device: self.name.clone(),
+                op: IoOp::WriteZeroes,
+                reason: "the server does not offer NBD_CMD_FLAG_FAST_ZERO",
+            });
+        }
         if !self.capability.write_zeroes {
-            if mode.fast {
-                return Err(DeviceError::Unsupported {
-                    device: self.name.clone(),
-                    op: IoOp::WriteZeroes,
-                    reason: "the server does not offer NBD_CMD_WRITE_ZEROES",
-                });
-            }
             let zeroes = vec![0u8; self.max_payload.min(length as usize)];
             for (at, len) in pieces(offset, length, zeroes.len() as u64) {
                 self.write_at(&zeroes[..len as usize], at, mode.fua)?;
@@ -210,36 +220,54 @@ impl BlockDevice for RemoteDevice {
                 zero: false,
             }]);
         }
-        let request = ClientRequest::BlockStatus {
-            offset,
-            length: length.min(self.max_length()),
-            req_one: max_extents == 1,
-        };
-        let Reply::Extents(got) = self.call(request, offset, length)? else {
-            return Err(device_error(
-                ClientError::Violation {
-                    target: self.client.details().target.clone(),
-                    reason: "block status answered without extents".into(),
-                },
-                &self.name,
-                offset,
-                length,
-                self.size(),
-            ));
-        };
-        let mut out = Vec::with_capacity(got.len().min(max_extents.max(1)));
-        let mut left = length;
-        for e in got {
-            if left == 0 || out.len() == max_extents.max(1) {
-                break;
+        // A server may describe less than was asked for (NBD lets it stop
+        // early); ask again from where it stopped until the range is
+        // covered or the caller has as many extents as it wants.
+        let max_extents = max_extents.max(1);
+        let mut out: Vec<Extent> = Vec::new();
+        let mut at = offset;
+        let end = offset + length;
+        while at < end && out.len() < max_extents {
+            let request = ClientRequest::BlockStatus {
+                offset: at,
+                length: (end - at).min(self.max_length()),
+                req_one: max_extents - out.len() == 1,
+            };
+            let got = match self.call(request, at, end - at)? {
+                // Each answer must move on, or this would ask forever.
+                Reply::Extents(got) if got.iter().any(|e| e.length > 0) => got,
+                _ => {
+                    return Err(self.error(
+                        ClientError::Violation {
+                            target: self.client.details().target.clone(),
+                            reason: format!(
+                                "block status at {at} answered without extents to move on by"
+                            ),
+                        },
+                        at,
+                        end - at,
+                    ))
+                }
+            };
+            for e in got {
+                if at == end || out.len() == max_extents {
+                    break;
+                }
+                let len = e.length.min(end - at);
+                let extent = Extent {
+                    length: len,
+                    hole: e.flags & STATE_HOLE != 0,
+                    zero: e.flags & STATE_ZERO != 0,
+                };
+                match out.last_mut() {
+                    // The same state across two answers is one extent.
+                    Some(last) if (last.hole, last.zero) == (extent.hole, extent.zero) => {
+                        last.length += len;
+                    }
+                    _ => out.push(extent),
+                }
+                at += len;
             }
-            let len = e.length.min(left);
-            out.push(Extent {
-                length: len,
-                hole: e.flags & STATE_HOLE != 0,
-                zero: e.flags & STATE_ZERO != 0,
-            });
-            left -= len;
         }
         Ok(out)
     }

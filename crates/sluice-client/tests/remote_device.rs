@@ -1,70 +1,23 @@
 #![allow(clippy::unwrap_used)]
-//! `RemoteDevice` as a `BlockDevice` against real servers: sluice (in
+//! What only a remote device has, against real servers: sluice (in
 //! process), nbdkit's memory and file plugins and qemu-nbd (both
 //! installed by scripts/test; a missing one fails the test saying so).
-//! Round trips, flush, trim, zeroes, extents, and out-of-range errors.
+//! The device behaviour every stack shares is the conformance suite's
+//! (tests/conformance.rs).
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod common;
+
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{image, Peer};
 use sluice_client::RemoteDevice;
 use sluice_server::{Export, ListenAddr, Server, ServerConfig};
-use sluice_storage::{BlockDevice, BlockingClass, DeviceError, IoOp, MemDevice, ZeroMode};
+use sluice_storage::{BlockDevice, BlockingClass, Capability, DeviceError, MemDevice};
+use sluice_testkit::test_server::TestServer;
 
 const SIZE: u64 = 8 << 20;
-
-/// A server process on a Unix socket, killed on drop.
-struct Peer {
-    child: Child,
-    socket: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Peer {
-    fn start(program: &str, args: impl FnOnce(&Path, &Path) -> Vec<String>) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let socket = dir.path().join("nbd.sock");
-        let argv = args(&socket, dir.path());
-        let child = Command::new(program)
-            .args(&argv)
-            .stdin(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {program} (scripts/test installs it): {e}"));
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !socket.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "{program} {argv:?} did not create its socket"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Self {
-            child,
-            socket,
-            _dir: dir,
-        }
-    }
-
-    fn uri(&self) -> String {
-        format!("nbd+unix:///?socket={}", self.socket.display())
-    }
-}
-
-fn image(dir: &Path) -> PathBuf {
-    let path = dir.join("disk.img");
-    std::fs::File::create(&path).unwrap().set_len(SIZE).unwrap();
-    path
-}
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
@@ -72,151 +25,82 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-/// The behaviour every remote export must show.
-fn exercise(dev: &RemoteDevice, name: &str) {
+/// What only a remote device shows (the conformance suite covers the
+/// rest): its size is the export's, every call may block, the server's
+/// flags become its capabilities, and a cache hint in range is taken.
+fn remote_only(dev: &RemoteDevice, name: &str, expect: impl Fn(&Capability) -> bool) {
     let cap = dev.capability();
     assert_eq!(dev.size(), SIZE, "{name}");
     assert_eq!(cap.blocking, BlockingClass::Always, "{name}");
-    assert!(!cap.read_only && cap.flush, "{name}: {cap:?}");
-    // Round trips, aligned and not, small and larger than one request.
-    for (i, (at, len)) in [
-        (0u64, 512usize),
-        (4096, 65536),
-        (1 << 20, 3 << 20),
-        (SIZE - 512, 512),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let data = pattern(len, i as u8);
-        dev.write_at(&data, at, i % 2 == 0).unwrap();
-        let mut back = vec![0u8; len];
-        dev.read_at(&mut back, at).unwrap();
-        assert!(back == data, "{name}: round trip at {at}");
-    }
-    dev.flush().unwrap();
-    // Zeroes read back as zeroes, whether the range may be trimmed or not.
-    for may_trim in [false, true] {
-        dev.write_zeroes(
-            4096,
-            8192,
-            ZeroMode {
-                may_trim,
-                fast: false,
-                fua: false,
-            },
-        )
-        .unwrap();
-        let mut back = vec![1u8; 8192];
-        dev.read_at(&mut back, 4096).unwrap();
-        assert!(back.iter().all(|&b| b == 0), "{name}: zeroes");
-    }
-    // Trim is a hint: it must succeed, and leave the rest alone.
-    dev.trim(2 << 20, 1 << 20, false).unwrap();
-    let mut back = vec![0u8; 4096];
-    dev.read_at(&mut back, 1 << 20).unwrap();
     assert!(
-        back == pattern(3 << 20, 2)[..4096],
-        "{name}: trim spared the rest"
+        !cap.read_only && cap.flush && expect(&cap),
+        "{name}: {cap:?}"
     );
-    // Extents cover what they describe; written data is not a hole.
-    let extents = dev.extents(0, SIZE, 1024).unwrap();
-    let covered: u64 = extents.iter().map(|e| e.length).sum();
-    assert!(
-        !extents.is_empty() && covered <= SIZE,
-        "{name}: {extents:?}"
-    );
-    assert!(!extents[0].hole, "{name}: written data reported as a hole");
-    let one = dev.extents(1 << 20, 4096, 1).unwrap();
-    assert_eq!(one.len(), 1, "{name}");
     dev.cache(0, 65536).unwrap();
-    // Out of range is refused as such, for every kind of request.
-    let mut buf = [0u8; 1024];
-    assert!(matches!(
-        dev.read_at(&mut buf, SIZE - 512),
-        Err(DeviceError::OutOfRange {
-            op: IoOp::Read,
-            size: SIZE,
-            ..
-        })
-    ));
-    assert!(matches!(
-        dev.write_at(&buf, SIZE, false),
-        Err(DeviceError::OutOfRange {
-            op: IoOp::Write,
-            ..
-        })
-    ));
-    assert!(matches!(
-        dev.trim(SIZE - 512, 1024, false),
-        Err(DeviceError::OutOfRange { op: IoOp::Trim, .. })
-    ));
-    // Many callers at once on one device.
-    std::thread::scope(|s| {
-        for t in 0..4u64 {
-            s.spawn(move || {
-                let data = pattern(32768, t as u8 + 40);
-                let at = (4 << 20) + t * 32768;
-                dev.write_at(&data, at, false).unwrap();
-                let mut back = vec![0u8; 32768];
-                dev.read_at(&mut back, at).unwrap();
-                assert!(back == data, "{name}: concurrent round trip");
-            });
-        }
-    });
+}
+
+/// nbdkit's memory plugin of `size` bytes, with `filters` and `params`
+/// (plugin and filter parameters).
+fn nbdkit_memory(size: u64, filters: &[&str], params: &[&str]) -> Peer {
+    Peer::start("nbdkit", |sock, _| {
+        let mut argv = vec!["-f".into(), "-U".into(), sock.display().to_string()];
+        argv.extend(filters.iter().map(|f| format!("--filter={f}")));
+        argv.extend(["memory".into(), format!("size={size}")]);
+        argv.extend(params.iter().map(|p| (*p).to_owned()));
+        argv
+    })
 }
 
 #[test]
-fn against_sluice() {
-    let config = ServerConfig {
-        listen: vec!["127.0.0.1:0".parse().unwrap()],
-        ..ServerConfig::default()
-    };
-    let export = Arc::new(Export::new(
-        "disk".into(),
-        String::new(),
-        Arc::new(MemDevice::new(SIZE, false)),
-    ));
-    let server = Server::bind_exports(config, vec![export]).unwrap();
-    let ListenAddr::Tcp(addr) = server.local_addrs()[0].clone() else {
-        panic!("tcp")
-    };
-    let handle = server.handle();
-    let thread = std::thread::spawn(move || server.run());
-    let dev = RemoteDevice::open(&format!("nbd://{addr}/disk")).unwrap();
-    assert!(dev.capability().extents && dev.capability().trim);
-    exercise(&dev, "sluice");
-    drop(dev);
-    handle.shutdown();
-    thread.join().unwrap().unwrap();
-}
-
-#[test]
-fn against_nbdkit_memory_and_file() {
-    let memory = Peer::start("nbdkit", |sock, _| {
-        vec![
-            "-f".into(),
-            "-U".into(),
-            sock.display().to_string(),
-            "memory".into(),
-            format!("size={SIZE}"),
-        ]
-    });
-    exercise(&RemoteDevice::open(&memory.uri()).unwrap(), "nbdkit memory");
+fn each_server_flags_become_the_device_capabilities() {
+    let server = TestServer::builder()
+        .export("disk", Arc::new(MemDevice::new(SIZE, false)))
+        .start();
+    remote_only(
+        &RemoteDevice::open(&server.uri("disk")).unwrap(),
+        "sluice",
+        |c| c.extents && c.trim && c.write_zeroes && c.fast_zero && c.fua,
+    );
+    let memory = nbdkit_memory(SIZE, &[], &[]);
+    remote_only(
+        &RemoteDevice::open(&memory.uri()).unwrap(),
+        "nbdkit memory",
+        |c| c.extents && c.trim && c.write_zeroes && c.fast_zero,
+    );
+    // What a filter takes away, the device does not claim. (noextents
+    // still negotiates base:allocation, answering with one data extent.)
+    let bare = nbdkit_memory(SIZE, &["nozero", "noextents"], &["zeromode=none"]);
+    remote_only(
+        &RemoteDevice::open(&bare.uri()).unwrap(),
+        "nbdkit memory without zeroes or extents",
+        |c| !c.write_zeroes && !c.fast_zero,
+    );
+    let slow = nbdkit_memory(SIZE, &["nozero"], &["zeromode=plugin", "fastzeromode=none"]);
+    remote_only(
+        &RemoteDevice::open(&slow.uri()).unwrap(),
+        "nbdkit memory without fast zero",
+        |c| c.write_zeroes && !c.fast_zero,
+    );
+    let blocks = nbdkit_memory(SIZE, &["blocksize-policy"], &["blocksize-minimum=4096"]);
+    remote_only(
+        &RemoteDevice::open(&blocks.uri()).unwrap(),
+        "nbdkit memory with 4 KiB blocks",
+        |c| c.min_block == 4096,
+    );
     let file = Peer::start("nbdkit", |sock, dir| {
         vec![
             "-f".into(),
             "-U".into(),
             sock.display().to_string(),
             "file".into(),
-            image(dir).display().to_string(),
+            image(dir, SIZE).display().to_string(),
         ]
     });
-    exercise(&RemoteDevice::open(&file.uri()).unwrap(), "nbdkit file");
-}
-
-#[test]
-fn against_qemu_nbd() {
+    remote_only(
+        &RemoteDevice::open(&file.uri()).unwrap(),
+        "nbdkit file",
+        |c| c.extents && c.trim && c.write_zeroes,
+    );
     let qemu = Peer::start("qemu-nbd", |sock, dir| {
         vec![
             "--persistent".into(),
@@ -225,10 +109,42 @@ fn against_qemu_nbd() {
             "-k".into(),
             sock.display().to_string(),
             "--discard=unmap".into(),
-            image(dir).display().to_string(),
+            image(dir, SIZE).display().to_string(),
         ]
     });
-    exercise(&RemoteDevice::open(&qemu.uri()).unwrap(), "qemu-nbd");
+    remote_only(&RemoteDevice::open(&qemu.uri()).unwrap(), "qemu-nbd", |c| {
+        c.extents && c.trim && c.write_zeroes
+    });
+}
+
+/// With compact headers one block status request names at most 32 bits
+/// of length, so the extents of a larger range take several requests;
+/// the device must make them rather than return a short list with room
+/// to spare.
+#[test]
+fn extents_of_a_range_longer_than_one_request_cover_it() {
+    const BIG: u64 = 9 << 30;
+    let memory = nbdkit_memory(BIG, &[], &[]);
+    let dev = RemoteDevice::open(&memory.uri()).unwrap();
+    dev.write_at(&pattern(4096, 1), 5 << 30, false).unwrap();
+    let extents = dev.extents(0, BIG, 64).unwrap();
+    assert_eq!(
+        extents.iter().map(|e| e.length).sum::<u64>(),
+        BIG,
+        "{extents:?}"
+    );
+    // The written block, past the first request's reach, is data.
+    let mut at = 0;
+    let written = extents
+        .iter()
+        .find(|e| {
+            at += e.length;
+            at > 5 << 30
+        })
+        .unwrap();
+    assert!(!written.zero && !written.hole, "{extents:?}");
+    // Whole answers beyond the limit still stop at it.
+    assert_eq!(dev.extents(0, BIG, 1).unwrap().len(), 1);
 }
 
 #[test]
