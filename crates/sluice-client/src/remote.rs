@@ -77,16 +77,7 @@ impl RemoteDevice {
     /// a read-only export (a trim too, even where the server would
     /// ignore it).
     pub(crate) fn check(&self, op: IoOp, offset: u64, len: u64) -> Result<(), DeviceError> {
-        let size = self.size();
-        if offset.checked_add(len).is_none_or(|end| end > size) {
-            return Err(DeviceError::OutOfRange {
-                device: self.name.clone(),
-                op,
-                offset,
-                len,
-                size,
-            });
-        }
+        sluice_storage::check_range(&self.name, op, self.size(), offset, len)?;
         if self.capability.read_only && matches!(op, IoOp::Write | IoOp::Trim | IoOp::WriteZeroes) {
             return Err(DeviceError::ReadOnly {
                 device: self.name.clone(),

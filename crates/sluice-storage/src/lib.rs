@@ -318,8 +318,10 @@ pub struct DeviceMetric {
     pub value: f64,
 }
 
-/// Checks that `[offset, offset+len)` lies within `size`.
-pub(crate) fn check_range(
+/// Checks that `[offset, offset+len)` lies within `size` (without
+/// overflowing), or says which range on which device does not: the one
+/// range check every device and layer makes.
+pub fn check_range(
     device: &str,
     op: IoOp,
     size: u64,
