@@ -147,7 +147,12 @@ impl RaidDevice {
             flush: all(|c| c.flush),
             fua: all(|c| c.fua),
             // RAID 5 trims whole stripes by zeroing them on every member.
-            trim: !read_only && if raid5 { all(|c| c.write_zeroes) } else { all(|c| c.trim) },
+            trim: !read_only
+                && if raid5 {
+                    all(|c| c.write_zeroes)
+                } else {
+                    all(|c| c.trim)
+                },
             write_zeroes: !read_only && all(|c| c.write_zeroes),
             // RAID 5 zeroes partial stripes by writing (parity).
             fast_zero: !read_only && !raid5 && all(|c| c.fast_zero),
@@ -199,13 +204,10 @@ impl RaidDevice {
     /// its data is reconstructed from the others. Refused when that
     /// would lose data (RAID 0, or a RAID 5 member failed already).
     pub fn fail_member(&self, index: usize) -> Result<(), RaidError> {
-        let counters = self
-            .counters
-            .get(index)
-            .ok_or(RaidError::NoSuchMember {
-                index,
-                members: self.members.len(),
-            })?;
+        let counters = self.counters.get(index).ok_or(RaidError::NoSuchMember {
+            index,
+            members: self.members.len(),
+        })?;
         if counters.failed.load(Ordering::SeqCst) {
             return Ok(());
         }
@@ -461,7 +463,12 @@ impl RaidDevice {
 
     /// Writes the pieces of one stripe (all in `stripe`), keeping its
     /// parity right, by whichever method costs fewest member I/Os.
-    fn write_stripe(&self, pieces: &[Piece], src: &[u8], fua: bool) -> Result<Outcome, DeviceError> {
+    fn write_stripe(
+        &self,
+        pieces: &[Piece],
+        src: &[u8],
+        fua: bool,
+    ) -> Result<Outcome, DeviceError> {
         let stripe = pieces[0].stripe;
         let unit = self.geometry.unit();
         let data = |p: &Piece| &src[p.range_offset as usize..(p.range_offset + p.len) as usize];
@@ -492,8 +499,8 @@ impl RaidDevice {
         if !self.alive(parity) {
             return self.run(&mut write_pieces(fua));
         }
-        let missing = (0..data_members)
-            .find(|&k| !self.alive(self.geometry.data_member(stripe, k)));
+        let missing =
+            (0..data_members).find(|&k| !self.alive(self.geometry.data_member(stripe, k)));
         let touched = |k: usize| pieces.iter().find(|p| p.data_index == k);
         // Bytes of chunk k in [lo, hi) the write does not cover: before
         // and after its piece.
@@ -503,7 +510,9 @@ impl RaidDevice {
                 Some(p) => [(lo, p.in_chunk), (p.in_chunk + p.len, hi)],
             }
         };
-        let full_stripe = pieces.len() == data_members && lo == 0 && hi == unit
+        let full_stripe = pieces.len() == data_members
+            && lo == 0
+            && hi == unit
             && pieces.iter().all(|p| p.len == unit);
         let rmw_cost = 2 * (pieces.len() + 1);
         let rcw_reads: usize = (0..data_members)
@@ -889,7 +898,10 @@ impl BlockDevice for RaidDevice {
     fn cache(&self, offset: u64, length: u64) -> Result<(), DeviceError> {
         self.check_range(IoOp::Cache, offset, length)?;
         for p in self.geometry.pieces(offset, length) {
-            if let Some(m) = self.members[p.member].as_ref().filter(|_| self.alive(p.member)) {
+            if let Some(m) = self.members[p.member]
+                .as_ref()
+                .filter(|_| self.alive(p.member))
+            {
                 // A hint: errors are not the request's.
                 let _ = m.cache(p.member_offset, p.len);
             }

@@ -191,7 +191,11 @@ mod tests {
         for (stripe, row) in table.iter().enumerate() {
             for (member, cell) in row.iter().enumerate() {
                 if *cell == "P" {
-                    assert_eq!(g.parity_member(stripe as u64), Some(member), "stripe {stripe}");
+                    assert_eq!(
+                        g.parity_member(stripe as u64),
+                        Some(member),
+                        "stripe {stripe}"
+                    );
                 } else {
                     let chunk: u64 = cell.parse().expect("chunk number");
                     // First, middle and last byte of the chunk.

@@ -6,7 +6,11 @@
 /// # Panics
 /// If the lengths differ (a bug in the caller, never input).
 pub fn xor_into(dst: &mut [u8], src: &[u8]) {
-    assert_eq!(dst.len(), src.len(), "parity buffers must be the same length");
+    assert_eq!(
+        dst.len(),
+        src.len(),
+        "parity buffers must be the same length"
+    );
     let mut d = dst.chunks_exact_mut(16);
     let mut s = src.chunks_exact(16);
     for (d, s) in (&mut d).zip(&mut s) {

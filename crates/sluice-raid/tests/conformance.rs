@@ -29,7 +29,12 @@ fn array(
     Arc::new(RaidDevice::new(geometry, members).expect("assemble the array"))
 }
 
-fn mem_members(level: RaidLevel, n: usize, unit: u64, access: Access) -> Vec<Option<Arc<dyn BlockDevice>>> {
+fn mem_members(
+    level: RaidLevel,
+    n: usize,
+    unit: u64,
+    access: Access,
+) -> Vec<Option<Arc<dyn BlockDevice>>> {
     let size = member_size(level, n, unit);
     (0..n)
         .map(|_| {
@@ -57,7 +62,11 @@ fn raid5_failing(access: Access) -> Subject {
     let mut members = mem_members(RaidLevel::Raid5, 3, unit, access);
     let rule: FaultRule = "all:eio:after=40".parse().expect("fault rule");
     let inner = members[1].take().expect("member 1");
-    members[1] = Some(Arc::new(FaultInjectionDevice::new(inner, "member 1", vec![rule])));
+    members[1] = Some(Arc::new(FaultInjectionDevice::new(
+        inner,
+        "member 1",
+        vec![rule],
+    )));
     Subject::new(array(RaidLevel::Raid5, unit, members))
 }
 
