@@ -238,6 +238,26 @@ fn two_failures_give_errors_not_wrong_data() {
 }
 
 #[test]
+fn a_flush_that_fails_a_second_member_is_an_error() {
+    let members = mem_members(3, 1 << 16);
+    let mut devices = as_members(&members);
+    let rule: FaultRule = "flush:eio:after=0".parse().expect("rule");
+    devices[0] = Some(Arc::new(FaultInjectionDevice::new(
+        Arc::clone(&members[0]) as Arc<dyn BlockDevice>,
+        "member 0",
+        vec![rule],
+    )));
+    devices[2] = None;
+    let geometry = Geometry::new(RaidLevel::Raid5, 3, 4096).expect("geometry");
+    let array = RaidDevice::new(geometry, devices).expect("assemble degraded");
+    array
+        .write_at(&pattern(8, 8192), 0, false)
+        .expect("degraded write");
+    let err = array.flush().expect_err("flush lost a second member");
+    assert!(err.to_string().contains("member 0"), "{err}");
+}
+
+#[test]
 fn assembling_with_too_many_missing_is_refused() {
     let members = mem_members(3, 1 << 16);
     let mut devices = as_members(&members);
