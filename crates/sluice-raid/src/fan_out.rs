@@ -11,8 +11,9 @@
 //! `BlockDevice`. Members whose calls never block
 //! (`BlockingClass::Never`: memory) are called in turn on the caller's
 //! thread, since a thread hand-off costs more than their work; when a
-//! step has several requests to members that may block, each but the
-//! last runs on a scoped thread and the last on the caller's.
+//! step has requests for several members that may block, each such
+//! member's requests run in turn on a scoped thread of their own (the
+//! first member's on the caller's thread).
 //!
 //! Remote members plug in here. `sluice_client::batch` starts several
 //! requests on different clients and waits for them together without a
@@ -108,30 +109,45 @@ pub struct ScopedFanOut;
 
 impl FanOut for ScopedFanOut {
     fn submit(&self, members: &[Option<Arc<dyn BlockDevice>>], step: &mut [MemberIo<'_>]) {
-        let device = |io: &MemberIo<'_>| -> &dyn BlockDevice {
-            members[io.member]
+        let device = |member: usize| -> &dyn BlockDevice {
+            members[member]
                 .as_deref()
                 .expect("the RAID layer issues requests to present members only")
         };
-        let blocking = step
-            .iter()
-            .filter(|io| device(io).capability().blocking != BlockingClass::Never)
-            .count();
-        if blocking < 2 {
-            for io in step.iter_mut() {
-                let d = device(io);
+        // One queue per member: a member's requests run in turn, on one
+        // thread, so a large read costs a thread per member, not per
+        // chunk.
+        let mut queues: Vec<Vec<&mut MemberIo<'_>>> = members.iter().map(|_| Vec::new()).collect();
+        for io in step.iter_mut() {
+            queues[io.member].push(io);
+        }
+        let (blocking, never): (Vec<_>, Vec<_>) = queues
+            .into_iter()
+            .enumerate()
+            .filter(|(_, queue)| !queue.is_empty())
+            .partition(|(member, _)| device(*member).capability().blocking != BlockingClass::Never);
+        let run_queue = |(member, queue): (usize, Vec<&mut MemberIo<'_>>)| {
+            let d = device(member);
+            for io in queue {
                 io.run_on(d);
             }
+        };
+        for queue in never {
+            run_queue(queue);
+        }
+        if blocking.len() < 2 {
+            blocking.into_iter().for_each(run_queue);
             return;
         }
         std::thread::scope(|scope| {
-            let (last, rest) = step.split_last_mut().expect("at least two requests");
-            for io in rest {
-                let d = device(io);
-                scope.spawn(move || io.run_on(d));
+            let mut queues = blocking.into_iter();
+            let mine = queues.next();
+            for queue in queues {
+                scope.spawn(move || run_queue(queue));
             }
-            let d = device(last);
-            last.run_on(d);
+            if let Some(queue) = mine {
+                run_queue(queue);
+            }
         });
     }
 }

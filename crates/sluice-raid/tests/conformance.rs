@@ -47,6 +47,39 @@ fn over_mem(level: RaidLevel, n: usize, unit: u64) -> impl Fn(Access) -> Subject
     move |access| Subject::new(array(level, unit, mem_members(level, n, unit, access)))
 }
 
+/// A memory device that says its calls may block, so the default
+/// fan-out runs its requests on threads.
+#[derive(Debug)]
+struct Blocking(Arc<dyn BlockDevice>);
+
+impl sluice_storage::DeviceLayer for Blocking {
+    fn inner(&self) -> &dyn BlockDevice {
+        self.0.as_ref()
+    }
+    fn capability(&self) -> sluice_storage::Capability {
+        sluice_storage::Capability {
+            blocking: sluice_storage::BlockingClass::Always,
+            ..self.0.capability()
+        }
+    }
+}
+
+/// RAID 5 over members whose calls may block (threaded fan-out), one
+/// of them missing when `missing` says so.
+fn raid5_blocking(n: usize, unit: u64, missing: Option<usize>) -> impl Fn(Access) -> Subject {
+    move |access| {
+        let mut members: Vec<Option<Arc<dyn BlockDevice>>> =
+            mem_members(RaidLevel::Raid5, n, unit, access)
+                .into_iter()
+                .map(|m| m.map(|m| Arc::new(Blocking(m)) as Arc<dyn BlockDevice>))
+                .collect();
+        if let Some(i) = missing {
+            members[i] = None;
+        }
+        Subject::new(array(RaidLevel::Raid5, unit, members))
+    }
+}
+
 /// RAID 5 with member `missing` absent from the start.
 fn raid5_missing(n: usize, unit: u64, missing: usize) -> impl Fn(Access) -> Subject {
     move |access| {
@@ -120,4 +153,13 @@ sluice_testkit::conformance_tests! {
     raid5_four_missing_last => raid5_missing(4, 8192, 3),
     raid5_member_fails_mid_run => raid5_failing,
     raid5_over_power_loss => raid5_power_loss,
+    raid5_four_blocking_4k => raid5_blocking(4, 4096, None),
+    raid5_three_blocking_missing_one => raid5_blocking(3, 4096, Some(1)),
+    raid0_three_blocking => |access| {
+        let members = mem_members(RaidLevel::Raid0, 3, 4096, access)
+            .into_iter()
+            .map(|m| m.map(|m| Arc::new(Blocking(m)) as Arc<dyn BlockDevice>))
+            .collect();
+        Subject::new(array(RaidLevel::Raid0, 4096, members))
+    },
 }
