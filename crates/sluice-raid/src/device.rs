@@ -18,6 +18,10 @@ use crate::parity::xor_into;
 /// holds at most one at a time, so they cannot deadlock.
 const STRIPE_LOCKS: usize = 256;
 
+/// Most whole stripes written in one fan-out step (bounds the parity
+/// buffers a request holds and the stripe locks it takes at once).
+const FULL_STRIPE_RUN: usize = 64;
+
 /// Why an array cannot be assembled or changed.
 #[derive(Debug, Error)]
 pub enum RaidError {
@@ -452,13 +456,101 @@ impl RaidDevice {
 
     fn write_raid5(&self, buf: &[u8], offset: u64, fua: bool) -> Result<(), DeviceError> {
         let pieces: Vec<Piece> = self.geometry.pieces(offset, buf.len() as u64).collect();
-        for stripe in pieces.chunk_by(|a, b| a.stripe == b.stripe) {
-            let _lock = self.lock_stripe(stripe[0].stripe);
+        let data_members = self.geometry.data_members();
+        let unit = self.geometry.unit();
+        let is_full =
+            |stripe: &[Piece]| stripe.len() == data_members && stripe.iter().all(|p| p.len == unit);
+        let mut stripes = pieces.chunk_by(|a, b| a.stripe == b.stripe).peekable();
+        while let Some(stripe) = stripes.next() {
+            if !is_full(stripe) {
+                let _lock = self.lock_stripe(stripe[0].stripe);
+                self.retrying(IoOp::Write, offset, buf.len() as u64, || {
+                    self.write_stripe(stripe, buf, fua)
+                })?;
+                continue;
+            }
+            // A run of whole stripes goes out as one step, so a large
+            // write costs one round of member requests, not one per
+            // stripe.
+            let mut run = vec![stripe];
+            while run.len() < FULL_STRIPE_RUN {
+                match stripes.next_if(|s| is_full(s)) {
+                    Some(s) => run.push(s),
+                    None => break,
+                }
+            }
+            let mut shards: Vec<usize> = run
+                .iter()
+                .map(|s| (s[0].stripe % STRIPE_LOCKS as u64) as usize)
+                .collect();
+            // Locks are taken in shard order by every request that
+            // holds several, and the others hold one: no deadlock.
+            shards.sort_unstable();
+            shards.dedup();
+            let _locks: Vec<MutexGuard<'_, ()>> = shards
+                .iter()
+                .map(|&i| {
+                    self.stripe_locks[i]
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                })
+                .collect();
             self.retrying(IoOp::Write, offset, buf.len() as u64, || {
-                self.write_stripe(stripe, buf, fua)
+                self.write_full_stripes(&run, buf, fua)
             })?;
         }
         Ok(())
+    }
+
+    /// Writes whole stripes: parity from the new data, no reads; a
+    /// missing member's chunk is left to the parity (or a missing
+    /// parity member's to nobody).
+    fn write_full_stripes(
+        &self,
+        run: &[&[Piece]],
+        src: &[u8],
+        fua: bool,
+    ) -> Result<Outcome, DeviceError> {
+        let unit = self.geometry.unit();
+        let data = |p: &Piece| &src[p.range_offset as usize..(p.range_offset + p.len) as usize];
+        let parities: Vec<Vec<u8>> = run
+            .iter()
+            .map(|stripe| {
+                let mut parity = vec![0u8; unit as usize];
+                for p in stripe.iter() {
+                    xor_into(&mut parity, data(p));
+                }
+                parity
+            })
+            .collect();
+        let mut step = Vec::with_capacity(run.len() * self.members.len());
+        for (stripe, parity) in run.iter().zip(&parities) {
+            for p in stripe.iter().filter(|p| self.alive(p.member)) {
+                step.push(MemberIo::new(
+                    p.member,
+                    MemberOp::Write {
+                        buf: data(p),
+                        offset: p.member_offset,
+                        fua,
+                    },
+                ));
+            }
+            let member = self
+                .geometry
+                .parity_member(stripe[0].stripe)
+                .expect("RAID 5 has parity");
+            if self.alive(member) {
+                step.push(MemberIo::new(
+                    member,
+                    MemberOp::Write {
+                        buf: parity,
+                        offset: stripe[0].stripe * unit,
+                        fua,
+                    },
+                ));
+            }
+        }
+        self.run(&mut step)
     }
 
     /// Writes the pieces of one stripe (all in `stripe`), keeping its

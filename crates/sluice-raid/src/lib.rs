@@ -32,7 +32,8 @@
 //!   rebuilt as the XOR of the same range on every other member.
 //! - **RAID 5 writes**, one stripe at a time under that stripe's lock:
 //!   a full stripe computes parity from the new data and writes every
-//!   chunk, no reads. A partial stripe uses read-modify-write (read the
+//!   chunk, no reads (a run of up to 64 whole stripes goes out as one
+//!   step, taking their locks in lock order). A partial stripe uses read-modify-write (read the
 //!   old data and the old parity, `2 * (chunks + 1)` member I/Os) or
 //!   reconstruct-write (read the bytes of the stripe's other chunks in
 //!   the columns the write touches, then write: `uncovered pieces +
