@@ -958,34 +958,42 @@ impl BlockDevice for RaidDevice {
                     continue;
                 }
             };
+            // The member may stop at `max_extents` of its own; ask again
+            // from there until the piece is covered or we have enough.
             let mut covered = 0;
-            for e in member.extents(piece.member_offset, piece.len, max_extents)? {
-                let e = Extent {
-                    length: e.length.min(piece.len - covered),
-                    ..e
-                };
-                covered += e.length;
-                push_extent(&mut out, e);
-                if covered >= piece.len {
-                    break;
+            while covered < piece.len && out.len() <= max_extents {
+                let answer = member.extents(
+                    piece.member_offset + covered,
+                    piece.len - covered,
+                    max_extents,
+                )?;
+                let before = covered;
+                for e in answer {
+                    let e = Extent {
+                        length: e.length.min(piece.len - covered),
+                        ..e
+                    };
+                    covered += e.length;
+                    push_extent(&mut out, e);
+                    if covered >= piece.len {
+                        break;
+                    }
                 }
-            }
-            if covered < piece.len {
-                // The member stopped at its own limit: report what is
-                // known.
-                break;
+                if covered == before {
+                    return Err(DeviceError::Io {
+                        device: self.label.clone(),
+                        op: IoOp::Extents,
+                        offset: piece.member_offset + covered,
+                        len: piece.len - covered,
+                        source: io::Error::other(format!(
+                            "member {} reported no extents",
+                            piece.member
+                        )),
+                    });
+                }
             }
         }
         out.truncate(max_extents);
-        if out.is_empty() && length > 0 {
-            return Err(DeviceError::Io {
-                device: self.label.clone(),
-                op: IoOp::Extents,
-                offset,
-                len: length,
-                source: io::Error::other("a member reported no extents"),
-            });
-        }
         Ok(out)
     }
 

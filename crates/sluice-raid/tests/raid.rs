@@ -386,3 +386,51 @@ fn fits(op: &Op, volume: u64) -> bool {
         Op::Flush => true,
     }
 }
+
+/// A member that answers at most one extent per call, as a device with a
+/// smaller reply limit than the caller's may.
+#[derive(Debug)]
+struct OneExtentAtATime(Arc<dyn BlockDevice>);
+
+impl sluice_storage::DeviceLayer for OneExtentAtATime {
+    fn inner(&self) -> &dyn BlockDevice {
+        self.0.as_ref()
+    }
+    fn extents(
+        &self,
+        offset: u64,
+        length: u64,
+        _max_extents: usize,
+    ) -> Result<Vec<sluice_storage::Extent>, DeviceError> {
+        self.0.extents(offset, length, 1)
+    }
+}
+
+#[test]
+fn extents_cover_the_range_when_members_answer_in_parts() {
+    let members = mem_members(2, 1 << 20);
+    let devices: Vec<Option<Arc<dyn BlockDevice>>> = members
+        .iter()
+        .map(|m| {
+            Some(
+                Arc::new(OneExtentAtATime(Arc::clone(m) as Arc<dyn BlockDevice>))
+                    as Arc<dyn BlockDevice>,
+            )
+        })
+        .collect();
+    let geometry = Geometry::new(RaidLevel::Raid0, 2, 256 << 10).expect("geometry");
+    let array = RaidDevice::new(geometry, devices).expect("assemble");
+    // Data in the second and fourth 64 KiB pages of chunk 0 (memory
+    // members allocate 64 KiB pages): hole, data, hole, data, hole.
+    for at in [64 << 10, 192 << 10] {
+        array.write_at(&pattern(9, 4096), at, false).expect("write");
+    }
+    let extents = array.extents(0, 512 << 10, 64).expect("extents");
+    assert_eq!(
+        extents.iter().map(|e| e.length).sum::<u64>(),
+        512 << 10,
+        "{extents:?}"
+    );
+    let data: Vec<bool> = extents.iter().map(|e| !e.hole).collect();
+    assert_eq!(data, [false, true, false, true, false], "{extents:?}");
+}
