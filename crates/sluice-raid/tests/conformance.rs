@@ -3,7 +3,7 @@
 //! missing from the start, one whose member fails mid-run, and one over
 //! power-loss members (the durability check).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use sluice_raid::{Geometry, RaidDevice, RaidLevel};
 use sluice_storage::{
@@ -89,18 +89,43 @@ fn raid5_missing(n: usize, unit: u64, missing: usize) -> impl Fn(Access) -> Subj
     }
 }
 
-/// RAID 5 whose member 1 fails every request after its 40th.
-fn raid5_failing(access: Access) -> Subject {
+/// RAID 5 whose member 1 fails every request after its 40th; `seen`
+/// collects the failing members so a test can check they did fail.
+fn raid5_failing_into(
+    access: Access,
+    seen: Option<&Mutex<Vec<Arc<FaultInjectionDevice>>>>,
+) -> Subject {
     let unit = 4096;
     let mut members = mem_members(RaidLevel::Raid5, 3, unit, access);
     let rule: FaultRule = "all:eio:after=40".parse().expect("fault rule");
     let inner = members[1].take().expect("member 1");
-    members[1] = Some(Arc::new(FaultInjectionDevice::new(
-        inner,
-        "member 1",
-        vec![rule],
-    )));
+    let failing = Arc::new(FaultInjectionDevice::new(inner, "member 1", vec![rule]));
+    if let Some(seen) = seen {
+        seen.lock()
+            .expect("not poisoned")
+            .push(Arc::clone(&failing));
+    }
+    members[1] = Some(failing);
     Subject::new(array(RaidLevel::Raid5, unit, members))
+}
+
+fn raid5_failing(access: Access) -> Subject {
+    raid5_failing_into(access, None)
+}
+
+#[test]
+fn the_failing_member_does_fail_during_the_suite() {
+    let seen = Mutex::new(Vec::new());
+    let factory = |access| raid5_failing_into(access, Some(&seen));
+    assert_eq!(
+        sluice_testkit::conformance::operation_sequences_match_a_model(&factory),
+        Ok(sluice_testkit::conformance::Outcome::Passed)
+    );
+    let seen = seen.lock().expect("not poisoned");
+    assert!(
+        seen.iter().any(|m| m.injected() > 0),
+        "no request failed on the failing member: the stack never ran degraded"
+    );
 }
 
 /// RAID 5 over simulated disks with volatile caches; a crash cuts the
