@@ -1,0 +1,1038 @@
+//! [`RaidDevice`]: the array as a `BlockDevice`.
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use sluice_storage::{
+    BlockDevice, BlockingClass, Capability, DeviceError, DeviceMetric, Extent, IoOp, MetricKind,
+    ZeroMode,
+};
+use thiserror::Error;
+
+use crate::fan_out::{FanOut, MemberIo, MemberOp, ScopedFanOut};
+use crate::layout::{Geometry, GeometryError, Piece, RaidLevel};
+use crate::parity::xor_into;
+
+/// Stripe locks: a stripe's lock is `stripe % STRIPE_LOCKS`. A request
+/// holds at most one at a time, so they cannot deadlock.
+const STRIPE_LOCKS: usize = 256;
+
+/// Most whole stripes written in one fan-out step (bounds the parity
+/// buffers a request holds and the stripe locks it takes at once).
+const FULL_STRIPE_RUN: usize = 64;
+
+/// Why an array cannot be assembled or changed.
+#[derive(Debug, Error)]
+pub enum RaidError {
+    /// The geometry is invalid.
+    #[error(transparent)]
+    Geometry(#[from] GeometryError),
+    /// The member list does not match the geometry.
+    #[error("the geometry has {expected} members but {got} were given")]
+    MemberCount { expected: usize, got: usize },
+    /// More members are missing than the level survives.
+    #[error("{level:?} array with {missing} of {members} members missing cannot run (it survives {tolerance})")]
+    TooManyMissing {
+        level: RaidLevel,
+        missing: usize,
+        members: usize,
+        tolerance: usize,
+    },
+    /// No such member.
+    #[error("member {index} does not exist (the array has {members})")]
+    NoSuchMember { index: usize, members: usize },
+    /// Marking the member failed would lose data.
+    #[error("member {index} cannot be failed: the array would lose data (it survives {tolerance} failed members)")]
+    WouldLoseData { index: usize, tolerance: usize },
+}
+
+/// The error inside a [`DeviceError::Io`] when the array has lost more
+/// members than it survives.
+#[derive(Debug, Error)]
+#[error("{failed} of {members} members have failed ({list}), more than {level:?} survives")]
+pub struct ArrayFailed {
+    level: RaidLevel,
+    failed: usize,
+    members: usize,
+    list: String,
+}
+
+/// Per-member state and counters, for status displays and metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberStatus {
+    /// A device was given for this member.
+    pub present: bool,
+    /// Missing, or marked failed (by an I/O error or
+    /// [`RaidDevice::fail_member`]); never read or written again.
+    pub failed: bool,
+    /// Member reads issued.
+    pub reads: u64,
+    /// Member writes, trims and zeroings issued.
+    pub writes: u64,
+    /// Member flushes issued.
+    pub flushes: u64,
+    /// Member requests that returned an error.
+    pub errors: u64,
+}
+
+#[derive(Debug, Default)]
+struct MemberCounters {
+    failed: AtomicBool,
+    reads: AtomicU64,
+    writes: AtomicU64,
+    flushes: AtomicU64,
+    errors: AtomicU64,
+}
+
+/// RAID 0 or RAID 5 over member block devices. See the crate
+/// documentation for the layout and the rules.
+#[derive(Debug)]
+pub struct RaidDevice {
+    geometry: Geometry,
+    members: Vec<Option<Arc<dyn BlockDevice>>>,
+    counters: Vec<MemberCounters>,
+    fan_out: Arc<dyn FanOut>,
+    size: u64,
+    capability: Capability,
+    stripe_locks: Box<[Mutex<()>]>,
+    label: String,
+}
+
+/// What a step's results asked for.
+enum Outcome {
+    /// Every request succeeded.
+    Done,
+    /// A member failed during the step (now marked failed): redo the
+    /// step degraded.
+    Retry,
+}
+
+impl RaidDevice {
+    /// Assembles an array from `members` (`None` for a missing one) with
+    /// the default fan-out ([`ScopedFanOut`]).
+    pub fn new(
+        geometry: Geometry,
+        members: Vec<Option<Arc<dyn BlockDevice>>>,
+    ) -> Result<Self, RaidError> {
+        Self::with_fan_out(geometry, members, Arc::new(ScopedFanOut))
+    }
+
+    /// Assembles an array whose member requests go through `fan_out`.
+    pub fn with_fan_out(
+        geometry: Geometry,
+        members: Vec<Option<Arc<dyn BlockDevice>>>,
+        fan_out: Arc<dyn FanOut>,
+    ) -> Result<Self, RaidError> {
+        if members.len() != geometry.members() {
+            return Err(RaidError::MemberCount {
+                expected: geometry.members(),
+                got: members.len(),
+            });
+        }
+        let tolerance = tolerance(geometry.level());
+        let missing = members.iter().filter(|m| m.is_none()).count();
+        if missing > tolerance || missing == members.len() {
+            return Err(RaidError::TooManyMissing {
+                level: geometry.level(),
+                missing,
+                members: members.len(),
+                tolerance,
+            });
+        }
+        let present = || members.iter().flatten();
+        let smallest = present().map(|m| m.size()).min().unwrap_or(0);
+        let caps: Vec<Capability> = present().map(|m| m.capability()).collect();
+        let all = |f: fn(&Capability) -> bool| caps.iter().all(f);
+        let raid5 = geometry.level() == RaidLevel::Raid5;
+        let read_only = caps.iter().any(|c| c.read_only);
+        let capability = Capability {
+            read_only,
+            flush: all(|c| c.flush),
+            fua: all(|c| c.fua),
+            // RAID 5 trims whole stripes by zeroing them on every member.
+            trim: !read_only
+                && if raid5 {
+                    all(|c| c.write_zeroes)
+                } else {
+                    all(|c| c.trim)
+                },
+            write_zeroes: !read_only && all(|c| c.write_zeroes),
+            // RAID 5 zeroes partial stripes by writing (parity).
+            fast_zero: !read_only && !raid5 && all(|c| c.fast_zero),
+            cache: all(|c| c.cache),
+            extents: all(|c| c.extents),
+            multi_conn: all(|c| c.multi_conn),
+            rotational: caps.iter().any(|c| c.rotational),
+            min_block: caps.iter().map(|c| c.min_block).max().unwrap_or(1),
+            blocking: caps
+                .iter()
+                .map(|c| c.blocking)
+                .max_by_key(|b| match b {
+                    BlockingClass::Never => 0,
+                    BlockingClass::PageCache => 1,
+                    BlockingClass::Always => 2,
+                })
+                .unwrap_or(BlockingClass::Never),
+        };
+        let counters: Vec<MemberCounters> = members
+            .iter()
+            .map(|m| MemberCounters {
+                failed: AtomicBool::new(m.is_none()),
+                ..MemberCounters::default()
+            })
+            .collect();
+        Ok(Self {
+            size: geometry.volume_size(smallest),
+            label: format!(
+                "{:?} array of {} members",
+                geometry.level(),
+                geometry.members()
+            )
+            .to_lowercase(),
+            geometry,
+            members,
+            counters,
+            fan_out,
+            capability,
+            stripe_locks: (0..STRIPE_LOCKS).map(|_| Mutex::new(())).collect(),
+        })
+    }
+
+    /// The array's geometry.
+    pub fn geometry(&self) -> Geometry {
+        self.geometry
+    }
+
+    /// Marks member `index` failed: it is never read or written again and
+    /// its data is reconstructed from the others. Refused when that
+    /// would lose data (RAID 0, or a RAID 5 member failed already).
+    pub fn fail_member(&self, index: usize) -> Result<(), RaidError> {
+        let counters = self.counters.get(index).ok_or(RaidError::NoSuchMember {
+            index,
+            members: self.members.len(),
+        })?;
+        if counters.failed.load(Ordering::SeqCst) {
+            return Ok(());
+        }
+        let tolerance = tolerance(self.geometry.level());
+        if self.failed_count() + 1 > tolerance {
+            return Err(RaidError::WouldLoseData { index, tolerance });
+        }
+        counters.failed.store(true, Ordering::SeqCst);
+        tracing::warn!(array = %self.label, member = index, "member marked failed by request");
+        Ok(())
+    }
+
+    /// State and counters of every member, by index.
+    pub fn member_status(&self) -> Vec<MemberStatus> {
+        self.members
+            .iter()
+            .zip(&self.counters)
+            .map(|(m, c)| MemberStatus {
+                present: m.is_some(),
+                failed: c.failed.load(Ordering::SeqCst),
+                reads: c.reads.load(Ordering::Relaxed),
+                writes: c.writes.load(Ordering::Relaxed),
+                flushes: c.flushes.load(Ordering::Relaxed),
+                errors: c.errors.load(Ordering::Relaxed),
+            })
+            .collect()
+    }
+
+    fn failed_count(&self) -> usize {
+        self.counters
+            .iter()
+            .filter(|c| c.failed.load(Ordering::SeqCst))
+            .count()
+    }
+
+    fn alive(&self, member: usize) -> bool {
+        !self.counters[member].failed.load(Ordering::SeqCst)
+    }
+
+    fn lock_stripe(&self, stripe: u64) -> MutexGuard<'_, ()> {
+        self.stripe_locks[(stripe % STRIPE_LOCKS as u64) as usize]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The error every request gets once more members have failed than
+    /// the level survives.
+    fn array_failed(&self, op: IoOp, offset: u64, len: u64) -> DeviceError {
+        let failed: Vec<String> = self
+            .counters
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.failed.load(Ordering::SeqCst))
+            .map(|(i, _)| format!("member {i}"))
+            .collect();
+        DeviceError::Io {
+            device: self.label.clone(),
+            op,
+            offset,
+            len,
+            source: io::Error::other(ArrayFailed {
+                level: self.geometry.level(),
+                failed: failed.len(),
+                members: self.members.len(),
+                list: failed.join(", "),
+            }),
+        }
+    }
+
+    /// Fails unless the array still has all the members it needs.
+    fn check_survives(&self, op: IoOp, offset: u64, len: u64) -> Result<(), DeviceError> {
+        if self.failed_count() > tolerance(self.geometry.level()) {
+            return Err(self.array_failed(op, offset, len));
+        }
+        Ok(())
+    }
+
+    fn check_range(&self, op: IoOp, offset: u64, len: u64) -> Result<(), DeviceError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.size => Ok(()),
+            _ => Err(DeviceError::OutOfRange {
+                device: self.label.clone(),
+                op,
+                offset,
+                len,
+                size: self.size,
+            }),
+        }
+    }
+
+    fn check_writable(&self, op: IoOp) -> Result<(), DeviceError> {
+        if self.capability.read_only {
+            return Err(DeviceError::ReadOnly {
+                device: self.label.clone(),
+                op,
+            });
+        }
+        Ok(())
+    }
+
+    /// Issues one step and sorts its results: a member fault marks the
+    /// member failed (RAID 5) and asks for a retry; any other error (a
+    /// bad request, or any error on RAID 0) is the request's.
+    fn run(&self, step: &mut [MemberIo<'_>]) -> Result<Outcome, DeviceError> {
+        if step.is_empty() {
+            return Ok(Outcome::Done);
+        }
+        for io in step.iter() {
+            let c = &self.counters[io.member];
+            match io.op {
+                MemberOp::Read { .. } => &c.reads,
+                MemberOp::Flush => &c.flushes,
+                _ => &c.writes,
+            }
+            .fetch_add(1, Ordering::Relaxed);
+        }
+        self.fan_out.submit(&self.members, step);
+        let mut outcome = Outcome::Done;
+        let mut request_error = None;
+        for io in step.iter_mut() {
+            let Err(e) = std::mem::replace(&mut io.result, Ok(())) else {
+                continue;
+            };
+            self.counters[io.member]
+                .errors
+                .fetch_add(1, Ordering::Relaxed);
+            let member_fault = matches!(e, DeviceError::Io { .. });
+            if member_fault && self.geometry.level() == RaidLevel::Raid5 {
+                if !self.counters[io.member].failed.swap(true, Ordering::SeqCst) {
+                    tracing::warn!(array = %self.label, member = io.member, error = %e,
+                        "member failed; continuing degraded");
+                }
+                outcome = Outcome::Retry;
+            } else if request_error.is_none() {
+                request_error = Some(e);
+            }
+        }
+        match request_error {
+            Some(e) => Err(e),
+            None => Ok(outcome),
+        }
+    }
+
+    /// Runs `attempt` until it completes without a member failing,
+    /// failing once the array has lost too many members.
+    fn retrying(
+        &self,
+        op: IoOp,
+        offset: u64,
+        len: u64,
+        mut attempt: impl FnMut() -> Result<Outcome, DeviceError>,
+    ) -> Result<(), DeviceError> {
+        // Each retry follows a newly failed member, so at most
+        // tolerance + 1 attempts can succeed.
+        loop {
+            self.check_survives(op, offset, len)?;
+            if let Outcome::Done = attempt()? {
+                return Ok(());
+            }
+        }
+    }
+
+    fn read_attempt(&self, buf: &mut [u8], offset: u64) -> Result<Outcome, DeviceError> {
+        let mut step = Vec::new();
+        let mut degraded = Vec::new();
+        let mut rest = buf;
+        for piece in self.geometry.pieces(offset, rest.len() as u64) {
+            let (out, tail) = rest.split_at_mut(piece.len as usize);
+            rest = tail;
+            if self.alive(piece.member) {
+                step.push(MemberIo::new(
+                    piece.member,
+                    MemberOp::Read {
+                        buf: out,
+                        offset: piece.member_offset,
+                    },
+                ));
+            } else {
+                degraded.push((piece, out));
+            }
+        }
+        if let Outcome::Retry = self.run(&mut step)? {
+            return Ok(Outcome::Retry);
+        }
+        for (piece, out) in degraded {
+            if let Outcome::Retry = self.reconstruct(&piece, out)? {
+                return Ok(Outcome::Retry);
+            }
+        }
+        Ok(Outcome::Done)
+    }
+
+    /// Rebuilds a piece of a missing member from the rest of its stripe.
+    fn reconstruct(&self, piece: &Piece, out: &mut [u8]) -> Result<Outcome, DeviceError> {
+        if self.geometry.level() == RaidLevel::Raid0 || self.failed_count() > 1 {
+            return Err(self.array_failed(IoOp::Read, piece.member_offset, piece.len));
+        }
+        let _stripe = self.lock_stripe(piece.stripe);
+        let mut others: Vec<Vec<u8>> = vec![vec![0; out.len()]; self.members.len() - 1];
+        let mut step: Vec<MemberIo<'_>> = (0..self.members.len())
+            .filter(|&m| m != piece.member)
+            .zip(others.iter_mut())
+            .map(|(m, b)| {
+                MemberIo::new(
+                    m,
+                    MemberOp::Read {
+                        buf: b,
+                        offset: piece.member_offset,
+                    },
+                )
+            })
+            .collect();
+        if let Outcome::Retry = self.run(&mut step)? {
+            return Ok(Outcome::Retry);
+        }
+        drop(step);
+        out.fill(0);
+        for b in &others {
+            xor_into(out, b);
+        }
+        Ok(Outcome::Done)
+    }
+
+    fn write_raid0(&self, buf: &[u8], offset: u64, fua: bool) -> Result<(), DeviceError> {
+        self.check_survives(IoOp::Write, offset, buf.len() as u64)?;
+        let mut step: Vec<MemberIo<'_>> = self
+            .geometry
+            .pieces(offset, buf.len() as u64)
+            .map(|p| {
+                MemberIo::new(
+                    p.member,
+                    MemberOp::Write {
+                        buf: &buf[p.range_offset as usize..(p.range_offset + p.len) as usize],
+                        offset: p.member_offset,
+                        fua,
+                    },
+                )
+            })
+            .collect();
+        self.run(&mut step).map(|_| ())
+    }
+
+    fn write_raid5(&self, buf: &[u8], offset: u64, fua: bool) -> Result<(), DeviceError> {
+        let pieces: Vec<Piece> = self.geometry.pieces(offset, buf.len() as u64).collect();
+        let data_members = self.geometry.data_members();
+        let unit = self.geometry.unit();
+        let is_full =
+            |stripe: &[Piece]| stripe.len() == data_members && stripe.iter().all(|p| p.len == unit);
+        let mut stripes = pieces.chunk_by(|a, b| a.stripe == b.stripe).peekable();
+        while let Some(stripe) = stripes.next() {
+            if !is_full(stripe) {
+                let _lock = self.lock_stripe(stripe[0].stripe);
+                self.retrying(IoOp::Write, offset, buf.len() as u64, || {
+                    self.write_stripe(stripe, buf, fua)
+                })?;
+                continue;
+            }
+            // A run of whole stripes goes out as one step, so a large
+            // write costs one round of member requests, not one per
+            // stripe.
+            let mut run = vec![stripe];
+            while run.len() < FULL_STRIPE_RUN {
+                match stripes.next_if(|s| is_full(s)) {
+                    Some(s) => run.push(s),
+                    None => break,
+                }
+            }
+            let mut shards: Vec<usize> = run
+                .iter()
+                .map(|s| (s[0].stripe % STRIPE_LOCKS as u64) as usize)
+                .collect();
+            // Locks are taken in shard order by every request that
+            // holds several, and the others hold one: no deadlock.
+            shards.sort_unstable();
+            shards.dedup();
+            let _locks: Vec<MutexGuard<'_, ()>> = shards
+                .iter()
+                .map(|&i| {
+                    self.stripe_locks[i]
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                })
+                .collect();
+            self.retrying(IoOp::Write, offset, buf.len() as u64, || {
+                self.write_full_stripes(&run, buf, fua)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Writes whole stripes: parity from the new data, no reads; a
+    /// missing member's chunk is left to the parity (or a missing
+    /// parity member's to nobody).
+    fn write_full_stripes(
+        &self,
+        run: &[&[Piece]],
+        src: &[u8],
+        fua: bool,
+    ) -> Result<Outcome, DeviceError> {
+        let unit = self.geometry.unit();
+        let data = |p: &Piece| &src[p.range_offset as usize..(p.range_offset + p.len) as usize];
+        let parities: Vec<Vec<u8>> = run
+            .iter()
+            .map(|stripe| {
+                let mut parity = vec![0u8; unit as usize];
+                for p in stripe.iter() {
+                    xor_into(&mut parity, data(p));
+                }
+                parity
+            })
+            .collect();
+        let mut step = Vec::with_capacity(run.len() * self.members.len());
+        for (stripe, parity) in run.iter().zip(&parities) {
+            for p in stripe.iter().filter(|p| self.alive(p.member)) {
+                step.push(MemberIo::new(
+                    p.member,
+                    MemberOp::Write {
+                        buf: data(p),
+                        offset: p.member_offset,
+                        fua,
+                    },
+                ));
+            }
+            let member = self
+                .geometry
+                .parity_member(stripe[0].stripe)
+                .expect("RAID 5 has parity");
+            if self.alive(member) {
+                step.push(MemberIo::new(
+                    member,
+                    MemberOp::Write {
+                        buf: parity,
+                        offset: stripe[0].stripe * unit,
+                        fua,
+                    },
+                ));
+            }
+        }
+        self.run(&mut step)
+    }
+
+    /// Writes the pieces of one stripe (all in `stripe`), keeping its
+    /// parity right, by whichever method costs fewest member I/Os.
+    fn write_stripe(
+        &self,
+        pieces: &[Piece],
+        src: &[u8],
+        fua: bool,
+    ) -> Result<Outcome, DeviceError> {
+        let stripe = pieces[0].stripe;
+        let unit = self.geometry.unit();
+        let data = |p: &Piece| &src[p.range_offset as usize..(p.range_offset + p.len) as usize];
+        let parity = self
+            .geometry
+            .parity_member(stripe)
+            .expect("RAID 5 has parity");
+        let lo = pieces.iter().map(|p| p.in_chunk).min().unwrap_or(0);
+        let hi = pieces.iter().map(|p| p.in_chunk + p.len).max().unwrap_or(0);
+        let width = (hi - lo) as usize;
+        let data_members = self.geometry.data_members();
+        let write_pieces = |fua| -> Vec<MemberIo<'_>> {
+            pieces
+                .iter()
+                .filter(|p| self.alive(p.member))
+                .map(|p| {
+                    MemberIo::new(
+                        p.member,
+                        MemberOp::Write {
+                            buf: data(p),
+                            offset: p.member_offset,
+                            fua,
+                        },
+                    )
+                })
+                .collect()
+        };
+        if !self.alive(parity) {
+            return self.run(&mut write_pieces(fua));
+        }
+        let missing =
+            (0..data_members).find(|&k| !self.alive(self.geometry.data_member(stripe, k)));
+        let touched = |k: usize| pieces.iter().find(|p| p.data_index == k);
+        // Bytes of chunk k in [lo, hi) the write does not cover: before
+        // and after its piece.
+        let uncovered = |k: usize| -> [(u64, u64); 2] {
+            match touched(k) {
+                None => [(lo, hi), (hi, hi)],
+                Some(p) => [(lo, p.in_chunk), (p.in_chunk + p.len, hi)],
+            }
+        };
+        let full_stripe = pieces.len() == data_members
+            && lo == 0
+            && hi == unit
+            && pieces.iter().all(|p| p.len == unit);
+        let rmw_cost = 2 * (pieces.len() + 1);
+        let rcw_reads: usize = (0..data_members)
+            .flat_map(uncovered)
+            .filter(|(a, b)| a < b)
+            .count();
+        let rcw_cost = rcw_reads + pieces.len() + 1;
+        let use_rmw = !full_stripe
+            && match missing {
+                // The missing chunk is not written: its old data stays
+                // in the parity, which RMW updates without reading it.
+                Some(k) => touched(k).is_none(),
+                None => rmw_cost <= rcw_cost,
+            };
+        let mut parity_buf = vec![0u8; width];
+        if use_rmw {
+            let mut old: Vec<Vec<u8>> = pieces.iter().map(|p| vec![0; p.len as usize]).collect();
+            let mut step: Vec<MemberIo<'_>> = pieces
+                .iter()
+                .zip(old.iter_mut())
+                .map(|(p, b)| {
+                    MemberIo::new(
+                        p.member,
+                        MemberOp::Read {
+                            buf: b,
+                            offset: p.member_offset,
+                        },
+                    )
+                })
+                .collect();
+            step.push(MemberIo::new(
+                parity,
+                MemberOp::Read {
+                    buf: &mut parity_buf,
+                    offset: stripe * unit + lo,
+                },
+            ));
+            if let Outcome::Retry = self.run(&mut step)? {
+                return Ok(Outcome::Retry);
+            }
+            drop(step);
+            for (p, old) in pieces.iter().zip(&old) {
+                let at = (p.in_chunk - lo) as usize..(p.in_chunk - lo + p.len) as usize;
+                xor_into(&mut parity_buf[at.clone()], old);
+                xor_into(&mut parity_buf[at], data(p));
+            }
+        } else {
+            // Reconstruct-write: the new contents of every data chunk in
+            // [lo, hi), read where the write does not cover them. A
+            // missing data chunk is rebuilt from the old parity first.
+            let mut columns: Vec<Vec<u8>> = vec![vec![0u8; width]; data_members];
+            let mut old_parity = vec![0u8; if missing.is_some() { width } else { 0 }];
+            let mut step = Vec::new();
+            for (k, column) in columns.iter_mut().enumerate() {
+                let member = self.geometry.data_member(stripe, k);
+                if Some(k) == missing {
+                    continue;
+                }
+                let base = stripe * unit + lo;
+                if missing.is_some() {
+                    // Degraded: the whole old column, to rebuild the
+                    // missing chunk; new data goes over it after.
+                    step.push(MemberIo::new(
+                        member,
+                        MemberOp::Read {
+                            buf: column,
+                            offset: base,
+                        },
+                    ));
+                    continue;
+                }
+                let [(a0, a1), (b0, b1)] = uncovered(k);
+                let (first, rest) = column.split_at_mut((a1 - lo) as usize);
+                let (_, second) = rest.split_at_mut((b0 - a1) as usize);
+                for (buf, from, to) in [(first, a0, a1), (second, b0, b1)] {
+                    if from < to {
+                        step.push(MemberIo::new(
+                            member,
+                            MemberOp::Read {
+                                buf,
+                                offset: base + (from - lo),
+                            },
+                        ));
+                    }
+                }
+            }
+            if missing.is_some() {
+                step.push(MemberIo::new(
+                    parity,
+                    MemberOp::Read {
+                        buf: &mut old_parity,
+                        offset: stripe * unit + lo,
+                    },
+                ));
+            }
+            if let Outcome::Retry = self.run(&mut step)? {
+                return Ok(Outcome::Retry);
+            }
+            drop(step);
+            if let Some(k) = missing {
+                let mut rebuilt = old_parity;
+                for (j, column) in columns.iter().enumerate() {
+                    if j != k {
+                        xor_into(&mut rebuilt, column);
+                    }
+                }
+                columns[k] = rebuilt;
+            }
+            for p in pieces {
+                let at = (p.in_chunk - lo) as usize;
+                columns[p.data_index][at..at + p.len as usize].copy_from_slice(data(p));
+            }
+            for column in &columns {
+                xor_into(&mut parity_buf, column);
+            }
+        }
+        let mut step = write_pieces(fua);
+        step.push(MemberIo::new(
+            parity,
+            MemberOp::Write {
+                buf: &parity_buf,
+                offset: stripe * unit + lo,
+                fua,
+            },
+        ));
+        self.run(&mut step)
+    }
+
+    /// Splits `[offset, offset+length)` into a head before the first
+    /// whole stripe, whole stripes `[first, end)` and a tail.
+    fn whole_stripes(&self, offset: u64, length: u64) -> ((u64, u64), (u64, u64), (u64, u64)) {
+        let sb = self.geometry.stripe_bytes();
+        let end = offset + length;
+        let first = offset.div_ceil(sb);
+        let last = end / sb;
+        if first >= last {
+            return ((offset, length), (0, 0), (end, 0));
+        }
+        (
+            (offset, first * sb - offset),
+            (first, last),
+            (last * sb, end - last * sb),
+        )
+    }
+
+    /// Runs `op` on every present member over the member range of
+    /// whole stripes `[first, end)`.
+    fn on_whole_stripes(
+        &self,
+        (first, end): (u64, u64),
+        op: impl Fn(u64, u64) -> MemberOp<'static>,
+        io_op: IoOp,
+    ) -> Result<(), DeviceError> {
+        if first >= end {
+            return Ok(());
+        }
+        let unit = self.geometry.unit();
+        self.retrying(io_op, first * unit, (end - first) * unit, || {
+            let mut step: Vec<MemberIo<'_>> = (0..self.members.len())
+                .filter(|&m| self.alive(m))
+                .map(|m| MemberIo::new(m, op(first * unit, (end - first) * unit)))
+                .collect();
+            self.run(&mut step)
+        })
+    }
+
+    /// Runs `op` on the member range of each piece of `[offset, offset+len)` (RAID 0).
+    fn on_pieces(
+        &self,
+        offset: u64,
+        length: u64,
+        op: impl Fn(u64, u64) -> MemberOp<'static>,
+    ) -> Result<(), DeviceError> {
+        let mut step: Vec<MemberIo<'_>> = self
+            .geometry
+            .pieces(offset, length)
+            .map(|p| MemberIo::new(p.member, op(p.member_offset, p.len)))
+            .collect();
+        self.run(&mut step).map(|_| ())
+    }
+}
+
+/// Members a level can lose.
+fn tolerance(level: RaidLevel) -> usize {
+    match level {
+        RaidLevel::Raid0 => 0,
+        RaidLevel::Raid5 => 1,
+    }
+}
+
+/// Appends `e` to `out`, merging it into the last extent if they agree.
+fn push_extent(out: &mut Vec<Extent>, e: Extent) {
+    match out.last_mut() {
+        Some(last) if last.hole == e.hole && last.zero == e.zero => last.length += e.length,
+        _ => out.push(e),
+    }
+}
+
+impl BlockDevice for RaidDevice {
+    fn size(&self) -> u64 {
+        self.size
+    }
+
+    fn capability(&self) -> Capability {
+        self.capability
+    }
+
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), DeviceError> {
+        let len = buf.len() as u64;
+        self.check_range(IoOp::Read, offset, len)?;
+        self.retrying(IoOp::Read, offset, len, || self.read_attempt(buf, offset))
+    }
+
+    fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<(), DeviceError> {
+        self.check_writable(IoOp::Write)?;
+        self.check_range(IoOp::Write, offset, buf.len() as u64)?;
+        match self.geometry.level() {
+            RaidLevel::Raid0 => self.write_raid0(buf, offset, fua),
+            RaidLevel::Raid5 => self.write_raid5(buf, offset, fua),
+        }
+    }
+
+    fn flush(&self) -> Result<(), DeviceError> {
+        self.check_writable(IoOp::Flush)?;
+        self.retrying(IoOp::Flush, 0, 0, || {
+            let mut step: Vec<MemberIo<'_>> = (0..self.members.len())
+                .filter(|&m| self.alive(m))
+                .map(|m| MemberIo::new(m, MemberOp::Flush))
+                .collect();
+            // A member whose flush failed is marked failed: what it holds
+            // is no longer used, so the others' flushes are enough
+            // (checked below: unless that was one failure too many).
+            self.run(&mut step).map(|_| Outcome::Done)
+        })?;
+        self.check_survives(IoOp::Flush, 0, 0)
+    }
+
+    fn trim(&self, offset: u64, length: u64, fua: bool) -> Result<(), DeviceError> {
+        self.check_writable(IoOp::Trim)?;
+        self.check_range(IoOp::Trim, offset, length)?;
+        if length == 0 {
+            return Ok(());
+        }
+        match self.geometry.level() {
+            RaidLevel::Raid0 => {
+                self.check_survives(IoOp::Trim, offset, length)?;
+                self.on_pieces(offset, length, |offset, length| MemberOp::Trim {
+                    offset,
+                    length,
+                    fua,
+                })
+            }
+            RaidLevel::Raid5 => {
+                // Whole stripes are zeroed (allowing members to
+                // deallocate) on every member, parity included, so
+                // parity stays the XOR of the data; partial stripes are
+                // left as they are (trim is a hint).
+                let (_, stripes, _) = self.whole_stripes(offset, length);
+                let mode = ZeroMode {
+                    may_trim: true,
+                    fast: false,
+                    fua,
+                };
+                self.on_whole_stripes(
+                    stripes,
+                    |offset, length| MemberOp::WriteZeroes {
+                        offset,
+                        length,
+                        mode,
+                    },
+                    IoOp::Trim,
+                )
+            }
+        }
+    }
+
+    fn write_zeroes(&self, offset: u64, length: u64, mode: ZeroMode) -> Result<(), DeviceError> {
+        self.check_writable(IoOp::WriteZeroes)?;
+        self.check_range(IoOp::WriteZeroes, offset, length)?;
+        if length == 0 {
+            return Ok(());
+        }
+        match self.geometry.level() {
+            RaidLevel::Raid0 => {
+                self.check_survives(IoOp::WriteZeroes, offset, length)?;
+                self.on_pieces(offset, length, |offset, length| MemberOp::WriteZeroes {
+                    offset,
+                    length,
+                    mode,
+                })
+            }
+            RaidLevel::Raid5 => {
+                if mode.fast {
+                    return Err(DeviceError::Unsupported {
+                        device: self.label.clone(),
+                        op: IoOp::WriteZeroes,
+                        reason: "RAID 5 zeroes partial stripes by writing them",
+                    });
+                }
+                let (head, stripes, tail) = self.whole_stripes(offset, length);
+                for (at, len) in [head, tail] {
+                    // Zeroes written like data, a chunk at a time, so
+                    // parity follows.
+                    let zeroes = vec![0u8; len.min(self.geometry.stripe_bytes()) as usize];
+                    let mut done = 0;
+                    while done < len {
+                        let n = (len - done).min(zeroes.len() as u64);
+                        self.write_raid5(&zeroes[..n as usize], at + done, mode.fua)?;
+                        done += n;
+                    }
+                }
+                self.on_whole_stripes(
+                    stripes,
+                    |offset, length| MemberOp::WriteZeroes {
+                        offset,
+                        length,
+                        mode,
+                    },
+                    IoOp::WriteZeroes,
+                )
+            }
+        }
+    }
+
+    fn extents(
+        &self,
+        offset: u64,
+        length: u64,
+        max_extents: usize,
+    ) -> Result<Vec<Extent>, DeviceError> {
+        self.check_range(IoOp::Extents, offset, length)?;
+        let max_extents = max_extents.max(1);
+        let mut out = Vec::new();
+        for piece in self.geometry.pieces(offset, length) {
+            if out.len() > max_extents {
+                break;
+            }
+            let member = match &self.members[piece.member] {
+                Some(m) if self.alive(piece.member) => m,
+                _ => {
+                    self.check_survives(IoOp::Extents, offset, length)?;
+                    // Rebuilt from parity on read: data, not known zero.
+                    push_extent(
+                        &mut out,
+                        Extent {
+                            length: piece.len,
+                            hole: false,
+                            zero: false,
+                        },
+                    );
+                    continue;
+                }
+            };
+            // The member may stop at `max_extents` of its own; ask again
+            // from there until the piece is covered or we have enough.
+            let mut covered = 0;
+            while covered < piece.len && out.len() <= max_extents {
+                let answer = member.extents(
+                    piece.member_offset + covered,
+                    piece.len - covered,
+                    max_extents,
+                )?;
+                let before = covered;
+                for e in answer {
+                    let e = Extent {
+                        length: e.length.min(piece.len - covered),
+                        ..e
+                    };
+                    covered += e.length;
+                    push_extent(&mut out, e);
+                    if covered >= piece.len {
+                        break;
+                    }
+                }
+                if covered == before {
+                    return Err(DeviceError::Io {
+                        device: self.label.clone(),
+                        op: IoOp::Extents,
+                        offset: piece.member_offset + covered,
+                        len: piece.len - covered,
+                        source: io::Error::other(format!(
+                            "member {} reported no extents",
+                            piece.member
+                        )),
+                    });
+                }
+            }
+        }
+        out.truncate(max_extents);
+        Ok(out)
+    }
+
+    fn cache(&self, offset: u64, length: u64) -> Result<(), DeviceError> {
+        self.check_range(IoOp::Cache, offset, length)?;
+        for p in self.geometry.pieces(offset, length) {
+            if let Some(m) = self.members[p.member]
+                .as_ref()
+                .filter(|_| self.alive(p.member))
+            {
+                // A hint: errors are not the request's.
+                let _ = m.cache(p.member_offset, p.len);
+            }
+        }
+        Ok(())
+    }
+
+    fn metrics(&self) -> Vec<DeviceMetric> {
+        let status = self.member_status();
+        let sum = |f: fn(&MemberStatus) -> u64| status.iter().map(f).sum::<u64>() as f64;
+        vec![
+            DeviceMetric {
+                name: "raid_member_requests_total",
+                help: "Member requests issued by the RAID layer (all members)",
+                kind: MetricKind::Counter,
+                value: sum(|s| s.reads + s.writes + s.flushes),
+            },
+            DeviceMetric {
+                name: "raid_member_errors_total",
+                help: "Member requests that failed (all members)",
+                kind: MetricKind::Counter,
+                value: sum(|s| s.errors),
+            },
+            DeviceMetric {
+                name: "raid_members_failed",
+                help: "Members missing or marked failed",
+                kind: MetricKind::Gauge,
+                value: status.iter().filter(|s| s.failed).count() as f64,
+            },
+        ]
+    }
+}

@@ -1,0 +1,272 @@
+//! Where each byte of the volume lives: the array geometry and its
+//! mapping from volume offsets to (member, member offset).
+
+use thiserror::Error;
+
+/// RAID level of an array.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RaidLevel {
+    /// Striping without redundancy.
+    Raid0,
+    /// Striping with one rotating parity chunk per stripe
+    /// (left-symmetric).
+    Raid5,
+}
+
+/// Why a geometry cannot be built.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum GeometryError {
+    /// The stripe unit is not a power of two of at least 512 bytes.
+    #[error("stripe unit {0} is not a power of two of at least 512 bytes")]
+    BadUnit(u64),
+    /// Too few members for the level.
+    #[error("{level:?} needs at least {min} members, got {got}")]
+    TooFewMembers {
+        level: RaidLevel,
+        min: usize,
+        got: usize,
+    },
+}
+
+/// The shape of an array: level, member count and stripe unit (the
+/// chunk: bytes one member holds consecutively before the next member
+/// takes over).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    level: RaidLevel,
+    members: usize,
+    unit: u64,
+}
+
+/// One chunk-sized (or smaller) piece of a volume range, on one member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece {
+    /// Stripe number (row of chunks across the members).
+    pub stripe: u64,
+    /// Index of the data chunk within its stripe (0..data_members).
+    pub data_index: usize,
+    /// Member holding it.
+    pub member: usize,
+    /// Offset within the chunk.
+    pub in_chunk: u64,
+    /// Offset on the member.
+    pub member_offset: u64,
+    /// Length in bytes (never crosses a chunk boundary).
+    pub len: u64,
+    /// Offset of the piece from the start of the volume range.
+    pub range_offset: u64,
+}
+
+impl Geometry {
+    /// A geometry of `members` members with stripe unit `unit` bytes.
+    pub fn new(level: RaidLevel, members: usize, unit: u64) -> Result<Self, GeometryError> {
+        if unit < 512 || !unit.is_power_of_two() {
+            return Err(GeometryError::BadUnit(unit));
+        }
+        let min = match level {
+            RaidLevel::Raid0 => 1,
+            RaidLevel::Raid5 => 2,
+        };
+        if members < min {
+            return Err(GeometryError::TooFewMembers {
+                level,
+                min,
+                got: members,
+            });
+        }
+        Ok(Self {
+            level,
+            members,
+            unit,
+        })
+    }
+
+    /// RAID level.
+    pub fn level(&self) -> RaidLevel {
+        self.level
+    }
+
+    /// Number of members.
+    pub fn members(&self) -> usize {
+        self.members
+    }
+
+    /// Stripe unit in bytes.
+    pub fn unit(&self) -> u64 {
+        self.unit
+    }
+
+    /// Members holding data in each stripe (all of them for RAID 0, one
+    /// fewer for RAID 5).
+    pub fn data_members(&self) -> usize {
+        match self.level {
+            RaidLevel::Raid0 => self.members,
+            RaidLevel::Raid5 => self.members - 1,
+        }
+    }
+
+    /// Volume bytes in one stripe.
+    pub fn stripe_bytes(&self) -> u64 {
+        self.unit * self.data_members() as u64
+    }
+
+    /// Member holding the parity of `stripe` (RAID 5 only):
+    /// `members - 1 - stripe mod members`, so parity starts on the last
+    /// member and moves one member left each stripe.
+    pub fn parity_member(&self, stripe: u64) -> Option<usize> {
+        match self.level {
+            RaidLevel::Raid0 => None,
+            RaidLevel::Raid5 => {
+                let n = self.members as u64;
+                Some((n - 1 - stripe % n) as usize)
+            }
+        }
+    }
+
+    /// Member holding data chunk `data_index` of `stripe`. RAID 0:
+    /// `data_index`. RAID 5 (left-symmetric): the data chunks start on
+    /// the member after the parity and wrap around, `(parity + 1 +
+    /// data_index) mod members`.
+    pub fn data_member(&self, stripe: u64, data_index: usize) -> usize {
+        match self.parity_member(stripe) {
+            None => data_index,
+            Some(parity) => (parity + 1 + data_index) % self.members,
+        }
+    }
+
+    /// Volume size for members of `smallest_member` bytes: each member
+    /// is used up to whole chunks, times the data members.
+    pub fn volume_size(&self, smallest_member: u64) -> u64 {
+        (smallest_member / self.unit) * self.stripe_bytes()
+    }
+
+    /// Maps volume offset `offset` to (member, member offset).
+    pub fn map(&self, offset: u64) -> (usize, u64) {
+        let chunk = offset / self.unit;
+        let stripe = chunk / self.data_members() as u64;
+        let data_index = (chunk % self.data_members() as u64) as usize;
+        (
+            self.data_member(stripe, data_index),
+            stripe * self.unit + offset % self.unit,
+        )
+    }
+
+    /// Splits `[offset, offset+len)` into pieces that each lie in one
+    /// chunk, in volume order.
+    pub fn pieces(&self, offset: u64, len: u64) -> impl Iterator<Item = Piece> + '_ {
+        let end = offset + len;
+        let mut at = offset;
+        std::iter::from_fn(move || {
+            if at >= end {
+                return None;
+            }
+            let chunk = at / self.unit;
+            let in_chunk = at % self.unit;
+            let piece_len = (self.unit - in_chunk).min(end - at);
+            let stripe = chunk / self.data_members() as u64;
+            let data_index = (chunk % self.data_members() as u64) as usize;
+            let piece = Piece {
+                stripe,
+                data_index,
+                member: self.data_member(stripe, data_index),
+                in_chunk,
+                member_offset: stripe * self.unit + in_chunk,
+                len: piece_len,
+                range_offset: at - offset,
+            };
+            at += piece_len;
+            Some(piece)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// md's left-symmetric layout written out by hand: row = stripe,
+    /// column = member, `P` the parity, numbers the volume chunks.
+    fn check_table(members: usize, table: &[&[&str]]) {
+        let g = Geometry::new(RaidLevel::Raid5, members, 4096).expect("geometry");
+        for (stripe, row) in table.iter().enumerate() {
+            for (member, cell) in row.iter().enumerate() {
+                if *cell == "P" {
+                    assert_eq!(
+                        g.parity_member(stripe as u64),
+                        Some(member),
+                        "stripe {stripe}"
+                    );
+                } else {
+                    let chunk: u64 = cell.parse().expect("chunk number");
+                    // First, middle and last byte of the chunk.
+                    for within in [0, 1234, 4095] {
+                        assert_eq!(
+                            g.map(chunk * 4096 + within),
+                            (member, stripe as u64 * 4096 + within),
+                            "chunk {chunk}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn raid5_left_symmetric_three_members() {
+        check_table(
+            3,
+            &[
+                &["0", "1", "P"],
+                &["3", "P", "2"],
+                &["P", "4", "5"],
+                &["6", "7", "P"],
+            ],
+        );
+    }
+
+    #[test]
+    fn raid5_left_symmetric_four_members() {
+        check_table(
+            4,
+            &[
+                &["0", "1", "2", "P"],
+                &["4", "5", "P", "3"],
+                &["8", "P", "6", "7"],
+                &["P", "9", "10", "11"],
+                &["12", "13", "14", "P"],
+            ],
+        );
+    }
+
+    #[test]
+    fn raid0_round_robin() {
+        let g = Geometry::new(RaidLevel::Raid0, 3, 512).expect("geometry");
+        assert_eq!(g.map(0), (0, 0));
+        assert_eq!(g.map(512), (1, 0));
+        assert_eq!(g.map(1024 + 7), (2, 7));
+        assert_eq!(g.map(1536), (0, 512));
+    }
+
+    #[test]
+    fn pieces_never_cross_a_chunk() {
+        let g = Geometry::new(RaidLevel::Raid5, 3, 1024).expect("geometry");
+        let pieces: Vec<_> = g.pieces(1000, 3000).collect();
+        assert_eq!(pieces.iter().map(|p| p.len).sum::<u64>(), 3000);
+        assert_eq!(pieces[0].len, 24);
+        assert_eq!(pieces[1].range_offset, 24);
+        assert!(pieces.iter().all(|p| p.in_chunk + p.len <= 1024));
+    }
+
+    #[test]
+    fn bad_geometries_are_refused() {
+        assert_eq!(
+            Geometry::new(RaidLevel::Raid5, 3, 1000),
+            Err(GeometryError::BadUnit(1000))
+        );
+        assert_eq!(
+            Geometry::new(RaidLevel::Raid5, 3, 256),
+            Err(GeometryError::BadUnit(256))
+        );
+        assert!(Geometry::new(RaidLevel::Raid5, 1, 4096).is_err());
+    }
+}

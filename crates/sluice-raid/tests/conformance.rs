@@ -1,0 +1,190 @@
+//! The device conformance suite over RAID 0 and RAID 5 arrays: memory
+//! members of several widths and stripe units, a RAID 5 with a member
+//! missing from the start, one whose member fails mid-run, and one over
+//! power-loss members (the durability check).
+
+use std::sync::{Arc, Mutex};
+
+use sluice_raid::{Geometry, RaidDevice, RaidLevel};
+use sluice_storage::{
+    BlockDevice, FaultInjectionDevice, FaultRule, MemDevice, PowerLossConfig, PowerLossDevice,
+};
+use sluice_testkit::conformance::{Access, Subject};
+
+/// Volume size the suite works in.
+const SIZE: u64 = 4 << 20;
+
+/// Members sized so the volume is at least `SIZE`.
+fn member_size(level: RaidLevel, members: usize, unit: u64) -> u64 {
+    let geometry = Geometry::new(level, members, unit).expect("geometry");
+    SIZE.div_ceil(geometry.stripe_bytes()) * unit
+}
+
+fn array(
+    level: RaidLevel,
+    unit: u64,
+    members: Vec<Option<Arc<dyn BlockDevice>>>,
+) -> Arc<dyn BlockDevice> {
+    let geometry = Geometry::new(level, members.len(), unit).expect("geometry");
+    Arc::new(RaidDevice::new(geometry, members).expect("assemble the array"))
+}
+
+fn mem_members(
+    level: RaidLevel,
+    n: usize,
+    unit: u64,
+    access: Access,
+) -> Vec<Option<Arc<dyn BlockDevice>>> {
+    let size = member_size(level, n, unit);
+    (0..n)
+        .map(|_| {
+            Some(Arc::new(MemDevice::new(size, access == Access::ReadOnly)) as Arc<dyn BlockDevice>)
+        })
+        .collect()
+}
+
+fn over_mem(level: RaidLevel, n: usize, unit: u64) -> impl Fn(Access) -> Subject {
+    move |access| Subject::new(array(level, unit, mem_members(level, n, unit, access)))
+}
+
+/// A memory device that says its calls may block, so the default
+/// fan-out runs its requests on threads.
+#[derive(Debug)]
+struct Blocking(Arc<dyn BlockDevice>);
+
+impl sluice_storage::DeviceLayer for Blocking {
+    fn inner(&self) -> &dyn BlockDevice {
+        self.0.as_ref()
+    }
+    fn capability(&self) -> sluice_storage::Capability {
+        sluice_storage::Capability {
+            blocking: sluice_storage::BlockingClass::Always,
+            ..self.0.capability()
+        }
+    }
+}
+
+/// RAID 5 over members whose calls may block (threaded fan-out), one
+/// of them missing when `missing` says so.
+fn raid5_blocking(n: usize, unit: u64, missing: Option<usize>) -> impl Fn(Access) -> Subject {
+    move |access| {
+        let mut members: Vec<Option<Arc<dyn BlockDevice>>> =
+            mem_members(RaidLevel::Raid5, n, unit, access)
+                .into_iter()
+                .map(|m| m.map(|m| Arc::new(Blocking(m)) as Arc<dyn BlockDevice>))
+                .collect();
+        if let Some(i) = missing {
+            members[i] = None;
+        }
+        Subject::new(array(RaidLevel::Raid5, unit, members))
+    }
+}
+
+/// RAID 5 with member `missing` absent from the start.
+fn raid5_missing(n: usize, unit: u64, missing: usize) -> impl Fn(Access) -> Subject {
+    move |access| {
+        let mut members = mem_members(RaidLevel::Raid5, n, unit, access);
+        members[missing] = None;
+        Subject::new(array(RaidLevel::Raid5, unit, members))
+    }
+}
+
+/// RAID 5 whose member 1 fails every request after its 40th; `seen`
+/// collects the failing members so a test can check they did fail.
+fn raid5_failing_into(
+    access: Access,
+    seen: Option<&Mutex<Vec<Arc<FaultInjectionDevice>>>>,
+) -> Subject {
+    let unit = 4096;
+    let mut members = mem_members(RaidLevel::Raid5, 3, unit, access);
+    let rule: FaultRule = "all:eio:after=40".parse().expect("fault rule");
+    let inner = members[1].take().expect("member 1");
+    let failing = Arc::new(FaultInjectionDevice::new(inner, "member 1", vec![rule]));
+    if let Some(seen) = seen {
+        seen.lock()
+            .expect("not poisoned")
+            .push(Arc::clone(&failing));
+    }
+    members[1] = Some(failing);
+    Subject::new(array(RaidLevel::Raid5, unit, members))
+}
+
+fn raid5_failing(access: Access) -> Subject {
+    raid5_failing_into(access, None)
+}
+
+#[test]
+fn the_failing_member_does_fail_during_the_suite() {
+    let seen = Mutex::new(Vec::new());
+    let factory = |access| raid5_failing_into(access, Some(&seen));
+    assert_eq!(
+        sluice_testkit::conformance::operation_sequences_match_a_model(&factory),
+        Ok(sluice_testkit::conformance::Outcome::Passed)
+    );
+    let seen = seen.lock().expect("not poisoned");
+    assert!(
+        seen.iter().any(|m| m.injected() > 0),
+        "no request failed on the failing member: the stack never ran degraded"
+    );
+}
+
+/// RAID 5 over simulated disks with volatile caches; a crash cuts the
+/// power of all of them and reassembles the array.
+fn raid5_power_loss(access: Access) -> Subject {
+    let unit = 4096;
+    let disks: Vec<Arc<PowerLossDevice>> = mem_members(RaidLevel::Raid5, 3, unit, access)
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            Arc::new(PowerLossDevice::new(
+                m.expect("member"),
+                PowerLossConfig {
+                    seed: 7 + i as u64,
+                    early_write_percent: 40,
+                    torn_percent: 30,
+                    max_cached_bytes: 1 << 20,
+                },
+            ))
+        })
+        .collect();
+    let members = || {
+        disks
+            .iter()
+            .map(|d| Some(Arc::clone(d) as Arc<dyn BlockDevice>))
+            .collect::<Vec<_>>()
+    };
+    let device = array(RaidLevel::Raid5, unit, members());
+    let after = members();
+    let crashing = disks.clone();
+    Subject::new(device).with_crash(move || {
+        for disk in &crashing {
+            disk.power_loss();
+        }
+        array(RaidLevel::Raid5, unit, after)
+    })
+}
+
+sluice_testkit::conformance_tests! {
+    raid0_two_mem_4k => over_mem(RaidLevel::Raid0, 2, 4096),
+    raid0_three_mem_512 => over_mem(RaidLevel::Raid0, 3, 512),
+    raid0_five_mem_64k => over_mem(RaidLevel::Raid0, 5, 64 << 10),
+    raid5_two_mem_4k => over_mem(RaidLevel::Raid5, 2, 4096),
+    raid5_three_mem_4k => over_mem(RaidLevel::Raid5, 3, 4096),
+    raid5_three_mem_512 => over_mem(RaidLevel::Raid5, 3, 512),
+    raid5_three_mem_16k => over_mem(RaidLevel::Raid5, 3, 16 << 10),
+    raid5_five_mem_64k => over_mem(RaidLevel::Raid5, 5, 64 << 10),
+    raid5_five_mem_4k => over_mem(RaidLevel::Raid5, 5, 4096),
+    raid5_three_missing_first => raid5_missing(3, 4096, 0),
+    raid5_four_missing_last => raid5_missing(4, 8192, 3),
+    raid5_member_fails_mid_run => raid5_failing,
+    raid5_over_power_loss => raid5_power_loss,
+    raid5_four_blocking_4k => raid5_blocking(4, 4096, None),
+    raid5_three_blocking_missing_one => raid5_blocking(3, 4096, Some(1)),
+    raid0_three_blocking => |access| {
+        let members = mem_members(RaidLevel::Raid0, 3, 4096, access)
+            .into_iter()
+            .map(|m| m.map(|m| Arc::new(Blocking(m)) as Arc<dyn BlockDevice>))
+            .collect();
+        Subject::new(array(RaidLevel::Raid0, 4096, members))
+    },
+}
