@@ -1,3 +1,5 @@
+#![allow(clippy::unwrap_used)]
+
 //! Byte-vector tests: exact bytes of every transmission frame in, exact
 //! values out and back, written from the layouts in `docs/protocol.md`;
 //! and one test per kind of bad input.
