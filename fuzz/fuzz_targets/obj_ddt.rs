@@ -20,7 +20,11 @@ fuzz_target!(|data: &[u8]| {
     if data.len() < 17 {
         return;
     }
-    let kind = if data[0] & 1 != 0 { DdtKind::Strided } else { DdtKind::Sgl };
+    let kind = if data[0] & 1 != 0 {
+        DdtKind::Strided
+    } else {
+        DdtKind::Sgl
+    };
     let limits = Limits {
         max_segments: u32::from(data[0] >> 1) + 1,
         max_payload: 1 << 20,

@@ -41,7 +41,11 @@ impl PartitionCatalog for Catalog {
 
 /// Output and a printable outcome of feeding `stream` in pieces.
 fn server(tls: TlsPolicy, stream: &[u8], sizes: Option<&[u8]>) -> (Vec<u8>, String) {
-    let mut s = ServerHandshake::new(HandshakeConfig { tls, features: Features::NEGOTIABLE, ..Default::default() });
+    let mut s = ServerHandshake::new(HandshakeConfig {
+        tls,
+        features: Features::NEGOTIABLE,
+        ..Default::default()
+    });
     let mut out = s.poll_output();
     let (mut arrived, mut used_total, mut i) = (0usize, 0usize, 0usize);
     loop {

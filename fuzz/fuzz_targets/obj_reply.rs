@@ -44,8 +44,12 @@ fuzz_target!(|data: &[u8]| {
                         v
                     })
                     .collect();
-                let entries: Vec<(u64, &[u8])> =
-                    page.entries.iter().zip(&lists).map(|(e, l)| (e.object, l.as_slice())).collect();
+                let entries: Vec<(u64, &[u8])> = page
+                    .entries
+                    .iter()
+                    .zip(&lists)
+                    .map(|(e, l)| (e.object, l.as_slice()))
+                    .collect();
                 let mut again = Vec::new();
                 encode_page(page.next, &entries, &mut again);
                 assert_eq!(again, body);

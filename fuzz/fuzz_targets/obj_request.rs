@@ -32,7 +32,10 @@ fn check(ddt: &Ddt<'_>, limits: &Limits, data: Option<&[u8]>) {
     let mut total = 0u64;
     let mut n = 0u32;
     for s in ddt.segments() {
-        assert!(s.offset.checked_add(s.length).is_some(), "segment overflows");
+        assert!(
+            s.offset.checked_add(s.length).is_some(),
+            "segment overflows"
+        );
         if ddt.kind() != DdtKind::Contiguous {
             assert!(s.length > 0, "empty segment accepted");
         }
@@ -60,9 +63,9 @@ fn run(session: &Negotiated, h: &RequestHeader, payload: &[u8]) {
     assert_eq!(req.id, h.id);
     let limits = &session.limits;
     match req.command {
-        Command::Read { ddt, .. } | Command::Punch { ddt, .. } | Command::ExtentRead { ddt, .. } => {
-            check(&ddt, limits, None)
-        }
+        Command::Read { ddt, .. }
+        | Command::Punch { ddt, .. }
+        | Command::ExtentRead { ddt, .. } => check(&ddt, limits, None),
         Command::Write { ddt, data, .. }
         | Command::CreateAndWrite { ddt, data, .. }
         | Command::ExtentWrite { ddt, data, .. } => check(&ddt, limits, Some(data)),
@@ -90,7 +93,12 @@ fuzz_target!(|data: &[u8]| {
         limits,
         partition: 0,
         tls: false,
-        exports: vec![AttachedExport { handle: 1, name: "vol".into(), size: 1 << 20, read_only: false }],
+        exports: vec![AttachedExport {
+            handle: 1,
+            name: "vol".into(),
+            size: 1 << 20,
+            read_only: false,
+        }],
     };
     let mut stream = &data[n..];
     loop {
@@ -100,12 +108,17 @@ fuzz_target!(|data: &[u8]| {
         };
         let mut again = Vec::new();
         h.encode(&mut again);
-        assert_eq!(again, stream[..REQUEST_HEADER_LEN], "header does not re-encode");
+        assert_eq!(
+            again,
+            stream[..REQUEST_HEADER_LEN],
+            "header does not re-encode"
+        );
         let Ok(len) = h.check_frame(&limits) else {
             return;
         };
         assert!(len <= u64::from(limits.max_payload));
-        let Some(payload) = stream.get(REQUEST_HEADER_LEN..REQUEST_HEADER_LEN + len as usize) else {
+        let Some(payload) = stream.get(REQUEST_HEADER_LEN..REQUEST_HEADER_LEN + len as usize)
+        else {
             return;
         };
         if h.opcode == OP_BATCH {
