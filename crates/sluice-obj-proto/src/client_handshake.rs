@@ -21,9 +21,6 @@ pub struct ClientHandshakeConfig {
     pub exports: Vec<String>,
 }
 
-/// The session the client entered.
-pub type Established = Negotiated;
-
 /// Where the handshake stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClientStatus {
@@ -33,7 +30,7 @@ pub enum ClientStatus {
     /// over TLS. Unconsumed input belongs to TLS.
     StartTls,
     /// Enter transmission.
-    Done(Box<Established>),
+    Done(Box<Negotiated>),
 }
 
 /// Why the handshake failed.

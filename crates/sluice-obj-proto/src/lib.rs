@@ -20,7 +20,7 @@ mod wire;
 
 pub use attr::{AttrError, AttrOp, AttrOps, AttrValue};
 pub use client_handshake::{
-    ClientHandshake, ClientHandshakeConfig, ClientHandshakeError, ClientStatus, Established,
+    ClientHandshake, ClientHandshakeConfig, ClientHandshakeError, ClientStatus,
 };
 pub use consts::{Features, Limits};
 pub use ddt::{
@@ -36,5 +36,5 @@ pub use reply::{
 };
 pub use request::{
     encode_query_range, Batch, Command, FlushScope, FrameError, Opcode, QueryRange, QueryRanges,
-    Rejected, Request, RequestHeader, Session,
+    Rejected, Request, RequestHeader,
 };

@@ -1,5 +1,5 @@
 //! Requests: the 64-byte header codec, the framing check that decides
-//! whether the stream is still in sync, and [`Session::validate`], which
+//! whether the stream is still in sync, and [`Negotiated::validate`], which
 //! turns a header and its payload into a [`Request`] whose DDT, attribute
 //! list and parameters are checked once, so executors never re-check
 //! protocol rules.
@@ -378,9 +378,6 @@ fn reject(h: &RequestHeader, code: ErrorCode, message: impl Into<String>) -> Rej
         message: message.into(),
     }
 }
-
-/// What the handshake agreed on: everything needed to validate requests.
-pub type Session = Negotiated;
 
 /// A batch frame's members, each a header and its payload, not yet
 /// validated (each is validated, and answered, on its own).
