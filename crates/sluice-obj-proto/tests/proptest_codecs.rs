@@ -1,0 +1,341 @@
+#![allow(clippy::unwrap_used)]
+
+//! Property tests: every codec round-trips, decoders never panic on
+//! arbitrary bytes, and whatever validation accepts keeps the DDT
+//! invariants the protocol promises.
+
+use proptest::prelude::*;
+use sluice_obj_proto::consts::*;
+use sluice_obj_proto::{
+    encode_sgl, encode_strided, AttrOp, AttrOps, AttrValue, ClientHandshake, ClientHandshakeConfig,
+    Command, Ddt, DdtKind, ErrorCode, Features, HandshakeConfig, HandshakeStatus, Limits,
+    Negotiated, Page, PartitionAccess, PartitionCatalog, ReplyHeader, RequestHeader, Segment,
+    ServerHandshake, TlsPolicy,
+};
+
+const LIMITS: Limits = Limits {
+    max_segments: 64,
+    max_payload: 1 << 20,
+    max_batch: 8,
+    max_attr_size: 64,
+};
+
+fn session() -> Negotiated {
+    Negotiated {
+        version: 1,
+        features: Features::NEGOTIABLE,
+        limits: LIMITS,
+        partition: 0,
+        tls: false,
+        exports: Vec::new(),
+    }
+}
+
+fn edgy_u64() -> impl Strategy<Value = u64> {
+    prop_oneof![
+        any::<u64>(),
+        0..=4096u64,
+        (0..64u32).prop_map(|s| 1u64 << s),
+        (0..64u32).prop_map(|s| u64::MAX >> s),
+    ]
+}
+
+fn header() -> impl Strategy<Value = RequestHeader> {
+    (
+        (any::<u16>(), any::<u16>(), any::<u64>(), any::<u64>()),
+        (any::<u64>(), edgy_u64(), edgy_u64()),
+        (any::<u32>(), any::<u32>(), any::<u32>(), any::<u32>()),
+    )
+        .prop_map(
+            |((flags, opcode, id, partition), (object, offset, length), (d, p, a, l))| {
+                RequestHeader {
+                    flags,
+                    opcode,
+                    id,
+                    partition,
+                    object,
+                    offset,
+                    length,
+                    ddt_len: d,
+                    param_len: p,
+                    attr_len: a,
+                    data_len: l,
+                }
+            },
+        )
+}
+
+fn value() -> impl Strategy<Value = (u8, i64, Vec<u8>)> {
+    (
+        0..3u8,
+        any::<i64>(),
+        proptest::collection::vec(any::<u8>(), 0..64),
+    )
+}
+
+/// Segments a valid SGL may hold: non-empty, not overflowing.
+fn segment() -> impl Strategy<Value = Segment> {
+    (edgy_u64(), 1..=4096u64).prop_map(|(offset, length)| Segment {
+        offset: offset.min(u64::MAX - length),
+        length,
+    })
+}
+
+/// Checks what validation promises of an accepted DDT.
+fn check_invariants(ddt: &Ddt<'_>) {
+    let segs: Vec<_> = ddt.segments().collect();
+    assert_eq!(segs.len() as u32, ddt.segment_count());
+    if ddt.kind() != DdtKind::Contiguous {
+        assert!(!segs.is_empty() && segs.len() as u32 <= LIMITS.max_segments);
+    }
+    let mut total = 0u64;
+    for s in &segs {
+        assert!(s.offset.checked_add(s.length).is_some());
+        if ddt.kind() != DdtKind::Contiguous {
+            assert!(s.length > 0);
+        }
+        total += s.length;
+    }
+    assert_eq!(total, ddt.total());
+    assert!(total <= u64::from(LIMITS.max_payload));
+    if let Ddt::Strided(s) = ddt {
+        assert!(s.stride() >= s.length());
+    }
+}
+
+struct Open;
+impl PartitionCatalog for Open {
+    fn partition(&self, id: u64, _tls: bool) -> PartitionAccess {
+        if id % 2 == 0 {
+            PartitionAccess::Allowed
+        } else {
+            PartitionAccess::Denied
+        }
+    }
+    fn export(&self, _name: &str, _tls: bool) -> (PartitionAccess, u64, bool) {
+        (PartitionAccess::Allowed, 4096, false)
+    }
+}
+
+proptest! {
+    #[test]
+    fn request_header_round_trips(h in header()) {
+        let mut out = Vec::new();
+        h.encode(&mut out);
+        prop_assert_eq!(out.len(), REQUEST_HEADER_LEN);
+        prop_assert_eq!(RequestHeader::decode(&out), Ok(Some(h)));
+    }
+
+    #[test]
+    fn reply_header_round_trips(id in any::<u64>(), real in any::<u64>(), a in any::<u32>(), b in any::<u32>(), code in 1..=u16::MAX, msg in ".{0,40}") {
+        let h = ReplyHeader::ok(id, real, a, b);
+        let mut out = Vec::new();
+        h.encode(&mut out);
+        prop_assert_eq!(ReplyHeader::decode(&out), Ok(Some(h)));
+        let mut out = Vec::new();
+        ReplyHeader::encode_error(id, ErrorCode::from_wire(code), &msg, &mut out);
+        let d = ReplyHeader::decode(&out).unwrap().unwrap();
+        prop_assert_eq!(d.status.map(ErrorCode::wire), Some(code));
+        prop_assert_eq!(&out[REPLY_HEADER_LEN..], msg.as_bytes());
+    }
+
+    #[test]
+    fn sgl_round_trips(segs in proptest::collection::vec(segment(), 1..=64)) {
+        let mut raw = Vec::new();
+        encode_sgl(&segs, &mut raw);
+        let total: u64 = segs.iter().map(|s| s.length).sum();
+        let ddt = Ddt::parse(DdtKind::Sgl, 0, total, &raw, &LIMITS).unwrap();
+        prop_assert_eq!(ddt.segments().collect::<Vec<_>>(), segs);
+        let mut again = Vec::new();
+        ddt.encode(&mut again);
+        prop_assert_eq!(&again, &raw);
+        check_invariants(&ddt);
+    }
+
+    #[test]
+    fn strided_round_trips_or_names_its_fault(offset in edgy_u64(), stride in edgy_u64(), length in 0..=8192u64, count in 0..=80u32) {
+        let mut raw = Vec::new();
+        encode_strided(stride, length, count, &mut raw);
+        let total = length.saturating_mul(u64::from(count));
+        match Ddt::parse(DdtKind::Strided, offset, total, &raw, &LIMITS) {
+            Ok(ddt) => {
+                check_invariants(&ddt);
+                let segs: Vec<_> = ddt.segments().collect();
+                prop_assert_eq!(segs.len() as u32, count);
+                for (i, s) in segs.iter().enumerate() {
+                    prop_assert_eq!(s.offset, offset + stride * i as u64);
+                }
+                let mut again = Vec::new();
+                ddt.encode(&mut again);
+                prop_assert_eq!(&again, &raw);
+            }
+            Err(e) => {
+                // Refused only for a reason the rules name.
+                let valid = count > 0
+                    && count <= LIMITS.max_segments
+                    && length > 0
+                    && stride >= length
+                    && stride.checked_mul(u64::from(count - 1)).and_then(|d| d.checked_add(offset)).and_then(|o| o.checked_add(length)).is_some()
+                    && total <= u64::from(LIMITS.max_payload);
+                prop_assert!(!valid, "valid strided DDT refused: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn attribute_lists_round_trip(entries in proptest::collection::vec((0..3u8, "[a-z]{1,20}", value()), 0..10)) {
+        let texts: Vec<String> = entries.iter().map(|(_, _, (_, _, b))| String::from_utf8_lossy(b).into_owned()).collect();
+        let ops: Vec<AttrOp<'_>> = entries.iter().zip(&texts).map(|((kind, key, (tag, int, bytes)), text)| match kind {
+            0 => AttrOp::Get(key),
+            1 => AttrOp::Remove(key),
+            _ => AttrOp::Set(key, match tag {
+                0 => AttrValue::Integer(*int),
+                1 => AttrValue::Text(text),
+                _ => AttrValue::Bytes(bytes),
+            }),
+        }).collect();
+        // Lossy UTF-8 may grow text past the limit: use a generous one.
+        let mut raw = Vec::new();
+        AttrOps::encode(&ops, &mut raw);
+        let parsed = AttrOps::parse(&raw, 1024).unwrap();
+        prop_assert_eq!(parsed.iter().collect::<Vec<_>>(), ops);
+    }
+
+    #[test]
+    fn validation_never_panics_and_keeps_invariants(h in header(), payload in proptest::collection::vec(any::<u8>(), 0..512), fit in any::<bool>()) {
+        let s = session();
+        let mut h = h;
+        if fit {
+            // Make the region lengths describe this payload so the deep
+            // checks run, not just the length check.
+            let n = payload.len() as u32;
+            let cut = [h.ddt_len % (n + 1), 0, 0];
+            h.ddt_len = cut[0];
+            h.param_len = (h.param_len % (n - h.ddt_len + 1)).min(n - h.ddt_len);
+            h.attr_len = (h.attr_len % (n - h.ddt_len - h.param_len + 1)).min(n - h.ddt_len - h.param_len);
+            h.data_len = n - h.ddt_len - h.param_len - h.attr_len;
+            h.opcode %= 20;
+            h.flags &= 0x3f;
+            h.partition = 0;
+        }
+        if h.opcode == OP_BATCH {
+            if let Ok(members) = s.split_batch(&h, &payload) {
+                for (m, p) in members {
+                    let _ = s.validate(&m, p);
+                }
+            }
+        } else if let Ok(req) = s.validate(&h, &payload) {
+            match req.command {
+                Command::Read { ddt, .. } | Command::Punch { ddt, .. } => check_invariants(&ddt),
+                Command::Write { ddt, data, .. } | Command::CreateAndWrite { ddt, data, .. } => {
+                    check_invariants(&ddt);
+                    prop_assert_eq!(data.len() as u64, ddt.total());
+                }
+                _ => {}
+            }
+        }
+    }
+
+    #[test]
+    fn decoders_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+        let _ = RequestHeader::decode(&bytes);
+        let _ = ReplyHeader::decode(&bytes);
+        let _ = AttrOps::parse(&bytes, 64);
+        let _ = Page::decode(&bytes, 64);
+        let _ = sluice_obj_proto::decode_id_list(&bytes);
+        for kind in [DdtKind::Sgl, DdtKind::Strided] {
+            let _ = Ddt::parse(kind, 0, 0, &bytes, &LIMITS);
+        }
+    }
+
+    #[test]
+    fn handshakes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512), tls in 0..3u8, pieces in proptest::collection::vec(1..64usize, 1..16)) {
+        let tls = [TlsPolicy::Off, TlsPolicy::Optional, TlsPolicy::Required][tls as usize];
+        let mut s = ServerHandshake::new(HandshakeConfig { tls, features: Features::NEGOTIABLE, limits: LIMITS });
+        let mut c = ClientHandshake::new(ClientHandshakeConfig { partition: 2, ..Default::default() });
+        let (mut fed, mut at_s, mut at_c) = (0, 0, 0);
+        for p in pieces.iter().cycle().take(64) {
+            fed = (fed + p).min(bytes.len());
+            if let Ok((used, status)) = s.handle_input(&bytes[at_s..fed], &Open) {
+                prop_assert!(at_s + used <= fed);
+                at_s += used;
+                if matches!(status, HandshakeStatus::Done(_) | HandshakeStatus::Aborted) {
+                    break;
+                }
+            } else {
+                break;
+            }
+            if let Ok((used, _)) = c.handle_input(&bytes[at_c..fed]) {
+                prop_assert!(at_c + used <= fed);
+                at_c += used;
+            }
+        }
+    }
+}
+
+proptest! {
+    /// Requests built from their parts validate back to the same parts:
+    /// a WRITE with an SGL or strided DDT, attributes riding on it, and
+    /// the data in list order.
+    #[test]
+    fn built_writes_validate_to_their_parts(
+        sgl in proptest::collection::vec(segment(), 1..=16),
+        strided in (edgy_u64(), 1..=64u64, 0..=64u64, 1..=16u32),
+        use_sgl in any::<bool>(),
+        key in "[a-z]{1,8}",
+        int in any::<i64>(),
+        id in any::<u64>(),
+        object in any::<u64>(),
+    ) {
+        let mut ddt = Vec::new();
+        let (flags, offset, segs) = if use_sgl {
+            encode_sgl(&sgl, &mut ddt);
+            (DDT_SGL, 0, sgl)
+        } else {
+            let (offset, length, gap, count) = strided;
+            let stride = length + gap;
+            let offset = offset.min(u64::MAX - stride * u64::from(count));
+            encode_strided(stride, length, count, &mut ddt);
+            let segs = (0..u64::from(count))
+                .map(|i| Segment { offset: offset + i * stride, length })
+                .collect();
+            (DDT_STRIDED, offset, segs)
+        };
+        let total: u64 = segs.iter().map(|s| s.length).sum();
+        let data: Vec<u8> = (0..total).map(|i| i as u8).collect();
+        let attrs_ops = [AttrOp::Set(&key, AttrValue::Integer(int)), AttrOp::Get("sluice.length")];
+        let mut attrs = Vec::new();
+        AttrOps::encode(&attrs_ops, &mut attrs);
+        let h = RequestHeader {
+            flags: flags | FLAG_FUA,
+            opcode: OP_WRITE,
+            id,
+            partition: 0,
+            object,
+            offset,
+            length: total,
+            ddt_len: ddt.len() as u32,
+            param_len: 0,
+            attr_len: attrs.len() as u32,
+            data_len: data.len() as u32,
+        };
+        let mut frame = Vec::new();
+        h.encode(&mut frame);
+        frame.extend_from_slice(&ddt);
+        frame.extend_from_slice(&attrs);
+        frame.extend_from_slice(&data);
+        let decoded = RequestHeader::decode(&frame).unwrap().unwrap();
+        prop_assert_eq!(decoded.check_frame(&LIMITS), Ok(frame.len() as u64 - 64));
+        let req = session().validate(&decoded, &frame[REQUEST_HEADER_LEN..]).unwrap();
+        prop_assert_eq!(req.id, id);
+        prop_assert!(req.fua);
+        prop_assert_eq!(req.attrs.iter().collect::<Vec<_>>(), attrs_ops);
+        let Command::Write { object: o, ddt, data: d } = req.command else {
+            panic!("not a write: {:?}", req.command)
+        };
+        prop_assert_eq!(o, object);
+        prop_assert_eq!(d, data.as_slice());
+        prop_assert_eq!(ddt.segments().collect::<Vec<_>>(), segs);
+        check_invariants(&ddt);
+    }
+}

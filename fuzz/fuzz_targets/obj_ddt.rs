@@ -1,0 +1,51 @@
+//! DDT bytes alone: an SGL or strided DDT parsed against fuzzed limits
+//! never panics, and one it accepts re-encodes to the same bytes and
+//! keeps its invariants.
+//!
+//! Input layout:
+//!
+//! ```text
+//! 0       bit 0: strided (else SGL); max_segments = (b >> 1) + 1
+//! 1..9    master offset (u64 BE)
+//! 9..17   header length (u64 BE)
+//! 17..    DDT bytes
+//! ```
+
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use sluice_obj_proto::{Ddt, DdtKind, Limits};
+
+fuzz_target!(|data: &[u8]| {
+    if data.len() < 17 {
+        return;
+    }
+    let kind = if data[0] & 1 != 0 {
+        DdtKind::Strided
+    } else {
+        DdtKind::Sgl
+    };
+    let limits = Limits {
+        max_segments: u32::from(data[0] >> 1) + 1,
+        max_payload: 1 << 20,
+        ..Limits::default()
+    };
+    let offset = u64::from_be_bytes(data[1..9].try_into().expect("8 bytes"));
+    let length = u64::from_be_bytes(data[9..17].try_into().expect("8 bytes"));
+    let raw = &data[17..];
+    let Ok(ddt) = Ddt::parse(kind, offset, length, raw, &limits) else {
+        return;
+    };
+    let mut again = Vec::new();
+    ddt.encode(&mut again);
+    assert_eq!(again, raw);
+    assert_eq!(ddt.total(), length);
+    assert_eq!(ddt.master_offset(), offset);
+    let mut total = 0u64;
+    for s in ddt.segments() {
+        assert!(s.length > 0 && s.offset.checked_add(s.length).is_some());
+        total += s.length;
+    }
+    assert_eq!(total, length);
+    assert!(ddt.segment_count() >= 1 && ddt.segment_count() <= limits.max_segments);
+});
