@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)] // helper functions outside #[test] unwrap too
 //! Attributes, listing, query and typed errors.
 
 use std::time::Instant;

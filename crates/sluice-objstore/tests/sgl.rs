@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)] // helper functions outside #[test] unwrap too
 //! Random scatter/gather writes, appends, punches and reads against an
 //! in-memory model of one object (overlaps, holes, past-the-end).
 

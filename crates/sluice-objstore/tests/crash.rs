@@ -1,0 +1,218 @@
+#![allow(clippy::unwrap_used)] // helper functions outside #[test] unwrap too
+//! Kill -9 at random points: a child process (this test binary run
+//! again) appends to objects with attributes riding on each append,
+//! flushes now and then and reports what it flushed; the parent kills it
+//! with SIGKILL, reopens the store and checks that every flushed byte
+//! and attribute is there and that every attribute set is whole.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use sluice_objstore::{
+    AttrValue, ObjectId, ObjectRef, ObjectStore, PartitionId, Segment, WriteOptions,
+};
+use sluice_types::splitmix64;
+
+const OBJECTS: u64 = 4;
+const PARTITION: PartitionId = PartitionId(0x5eed);
+const CHILD_ENV: &str = "SLUICE_OBJSTORE_CRASH_CHILD";
+
+/// The byte every object holds at every offset.
+fn byte_at(object: ObjectId, offset: u64) -> u8 {
+    splitmix64(object.0 ^ (offset / 8).wrapping_mul(0x100_0000_01b3)).to_le_bytes()
+        [(offset % 8) as usize]
+}
+
+fn int(attrs: &[(String, AttrValue)], key: &str) -> Option<i64> {
+    attrs
+        .iter()
+        .find(|(k, _)| k == key)
+        .and_then(|(_, v)| match v {
+            AttrValue::Integer(n) => Some(*n),
+            _ => None,
+        })
+}
+
+fn objects(store: &ObjectStore) -> Vec<ObjectRef> {
+    let page = store
+        .list(PARTITION, None, None, OBJECTS as usize, false)
+        .unwrap();
+    page.entries
+        .iter()
+        .map(|e| ObjectRef {
+            partition: PARTITION,
+            object: e.object,
+        })
+        .collect()
+}
+
+/// The child: appends until killed. Each append carries `count` and
+/// `mirror` (equal in every set) and `len` (the length after it).
+/// Prints `F i:len:count ...` after each flush and `D i len count`
+/// after each durable append, for the parent to hold the store to.
+#[test]
+fn crash_child() {
+    let Ok(dir) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let seed: u64 = std::env::var("SLUICE_OBJSTORE_CRASH_SEED")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let store = ObjectStore::open(&dir).unwrap();
+    let objs = objects(&store);
+    let mut rng = fastrand::Rng::with_seed(seed);
+    for step in 0u64.. {
+        let i = rng.usize(..objs.len());
+        let obj = objs[i];
+        let (info, attrs) = store.get_attrs(obj, &[]).unwrap();
+        let count = int(&attrs, "count").unwrap_or(0) + 1;
+        let n = rng.u64(1..6000);
+        let data: Vec<u8> = (info.length..info.length + n)
+            .map(|o| byte_at(obj.object, o))
+            .collect();
+        let durable = rng.u8(..10) == 0;
+        let len = (info.length + n) as i64;
+        let opts = WriteOptions {
+            attrs: vec![
+                ("count".into(), AttrValue::Integer(count)),
+                ("len".into(), AttrValue::Integer(len)),
+                ("mirror".into(), AttrValue::Integer(count)),
+            ],
+            durable,
+        };
+        if rng.bool() {
+            store.append(obj, &data, &opts).unwrap();
+        } else {
+            store
+                .write(obj, &[Segment::new(info.length, n)], &data, &opts)
+                .unwrap();
+        }
+        if durable {
+            println!("D {i} {len} {count}");
+        }
+        if step % 7 == 6 {
+            store.flush_partition(PARTITION).unwrap();
+            let mut line = String::from("F");
+            for (j, o) in objs.iter().enumerate() {
+                let (info, attrs) = store.get_attrs(*o, &["count"]).unwrap();
+                line += &format!(" {j}:{}:{}", info.length, int(&attrs, "count").unwrap_or(0));
+            }
+            println!("{line}");
+        }
+    }
+}
+
+#[test]
+fn flushed_data_and_attributes_survive_kill_9() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = ObjectStore::open(dir.path()).unwrap();
+        store.create_partition(PARTITION).unwrap();
+        store
+            .create(
+                PARTITION,
+                None,
+                OBJECTS as u32,
+                &WriteOptions {
+                    durable: true,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+    }
+    // Per object: the length and count the store must keep.
+    let mut floor = vec![(0u64, 0i64); OBJECTS as usize];
+    let mut rng = fastrand::Rng::with_seed(0xc0ffee);
+    let cycles = 40;
+    for cycle in 0..cycles {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "crash_child", "--nocapture", "--test-threads=1"])
+            .env(CHILD_ENV, dir.path())
+            .env("SLUICE_OBJSTORE_CRASH_SEED", cycle.to_string())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        // Wait for the child to start working, then kill it at a random
+        // point.
+        let first = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("child reports progress");
+        std::thread::sleep(Duration::from_millis(rng.u64(0..60)));
+        child.kill().unwrap(); // SIGKILL
+        child.wait().unwrap();
+        reader.join().unwrap();
+        for line in std::iter::once(first).chain(rx.try_iter()) {
+            let words: Vec<&str> = line.split_whitespace().collect();
+            match words.first() {
+                Some(&"F") => {
+                    for w in &words[1..] {
+                        let f: Vec<u64> = w.split(':').map(|x| x.parse().unwrap()).collect();
+                        let slot = &mut floor[f[0] as usize];
+                        *slot = (slot.0.max(f[1]), slot.1.max(f[2] as i64));
+                    }
+                }
+                Some(&"D") => {
+                    let i: usize = words[1].parse().unwrap();
+                    let slot = &mut floor[i];
+                    *slot = (
+                        slot.0.max(words[2].parse().unwrap()),
+                        slot.1.max(words[3].parse().unwrap()),
+                    );
+                }
+                _ => {}
+            }
+        }
+        let store = ObjectStore::open(dir.path()).unwrap();
+        for (i, obj) in objects(&store).into_iter().enumerate() {
+            let (info, attrs) = store.get_attrs(obj, &[]).unwrap();
+            let count = int(&attrs, "count").unwrap_or(0);
+            assert_eq!(
+                Some(count),
+                int(&attrs, "mirror").or(Some(0)),
+                "cycle {cycle}: {obj}: a torn attribute set"
+            );
+            assert_eq!(
+                info.length as i64,
+                int(&attrs, "len").unwrap_or(0),
+                "cycle {cycle}: {obj}: length and attributes of one append disagree"
+            );
+            let (min_len, min_count) = floor[i];
+            assert!(
+                info.length >= min_len,
+                "cycle {cycle}: {obj}: length {} lost flushed bytes (flushed {min_len})",
+                info.length
+            );
+            assert!(
+                count >= min_count,
+                "cycle {cycle}: {obj}: count {count} lost a flushed set (flushed {min_count})"
+            );
+            let got = store
+                .read(obj, &[Segment::new(0, info.length)], &[])
+                .unwrap();
+            assert_eq!(got.real, info.length);
+            if let Some(bad) =
+                (0..info.length).find(|&o| got.data[o as usize] != byte_at(obj.object, o))
+            {
+                panic!(
+                    "cycle {cycle}: {obj}: wrong byte at offset {bad} of {}",
+                    info.length
+                );
+            }
+        }
+    }
+    eprintln!("{cycles} kill -9 cycles; final lengths and counts at least {floor:?}");
+}
