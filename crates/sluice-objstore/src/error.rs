@@ -45,6 +45,20 @@ pub enum ObjStoreError {
         len: u64,
         limit: u64,
     },
+    /// A read whose segments add up to more than one read returns.
+    #[error("{object}: a read of {len} bytes is over the limit of {limit}")]
+    ReadTooLarge {
+        object: ObjectRef,
+        len: u64,
+        limit: u64,
+    },
+    /// A create of more objects than one create makes.
+    #[error("create of {count} objects in partition {partition} is over the limit of {limit}")]
+    CreateCount {
+        partition: PartitionId,
+        count: u32,
+        limit: u32,
+    },
     /// A data buffer whose length is not the segments' total.
     #[error("{object}: segments cover {expected} bytes but {got} were given")]
     PayloadLength {

@@ -56,6 +56,8 @@ pub mod limits {
     pub const OBJECT_END: u64 = 1 << 62;
     /// Most objects one create makes.
     pub const CREATE_COUNT: u32 = 65536;
+    /// Most bytes one read returns (its segments' total).
+    pub const READ_BYTES: u64 = 1 << 30;
 }
 
 const STRIPES: usize = 64;
@@ -344,6 +346,60 @@ fn check_collection(
     })
 }
 
+/// Takes `count` fresh object ids; returns the first.
+fn allocate_ids(tx: &Connection, count: u32) -> Result<i64, ObjStoreError> {
+    let first: i64 = tx
+        .query_row("SELECT next_object FROM store", [], |r| r.get(0))
+        .meta("read next object id")?;
+    tx.execute(
+        "UPDATE store SET next_object = next_object + ?1",
+        [i64::from(count)],
+    )
+    .meta("advance next object id")?;
+    Ok(first)
+}
+
+/// Inserts objects `first..first + count` with `length` and `attrs`.
+#[allow(clippy::too_many_arguments)] // one call site per create form
+fn insert_objects(
+    tx: &Connection,
+    partition: PartitionId,
+    collection: Option<&str>,
+    first: i64,
+    count: u32,
+    length: u64,
+    attrs: &[(String, AttrValue)],
+    at: i64,
+) -> Result<Vec<ObjectId>, ObjStoreError> {
+    let mut insert = tx
+        .prepare_cached(
+            "INSERT INTO objects (partition, id, length, created, data_modified, attrs_modified)
+             VALUES (?1, ?2, ?3, ?4, ?4, ?4)",
+        )
+        .meta("prepare create")?;
+    let mut member = tx
+        .prepare_cached("INSERT INTO members (partition, collection, object) VALUES (?1, ?2, ?3)")
+        .meta("prepare collection member")?;
+    let mut ids = Vec::with_capacity(count as usize);
+    for id in first..first + i64::from(count) {
+        insert
+            .execute(params![partition.0 as i64, id, length as i64, at])
+            .meta("create object")?;
+        if let Some(name) = collection {
+            member
+                .execute(params![partition.0 as i64, name, id])
+                .meta("add collection member")?;
+        }
+        let object = ObjectRef {
+            partition,
+            object: ObjectId(id as u64),
+        };
+        write_attrs(tx, object, attrs, at)?;
+        ids.push(object.object);
+    }
+    Ok(ids)
+}
+
 impl ObjectStore {
     /// Opens the store in `root`, creating the folder and database if
     /// missing.
@@ -502,7 +558,13 @@ impl ObjectStore {
         opts: &WriteOptions,
     ) -> Result<Vec<ObjectId>, ObjStoreError> {
         check_attrs(&opts.attrs)?;
-        let count = count.min(limits::CREATE_COUNT);
+        if count > limits::CREATE_COUNT {
+            return Err(ObjStoreError::CreateCount {
+                partition,
+                count,
+                limit: limits::CREATE_COUNT,
+            });
+        }
         let mut conn = self.conn();
         match collection {
             Some(name) => check_collection(&conn, partition, name)?,
@@ -510,44 +572,8 @@ impl ObjectStore {
         }
         let at = now();
         meta::transact(&mut conn, opts.durable, |tx| {
-            let first: i64 = tx
-                .query_row("SELECT next_object FROM store", [], |r| r.get(0))
-                .meta("read next object id")?;
-            tx.execute(
-                "UPDATE store SET next_object = next_object + ?1",
-                [i64::from(count)],
-            )
-            .meta("advance next object id")?;
-            let mut insert = tx
-                .prepare_cached(
-                    "INSERT INTO objects (partition, id, length, created, data_modified, attrs_modified)
-                     VALUES (?1, ?2, 0, ?3, ?3, ?3)",
-                )
-                .meta("prepare create")?;
-            let mut member = tx
-                .prepare_cached(
-                    "INSERT INTO members (partition, collection, object) VALUES (?1, ?2, ?3)",
-                )
-                .meta("prepare collection member")?;
-            let mut ids = Vec::with_capacity(count as usize);
-            for k in 0..i64::from(count) {
-                let id = first + k;
-                insert
-                    .execute(params![partition.0 as i64, id, at])
-                    .meta("create object")?;
-                if let Some(name) = collection {
-                    member
-                        .execute(params![partition.0 as i64, name, id])
-                        .meta("add collection member")?;
-                }
-                let object = ObjectRef {
-                    partition,
-                    object: ObjectId(id as u64),
-                };
-                write_attrs(tx, object, &opts.attrs, at)?;
-                ids.push(object.object);
-            }
-            Ok(ids)
+            let first = allocate_ids(tx, count)?;
+            insert_objects(tx, partition, collection, first, count, 0, &opts.attrs, at)
         })
     }
 
@@ -668,6 +694,13 @@ impl ObjectStore {
         attr_keys: &[&str],
     ) -> Result<ReadResult, ObjStoreError> {
         let total = check_segments(object, segments)?;
+        if total > limits::READ_BYTES {
+            return Err(ObjStoreError::ReadTooLarge {
+                object,
+                len: total,
+                limit: limits::READ_BYTES,
+            });
+        }
         let _guard = self
             .stripe(object)
             .read()
@@ -763,7 +796,10 @@ impl ObjectStore {
     }
 
     /// Creates one object holding `data` from offset 0, with
-    /// `opts.attrs`.
+    /// `opts.attrs`, whole or not at all: the id is taken first, the data
+    /// written to the new object's file, and then the object, its length
+    /// and its attributes appear in one transaction. (A crash before that
+    /// transaction leaves a file no object names; ids are never reused.)
     pub fn create_and_write(
         &self,
         partition: PartitionId,
@@ -772,21 +808,40 @@ impl ObjectStore {
         opts: &WriteOptions,
     ) -> Result<ObjectId, ObjStoreError> {
         check_attrs(&opts.attrs)?;
-        // The object is created without its attributes; they commit with
-        // its data, so no reader sees one without the other.
-        let plain = WriteOptions::default();
-        let ids = self.create(partition, collection, 1, &plain)?;
-        let id = ids[0];
-        self.write(
-            ObjectRef {
+        let first = {
+            let mut conn = self.conn();
+            match collection {
+                Some(name) => check_collection(&conn, partition, name)?,
+                None => check_partition(&conn, partition)?,
+            }
+            meta::transact(&mut conn, false, |tx| allocate_ids(tx, 1))?
+        };
+        let object = ObjectRef {
+            partition,
+            object: ObjectId(first as u64),
+        };
+        let segment = [Segment::new(0, data.len() as u64)];
+        check_segments(object, &segment)?;
+        if !data.is_empty() {
+            self.write_data(object, opts.durable, |file| {
+                data::write_segments(file, &segment, data)
+            })?;
+        }
+        let at = now();
+        let mut conn = self.conn();
+        meta::transact(&mut conn, opts.durable, |tx| {
+            insert_objects(
+                tx,
                 partition,
-                object: id,
-            },
-            &[Segment::new(0, data.len() as u64)],
-            data,
-            opts,
-        )?;
-        Ok(id)
+                collection,
+                first,
+                1,
+                data.len() as u64,
+                &opts.attrs,
+                at,
+            )
+        })?;
+        Ok(object.object)
     }
 
     /// Deallocates `[offset, offset + len)`: it reads as zeros after.

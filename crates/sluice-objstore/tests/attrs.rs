@@ -129,6 +129,22 @@ fn bad_input_gets_typed_errors_naming_what_failed() {
         .write(obj, &[Segment::new(0, 3)], b"ab", &WriteOptions::default())
         .unwrap_err();
     assert!(matches!(e, ObjStoreError::PayloadLength { .. }), "{e}");
+    let e = store
+        .read(
+            obj,
+            &[Segment::new(0, limits::READ_BYTES), Segment::new(0, 1)],
+            &[],
+        )
+        .unwrap_err();
+    assert!(matches!(e, ObjStoreError::ReadTooLarge { .. }), "{e}");
+    let e = store
+        .create(p, None, limits::CREATE_COUNT + 1, &WriteOptions::default())
+        .unwrap_err();
+    assert!(matches!(e, ObjStoreError::CreateCount { .. }), "{e}");
+    let e = store
+        .create_and_write(PartitionId(9), None, b"x", &WriteOptions::default())
+        .unwrap_err();
+    assert!(matches!(e, ObjStoreError::UnknownPartition { .. }), "{e}");
     let e = store.create_partition(p).unwrap_err();
     assert!(matches!(e, ObjStoreError::PartitionExists { .. }), "{e}");
 }

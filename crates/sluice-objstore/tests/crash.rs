@@ -17,6 +17,7 @@ use sluice_types::splitmix64;
 
 const OBJECTS: u64 = 4;
 const PARTITION: PartitionId = PartitionId(0x5eed);
+const COLLECTION: &str = "crash";
 const CHILD_ENV: &str = "SLUICE_OBJSTORE_CRASH_CHILD";
 
 /// The byte every object holds at every offset.
@@ -94,10 +95,24 @@ fn crash_child() {
             println!("D {i} {len} {count}");
         }
         if step % 7 == 6 {
-            store.flush_partition(PARTITION).unwrap();
+            // Each flush form in turn; the line names what it covered.
+            let covered: Vec<usize> = match step / 7 % 3 {
+                0 => {
+                    store.flush_partition(PARTITION).unwrap();
+                    (0..objs.len()).collect()
+                }
+                1 => {
+                    store.flush_collection(PARTITION, COLLECTION).unwrap();
+                    (0..objs.len()).collect()
+                }
+                _ => {
+                    store.flush_object(obj).unwrap();
+                    vec![i]
+                }
+            };
             let mut line = String::from("F");
-            for (j, o) in objs.iter().enumerate() {
-                let (info, attrs) = store.get_attrs(*o, &["count"]).unwrap();
+            for j in covered {
+                let (info, attrs) = store.get_attrs(objs[j], &["count"]).unwrap();
                 line += &format!(" {j}:{}:{}", info.length, int(&attrs, "count").unwrap_or(0));
             }
             println!("{line}");
@@ -111,10 +126,11 @@ fn flushed_data_and_attributes_survive_kill_9() {
     {
         let store = ObjectStore::open(dir.path()).unwrap();
         store.create_partition(PARTITION).unwrap();
+        store.create_collection(PARTITION, COLLECTION).unwrap();
         store
             .create(
                 PARTITION,
-                None,
+                Some(COLLECTION),
                 OBJECTS as u32,
                 &WriteOptions {
                     durable: true,
