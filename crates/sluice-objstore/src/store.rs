@@ -20,10 +20,13 @@
 //! stripe, then connection; never the reverse.
 //!
 //! Crash safety. Data is written before the transaction that makes it
-//! visible (a new logical length), so after a crash an unflushed append
-//! is whole or absent, and attribute sets are whole or absent (one
-//! transaction). An unflushed overwrite inside the old length may leave
-//! new bytes under old attributes, as on any block device. FLUSH (and
+//! visible (a new logical length), so after the process is killed an
+//! unflushed append is whole or absent; attribute sets are whole or
+//! absent after any crash (one transaction). After a power loss an
+//! unflushed append may come back with its length and attributes but
+//! zeros for its data, since only an fsync orders data before metadata
+//! on disk. An unflushed overwrite inside the old length may leave new
+//! bytes under old attributes, as on any block device. FLUSH (and
 //! `durable` commands) fsync the data files first, then the partition
 //! folder if a file was created in it, then commit with a synced WAL
 //! (see the metadata module), so everything acknowledged before it
