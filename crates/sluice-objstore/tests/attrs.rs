@@ -311,3 +311,42 @@ fn query_over_100k_objects_at_1_percent() {
     );
     assert_eq!(got, ids[50_000..51_000].to_vec());
 }
+
+#[test]
+fn readers_never_see_data_without_the_attributes_set_with_it() {
+    let (_dir, store, p) = store();
+    let id = store.create(p, None, 1, &WriteOptions::default()).unwrap()[0];
+    let obj = ObjectRef {
+        partition: p,
+        object: id,
+    };
+    let segments = [Segment::new(0, 3000), Segment::new(5000, 3000)];
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            for round in 0..1000u32 {
+                let v = (round % 255 + 1) as u8;
+                let opts = WriteOptions {
+                    attrs: attrs(&[("v", AttrValue::Integer(i64::from(v)))]),
+                    durable: false,
+                };
+                store.write(obj, &segments, &[v; 6000], &opts).unwrap();
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        let mut reads = 0;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let got = store.read(obj, &segments, &["v"]).unwrap();
+            let v = match got.attrs.first() {
+                Some((_, AttrValue::Integer(v))) => *v as u8,
+                _ => 0,
+            };
+            assert!(
+                got.data.iter().all(|&b| b == v),
+                "data and attribute v={v} disagree"
+            );
+            reads += 1;
+        }
+        eprintln!("{reads} consistent reads during 1000 writes");
+    });
+}
