@@ -13,6 +13,15 @@ use crate::segments::{buffer_offsets, plan, Segment};
 /// The most iovecs one call takes (Linux's `IOV_MAX`).
 const IOV_MAX: usize = 1024;
 
+/// Segments at most this far apart are done as one span: a read reads
+/// the gap into scratch space, so segments separated by small holes cost
+/// one `preadv`; a write reads the span once, lays its segments over it
+/// and writes it back with one `pwritev` (the kernel has no write to
+/// scattered file offsets). The caller holds the object's write lock, so
+/// no other write changes a gap in between; rewriting a gap with the
+/// bytes it held is harmless if a crash cuts it short.
+const BRIDGE: u64 = 64 * 1024;
+
 /// Reads `segments` (already clamped to the object's logical length) of
 /// `file` into `out`, each at its place in list order; bytes past the
 /// end of the file stay as they are (the caller zeroed them). `lens` are
@@ -36,7 +45,7 @@ pub(crate) fn read_segments(
         rest = tail;
         at = starts[i] + lens[i].len as usize;
     }
-    for run in plan(clamped) {
+    for run in plan(clamped, BRIDGE) {
         if run.overlapping {
             let mut buf = vec![0u8; run.len as usize];
             preadv_all(file, &mut [IoSliceMut::new(&mut buf)], run.offset)?;
@@ -47,11 +56,26 @@ pub(crate) fn read_segments(
                 }
             }
         } else {
-            let mut slices: Vec<IoSliceMut<'_>> = run
-                .members
-                .iter()
-                .filter_map(|&i| chunks[i].take().map(IoSliceMut::new))
-                .collect();
+            // Gaps between members land in one scratch buffer, split
+            // into disjoint pieces.
+            let covered: u64 = run.members.iter().map(|&i| clamped[i].len).sum();
+            let mut scratch = vec![0u8; (run.len - covered) as usize];
+            let mut gaps: &mut [u8] = &mut scratch;
+            let mut slices: Vec<IoSliceMut<'_>> = Vec::with_capacity(2 * run.members.len());
+            let mut pos = run.offset;
+            for &i in &run.members {
+                let s = clamped[i];
+                if s.offset > pos {
+                    let (gap, rest) =
+                        std::mem::take(&mut gaps).split_at_mut((s.offset - pos) as usize);
+                    slices.push(IoSliceMut::new(gap));
+                    gaps = rest;
+                }
+                if let Some(chunk) = chunks[i].take() {
+                    slices.push(IoSliceMut::new(chunk));
+                }
+                pos = s.end();
+            }
             preadv_all(file, &mut slices, run.offset)?;
         }
     }
@@ -59,13 +83,18 @@ pub(crate) fn read_segments(
 }
 
 /// Writes `data` (the segments' bytes in list order) over `segments`;
-/// where segments overlap, the later one in the list wins.
+/// where segments overlap, the later one in the list wins. The caller
+/// holds the object's write lock (see [`BRIDGE`]).
 pub(crate) fn write_segments(file: &File, segments: &[Segment], data: &[u8]) -> io::Result<()> {
     let starts = buffer_offsets(segments);
-    for run in plan(segments) {
-        if run.overlapping {
-            // Assemble the run in list order so later segments win.
+    for run in plan(segments, BRIDGE) {
+        if run.overlapping || run.gapped {
+            // Assemble the run in list order so later segments win, over
+            // the bytes the gaps hold now.
             let mut buf = vec![0u8; run.len as usize];
+            if run.gapped {
+                preadv_all(file, &mut [IoSliceMut::new(&mut buf)], run.offset)?;
+            }
             let mut members = run.members.clone();
             members.sort_unstable();
             for i in members {

@@ -29,12 +29,16 @@ pub(crate) struct Run {
     pub(crate) members: Vec<usize>,
     /// Whether two members cover a common byte.
     pub(crate) overlapping: bool,
+    /// Whether the run bridges a gap no member covers.
+    pub(crate) gapped: bool,
 }
 
-/// Sorts segments by offset and merges those that touch or overlap.
+/// Sorts segments by offset and merges those that touch or overlap, or
+/// (with `bridge` > 0) lie at most `bridge` bytes apart: a read reads
+/// such a gap into scratch space rather than make a second call.
 /// Zero-length segments take no part. Offsets must not overflow (the
 /// store checks this before planning).
-pub(crate) fn plan(segments: &[Segment]) -> Vec<Run> {
+pub(crate) fn plan(segments: &[Segment], bridge: u64) -> Vec<Run> {
     let mut order: Vec<usize> = (0..segments.len())
         .filter(|&i| segments[i].len > 0)
         .collect();
@@ -44,10 +48,13 @@ pub(crate) fn plan(segments: &[Segment]) -> Vec<Run> {
     for i in order {
         let s = segments[i];
         match runs.last_mut() {
-            Some(run) if s.offset <= run.offset + run.len => {
+            Some(run) if s.offset <= run.offset + run.len + bridge => {
                 let end = run.offset + run.len;
                 if s.offset < end {
                     run.overlapping = true;
+                }
+                if s.offset > end {
+                    run.gapped = true;
                 }
                 run.len = end.max(s.end()) - run.offset;
                 run.members.push(i);
@@ -57,6 +64,7 @@ pub(crate) fn plan(segments: &[Segment]) -> Vec<Run> {
                 len: s.len,
                 members: vec![i],
                 overlapping: false,
+                gapped: false,
             }),
         }
     }
@@ -89,12 +97,18 @@ mod tests {
             Segment::new(12, 10),
             Segment::new(50, 0),
         ];
-        let runs = plan(&segs);
+        let runs = plan(&segs, 0);
         assert_eq!(runs.len(), 2);
         assert_eq!((runs[0].offset, runs[0].len), (0, 22));
         assert_eq!(runs[0].members, vec![1, 2, 3]);
-        assert!(runs[0].overlapping);
+        assert!(runs[0].overlapping && !runs[0].gapped);
         assert_eq!((runs[1].offset, runs[1].len), (100, 10));
         assert!(!runs[1].overlapping);
+        // Bridging gaps of up to 78 bytes makes one run.
+        let runs = plan(&segs, 78);
+        assert_eq!(runs.len(), 1);
+        assert_eq!((runs[0].offset, runs[0].len), (0, 110));
+        assert!(runs[0].gapped);
+        assert_eq!(plan(&segs, 77).len(), 2);
     }
 }
