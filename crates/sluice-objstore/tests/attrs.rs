@@ -306,8 +306,13 @@ fn query_over_100k_objects_at_1_percent() {
     let got = store.query(p, "big", &terms).unwrap();
     let took = t.elapsed();
     eprintln!(
-        "query over 100,000 objects, 1% selectivity: {} hits in {took:?} (debug build)",
-        got.len()
+        "query over 100,000 objects, 1% selectivity: {} hits in {took:?} ({} build)",
+        got.len(),
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
     );
     assert_eq!(got, ids[50_000..51_000].to_vec());
 }
