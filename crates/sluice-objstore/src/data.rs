@@ -1,0 +1,174 @@
+//! Object data files: scatter/gather reads and writes as positional
+//! vectored I/O (`preadv`/`pwritev`), one call per merged run (split
+//! only at the kernel's iovec limit), and hole punching.
+
+use std::fs::File;
+use std::io::{self, IoSlice, IoSliceMut};
+
+use rustix::fs::FallocateFlags;
+use rustix::io::Errno;
+
+use crate::segments::{buffer_offsets, plan, Segment};
+
+/// The most iovecs one call takes (Linux's `IOV_MAX`).
+const IOV_MAX: usize = 1024;
+
+/// Segments at most this far apart are done as one span: a read reads
+/// the gap into scratch space, so segments separated by small holes cost
+/// one `preadv`; a write reads the span once, lays its segments over it
+/// and writes it back with one `pwritev` (the kernel has no write to
+/// scattered file offsets). The caller holds the object's write lock, so
+/// no other write changes a gap in between; rewriting a gap with the
+/// bytes it held is harmless if a crash cuts it short.
+const BRIDGE: u64 = 64 * 1024;
+
+/// Reads `segments` (already clamped to the object's logical length) of
+/// `file` into `out`, each at its place in list order; bytes past the
+/// end of the file stay as they are (the caller zeroed them). `lens` are
+/// the unclamped lengths, which decide where each segment sits in `out`.
+pub(crate) fn read_segments(
+    file: &File,
+    clamped: &[Segment],
+    lens: &[Segment],
+    out: &mut [u8],
+) -> io::Result<()> {
+    let starts = buffer_offsets(lens);
+    // One disjoint chunk of `out` per segment, in list order.
+    let mut chunks: Vec<Option<&mut [u8]>> = Vec::with_capacity(clamped.len());
+    let mut rest = out;
+    let mut at = 0usize;
+    for (i, s) in clamped.iter().enumerate() {
+        let skip = starts[i] - at;
+        let (_, tail) = rest.split_at_mut(skip);
+        let (chunk, tail) = tail.split_at_mut(lens[i].len as usize);
+        chunks.push(Some(&mut chunk[..s.len as usize]));
+        rest = tail;
+        at = starts[i] + lens[i].len as usize;
+    }
+    for run in plan(clamped, BRIDGE) {
+        if run.overlapping {
+            let mut buf = vec![0u8; run.len as usize];
+            preadv_all(file, &mut [IoSliceMut::new(&mut buf)], run.offset)?;
+            for &i in &run.members {
+                let from = (clamped[i].offset - run.offset) as usize;
+                if let Some(chunk) = chunks[i].as_deref_mut() {
+                    chunk.copy_from_slice(&buf[from..from + chunk.len()]);
+                }
+            }
+        } else {
+            // Gaps between members land in one scratch buffer, split
+            // into disjoint pieces.
+            let covered: u64 = run.members.iter().map(|&i| clamped[i].len).sum();
+            let mut scratch = vec![0u8; (run.len - covered) as usize];
+            let mut gaps: &mut [u8] = &mut scratch;
+            let mut slices: Vec<IoSliceMut<'_>> = Vec::with_capacity(2 * run.members.len());
+            let mut pos = run.offset;
+            for &i in &run.members {
+                let s = clamped[i];
+                if s.offset > pos {
+                    let (gap, rest) =
+                        std::mem::take(&mut gaps).split_at_mut((s.offset - pos) as usize);
+                    slices.push(IoSliceMut::new(gap));
+                    gaps = rest;
+                }
+                if let Some(chunk) = chunks[i].take() {
+                    slices.push(IoSliceMut::new(chunk));
+                }
+                pos = s.end();
+            }
+            preadv_all(file, &mut slices, run.offset)?;
+        }
+    }
+    Ok(())
+}
+
+/// Writes `data` (the segments' bytes in list order) over `segments`;
+/// where segments overlap, the later one in the list wins. The caller
+/// holds the object's write lock (see [`BRIDGE`]).
+pub(crate) fn write_segments(file: &File, segments: &[Segment], data: &[u8]) -> io::Result<()> {
+    let starts = buffer_offsets(segments);
+    for run in plan(segments, BRIDGE) {
+        if run.overlapping || run.gapped {
+            // Assemble the run in list order so later segments win, over
+            // the bytes the gaps hold now.
+            let mut buf = vec![0u8; run.len as usize];
+            if run.gapped {
+                preadv_all(file, &mut [IoSliceMut::new(&mut buf)], run.offset)?;
+            }
+            let mut members = run.members.clone();
+            members.sort_unstable();
+            for i in members {
+                let s = segments[i];
+                let to = (s.offset - run.offset) as usize;
+                buf[to..to + s.len as usize]
+                    .copy_from_slice(&data[starts[i]..starts[i] + s.len as usize]);
+            }
+            pwritev_all(file, &mut [IoSlice::new(&buf)], run.offset)?;
+        } else {
+            let mut slices: Vec<IoSlice<'_>> = run
+                .members
+                .iter()
+                .map(|&i| IoSlice::new(&data[starts[i]..starts[i] + segments[i].len as usize]))
+                .collect();
+            pwritev_all(file, &mut slices, run.offset)?;
+        }
+    }
+    Ok(())
+}
+
+/// Deallocates `[offset, offset + len)` without changing the file size.
+pub(crate) fn punch(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    match rustix::fs::fallocate(
+        file,
+        FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+        offset,
+        len,
+    ) {
+        Ok(()) => Ok(()),
+        // A file system without hole punching: write zeros instead, so
+        // the range still reads as zeros.
+        Err(Errno::OPNOTSUPP) => {
+            let zeros = vec![0u8; len.min(1 << 20) as usize];
+            let mut at = offset;
+            while at < offset + len {
+                let n = (offset + len - at).min(zeros.len() as u64) as usize;
+                pwritev_all(file, &mut [IoSlice::new(&zeros[..n])], at)?;
+                at += n as u64;
+            }
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn preadv_all(file: &File, mut bufs: &mut [IoSliceMut<'_>], mut offset: u64) -> io::Result<()> {
+    while !bufs.is_empty() {
+        let k = bufs.len().min(IOV_MAX);
+        match rustix::io::preadv(file, &mut bufs[..k], offset) {
+            Ok(0) => break, // end of file: the rest reads as zeros
+            Ok(n) => {
+                offset += n as u64;
+                IoSliceMut::advance_slices(&mut bufs, n);
+            }
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+fn pwritev_all(file: &File, mut bufs: &mut [IoSlice<'_>], mut offset: u64) -> io::Result<()> {
+    while !bufs.is_empty() {
+        let k = bufs.len().min(IOV_MAX);
+        match rustix::io::pwritev(file, &bufs[..k], offset) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                offset += n as u64;
+                IoSlice::advance_slices(&mut bufs, n);
+            }
+            Err(Errno::INTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}

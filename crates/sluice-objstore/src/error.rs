@@ -1,0 +1,100 @@
+use std::io;
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+use crate::{ObjectRef, PartitionId};
+
+/// A failed object-store operation, naming the partition, object,
+/// collection or attribute it failed on.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ObjStoreError {
+    #[error("unknown partition {partition}")]
+    UnknownPartition { partition: PartitionId },
+    #[error("partition {partition} already exists")]
+    PartitionExists { partition: PartitionId },
+    #[error("unknown {object}")]
+    UnknownObject { object: ObjectRef },
+    #[error("unknown collection {name:?} in partition {partition}")]
+    UnknownCollection {
+        partition: PartitionId,
+        name: String,
+    },
+    #[error("collection {name:?} already exists in partition {partition}")]
+    CollectionExists {
+        partition: PartitionId,
+        name: String,
+    },
+    /// A key or value longer than its documented limit.
+    #[error("attribute {key:?}: {what} is {len} bytes, over the limit of {limit}")]
+    AttributeTooLarge {
+        key: String,
+        what: &'static str,
+        len: usize,
+        limit: usize,
+    },
+    /// A key that is empty or names a value the store keeps itself.
+    #[error("attribute key {key:?} refused: {reason}")]
+    BadAttributeKey { key: String, reason: &'static str },
+    /// A segment whose end overflows or lies past the largest object.
+    #[error("{object}: {len} bytes at offset {offset} is out of range (objects end at {limit})")]
+    OutOfRange {
+        object: ObjectRef,
+        offset: u64,
+        len: u64,
+        limit: u64,
+    },
+    /// A read whose segments add up to more than one read returns.
+    #[error("{object}: a read of {len} bytes is over the limit of {limit}")]
+    ReadTooLarge {
+        object: ObjectRef,
+        len: u64,
+        limit: u64,
+    },
+    /// A create of more objects than one create makes.
+    #[error("create of {count} objects in partition {partition} is over the limit of {limit}")]
+    CreateCount {
+        partition: PartitionId,
+        count: u32,
+        limit: u32,
+    },
+    /// A data buffer whose length is not the segments' total.
+    #[error("{object}: segments cover {expected} bytes but {got} were given")]
+    PayloadLength {
+        object: ObjectRef,
+        expected: u64,
+        got: u64,
+    },
+    /// The operating system failed on an object's data file.
+    #[error("{op} of {object} ({path}) failed: {source}")]
+    Io {
+        object: ObjectRef,
+        op: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    /// The operating system failed on a store-wide file or folder.
+    #[error("{op} of {path} failed: {source}")]
+    StoreIo {
+        op: &'static str,
+        path: PathBuf,
+        source: io::Error,
+    },
+    /// SQLite failed while keeping attributes.
+    #[error("attribute database: {what} failed: {source}")]
+    Metadata {
+        what: &'static str,
+        source: rusqlite::Error,
+    },
+}
+
+pub(crate) trait MetaContext<T> {
+    fn meta(self, what: &'static str) -> Result<T, ObjStoreError>;
+}
+
+impl<T> MetaContext<T> for Result<T, rusqlite::Error> {
+    fn meta(self, what: &'static str) -> Result<T, ObjStoreError> {
+        self.map_err(|source| ObjStoreError::Metadata { what, source })
+    }
+}

@@ -1,0 +1,66 @@
+//! The object store: objects with attributes in partitions and
+//! collections (the OSD model), read and written with scatter/gather
+//! segment lists.
+//!
+//! - **Ids.** A partition is a 64-bit id chosen by its creator; objects
+//!   get 64-bit ids from the store (never reused). A collection is a
+//!   named set of objects in one partition.
+//! - **Data.** One file per object under the store's folder (see
+//!   `docs/design/0005-object-layout.md` for the measurements that chose
+//!   it), written lazily: an object never written has no file and reads
+//!   as zeros. Segments of one request are sorted, merged where they
+//!   touch, and issued as `preadv`/`pwritev`, one call per merged run.
+//! - **Attributes.** The mandatory ones ([`ObjectInfo`]: logical length,
+//!   created, data modified, attributes modified) and typed user ones
+//!   ([`AttrValue`], limits in [`limits`]) live in SQLite (WAL). A data
+//!   command's attribute sets commit in the same transaction as its new
+//!   length, after its data is written; see [`ObjectStore`] for the
+//!   ordering that makes them atomic to readers and after a crash.
+
+mod data;
+mod error;
+mod meta;
+mod segments;
+mod store;
+
+use std::fmt;
+
+pub use error::ObjStoreError;
+pub use segments::Segment;
+pub use store::{
+    limits, AttrValue, ListEntry, ListPage, ObjectInfo, ObjectStore, QueryTerm, ReadResult,
+    WriteOptions,
+};
+
+/// A partition's id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PartitionId(pub u64);
+
+/// An object's id, unique in its store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectId(pub u64);
+
+/// An object named by its partition and id, as errors print it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ObjectRef {
+    pub partition: PartitionId,
+    pub object: ObjectId,
+}
+
+impl fmt::Display for PartitionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}", self.0)
+    }
+}
+
+impl fmt::Display for ObjectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}", self.0)
+    }
+}
+
+impl fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "object {} in partition {}", self.object, self.partition)
+    }
+}

@@ -1,0 +1,114 @@
+//! Scatter/gather segment lists: validation and the plan that sorts
+//! them and merges adjacent or overlapping segments into runs, so one
+//! request costs one vectored syscall per contiguous run of the file,
+//! never one per segment.
+
+/// One (offset, length) piece of an object, in the caller's list order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    pub offset: u64,
+    pub len: u64,
+}
+
+impl Segment {
+    pub fn new(offset: u64, len: u64) -> Self {
+        Self { offset, len }
+    }
+
+    pub(crate) fn end(&self) -> u64 {
+        self.offset + self.len
+    }
+}
+
+/// A contiguous file range covering one or more segments.
+#[derive(Debug)]
+pub(crate) struct Run {
+    pub(crate) offset: u64,
+    pub(crate) len: u64,
+    /// Indices into the segment list, sorted by offset.
+    pub(crate) members: Vec<usize>,
+    /// Whether two members cover a common byte.
+    pub(crate) overlapping: bool,
+    /// Whether the run bridges a gap no member covers.
+    pub(crate) gapped: bool,
+}
+
+/// Sorts segments by offset and merges those that touch or overlap, or
+/// (with `bridge` > 0) lie at most `bridge` bytes apart: a read reads
+/// such a gap into scratch space rather than make a second call.
+/// Zero-length segments take no part. Offsets must not overflow (the
+/// store checks this before planning).
+pub(crate) fn plan(segments: &[Segment], bridge: u64) -> Vec<Run> {
+    let mut order: Vec<usize> = (0..segments.len())
+        .filter(|&i| segments[i].len > 0)
+        .collect();
+    // Stable: equal offsets keep list order, which writes rely on.
+    order.sort_by_key(|&i| segments[i].offset);
+    let mut runs: Vec<Run> = Vec::new();
+    for i in order {
+        let s = segments[i];
+        match runs.last_mut() {
+            Some(run) if s.offset <= run.offset + run.len + bridge => {
+                let end = run.offset + run.len;
+                if s.offset < end {
+                    run.overlapping = true;
+                }
+                if s.offset > end {
+                    run.gapped = true;
+                }
+                run.len = end.max(s.end()) - run.offset;
+                run.members.push(i);
+            }
+            _ => runs.push(Run {
+                offset: s.offset,
+                len: s.len,
+                members: vec![i],
+                overlapping: false,
+                gapped: false,
+            }),
+        }
+    }
+    runs
+}
+
+/// Where each segment's bytes sit in the request's buffer (list order).
+pub(crate) fn buffer_offsets(segments: &[Segment]) -> Vec<usize> {
+    let mut at = 0usize;
+    segments
+        .iter()
+        .map(|s| {
+            let here = at;
+            at += s.len as usize;
+            here
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adjacent_and_overlapping_segments_merge_into_one_run() {
+        let segs = [
+            Segment::new(100, 10),
+            Segment::new(0, 10),
+            Segment::new(10, 5),
+            Segment::new(12, 10),
+            Segment::new(50, 0),
+        ];
+        let runs = plan(&segs, 0);
+        assert_eq!(runs.len(), 2);
+        assert_eq!((runs[0].offset, runs[0].len), (0, 22));
+        assert_eq!(runs[0].members, vec![1, 2, 3]);
+        assert!(runs[0].overlapping && !runs[0].gapped);
+        assert_eq!((runs[1].offset, runs[1].len), (100, 10));
+        assert!(!runs[1].overlapping);
+        // Bridging gaps of up to 78 bytes makes one run.
+        let runs = plan(&segs, 78);
+        assert_eq!(runs.len(), 1);
+        assert_eq!((runs[0].offset, runs[0].len), (0, 110));
+        assert!(runs[0].gapped);
+        assert_eq!(plan(&segs, 77).len(), 2);
+    }
+}

@@ -1,0 +1,1092 @@
+//! The [`ObjectStore`]: the typed API the server calls.
+//!
+//! Concurrency. One SQLite connection behind a mutex, held only for a
+//! metadata statement or transaction and never across data I/O. SQLite
+//! lets one writer in at a time whatever the number of connections, and
+//! the metadata work of a command is microseconds against its data I/O,
+//! so a connection per thread would add open files and WAL readers for
+//! no parallelism the writes could use; a metadata thread would add a
+//! channel hop and a wake-up to every command. (Read-only queries are
+//! where a pool of reader connections would pay; the mutex is the one
+//! place to change for that.)
+//!
+//! Atomicity. Each object maps to one of 64 striped reader-writer locks.
+//! A command that changes data takes its stripe for writing, writes the
+//! data, then commits the new length, the modified times and the
+//! attribute sets riding on it in one transaction, then releases the
+//! stripe. Reads (with or without attributes) take the stripe for
+//! reading around reading the metadata and the data, so no reader sees
+//! a command's data without the attributes set with it. Lock order:
+//! stripe, then connection; never the reverse.
+//!
+//! Crash safety. Data is written before the transaction that makes it
+//! visible (a new logical length), so after the process is killed an
+//! unflushed append is whole or absent; attribute sets are whole or
+//! absent after any crash (one transaction). After a power loss an
+//! unflushed append may come back with its length and attributes but
+//! zeros for its data, since only an fsync orders data before metadata
+//! on disk. An unflushed overwrite inside the old length may leave new
+//! bytes under old attributes, as on any block device. FLUSH (and
+//! `durable` commands) fsync the data files first, then the partition
+//! folder if a file was created in it, then commit with a synced WAL
+//! (see the metadata module), so everything acknowledged before it
+//! survives kill -9 and power loss.
+
+use std::collections::HashSet;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use rusqlite::types::{Value, ValueRef};
+use rusqlite::{params, Connection, OptionalExtension};
+
+use crate::error::{MetaContext, ObjStoreError};
+use crate::segments::Segment;
+use crate::{data, meta, ObjectId, ObjectRef, PartitionId};
+
+/// Size limits of user attributes.
+pub mod limits {
+    /// Longest attribute key, in bytes of UTF-8 (at least one).
+    pub const KEY: usize = 128;
+    /// Longest text value, in bytes of UTF-8.
+    pub const TEXT: usize = 1024;
+    /// Longest bytes value.
+    pub const BYTES: usize = 65536;
+    /// Objects end before this offset (2^62), so offsets plus lengths
+    /// always fit in 64 bits and in SQLite's signed integers.
+    pub const OBJECT_END: u64 = 1 << 62;
+    /// Most objects one create makes.
+    pub const CREATE_COUNT: u32 = 65536;
+    /// Most bytes one read returns (its segments' total).
+    pub const READ_BYTES: u64 = 1 << 30;
+}
+
+const STRIPES: usize = 64;
+const DB_FILE: &str = "attributes.sqlite";
+
+/// A typed user attribute value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttrValue {
+    Integer(i64),
+    Text(String),
+    Bytes(Vec<u8>),
+}
+
+impl AttrValue {
+    fn to_sql(&self) -> Value {
+        match self {
+            Self::Integer(v) => Value::Integer(*v),
+            Self::Text(v) => Value::Text(v.clone()),
+            Self::Bytes(v) => Value::Blob(v.clone()),
+        }
+    }
+
+    fn from_sql(v: ValueRef<'_>) -> Option<Self> {
+        match v {
+            ValueRef::Integer(v) => Some(Self::Integer(v)),
+            ValueRef::Text(v) => Some(Self::Text(String::from_utf8_lossy(v).into_owned())),
+            ValueRef::Blob(v) => Some(Self::Bytes(v.to_vec())),
+            ValueRef::Null | ValueRef::Real(_) => None,
+        }
+    }
+
+    fn sql_type(&self) -> &'static str {
+        match self {
+            Self::Integer(_) => "integer",
+            Self::Text(_) => "text",
+            Self::Bytes(_) => "blob",
+        }
+    }
+}
+
+/// The attributes the store keeps for every object. Times are
+/// nanoseconds since the Unix epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectInfo {
+    pub length: u64,
+    pub created: i64,
+    pub data_modified: i64,
+    pub attrs_modified: i64,
+}
+
+/// What rides on a data command: attribute sets applied atomically with
+/// it, and whether it is durable when it returns (FUA).
+#[derive(Debug, Clone, Default)]
+pub struct WriteOptions {
+    pub attrs: Vec<(String, AttrValue)>,
+    pub durable: bool,
+}
+
+/// The bytes of a read, in segment-list order, with how many of them lie
+/// inside the object (the rest, past its end, are zeros).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadResult {
+    pub data: Vec<u8>,
+    pub real: u64,
+    pub info: ObjectInfo,
+    /// The attributes asked for with the read, in the order asked;
+    /// absent ones are left out.
+    pub attrs: Vec<(String, AttrValue)>,
+}
+
+/// One object of a listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListEntry {
+    pub object: ObjectId,
+    pub info: ObjectInfo,
+    /// All user attributes, when the listing asked for them.
+    pub attrs: Option<Vec<(String, AttrValue)>>,
+}
+
+/// A page of a listing; `next` is the cursor for the next page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListPage {
+    pub entries: Vec<ListEntry>,
+    pub next: Option<ObjectId>,
+}
+
+/// Members whose attribute `key` lies in `[min, max]` (a missing bound
+/// is open; both missing: members that have the attribute). A term
+/// matches values of its bounds' type only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueryTerm {
+    pub key: String,
+    pub min: Option<AttrValue>,
+    pub max: Option<AttrValue>,
+}
+
+/// Objects with attributes in one folder: data files and the attribute
+/// database. `Send + Sync`.
+#[derive(Debug)]
+pub struct ObjectStore {
+    root: PathBuf,
+    conn: Mutex<Connection>,
+    stripes: Vec<RwLock<()>>,
+    /// Objects written since their last fsync.
+    dirty: Mutex<HashSet<ObjectRef>>,
+    /// Partitions whose folder gained a file since its last fsync.
+    new_files: Mutex<HashSet<PartitionId>>,
+}
+
+fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as i64)
+}
+
+fn check_attrs(attrs: &[(String, AttrValue)]) -> Result<(), ObjStoreError> {
+    for (key, value) in attrs {
+        if key.is_empty() {
+            return Err(ObjStoreError::BadAttributeKey {
+                key: key.clone(),
+                reason: "keys are not empty",
+            });
+        }
+        let too_large = |what, len, limit| ObjStoreError::AttributeTooLarge {
+            key: key.clone(),
+            what,
+            len,
+            limit,
+        };
+        if key.len() > limits::KEY {
+            return Err(too_large("the key", key.len(), limits::KEY));
+        }
+        match value {
+            AttrValue::Text(t) if t.len() > limits::TEXT => {
+                return Err(too_large("the text value", t.len(), limits::TEXT))
+            }
+            AttrValue::Bytes(b) if b.len() > limits::BYTES => {
+                return Err(too_large("the bytes value", b.len(), limits::BYTES))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn check_segments(object: ObjectRef, segments: &[Segment]) -> Result<u64, ObjStoreError> {
+    let mut total = 0u64;
+    for s in segments {
+        match s.offset.checked_add(s.len) {
+            Some(end) if end <= limits::OBJECT_END => total += s.len,
+            _ => {
+                return Err(ObjStoreError::OutOfRange {
+                    object,
+                    offset: s.offset,
+                    len: s.len,
+                    limit: limits::OBJECT_END,
+                })
+            }
+        }
+    }
+    Ok(total)
+}
+
+fn fsync_dir(path: &Path) -> Result<(), ObjStoreError> {
+    let io_err = |source| ObjStoreError::StoreIo {
+        op: "fsync",
+        path: path.to_owned(),
+        source,
+    };
+    File::open(path).and_then(|d| d.sync_all()).map_err(io_err)
+}
+
+fn read_info(conn: &Connection, object: ObjectRef) -> Result<ObjectInfo, ObjStoreError> {
+    conn.prepare_cached(
+        "SELECT length, created, data_modified, attrs_modified FROM objects
+         WHERE partition = ?1 AND id = ?2",
+    )
+    .meta("prepare object lookup")?
+    .query_row(
+        params![object.partition.0 as i64, object.object.0 as i64],
+        |r| {
+            Ok(ObjectInfo {
+                length: r.get::<_, i64>(0)? as u64,
+                created: r.get(1)?,
+                data_modified: r.get(2)?,
+                attrs_modified: r.get(3)?,
+            })
+        },
+    )
+    .optional()
+    .meta("look up object")?
+    .ok_or(ObjStoreError::UnknownObject { object })
+}
+
+fn read_attrs(
+    conn: &Connection,
+    object: ObjectRef,
+    keys: &[&str],
+) -> Result<Vec<(String, AttrValue)>, ObjStoreError> {
+    let (p, o) = (object.partition.0 as i64, object.object.0 as i64);
+    let mut out = Vec::new();
+    if keys.is_empty() {
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT key, value FROM attrs WHERE partition = ?1 AND object = ?2 ORDER BY key",
+            )
+            .meta("prepare attribute listing")?;
+        let mut rows = stmt.query(params![p, o]).meta("list attributes")?;
+        while let Some(row) = rows.next().meta("list attributes")? {
+            let key: String = row.get(0).meta("read attribute key")?;
+            if let Some(v) = AttrValue::from_sql(row.get_ref(1).meta("read attribute")?) {
+                out.push((key, v));
+            }
+        }
+    } else {
+        let mut stmt = conn
+            .prepare_cached(
+                "SELECT value FROM attrs WHERE partition = ?1 AND object = ?2 AND key = ?3",
+            )
+            .meta("prepare attribute lookup")?;
+        for key in keys {
+            let mut rows = stmt.query(params![p, o, key]).meta("get attribute")?;
+            if let Some(row) = rows.next().meta("get attribute")? {
+                if let Some(v) = AttrValue::from_sql(row.get_ref(0).meta("read attribute")?) {
+                    out.push(((*key).to_owned(), v));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn write_attrs(
+    tx: &Connection,
+    object: ObjectRef,
+    attrs: &[(String, AttrValue)],
+    at: i64,
+) -> Result<(), ObjStoreError> {
+    if attrs.is_empty() {
+        return Ok(());
+    }
+    let (p, o) = (object.partition.0 as i64, object.object.0 as i64);
+    let mut stmt = tx
+        .prepare_cached(
+            "INSERT OR REPLACE INTO attrs (partition, object, key, value) VALUES (?1, ?2, ?3, ?4)",
+        )
+        .meta("prepare attribute set")?;
+    for (key, value) in attrs {
+        stmt.execute(params![p, o, key, value.to_sql()])
+            .meta("set attribute")?;
+    }
+    tx.prepare_cached("UPDATE objects SET attrs_modified = ?3 WHERE partition = ?1 AND id = ?2")
+        .meta("prepare attribute time")?
+        .execute(params![p, o, at])
+        .meta("update attribute time")?;
+    Ok(())
+}
+
+fn check_partition(conn: &Connection, partition: PartitionId) -> Result<(), ObjStoreError> {
+    let found: Option<i64> = conn
+        .prepare_cached("SELECT id FROM partitions WHERE id = ?1")
+        .meta("prepare partition lookup")?
+        .query_row([partition.0 as i64], |r| r.get(0))
+        .optional()
+        .meta("look up partition")?;
+    found
+        .map(|_| ())
+        .ok_or(ObjStoreError::UnknownPartition { partition })
+}
+
+fn check_collection(
+    conn: &Connection,
+    partition: PartitionId,
+    name: &str,
+) -> Result<(), ObjStoreError> {
+    check_partition(conn, partition)?;
+    let found: Option<String> = conn
+        .prepare_cached("SELECT name FROM collections WHERE partition = ?1 AND name = ?2")
+        .meta("prepare collection lookup")?
+        .query_row(params![partition.0 as i64, name], |r| r.get(0))
+        .optional()
+        .meta("look up collection")?;
+    found.map(|_| ()).ok_or(ObjStoreError::UnknownCollection {
+        partition,
+        name: name.to_owned(),
+    })
+}
+
+/// Takes `count` fresh object ids; returns the first.
+fn allocate_ids(tx: &Connection, count: u32) -> Result<i64, ObjStoreError> {
+    let first: i64 = tx
+        .query_row("SELECT next_object FROM store", [], |r| r.get(0))
+        .meta("read next object id")?;
+    tx.execute(
+        "UPDATE store SET next_object = next_object + ?1",
+        [i64::from(count)],
+    )
+    .meta("advance next object id")?;
+    Ok(first)
+}
+
+/// Inserts objects `first..first + count` with `length` and `attrs`.
+#[allow(clippy::too_many_arguments)] // one call site per create form
+fn insert_objects(
+    tx: &Connection,
+    partition: PartitionId,
+    collection: Option<&str>,
+    first: i64,
+    count: u32,
+    length: u64,
+    attrs: &[(String, AttrValue)],
+    at: i64,
+) -> Result<Vec<ObjectId>, ObjStoreError> {
+    let mut insert = tx
+        .prepare_cached(
+            "INSERT INTO objects (partition, id, length, created, data_modified, attrs_modified)
+             VALUES (?1, ?2, ?3, ?4, ?4, ?4)",
+        )
+        .meta("prepare create")?;
+    let mut member = tx
+        .prepare_cached("INSERT INTO members (partition, collection, object) VALUES (?1, ?2, ?3)")
+        .meta("prepare collection member")?;
+    let mut ids = Vec::with_capacity(count as usize);
+    for id in first..first + i64::from(count) {
+        insert
+            .execute(params![partition.0 as i64, id, length as i64, at])
+            .meta("create object")?;
+        if let Some(name) = collection {
+            member
+                .execute(params![partition.0 as i64, name, id])
+                .meta("add collection member")?;
+        }
+        let object = ObjectRef {
+            partition,
+            object: ObjectId(id as u64),
+        };
+        write_attrs(tx, object, attrs, at)?;
+        ids.push(object.object);
+    }
+    Ok(ids)
+}
+
+impl ObjectStore {
+    /// Opens the store in `root`, creating the folder and database if
+    /// missing.
+    pub fn open(root: impl AsRef<Path>) -> Result<Self, ObjStoreError> {
+        let root = root.as_ref().to_owned();
+        std::fs::create_dir_all(&root).map_err(|source| ObjStoreError::StoreIo {
+            op: "create",
+            path: root.clone(),
+            source,
+        })?;
+        let conn = meta::open(&root.join(DB_FILE))?;
+        Ok(Self {
+            root,
+            conn: Mutex::new(conn),
+            stripes: (0..STRIPES).map(|_| RwLock::new(())).collect(),
+            dirty: Mutex::new(HashSet::new()),
+            new_files: Mutex::new(HashSet::new()),
+        })
+    }
+
+    fn conn(&self) -> MutexGuard<'_, Connection> {
+        // A panic while holding the connection leaves no half-done
+        // transaction behind (rusqlite rolls back on drop).
+        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn stripe(&self, object: ObjectRef) -> &RwLock<()> {
+        let h = object
+            .object
+            .0
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            .wrapping_add(object.partition.0);
+        &self.stripes[(h >> 58) as usize % STRIPES]
+    }
+
+    fn partition_dir(&self, partition: PartitionId) -> PathBuf {
+        self.root.join(format!("p{:016x}", partition.0))
+    }
+
+    fn data_path(&self, object: ObjectRef) -> PathBuf {
+        self.partition_dir(object.partition)
+            .join(format!("{:016x}", object.object.0))
+    }
+
+    fn io_err(&self, object: ObjectRef, op: &'static str) -> impl Fn(io::Error) -> ObjStoreError {
+        let path = self.data_path(object);
+        move |source| ObjStoreError::Io {
+            object,
+            op,
+            path: path.clone(),
+            source,
+        }
+    }
+
+    /// Opens an object's data file for writing, creating it (and noting
+    /// that its folder needs an fsync) on first write.
+    fn open_for_write(&self, object: ObjectRef) -> Result<File, ObjStoreError> {
+        let path = self.data_path(object);
+        match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(f) => Ok(f),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let f = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&path)
+                    .map_err(self.io_err(object, "create"))?;
+                self.new_files
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(object.partition);
+                Ok(f)
+            }
+            Err(e) => Err(self.io_err(object, "open")(e)),
+        }
+    }
+
+    /// Syncs the partition folder if it gained files since last time.
+    fn sync_new_files(&self, partition: PartitionId) -> Result<(), ObjStoreError> {
+        let pending = self
+            .new_files
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&partition);
+        if pending {
+            if let Err(e) = fsync_dir(&self.partition_dir(partition)) {
+                self.new_files
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(partition);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes a new partition (its id chosen by the caller); durable when
+    /// it returns.
+    pub fn create_partition(&self, partition: PartitionId) -> Result<(), ObjStoreError> {
+        let dir = self.partition_dir(partition);
+        std::fs::create_dir_all(&dir).map_err(|source| ObjStoreError::StoreIo {
+            op: "create",
+            path: dir.clone(),
+            source,
+        })?;
+        fsync_dir(&self.root)?;
+        let mut conn = self.conn();
+        meta::transact(&mut conn, true, |tx| {
+            let n = tx
+                .execute(
+                    "INSERT OR IGNORE INTO partitions (id) VALUES (?1)",
+                    [partition.0 as i64],
+                )
+                .meta("create partition")?;
+            if n == 0 {
+                return Err(ObjStoreError::PartitionExists { partition });
+            }
+            Ok(())
+        })
+    }
+
+    /// Makes a new, empty collection in `partition`.
+    pub fn create_collection(
+        &self,
+        partition: PartitionId,
+        name: &str,
+    ) -> Result<(), ObjStoreError> {
+        let mut conn = self.conn();
+        check_partition(&conn, partition)?;
+        meta::transact(&mut conn, false, |tx| {
+            let n = tx
+                .execute(
+                    "INSERT OR IGNORE INTO collections (partition, name) VALUES (?1, ?2)",
+                    params![partition.0 as i64, name],
+                )
+                .meta("create collection")?;
+            if n == 0 {
+                return Err(ObjStoreError::CollectionExists {
+                    partition,
+                    name: name.to_owned(),
+                });
+            }
+            Ok(())
+        })
+    }
+
+    /// Creates `count` empty objects in `partition` (members of
+    /// `collection` if given), each with `opts.attrs`, in one
+    /// transaction; returns their ids in increasing order.
+    pub fn create(
+        &self,
+        partition: PartitionId,
+        collection: Option<&str>,
+        count: u32,
+        opts: &WriteOptions,
+    ) -> Result<Vec<ObjectId>, ObjStoreError> {
+        check_attrs(&opts.attrs)?;
+        if count > limits::CREATE_COUNT {
+            return Err(ObjStoreError::CreateCount {
+                partition,
+                count,
+                limit: limits::CREATE_COUNT,
+            });
+        }
+        let mut conn = self.conn();
+        match collection {
+            Some(name) => check_collection(&conn, partition, name)?,
+            None => check_partition(&conn, partition)?,
+        }
+        let at = now();
+        meta::transact(&mut conn, opts.durable, |tx| {
+            let first = allocate_ids(tx, count)?;
+            insert_objects(tx, partition, collection, first, count, 0, &opts.attrs, at)
+        })
+    }
+
+    /// Removes an object, its attributes and its data.
+    pub fn remove(&self, object: ObjectRef) -> Result<(), ObjStoreError> {
+        let _guard = self
+            .stripe(object)
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        {
+            let mut conn = self.conn();
+            meta::transact(&mut conn, false, |tx| {
+                let (p, o) = (object.partition.0 as i64, object.object.0 as i64);
+                let n = tx
+                    .execute(
+                        "DELETE FROM objects WHERE partition = ?1 AND id = ?2",
+                        params![p, o],
+                    )
+                    .meta("remove object")?;
+                if n == 0 {
+                    return Err(ObjStoreError::UnknownObject { object });
+                }
+                tx.execute(
+                    "DELETE FROM attrs WHERE partition = ?1 AND object = ?2",
+                    params![p, o],
+                )
+                .meta("remove attributes")?;
+                tx.execute(
+                    "DELETE FROM members WHERE partition = ?1 AND object = ?2",
+                    params![p, o],
+                )
+                .meta("remove collection memberships")?;
+                Ok(())
+            })?;
+        }
+        self.dirty
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&object);
+        // Ids are never reused, so a file left by a crash here is only
+        // space, never another object's data.
+        match std::fs::remove_file(self.data_path(object)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(self.io_err(object, "remove")(e)),
+        }
+    }
+
+    /// Lists the objects of a partition (or of one collection in it) in
+    /// id order, after the cursor `after`, at most `limit` of them.
+    pub fn list(
+        &self,
+        partition: PartitionId,
+        collection: Option<&str>,
+        after: Option<ObjectId>,
+        limit: usize,
+        with_attrs: bool,
+    ) -> Result<ListPage, ObjStoreError> {
+        let conn = self.conn();
+        match collection {
+            Some(name) => check_collection(&conn, partition, name)?,
+            None => check_partition(&conn, partition)?,
+        }
+        let after = after.map_or(-1, |o| o.0 as i64);
+        let fetch = limit.saturating_add(1).min(i64::MAX as usize) as i64;
+        let mut ids: Vec<i64> = Vec::new();
+        {
+            let mut stmt = match collection {
+                Some(_) => conn.prepare_cached(
+                    "SELECT object FROM members WHERE partition = ?1 AND collection = ?2
+                     AND object > ?3 ORDER BY object LIMIT ?4",
+                ),
+                None => conn.prepare_cached(
+                    "SELECT id FROM objects WHERE partition = ?1 AND ?2 IS NULL
+                     AND id > ?3 ORDER BY id LIMIT ?4",
+                ),
+            }
+            .meta("prepare listing")?;
+            let mut rows = stmt
+                .query(params![partition.0 as i64, collection, after, fetch])
+                .meta("list objects")?;
+            while let Some(row) = rows.next().meta("list objects")? {
+                ids.push(row.get(0).meta("read object id")?);
+            }
+        }
+        let next = if ids.len() > limit {
+            ids.truncate(limit);
+            ids.last().map(|&id| ObjectId(id as u64))
+        } else {
+            None
+        };
+        let mut entries = Vec::with_capacity(ids.len());
+        for id in ids {
+            let object = ObjectRef {
+                partition,
+                object: ObjectId(id as u64),
+            };
+            entries.push(ListEntry {
+                object: object.object,
+                info: read_info(&conn, object)?,
+                attrs: if with_attrs {
+                    Some(read_attrs(&conn, object, &[])?)
+                } else {
+                    None
+                },
+            });
+        }
+        Ok(ListPage { entries, next })
+    }
+
+    /// Reads `segments` in list order; bytes past the object's end read
+    /// as zeros (`real` counts the others). `attr_keys` are read with
+    /// the data, consistently with it.
+    pub fn read(
+        &self,
+        object: ObjectRef,
+        segments: &[Segment],
+        attr_keys: &[&str],
+    ) -> Result<ReadResult, ObjStoreError> {
+        let total = check_segments(object, segments)?;
+        if total > limits::READ_BYTES {
+            return Err(ObjStoreError::ReadTooLarge {
+                object,
+                len: total,
+                limit: limits::READ_BYTES,
+            });
+        }
+        let _guard = self
+            .stripe(object)
+            .read()
+            .unwrap_or_else(|e| e.into_inner());
+        let (info, attrs) = {
+            let conn = self.conn();
+            let info = read_info(&conn, object)?;
+            let attrs = if attr_keys.is_empty() {
+                Vec::new()
+            } else {
+                read_attrs(&conn, object, attr_keys)?
+            };
+            (info, attrs)
+        };
+        let clamped: Vec<Segment> = segments
+            .iter()
+            .map(|s| Segment::new(s.offset, s.len.min(info.length.saturating_sub(s.offset))))
+            .collect();
+        let real = clamped.iter().map(|s| s.len).sum();
+        let mut data = vec![0u8; total as usize];
+        if real > 0 {
+            match File::open(self.data_path(object)) {
+                Ok(file) => data::read_segments(&file, &clamped, segments, &mut data)
+                    .map_err(self.io_err(object, "read"))?,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(self.io_err(object, "open")(e)),
+            }
+        }
+        Ok(ReadResult {
+            data,
+            real,
+            info,
+            attrs,
+        })
+    }
+
+    /// Writes `data` (the segments' bytes in list order; a later segment
+    /// wins where they overlap) and applies `opts.attrs` with it.
+    pub fn write(
+        &self,
+        object: ObjectRef,
+        segments: &[Segment],
+        data: &[u8],
+        opts: &WriteOptions,
+    ) -> Result<ObjectInfo, ObjStoreError> {
+        let total = check_segments(object, segments)?;
+        if total != data.len() as u64 {
+            return Err(ObjStoreError::PayloadLength {
+                object,
+                expected: total,
+                got: data.len() as u64,
+            });
+        }
+        check_attrs(&opts.attrs)?;
+        let _guard = self
+            .stripe(object)
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        let before = read_info(&self.conn(), object)?;
+        let end = segments
+            .iter()
+            .filter(|s| s.len > 0)
+            .map(Segment::end)
+            .max()
+            .unwrap_or(0);
+        self.write_data(object, opts.durable, |file| {
+            data::write_segments(file, segments, data)
+        })?;
+        self.commit_data(object, before, end, opts)
+    }
+
+    /// Appends `data` at the object's logical end; returns the offset it
+    /// was written at.
+    pub fn append(
+        &self,
+        object: ObjectRef,
+        data: &[u8],
+        opts: &WriteOptions,
+    ) -> Result<u64, ObjStoreError> {
+        check_attrs(&opts.attrs)?;
+        let _guard = self
+            .stripe(object)
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        let before = read_info(&self.conn(), object)?;
+        let segment = [Segment::new(before.length, data.len() as u64)];
+        check_segments(object, &segment)?;
+        self.write_data(object, opts.durable, |file| {
+            data::write_segments(file, &segment, data)
+        })?;
+        self.commit_data(object, before, segment[0].end(), opts)?;
+        Ok(before.length)
+    }
+
+    /// Creates one object holding `data` from offset 0, with
+    /// `opts.attrs`, whole or not at all: the id is taken first, the data
+    /// written to the new object's file, and then the object, its length
+    /// and its attributes appear in one transaction. (A crash before that
+    /// transaction leaves a file no object names; ids are never reused.)
+    pub fn create_and_write(
+        &self,
+        partition: PartitionId,
+        collection: Option<&str>,
+        data: &[u8],
+        opts: &WriteOptions,
+    ) -> Result<ObjectId, ObjStoreError> {
+        check_attrs(&opts.attrs)?;
+        let first = {
+            let mut conn = self.conn();
+            match collection {
+                Some(name) => check_collection(&conn, partition, name)?,
+                None => check_partition(&conn, partition)?,
+            }
+            meta::transact(&mut conn, false, |tx| allocate_ids(tx, 1))?
+        };
+        let object = ObjectRef {
+            partition,
+            object: ObjectId(first as u64),
+        };
+        let segment = [Segment::new(0, data.len() as u64)];
+        check_segments(object, &segment)?;
+        if !data.is_empty() {
+            self.write_data(object, opts.durable, |file| {
+                data::write_segments(file, &segment, data)
+            })?;
+        }
+        let at = now();
+        let mut conn = self.conn();
+        meta::transact(&mut conn, opts.durable, |tx| {
+            insert_objects(
+                tx,
+                partition,
+                collection,
+                first,
+                1,
+                data.len() as u64,
+                &opts.attrs,
+                at,
+            )
+        })?;
+        Ok(object.object)
+    }
+
+    /// Deallocates `[offset, offset + len)`: it reads as zeros after.
+    /// The logical length does not change.
+    pub fn punch(
+        &self,
+        object: ObjectRef,
+        offset: u64,
+        len: u64,
+        opts: &WriteOptions,
+    ) -> Result<ObjectInfo, ObjStoreError> {
+        check_segments(object, &[Segment::new(offset, len)])?;
+        check_attrs(&opts.attrs)?;
+        let _guard = self
+            .stripe(object)
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        let before = read_info(&self.conn(), object)?;
+        let len = len.min(before.length.saturating_sub(offset));
+        if len > 0 {
+            self.write_data(object, opts.durable, |file| data::punch(file, offset, len))?;
+        }
+        self.commit_data(object, before, 0, opts)
+    }
+
+    fn write_data(
+        &self,
+        object: ObjectRef,
+        durable: bool,
+        body: impl FnOnce(&File) -> io::Result<()>,
+    ) -> Result<(), ObjStoreError> {
+        let file = self.open_for_write(object)?;
+        body(&file).map_err(self.io_err(object, "write"))?;
+        if durable {
+            file.sync_data().map_err(self.io_err(object, "fsync"))?;
+            self.sync_new_files(object.partition)?;
+        } else {
+            self.dirty
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(object);
+        }
+        Ok(())
+    }
+
+    fn commit_data(
+        &self,
+        object: ObjectRef,
+        before: ObjectInfo,
+        end: u64,
+        opts: &WriteOptions,
+    ) -> Result<ObjectInfo, ObjStoreError> {
+        let at = now();
+        let length = before.length.max(end);
+        let mut conn = self.conn();
+        meta::transact(&mut conn, opts.durable, |tx| {
+            tx.prepare_cached(
+                "UPDATE objects SET length = ?3, data_modified = ?4 WHERE partition = ?1 AND id = ?2",
+            )
+            .meta("prepare length update")?
+            .execute(params![
+                object.partition.0 as i64,
+                object.object.0 as i64,
+                length as i64,
+                at
+            ])
+            .meta("update length")?;
+            write_attrs(tx, object, &opts.attrs, at)
+        })?;
+        Ok(ObjectInfo {
+            length,
+            data_modified: at,
+            attrs_modified: if opts.attrs.is_empty() {
+                before.attrs_modified
+            } else {
+                at
+            },
+            ..before
+        })
+    }
+
+    /// The mandatory attributes and the user attributes `keys` (all of
+    /// them when `keys` is empty).
+    pub fn get_attrs(
+        &self,
+        object: ObjectRef,
+        keys: &[&str],
+    ) -> Result<(ObjectInfo, Vec<(String, AttrValue)>), ObjStoreError> {
+        let conn = self.conn();
+        let info = read_info(&conn, object)?;
+        Ok((info, read_attrs(&conn, object, keys)?))
+    }
+
+    /// Sets user attributes, all or none; durable on return with
+    /// `durable`.
+    pub fn set_attrs(
+        &self,
+        object: ObjectRef,
+        attrs: &[(String, AttrValue)],
+        durable: bool,
+    ) -> Result<(), ObjStoreError> {
+        check_attrs(attrs)?;
+        let _guard = self
+            .stripe(object)
+            .write()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut conn = self.conn();
+        read_info(&conn, object)?;
+        meta::transact(&mut conn, durable, |tx| {
+            write_attrs(tx, object, attrs, now())
+        })
+    }
+
+    /// Makes every acknowledged change to `object` durable.
+    pub fn flush_object(&self, object: ObjectRef) -> Result<(), ObjStoreError> {
+        read_info(&self.conn(), object)?;
+        self.flush_where(object.partition, |o| o == object)
+    }
+
+    /// Makes every acknowledged change to the members of a collection
+    /// durable.
+    pub fn flush_collection(
+        &self,
+        partition: PartitionId,
+        name: &str,
+    ) -> Result<(), ObjStoreError> {
+        let members: HashSet<ObjectId> = {
+            let conn = self.conn();
+            check_collection(&conn, partition, name)?;
+            let mut stmt = conn
+                .prepare_cached(
+                    "SELECT object FROM members WHERE partition = ?1 AND collection = ?2",
+                )
+                .meta("prepare collection members")?;
+            let ids = stmt
+                .query_map(params![partition.0 as i64, name], |r| r.get::<_, i64>(0))
+                .meta("list collection members")?
+                .collect::<Result<Vec<_>, _>>()
+                .meta("list collection members")?;
+            ids.into_iter().map(|id| ObjectId(id as u64)).collect()
+        };
+        self.flush_where(partition, |o| members.contains(&o.object))
+    }
+
+    /// Makes every acknowledged change in a partition durable.
+    pub fn flush_partition(&self, partition: PartitionId) -> Result<(), ObjStoreError> {
+        check_partition(&self.conn(), partition)?;
+        self.flush_where(partition, |o| o.partition == partition)
+    }
+
+    fn flush_where(
+        &self,
+        partition: PartitionId,
+        pick: impl Fn(ObjectRef) -> bool,
+    ) -> Result<(), ObjStoreError> {
+        let picked: Vec<ObjectRef> = {
+            let mut dirty = self.dirty.lock().unwrap_or_else(|e| e.into_inner());
+            let picked: Vec<ObjectRef> = dirty.iter().copied().filter(|&o| pick(o)).collect();
+            for o in &picked {
+                dirty.remove(o);
+            }
+            picked
+        };
+        for (k, &object) in picked.iter().enumerate() {
+            let synced = match File::open(self.data_path(object)) {
+                Ok(f) => f.sync_data().map_err(self.io_err(object, "fsync")),
+                // Removed since it was written: nothing to keep.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(self.io_err(object, "open")(e)),
+            };
+            if let Err(e) = synced {
+                // Still dirty: a later flush tries again.
+                let mut dirty = self.dirty.lock().unwrap_or_else(|e| e.into_inner());
+                dirty.extend(picked[k..].iter().copied());
+                return Err(e);
+            }
+        }
+        self.sync_new_files(partition)?;
+        let mut conn = self.conn();
+        meta::transact(&mut conn, true, |_| Ok(()))
+    }
+
+    /// The members of `collection` whose attributes satisfy every term
+    /// (all members when `terms` is empty), in id order. The first
+    /// term's range is read from the attribute index.
+    pub fn query(
+        &self,
+        partition: PartitionId,
+        collection: &str,
+        terms: &[QueryTerm],
+    ) -> Result<Vec<ObjectId>, ObjStoreError> {
+        let conn = self.conn();
+        check_collection(&conn, partition, collection)?;
+        let mut values: Vec<Value> = vec![
+            Value::Integer(partition.0 as i64),
+            Value::Text(collection.to_owned()),
+        ];
+        let mut sql;
+        let term_sql = |alias: &str, term: &QueryTerm, values: &mut Vec<Value>| {
+            values.push(Value::Text(term.key.clone()));
+            let mut s = format!("{alias}.key = ?{}", values.len());
+            let kind = term.min.as_ref().or(term.max.as_ref());
+            if let Some(kind) = kind {
+                s += &format!(" AND typeof({alias}.value) = '{}'", kind.sql_type());
+            }
+            if let Some(min) = &term.min {
+                values.push(min.to_sql());
+                s += &format!(" AND {alias}.value >= ?{}", values.len());
+            }
+            if let Some(max) = &term.max {
+                values.push(max.to_sql());
+                s += &format!(" AND {alias}.value <= ?{}", values.len());
+            }
+            s
+        };
+        match terms.split_first() {
+            None => {
+                sql = "SELECT m.object FROM members m WHERE m.partition = ?1 AND m.collection = ?2"
+                    .to_owned();
+            }
+            Some((first, rest)) => {
+                let first_sql = term_sql("a", first, &mut values);
+                sql = format!(
+                    "SELECT a.object FROM attrs a INDEXED BY attrs_by_value
+                     JOIN members m ON m.partition = a.partition AND m.collection = ?2 AND m.object = a.object
+                     WHERE a.partition = ?1 AND {first_sql}"
+                );
+                for term in rest {
+                    let t = term_sql("b", term, &mut values);
+                    sql += &format!(
+                        " AND EXISTS (SELECT 1 FROM attrs b WHERE b.partition = a.partition AND b.object = a.object AND {t})"
+                    );
+                }
+            }
+        }
+        sql += " ORDER BY 1";
+        let mut stmt = conn.prepare_cached(&sql).meta("prepare query")?;
+        let ids = stmt
+            .query_map(rusqlite::params_from_iter(values), |r| r.get::<_, i64>(0))
+            .meta("query")?
+            .collect::<Result<Vec<_>, _>>()
+            .meta("query")?;
+        Ok(ids.into_iter().map(|id| ObjectId(id as u64)).collect())
+    }
+}
