@@ -65,7 +65,11 @@ fn server(tls: TlsPolicy, stream: &[u8], sizes: Option<&[u8]>) -> (Vec<u8>, Stri
                     other => return (out, format!("{other:?}")),
                 }
             }
-            Err(e) => return (out, format!("error: {e}")),
+            Err(e) => {
+                // Answers queued before the bad input still go out.
+                out.extend(s.poll_output());
+                return (out, format!("error: {e}"));
+            }
         }
     }
 }
@@ -95,7 +99,10 @@ fn client(tls: bool, stream: &[u8], sizes: Option<&[u8]>) -> (Vec<u8>, String) {
                     other => return (out, format!("{other:?}")),
                 }
             }
-            Err(e) => return (out, format!("error: {e}")),
+            Err(e) => {
+                out.extend(c.poll_output());
+                return (out, format!("error: {e}"));
+            }
         }
     }
 }

@@ -124,6 +124,10 @@ impl AttrOp<'_> {
 pub enum AttrError {
     #[error("attribute list ends inside an entry")]
     Truncated,
+    #[error(
+        "attribute list has a count of 0 (send no list instead: an empty region is the empty list)"
+    )]
+    ZeroCount,
     #[error("attribute list has {0} bytes after its last entry")]
     Trailing(usize),
     #[error("attribute entry {index} has unknown kind {kind}")]
@@ -160,6 +164,10 @@ impl<'a> AttrOps<'a> {
         }
         let mut r = Reader::new(raw);
         let count = r.u16().ok_or(AttrError::Truncated)?;
+        if count == 0 {
+            // One encoding per list: the empty list is the empty region.
+            return Err(AttrError::ZeroCount);
+        }
         for index in 0..count {
             parse_entry(&mut r, index, max_size)?;
         }

@@ -895,6 +895,18 @@ fn attributes_over_the_size_limit() {
 }
 
 #[test]
+fn an_attribute_list_has_one_encoding() {
+    // The empty list is the empty region; a count of 0 would be a second
+    // encoding of it (found by fuzzing the reply decoder).
+    assert!(AttrOps::parse(&[], 1024).is_ok_and(|l| l.is_empty()));
+    let err = AttrOps::parse(&hex("0000"), 1024).unwrap_err();
+    assert!(err.to_string().contains("count of 0"), "{err}");
+    let mut again = Vec::new();
+    AttrOps::encode(&[], &mut again);
+    assert!(again.is_empty());
+}
+
+#[test]
 fn wrong_partition_is_refused() {
     let (_, b) = frame(
         RequestHeader {
