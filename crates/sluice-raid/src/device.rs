@@ -290,16 +290,7 @@ impl RaidDevice {
     }
 
     fn check_range(&self, op: IoOp, offset: u64, len: u64) -> Result<(), DeviceError> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.size => Ok(()),
-            _ => Err(DeviceError::OutOfRange {
-                device: self.label.clone(),
-                op,
-                offset,
-                len,
-                size: self.size,
-            }),
-        }
+        sluice_storage::check_range(&self.label, op, self.size, offset, len)
     }
 
     fn check_writable(&self, op: IoOp) -> Result<(), DeviceError> {
