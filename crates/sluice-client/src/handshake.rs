@@ -262,9 +262,14 @@ fn drive(
     }
 }
 
-fn open_stream(target: &Target, options: &ConnectOptions) -> Result<Stream, ClientError> {
-    let deadline = Instant::now() + options.connect_timeout;
-    let socket = Socket::connect(target, options.connect_timeout)?;
+/// Connects to `target` and bounds each handshake read and write by what
+/// is left of `connect_timeout` (shared by the NBD and object clients).
+pub(crate) fn open_stream(
+    target: &Target,
+    connect_timeout: Duration,
+) -> Result<Stream, ClientError> {
+    let deadline = Instant::now() + connect_timeout;
+    let socket = Socket::connect(target, connect_timeout)?;
     let stream = Stream::plain(socket);
     stream
         .set_timeouts(Some(left(deadline)))
@@ -279,7 +284,7 @@ fn open_stream(target: &Target, options: &ConnectOptions) -> Result<Stream, Clie
 pub fn list_exports(uri: &NbdUri) -> Result<Vec<(String, String)>, ClientError> {
     let options = ConnectOptions::default();
     let target = uri.target.to_string();
-    let stream = open_stream(&uri.target, &options)?;
+    let stream = open_stream(&uri.target, options.connect_timeout)?;
     let mut machine = ClientHandshake::new(ClientHandshakeConfig {
         list: true,
         tls: uri.tls.is_some(),
@@ -307,7 +312,7 @@ pub(crate) fn open(
     options: &ConnectOptions,
 ) -> Result<(Stream, ExportDetails), ClientError> {
     let target = uri.target.to_string();
-    let stream = open_stream(&uri.target, options)?;
+    let stream = open_stream(&uri.target, options.connect_timeout)?;
     let mut machine = ClientHandshake::new(ClientHandshakeConfig {
         export: uri.export.clone(),
         structured_replies: options.structured_replies,

@@ -1,6 +1,8 @@
-//! sluice's NBD client (initiator): thin drivers over the sans-IO client
-//! half of `sluice-nbd-proto` (handshake machine, request encoder, reply
-//! decoder and cookie table).
+//! sluice's clients: the NBD initiator, thin drivers over the sans-IO
+//! client half of `sluice-nbd-proto` (handshake machine, request encoder,
+//! reply decoder and cookie table), and in [`obj`] the client of sluice's
+//! native object protocol (`sluice-obj-proto`), which shares the URIs,
+//! sockets, TLS and timeouts below.
 //!
 //! Two ways to drive a connection:
 //! - [`Connection`]: owned by one thread, which queues any number of
@@ -62,6 +64,7 @@ mod bridge;
 mod connection;
 mod error;
 mod handshake;
+pub mod obj;
 mod remote;
 mod replay;
 mod shared;
@@ -78,4 +81,7 @@ pub use handshake::{
 pub use remote::{RemoteDevice, DEFAULT_RECONNECT_WINDOW};
 pub use shared::{Client, Reply};
 pub use transport::{CA_CERT_FILE, CLIENT_CERT_FILE, CLIENT_KEY_FILE};
-pub use uri::{NbdUri, Target, TlsSettings, DEFAULT_PORT};
+pub use uri::{
+    BadObjUri, NbdUri, ObjUri, Target, TlsSettings, DEFAULT_OBJ_PORT, DEFAULT_OBJ_SERVER,
+    DEFAULT_PORT,
+};

@@ -23,6 +23,7 @@ use std::str::FromStr;
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, CONTROLS};
 use url::{Host, Url};
 
+use crate::transport::CA_CERT_FILE;
 use crate::ClientError;
 
 /// The NBD port IANA assigned.
@@ -164,12 +165,7 @@ impl FromStr for NbdUri {
                 )))
             }
         };
-        if !url.username().is_empty() || url.password().is_some() {
-            return Err(bad("user information is not allowed in NBD URIs".into()));
-        }
-        if url.fragment().is_some() {
-            return Err(bad("a fragment (#...) is not allowed in NBD URIs".into()));
-        }
+        check_plain_url(&url, "NBD").map_err(bad)?;
         // The path is "/" then the export name; percent-decoding is
         // ours to do (the url crate keeps the path encoded).
         let path = url.path();
@@ -203,40 +199,254 @@ impl FromStr for NbdUri {
             if socket.is_some() {
                 return Err(bad("socket= is only for nbd+unix and nbds+unix URIs".into()));
             }
-            let host = match url.host() {
-                None | Some(Host::Domain("")) => return Err(bad("missing host".into())),
-                Some(Host::Domain(d)) => d.to_owned(),
-                Some(Host::Ipv4(a)) => a.to_string(),
-                Some(Host::Ipv6(a)) => format!("[{a}]"),
-            };
-            let port = url.port().unwrap_or(DEFAULT_PORT);
-            let name = host
-                .trim_start_matches('[')
-                .trim_end_matches(']')
-                .to_owned();
-            (Target::Tcp(format!("{host}:{port}")), name)
+            tcp_target(&url, DEFAULT_PORT).map_err(bad)?
         };
-        let tls = match (tls, certificates) {
-            (true, Some(certificates)) => Some(TlsSettings {
-                certificates,
-                server_name,
-            }),
-            (true, None) => {
-                return Err(bad(
-                    "nbds URIs need tls-certificates=DIR (a directory with ca-cert.pem)".into(),
-                ))
-            }
-            (false, Some(_)) => {
-                return Err(bad(
-                    "tls-certificates= needs an nbds or nbds+unix URI".into()
-                ))
-            }
-            (false, None) => None,
-        };
+        let tls =
+            tls_settings(tls, certificates, server_name, ["nbds", "nbds+unix"]).map_err(bad)?;
         Ok(Self {
             target,
             export,
             tls,
+        })
+    }
+}
+
+/// Refuses the URI parts no sluice URI uses (user information, a
+/// fragment); `kind` names the URI kind in the message.
+fn check_plain_url(url: &Url, kind: &str) -> Result<(), String> {
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err(format!("user information is not allowed in {kind} URIs"));
+    }
+    if url.fragment().is_some() {
+        return Err(format!("a fragment (#...) is not allowed in {kind} URIs"));
+    }
+    Ok(())
+}
+
+/// The TCP target of a URI with a host (`default_port` when it names
+/// none) and the name its TLS certificate must carry.
+fn tcp_target(url: &Url, default_port: u16) -> Result<(Target, String), String> {
+    let host = match url.host() {
+        None | Some(Host::Domain("")) => return Err("missing host".into()),
+        Some(Host::Domain(d)) => d.to_owned(),
+        Some(Host::Ipv4(a)) => a.to_string(),
+        Some(Host::Ipv6(a)) => format!("[{a}]"),
+    };
+    let port = url.port().unwrap_or(default_port);
+    let name = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_owned();
+    Ok((Target::Tcp(format!("{host}:{port}")), name))
+}
+
+/// TLS settings from the scheme's TLS bit and the `tls-certificates`
+/// parameter, which go together; `schemes` are the TLS schemes' names
+/// (TCP, Unix) for the messages.
+fn tls_settings(
+    tls: bool,
+    certificates: Option<PathBuf>,
+    server_name: String,
+    schemes: [&str; 2],
+) -> Result<Option<TlsSettings>, String> {
+    match (tls, certificates) {
+        (true, Some(certificates)) => Ok(Some(TlsSettings {
+            certificates,
+            server_name,
+        })),
+        (true, None) => Err(format!(
+            "{} URIs need tls-certificates=DIR (a directory with {CA_CERT_FILE})",
+            schemes[0]
+        )),
+        (false, Some(_)) => Err(format!(
+            "tls-certificates= needs an {} or {} URI",
+            schemes[0], schemes[1]
+        )),
+        (false, None) => Ok(None),
+    }
+}
+
+/// The port the native object protocol listens on by default.
+pub const DEFAULT_OBJ_PORT: u16 = 10810;
+/// The object server a client talks to when none is named.
+pub const DEFAULT_OBJ_SERVER: &str = "sluice://127.0.0.1:10810";
+
+/// A parsed URI of a server speaking sluice's native object protocol:
+///
+/// ```text
+/// sluice://HOST[:PORT][?partition=N]       TCP, port 10810 by default
+/// sluices://HOST[:PORT]?tls-certificates=DIR[&partition=N]
+/// sluice+unix:///PATH[?partition=N]        Unix-domain socket at /PATH
+/// sluices+unix:///PATH?tls-certificates=DIR
+/// ```
+///
+/// `tls-certificates` is the same directory as for `nbds://` (the CA the
+/// client trusts, and optionally the client's own certificate and key).
+/// `partition` (decimal or `0x` hex) selects a partition other than the
+/// default one. Other parameters are ignored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjUri {
+    /// The server.
+    pub target: Target,
+    /// TLS settings for `sluices` URIs; `None` for plaintext.
+    pub tls: Option<TlsSettings>,
+    /// The partition to select (`None`: the default partition).
+    pub partition: Option<u64>,
+}
+
+impl ObjUri {
+    /// A plaintext URI for `target` and the default partition.
+    pub fn new(target: Target) -> Self {
+        Self {
+            target,
+            tls: None,
+            partition: None,
+        }
+    }
+
+    /// The same URI with TLS.
+    pub fn with_tls(mut self, tls: TlsSettings) -> Self {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// The same URI selecting `partition`.
+    pub fn with_partition(mut self, partition: u64) -> Self {
+        self.partition = Some(partition);
+        self
+    }
+}
+
+impl Default for ObjUri {
+    /// [`DEFAULT_OBJ_SERVER`].
+    fn default() -> Self {
+        Self::new(Target::Tcp(format!("127.0.0.1:{DEFAULT_OBJ_PORT}")))
+    }
+}
+
+impl fmt::Display for ObjUri {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = if self.tls.is_some() { "s" } else { "" };
+        match &self.target {
+            Target::Tcp(a) => write!(f, "sluice{s}://{a}")?,
+            Target::Unix(p) => {
+                let p = p.to_string_lossy();
+                write!(
+                    f,
+                    "sluice{s}+unix://{}",
+                    utf8_percent_encode(&p, SOCKET_PATH)
+                )?;
+            }
+        }
+        let mut sep = '?';
+        if let Some(t) = &self.tls {
+            let dir = t.certificates.to_string_lossy();
+            write!(
+                f,
+                "{sep}tls-certificates={}",
+                utf8_percent_encode(&dir, QUERY)
+            )?;
+            sep = '&';
+        }
+        if let Some(p) = self.partition {
+            write!(f, "{sep}partition={p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Characters escaped when a socket path is written as a URI path.
+const SOCKET_PATH: &AsciiSet = &CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'<')
+    .add(b'>')
+    .add(b'?')
+    .add(b'`')
+    .add(b'{')
+    .add(b'}');
+
+/// Why an object server URI was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad object server URI {uri:?}: {reason}")]
+pub struct BadObjUri {
+    pub uri: String,
+    pub reason: String,
+}
+
+/// A partition number, decimal or `0x` hex.
+fn parse_partition(v: &str) -> Result<u64, String> {
+    let parsed = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16),
+        None => v.parse(),
+    };
+    parsed.map_err(|_| format!("partition={v:?} is not a number (decimal or 0x hex)"))
+}
+
+impl FromStr for ObjUri {
+    type Err = BadObjUri;
+    fn from_str(uri: &str) -> Result<Self, Self::Err> {
+        let bad = |reason: String| BadObjUri {
+            uri: uri.to_owned(),
+            reason,
+        };
+        let url = Url::parse(uri).map_err(|e| bad(format!("not a URI: {e}")))?;
+        let (tls, unix) = match url.scheme() {
+            "sluice" => (false, false),
+            "sluices" => (true, false),
+            "sluice+unix" => (false, true),
+            "sluices+unix" => (true, true),
+            s => {
+                return Err(bad(format!(
+                    "unknown scheme {s:?}: expected sluice, sluices, sluice+unix or sluices+unix"
+                )))
+            }
+        };
+        check_plain_url(&url, "object server").map_err(bad)?;
+        let mut certificates = None;
+        let mut partition = None;
+        for (key, value) in url.query_pairs() {
+            match &*key {
+                "tls-certificates" => certificates = Some(PathBuf::from(value.into_owned())),
+                "partition" => partition = Some(parse_partition(&value).map_err(bad)?),
+                _ => tracing::debug!(uri, %key, "ignoring unknown object server URI parameter"),
+            }
+        }
+        let (target, server_name) = if unix {
+            if url.host().is_some_and(|h| h != Host::Domain("")) {
+                return Err(bad(format!(
+                    "{} URIs name no host (use {}:///PATH, PATH the socket)",
+                    url.scheme(),
+                    url.scheme()
+                )));
+            }
+            let path = percent_decode_str(url.path())
+                .decode_utf8()
+                .map_err(|_| bad("the socket path is not UTF-8 once percent-decoded".into()))?;
+            if path.is_empty() || path == "/" {
+                return Err(bad(format!(
+                    "missing the socket path ({}:///PATH)",
+                    url.scheme()
+                )));
+            }
+            (Target::Unix(PathBuf::from(&*path)), "localhost".to_owned())
+        } else {
+            if !matches!(url.path(), "" | "/") {
+                return Err(bad(format!(
+                    "{} URIs have no path (the partition is ?partition=N)",
+                    url.scheme()
+                )));
+            }
+            tcp_target(&url, DEFAULT_OBJ_PORT).map_err(bad)?
+        };
+        let tls = tls_settings(tls, certificates, server_name, ["sluices", "sluices+unix"])
+            .map_err(bad)?;
+        Ok(Self {
+            target,
+            tls,
+            partition,
         })
     }
 }
@@ -344,6 +554,68 @@ mod tests {
         ] {
             assert_eq!(parse(s).to_string(), s);
             assert_eq!(parse(&parse(s).to_string()), parse(s));
+        }
+    }
+
+    fn obj(s: &str) -> ObjUri {
+        s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    fn obj_reason(s: &str) -> String {
+        match s.parse::<ObjUri>() {
+            Err(e) => e.reason,
+            Ok(u) => panic!("{s} parsed as {u:?}"),
+        }
+    }
+
+    #[test]
+    fn object_server_uris() {
+        assert_eq!(obj(DEFAULT_OBJ_SERVER), ObjUri::default());
+        assert_eq!(
+            obj("sluice://example.com"),
+            ObjUri::new(Target::Tcp("example.com:10810".into()))
+        );
+        assert_eq!(
+            obj("sluice://[::1]:7/?partition=0x10"),
+            ObjUri::new(Target::Tcp("[::1]:7".into())).with_partition(16)
+        );
+        assert_eq!(
+            obj("sluice+unix:///run/sluice%20obj.sock?partition=3"),
+            ObjUri::new(Target::Unix("/run/sluice obj.sock".into())).with_partition(3)
+        );
+        let u = obj("sluices://h:1?tls-certificates=/pki");
+        assert_eq!(
+            u.tls,
+            Some(TlsSettings {
+                certificates: "/pki".into(),
+                server_name: "h".into()
+            })
+        );
+        let u = obj("sluices+unix:///s?tls-certificates=/c");
+        assert_eq!(u.tls.map(|t| t.server_name), Some("localhost".into()));
+    }
+
+    #[test]
+    fn bad_object_server_uris_say_why() {
+        assert!(obj_reason("nbd://h").contains("unknown scheme"));
+        assert!(obj_reason("sluice://").contains("missing host"));
+        assert!(obj_reason("sluice://h/x").contains("no path"));
+        assert!(obj_reason("sluice://h?partition=x").contains("partition"));
+        assert!(obj_reason("sluice+unix://").contains("socket path"));
+        assert!(obj_reason("sluice+unix://h/s").contains("no host"));
+        assert!(obj_reason("sluices://h").contains("tls-certificates"));
+        assert!(obj_reason("sluice://h?tls-certificates=/c").contains("sluices"));
+        assert!(obj_reason("sluice://u@h").contains("user"));
+    }
+
+    #[test]
+    fn object_server_uris_display_round_trip() {
+        for s in [
+            "sluice://127.0.0.1:10810",
+            "sluice://[::1]:10810?partition=5",
+            "sluices+unix:///run/a%20b?tls-certificates=/c&partition=7",
+        ] {
+            assert_eq!(obj(s).to_string(), s);
         }
     }
 }

@@ -1,0 +1,196 @@
+use std::io;
+use std::time::Duration;
+
+use sluice_obj_proto::{ClientHandshakeError, ErrorCode, Opcode, ReplyDecodeError};
+use thiserror::Error;
+
+use crate::uri::BadObjUri;
+use crate::ClientError;
+
+/// What a request was about, for its error message: the command and the
+/// object (or collection) it named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subject {
+    pub op: Opcode,
+    pub target: Addressee,
+}
+
+/// The thing a command addressed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Addressee {
+    Object(u64),
+    Collection(String),
+    Partition(u64),
+}
+
+impl std::fmt::Display for Subject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let op = match self.op {
+            Opcode::Create => "create",
+            Opcode::Remove => "remove",
+            Opcode::List => "list",
+            Opcode::Read => "read",
+            Opcode::Write => "write",
+            Opcode::Append => "append",
+            Opcode::CreateAndWrite => "create-and-write",
+            Opcode::Punch => "punch",
+            Opcode::Flush => "flush",
+            Opcode::GetAttrs => "get attributes",
+            Opcode::SetAttrs => "set attributes",
+            Opcode::Query => "query",
+            Opcode::ExtentRead => "extent read",
+            Opcode::ExtentWrite => "extent write",
+            Opcode::Batch => "batch",
+            Opcode::Disconnect => "disconnect",
+        };
+        match &self.target {
+            Addressee::Object(id) => write!(f, "{op} of object {id}"),
+            Addressee::Collection(c) if c.is_empty() => write!(f, "{op}"),
+            Addressee::Collection(c) => write!(f, "{op} in collection {c:?}"),
+            Addressee::Partition(p) => write!(f, "{op} of partition {p}"),
+        }
+    }
+}
+
+/// Everything that can go wrong talking to an object server. Each
+/// variant names the server and, for requests, the command and object.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ObjError {
+    #[error(transparent)]
+    BadUri(#[from] BadObjUri),
+    /// Connecting, TLS, or the socket failed (the NBD client's errors,
+    /// which name the server).
+    #[error(transparent)]
+    Transport(#[from] ClientError),
+    #[error("handshake with {server} failed: {source}")]
+    Handshake {
+        server: String,
+        source: ClientHandshakeError,
+    },
+    #[error("{server} sent a reply this client cannot decode: {source}")]
+    Protocol {
+        server: String,
+        source: ReplyDecodeError,
+    },
+    #[error("{server} broke the protocol: {reason}")]
+    Violation { server: String, reason: String },
+    /// The server refused or failed the request.
+    #[error("{subject} failed on {server}: {}", server_message(*code, message))]
+    Server {
+        server: String,
+        subject: Subject,
+        code: ErrorCode,
+        message: String,
+    },
+    /// The client refused to send the request (it could never succeed).
+    #[error("{subject} refused before sending: {reason}")]
+    Refused { subject: Subject, reason: String },
+    #[error("connection to {server} failed: {source}")]
+    Io { server: String, source: io::Error },
+    #[error("{subject} got no reply from {server} within {after:?}")]
+    Timeout {
+        server: String,
+        subject: Subject,
+        after: Duration,
+    },
+    #[error("the connection to {server} is closed")]
+    Closed { server: String },
+}
+
+fn code_name(code: ErrorCode) -> String {
+    match code {
+        ErrorCode::Invalid => "invalid request".into(),
+        ErrorCode::UnknownOpcode => "unknown command".into(),
+        ErrorCode::BadFlags => "bad flags".into(),
+        ErrorCode::BadDdt => "bad data distribution".into(),
+        ErrorCode::LengthMismatch => "length mismatch".into(),
+        ErrorCode::NoSuchObject => "no such object".into(),
+        ErrorCode::NoSuchPartition => "no such partition".into(),
+        ErrorCode::NoSuchCollection => "no such collection".into(),
+        ErrorCode::AttrTooLarge => "attribute too large".into(),
+        ErrorCode::NotNegotiated => "not negotiated".into(),
+        ErrorCode::BadBatch => "bad batch".into(),
+        ErrorCode::OutOfRange => "out of range".into(),
+        ErrorCode::ReadOnly => "read-only".into(),
+        ErrorCode::Permission => "permission denied".into(),
+        ErrorCode::NoSpace => "no space".into(),
+        ErrorCode::Io => "I/O error".into(),
+        other => format!("status {}", other.wire()),
+    }
+}
+
+fn server_message(code: ErrorCode, message: &str) -> String {
+    let name = code_name(code);
+    if message.is_empty() {
+        name
+    } else {
+        format!("{name} ({message})")
+    }
+}
+
+impl ObjError {
+    /// The server's status if the server refused a request.
+    pub fn code(&self) -> Option<ErrorCode> {
+        match self {
+            Self::Server { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// Whether the server said the object (or collection, or partition)
+    /// does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(
+            self.code(),
+            Some(
+                ErrorCode::NoSuchObject | ErrorCode::NoSuchCollection | ErrorCode::NoSuchPartition
+            )
+        )
+    }
+
+    /// Whether retrying may succeed (the connection failed, not the
+    /// request).
+    pub fn is_temporary(&self) -> bool {
+        match self {
+            Self::Transport(e) => e.is_temporary(),
+            Self::Io { .. } | Self::Closed { .. } | Self::Timeout { .. } => true,
+            _ => false,
+        }
+    }
+
+    /// The same error for another waiter of a failed connection
+    /// (`io::Error` does not clone).
+    pub(crate) fn for_another(&self) -> Self {
+        match self {
+            Self::Io { server, source } => Self::Io {
+                server: server.clone(),
+                source: io::Error::new(source.kind(), source.to_string()),
+            },
+            Self::Closed { server } => Self::Closed {
+                server: server.clone(),
+            },
+            Self::Protocol { server, source } => Self::Protocol {
+                server: server.clone(),
+                source: source.clone(),
+            },
+            Self::Violation { server, reason } => Self::Violation {
+                server: server.clone(),
+                reason: reason.clone(),
+            },
+            Self::Timeout {
+                server,
+                subject,
+                after,
+            } => Self::Timeout {
+                server: server.clone(),
+                subject: subject.clone(),
+                after: *after,
+            },
+            other => Self::Violation {
+                server: "the server".into(),
+                reason: other.to_string(),
+            },
+        }
+    }
+}

@@ -1,0 +1,450 @@
+//! One object-protocol connection driven from one thread: encode wire
+//! requests, keep several in flight, and match replies (which come in
+//! completion order) to their requests by id.
+//!
+//! In-flight work is bounded by a window of bytes (requests sent plus
+//! replies expected) and a count, so the client never writes so far ahead
+//! that the server, whose own in-flight limit stops it reading, waits on
+//! replies the client is not reading yet.
+
+use std::collections::HashMap;
+use std::io;
+use std::time::Duration;
+
+use sluice_obj_proto::consts::{OP_BATCH, REPLY_HEADER_LEN, REQUEST_HEADER_LEN};
+use sluice_obj_proto::{ErrorCode, Negotiated, ReplyHeader, RequestHeader};
+
+use super::error::Subject;
+use super::ObjError;
+use crate::connection::RecvBuf;
+use crate::transport::Stream;
+
+/// Request and reply bytes the client lets be in flight at once.
+const WINDOW_BYTES: u64 = 16 << 20;
+
+/// One request as it goes on the wire (its id is given when it is sent).
+#[derive(Debug)]
+pub(crate) struct Wire<'a> {
+    pub(crate) subject: Subject,
+    pub(crate) opcode: u16,
+    pub(crate) flags: u16,
+    pub(crate) object: u64,
+    pub(crate) offset: u64,
+    pub(crate) length: u64,
+    pub(crate) ddt: Vec<u8>,
+    pub(crate) params: Vec<u8>,
+    pub(crate) attrs: Vec<u8>,
+    pub(crate) data: &'a [u8],
+    /// Body bytes the reply will carry (reads), for the window.
+    pub(crate) reply_len: u64,
+}
+
+impl Wire<'_> {
+    fn payload_len(&self) -> u64 {
+        (self.ddt.len() + self.params.len() + self.attrs.len() + self.data.len()) as u64
+    }
+
+    /// Bytes on the wire, header included.
+    pub(crate) fn frame_len(&self) -> u64 {
+        REQUEST_HEADER_LEN as u64 + self.payload_len()
+    }
+
+    fn encode(&self, id: u64, partition: u64, out: &mut Vec<u8>) {
+        RequestHeader {
+            flags: self.flags,
+            opcode: self.opcode,
+            id,
+            partition,
+            object: self.object,
+            offset: self.offset,
+            length: self.length,
+            ddt_len: self.ddt.len() as u32,
+            param_len: self.params.len() as u32,
+            attr_len: self.attrs.len() as u32,
+            data_len: self.data.len() as u32,
+        }
+        .encode(out);
+        out.extend_from_slice(&self.ddt);
+        out.extend_from_slice(&self.params);
+        out.extend_from_slice(&self.attrs);
+        out.extend_from_slice(self.data);
+    }
+}
+
+/// A successful reply, copied out of the receive buffer.
+#[derive(Debug, Default)]
+pub(crate) struct RawReply {
+    pub(crate) real_bytes: u64,
+    pub(crate) attrs: Vec<u8>,
+    pub(crate) body: Vec<u8>,
+}
+
+/// What waits for a reply.
+struct Pending {
+    /// Index of the wire in the exchange.
+    index: usize,
+    /// For a batch frame: the indices of its members, which a BAD_BATCH
+    /// reply on the frame's id fails together.
+    members: Vec<usize>,
+    cost: u64,
+}
+
+/// A negotiated connection.
+pub(crate) struct Link {
+    stream: Stream,
+    pub(crate) server: String,
+    pub(crate) session: Negotiated,
+    request_timeout: Option<Duration>,
+    next_id: u64,
+    out: Vec<u8>,
+    inbuf: RecvBuf,
+    /// Set when the connection failed; every later exchange fails so.
+    broken: Option<ObjError>,
+}
+
+impl Link {
+    pub(crate) fn new(
+        stream: Stream,
+        server: String,
+        session: Negotiated,
+        request_timeout: Option<Duration>,
+    ) -> Self {
+        Self {
+            stream,
+            server,
+            session,
+            request_timeout,
+            next_id: 1,
+            out: Vec::with_capacity(64 * 1024),
+            inbuf: RecvBuf::new(),
+            broken: None,
+        }
+    }
+
+    fn fresh_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1).max(1);
+        id
+    }
+
+    /// Sends every wire (at most `max_in_flight` at once, within the byte
+    /// window; members of batch frames when `batch`), and returns each
+    /// one's outcome by position.
+    pub(crate) fn exchange(
+        &mut self,
+        wires: &[Wire<'_>],
+        batch: bool,
+        max_in_flight: usize,
+    ) -> Vec<Result<RawReply, ObjError>> {
+        let mut results: Vec<Option<Result<RawReply, ObjError>>> =
+            std::iter::repeat_with(|| None).take(wires.len()).collect();
+        if let Some(e) = &self.broken {
+            return (0..wires.len()).map(|_| Err(e.for_another())).collect();
+        }
+        let mut pending: HashMap<u64, Pending> = HashMap::new();
+        let mut next = 0;
+        let mut in_flight_cost = 0u64;
+        let mut in_flight = 0usize;
+        let limits = self.session.limits;
+        let partition = self.session.partition;
+        let max_in_flight = max_in_flight.max(1);
+        while next < wires.len() || !pending.is_empty() {
+            // Queue as much as the window allows (always at least one
+            // frame when nothing is in flight).
+            while next < wires.len()
+                && in_flight < max_in_flight
+                && (in_flight == 0 || in_flight_cost + cost(&wires[next]) <= WINDOW_BYTES)
+            {
+                if batch {
+                    // Members while they fit one frame's payload and count.
+                    let mut members = Vec::new();
+                    let mut body = 0u64;
+                    while let Some(w) = wires.get(next) {
+                        let fits = body + w.frame_len() <= u64::from(limits.max_payload)
+                            && (members.len() as u32) < limits.max_batch;
+                        if !fits && !members.is_empty() {
+                            break;
+                        }
+                        body += w.frame_len();
+                        members.push(next);
+                        next += 1;
+                        if !fits {
+                            break;
+                        }
+                    }
+                    if members.len() == 1 {
+                        // A batch of one is just the request.
+                        let i = members[0];
+                        let id = self.fresh_id();
+                        wires[i].encode(id, partition, &mut self.out);
+                        let c = cost(&wires[i]);
+                        pending.insert(
+                            id,
+                            Pending {
+                                index: i,
+                                members: Vec::new(),
+                                cost: c,
+                            },
+                        );
+                        in_flight_cost += c;
+                        in_flight += 1;
+                        continue;
+                    }
+                    let batch_id = self.fresh_id();
+                    RequestHeader {
+                        opcode: OP_BATCH,
+                        id: batch_id,
+                        partition,
+                        data_len: body as u32,
+                        ..RequestHeader::default()
+                    }
+                    .encode(&mut self.out);
+                    let mut ids = Vec::with_capacity(members.len());
+                    for &i in &members {
+                        let id = self.fresh_id();
+                        wires[i].encode(id, partition, &mut self.out);
+                        ids.push((id, i));
+                    }
+                    for (id, i) in ids {
+                        let c = cost(&wires[i]);
+                        pending.insert(
+                            id,
+                            Pending {
+                                index: i,
+                                members: Vec::new(),
+                                cost: c,
+                            },
+                        );
+                        in_flight_cost += c;
+                        in_flight += 1;
+                    }
+                    // The frame's own id is answered only if the frame is
+                    // refused whole.
+                    pending.insert(
+                        batch_id,
+                        Pending {
+                            index: usize::MAX,
+                            members,
+                            cost: 0,
+                        },
+                    );
+                } else {
+                    let id = self.fresh_id();
+                    wires[next].encode(id, partition, &mut self.out);
+                    let c = cost(&wires[next]);
+                    pending.insert(
+                        id,
+                        Pending {
+                            index: next,
+                            members: Vec::new(),
+                            cost: c,
+                        },
+                    );
+                    in_flight_cost += c;
+                    in_flight += 1;
+                    next += 1;
+                }
+            }
+            if let Err(e) = self.send() {
+                self.fail(e, &mut results);
+                break;
+            }
+            let waiting_members = pending.values().any(|p| p.index != usize::MAX);
+            if !waiting_members {
+                // Only batch frame ids remain: every member was answered,
+                // so the frames succeeded.
+                pending.clear();
+                continue;
+            }
+            let (id, reply) = match self.receive(wires, &pending) {
+                Ok(r) => r,
+                Err(e) => {
+                    self.fail(e, &mut results);
+                    break;
+                }
+            };
+            let Some(p) = pending.remove(&id) else {
+                let e = ObjError::Violation {
+                    server: self.server.clone(),
+                    reason: format!("a reply to request {id}, which is not in flight"),
+                };
+                self.fail(e, &mut results);
+                break;
+            };
+            if p.index == usize::MAX {
+                // A batch frame refused whole: none of its members ran.
+                for &i in &p.members {
+                    let member = pending
+                        .iter()
+                        .find(|(_, q)| q.index == i)
+                        .map(|(id, _)| *id);
+                    if let Some(mid) = member {
+                        if let Some(q) = pending.remove(&mid) {
+                            in_flight_cost -= q.cost;
+                            in_flight -= 1;
+                        }
+                    }
+                    results[i] = Some(match &reply {
+                        Ok(_) => Err(ObjError::Violation {
+                            server: self.server.clone(),
+                            reason: "a batch frame was answered as a request".into(),
+                        }),
+                        Err((code, message)) => Err(ObjError::Server {
+                            server: self.server.clone(),
+                            subject: wires[i].subject.clone(),
+                            code: *code,
+                            message: message.clone(),
+                        }),
+                    });
+                }
+                continue;
+            }
+            in_flight_cost -= p.cost;
+            in_flight -= 1;
+            results[p.index] = Some(reply.map_err(|(code, message)| ObjError::Server {
+                server: self.server.clone(),
+                subject: wires[p.index].subject.clone(),
+                code,
+                message,
+            }));
+        }
+        let server = self.server.clone();
+        results
+            .into_iter()
+            .map(|r| {
+                r.unwrap_or_else(|| {
+                    Err(ObjError::Closed {
+                        server: server.clone(),
+                    })
+                })
+            })
+            .collect()
+    }
+
+    /// Marks the link broken and fails every wire without an outcome.
+    fn fail(&mut self, e: ObjError, results: &mut [Option<Result<RawReply, ObjError>>]) {
+        for r in results.iter_mut().filter(|r| r.is_none()) {
+            *r = Some(Err(e.for_another()));
+        }
+        self.stream.shutdown();
+        self.broken = Some(e);
+    }
+
+    fn send(&mut self) -> Result<(), ObjError> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        let r = self.stream.write_all(&self.out);
+        self.out.clear();
+        r.map_err(|source| ObjError::Io {
+            server: self.server.clone(),
+            source,
+        })
+    }
+
+    /// Waits for the next reply; `Err((code, message))` inside is the
+    /// server's refusal of that request.
+    #[allow(clippy::type_complexity)] // one private call site
+    fn receive(
+        &mut self,
+        wires: &[Wire<'_>],
+        pending: &HashMap<u64, Pending>,
+    ) -> Result<(u64, Result<RawReply, (ErrorCode, String)>), ObjError> {
+        loop {
+            let data = self.inbuf.data();
+            let header = ReplyHeader::decode(data).map_err(|source| ObjError::Protocol {
+                server: self.server.clone(),
+                source,
+            })?;
+            if let Some(h) = header {
+                let need = REPLY_HEADER_LEN as u64 + h.payload_len();
+                if (data.len() as u64) >= need {
+                    let payload = &data[REPLY_HEADER_LEN..need as usize];
+                    let (attrs, body) = payload.split_at(h.attr_len as usize);
+                    let reply = match h.status {
+                        None => Ok(RawReply {
+                            real_bytes: h.real_bytes,
+                            attrs: attrs.to_vec(),
+                            body: body.to_vec(),
+                        }),
+                        Some(code) => Err((code, String::from_utf8_lossy(body).into_owned())),
+                    };
+                    self.inbuf.consume(need as usize);
+                    return Ok((h.id, reply));
+                }
+                // Bounded by the published limit (plus the header and a
+                // generous allowance for attributes), so a corrupt length
+                // cannot make the client allocate without bound.
+                let limit = u64::from(self.session.limits.max_payload) * 2 + (1 << 20);
+                if h.payload_len() > limit {
+                    return Err(ObjError::Violation {
+                        server: self.server.clone(),
+                        reason: format!(
+                            "reply {} claims {} bytes, more than the server's own limit",
+                            h.id,
+                            h.payload_len()
+                        ),
+                    });
+                }
+                self.inbuf.reserve(need as usize);
+            }
+            match self.inbuf.fill(&mut self.stream) {
+                Ok(true) => {}
+                Ok(false) => {
+                    return Err(ObjError::Closed {
+                        server: self.server.clone(),
+                    })
+                }
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    let oldest = pending
+                        .iter()
+                        .filter(|(_, p)| p.index != usize::MAX)
+                        .min_by_key(|(id, _)| **id)
+                        .map(|(_, p)| wires[p.index].subject.clone());
+                    return Err(match oldest {
+                        Some(subject) => ObjError::Timeout {
+                            server: self.server.clone(),
+                            subject,
+                            after: self.request_timeout.unwrap_or_default(),
+                        },
+                        None => ObjError::Closed {
+                            server: self.server.clone(),
+                        },
+                    });
+                }
+                Err(source) => {
+                    return Err(ObjError::Io {
+                        server: self.server.clone(),
+                        source,
+                    })
+                }
+            }
+        }
+    }
+
+    /// Says goodbye (DISCONNECT has no reply) and closes.
+    pub(crate) fn disconnect(&mut self) {
+        if self.broken.is_none() {
+            let id = self.fresh_id();
+            RequestHeader {
+                opcode: sluice_obj_proto::consts::OP_DISCONNECT,
+                id,
+                partition: self.session.partition,
+                ..RequestHeader::default()
+            }
+            .encode(&mut self.out);
+            let _ = self.send();
+        }
+        self.stream.shutdown();
+    }
+}
+
+/// What a wire weighs in the window: its bytes out and its reply's in.
+fn cost(w: &Wire<'_>) -> u64 {
+    w.frame_len() + REPLY_HEADER_LEN as u64 + w.reply_len
+}

@@ -1,0 +1,34 @@
+//! The client of sluice's native object protocol (docs/protocol.md):
+//! objects with typed attributes in partitions and collections, and
+//! reads and writes of any list of (offset, length) segments as one
+//! request.
+//!
+//! [`ObjClient`] is one connection owned by one thread, with a typed,
+//! blocking call for every command. It shares the NBD client's core:
+//! URIs ([`ObjUri`](crate::ObjUri): `sluice://`, `sluices://` with the
+//! same TLS settings as `nbds://`, `sluice+unix:///PATH`), sockets, TLS
+//! and timeouts. For each data command it picks the data distribution
+//! type itself (one segment: contiguous; equal segments at a constant
+//! stride: strided; anything else: a scatter/gather list) and cuts
+//! requests that exceed the limits the server published in its greeting
+//! into several, sent pipelined. [`ObjClient::batch`] and
+//! [`ObjClient::pipeline`] keep many commands in flight, matching the
+//! replies (which come in completion order) to them by request id.
+
+mod attr;
+mod client;
+mod error;
+mod handshake;
+mod link;
+pub mod plan;
+
+pub use attr::{AttrChange, Attrs, Value};
+pub use client::{
+    open_range, DataOptions, Entry, ObjClient, ObjOptions, ObjRequest, ObjResponse, Page, Range,
+    ReadReply, Stat, LENGTH_ATTR, SERVER_ATTR_PREFIX,
+};
+pub use error::{Addressee, ObjError, Subject};
+pub use sluice_obj_proto::{ErrorCode, Features, FlushScope, Limits, Segment};
+
+/// The partition a client selects when its URI names none.
+pub const DEFAULT_PARTITION: u64 = 1;

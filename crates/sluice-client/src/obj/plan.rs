@@ -1,0 +1,424 @@
+//! Turning a caller's list of (offset, length) segments into requests the
+//! server accepts: which data distribution type each request carries,
+//! and where a list that exceeds the server's published limits is cut.
+//!
+//! Both are pure functions of the segments and the limits, so the
+//! property tests can check them without a server: splitting keeps every
+//! byte, in list order, and every piece fits; the chosen DDT describes
+//! exactly the piece's segments.
+
+use sluice_obj_proto::consts::SGL_ENTRY_LEN;
+use sluice_obj_proto::{encode_sgl, encode_strided, DdtKind, Segment};
+
+/// How one request lays out its segments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Layout {
+    /// One range.
+    Contiguous(Segment),
+    /// `count` segments of `length` bytes, `stride` apart from `offset`.
+    Strided {
+        offset: u64,
+        stride: u64,
+        length: u64,
+        count: u32,
+    },
+    /// Any list.
+    Sgl(Vec<Segment>),
+}
+
+impl Layout {
+    /// The DDT kind for the request flags.
+    pub fn kind(&self) -> DdtKind {
+        match self {
+            Self::Contiguous(_) => DdtKind::Contiguous,
+            Self::Strided { .. } => DdtKind::Strided,
+            Self::Sgl(_) => DdtKind::Sgl,
+        }
+    }
+
+    /// The header's master offset.
+    pub fn master_offset(&self) -> u64 {
+        match self {
+            Self::Contiguous(s) => s.offset,
+            Self::Strided { offset, .. } => *offset,
+            Self::Sgl(_) => 0,
+        }
+    }
+
+    /// Bytes the layout describes (the header's length).
+    pub fn total(&self) -> u64 {
+        match self {
+            Self::Contiguous(s) => s.length,
+            Self::Strided { length, count, .. } => length * u64::from(*count),
+            Self::Sgl(list) => list.iter().map(|s| s.length).sum(),
+        }
+    }
+
+    /// Appends the DDT bytes (none for contiguous).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Self::Contiguous(_) => {}
+            Self::Strided {
+                stride,
+                length,
+                count,
+                ..
+            } => encode_strided(*stride, *length, *count, out),
+            Self::Sgl(list) => encode_sgl(list, out),
+        }
+    }
+
+    /// The segments in list order.
+    pub fn segments(&self) -> Vec<Segment> {
+        match self {
+            Self::Contiguous(s) => vec![*s],
+            Self::Strided {
+                offset,
+                stride,
+                length,
+                count,
+            } => (0..u64::from(*count))
+                .map(|i| Segment {
+                    offset: offset + i * stride,
+                    length: *length,
+                })
+                .collect(),
+            Self::Sgl(list) => list.clone(),
+        }
+    }
+}
+
+/// Joins neighbours in list order where one ends exactly where the next
+/// begins (the bytes and their order are unchanged) and drops empty
+/// segments, which move no byte.
+pub fn coalesce(segments: &[Segment]) -> Vec<Segment> {
+    let mut out: Vec<Segment> = Vec::with_capacity(segments.len());
+    for s in segments.iter().filter(|s| s.length > 0) {
+        match out.last_mut() {
+            Some(last) if last.offset.checked_add(last.length) == Some(s.offset) => {
+                last.length += s.length;
+            }
+            _ => out.push(*s),
+        }
+    }
+    out
+}
+
+/// The DDT for `segments` (non-empty, already [`coalesce`]d): one segment
+/// is contiguous; equal lengths at a constant, increasing stride are
+/// strided; anything else is a scatter/gather list.
+pub fn choose(segments: &[Segment]) -> Layout {
+    match segments {
+        [] => Layout::Contiguous(Segment {
+            offset: 0,
+            length: 0,
+        }),
+        [one] => Layout::Contiguous(*one),
+        [first, second, ..] => {
+            let length = first.length;
+            let stride = second.offset.wrapping_sub(first.offset);
+            let regular = second.offset > first.offset
+                && stride >= length
+                && u32::try_from(segments.len()).is_ok()
+                && segments.windows(2).all(|w| {
+                    w[1].length == length && w[1].offset.checked_sub(w[0].offset) == Some(stride)
+                });
+            if regular {
+                Layout::Strided {
+                    offset: first.offset,
+                    stride,
+                    length,
+                    count: segments.len() as u32,
+                }
+            } else {
+                Layout::Sgl(segments.to_vec())
+            }
+        }
+    }
+}
+
+/// What one request may carry, from the server's published limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PieceLimits {
+    /// Most segments in one DDT.
+    pub max_segments: u32,
+    /// Most bytes of DDT plus data in one request (the published maximum
+    /// payload less what else the request carries: parameters and
+    /// attributes).
+    pub max_bytes: u64,
+}
+
+/// DDT bytes a piece of `n` segments costs at most (a strided DDT is
+/// never longer than the SGL of the same segments once `n >= 2`).
+fn ddt_cost(n: u64) -> u64 {
+    if n <= 1 {
+        0
+    } else {
+        4 + SGL_ENTRY_LEN as u64 * n
+    }
+}
+
+/// The smallest `max_bytes` [`split`] can work with: a piece of two
+/// segments needs its SGL and a byte of each.
+pub const MIN_PIECE_BYTES: u64 = 4 + 2 * SGL_ENTRY_LEN as u64 + 2;
+
+/// Cuts `segments` (already [`coalesce`]d) into pieces that each fit
+/// `limits`: at most `max_segments` segments, and DDT plus data within
+/// `max_bytes`. Pieces keep list order and a segment too long for one
+/// piece is cut into consecutive parts, so the pieces' segments laid end
+/// to end move exactly the bytes of `segments` in order. `None` if
+/// `limits` leave no room for a byte.
+pub fn split(segments: &[Segment], limits: PieceLimits) -> Option<Vec<Vec<Segment>>> {
+    if limits.max_segments == 0 || limits.max_bytes == 0 {
+        return None;
+    }
+    let max_n = u64::from(limits.max_segments);
+    let mut pieces = Vec::new();
+    let mut piece: Vec<Segment> = Vec::new();
+    let mut data = 0u64;
+    for s in segments {
+        let mut s = *s;
+        while s.length > 0 {
+            let n = piece.len() as u64 + 1;
+            let room = if n > max_n {
+                0
+            } else {
+                limits.max_bytes.saturating_sub(ddt_cost(n) + data)
+            };
+            if room == 0 {
+                if piece.is_empty() {
+                    // Even an empty piece has no room (max_bytes too
+                    // small for the smallest DDT): give up.
+                    return None;
+                }
+                pieces.push(std::mem::take(&mut piece));
+                data = 0;
+                continue;
+            }
+            let take = s.length.min(room);
+            piece.push(Segment {
+                offset: s.offset,
+                length: take,
+            });
+            data += take;
+            s.offset += take;
+            s.length -= take;
+        }
+    }
+    if !piece.is_empty() {
+        pieces.push(piece);
+    }
+    Some(pieces)
+}
+
+/// Whether any two pieces touch a common byte (then writes must be sent
+/// in order, since the later one must win).
+pub fn pieces_overlap(pieces: &[Vec<Segment>]) -> bool {
+    let mut spans: Vec<(u64, u64, usize)> = pieces
+        .iter()
+        .enumerate()
+        .flat_map(|(i, p)| p.iter().map(move |s| (s.offset, s.offset + s.length, i)))
+        .collect();
+    spans.sort_unstable();
+    // Sweep in offset order keeping the furthest end seen for the two
+    // pieces that reach furthest: a span overlaps an earlier span of
+    // another piece exactly when one of those (not its own) passes its
+    // start. Segments of one piece may overlap: the server orders them.
+    let mut top: [Option<(u64, usize)>; 2] = [None, None];
+    for (start, end, piece) in spans {
+        if top.iter().flatten().any(|&(e, p)| p != piece && e > start) {
+            return true;
+        }
+        match top {
+            [Some((e, p)), _] if p == piece => top[0] = Some((e.max(end), p)),
+            [_, Some((e, p))] if p == piece => top[1] = Some((e.max(end), p)),
+            _ => {
+                top[1] = match top[1] {
+                    Some((e, _)) if e >= end => top[1],
+                    _ => Some((end, piece)),
+                }
+            }
+        }
+        if let [Some(a), Some(b)] = top {
+            if b.0 > a.0 {
+                top = [Some(b), Some(a)];
+            }
+        }
+        if top[0].is_none() {
+            top = [top[1], None];
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use sluice_obj_proto::{Ddt, Limits};
+
+    fn seg(offset: u64, length: u64) -> Segment {
+        Segment { offset, length }
+    }
+
+    #[test]
+    fn one_segment_is_contiguous() {
+        assert_eq!(choose(&[seg(5, 10)]), Layout::Contiguous(seg(5, 10)));
+        // Neighbours in order are one segment.
+        let c = coalesce(&[seg(0, 4), seg(4, 4), seg(8, 0), seg(8, 1)]);
+        assert_eq!(c, vec![seg(0, 9)]);
+        assert_eq!(choose(&c), Layout::Contiguous(seg(0, 9)));
+    }
+
+    #[test]
+    fn a_regular_pattern_is_strided() {
+        let s = [seg(100, 4), seg(110, 4), seg(120, 4)];
+        assert_eq!(
+            choose(&s),
+            Layout::Strided {
+                offset: 100,
+                stride: 10,
+                length: 4,
+                count: 3
+            }
+        );
+        let mut ddt = Vec::new();
+        choose(&s).encode(&mut ddt);
+        assert_eq!(ddt.len(), 20);
+    }
+
+    #[test]
+    fn anything_else_is_a_scatter_gather_list() {
+        for s in [
+            vec![seg(10, 4), seg(0, 4)],             // decreasing
+            vec![seg(0, 4), seg(10, 4), seg(30, 4)], // irregular stride
+            vec![seg(0, 4), seg(10, 5)],             // unequal lengths
+            vec![seg(0, 8), seg(4, 8)],              // overlapping
+            vec![seg(0, 4), seg(10, 4), seg(10, 4)], // repeated
+        ] {
+            assert_eq!(choose(&s), Layout::Sgl(s.clone()), "{s:?}");
+        }
+    }
+
+    #[test]
+    fn a_long_segment_is_cut_and_too_many_segments_spread() {
+        let limits = PieceLimits {
+            max_segments: 2,
+            max_bytes: 100,
+        };
+        let pieces = split(&[seg(0, 250)], limits).unwrap();
+        assert_eq!(
+            pieces,
+            vec![vec![seg(0, 100)], vec![seg(100, 100)], vec![seg(200, 50)]]
+        );
+        let pieces = split(&[seg(0, 1), seg(10, 1), seg(20, 1)], limits).unwrap();
+        assert_eq!(pieces, vec![vec![seg(0, 1), seg(10, 1)], vec![seg(20, 1)]]);
+        assert_eq!(
+            split(
+                &[seg(0, 1), seg(5, 1)],
+                PieceLimits {
+                    max_segments: 4,
+                    max_bytes: 0
+                }
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn overlap_between_pieces_is_found() {
+        assert!(!pieces_overlap(&[vec![seg(0, 4)], vec![seg(4, 4)]]));
+        assert!(pieces_overlap(&[vec![seg(0, 5)], vec![seg(4, 4)]]));
+        // Inside one piece is the server's business.
+        assert!(!pieces_overlap(&[
+            vec![seg(0, 8), seg(2, 2)],
+            vec![seg(8, 1)]
+        ]));
+        // An earlier piece hidden behind a longer segment of a third.
+        assert!(pieces_overlap(&[
+            vec![seg(0, 10)],
+            vec![seg(1, 100)],
+            vec![seg(5, 1)]
+        ]));
+        assert!(pieces_overlap(&[
+            vec![seg(0, 100), seg(200, 1)],
+            vec![seg(50, 1)],
+        ]));
+    }
+
+    fn bytes_of(segments: &[Segment]) -> Vec<u64> {
+        segments
+            .iter()
+            .flat_map(|s| s.offset..s.offset + s.length)
+            .collect()
+    }
+
+    fn overlap_brute(pieces: &[Vec<Segment>]) -> bool {
+        for (i, a) in pieces.iter().enumerate() {
+            for b in &pieces[i + 1..] {
+                for x in a {
+                    for y in b {
+                        if x.offset < y.offset + y.length && y.offset < x.offset + x.length {
+                            return true;
+                        }
+                    }
+                }
+            }
+        }
+        false
+    }
+
+    fn segments() -> impl Strategy<Value = Vec<Segment>> {
+        prop::collection::vec((0u64..2000, 0u64..300), 0..24)
+            .prop_map(|v| v.into_iter().map(|(o, l)| seg(o, l)).collect())
+    }
+
+    proptest! {
+        /// Split under any limits moves exactly the same bytes in the same
+        /// order, and every piece, with the DDT chosen for it, is one the
+        /// server's own parser accepts under those limits.
+        #[test]
+        fn split_keeps_every_byte_in_order_and_fits(
+            list in segments(),
+            max_segments in 1u32..8,
+            max_bytes in MIN_PIECE_BYTES..600,
+        ) {
+            let c = coalesce(&list);
+            prop_assert_eq!(bytes_of(&c), bytes_of(&list));
+            let limits = PieceLimits { max_segments, max_bytes };
+            let pieces = split(&c, limits).expect("limits leave room");
+            let flat: Vec<Segment> = pieces.iter().flatten().copied().collect();
+            prop_assert_eq!(bytes_of(&flat), bytes_of(&list));
+            let wire = Limits {
+                max_segments,
+                max_payload: max_bytes as u32,
+                ..Limits::default()
+            };
+            for p in &pieces {
+                prop_assert!(!p.is_empty());
+                prop_assert!(p.len() as u32 <= max_segments);
+                let p = coalesce(p);
+                let layout = choose(&p);
+                prop_assert_eq!(layout.segments(), p.clone());
+                let mut ddt = Vec::new();
+                layout.encode(&mut ddt);
+                let total = layout.total();
+                prop_assert!(ddt.len() as u64 + total <= max_bytes);
+                let parsed = Ddt::parse(layout.kind(), layout.master_offset(), total, &ddt, &wire)
+                    .map_err(|e| TestCaseError::fail(format!("{e}")))?;
+                prop_assert_eq!(parsed.segments().collect::<Vec<_>>(), p);
+            }
+        }
+
+        #[test]
+        fn overlap_check_agrees_with_brute_force(
+            pieces in prop::collection::vec(segments(), 0..5),
+        ) {
+            let pieces: Vec<Vec<Segment>> = pieces
+                .into_iter()
+                .map(|p| p.into_iter().filter(|s| s.length > 0).collect())
+                .collect();
+            prop_assert_eq!(pieces_overlap(&pieces), overlap_brute(&pieces));
+        }
+    }
+}
