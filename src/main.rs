@@ -14,6 +14,7 @@ use sluice_server::{
 
 mod bench_cmd;
 mod model_cmd;
+mod obj_cmd;
 
 /// Networked storage: NBD block volumes served fast.
 #[derive(Debug, Parser)]
@@ -33,6 +34,9 @@ enum Command {
     /// Analytical models: MVA and bounds, the networked RAID model, the
     /// non-contiguous transfer model.
     Model(model_cmd::ModelArgs),
+    /// Objects and their attributes on a sluice object server: create,
+    /// put, get, write, append, attr, ls, query, rm, stat.
+    Obj(obj_cmd::ObjArgs),
 }
 
 #[derive(Debug, Args)]
@@ -342,6 +346,8 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(args),
         Command::Bench(args) => bench_cmd::run(*args),
         Command::Model(args) => model_cmd::run(args),
+        // Reports its own failures (one line, exit 1 or 2).
+        Command::Obj(args) => return obj_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,0 +1,473 @@
+//! `sluice obj`: objects and their attributes on a sluice object server,
+//! a thin layer over `sluice_client::obj::ObjClient`.
+//!
+//! Every command that changes data or attributes is durable when it
+//! exits 0: data commands FLUSH the object they wrote, attribute sets,
+//! creates and removals are sent with FUA. Usage errors exit 2 and every
+//! other failure 1, each with one line on stderr naming the object and
+//! what to do.
+
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use sluice_client::obj::{
+    AttrChange, DataOptions, Entry, ErrorCode, FlushScope, ObjClient, ObjError, ObjOptions, Range,
+    Segment, Value,
+};
+use sluice_client::{ObjUri, DEFAULT_OBJ_SERVER};
+
+mod values;
+
+use values::{
+    json_value, parse_assignment, parse_id, parse_range, parse_stride, parse_where, show_value,
+    Stride,
+};
+
+/// Arguments of `sluice obj`.
+#[derive(Debug, Args)]
+pub(crate) struct ObjArgs {
+    /// The object server: sluice://HOST[:PORT], sluices://HOST[:PORT]?tls-certificates=DIR
+    /// or sluice+unix:///PATH; add ?partition=N for a partition other than the default.
+    #[arg(long, value_name = "URI", default_value = DEFAULT_OBJ_SERVER, global = true)]
+    server: String,
+    #[command(subcommand)]
+    command: ObjCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum ObjCommand {
+    /// Make new objects; prints their ids, one per line.
+    Create {
+        /// Put them in this collection.
+        #[arg(long, value_name = "NAME")]
+        collection: Option<String>,
+        /// How many.
+        #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        count: u32,
+    },
+    /// Store FILE (or stdin) as the whole object.
+    Put {
+        #[arg(value_parser = parse_id)]
+        id: u64,
+        file: Option<PathBuf>,
+    },
+    /// Write the object's bytes to stdout: all of it, or the ranges and
+    /// the strided pattern given, in order.
+    Get {
+        #[arg(value_parser = parse_id)]
+        id: u64,
+        /// OFF:LEN (sizes like 4096, 4K, 1M); repeatable.
+        #[arg(long = "range", value_name = "OFF:LEN", value_parser = parse_range)]
+        ranges: Vec<Segment>,
+        /// COUNT segments of LEN bytes, STRIDE apart from OFF.
+        #[arg(long, value_name = "OFF:STRIDE:LEN:COUNT", value_parser = parse_stride)]
+        stride: Option<Stride>,
+    },
+    /// Scatter FILE (or stdin) over the ranges, in order; the input must
+    /// be exactly as long as the ranges together.
+    Write {
+        #[arg(value_parser = parse_id)]
+        id: u64,
+        /// OFF:LEN (sizes like 4096, 4K, 1M); repeatable, at least one.
+        #[arg(long = "range", value_name = "OFF:LEN", value_parser = parse_range, required = true)]
+        ranges: Vec<Segment>,
+        file: Option<PathBuf>,
+    },
+    /// Append FILE (or stdin) to the object; prints the offset it went to.
+    Append {
+        #[arg(value_parser = parse_id)]
+        id: u64,
+        file: Option<PathBuf>,
+    },
+    /// Get or set attributes.
+    #[command(subcommand)]
+    Attr(AttrCommand),
+    /// List objects (of the partition, or of one collection).
+    Ls {
+        #[arg(long, value_name = "NAME")]
+        collection: Option<String>,
+        /// Show each object's attributes.
+        #[arg(long)]
+        attrs: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Objects of a collection whose attributes meet every condition.
+    Query {
+        #[arg(long, value_name = "NAME")]
+        collection: String,
+        /// KEY>=VALUE, KEY<=VALUE or KEY=VALUE; repeatable, at least one.
+        #[arg(long = "where", value_name = "COND", value_parser = parse_where, required = true)]
+        conditions: Vec<Range>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove objects.
+    Rm {
+        #[arg(value_parser = parse_id, required = true)]
+        ids: Vec<u64>,
+    },
+    /// The object's length and the other attributes the server keeps.
+    Stat {
+        #[arg(value_parser = parse_id)]
+        id: u64,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AttrCommand {
+    /// Set attributes: KEY=VALUE, VALUE an integer or text, or forced
+    /// with int:, text: or hex: (bytes).
+    Set {
+        #[arg(value_parser = parse_id)]
+        id: u64,
+        #[arg(value_name = "KEY=VALUE", value_parser = parse_assignment, required = true)]
+        pairs: Vec<(String, Value)>,
+    },
+    /// Print attributes as KEY=VALUE lines (all of them, or KEY...).
+    Get {
+        #[arg(value_parser = parse_id)]
+        id: u64,
+        keys: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Why a command failed, and the exit code it gets.
+enum Failure {
+    /// Exit 2.
+    Usage(String),
+    /// Exit 1.
+    Failed(String),
+}
+
+impl Failure {
+    fn from_obj(e: &ObjError, server: &str) -> Self {
+        let hint = match e.code() {
+            Some(ErrorCode::NoSuchObject) => "; check the id ('sluice obj ls' lists the objects)",
+            Some(ErrorCode::NoSuchCollection) => {
+                "; check the name ('sluice obj ls' lists the objects of the partition)"
+            }
+            Some(ErrorCode::NoSuchPartition) => {
+                "; name an existing partition with --server URI?partition=N"
+            }
+            Some(ErrorCode::AttrTooLarge) => "; use a shorter value",
+            Some(ErrorCode::Permission) => "; keys starting with sluice. are the server's own",
+            _ if matches!(e, ObjError::Transport(_) | ObjError::Handshake { .. }) => {
+                return Self::Failed(format!(
+                    "{e}; is 'sluice serve' running at {server}? (--server URI names another server)"
+                ))
+            }
+            _ => "",
+        };
+        Self::Failed(format!("{e}{hint}"))
+    }
+}
+
+type Outcome = Result<(), Failure>;
+
+/// Runs `sluice obj` and reports failures itself (one line each).
+pub(crate) fn run(args: ObjArgs) -> ExitCode {
+    match execute(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            let (code, msg) = match f {
+                Failure::Usage(m) => (2, m),
+                Failure::Failed(m) => (1, m),
+            };
+            // One line, whatever the server's message held.
+            let msg = msg.replace(['\n', '\r'], " ");
+            eprintln!("sluice: error: {msg}");
+            ExitCode::from(code)
+        }
+    }
+}
+
+fn connect(server: &str) -> Result<ObjClient, Failure> {
+    let uri: ObjUri = server
+        .parse()
+        .map_err(|e| Failure::Usage(format!("{e}; see 'sluice obj --help'")))?;
+    ObjClient::connect(&uri, &ObjOptions::default()).map_err(|e| Failure::from_obj(&e, server))
+}
+
+fn read_input(file: Option<&Path>) -> Result<Vec<u8>, Failure> {
+    let mut data = Vec::new();
+    match file {
+        Some(p) if p != Path::new("-") => {
+            data = std::fs::read(p).map_err(|e| {
+                Failure::Failed(format!(
+                    "cannot read {}: {e}; check the file name",
+                    p.display()
+                ))
+            })?;
+        }
+        _ => {
+            std::io::stdin()
+                .lock()
+                .read_to_end(&mut data)
+                .map_err(|e| Failure::Failed(format!("cannot read stdin: {e}")))?;
+        }
+    }
+    Ok(data)
+}
+
+fn out(bytes: &[u8]) -> Outcome {
+    let mut o = std::io::stdout().lock();
+    o.write_all(bytes)
+        .and_then(|()| o.flush())
+        .map_err(|e| Failure::Failed(format!("cannot write to stdout: {e}")))
+}
+
+fn execute(args: ObjArgs) -> Outcome {
+    let server = args.server.clone();
+    let mut client = connect(&server)?;
+    let c = &mut client;
+    let fail = |e: ObjError| Failure::from_obj(&e, &server);
+    match args.command {
+        ObjCommand::Create { collection, count } => {
+            let ids = c
+                .create(collection.as_deref().unwrap_or(""), count, true)
+                .map_err(fail)?;
+            let text: String = ids.iter().map(|id| format!("{id}\n")).collect();
+            out(text.as_bytes())
+        }
+        ObjCommand::Put { id, file } => {
+            let data = read_input(file.as_deref())?;
+            let before = c.stat(id).map_err(fail)?.length;
+            let len = data.len() as u64;
+            c.write(
+                id,
+                &[Segment {
+                    offset: 0,
+                    length: len,
+                }],
+                &data,
+                &DataOptions::default(),
+            )
+            .map_err(fail)?;
+            if before > len {
+                // The protocol has no truncate: the old tail reads as
+                // zeros from now on (the length stays).
+                c.punch(
+                    id,
+                    &[Segment {
+                        offset: len,
+                        length: before - len,
+                    }],
+                    &DataOptions::default(),
+                )
+                .map_err(fail)?;
+                eprintln!(
+                    "sluice: note: object {id} was {before} bytes; it keeps that length and bytes {len}.. read as zeros"
+                );
+            }
+            c.flush(FlushScope::Object(id)).map_err(fail)
+        }
+        ObjCommand::Get { id, ranges, stride } => {
+            let mut segments = ranges;
+            if let Some(s) = stride {
+                segments.extend(s.segments());
+            }
+            if segments.is_empty() {
+                let length = c.stat(id).map_err(fail)?.length;
+                if length == 0 {
+                    return Ok(());
+                }
+                segments.push(Segment { offset: 0, length });
+            }
+            let total = segments
+                .iter()
+                .try_fold(0u64, |t, s| t.checked_add(s.length))
+                .ok_or_else(|| Failure::Usage("the ranges add up past 2^64 bytes".into()))?;
+            let reply = c.read(id, &segments).map_err(fail)?;
+            out(&reply.data)?;
+            if reply.real_bytes < total {
+                eprintln!(
+                    "sluice: note: {} of the {total} bytes lie past the end of object {id} and read as zeros",
+                    total - reply.real_bytes
+                );
+            }
+            Ok(())
+        }
+        ObjCommand::Write { id, ranges, file } => {
+            let data = read_input(file.as_deref())?;
+            let want = ranges
+                .iter()
+                .try_fold(0u64, |t, s| t.checked_add(s.length))
+                .ok_or_else(|| Failure::Usage("the ranges add up past 2^64 bytes".into()))?;
+            if data.len() as u64 != want {
+                return Err(Failure::Failed(format!(
+                    "the ranges take {want} bytes but the input has {}; give exactly {want} bytes for object {id}",
+                    data.len()
+                )));
+            }
+            c.write(id, &ranges, &data, &DataOptions::default())
+                .map_err(fail)?;
+            c.flush(FlushScope::Object(id)).map_err(fail)
+        }
+        ObjCommand::Append { id, file } => {
+            let data = read_input(file.as_deref())?;
+            let at = c.append(id, &data, &DataOptions::default()).map_err(fail)?;
+            c.flush(FlushScope::Object(id)).map_err(fail)?;
+            out(format!("{at}\n").as_bytes())
+        }
+        ObjCommand::Attr(AttrCommand::Set { id, pairs }) => {
+            let changes: Vec<AttrChange> = pairs
+                .into_iter()
+                .map(|(k, v)| AttrChange::Set(k, v))
+                .collect();
+            c.set_attrs(id, &changes, true).map_err(fail)
+        }
+        ObjCommand::Attr(AttrCommand::Get { id, keys, json }) => {
+            let keys_ref: Vec<&str> = keys.iter().map(String::as_str).collect();
+            let attrs = c.get_attrs(id, &keys_ref).map_err(fail)?;
+            let missing: Vec<&str> = keys_ref
+                .iter()
+                .copied()
+                .filter(|k| attrs.get(k).is_none())
+                .collect();
+            if json {
+                let mut map = serde_json::Map::new();
+                for (k, v) in &attrs.0 {
+                    map.insert(
+                        k.clone(),
+                        v.as_ref().map_or(serde_json::Value::Null, json_value),
+                    );
+                }
+                for k in &missing {
+                    map.entry(*k).or_insert(serde_json::Value::Null);
+                }
+                out(format!("{}\n", serde_json::Value::Object(map)).as_bytes())?;
+            } else {
+                let text: String = attrs
+                    .values()
+                    .map(|(k, v)| format!("{k}={}\n", show_value(v)))
+                    .collect();
+                out(text.as_bytes())?;
+            }
+            match missing.as_slice() {
+                [] => Ok(()),
+                [one] => Err(Failure::Failed(format!(
+                    "object {id} has no attribute {one:?}; set it with 'sluice obj attr set {id} {one}=VALUE'"
+                ))),
+                many => Err(Failure::Failed(format!(
+                    "object {id} has no attributes {many:?}; set them with 'sluice obj attr set {id} KEY=VALUE...'"
+                ))),
+            }
+        }
+        ObjCommand::Ls {
+            collection,
+            attrs,
+            json,
+        } => {
+            let want: &[&str] = &[];
+            let entries = c
+                .list(collection.as_deref().unwrap_or(""), attrs.then_some(want))
+                .map_err(fail)?;
+            print_entries(&entries, attrs, json)
+        }
+        ObjCommand::Query {
+            collection,
+            conditions,
+            json,
+        } => {
+            let entries = c.query(&collection, &conditions).map_err(fail)?;
+            let with_attrs = entries.iter().any(|e| !e.attrs.is_empty());
+            print_entries(&entries, with_attrs, json)
+        }
+        ObjCommand::Rm { ids } => {
+            let results = c.remove_many(&ids, true);
+            let failed: Vec<(u64, ObjError)> = ids
+                .iter()
+                .zip(results)
+                .filter_map(|(id, r)| r.err().map(|e| (*id, e)))
+                .collect();
+            match failed.as_slice() {
+                [] => Ok(()),
+                [(_, e)] => Err(fail_ref(e, &server)),
+                [(_, e), rest @ ..] => {
+                    let others: Vec<String> = rest.iter().map(|(id, _)| id.to_string()).collect();
+                    let (Failure::Failed(m) | Failure::Usage(m)) = fail_ref(e, &server);
+                    Err(Failure::Failed(format!(
+                        "{m} (objects {} failed too; the others were removed)",
+                        others.join(", ")
+                    )))
+                }
+            }
+        }
+        ObjCommand::Stat { id, json } => {
+            let stat = c.stat(id).map_err(fail)?;
+            let fields: Vec<(String, &Value)> = stat
+                .attrs
+                .values()
+                .filter(|(k, _)| *k != sluice_client::obj::LENGTH_ATTR)
+                .map(|(k, v)| {
+                    let short = k
+                        .strip_prefix(sluice_client::obj::SERVER_ATTR_PREFIX)
+                        .unwrap_or(k);
+                    (short.replace('.', "_"), v)
+                })
+                .collect();
+            if json {
+                let mut map = serde_json::Map::new();
+                map.insert("id".into(), stat.object.into());
+                map.insert("length".into(), stat.length.into());
+                for (k, v) in &fields {
+                    map.insert(k.clone(), json_value(v));
+                }
+                out(format!("{}\n", serde_json::Value::Object(map)).as_bytes())
+            } else {
+                let mut text = format!("id: {}\nlength: {}\n", stat.object, stat.length);
+                for (k, v) in &fields {
+                    text.push_str(&format!("{k}: {}\n", show_value(v)));
+                }
+                out(text.as_bytes())
+            }
+        }
+    }
+}
+
+fn fail_ref(e: &ObjError, server: &str) -> Failure {
+    Failure::from_obj(e, server)
+}
+
+/// `ls` and `query` output: ids one per line (with `KEY=VALUE` after
+/// each when attributes are shown), or a JSON array of
+/// `{"id": N, "attrs": {...}}`.
+fn print_entries(entries: &[Entry], attrs: bool, json: bool) -> Outcome {
+    if json {
+        let list: Vec<serde_json::Value> = entries
+            .iter()
+            .map(|e| {
+                let mut m = serde_json::Map::new();
+                m.insert("id".into(), e.object.into());
+                if attrs {
+                    let a: serde_json::Map<String, serde_json::Value> = e
+                        .attrs
+                        .values()
+                        .map(|(k, v)| (k.to_owned(), json_value(v)))
+                        .collect();
+                    m.insert("attrs".into(), a.into());
+                }
+                serde_json::Value::Object(m)
+            })
+            .collect();
+        return out(format!("{}\n", serde_json::Value::Array(list)).as_bytes());
+    }
+    let mut text = String::new();
+    for e in entries {
+        text.push_str(&e.object.to_string());
+        if attrs {
+            for (k, v) in e.attrs.values() {
+                text.push_str(&format!(" {k}={}", show_value(v)));
+            }
+        }
+        text.push('\n');
+    }
+    out(text.as_bytes())
+}
