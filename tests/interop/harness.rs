@@ -111,11 +111,23 @@ pub(crate) fn nbdsh_dir() -> PathBuf {
 // Running external commands
 // ---------------------------------------------------------------------------
 
-/// An external command with a time limit; stdin is always /dev/null.
+/// An external command with a time limit; stdin is /dev/null unless
+/// [`Cmd::input`] gives it bytes.
 pub(crate) struct Cmd {
     cmd: Command,
     display: String,
     timeout: Duration,
+    input: Option<Vec<u8>>,
+}
+
+/// The `sluice` binary under test, as a command (`sluice ARGS...`).
+pub(crate) fn sluice() -> Cmd {
+    Cmd {
+        cmd: Command::new(env!("CARGO_BIN_EXE_sluice")),
+        display: "sluice".to_string(),
+        timeout: DEFAULT_CMD_TIMEOUT,
+        input: None,
+    }
 }
 
 /// A command for an external tool that must be installed (see [`require_tool`]).
@@ -125,6 +137,7 @@ pub(crate) fn tool(name: &str) -> Cmd {
         cmd: Command::new(path),
         display: name.to_string(),
         timeout: DEFAULT_CMD_TIMEOUT,
+        input: None,
     }
 }
 
@@ -137,6 +150,7 @@ pub(crate) fn nbdsh_script(script: &str) -> Cmd {
         cmd: Command::new(python),
         display: format!("{python} {}", path.display()),
         timeout: DEFAULT_CMD_TIMEOUT,
+        input: None,
     };
     c.cmd.arg("-u").arg("-B").arg(&path);
     c
@@ -166,11 +180,22 @@ impl Cmd {
         self
     }
 
+    /// Feeds `bytes` to the command's stdin (then closes it).
+    pub(crate) fn input(mut self, bytes: impl Into<Vec<u8>>) -> Self {
+        self.input = Some(bytes.into());
+        self
+    }
+
     /// Runs to completion (or the time limit, which fails the test) and
     /// returns whatever it produced, whatever its exit status.
     pub(crate) fn output(mut self) -> CmdOutput {
+        let stdin = if self.input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        };
         self.cmd
-            .stdin(Stdio::null())
+            .stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let start = Instant::now();
@@ -178,6 +203,13 @@ impl Cmd {
             .cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start `{}`: {e}", self.display));
+        if let (Some(input), Some(mut pipe)) = (self.input.take(), child.stdin.take()) {
+            // A command that stops reading early closes the pipe: that is
+            // its business, not a test failure.
+            thread::spawn(move || {
+                let _ = pipe.write_all(&input);
+            });
+        }
         let out_reader = pipe_reader(child.stdout.take());
         let err_reader = pipe_reader(child.stderr.take());
         let status = loop {
@@ -303,6 +335,8 @@ pub(crate) struct ServerBuilder {
     listens: Vec<String>,
     args: Vec<String>,
     metrics: bool,
+    /// Object listeners to wait for (`objects listening on` lines).
+    objects: usize,
 }
 
 impl ServerBuilder {
@@ -312,7 +346,24 @@ impl ServerBuilder {
             listens: Vec::new(),
             args: Vec::new(),
             metrics: false,
+            objects: 0,
         }
+    }
+
+    /// `--objects DIR --object-listen 127.0.0.1:0`; the address is in
+    /// [`Server::objects`].
+    pub(crate) fn objects(mut self, dir: &Path) -> Self {
+        self.args.push("--objects".into());
+        self.args.push(dir.display().to_string());
+        self.object_listen("127.0.0.1:0")
+    }
+
+    /// `--object-listen ADDR` (repeatable).
+    pub(crate) fn object_listen(mut self, addr: impl AsRef<str>) -> Self {
+        self.args.push("--object-listen".into());
+        self.args.push(addr.as_ref().to_string());
+        self.objects += 1;
+        self
     }
 
     /// `--export NAME=SPEC`.
@@ -406,12 +457,14 @@ impl ServerBuilder {
             tcp: Vec::new(),
             unix: Vec::new(),
             metrics: None,
+            objects: Vec::new(),
             stderr_path,
             _logdir: logdir,
         };
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         while server.tcp.len() + server.unix.len() < listens.len()
             || (self.metrics && server.metrics.is_none())
+            || server.objects.len() < self.objects
         {
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left.min(Duration::from_millis(100))) {
@@ -424,6 +477,10 @@ impl ServerBuilder {
                                 panic!("cannot parse the metrics address in {line:?}: {e}")
                             });
                         server.metrics = Some(addr);
+                        continue;
+                    }
+                    if let Some(rest) = line.trim().strip_prefix("objects listening on ") {
+                        server.objects.push(rest.to_owned());
                         continue;
                     }
                     let Some(rest) = line.trim().strip_prefix("listening on ") else {
@@ -478,6 +535,8 @@ pub(crate) struct Server {
     pub(crate) unix: Vec<PathBuf>,
     /// The metrics endpoint, when started with [`ServerBuilder::metrics`].
     pub(crate) metrics: Option<SocketAddr>,
+    /// Object protocol listeners as printed (`HOST:PORT` or `unix:PATH`).
+    pub(crate) objects: Vec<String>,
     stderr_path: PathBuf,
     _logdir: TempDir,
 }
@@ -500,6 +559,19 @@ impl Server {
     pub(crate) fn unix_uri(&self, export: &str) -> String {
         let path = self.unix.first().expect("server has no unix: listener");
         format!("nbd+unix:///{export}?socket={}", path.display())
+    }
+
+    /// `sluice://HOST:PORT` (or `sluice+unix:///PATH`) of the first
+    /// object listener.
+    pub(crate) fn obj_uri(&self) -> String {
+        let addr = self
+            .objects
+            .first()
+            .expect("server has no object listener (use ServerBuilder::objects)");
+        match addr.strip_prefix("unix:") {
+            Some(path) => format!("sluice+unix://{path}"),
+            None => format!("sluice://{addr}"),
+        }
     }
 
     pub(crate) fn connect(&self) -> TcpStream {
