@@ -1,0 +1,350 @@
+#![allow(clippy::unwrap_used)]
+//! The object client against a real in-process sluice server with an
+//! object store: every command, DDT choice and splitting past the
+//! server's published limits checked against an in-memory model, batches
+//! with a bad member, and the errors callers match on.
+
+use sluice_client::obj::{
+    open_range, AttrChange, DataOptions, ErrorCode, FlushScope, ObjClient, ObjError, ObjOptions,
+    ObjRequest, ObjResponse, Range, Segment, Value, DEFAULT_PARTITION,
+};
+use sluice_client::ObjUri;
+use sluice_testkit::test_server::TestServer;
+
+struct Fixture {
+    server: TestServer,
+    _dir: tempfile::TempDir,
+}
+
+fn start() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::builder().objects(dir.path().join("objects")).start();
+    Fixture { server, _dir: dir }
+}
+
+impl Fixture {
+    fn uri(&self) -> ObjUri {
+        self.server.obj_uri().parse().unwrap()
+    }
+
+    fn client(&self) -> ObjClient {
+        ObjClient::connect(&self.uri(), &ObjOptions::default()).unwrap()
+    }
+}
+
+fn seg(offset: u64, length: u64) -> Segment {
+    Segment { offset, length }
+}
+
+/// Applies a write to the model the way the protocol defines it (bytes
+/// in list order, later segments win).
+fn model_write(model: &mut Vec<u8>, segments: &[Segment], data: &[u8]) {
+    let mut at = 0;
+    for s in segments {
+        let end = (s.offset + s.length) as usize;
+        if model.len() < end {
+            model.resize(end, 0);
+        }
+        model[s.offset as usize..end].copy_from_slice(&data[at..at + s.length as usize]);
+        at += s.length as usize;
+    }
+}
+
+fn model_read(model: &[u8], segments: &[Segment]) -> (Vec<u8>, u64) {
+    let mut out = Vec::new();
+    let mut real = 0;
+    for s in segments {
+        for i in s.offset..s.offset + s.length {
+            match model.get(i as usize) {
+                Some(b) => {
+                    out.push(*b);
+                    real += 1;
+                }
+                None => out.push(0),
+            }
+        }
+    }
+    (out, real)
+}
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    (0..len as u64)
+        .map(|i| (sluice_types::splitmix64(seed ^ i) & 0xff) as u8)
+        .collect()
+}
+
+#[test]
+fn every_command_round_trips() {
+    let f = start();
+    let mut c = f.client();
+    assert_eq!(c.session().partition, DEFAULT_PARTITION);
+
+    let ids = c.create("c", 3, false).unwrap();
+    assert_eq!(ids.len(), 3);
+    let (a, b) = (ids[0], ids[1]);
+
+    // SGL write (out of order, overlapping), strided and contiguous reads.
+    let mut model = Vec::new();
+    let segs = [seg(100, 10), seg(0, 4), seg(105, 10)];
+    let data = pattern(1, 24);
+    c.write(a, &segs, &data, &DataOptions::default()).unwrap();
+    model_write(&mut model, &segs, &data);
+    for read in [
+        vec![seg(0, 120)],
+        vec![seg(0, 2), seg(10, 2), seg(20, 2), seg(30, 2)],
+        vec![seg(110, 20), seg(1, 1)],
+    ] {
+        let r = c.read(a, &read).unwrap();
+        let (want, real) = model_read(&model, &read);
+        assert_eq!(r.data, want, "{read:?}");
+        assert_eq!(r.real_bytes, real, "{read:?}");
+    }
+
+    // Attributes riding on data commands, both ways.
+    let opts = DataOptions {
+        fua: true,
+        attrs: vec![AttrChange::set("kind", "log"), AttrChange::set("n", 1)],
+    };
+    let at = c.append(b, b"first", &opts).unwrap();
+    assert_eq!(at, 0);
+    assert_eq!(c.append(b, b" second", &DataOptions::default()).unwrap(), 5);
+    let r = c
+        .read_with(b, &[seg(0, 12)], &["kind", "sluice.length", "missing"])
+        .unwrap();
+    assert_eq!(r.data, b"first second");
+    assert_eq!(r.attrs.get("kind"), Some(&Value::Text("log".into())));
+    assert_eq!(r.attrs.get("sluice.length"), Some(&Value::Integer(12)));
+    assert_eq!(r.attrs.get("missing"), None);
+    assert!(r.attrs.0.iter().any(|(k, v)| k == "missing" && v.is_none()));
+
+    // Create-and-write, punch, stat.
+    let opts = DataOptions {
+        fua: false,
+        attrs: vec![AttrChange::set("blob", vec![0u8, 1, 2])],
+    };
+    let d = c
+        .create_and_write("c", &[seg(0, 8192)], &pattern(2, 8192), &opts)
+        .unwrap();
+    c.punch(d, &[seg(4096, 4096)], &DataOptions::default()).unwrap();
+    let r = c.read(d, &[seg(4090, 10)]).unwrap();
+    assert_eq!(&r.data[..6], &pattern(2, 8192)[4090..4096]);
+    assert_eq!(&r.data[6..], &[0, 0, 0, 0]);
+    assert_eq!(c.stat(d).unwrap().length, 8192);
+    assert_eq!(
+        c.get_attrs(d, &["blob"]).unwrap().get("blob"),
+        Some(&Value::Bytes(vec![0, 1, 2]))
+    );
+
+    // Set, remove, list with attributes, query.
+    for (i, id) in ids.iter().enumerate() {
+        c.set_attrs(*id, &[AttrChange::set("rank", i as i64)], false)
+            .unwrap();
+    }
+    c.set_attrs(a, &[AttrChange::Remove("rank".into())], true)
+        .unwrap();
+    assert_eq!(c.get_attrs(a, &["rank"]).unwrap().get("rank"), None);
+    let listed = c.list("c", Some(&["rank"])).unwrap();
+    let mut got: Vec<u64> = listed.iter().map(|e| e.object).collect();
+    got.sort_unstable();
+    let mut want = vec![ids[0], ids[1], ids[2], d];
+    want.sort_unstable();
+    assert_eq!(got, want);
+    let ranked = listed.iter().find(|e| e.object == ids[2]).unwrap();
+    assert_eq!(ranked.attrs.get("rank"), Some(&Value::Integer(2)));
+    let hits = c
+        .query("c", &[open_range("rank", Value::Integer(1), true, 8)])
+        .unwrap();
+    let mut hits: Vec<u64> = hits.iter().map(|e| e.object).collect();
+    hits.sort_unstable();
+    assert_eq!(hits, vec![ids[1], ids[2]]);
+    let exact = c
+        .query(
+            "c",
+            &[Range {
+                key: "rank".into(),
+                min: Value::Integer(2),
+                max: Value::Integer(2),
+            }],
+        )
+        .unwrap();
+    assert_eq!(exact.len(), 1);
+
+    // Flush at every scope.
+    c.flush(FlushScope::Object(a)).unwrap();
+    c.flush(FlushScope::Collection("c")).unwrap();
+    c.flush(FlushScope::Partition).unwrap();
+
+    // Remove; the object is then unknown, and the error says which.
+    c.remove(ids[2], true).unwrap();
+    let e = c.read(ids[2], &[seg(0, 1)]).unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::NoSuchObject));
+    assert!(e.is_not_found());
+    assert!(
+        e.to_string().contains(&format!("object {}", ids[2])),
+        "{e}"
+    );
+    // The connection is still usable after a refusal.
+    assert_eq!(c.read(a, &[seg(0, 4)]).unwrap().data, model[..4]);
+}
+
+#[test]
+fn requests_past_the_published_limits_are_split_transparently() {
+    let f = start();
+    let mut c = f.client();
+    let limits = c.session().limits;
+    let id = c.create("", 1, false).unwrap()[0];
+
+    // More segments than one request may carry, irregular (SGL) and
+    // overlapping across the cut: the later bytes must still win.
+    let n = limits.max_segments as u64 * 2 + 17;
+    let mut segs: Vec<Segment> = (0..n).map(|i| seg(i * 7 + (i % 3), 3)).collect();
+    segs.push(seg(0, 5)); // overlaps the first piece, sent last
+    let total: u64 = segs.iter().map(|s| s.length).sum();
+    let data = pattern(3, total as usize);
+    c.write(id, &segs, &data, &DataOptions::default()).unwrap();
+    let mut model = Vec::new();
+    model_write(&mut model, &segs, &data);
+    let all = [seg(0, model.len() as u64 + 100)];
+    let r = c.read(id, &all).unwrap();
+    assert_eq!(r.data, model_read(&model, &all).0);
+    assert_eq!(r.real_bytes, model.len() as u64);
+
+    // A strided read of more segments than the limit.
+    let strided: Vec<Segment> = (0..n).map(|i| seg(i * 5, 2)).collect();
+    let r = c.read(id, &strided).unwrap();
+    let (want, real) = model_read(&model, &strided);
+    assert_eq!(r.data, want);
+    assert_eq!(r.real_bytes, real);
+
+    // One contiguous write longer than the maximum payload.
+    let big = pattern(4, limits.max_payload as usize + 100_000);
+    let big_id = c
+        .create_and_write("", &[seg(0, big.len() as u64)], &big, &DataOptions::default())
+        .unwrap();
+    assert_eq!(c.stat(big_id).unwrap().length, big.len() as u64);
+    let r = c.read(big_id, &[seg(0, big.len() as u64)]).unwrap();
+    assert!(r.data == big, "a split create-and-write reads back whole");
+    let at = c.append(big_id, &big, &DataOptions::default()).unwrap();
+    assert_eq!(at, big.len() as u64);
+    let r = c
+        .read(big_id, &[seg(at + 7, limits.max_payload as u64)])
+        .unwrap();
+    assert!(r.data == big[7..7 + limits.max_payload as usize]);
+
+    // More objects than one CREATE may make.
+    let ids = c.create("many", limits.max_segments + 3, false).unwrap();
+    assert_eq!(ids.len(), limits.max_segments as usize + 3);
+    let mut unique = ids.clone();
+    unique.sort_unstable();
+    unique.dedup();
+    assert_eq!(unique.len(), ids.len());
+    assert_eq!(c.list("many", None).unwrap().len(), ids.len());
+}
+
+#[test]
+fn a_batch_answers_each_member_and_a_bad_one_fails_alone() {
+    let f = start();
+    let mut c = f.client();
+    let limits = c.session().limits;
+    let n = limits.max_batch as usize * 2 + 5;
+    let ids = c.create("b", n as u32, false).unwrap();
+    let data: Vec<Vec<u8>> = (0..n).map(|i| pattern(i as u64, 64 + i)).collect();
+    let opts = DataOptions {
+        fua: false,
+        attrs: vec![AttrChange::set("tag", "batched")],
+    };
+    let segs: Vec<[Segment; 1]> = data.iter().map(|d| [seg(0, d.len() as u64)]).collect();
+    let mut reqs: Vec<ObjRequest<'_>> = ids
+        .iter()
+        .zip(&data)
+        .zip(&segs)
+        .map(|((id, d), s)| ObjRequest::Write {
+            object: *id,
+            segments: s,
+            data: d,
+            options: &opts,
+        })
+        .collect();
+    // One member names no object.
+    let bad = [seg(0, 3)];
+    reqs.insert(
+        7,
+        ObjRequest::Write {
+            object: u64::MAX - 1,
+            segments: &bad,
+            data: b"bad",
+            options: &opts,
+        },
+    );
+    let results = c.batch(&reqs);
+    assert_eq!(results.len(), reqs.len());
+    for (i, r) in results.iter().enumerate() {
+        if i == 7 {
+            let e = r.as_ref().unwrap_err();
+            assert_eq!(e.code(), Some(ErrorCode::NoSuchObject), "{e}");
+            assert!(e.to_string().contains(&format!("object {}", u64::MAX - 1)));
+        } else {
+            assert_eq!(r.as_ref().unwrap(), &ObjResponse::Done);
+        }
+    }
+    // Read everything back pipelined, attributes with the data.
+    let reads: Vec<ObjRequest<'_>> = ids
+        .iter()
+        .zip(&segs)
+        .map(|(id, s)| ObjRequest::Read {
+            object: *id,
+            segments: s,
+            get: &["tag"],
+        })
+        .collect();
+    for (r, d) in c.pipeline(&reads).into_iter().zip(&data) {
+        match r.unwrap() {
+            ObjResponse::Read(r) => {
+                assert_eq!(&r.data, d);
+                assert_eq!(r.attrs.get("tag"), Some(&Value::Text("batched".into())));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let removed = c.remove_many(&ids, false);
+    assert!(removed.iter().all(Result::is_ok));
+}
+
+#[test]
+fn bad_input_is_refused_before_sending_or_by_the_server() {
+    let f = start();
+    let mut c = f.client();
+    let id = c.create("", 1, false).unwrap()[0];
+    // Data shorter than the segments: refused locally, naming the object.
+    let e = c
+        .write(id, &[seg(0, 10)], b"short", &DataOptions::default())
+        .unwrap_err();
+    assert!(matches!(e, ObjError::Refused { .. }), "{e}");
+    assert!(e.to_string().contains(&format!("object {id}")), "{e}");
+    // A segment ending past 2^64.
+    let e = c.read(id, &[seg(u64::MAX, 2)]).unwrap_err();
+    assert!(matches!(e, ObjError::Refused { .. }), "{e}");
+    // An attribute over the published size limit.
+    let big = vec![0u8; c.session().limits.max_attr_size as usize + 1];
+    let e = c
+        .set_attrs(id, &[AttrChange::set("big", big)], false)
+        .unwrap_err();
+    assert!(e.to_string().contains("big"), "{e}");
+    // The server's own keys are the server's.
+    let e = c
+        .set_attrs(id, &[AttrChange::set("sluice.length", 1)], false)
+        .unwrap_err();
+    assert!(e.code().is_some(), "{e}");
+    // Still usable.
+    c.write(id, &[seg(0, 2)], b"ok", &DataOptions::default())
+        .unwrap();
+    assert_eq!(c.read(id, &[seg(0, 2)]).unwrap().data, b"ok");
+}
+
+#[test]
+fn an_unknown_partition_is_refused_in_the_handshake() {
+    let f = start();
+    let uri = f.uri().with_partition(0xdead);
+    let e = ObjClient::connect(&uri, &ObjOptions::default()).unwrap_err();
+    assert!(matches!(e, ObjError::Handshake { .. }), "{e}");
+}
