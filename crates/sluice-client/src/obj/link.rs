@@ -156,16 +156,21 @@ impl Link {
                 && (in_flight == 0 || in_flight_cost + cost(&wires[next]) <= WINDOW_BYTES)
             {
                 if batch {
-                    // Members while they fit one frame's payload and count.
+                    // Members while they fit one frame (payload and count)
+                    // and the window; a member too large for any frame
+                    // goes alone, as a plain request.
                     let mut members = Vec::new();
                     let mut body = 0u64;
+                    let mut frame_cost = 0u64;
                     while let Some(w) = wires.get(next) {
                         let fits = body + w.frame_len() <= u64::from(limits.max_payload)
-                            && (members.len() as u32) < limits.max_batch;
+                            && (members.len() as u32) < limits.max_batch
+                            && in_flight_cost + frame_cost + cost(w) <= WINDOW_BYTES;
                         if !fits && !members.is_empty() {
                             break;
                         }
                         body += w.frame_len();
+                        frame_cost += cost(w);
                         members.push(next);
                         next += 1;
                         if !fits {
