@@ -8,8 +8,8 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use sluice_server::{
-    ExportConfig, FastPaths, Limits, ListenAddr, PipelineMode, ReceiveTuning, Server, ServerConfig,
-    Timeouts,
+    ExportConfig, FastPaths, Limits, ListenAddr, ObjectConfig, PipelineMode, ReceiveTuning, Server,
+    ServerConfig, Timeouts,
 };
 
 mod bench_cmd;
@@ -26,7 +26,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Serve block volumes over NBD.
+    /// Serve block volumes over NBD, and objects (and the same volumes)
+    /// over sluice's native object protocol.
     Serve(ServeArgs),
     /// Measure an NBD server or local I/O: workloads, comparisons with
     /// nbdkit and qemu-nbd, and the papers' experiments as presets.
@@ -49,6 +50,15 @@ struct ServeArgs {
     /// mem:BYTES[,ro] (repeatable). Default: default=file:./sluice-data/default.img,size=1G.
     #[arg(long = "export", value_name = "NAME=SPEC", value_parser = ExportConfig::parse_arg)]
     export: Vec<ExportConfig>,
+    /// Serve the object store in DIR (created if missing) over the native
+    /// object protocol, with every export for extent commands. Default
+    /// when no --listen is given: ./sluice-data/objects.
+    #[arg(long = "objects", value_name = "DIR")]
+    objects: Option<PathBuf>,
+    /// Address the object protocol listens on: HOST:PORT or unix:PATH
+    /// (repeatable). Default 127.0.0.1:10810.
+    #[arg(long = "object-listen", value_name = "ADDR")]
+    object_listen: Vec<ListenAddr>,
     /// TOML file with the same settings (command-line flags win).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -233,6 +243,8 @@ impl std::error::Error for UsageError {}
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
 const DEFAULT_EXPORT: &str = "default=file:./sluice-data/default.img,size=1G";
+const DEFAULT_OBJECT_LISTEN: &str = "127.0.0.1:10810";
+const DEFAULT_OBJECTS: &str = "./sluice-data/objects";
 
 fn serve_config(args: ServeArgs) -> Result<ServerConfig> {
     let mut config = match &args.config {
@@ -283,6 +295,31 @@ fn serve_config(args: ServeArgs) -> Result<ServerConfig> {
     for (export, id) in args.tls_allow {
         config.tls.allow.entry(export).or_default().push(id);
     }
+    // `sluice serve` without addresses serves objects beside NBD; one
+    // given addresses serves objects only when asked (--objects,
+    // --object-listen or [objects]), so it never binds a port it was not
+    // told about.
+    let defaulted_listen = config.listen.is_empty();
+    if args.objects.is_some() || !args.object_listen.is_empty() || defaulted_listen {
+        let objects = config
+            .objects
+            .get_or_insert_with(|| ObjectConfig::new(DEFAULT_OBJECTS, Vec::new()));
+        if let Some(dir) = args.objects {
+            objects.dir = dir;
+        }
+        if !args.object_listen.is_empty() {
+            objects.listen = args.object_listen;
+        }
+    }
+    if let Some(objects) = config.objects.as_mut() {
+        if objects.listen.is_empty() {
+            objects.listen.push(
+                DEFAULT_OBJECT_LISTEN
+                    .parse()
+                    .map_err(|e| UsageError(format!("{e}")))?,
+            );
+        }
+    }
     if config.listen.is_empty() {
         config.listen.push(
             DEFAULT_LISTEN
@@ -307,6 +344,9 @@ fn serve(args: ServeArgs) -> Result<()> {
     let mut stdout = std::io::stdout().lock();
     for addr in server.local_addrs() {
         writeln!(stdout, "listening on {addr}").context("cannot write to stdout")?;
+    }
+    for addr in server.object_addrs() {
+        writeln!(stdout, "objects listening on {addr}").context("cannot write to stdout")?;
     }
     if let Some(addr) = server.metrics_addr() {
         writeln!(stdout, "metrics on http://{addr}/metrics").context("cannot write to stdout")?;

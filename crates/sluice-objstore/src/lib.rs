@@ -26,7 +26,7 @@ mod store;
 use std::fmt;
 
 pub use error::ObjStoreError;
-pub use segments::Segment;
+pub use segments::{buffer_offsets, plan, Run, Segment};
 pub use store::{
     limits, AttrValue, ListEntry, ListPage, ObjectInfo, ObjectStore, QueryTerm, ReadResult,
     WriteOptions,

@@ -1,7 +1,8 @@
 //! Scatter/gather segment lists: validation and the plan that sorts
 //! them and merges adjacent or overlapping segments into runs, so one
 //! request costs one vectored syscall per contiguous run of the file,
-//! never one per segment.
+//! never one per segment. Public so that the server plans extent I/O on
+//! block devices with the same code.
 
 /// One (offset, length) piece of an object, in the caller's list order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -15,22 +16,23 @@ impl Segment {
         Self { offset, len }
     }
 
-    pub(crate) fn end(&self) -> u64 {
+    /// The offset just past the segment.
+    pub fn end(&self) -> u64 {
         self.offset + self.len
     }
 }
 
 /// A contiguous file range covering one or more segments.
 #[derive(Debug)]
-pub(crate) struct Run {
-    pub(crate) offset: u64,
-    pub(crate) len: u64,
+pub struct Run {
+    pub offset: u64,
+    pub len: u64,
     /// Indices into the segment list, sorted by offset.
-    pub(crate) members: Vec<usize>,
+    pub members: Vec<usize>,
     /// Whether two members cover a common byte.
-    pub(crate) overlapping: bool,
+    pub overlapping: bool,
     /// Whether the run bridges a gap no member covers.
-    pub(crate) gapped: bool,
+    pub gapped: bool,
 }
 
 /// Sorts segments by offset and merges those that touch or overlap, or
@@ -38,7 +40,7 @@ pub(crate) struct Run {
 /// such a gap into scratch space rather than make a second call.
 /// Zero-length segments take no part. Offsets must not overflow (the
 /// store checks this before planning).
-pub(crate) fn plan(segments: &[Segment], bridge: u64) -> Vec<Run> {
+pub fn plan(segments: &[Segment], bridge: u64) -> Vec<Run> {
     let mut order: Vec<usize> = (0..segments.len())
         .filter(|&i| segments[i].len > 0)
         .collect();
@@ -72,7 +74,7 @@ pub(crate) fn plan(segments: &[Segment], bridge: u64) -> Vec<Run> {
 }
 
 /// Where each segment's bytes sit in the request's buffer (list order).
-pub(crate) fn buffer_offsets(segments: &[Segment]) -> Vec<usize> {
+pub fn buffer_offsets(segments: &[Segment]) -> Vec<usize> {
     let mut at = 0usize;
     segments
         .iter()

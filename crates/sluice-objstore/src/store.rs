@@ -946,6 +946,19 @@ impl ObjectStore {
         attrs: &[(String, AttrValue)],
         durable: bool,
     ) -> Result<(), ObjStoreError> {
+        self.update_attrs(object, attrs, &[], durable)
+    }
+
+    /// Sets `attrs` and removes the keys `remove` (absent ones are no
+    /// error) in one transaction: all or none; durable on return with
+    /// `durable`.
+    pub fn update_attrs(
+        &self,
+        object: ObjectRef,
+        attrs: &[(String, AttrValue)],
+        remove: &[&str],
+        durable: bool,
+    ) -> Result<(), ObjStoreError> {
         check_attrs(attrs)?;
         let _guard = self
             .stripe(object)
@@ -954,7 +967,27 @@ impl ObjectStore {
         let mut conn = self.conn();
         read_info(&conn, object)?;
         meta::transact(&mut conn, durable, |tx| {
-            write_attrs(tx, object, attrs, now())
+            let at = now();
+            write_attrs(tx, object, attrs, at)?;
+            if remove.is_empty() {
+                return Ok(());
+            }
+            let (p, o) = (object.partition.0 as i64, object.object.0 as i64);
+            let mut stmt = tx
+                .prepare_cached(
+                    "DELETE FROM attrs WHERE partition = ?1 AND object = ?2 AND key = ?3",
+                )
+                .meta("prepare attribute removal")?;
+            for key in remove {
+                stmt.execute(params![p, o, key]).meta("remove attribute")?;
+            }
+            tx.prepare_cached(
+                "UPDATE objects SET attrs_modified = ?3 WHERE partition = ?1 AND id = ?2",
+            )
+            .meta("prepare attribute time")?
+            .execute(params![p, o, at])
+            .meta("update attribute time")?;
+            Ok(())
         })
     }
 

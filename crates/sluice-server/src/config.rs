@@ -39,6 +39,10 @@ pub enum ConfigError {
     Tls(&'static str),
     #[error("TLS allow-list for export {0:?}, which does not exist")]
     TlsAllowUnknownExport(String),
+    #[error("TLS allow-list for partition {0:?}: a partition is a number (decimal or 0x hex)")]
+    BadPartitionName(String),
+    #[error("object listeners are configured but no object store directory ([objects] dir, --objects DIR)")]
+    NoObjectDir,
     #[error("handshake timeout of 0 s: a handshake must have a limit (at least 1 s), or silent clients hold connection slots forever")]
     ZeroHandshakeTimeout,
 }
@@ -361,6 +365,61 @@ impl TlsConfig {
     }
 }
 
+/// The partition clients select when they name none, created at
+/// startup if missing.
+pub const DEFAULT_PARTITION: u64 = 1;
+
+/// The object store and its listeners (`[objects]` in the TOML file,
+/// `--objects DIR` and `--object-listen ADDR`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ObjectConfig {
+    /// The store's directory (created if missing).
+    pub dir: PathBuf,
+    /// Addresses speaking the native object protocol.
+    #[serde(default)]
+    pub listen: Vec<ListenAddr>,
+    /// Partitions created at startup if missing (besides
+    /// [`DEFAULT_PARTITION`], which always is).
+    #[serde(default)]
+    pub partitions: Vec<u64>,
+    /// Per partition (its id, decimal or `0x` hex), the client identities
+    /// allowed to select it: a listed partition is TLS-only and refused
+    /// to every other client, as `[tls.allow]` does for exports. Uses the
+    /// server's `[tls]` credentials.
+    #[serde(default)]
+    pub allow: BTreeMap<String, Vec<TlsIdentity>>,
+}
+
+impl ObjectConfig {
+    /// A store in `dir` listening on `listen`.
+    pub fn new(dir: impl Into<PathBuf>, listen: Vec<ListenAddr>) -> Self {
+        Self {
+            dir: dir.into(),
+            listen,
+            partitions: Vec::new(),
+            allow: BTreeMap::new(),
+        }
+    }
+
+    /// The per-partition allow-lists keyed by partition id.
+    pub fn partition_allow(&self) -> Result<BTreeMap<u64, Vec<TlsIdentity>>, ConfigError> {
+        self.allow
+            .iter()
+            .map(|(k, v)| Ok((parse_partition(k)?, v.clone())))
+            .collect()
+    }
+}
+
+/// A partition id written in decimal or `0x` hex.
+pub fn parse_partition(s: &str) -> Result<u64, ConfigError> {
+    let bad = || ConfigError::BadPartitionName(s.to_owned());
+    match s.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).map_err(|_| bad()),
+        None => s.parse().map_err(|_| bad()),
+    }
+}
+
 /// A byte count written as a number or a string with a K/M/G/T suffix.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ByteSize(pub u64);
@@ -562,6 +621,8 @@ pub struct ServerConfig {
     pub fast_paths: FastPaths,
     /// TLS (STARTTLS), client certificates and per-export allow-lists.
     pub tls: TlsConfig,
+    /// The object store served over the native protocol, if any.
+    pub objects: Option<ObjectConfig>,
 }
 
 impl Default for ServerConfig {
@@ -580,6 +641,7 @@ impl Default for ServerConfig {
             readahead_max: ByteSize(4 << 20),
             fast_paths: FastPaths::default(),
             tls: TlsConfig::default(),
+            objects: None,
         }
     }
 }
@@ -598,6 +660,14 @@ impl ServerConfig {
             }
         }
         self.tls.validate()?;
+        if let Some(objects) = &self.objects {
+            let allow = objects.partition_allow()?;
+            if !allow.is_empty() && !self.tls.verify_peer {
+                return Err(ConfigError::Tls(
+                    "partition allow-lists need verified client certificates (--tls-verify-peer)",
+                ));
+            }
+        }
         if !self.export.is_empty() {
             if let Some(name) = self.tls.allow.keys().find(|n| !seen.contains(n.as_str())) {
                 return Err(ConfigError::TlsAllowUnknownExport(name.clone()));
@@ -748,6 +818,45 @@ mod tests {
         assert!(toml::from_str::<ServerConfig>("spin = 1").is_err());
         assert!(toml::from_str::<ServerConfig>("spin_us = \"soon\"").is_err());
         assert!(toml::from_str::<ServerConfig>("[timeouts]\nsend_timeout_secs = 1").is_err());
+    }
+
+    #[test]
+    fn object_config() {
+        let c: ServerConfig = toml::from_str(
+            r#"
+            [objects]
+            dir = "/var/lib/sluice/objects"
+            listen = ["127.0.0.1:10810", "unix:/run/sluice-obj.sock"]
+            partitions = [2, 3]
+            [objects.allow]
+            "0x2" = ["CN=client1"]
+            "#,
+        )
+        .unwrap();
+        let o = c.objects.as_ref().unwrap();
+        assert_eq!(o.dir, PathBuf::from("/var/lib/sluice/objects"));
+        assert_eq!(o.listen.len(), 2);
+        assert_eq!(o.partitions, vec![2, 3]);
+        assert_eq!(
+            o.partition_allow().unwrap()[&2],
+            vec![TlsIdentity::CommonName("client1".into())]
+        );
+        // An allow-list needs verified client certificates.
+        assert!(matches!(c.validate(), Err(ConfigError::Tls(_))));
+        let mut bad = c.clone();
+        bad.objects
+            .as_mut()
+            .unwrap()
+            .allow
+            .insert("two".into(), vec![]);
+        assert_eq!(
+            bad.objects.unwrap().partition_allow(),
+            Err(ConfigError::BadPartitionName("two".into()))
+        );
+        assert!(toml::from_str::<ServerConfig>("[objects]\nlisten = []").is_err());
+        assert!(toml::from_str::<ServerConfig>("[objects]\ndir = \"d\"\nbogus = 1").is_err());
+        assert_eq!(parse_partition("16").unwrap(), 16);
+        assert_eq!(parse_partition("0x10").unwrap(), 16);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! sluice's server: binds listeners, runs one thread per connection
 //! through a protocol-neutral driver (`driver`), and serves NBD (`nbd`,
 //! over the sans-IO machines of `sluice-nbd-proto`) against
-//! `sluice-storage` devices.
+//! `sluice-storage` devices, and the native object protocol (`obj`, over
+//! `sluice-obj-proto`) against a `sluice-objstore` object store and the
+//! same devices.
 
 mod buffer;
 pub mod config;
@@ -9,6 +11,7 @@ mod driver;
 pub mod export;
 pub mod metrics;
 mod nbd;
+mod obj;
 mod server;
 mod socket;
 mod stop;
@@ -16,8 +19,8 @@ mod stream;
 mod tls;
 
 pub use config::{
-    ByteSize, CachePolicy, ExportConfig, FastPaths, Limits, ListenAddr, PipelineMode,
-    ReceiveTuning, ServerConfig, Timeouts, TlsConfig, TlsIdentity, TlsMode,
+    ByteSize, CachePolicy, ExportConfig, FastPaths, Limits, ListenAddr, ObjectConfig, PipelineMode,
+    ReceiveTuning, ServerConfig, Timeouts, TlsConfig, TlsIdentity, TlsMode, DEFAULT_PARTITION,
 };
 pub use export::{Export, ExportRegistry};
 pub use server::{Server, ServerError, ServerHandle};

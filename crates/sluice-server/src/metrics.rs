@@ -1,6 +1,7 @@
 //! Server metrics: per-export request counters and latency histograms,
-//! connection gauges and busy time per pipeline stage, rendered in the
-//! Prometheus text exposition format.
+//! the object protocol's per command and per DDT series, connection
+//! gauges (also per protocol) and busy time per pipeline stage, rendered
+//! in the Prometheus text exposition format.
 //!
 //! Written by hand rather than with `prometheus-client`: its histogram
 //! takes a lock per observation, which on the per-request path would
@@ -191,9 +192,206 @@ impl ExportMetrics {
     }
 }
 
+/// Commands of the native object protocol with their own series.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjCommand {
+    Create,
+    Remove,
+    List,
+    Read,
+    Write,
+    Append,
+    CreateAndWrite,
+    Punch,
+    Flush,
+    GetAttrs,
+    SetAttrs,
+    Query,
+    ExtentRead,
+    ExtentWrite,
+    /// Requests refused before execution (unknown opcode, bad flags,
+    /// DDT, lengths, attributes; batch frames that cannot be split).
+    Invalid,
+}
+
+impl ObjCommand {
+    const ALL: [Self; 15] = [
+        Self::Create,
+        Self::Remove,
+        Self::List,
+        Self::Read,
+        Self::Write,
+        Self::Append,
+        Self::CreateAndWrite,
+        Self::Punch,
+        Self::Flush,
+        Self::GetAttrs,
+        Self::SetAttrs,
+        Self::Query,
+        Self::ExtentRead,
+        Self::ExtentWrite,
+        Self::Invalid,
+    ];
+
+    fn label(self) -> &'static str {
+        match self {
+            Self::Create => "create",
+            Self::Remove => "remove",
+            Self::List => "list",
+            Self::Read => "read",
+            Self::Write => "write",
+            Self::Append => "append",
+            Self::CreateAndWrite => "create_and_write",
+            Self::Punch => "punch",
+            Self::Flush => "flush",
+            Self::GetAttrs => "get_attrs",
+            Self::SetAttrs => "set_attrs",
+            Self::Query => "query",
+            Self::ExtentRead => "extent_read",
+            Self::ExtentWrite => "extent_write",
+            Self::Invalid => "invalid",
+        }
+    }
+}
+
+/// The data distribution types, in label order.
+const DDT_LABELS: [&str; 3] = ["contiguous", "sgl", "strided"];
+
+fn ddt_index(ddt: sluice_obj_proto::DdtKind) -> usize {
+    match ddt {
+        sluice_obj_proto::DdtKind::Contiguous => 0,
+        sluice_obj_proto::DdtKind::Sgl => 1,
+        sluice_obj_proto::DdtKind::Strided => 2,
+    }
+}
+
+/// One counter of an object protocol series.
+type SeriesCounter = fn(&ObjSeries) -> &AtomicU64;
+
+#[derive(Debug, Default)]
+struct ObjSeries {
+    requests: AtomicU64,
+    segments: AtomicU64,
+    bytes: AtomicU64,
+    errors: AtomicU64,
+    latency: Histogram,
+}
+
+/// Metrics of the native object protocol, per command and per data
+/// distribution type: requests, segments, bytes, errors and latency.
+#[derive(Debug)]
+pub struct ObjectMetrics {
+    series: [[ObjSeries; 3]; 15],
+}
+
+impl Default for ObjectMetrics {
+    fn default() -> Self {
+        Self {
+            series: std::array::from_fn(|_| std::array::from_fn(|_| ObjSeries::default())),
+        }
+    }
+}
+
+impl ObjectMetrics {
+    fn at(&self, command: ObjCommand, ddt: sluice_obj_proto::DdtKind) -> Option<&ObjSeries> {
+        let i = ObjCommand::ALL.iter().position(|c| *c == command)?;
+        Some(&self.series[i][ddt_index(ddt)])
+    }
+
+    /// Records a finished request: its command and DDT, how many
+    /// segments it named, the data bytes it moved, whether it failed and
+    /// its time from receipt to reply.
+    pub fn record(
+        &self,
+        command: ObjCommand,
+        ddt: sluice_obj_proto::DdtKind,
+        segments: u64,
+        bytes: u64,
+        failed: bool,
+        latency: Duration,
+    ) {
+        let Some(s) = self.at(command, ddt) else {
+            return;
+        };
+        s.requests.fetch_add(1, Ordering::Relaxed);
+        s.segments.fetch_add(segments, Ordering::Relaxed);
+        s.bytes.fetch_add(bytes, Ordering::Relaxed);
+        if failed {
+            s.errors.fetch_add(1, Ordering::Relaxed);
+        }
+        s.latency.observe(latency);
+    }
+
+    /// Requests of `command` with `ddt` completed so far.
+    pub fn requests(&self, command: ObjCommand, ddt: sluice_obj_proto::DdtKind) -> u64 {
+        self.at(command, ddt)
+            .map_or(0, |s| s.requests.load(Ordering::Relaxed))
+    }
+
+    /// Series that saw no request are left out, so a server without
+    /// object traffic does not print 45 empty histograms.
+    fn render(&self, out: &mut String) {
+        let used: Vec<(ObjCommand, &str, &ObjSeries)> = ObjCommand::ALL
+            .iter()
+            .zip(&self.series)
+            .flat_map(|(c, row)| DDT_LABELS.iter().zip(row).map(move |(d, s)| (*c, *d, s)))
+            .filter(|(_, _, s)| s.requests.load(Ordering::Relaxed) > 0)
+            .collect();
+        let counters: [(&str, &str, SeriesCounter); 4] = [
+            (
+                "sluice_obj_requests_total",
+                "Object protocol requests completed, by command and data distribution type.",
+                |s| &s.requests,
+            ),
+            (
+                "sluice_obj_segments_total",
+                "Segments named by object protocol requests (1 for contiguous).",
+                |s| &s.segments,
+            ),
+            (
+                "sluice_obj_bytes_total",
+                "Data bytes moved by object protocol requests.",
+                |s| &s.bytes,
+            ),
+            (
+                "sluice_obj_errors_total",
+                "Object protocol requests answered with an error.",
+                |s| &s.errors,
+            ),
+        ];
+        for (name, help, counter) in counters {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (c, d, s) in &used {
+                let _ = writeln!(
+                    out,
+                    "{name}{{command=\"{}\",ddt=\"{d}\"}} {}",
+                    c.label(),
+                    counter(s).load(Ordering::Relaxed)
+                );
+            }
+        }
+        let name = "sluice_obj_request_duration_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Time from receiving an object protocol request to sending its reply.\n# TYPE {name} histogram"
+        );
+        for (c, d, s) in &used {
+            let labels = format!("command=\"{}\",ddt=\"{d}\"", c.label());
+            s.latency.render(out, name, &labels);
+        }
+    }
+}
+
+/// Protocols whose connections are counted apart.
+const PROTOCOLS: [&str; 2] = ["nbd", "obj"];
+
 /// Server-wide metrics.
 #[derive(Debug, Default)]
 pub struct ServerMetrics {
+    /// The native object protocol's requests.
+    pub objects: ObjectMetrics,
+    /// Connections accepted and open now, per protocol (`PROTOCOLS`).
+    protocol_connections: [(AtomicU64, AtomicI64); 2],
     pub(crate) connections_total: AtomicU64,
     pub(crate) connections_active: AtomicI64,
     pub(crate) handshakes_failed: AtomicU64,
@@ -207,6 +405,24 @@ pub struct ServerMetrics {
 }
 
 impl ServerMetrics {
+    /// Counts a connection of `protocol` ("nbd" or "obj") as opened.
+    pub(crate) fn connection_opened(&self, protocol: &str) {
+        if let Some(i) = PROTOCOLS.iter().position(|p| *p == protocol) {
+            let (total, active) = &self.protocol_connections[i];
+            total.fetch_add(1, Ordering::Relaxed);
+            active.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a connection of `protocol` as closed.
+    pub(crate) fn connection_closed(&self, protocol: &str) {
+        if let Some(i) = PROTOCOLS.iter().position(|p| *p == protocol) {
+            self.protocol_connections[i]
+                .1
+                .fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
     /// Adds busy time to a stage.
     pub fn add_busy(&self, stage: Stage, d: Duration) {
         if let Some(i) = Stage::ALL.iter().position(|s| *s == stage) {
@@ -299,6 +515,32 @@ impl ServerMetrics {
                 stage.label()
             );
         }
+        for (name, help) in [
+            (
+                "sluice_protocol_connections_total",
+                "Connections accepted, by protocol.",
+            ),
+            (
+                "sluice_protocol_connections_active",
+                "Connections open now, by protocol.",
+            ),
+        ] {
+            let kind = if name.ends_with("total") {
+                "counter"
+            } else {
+                "gauge"
+            };
+            g(&mut out, name, kind, help);
+            for (p, (total, active)) in PROTOCOLS.iter().zip(&self.protocol_connections) {
+                let v = if kind == "counter" {
+                    total.load(Ordering::Relaxed) as i64
+                } else {
+                    active.load(Ordering::Relaxed)
+                };
+                let _ = writeln!(out, "{name}{{protocol=\"{p}\"}} {v}");
+            }
+        }
+        self.objects.render(&mut out);
         if let Some(cpu) = process_cpu_seconds() {
             g(
                 &mut out,
@@ -455,5 +697,41 @@ mod tests {
         assert!(text.contains("sluice_stage_busy_seconds_total{stage=\"send\"} 1.5"));
         assert!(text.contains("process_cpu_seconds_total"));
         assert_eq!(e.ops(CommandKind::Read), 1);
+    }
+
+    #[test]
+    fn renders_object_series_by_command_and_ddt() {
+        use sluice_obj_proto::DdtKind;
+        let s = ServerMetrics::default();
+        let text = s.render(std::iter::empty());
+        assert!(!text.contains("sluice_obj_requests_total{"), "{text}");
+        s.objects.record(
+            ObjCommand::Read,
+            DdtKind::Sgl,
+            256,
+            1 << 20,
+            false,
+            Duration::from_micros(300),
+        );
+        s.objects.record(
+            ObjCommand::Write,
+            DdtKind::Strided,
+            4,
+            64,
+            true,
+            Duration::from_micros(3),
+        );
+        s.connection_opened("obj");
+        let text = s.render(std::iter::empty());
+        assert!(text.contains("sluice_obj_requests_total{command=\"read\",ddt=\"sgl\"} 1"));
+        assert!(text.contains("sluice_obj_segments_total{command=\"read\",ddt=\"sgl\"} 256"));
+        assert!(text.contains("sluice_obj_bytes_total{command=\"read\",ddt=\"sgl\"} 1048576"));
+        assert!(text.contains("sluice_obj_errors_total{command=\"write\",ddt=\"strided\"} 1"));
+        assert!(text
+            .contains("sluice_obj_request_duration_seconds_count{command=\"read\",ddt=\"sgl\"} 1"));
+        assert!(!text.contains("command=\"read\",ddt=\"contiguous\""));
+        assert!(text.contains("sluice_protocol_connections_total{protocol=\"obj\"} 1"));
+        assert!(text.contains("sluice_protocol_connections_active{protocol=\"nbd\"} 0"));
+        assert_eq!(s.objects.requests(ObjCommand::Read, DdtKind::Sgl), 1);
     }
 }

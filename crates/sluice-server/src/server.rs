@@ -14,12 +14,13 @@ use rustix::event::{poll, PollFd, PollFlags};
 use thiserror::Error;
 use tracing::{debug, error, info, info_span, warn};
 
-use crate::config::{ListenAddr, ServerConfig};
+use crate::config::{ListenAddr, ObjectConfig, ServerConfig, DEFAULT_PARTITION};
 use crate::driver::pool::IoPool;
 use crate::driver::{ConnectionHandler, DriverEnv};
 use crate::export::{Export, ExportRegistry};
 use crate::metrics::ServerMetrics;
 use crate::nbd::NbdService;
+use crate::obj::{tls_policy, ObjService, PartitionPolicy};
 use crate::socket::Socket;
 use crate::stop::StopSignal;
 use crate::stream::Stream;
@@ -54,6 +55,13 @@ pub enum ServerError {
     Accept(io::Error),
     #[error("cannot set up TLS: {0}")]
     Tls(TlsSetupError),
+    #[error("cannot open the object store in {dir}: {source}")]
+    OpenObjects {
+        dir: PathBuf,
+        source: sluice_objstore::ObjStoreError,
+    },
+    #[error("flushing the object store at shutdown failed: {0}")]
+    FlushObjects(sluice_objstore::ObjStoreError),
     #[error("flushing export {name:?} at shutdown failed: {source}")]
     Flush {
         name: String,
@@ -67,6 +75,77 @@ impl From<TlsSetupError> for ServerError {
     fn from(e: TlsSetupError) -> Self {
         Self::Tls(e)
     }
+}
+
+/// Binds one listening address for `protocol`; returns the listener and
+/// the address bound (port 0 resolved).
+fn bind_listener(
+    addr: &ListenAddr,
+    protocol: &Arc<dyn ConnectionHandler>,
+) -> Result<(Listener, ListenAddr), ServerError> {
+    let bind_err = |source| ServerError::Bind {
+        addr: addr.to_string(),
+        source,
+    };
+    match addr {
+        ListenAddr::Tcp(a) => {
+            let l = TcpListener::bind(a).map_err(bind_err)?;
+            l.set_nonblocking(true).map_err(bind_err)?;
+            let local = ListenAddr::Tcp(l.local_addr().map_err(bind_err)?);
+            Ok((
+                Listener {
+                    socket: ListenSocket::Tcp(l),
+                    protocol: Arc::clone(protocol),
+                },
+                local,
+            ))
+        }
+        ListenAddr::Unix(path) => {
+            if path.exists() {
+                if UnixStream::connect(path).is_ok() {
+                    return Err(ServerError::SocketInUse { path: path.clone() });
+                }
+                // A stale socket from a server that died.
+                std::fs::remove_file(path).map_err(bind_err)?;
+            }
+            let l = UnixListener::bind(path).map_err(bind_err)?;
+            l.set_nonblocking(true).map_err(bind_err)?;
+            Ok((
+                Listener {
+                    socket: ListenSocket::Unix(l, path.clone()),
+                    protocol: Arc::clone(protocol),
+                },
+                ListenAddr::Unix(path.clone()),
+            ))
+        }
+    }
+}
+
+/// Opens the object store and makes sure the default and the configured
+/// partitions exist.
+fn open_objects(config: &ObjectConfig) -> Result<Objects, ServerError> {
+    let open_err = |source| ServerError::OpenObjects {
+        dir: config.dir.clone(),
+        source,
+    };
+    let store = sluice_objstore::ObjectStore::open(&config.dir).map_err(open_err)?;
+    let mut partitions = vec![DEFAULT_PARTITION];
+    for &p in &config.partitions {
+        if !partitions.contains(&p) {
+            partitions.push(p);
+        }
+    }
+    for &p in &partitions {
+        match store.create_partition(sluice_objstore::PartitionId(p)) {
+            Ok(()) | Err(sluice_objstore::ObjStoreError::PartitionExists { .. }) => {}
+            Err(e) => return Err(open_err(e)),
+        }
+    }
+    info!(dir = %config.dir.display(), partitions = ?partitions, "object store open");
+    Ok(Objects {
+        store: Arc::new(store),
+        partitions,
+    })
 }
 
 /// A bound listening socket.
@@ -138,10 +217,19 @@ impl ServerHandle {
     }
 }
 
-/// A bound, ready-to-run NBD server.
+/// The object store a server serves and the partitions it made sure of.
+struct Objects {
+    store: Arc<sluice_objstore::ObjectStore>,
+    partitions: Vec<u64>,
+}
+
+/// A bound, ready-to-run server: NBD, and the object protocol when an
+/// object store is configured.
 pub struct Server {
     listeners: Vec<Listener>,
     local_addrs: Vec<ListenAddr>,
+    object_addrs: Vec<ListenAddr>,
+    objects: Option<Objects>,
     registry: Arc<ExportRegistry>,
     config: ServerConfig,
     shared: Arc<Shared>,
@@ -154,7 +242,7 @@ impl Server {
     /// Opens every export and binds every listener.
     pub fn bind(config: ServerConfig) -> Result<Self, ServerError> {
         config.validate()?;
-        if config.export.is_empty() {
+        if config.export.is_empty() && config.objects.is_none() {
             return Err(ServerError::NoExports);
         }
         let exports = config
@@ -178,7 +266,8 @@ impl Server {
         config: ServerConfig,
         exports: Vec<Arc<Export>>,
     ) -> Result<Self, ServerError> {
-        if config.listen.is_empty() {
+        let object_listen = config.objects.as_ref().map_or(0, |o| o.listen.len());
+        if config.listen.is_empty() && object_listen == 0 {
             return Err(ServerError::NoListeners);
         }
         config.tls.validate()?;
@@ -191,51 +280,45 @@ impl Server {
             return Err(crate::config::ConfigError::TlsAllowUnknownExport(name.clone()).into());
         }
         let tls = TlsAcceptor::load(&config.tls)?.map(Arc::new);
+        let nbd_tls = handshake_policy(config.tls.mode, tls.as_deref());
         let registry = Arc::new(ExportRegistry::new(exports));
-        // Every configured address speaks NBD; another protocol gets its
-        // own handler here.
+        let export_access = Arc::new(AccessPolicy::new(config.tls.allow.clone()));
         let nbd: Arc<dyn ConnectionHandler> = Arc::new(NbdService {
             registry: Arc::clone(&registry),
-            tls_policy: handshake_policy(config.tls.mode, tls.as_deref()),
-            tls,
-            access: Arc::new(AccessPolicy::new(config.tls.allow.clone())),
+            tls_policy: nbd_tls,
+            tls: tls.clone(),
+            access: Arc::clone(&export_access),
             fast_paths: config.fast_paths,
         });
         let mut listeners = Vec::new();
         let mut local_addrs = Vec::new();
         for addr in &config.listen {
-            let bind_err = |source| ServerError::Bind {
-                addr: addr.to_string(),
-                source,
-            };
-            match addr {
-                ListenAddr::Tcp(a) => {
-                    let l = TcpListener::bind(a).map_err(bind_err)?;
-                    l.set_nonblocking(true).map_err(bind_err)?;
-                    local_addrs.push(ListenAddr::Tcp(l.local_addr().map_err(bind_err)?));
-                    listeners.push(Listener {
-                        socket: ListenSocket::Tcp(l),
-                        protocol: Arc::clone(&nbd),
-                    });
-                }
-                ListenAddr::Unix(path) => {
-                    if path.exists() {
-                        if UnixStream::connect(path).is_ok() {
-                            return Err(ServerError::SocketInUse { path: path.clone() });
-                        }
-                        // A stale socket from a server that died.
-                        std::fs::remove_file(path).map_err(bind_err)?;
-                    }
-                    let l = UnixListener::bind(path).map_err(bind_err)?;
-                    l.set_nonblocking(true).map_err(bind_err)?;
-                    local_addrs.push(ListenAddr::Unix(path.clone()));
-                    listeners.push(Listener {
-                        socket: ListenSocket::Unix(l, path.clone()),
-                        protocol: Arc::clone(&nbd),
-                    });
-                }
-            }
+            let (listener, local) = bind_listener(addr, &nbd)?;
+            listeners.push(listener);
+            local_addrs.push(local);
         }
+        let mut object_addrs = Vec::new();
+        let objects = match &config.objects {
+            Some(oc) => {
+                let objects = open_objects(oc)?;
+                let obj: Arc<dyn ConnectionHandler> = Arc::new(ObjService {
+                    store: Arc::clone(&objects.store),
+                    registry: Arc::clone(&registry),
+                    tls_policy: tls_policy(nbd_tls),
+                    tls,
+                    partitions: Arc::new(PartitionPolicy::new(oc.partition_allow()?)),
+                    export_access,
+                    limits: sluice_obj_proto::Limits::default(),
+                });
+                for addr in &oc.listen {
+                    let (listener, local) = bind_listener(addr, &obj)?;
+                    listeners.push(listener);
+                    object_addrs.push(local);
+                }
+                Some(objects)
+            }
+            None => None,
+        };
         let (metrics_listener, metrics_addr) = match config.metrics {
             Some(addr) => {
                 let bind_err = |source| ServerError::Bind {
@@ -252,6 +335,8 @@ impl Server {
         Ok(Self {
             listeners,
             local_addrs,
+            object_addrs,
+            objects,
             registry,
             config,
             metrics: Arc::new(ServerMetrics::default()),
@@ -268,6 +353,12 @@ impl Server {
     /// The addresses actually bound (port 0 resolved).
     pub fn local_addrs(&self) -> &[ListenAddr] {
         &self.local_addrs
+    }
+
+    /// The object protocol's addresses actually bound (port 0 resolved);
+    /// empty without an object store.
+    pub fn object_addrs(&self) -> &[ListenAddr] {
+        &self.object_addrs
     }
 
     /// Where the metrics endpoint listens, if configured.
@@ -328,6 +419,17 @@ impl Server {
                     name: export.name.clone(),
                     source,
                 });
+            }
+        }
+        if let Some(objects) = &self.objects {
+            for &p in &objects.partitions {
+                let flushed = objects
+                    .store
+                    .flush_partition(sluice_objstore::PartitionId(p));
+                if let Err(e) = flushed {
+                    error!(partition = p, error = %e, "object store flush at shutdown failed");
+                    flush_result = Err(ServerError::FlushObjects(e));
+                }
             }
         }
         info!("server stopped");
@@ -467,6 +569,7 @@ impl Server {
             .connections_active
             .fetch_add(1, Ordering::Relaxed);
         let metrics = Arc::clone(&self.metrics);
+        metrics.connection_opened(protocol.protocol());
         let spawned = std::thread::Builder::new()
             .name(format!("sluice-conn-{id}"))
             .stack_size(512 * 1024)
@@ -475,6 +578,7 @@ impl Server {
                 info!("connection accepted");
                 protocol.serve(stream, &env);
                 metrics.connections_active.fetch_sub(1, Ordering::Relaxed);
+                metrics.connection_closed(protocol.protocol());
                 let mut conns = shared.connections.lock().unwrap_or_else(|p| p.into_inner());
                 conns.remove(&id);
                 shared.drained.notify_all();

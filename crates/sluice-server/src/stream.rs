@@ -7,9 +7,12 @@ use std::net::Shutdown;
 use std::os::fd::BorrowedFd;
 use std::time::Instant;
 
+use tracing::info;
+
 use crate::buffer::RecvBuf;
 use crate::socket::Socket;
-use crate::tls::TlsStream;
+use crate::stop::StopSignal;
+use crate::tls::{PeerIdentity, TlsAcceptor, TlsHandshakeError, TlsStream};
 
 /// One client connection's stream.
 #[derive(Debug)]
@@ -28,6 +31,40 @@ impl Stream {
             Self::Plain(s) => s,
             Self::Tls(t) => t.socket(),
         }
+    }
+
+    /// Runs the TLS handshake after a protocol's STARTTLS was answered
+    /// and puts the TLS stream in place of the plaintext one (what `buf`
+    /// holds is the start of the client's TLS handshake). `None` when the
+    /// server stopped meanwhile; otherwise the verified client identity,
+    /// if any. Every protocol's STARTTLS goes through here.
+    pub(crate) fn start_tls(
+        &mut self,
+        buf: &mut RecvBuf,
+        acceptor: &TlsAcceptor,
+        stop: &StopSignal,
+        deadline: Instant,
+    ) -> Result<Option<Option<PeerIdentity>>, TlsHandshakeError> {
+        let accepted = TlsStream::accept(
+            self.socket().try_clone()?,
+            acceptor,
+            buf.data(),
+            stop,
+            deadline,
+        );
+        let (tls, identity) = match accepted {
+            Ok(a) => a,
+            // Like a plaintext client still negotiating at shutdown.
+            Err(TlsHandshakeError::Stopped) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        buf.consume(buf.data().len());
+        *self = Self::Tls(Box::new(tls));
+        match &identity {
+            Some(id) => info!(client = %id.subject, "TLS started; client certificate verified"),
+            None => info!("TLS started"),
+        }
+        Ok(Some(identity))
     }
 
     pub(crate) fn try_clone(&self) -> io::Result<Self> {

@@ -3,6 +3,7 @@
 //! ([`crash`]) the model of expected contents the crash-consistency tests
 //! check against, ([`conformance`]) the behaviour suite every device
 //! stack runs, ([`raw_nbd`]) an NBD client written from the spec,
+//! ([`raw_obj`]) a raw client of the native object protocol,
 //! ([`nbd_oracle`]) what an accepted NBD command promises, and with the
 //! `server` feature (on by default) ([`test_server`]) an in-process
 //! server and ([`pki`]) test certificates. A dev-dependency only; nothing
@@ -14,6 +15,7 @@ pub mod nbd_oracle;
 #[cfg(feature = "server")]
 pub mod pki;
 pub mod raw_nbd;
+pub mod raw_obj;
 #[cfg(feature = "server")]
 pub mod test_server;
 

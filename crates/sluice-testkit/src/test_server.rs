@@ -10,10 +10,13 @@
 //! ```
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use sluice_server::{Export, ListenAddr, Server, ServerConfig, ServerError, ServerHandle};
+use sluice_server::{
+    Export, ListenAddr, ObjectConfig, Server, ServerConfig, ServerError, ServerHandle,
+};
 use sluice_storage::BlockDevice;
 
 /// What to serve and how.
@@ -51,6 +54,18 @@ impl TestServerBuilder {
         self
     }
 
+    /// Also serves the object store in `dir` (created if missing) over
+    /// the native object protocol on an OS-chosen port
+    /// ([`TestServer::obj_addr`]), every export attachable. Change the
+    /// rest of `[objects]` with [`config`](Self::config).
+    pub fn objects(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.config.objects = Some(ObjectConfig::new(
+            dir,
+            vec![ListenAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], 0)))],
+        ));
+        self
+    }
+
     /// Also serves metrics on an OS-chosen port.
     pub fn metrics(mut self) -> Self {
         self.metrics = true;
@@ -71,11 +86,16 @@ impl TestServerBuilder {
                 _ => None,
             })
             .expect("the test server listens on TCP");
+        let obj_addr = server.object_addrs().iter().find_map(|a| match a {
+            ListenAddr::Tcp(addr) => Some(*addr),
+            _ => None,
+        });
         let metrics_addr = server.metrics_addr();
         let handle = server.handle();
         let thread = Some(std::thread::spawn(move || server.run()));
         Ok(TestServer {
             addr,
+            obj_addr,
             metrics_addr,
             handle,
             thread,
@@ -92,6 +112,9 @@ impl TestServerBuilder {
 pub struct TestServer {
     /// Its (first) TCP listener.
     pub addr: SocketAddr,
+    /// Its (first) TCP object protocol listener, with
+    /// [`objects`](TestServerBuilder::objects).
+    pub obj_addr: Option<SocketAddr>,
     /// Its metrics endpoint, if asked for.
     pub metrics_addr: Option<SocketAddr>,
     /// Stops it.
@@ -115,6 +138,14 @@ impl TestServer {
     /// `nbd://ADDR/EXPORT`.
     pub fn uri(&self, export: &str) -> String {
         format!("nbd://{}/{export}", self.addr)
+    }
+
+    /// `sluice://ADDR` of the object listener.
+    pub fn obj_uri(&self) -> String {
+        format!(
+            "sluice://{}",
+            self.obj_addr.expect("started without .objects(dir)")
+        )
     }
 
     /// The metrics endpoint's `/metrics` page, body only.

@@ -180,7 +180,7 @@ impl Dispatch {
     /// Runs a request where `placement` says: on this thread, its reply
     /// queued in the batch, or on the pool.
     #[inline]
-    pub(super) fn run<E: Execute>(
+    pub(crate) fn run<E: Execute>(
         &mut self,
         executor: &Arc<E>,
         seq: Seq,

@@ -77,6 +77,8 @@ pub(crate) struct DriverEnv {
 /// The protocol a listener speaks: serves each connection accepted on it
 /// (handshake, then usually [`serve`]). Called once per connection.
 pub(crate) trait ConnectionHandler: Send + Sync + 'static {
+    /// The protocol's name in metrics ("nbd", "obj").
+    fn protocol(&self) -> &'static str;
     fn serve(&self, stream: Stream, env: &DriverEnv);
 }
 
@@ -164,11 +166,15 @@ pub(crate) trait Protocol {
     /// The next message at the start of `data`, without consuming it.
     fn decode(&mut self, data: &[u8]) -> Result<Decoded<Self::Head>, ProtocolViolation>;
 
-    /// Validates a complete message. A message answered at once (a
-    /// rejected request) is answered through `d`.
+    /// Validates a complete message; `payload` is its bytes after the
+    /// header, borrowed from the receive buffer. A message answered at
+    /// once (a rejected request) is answered through `d`; one that
+    /// carries several requests (a batch frame) runs them through
+    /// [`Dispatch::run`] and says `Answered`.
     fn start(
         &mut self,
         head: &Self::Head,
+        payload: &[u8],
         received: Instant,
         d: &mut Dispatch,
     ) -> Start<Self::Request>;
@@ -401,7 +407,10 @@ impl<P: Protocol> Connection<P> {
     #[inline]
     fn handle(&mut self, head: &P::Head, payload: &[u8]) -> bool {
         let received = Instant::now();
-        let request = match self.protocol.start(head, received, &mut self.dispatch) {
+        let request = match self
+            .protocol
+            .start(head, payload, received, &mut self.dispatch)
+        {
             Start::Run(request) => request,
             Start::Answered => return false,
             Start::Close => return true,

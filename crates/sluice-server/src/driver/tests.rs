@@ -80,7 +80,13 @@ impl Protocol for LineSession {
         }))
     }
 
-    fn start(&mut self, head: &Verb, _received: Instant, d: &mut Dispatch) -> Start<Verb> {
+    fn start(
+        &mut self,
+        head: &Verb,
+        _payload: &[u8],
+        _received: Instant,
+        d: &mut Dispatch,
+    ) -> Start<Verb> {
         match head {
             Verb::Bye => Start::Close,
             Verb::Unknown => {

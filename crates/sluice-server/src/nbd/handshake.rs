@@ -8,7 +8,6 @@ use sluice_nbd_proto::{
     ExportAccess, ExportCatalog, ExportInfo, HandshakeConfig, HandshakeStatus, Negotiated,
     ServerHandshake,
 };
-use tracing::info;
 
 use super::NbdService;
 use crate::buffer::RecvBuf;
@@ -16,7 +15,7 @@ use crate::driver::DriverEnv;
 use crate::export::ExportRegistry;
 use crate::stop::{wait_readable, Readiness};
 use crate::stream::Stream;
-use crate::tls::{AccessPolicy, PeerIdentity, TlsHandshakeError, TlsStream};
+use crate::tls::{AccessPolicy, PeerIdentity, TlsHandshakeError};
 
 #[derive(Debug, thiserror::Error)]
 pub(super) enum HandshakeFailure {
@@ -96,7 +95,11 @@ pub(super) fn handshake(
                 // The ACK goes out in plaintext; whatever the client sent
                 // after STARTTLS is the start of its TLS handshake.
                 stream.write_all(&hs.poll_output())?;
-                match start_tls(stream, buf, service, env, deadline)? {
+                let acceptor = service
+                    .tls
+                    .as_deref()
+                    .ok_or(HandshakeFailure::NoTlsCredentials)?;
+                match stream.start_tls(buf, acceptor, &env.stop, deadline)? {
                     Some(identity) => peer = identity,
                     None => return Ok(None),
                 }
@@ -130,40 +133,4 @@ pub(super) fn handshake(
             }
         }
     }
-}
-
-/// Runs the TLS handshake after STARTTLS and puts the TLS stream in
-/// place of the plaintext one. `None` when the server stopped meanwhile;
-/// otherwise the verified client identity, if any.
-fn start_tls(
-    stream: &mut Stream,
-    buf: &mut RecvBuf,
-    service: &NbdService,
-    env: &DriverEnv,
-    deadline: Instant,
-) -> Result<Option<Option<PeerIdentity>>, HandshakeFailure> {
-    let acceptor = service
-        .tls
-        .as_deref()
-        .ok_or(HandshakeFailure::NoTlsCredentials)?;
-    let accepted = TlsStream::accept(
-        stream.socket().try_clone()?,
-        acceptor,
-        buf.data(),
-        &env.stop,
-        deadline,
-    );
-    let (tls, identity) = match accepted {
-        Ok(a) => a,
-        // Like a plaintext client still negotiating at shutdown.
-        Err(TlsHandshakeError::Stopped) => return Ok(None),
-        Err(e) => return Err(e.into()),
-    };
-    buf.consume(buf.data().len());
-    *stream = Stream::Tls(Box::new(tls));
-    match &identity {
-        Some(id) => info!(client = %id.subject, "TLS started; client certificate verified"),
-        None => info!("TLS started"),
-    }
-    Ok(Some(identity))
 }

@@ -44,6 +44,10 @@ pub(crate) struct NbdService {
 }
 
 impl ConnectionHandler for NbdService {
+    fn protocol(&self) -> &'static str {
+        "nbd"
+    }
+
     fn serve(&self, mut stream: Stream, env: &DriverEnv) {
         let mut buf = RecvBuf::new(4096);
         let negotiated = match handshake::handshake(&mut stream, &mut buf, self, env) {
@@ -135,7 +139,13 @@ impl Protocol for NbdSession {
     }
 
     #[inline]
-    fn start(&mut self, h: &RequestHeader, received: Instant, d: &mut Dispatch) -> Start<Request> {
+    fn start(
+        &mut self,
+        h: &RequestHeader,
+        _payload: &[u8],
+        received: Instant,
+        d: &mut Dispatch,
+    ) -> Start<Request> {
         let cmd = match self.exec.params.validate(h) {
             Ok(Command::Disconnect) => return Start::Close,
             Ok(cmd) => cmd,

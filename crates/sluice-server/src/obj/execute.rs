@@ -1,0 +1,656 @@
+//! Running native-protocol requests against the object store and the
+//! attached exports, and encoding their replies; with the one
+//! `ObjStoreError`/`DeviceError` → reply status mapping.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_obj_proto::{
+    encode_id_list, encode_page, AttrOp, AttrOps, AttrValue, Command, Ddt, DdtKind, ErrorCode,
+    FlushScope, Negotiated, Opcode, ReplyHeader, Request, RequestHeader,
+};
+use sluice_objstore::{
+    AttrValue as StoreValue, ObjStoreError, ObjectId, ObjectInfo, ObjectRef, ObjectStore,
+    PartitionId, QueryTerm, Segment, WriteOptions,
+};
+use sluice_storage::{BlockingClass, DeviceError};
+use tracing::debug;
+
+use super::extent;
+use crate::buffer::ReplyBuf;
+use crate::driver::{Access, Execute, Outcome};
+use crate::export::Export;
+use crate::metrics::{ObjCommand, ServerMetrics};
+
+/// Keys of the attributes the store keeps for every object, as GET
+/// returns them.
+const LENGTH: &str = "sluice.length";
+const CREATED: &str = "sluice.created";
+const DATA_MODIFIED: &str = "sluice.data_modified";
+const ATTRS_MODIFIED: &str = "sluice.attrs_modified";
+/// Keys with this prefix are the server's own.
+const RESERVED_PREFIX: &str = "sluice.";
+
+/// A request checked on the connection thread, owning no buffer bytes:
+/// its header (the executor validates it again against its payload,
+/// which cannot fail differently) and what placement and metrics need.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ObjRequest {
+    pub(crate) head: RequestHeader,
+    pub(crate) command: ObjCommand,
+    pub(crate) ddt: DdtKind,
+    pub(crate) segments: u32,
+    /// Data bytes moved (read or written).
+    pub(crate) bytes: u64,
+    pub(crate) access: Access,
+}
+
+impl ObjRequest {
+    /// What a validated request is for placement and metrics.
+    pub(crate) fn new(head: RequestHeader, req: &Request<'_>) -> Self {
+        let (command, ddt, access) = match &req.command {
+            Command::Create { .. } => (ObjCommand::Create, None, Access::Buffered),
+            Command::Remove { .. } => (ObjCommand::Remove, None, Access::Buffered),
+            Command::List { .. } => (ObjCommand::List, None, Access::Read),
+            Command::Read { ddt, .. } => (ObjCommand::Read, Some(*ddt), Access::Read),
+            Command::Write { ddt, .. } => (ObjCommand::Write, Some(*ddt), Access::Buffered),
+            Command::Append { .. } => (ObjCommand::Append, None, Access::Buffered),
+            Command::CreateAndWrite { ddt, .. } => {
+                (ObjCommand::CreateAndWrite, Some(*ddt), Access::Buffered)
+            }
+            Command::Punch { ddt, .. } => (ObjCommand::Punch, Some(*ddt), Access::Buffered),
+            Command::Flush(_) => (ObjCommand::Flush, None, Access::Durable),
+            Command::GetAttrs { .. } => (ObjCommand::GetAttrs, None, Access::Read),
+            Command::SetAttrs { .. } => (ObjCommand::SetAttrs, None, Access::Buffered),
+            Command::Query { .. } => (ObjCommand::Query, None, Access::Read),
+            Command::ExtentRead { ddt, .. } => (ObjCommand::ExtentRead, Some(*ddt), Access::Read),
+            Command::ExtentWrite { ddt, .. } => {
+                (ObjCommand::ExtentWrite, Some(*ddt), Access::Buffered)
+            }
+            Command::Disconnect => (ObjCommand::Invalid, None, Access::Buffered),
+        };
+        let access = if req.fua { Access::Durable } else { access };
+        Self {
+            head,
+            command,
+            ddt: ddt.map_or(DdtKind::Contiguous, |d| d.kind()),
+            segments: ddt.map_or(0, |d| d.segment_count()),
+            bytes: match &req.command {
+                Command::Append { data, .. } => data.len() as u64,
+                _ => ddt.map_or(0, |d| d.total()),
+            },
+            access,
+        }
+    }
+}
+
+/// A failed request: the reply's status and message.
+struct Failure {
+    code: ErrorCode,
+    message: String,
+}
+
+impl Failure {
+    fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+        }
+    }
+}
+
+impl From<ObjStoreError> for Failure {
+    fn from(e: ObjStoreError) -> Self {
+        Self::new(store_code(&e), e.to_string())
+    }
+}
+
+impl From<DeviceError> for Failure {
+    fn from(e: DeviceError) -> Self {
+        Self::new(device_code(&e), e.to_string())
+    }
+}
+
+/// The reply status for a store error (the one place this mapping lives).
+fn store_code(e: &ObjStoreError) -> ErrorCode {
+    match e {
+        ObjStoreError::UnknownPartition { .. } => ErrorCode::NoSuchPartition,
+        ObjStoreError::UnknownObject { .. } => ErrorCode::NoSuchObject,
+        ObjStoreError::UnknownCollection { .. } => ErrorCode::NoSuchCollection,
+        ObjStoreError::AttributeTooLarge { .. } => ErrorCode::AttrTooLarge,
+        ObjStoreError::OutOfRange { .. } => ErrorCode::OutOfRange,
+        ObjStoreError::PayloadLength { .. } => ErrorCode::LengthMismatch,
+        ObjStoreError::Io { source, .. } | ObjStoreError::StoreIo { source, .. } => io_code(source),
+        ObjStoreError::Metadata { .. } => ErrorCode::Io,
+        _ => ErrorCode::Invalid,
+    }
+}
+
+fn io_code(e: &std::io::Error) -> ErrorCode {
+    use rustix::io::Errno;
+    match e.raw_os_error() {
+        Some(c) if c == Errno::NOSPC.raw_os_error() || c == Errno::DQUOT.raw_os_error() => {
+            ErrorCode::NoSpace
+        }
+        Some(c) if c == Errno::ACCESS.raw_os_error() || c == Errno::PERM.raw_os_error() => {
+            ErrorCode::Permission
+        }
+        _ => ErrorCode::Io,
+    }
+}
+
+/// The reply status for a device error on an attached export.
+fn device_code(e: &DeviceError) -> ErrorCode {
+    match e {
+        DeviceError::ReadOnly { .. } => ErrorCode::ReadOnly,
+        DeviceError::OutOfRange { .. } => ErrorCode::OutOfRange,
+        e if e.is_no_space() => ErrorCode::NoSpace,
+        _ => ErrorCode::Io,
+    }
+}
+
+/// A request's attribute entries, split by kind.
+struct AttrWork<'a> {
+    gets: Vec<&'a str>,
+    sets: Vec<(String, StoreValue)>,
+    removes: Vec<&'a str>,
+}
+
+impl<'a> AttrWork<'a> {
+    fn split(ops: &AttrOps<'a>) -> Result<Self, Failure> {
+        let mut w = Self {
+            gets: Vec::new(),
+            sets: Vec::new(),
+            removes: Vec::new(),
+        };
+        for op in ops.iter() {
+            match op {
+                AttrOp::Get(k) => w.gets.push(k),
+                AttrOp::Set(k, v) => {
+                    reserved(k)?;
+                    w.sets.push((k.to_owned(), to_store(v)));
+                }
+                AttrOp::Remove(k) => {
+                    reserved(k)?;
+                    w.removes.push(k);
+                }
+            }
+        }
+        Ok(w)
+    }
+
+    /// Data commands take GET and SET entries; removing a key rides
+    /// only on SET_ATTRS.
+    fn no_removes(&self, what: &str) -> Result<(), Failure> {
+        match self.removes.first() {
+            Some(k) => Err(Failure::new(
+                ErrorCode::Invalid,
+                format!("attribute {k:?}: {what} cannot remove attributes (use SET_ATTRS)"),
+            )),
+            None => Ok(()),
+        }
+    }
+
+    /// User keys among the GETs (the store knows nothing of `sluice.`).
+    fn user_gets(&self) -> Vec<&'a str> {
+        self.gets
+            .iter()
+            .copied()
+            .filter(|k| !k.starts_with(RESERVED_PREFIX))
+            .collect()
+    }
+}
+
+fn reserved(key: &str) -> Result<(), Failure> {
+    if key.starts_with(RESERVED_PREFIX) {
+        return Err(Failure::new(
+            ErrorCode::Permission,
+            format!("attribute {key:?} is kept by the server and cannot be set or removed"),
+        ));
+    }
+    Ok(())
+}
+
+fn to_store(v: AttrValue<'_>) -> StoreValue {
+    match v {
+        AttrValue::Integer(i) => StoreValue::Integer(i),
+        AttrValue::Text(t) => StoreValue::Text(t.to_owned()),
+        AttrValue::Bytes(b) => StoreValue::Bytes(b.to_vec()),
+    }
+}
+
+fn to_wire(v: &StoreValue) -> AttrValue<'_> {
+    match v {
+        StoreValue::Integer(i) => AttrValue::Integer(*i),
+        StoreValue::Text(t) => AttrValue::Text(t),
+        StoreValue::Bytes(b) => AttrValue::Bytes(b),
+    }
+}
+
+fn mandatory(info: &ObjectInfo) -> [(&'static str, i64); 4] {
+    [
+        (LENGTH, info.length as i64),
+        (CREATED, info.created),
+        (DATA_MODIFIED, info.data_modified),
+        (ATTRS_MODIFIED, info.attrs_modified),
+    ]
+}
+
+/// Encodes the attribute list of a reply. `asked` empty: every
+/// attribute, the server's own first; else each asked key in order, as
+/// a SET entry with its value or a REMOVE entry when it has none.
+fn encode_attrs(
+    info: &ObjectInfo,
+    user: &[(String, StoreValue)],
+    asked: &[&str],
+    out: &mut Vec<u8>,
+) {
+    let own = mandatory(info);
+    let mut ops: Vec<AttrOp<'_>> = Vec::new();
+    if asked.is_empty() {
+        ops.extend(
+            own.iter()
+                .map(|(k, v)| AttrOp::Set(k, AttrValue::Integer(*v))),
+        );
+        ops.extend(user.iter().map(|(k, v)| AttrOp::Set(k, to_wire(v))));
+    } else {
+        for key in asked {
+            let found = own
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| AttrValue::Integer(*v))
+                .or_else(|| user.iter().find(|(k, _)| k == key).map(|(_, v)| to_wire(v)));
+            ops.push(match found {
+                Some(v) => AttrOp::Set(key, v),
+                None => AttrOp::Remove(key),
+            });
+        }
+    }
+    AttrOps::encode(&ops, out);
+}
+
+/// Appends a success reply: header, attribute list, body.
+fn reply_ok(out: &mut ReplyBuf, id: u64, real: u64, attrs: &[u8], body: &[u8]) {
+    out.encode(|o| {
+        ReplyHeader::ok(id, real, attrs.len() as u32, body.len() as u32).encode(o);
+        o.extend_from_slice(attrs);
+    });
+    out.extend_from_slice(body);
+}
+
+fn segments_of(ddt: &Ddt<'_>) -> Vec<Segment> {
+    ddt.segments()
+        .map(|s| Segment::new(s.offset, s.length))
+        .collect()
+}
+
+fn collection(name: &str) -> Option<&str> {
+    (!name.is_empty()).then_some(name)
+}
+
+/// What running one session's requests needs: shared with the I/O pool.
+#[derive(Debug)]
+pub(crate) struct ObjExecutor {
+    pub(crate) store: Arc<ObjectStore>,
+    /// The session requests are validated against.
+    pub(crate) session: Negotiated,
+    /// Attached exports by handle - 1.
+    pub(crate) exports: Vec<Arc<Export>>,
+    pub(crate) metrics: Arc<ServerMetrics>,
+}
+
+impl ObjExecutor {
+    fn partition(&self) -> PartitionId {
+        PartitionId(self.session.partition)
+    }
+
+    fn object(&self, id: u64) -> ObjectRef {
+        ObjectRef {
+            partition: self.partition(),
+            object: ObjectId(id),
+        }
+    }
+
+    /// Runs a create-type store call, making its collection first if it
+    /// does not exist yet (collections come into being with their first
+    /// member).
+    fn in_collection<T>(
+        &self,
+        name: Option<&str>,
+        call: impl Fn() -> Result<T, ObjStoreError>,
+    ) -> Result<T, ObjStoreError> {
+        match call() {
+            Err(ObjStoreError::UnknownCollection { .. }) if name.is_some() => {
+                match self
+                    .store
+                    .create_collection(self.partition(), name.unwrap_or_default())
+                {
+                    Ok(()) | Err(ObjStoreError::CollectionExists { .. }) => call(),
+                    Err(e) => Err(e),
+                }
+            }
+            r => r,
+        }
+    }
+
+    /// Runs one validated request and appends its success reply; on
+    /// failure appends nothing.
+    fn run(&self, req: &Request<'_>, out: &mut ReplyBuf) -> Result<(), Failure> {
+        let id = req.id;
+        let attrs = AttrWork::split(&req.attrs)?;
+        let opts = |attrs: &AttrWork<'_>| WriteOptions {
+            attrs: attrs.sets.clone(),
+            durable: req.fua,
+        };
+        let mut list = Vec::new();
+        match req.command {
+            Command::Create {
+                count,
+                collection: c,
+            } => {
+                let c = collection(c);
+                let ids = self.in_collection(c, || {
+                    self.store.create(self.partition(), c, count, &opts(&attrs))
+                })?;
+                let ids: Vec<u64> = ids.iter().map(|o| o.0).collect();
+                let mut body = Vec::with_capacity(4 + 8 * ids.len());
+                encode_id_list(&ids, &mut body);
+                reply_ok(out, id, 0, &[], &body);
+            }
+            Command::Remove { object } => {
+                self.store.remove(self.object(object))?;
+                if req.fua {
+                    // The store's removal commit is made durable by the
+                    // next synced commit; a partition flush is one.
+                    self.store.flush_partition(self.partition())?;
+                }
+                reply_ok(out, id, 0, &[], &[]);
+            }
+            Command::List {
+                collection: c,
+                cursor,
+                max,
+                with_attrs,
+            } => {
+                let after = (cursor != 0).then_some(ObjectId(cursor));
+                let page = self.store.list(
+                    self.partition(),
+                    collection(c),
+                    after,
+                    max as usize,
+                    with_attrs,
+                )?;
+                let mut encoded: Vec<Vec<u8>> = Vec::with_capacity(page.entries.len());
+                for e in &page.entries {
+                    let mut a = Vec::new();
+                    if let Some(user) = &e.attrs {
+                        encode_attrs(&e.info, user, &attrs.gets, &mut a);
+                    }
+                    encoded.push(a);
+                }
+                let entries: Vec<(u64, &[u8])> = page
+                    .entries
+                    .iter()
+                    .zip(&encoded)
+                    .map(|(e, a)| (e.object.0, a.as_slice()))
+                    .collect();
+                let mut body = Vec::new();
+                encode_page(page.next.map_or(0, |o| o.0), &entries, &mut body);
+                reply_ok(out, id, 0, &[], &body);
+            }
+            Command::Read { object, ddt } => {
+                if let Some((k, _)) = attrs.sets.first() {
+                    return Err(Failure::new(
+                        ErrorCode::Invalid,
+                        format!("attribute {k:?}: READ takes only GET entries"),
+                    ));
+                }
+                attrs.no_removes("READ")?;
+                let r =
+                    self.store
+                        .read(self.object(object), &segments_of(&ddt), &attrs.user_gets())?;
+                if !attrs.gets.is_empty() {
+                    encode_attrs(&r.info, &r.attrs, &attrs.gets, &mut list);
+                }
+                reply_ok(out, id, r.real, &list, &r.data);
+            }
+            Command::Write { object, ddt, data } => {
+                attrs.no_removes("WRITE")?;
+                let o = self.object(object);
+                self.store
+                    .write(o, &segments_of(&ddt), data, &opts(&attrs))?;
+                self.attrs_after(o, &attrs, &mut list)?;
+                reply_ok(out, id, 0, &list, &[]);
+            }
+            Command::Append { object, data } => {
+                attrs.no_removes("APPEND")?;
+                let o = self.object(object);
+                let at = self.store.append(o, data, &opts(&attrs))?;
+                self.attrs_after(o, &attrs, &mut list)?;
+                reply_ok(out, id, 0, &list, &at.to_be_bytes());
+            }
+            Command::CreateAndWrite {
+                collection: c,
+                ddt,
+                data,
+            } => {
+                attrs.no_removes("CREATE_AND_WRITE")?;
+                let c = collection(c);
+                let from_zero = matches!(ddt, Ddt::Contiguous(s) if s.offset == 0);
+                let new = if from_zero {
+                    // Whole or absent: the object appears with its data
+                    // and attributes in one commit.
+                    self.in_collection(c, || {
+                        self.store
+                            .create_and_write(self.partition(), c, data, &opts(&attrs))
+                    })?
+                } else {
+                    // Data elsewhere than from offset 0: the object is
+                    // made with its attributes, then written.
+                    let ids = self.in_collection(c, || {
+                        self.store.create(self.partition(), c, 1, &opts(&attrs))
+                    })?;
+                    let new = ids[0];
+                    self.store.write(
+                        self.object(new.0),
+                        &segments_of(&ddt),
+                        data,
+                        &WriteOptions {
+                            attrs: Vec::new(),
+                            durable: req.fua,
+                        },
+                    )?;
+                    new
+                };
+                self.attrs_after(self.object(new.0), &attrs, &mut list)?;
+                reply_ok(out, id, 0, &list, &new.0.to_be_bytes());
+            }
+            Command::Punch { object, ddt } => {
+                attrs.no_removes("PUNCH")?;
+                let o = self.object(object);
+                let segments = segments_of(&ddt);
+                let runs = sluice_objstore::plan(&segments, 0);
+                let last = runs.len().saturating_sub(1);
+                for (k, run) in runs.iter().enumerate() {
+                    // The attributes commit with the last run.
+                    let run_opts = if k == last {
+                        opts(&attrs)
+                    } else {
+                        WriteOptions {
+                            attrs: Vec::new(),
+                            durable: req.fua,
+                        }
+                    };
+                    self.store.punch(o, run.offset, run.len, &run_opts)?;
+                }
+                self.attrs_after(o, &attrs, &mut list)?;
+                reply_ok(out, id, 0, &list, &[]);
+            }
+            Command::Flush(scope) => {
+                match scope {
+                    FlushScope::Object(object) => self.store.flush_object(self.object(object))?,
+                    FlushScope::Collection(name) => {
+                        self.store.flush_collection(self.partition(), name)?
+                    }
+                    FlushScope::Partition => self.store.flush_partition(self.partition())?,
+                }
+                reply_ok(out, id, 0, &[], &[]);
+            }
+            Command::GetAttrs { object } => {
+                let (info, user) = self
+                    .store
+                    .get_attrs(self.object(object), &attrs.user_gets())?;
+                // Asking only for the server's own keys must not turn
+                // into "all user attributes" at the store.
+                let user = if !attrs.gets.is_empty() && attrs.user_gets().is_empty() {
+                    Vec::new()
+                } else {
+                    user
+                };
+                encode_attrs(&info, &user, &attrs.gets, &mut list);
+                reply_ok(out, id, 0, &list, &[]);
+            }
+            Command::SetAttrs { object } => {
+                self.store.update_attrs(
+                    self.object(object),
+                    &attrs.sets,
+                    &attrs.removes,
+                    req.fua,
+                )?;
+                reply_ok(out, id, 0, &[], &[]);
+            }
+            Command::Query {
+                collection: c,
+                cursor,
+                max,
+                ranges,
+            } => {
+                let terms: Vec<QueryTerm> = ranges
+                    .iter()
+                    .map(|r| QueryTerm {
+                        key: r.key.to_owned(),
+                        min: Some(to_store(r.min)),
+                        max: Some(to_store(r.max)),
+                    })
+                    .collect();
+                let ids = self.store.query(self.partition(), c, &terms)?;
+                let mut page = ids.iter().map(|o| o.0).filter(|&o| o > cursor);
+                let entries: Vec<(u64, &[u8])> = page
+                    .by_ref()
+                    .take(max as usize)
+                    .map(|o| (o, &[][..]))
+                    .collect();
+                let next = match (page.next(), entries.last()) {
+                    (Some(_), Some(&(last, _))) => last,
+                    _ => 0,
+                };
+                let mut body = Vec::new();
+                encode_page(next, &entries, &mut body);
+                reply_ok(out, id, 0, &[], &body);
+            }
+            Command::ExtentRead { export, ddt } => {
+                let device = &self.export(export)?.device;
+                let total = ddt.total() as usize;
+                let header_at = out.len();
+                out.encode(|o| ReplyHeader::ok(id, total as u64, 0, total as u32).encode(o));
+                let data = out.tail_mut(total);
+                if let Err(e) = extent::read(device.as_ref(), &segments_of(&ddt), data) {
+                    out.truncate(header_at);
+                    return Err(e.into());
+                }
+            }
+            Command::ExtentWrite { export, ddt, data } => {
+                let device = &self.export(export)?.device;
+                extent::write(device.as_ref(), &segments_of(&ddt), data, req.fua)?;
+                reply_ok(out, id, 0, &[], &[]);
+            }
+            Command::Disconnect => {}
+        }
+        Ok(())
+    }
+
+    /// GET entries riding on a command that changes data return the
+    /// values after it.
+    fn attrs_after(
+        &self,
+        object: ObjectRef,
+        attrs: &AttrWork<'_>,
+        list: &mut Vec<u8>,
+    ) -> Result<(), Failure> {
+        if attrs.gets.is_empty() {
+            return Ok(());
+        }
+        let user_gets = attrs.user_gets();
+        let (info, user) = self.store.get_attrs(object, &user_gets)?;
+        let user = if user_gets.is_empty() {
+            Vec::new()
+        } else {
+            user
+        };
+        encode_attrs(&info, &user, &attrs.gets, list);
+        Ok(())
+    }
+
+    fn export(&self, handle: u64) -> Result<&Arc<Export>, Failure> {
+        handle
+            .checked_sub(1)
+            .and_then(|i| self.exports.get(i as usize))
+            .ok_or_else(|| {
+                Failure::new(
+                    ErrorCode::NoSuchObject,
+                    format!("no export is attached with handle {handle}"),
+                )
+            })
+    }
+}
+
+impl Execute for ObjExecutor {
+    type Request = ObjRequest;
+
+    /// Store calls do file I/O and SQLite work: they run on the I/O pool
+    /// so that no connection thread waits on metadata.
+    fn blocking(&self) -> BlockingClass {
+        BlockingClass::Always
+    }
+
+    fn access(&self, request: &ObjRequest) -> Access {
+        request.access
+    }
+
+    fn in_flight_bytes(&self, request: &ObjRequest) -> u64 {
+        request.bytes
+    }
+
+    fn execute(
+        &self,
+        request: &ObjRequest,
+        payload: &[u8],
+        _nowait: bool,
+        out: &mut ReplyBuf,
+    ) -> Outcome {
+        let h = &request.head;
+        let result = match self.session.validate(h, payload) {
+            Ok(req) => self.run(&req, out),
+            Err(rejected) => Err(Failure::new(rejected.code, rejected.message)),
+        };
+        match result {
+            Ok(()) => Outcome::Done { failed: false },
+            Err(f) => {
+                debug!(id = h.id, opcode = ?Opcode::from_wire(h.opcode), error = %f.message, "request failed");
+                out.encode(|o| ReplyHeader::encode_error(h.id, f.code, &f.message, o));
+                Outcome::Done { failed: true }
+            }
+        }
+    }
+
+    fn completed(&self, request: &ObjRequest, failed: bool, latency: Duration) {
+        self.metrics.objects.record(
+            request.command,
+            request.ddt,
+            u64::from(request.segments),
+            request.bytes,
+            failed,
+            latency,
+        );
+    }
+}

@@ -1,0 +1,183 @@
+//! The native protocol's handshake on a connection: drives the sans-IO
+//! `ServerHandshake` over the socket, with STARTTLS through the same TLS
+//! setup as NBD, and answers partition and export questions from the
+//! store, the export registry and the allow-lists.
+
+use std::collections::BTreeMap;
+use std::io::{self, Write};
+use std::time::Instant;
+
+use sluice_nbd_proto::ExportAccess;
+use sluice_obj_proto::{
+    HandshakeConfig, HandshakeStatus, Negotiated, PartitionAccess, PartitionCatalog,
+    ServerHandshake,
+};
+use sluice_objstore::{ObjStoreError, ObjectStore, PartitionId};
+use tracing::warn;
+
+use super::ObjService;
+use crate::buffer::RecvBuf;
+use crate::config::TlsIdentity;
+use crate::driver::DriverEnv;
+use crate::export::ExportRegistry;
+use crate::stop::{wait_readable, Readiness};
+use crate::stream::Stream;
+use crate::tls::{AccessPolicy, PeerIdentity, TlsHandshakeError};
+
+#[derive(Debug, thiserror::Error)]
+pub(super) enum HandshakeFailure {
+    #[error("socket error during the object protocol handshake: {0}")]
+    Io(#[from] io::Error),
+    #[error(transparent)]
+    Protocol(#[from] sluice_obj_proto::HandshakeError),
+    #[error("client did not finish the object protocol handshake within {0:?}")]
+    TimedOut(std::time::Duration),
+    #[error(transparent)]
+    Tls(#[from] TlsHandshakeError),
+    #[error("internal error: STARTTLS accepted without TLS credentials")]
+    NoTlsCredentials,
+}
+
+/// Which client identities may select which partitions: a partition
+/// with an allow-list needs TLS and a listed client certificate.
+#[derive(Debug, Default)]
+pub(crate) struct PartitionPolicy {
+    allow: BTreeMap<u64, Vec<TlsIdentity>>,
+}
+
+impl PartitionPolicy {
+    pub(crate) fn new(allow: BTreeMap<u64, Vec<TlsIdentity>>) -> Self {
+        Self { allow }
+    }
+
+    fn access(&self, partition: u64, tls: bool, peer: Option<&PeerIdentity>) -> PartitionAccess {
+        let Some(allowed) = self.allow.get(&partition) else {
+            return PartitionAccess::Allowed;
+        };
+        if !tls {
+            return PartitionAccess::TlsRequired;
+        }
+        match peer {
+            Some(p) if allowed.iter().any(|want| p.matches(want)) => PartitionAccess::Allowed,
+            _ => PartitionAccess::Denied,
+        }
+    }
+}
+
+/// The partitions and exports as one session sees them.
+struct SessionCatalog<'a> {
+    store: &'a ObjectStore,
+    partitions: &'a PartitionPolicy,
+    registry: &'a ExportRegistry,
+    exports: &'a AccessPolicy,
+    peer: Option<&'a PeerIdentity>,
+}
+
+impl PartitionCatalog for SessionCatalog<'_> {
+    fn partition(&self, id: u64, tls: bool) -> PartitionAccess {
+        // Listing one entry is the store's existence check.
+        match self.store.list(PartitionId(id), None, None, 0, false) {
+            Ok(_) => self.partitions.access(id, tls, self.peer),
+            Err(ObjStoreError::UnknownPartition { .. }) => PartitionAccess::Unknown,
+            Err(e) => {
+                warn!(partition = id, error = %e, "cannot look up partition");
+                PartitionAccess::Unknown
+            }
+        }
+    }
+
+    fn export(&self, name: &str, tls: bool) -> (PartitionAccess, u64, bool) {
+        let Some(export) = self.registry.get(name) else {
+            return (PartitionAccess::Unknown, 0, false);
+        };
+        // The NBD allow-lists apply to an export whichever protocol asks.
+        let access = match self.exports.access(&export.name, tls, self.peer) {
+            ExportAccess::Allowed => PartitionAccess::Allowed,
+            ExportAccess::TlsRequired => PartitionAccess::TlsRequired,
+            _ => PartitionAccess::Denied,
+        };
+        (access, export.device.size(), export.capability.read_only)
+    }
+}
+
+/// Runs the handshake; `None` when the client left (or aborted, or the
+/// server stopped) before it was done. What the client sent after the
+/// handshake stays in `buf`.
+pub(super) fn handshake(
+    stream: &mut Stream,
+    buf: &mut RecvBuf,
+    service: &ObjService,
+    env: &DriverEnv,
+) -> Result<Option<Negotiated>, HandshakeFailure> {
+    let deadline = Instant::now() + env.timeouts.handshake();
+    let mut hs = ServerHandshake::new(HandshakeConfig {
+        tls: service.tls_policy,
+        features: sluice_obj_proto::Features::NEGOTIABLE,
+        limits: service.limits,
+    });
+    let mut peer: Option<PeerIdentity> = None;
+    loop {
+        let out = hs.poll_output();
+        if !out.is_empty() {
+            stream.write_all(&out)?;
+        }
+        let catalog = SessionCatalog {
+            store: &service.store,
+            partitions: &service.partitions,
+            registry: &service.registry,
+            exports: &service.export_access,
+            peer: peer.as_ref(),
+        };
+        let (used, status) = hs.handle_input(buf.data(), &catalog)?;
+        buf.consume(used);
+        match status {
+            HandshakeStatus::NeedInput => {}
+            HandshakeStatus::Aborted => {
+                stream.write_all(&hs.poll_output())?;
+                return Ok(None);
+            }
+            HandshakeStatus::Done(n) => {
+                stream.write_all(&hs.poll_output())?;
+                return Ok(Some(*n));
+            }
+            HandshakeStatus::StartTls => {
+                // The answer goes out in plaintext; whatever the client
+                // sent after STARTTLS is the start of its TLS handshake.
+                stream.write_all(&hs.poll_output())?;
+                let acceptor = service
+                    .tls
+                    .as_deref()
+                    .ok_or(HandshakeFailure::NoTlsCredentials)?;
+                match stream.start_tls(buf, acceptor, &env.stop, deadline)? {
+                    Some(identity) => peer = identity,
+                    None => return Ok(None),
+                }
+                continue;
+            }
+        }
+        if used == 0 || buf.data().is_empty() {
+            let out = hs.poll_output();
+            if !out.is_empty() {
+                stream.write_all(&out)?;
+            }
+            if stream.has_buffered_input() {
+                if stream.try_fill(buf)? == Some(0) {
+                    return Ok(None);
+                }
+                continue;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match wait_readable(stream.fd(), Some(&env.stop), Some(left))? {
+                Readiness::Readable => {
+                    if stream.try_fill(buf)? == Some(0) {
+                        return Ok(None);
+                    }
+                }
+                Readiness::Stop => return Ok(None),
+                Readiness::TimedOut => {
+                    return Err(HandshakeFailure::TimedOut(env.timeouts.handshake()))
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! The native object protocol (docs/protocol.md), the second protocol
+//! the connection driver serves: the handshake with STARTTLS and
+//! partition selection, then requests framed by their 64-byte header,
+//! validated once on the connection thread ([`ObjSession`] is the
+//! driver's [`Protocol`]) and run against the object store or an
+//! attached NBD export on the I/O pool ([`ObjExecutor`]). A batch frame
+//! is split here and each member runs (in parallel, on the pool) and is
+//! answered on its own.
+
+mod execute;
+mod extent;
+mod handshake;
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use sluice_obj_proto::consts::REQUEST_HEADER_LEN;
+use sluice_obj_proto::{
+    Command, DdtKind, Limits, Opcode, Rejected, ReplyHeader, RequestHeader, TlsPolicy,
+};
+use sluice_objstore::ObjectStore;
+use tracing::{debug, info, trace, warn};
+
+use execute::{ObjExecutor, ObjRequest};
+pub(crate) use handshake::PartitionPolicy;
+
+use crate::buffer::RecvBuf;
+use crate::driver::{
+    self, ConnectionHandler, Decoded, Dispatch, DriverEnv, Frame, Protocol, ProtocolViolation,
+    Start,
+};
+use crate::export::ExportRegistry;
+use crate::metrics::ObjCommand;
+use crate::stream::Stream;
+use crate::tls::{AccessPolicy, TlsAcceptor};
+
+/// Serves the object protocol on a listener: what every connection
+/// shares.
+#[derive(Debug)]
+pub(crate) struct ObjService {
+    pub(crate) store: Arc<ObjectStore>,
+    /// The exports extent commands may attach (NBD's own registry).
+    pub(crate) registry: Arc<ExportRegistry>,
+    /// The handshake's TLS mode (off unless credentials are loaded).
+    pub(crate) tls_policy: TlsPolicy,
+    /// TLS credentials, when TLS is on (the NBD listeners' own).
+    pub(crate) tls: Option<Arc<TlsAcceptor>>,
+    /// Which client identities may select which partitions.
+    pub(crate) partitions: Arc<PartitionPolicy>,
+    /// Which client identities may attach which exports (NBD's).
+    pub(crate) export_access: Arc<AccessPolicy>,
+    /// What the greeting publishes.
+    pub(crate) limits: Limits,
+}
+
+impl ConnectionHandler for ObjService {
+    fn protocol(&self) -> &'static str {
+        "obj"
+    }
+
+    fn serve(&self, mut stream: Stream, env: &DriverEnv) {
+        let mut buf = RecvBuf::new(4096);
+        let negotiated = match handshake::handshake(&mut stream, &mut buf, self, env) {
+            Ok(Some(n)) => n,
+            Ok(None) => {
+                debug!("client left during the object protocol handshake");
+                stream.close();
+                return;
+            }
+            Err(e) => {
+                env.metrics
+                    .handshakes_failed
+                    .fetch_add(1, Ordering::Relaxed);
+                info!(error = %e, "object protocol handshake failed; closing connection");
+                return;
+            }
+        };
+        let mut exports = Vec::with_capacity(negotiated.exports.len());
+        for attached in &negotiated.exports {
+            let Some(export) = self.registry.get(&attached.name) else {
+                warn!(export = %attached.name, "export vanished after the handshake");
+                return;
+            };
+            exports.push(Arc::clone(export));
+        }
+        info!(
+            partition = negotiated.partition,
+            features = negotiated.features.0,
+            tls = negotiated.tls,
+            exports = exports.len(),
+            "object protocol transmission started"
+        );
+        let session = ObjSession {
+            exec: Arc::new(ObjExecutor {
+                store: Arc::clone(&self.store),
+                session: negotiated,
+                exports,
+                metrics: Arc::clone(&env.metrics),
+            }),
+        };
+        driver::serve(stream, buf, session, env);
+    }
+}
+
+/// The object handshake's TLS mode for the NBD handshake's: both come
+/// from the one `[tls]` setting.
+pub(crate) fn tls_policy(nbd: sluice_nbd_proto::TlsPolicy) -> TlsPolicy {
+    match nbd {
+        sluice_nbd_proto::TlsPolicy::Off => TlsPolicy::Off,
+        sluice_nbd_proto::TlsPolicy::Optional => TlsPolicy::Optional,
+        sluice_nbd_proto::TlsPolicy::Required => TlsPolicy::Required,
+    }
+}
+
+/// One object protocol connection in transmission.
+pub(crate) struct ObjSession {
+    exec: Arc<ObjExecutor>,
+}
+
+impl ObjSession {
+    /// Answers a request refused before it ran.
+    fn reject(&self, rejected: &Rejected, received: Instant, d: &mut Dispatch) {
+        debug!(id = rejected.id, code = ?rejected.code, error = %rejected.message, "request rejected");
+        d.answer(|out| {
+            out.encode(|o| {
+                ReplyHeader::encode_error(rejected.id, rejected.code, &rejected.message, o)
+            });
+        });
+        self.exec.metrics.objects.record(
+            ObjCommand::Invalid,
+            DdtKind::Contiguous,
+            0,
+            0,
+            true,
+            received.elapsed(),
+        );
+    }
+
+    /// Validates one request (a frame or a batch member): `Some` to run.
+    fn validate(
+        &self,
+        h: &RequestHeader,
+        payload: &[u8],
+        received: Instant,
+        d: &mut Dispatch,
+    ) -> Option<ObjRequest> {
+        match self.exec.session.validate(h, payload) {
+            Ok(req) => {
+                trace!(target: "sluice::data", id = h.id, command = ?req.command, "request");
+                Some(ObjRequest::new(*h, &req))
+            }
+            Err(rejected) => {
+                self.reject(&rejected, received, d);
+                None
+            }
+        }
+    }
+
+    /// Splits a batch frame and runs each member on its own: every member
+    /// gets one reply with its own id, in completion order; a bad member
+    /// is answered with its error and the others still run.
+    fn batch(&self, h: &RequestHeader, payload: &[u8], received: Instant, d: &mut Dispatch) {
+        let members = match self.exec.session.split_batch(h, payload) {
+            Ok(m) => m,
+            Err(rejected) => return self.reject(&rejected, received, d),
+        };
+        for (mh, member_payload) in members {
+            if mh.opcode == Opcode::Disconnect.wire() {
+                // Closing from inside a batch would cut off its siblings'
+                // replies: refused like any malformed member.
+                self.reject(
+                    &Rejected {
+                        id: mh.id,
+                        code: sluice_obj_proto::ErrorCode::Invalid,
+                        message: "DISCONNECT cannot be a batch member".into(),
+                    },
+                    received,
+                    d,
+                );
+                continue;
+            }
+            let Some(request) = self.validate(&mh, member_payload, received, d) else {
+                continue;
+            };
+            let seq = d.take_seq();
+            let placement = d.placement(driver::Execute::blocking(&*self.exec), request.access);
+            d.run(
+                &self.exec,
+                seq,
+                request,
+                member_payload,
+                placement,
+                received,
+            );
+        }
+    }
+}
+
+impl Protocol for ObjSession {
+    type Head = RequestHeader;
+    type Request = ObjRequest;
+    type Executor = ObjExecutor;
+
+    const NAME: &'static str = "obj";
+
+    #[inline]
+    fn decode(&mut self, data: &[u8]) -> Result<Decoded<RequestHeader>, ProtocolViolation> {
+        let head = match RequestHeader::decode(data) {
+            Ok(Some(h)) => h,
+            Ok(None) => return Ok(Decoded::NeedHeader(REQUEST_HEADER_LEN)),
+            Err(e) => return Err(ProtocolViolation(e.to_string())),
+        };
+        // Framing never depends on the opcode; a payload past the
+        // published limit ends the connection (the server will not
+        // buffer it).
+        let payload_len = head
+            .check_frame(&self.exec.session.limits)
+            .map_err(|e| ProtocolViolation(e.to_string()))?;
+        let frame = Frame {
+            head,
+            header_len: REQUEST_HEADER_LEN,
+            len: REQUEST_HEADER_LEN + payload_len as usize,
+        };
+        Ok(if data.len() >= frame.len {
+            Decoded::Complete(frame)
+        } else {
+            Decoded::Partial(frame)
+        })
+    }
+
+    #[inline]
+    fn start(
+        &mut self,
+        h: &RequestHeader,
+        payload: &[u8],
+        received: Instant,
+        d: &mut Dispatch,
+    ) -> Start<ObjRequest> {
+        if h.opcode == Opcode::Batch.wire() {
+            self.batch(h, payload, received, d);
+            return Start::Answered;
+        }
+        if h.opcode == Opcode::Disconnect.wire() {
+            // Validated like any request, so bad flags are still refused.
+            return match self.exec.session.validate(h, payload) {
+                Ok(req) if matches!(req.command, Command::Disconnect) => Start::Close,
+                Ok(_) => Start::Answered,
+                Err(rejected) => {
+                    self.reject(&rejected, received, d);
+                    Start::Answered
+                }
+            };
+        }
+        match self.validate(h, payload, received, d) {
+            Some(request) => Start::Run(request),
+            None => Start::Answered,
+        }
+    }
+
+    #[inline]
+    fn executor(&self) -> &Arc<ObjExecutor> {
+        &self.exec
+    }
+}

@@ -1,0 +1,436 @@
+#![allow(clippy::unwrap_used)]
+//! The native object protocol end to end, in process: a real `Server`
+//! with an object store in a temporary directory (and NBD exports for
+//! the extent commands), driven by the test kit's raw object client.
+
+use std::sync::Arc;
+
+use sluice_obj_proto::consts::*;
+use sluice_obj_proto::{answer, AttrOp, AttrValue, ErrorCode, Features};
+use sluice_storage::{BlockDevice, MemDevice};
+use sluice_testkit::raw_obj::*;
+use sluice_testkit::test_server::TestServer;
+use tempfile::TempDir;
+
+const ALL: Features = Features::NEGOTIABLE;
+
+/// A server with objects in a fresh directory and a 1 MiB memory export
+/// `disk`.
+fn start() -> (TestServer, TempDir, Arc<MemDevice>) {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = Arc::new(MemDevice::new(1 << 20, false));
+    let server = TestServer::builder()
+        .export("disk", Arc::clone(&disk) as Arc<dyn BlockDevice>)
+        .objects(dir.path().join("objects"))
+        .config(|c| c.io_threads = 4)
+        .metrics()
+        .start();
+    (server, dir, disk)
+}
+
+fn client(server: &TestServer) -> RawObjClient<std::net::TcpStream> {
+    RawObjClient::open(server.obj_addr.unwrap(), ALL, 1)
+}
+
+#[test]
+fn create_write_read_flush() {
+    let (server, _dir, _) = start();
+    let mut c = client(&server);
+    let ids = c.create(3, "");
+    assert_eq!(ids.len(), 3);
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    c.write(ids[0], 0, b"hello world");
+    let (data, real) = c.read(ids[0], 0, 11);
+    assert_eq!((data.as_slice(), real), (&b"hello world"[..], 11));
+    // Past the end reads as zeros; real bytes counts what lay inside.
+    let (data, real) = c.read(ids[0], 6, 10);
+    assert_eq!((data.as_slice(), real), (&b"world\0\0\0\0\0"[..], 5));
+    c.flush();
+    let r = c.call(&Req::new(OP_READ, 9).object(12345).range(0, 1));
+    let msg = r.err(ErrorCode::NoSuchObject);
+    assert!(msg.contains("0x3039"), "{msg}");
+}
+
+#[test]
+fn attributes_ride_on_a_write_and_come_back_with_a_read() {
+    let (server, _dir, _) = start();
+    let mut c = client(&server);
+    let id = c.create(1, "")[0];
+    c.call(
+        &Req::new(OP_WRITE, 5)
+            .object(id)
+            .range(0, 4)
+            .data(b"abcd")
+            .attrs(&[AttrOp::Set("kind", AttrValue::Text("log"))]),
+    )
+    .ok();
+    let r = c
+        .call(&Req::new(OP_READ, 6).object(id).range(0, 4).attrs(&[
+            AttrOp::Get("kind"),
+            AttrOp::Get("sluice.length"),
+            AttrOp::Get("none"),
+        ]))
+        .ok();
+    assert_eq!(r.body, b"abcd");
+    assert_eq!(
+        r.attr_ops(),
+        vec![
+            AttrOp::Set("kind", AttrValue::Text("log")),
+            AttrOp::Set("sluice.length", AttrValue::Integer(4)),
+            AttrOp::Remove("none"),
+        ]
+    );
+}
+
+/// FLUSH with a scope (0 object, 1 collection, 2 partition).
+fn flush_req(id: u64, scope: u16) -> Req {
+    Req::new(OP_FLUSH, id).flags(scope << FLAG_SCOPE_SHIFT)
+}
+
+fn page(body: &[u8]) -> sluice_obj_proto::Page<'_> {
+    sluice_obj_proto::Page::decode(body, u32::MAX).unwrap()
+}
+
+#[test]
+fn every_object_command() {
+    let (server, _dir, _) = start();
+    let mut c = client(&server);
+    // CREATE several in a collection that comes into being with them.
+    let logs = c.create(5, "logs");
+    let other = c.create(1, "")[0];
+    // APPEND returns the offset it wrote at.
+    for (k, chunk) in [&b"one"[..], b"two", b"three"].iter().enumerate() {
+        let r = c
+            .call(
+                &Req::new(OP_APPEND, 10 + k as u64)
+                    .object(logs[0])
+                    .range(0, chunk.len() as u64)
+                    .data(chunk),
+            )
+            .ok();
+        let expect = [0u64, 3, 6][k];
+        assert_eq!(r.body, expect.to_be_bytes());
+    }
+    assert_eq!(c.read(logs[0], 0, 11).0, b"onetwothree");
+    // CREATE_AND_WRITE, contiguous from 0 and as an SGL.
+    let r = c
+        .call(
+            &Req::new(OP_CREATE_AND_WRITE, 20)
+                .range(0, 5)
+                .params(&name_param("logs"))
+                .data(b"fresh")
+                .attrs(&[AttrOp::Set("n", AttrValue::Integer(7))]),
+        )
+        .ok();
+    let made = u64::from_be_bytes(r.body.try_into().unwrap());
+    assert_eq!(c.read(made, 0, 5).0, b"fresh");
+    let r = c
+        .call(
+            &Req::new(OP_CREATE_AND_WRITE, 21)
+                .sgl(&[(100, 2), (10, 3)])
+                .params(&name_param(""))
+                .data(b"zzabc"),
+        )
+        .ok();
+    let sparse = u64::from_be_bytes(r.body.try_into().unwrap());
+    let (data, real) = c.read(sparse, 10, 92);
+    assert_eq!(real, 92);
+    assert_eq!(&data[..3], b"abc");
+    assert_eq!(&data[90..], b"zz");
+    // PUNCH as an SGL: the ranges read as zeros, the length stays.
+    c.write(other, 0, &[0xaa; 64]);
+    c.call(&Req::new(OP_PUNCH, 30).object(other).sgl(&[(8, 8), (40, 4)]))
+        .ok();
+    let (data, real) = c.read(other, 0, 64);
+    assert_eq!(real, 64);
+    for (i, b) in data.iter().enumerate() {
+        let punched = (8..16).contains(&i) || (40..44).contains(&i);
+        assert_eq!(*b, if punched { 0 } else { 0xaa }, "byte {i}");
+    }
+    // SET_ATTRS sets and removes in one go; the server's keys are its own.
+    c.call(&Req::new(OP_SET_ATTRS, 40).object(logs[1]).attrs(&[
+        AttrOp::Set("size", AttrValue::Integer(10)),
+        AttrOp::Set("tag", AttrValue::Bytes(b"\x00\x01")),
+    ]))
+    .ok();
+    c.call(
+        &Req::new(OP_SET_ATTRS, 41)
+            .object(logs[1])
+            .attrs(&[AttrOp::Remove("tag")]),
+    )
+    .ok();
+    let msg = c
+        .call(
+            &Req::new(OP_SET_ATTRS, 42)
+                .object(logs[1])
+                .attrs(&[AttrOp::Set("sluice.length", AttrValue::Integer(1))]),
+        )
+        .err(ErrorCode::Permission);
+    assert!(msg.contains("sluice.length"), "{msg}");
+    // GET_ATTRS with no entries returns everything, the server's first.
+    let r = c.call(&Req::new(OP_GET_ATTRS, 43).object(logs[1])).ok();
+    let ops = r.attr_ops();
+    let keys: Vec<&str> = ops.iter().map(|o| o.key()).collect();
+    assert_eq!(
+        keys,
+        [
+            "sluice.length",
+            "sluice.created",
+            "sluice.data_modified",
+            "sluice.attrs_modified",
+            "size"
+        ]
+    );
+    for k in [2u64, 3, 4] {
+        c.call(
+            &Req::new(OP_SET_ATTRS, 44)
+                .object(logs[k as usize])
+                .attrs(&[AttrOp::Set("size", AttrValue::Integer(10 * k as i64))]),
+        )
+        .ok();
+    }
+    // QUERY: members with 20 <= size <= 40, a page of 2 then the rest.
+    let mut query = page_params(0, 2, "logs");
+    query.extend_from_slice(&1u16.to_be_bytes());
+    sluice_obj_proto::encode_query_range(
+        &sluice_obj_proto::QueryRange {
+            key: "size",
+            min: AttrValue::Integer(20),
+            max: AttrValue::Integer(40),
+        },
+        &mut query,
+    );
+    let r = c.call(&Req::new(OP_QUERY, 50).params(&query)).ok();
+    let p = page(&r.body);
+    let got: Vec<u64> = p.entries.iter().map(|e| e.object).collect();
+    assert_eq!(got, &logs[2..4]);
+    assert_eq!(p.next, logs[3]);
+    query[..8].copy_from_slice(&p.next.to_be_bytes());
+    let r = c.call(&Req::new(OP_QUERY, 51).params(&query)).ok();
+    let p = page(&r.body);
+    assert_eq!(
+        p.entries.iter().map(|e| e.object).collect::<Vec<_>>(),
+        &logs[4..5]
+    );
+    assert_eq!(p.next, 0);
+    // LIST, paged, with one attribute each.
+    let r = c
+        .call(
+            &Req::new(OP_LIST, 60)
+                .flags(FLAG_WITH_ATTRS)
+                .params(&page_params(0, 4, "logs"))
+                .attrs(&[AttrOp::Get("size")]),
+        )
+        .ok();
+    let p = page(&r.body);
+    assert_eq!(p.entries.len(), 4);
+    assert_eq!(p.next, logs[3]);
+    let sizes: Vec<Vec<AttrOp<'_>>> = p.entries.iter().map(|e| e.attrs.iter().collect()).collect();
+    assert_eq!(sizes[0], vec![AttrOp::Remove("size")]);
+    assert_eq!(sizes[1], vec![AttrOp::Set("size", AttrValue::Integer(10))]);
+    let r = c
+        .call(&Req::new(OP_LIST, 61).params(&page_params(p.next, 4, "logs")))
+        .ok();
+    let rest: Vec<u64> = page(&r.body).entries.iter().map(|e| e.object).collect();
+    assert_eq!(rest, vec![logs[4], made]);
+    // FLUSH in each scope; an unknown collection is named.
+    c.call(&flush_req(70, 0).object(logs[0])).ok();
+    c.call(&flush_req(71, 1).params(&name_param("logs"))).ok();
+    c.call(&flush_req(72, 2)).ok();
+    let msg = c
+        .call(&flush_req(73, 1).params(&name_param("nope")))
+        .err(ErrorCode::NoSuchCollection);
+    assert!(msg.contains("nope"), "{msg}");
+    // A durable (FUA) write, then REMOVE with FUA: gone.
+    c.call(
+        &Req::new(OP_WRITE, 80)
+            .flags(FLAG_FUA)
+            .object(other)
+            .range(0, 2)
+            .data(b"ok"),
+    )
+    .ok();
+    c.call(&Req::new(OP_REMOVE, 81).flags(FLAG_FUA).object(other))
+        .ok();
+    c.call(&Req::new(OP_READ, 82).object(other).range(0, 1))
+        .err(ErrorCode::NoSuchObject);
+    // DISCONNECT: no reply, the server closes.
+    c.send(&Req::new(OP_DISCONNECT, 90));
+    let mut rest = Vec::new();
+    use std::io::Read;
+    assert_eq!(c.s.read_to_end(&mut rest).unwrap(), 0);
+}
+
+/// A model of one object's bytes.
+fn model_write(model: &mut Vec<u8>, segments: &[(u64, u64)], data: &[u8]) {
+    let mut at = 0;
+    for &(off, len) in segments {
+        let end = (off + len) as usize;
+        if model.len() < end {
+            model.resize(end, 0);
+        }
+        model[off as usize..end].copy_from_slice(&data[at..at + len as usize]);
+        at += len as usize;
+    }
+}
+
+fn model_read(model: &[u8], segments: &[(u64, u64)]) -> (Vec<u8>, u64) {
+    let mut out = Vec::new();
+    let mut real = 0;
+    for &(off, len) in segments {
+        for i in off..off + len {
+            match model.get(i as usize) {
+                Some(b) => {
+                    out.push(*b);
+                    real += 1;
+                }
+                None => out.push(0),
+            }
+        }
+    }
+    (out, real)
+}
+
+#[test]
+fn sgl_and_strided_on_objects_match_a_model() {
+    let (server, _dir, _) = start();
+    let mut c = client(&server);
+    let id = c.create(1, "")[0];
+    let mut model = Vec::new();
+    let mut rng = fastrand::Rng::with_seed(12);
+    for round in 0..40u64 {
+        let count = rng.usize(1..20);
+        let segs: Vec<(u64, u64)> = (0..count)
+            .map(|_| (rng.u64(0..20_000), rng.u64(1..700)))
+            .collect();
+        let total: u64 = segs.iter().map(|s| s.1).sum();
+        let data: Vec<u8> = (0..total).map(|_| rng.u8(..)).collect();
+        if rng.bool() {
+            c.call(&Req::new(OP_WRITE, round).object(id).sgl(&segs).data(&data))
+                .ok();
+            model_write(&mut model, &segs, &data);
+        } else {
+            let (off, stride, len, n) = (
+                rng.u64(0..10_000),
+                rng.u64(700..900),
+                rng.u64(1..700),
+                rng.u32(1..12),
+            );
+            let segs: Vec<(u64, u64)> =
+                (0..u64::from(n)).map(|i| (off + i * stride, len)).collect();
+            let data: Vec<u8> = (0..len * u64::from(n)).map(|_| rng.u8(..)).collect();
+            c.call(
+                &Req::new(OP_WRITE, round)
+                    .object(id)
+                    .strided(off, stride, len, n)
+                    .data(&data),
+            )
+            .ok();
+            model_write(&mut model, &segs, &data);
+        }
+        // Read back an SGL (overlaps, past the end) and a strided pattern.
+        let segs: Vec<(u64, u64)> = (0..rng.usize(1..10))
+            .map(|_| (rng.u64(0..25_000), rng.u64(1..900)))
+            .collect();
+        let r = c
+            .call(&Req::new(OP_READ, 1000 + round).object(id).sgl(&segs))
+            .ok();
+        assert_eq!(
+            (r.body, r.real),
+            model_read(&model, &segs),
+            "round {round} SGL read"
+        );
+        let (off, stride, len, n) = (rng.u64(0..20_000), 1000, rng.u64(1..1000), rng.u32(1..8));
+        let segs: Vec<(u64, u64)> = (0..u64::from(n)).map(|i| (off + i * stride, len)).collect();
+        let r = c
+            .call(
+                &Req::new(OP_READ, 2000 + round)
+                    .object(id)
+                    .strided(off, stride, len, n),
+            )
+            .ok();
+        assert_eq!(
+            (r.body, r.real),
+            model_read(&model, &segs),
+            "round {round} strided read"
+        );
+    }
+    let text = server.scrape();
+    assert!(
+        text.contains("sluice_obj_requests_total{command=\"read\",ddt=\"sgl\"} 40"),
+        "{text}"
+    );
+    assert!(text.contains("sluice_obj_requests_total{command=\"read\",ddt=\"strided\"} 40"));
+    assert!(text.contains("sluice_protocol_connections_total{protocol=\"obj\"} 1"));
+}
+
+#[test]
+fn sgl_and_strided_extents_of_an_nbd_export() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = Arc::new(MemDevice::new(1 << 20, false));
+    let ro = Arc::new(MemDevice::new(4096, true));
+    let server = TestServer::builder()
+        .export("disk", Arc::clone(&disk) as Arc<dyn BlockDevice>)
+        .export("ro", ro as Arc<dyn BlockDevice>)
+        .objects(dir.path())
+        .start();
+    let mut c = RawObjClient::connect(server.obj_addr.unwrap());
+    c.hello(ALL).unwrap();
+    let (h, size, read_only) = c.attach("disk").unwrap();
+    assert_eq!((h, size, read_only), (1, 1 << 20, false));
+    let (ro_h, _, ro_ro) = c.attach("ro").unwrap();
+    assert_eq!((ro_h, ro_ro), (2, true));
+    assert_eq!(
+        c.attach("disk").unwrap().0,
+        1,
+        "attaching twice gives the same handle"
+    );
+    assert_eq!(c.attach("missing").unwrap_err().0, answer::UNKNOWN_EXPORT);
+    c.select(1).unwrap();
+    // Scatter over the device (overlapping: the later entry wins).
+    c.call(
+        &Req::new(OP_EXTENT_WRITE, 1)
+            .object(h)
+            .sgl(&[(4096, 4), (0, 2), (4098, 4)])
+            .data(b"AAAAbbCCCC"),
+    )
+    .ok();
+    // The device NBD serves holds it.
+    let mut got = [0u8; 6];
+    disk.read_at(&mut got, 4096).unwrap();
+    assert_eq!(&got, b"AACCCC");
+    disk.read_at(&mut got[..2], 0).unwrap();
+    assert_eq!(&got[..2], b"bb");
+    // Bytes written by NBD's device come back strided.
+    let pattern: Vec<u8> = (0..8192u32).map(|i| (i % 253) as u8).collect();
+    disk.write_at(&pattern, 65536, false).unwrap();
+    let r = c
+        .call(
+            &Req::new(OP_EXTENT_READ, 2)
+                .object(h)
+                .strided(65536, 1000, 10, 8),
+        )
+        .ok();
+    let want: Vec<u8> = (0..8)
+        .flat_map(|i| pattern[i * 1000..i * 1000 + 10].to_vec())
+        .collect();
+    assert_eq!((r.body, r.real), (want, 80));
+    // Past the end, read-only, unattached.
+    let msg = c
+        .call(
+            &Req::new(OP_EXTENT_READ, 3)
+                .object(h)
+                .range((1 << 20) - 2, 4),
+        )
+        .err(ErrorCode::OutOfRange);
+    assert!(msg.contains("disk"), "{msg}");
+    c.call(
+        &Req::new(OP_EXTENT_WRITE, 4)
+            .object(ro_h)
+            .range(0, 1)
+            .data(b"x"),
+    )
+    .err(ErrorCode::ReadOnly);
+    c.call(&Req::new(OP_EXTENT_READ, 5).object(9).range(0, 1))
+        .err(ErrorCode::NoSuchObject);
+}
