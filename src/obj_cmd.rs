@@ -2,8 +2,9 @@
 //! a thin layer over `sluice_client::obj::ObjClient`.
 //!
 //! Every command that changes data or attributes is durable when it
-//! exits 0: data commands FLUSH the object they wrote, attribute sets,
-//! creates and removals are sent with FUA. Usage errors exit 2 and every
+//! exits 0: it ends with a FLUSH of what it changed (the object; for
+//! `create` and `rm`, whose objects are new or gone, the partition).
+//! Usage errors exit 2 and every
 //! other failure 1, each with one line on stderr naming the object and
 //! what to do.
 
@@ -231,8 +232,9 @@ fn execute(args: ObjArgs) -> Outcome {
     match args.command {
         ObjCommand::Create { collection, count } => {
             let ids = c
-                .create(collection.as_deref().unwrap_or(""), count, true)
+                .create(collection.as_deref().unwrap_or(""), count, false)
                 .map_err(fail)?;
+            c.flush(FlushScope::Partition).map_err(fail)?;
             let text: String = ids.iter().map(|id| format!("{id}\n")).collect();
             out(text.as_bytes())
         }
@@ -321,7 +323,8 @@ fn execute(args: ObjArgs) -> Outcome {
                 .into_iter()
                 .map(|(k, v)| AttrChange::Set(k, v))
                 .collect();
-            c.set_attrs(id, &changes, true).map_err(fail)
+            c.set_attrs(id, &changes, false).map_err(fail)?;
+            c.flush(FlushScope::Object(id)).map_err(fail)
         }
         ObjCommand::Attr(AttrCommand::Get { id, keys, json }) => {
             let keys_ref: Vec<&str> = keys.iter().map(String::as_str).collect();
@@ -381,7 +384,9 @@ fn execute(args: ObjArgs) -> Outcome {
             print_entries(&entries, with_attrs, json)
         }
         ObjCommand::Rm { ids } => {
-            let results = c.remove_many(&ids, true);
+            let results = c.remove_many(&ids, false);
+            // Whatever was removed is durable, failures or not.
+            c.flush(FlushScope::Partition).map_err(fail)?;
             let failed: Vec<(u64, ObjError)> = ids
                 .iter()
                 .zip(results)

@@ -662,6 +662,24 @@ impl Drop for Server {
     }
 }
 
+/// The body of `GET /metrics`.
+pub(crate) fn scrape(addr: SocketAddr) -> String {
+    let mut s = TcpStream::connect(addr).expect("connect to the metrics endpoint");
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: test\r\n\r\n")
+        .expect("send the metrics request");
+    let mut response = String::new();
+    s.read_to_string(&mut response)
+        .expect("read the metrics response");
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("no end of headers in {response:?}"));
+    assert!(
+        head.lines().next().is_some_and(|l| l.contains(" 200")),
+        "GET /metrics: {head}"
+    );
+    body.to_owned()
+}
+
 // ---------------------------------------------------------------------------
 // Data helpers
 // ---------------------------------------------------------------------------

@@ -5,10 +5,11 @@
 //! killed with SIGKILL right after and restarted on the same directory).
 
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
 
-use crate::harness::{random_bytes, sluice, tempdir, CmdOutput, Server, ServerBuilder};
+use crate::harness::{random_bytes, scrape, sluice, tempdir, CmdOutput, Server, ServerBuilder};
 
 fn start(dir: &Path) -> Server {
     ServerBuilder::new().objects(dir).start()
@@ -385,4 +386,62 @@ fn what_the_cli_wrote_survives_sigkill_of_the_server() {
         &["query", "--collection", "keep", "--where", "n=7"],
     ));
     assert_eq!(out.stdout().trim(), id);
+}
+
+/// FLUSH requests the server has completed.
+fn flushes(server: &Server) -> u64 {
+    let addr = server.metrics.expect("started with metrics");
+    scrape(addr)
+        .lines()
+        .filter(|l| l.starts_with("sluice_obj_requests_total{command=\"flush\""))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[test]
+fn every_command_that_changes_something_flushes_before_it_exits() {
+    // SIGKILL alone cannot tell (the store keeps unflushed writes across
+    // a process kill); the server's own count of FLUSH requests can.
+    let dir = tempdir();
+    let server = ServerBuilder::new()
+        .objects(&dir.path().join("objects"))
+        .metrics()
+        .start();
+    let mut before = flushes(&server);
+    // The server counts a request just after sending its reply: give
+    // the count a moment to catch up.
+    let mut changed = |out: CmdOutput, what: &str| {
+        out.assert_success();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut now = flushes(&server);
+        while now <= before && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            now = flushes(&server);
+        }
+        assert!(now > before, "`{what}` exited 0 without a FLUSH");
+        before = now;
+        out
+    };
+    let id = changed(obj(&server, &["create"]), "create")
+        .stdout()
+        .trim()
+        .to_owned();
+    changed(obj_in(&server, &["put", &id], b"0123456789"), "put");
+    changed(
+        obj_in(&server, &["write", &id, "--range", "2:2"], b"ab"),
+        "write",
+    );
+    changed(obj_in(&server, &["append", &id], b"z"), "append");
+    changed(obj(&server, &["attr", "set", &id, "k=v"]), "attr set");
+    let other = changed(obj(&server, &["create"]), "create")
+        .stdout()
+        .trim()
+        .to_owned();
+    changed(obj(&server, &["rm", &id]), "rm");
+    // Reads change nothing and flush nothing.
+    let n = flushes(&server);
+    ok(obj(&server, &["get", &other]));
+    ok(obj(&server, &["stat", &other]));
+    ok(obj(&server, &["ls"]));
+    assert_eq!(flushes(&server), n, "a read-only command flushed");
 }

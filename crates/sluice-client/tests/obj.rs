@@ -18,7 +18,9 @@ struct Fixture {
 
 fn start() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::builder().objects(dir.path().join("objects")).start();
+    let server = TestServer::builder()
+        .objects(dir.path().join("objects"))
+        .start();
     Fixture { server, _dir: dir }
 }
 
@@ -125,7 +127,8 @@ fn every_command_round_trips() {
     let d = c
         .create_and_write("c", &[seg(0, 8192)], &pattern(2, 8192), &opts)
         .unwrap();
-    c.punch(d, &[seg(4096, 4096)], &DataOptions::default()).unwrap();
+    c.punch(d, &[seg(4096, 4096)], &DataOptions::default())
+        .unwrap();
     let r = c.read(d, &[seg(4090, 10)]).unwrap();
     assert_eq!(&r.data[..6], &pattern(2, 8192)[4090..4096]);
     assert_eq!(&r.data[6..], &[0, 0, 0, 0]);
@@ -179,10 +182,7 @@ fn every_command_round_trips() {
     let e = c.read(ids[2], &[seg(0, 1)]).unwrap_err();
     assert_eq!(e.code(), Some(ErrorCode::NoSuchObject));
     assert!(e.is_not_found());
-    assert!(
-        e.to_string().contains(&format!("object {}", ids[2])),
-        "{e}"
-    );
+    assert!(e.to_string().contains(&format!("object {}", ids[2])), "{e}");
     // The connection is still usable after a refusal.
     assert_eq!(c.read(a, &[seg(0, 4)]).unwrap().data, model[..4]);
 }
@@ -198,7 +198,9 @@ fn requests_past_the_published_limits_are_split_transparently() {
     // overlapping across the cut: the later bytes must still win.
     let n = limits.max_segments as u64 * 2 + 17;
     let mut segs: Vec<Segment> = (0..n).map(|i| seg(i * 7 + (i % 3), 3)).collect();
-    segs.push(seg(0, 5)); // overlaps the first piece, sent last
+    // Overlaps the first piece from the second: the pieces must go in
+    // order.
+    segs.insert(limits.max_segments as usize + 10, seg(0, 5));
     let total: u64 = segs.iter().map(|s| s.length).sum();
     let data = pattern(3, total as usize);
     c.write(id, &segs, &data, &DataOptions::default()).unwrap();
@@ -219,7 +221,12 @@ fn requests_past_the_published_limits_are_split_transparently() {
     // One contiguous write longer than the maximum payload.
     let big = pattern(4, limits.max_payload as usize + 100_000);
     let big_id = c
-        .create_and_write("", &[seg(0, big.len() as u64)], &big, &DataOptions::default())
+        .create_and_write(
+            "",
+            &[seg(0, big.len() as u64)],
+            &big,
+            &DataOptions::default(),
+        )
         .unwrap();
     assert_eq!(c.stat(big_id).unwrap().length, big.len() as u64);
     let r = c.read(big_id, &[seg(0, big.len() as u64)]).unwrap();
@@ -330,6 +337,13 @@ fn bad_input_is_refused_before_sending_or_by_the_server() {
         .set_attrs(id, &[AttrChange::set("big", big)], false)
         .unwrap_err();
     assert!(e.to_string().contains("big"), "{e}");
+    // Text that reads as a number stays text (and is found as text).
+    c.set_attrs(id, &[AttrChange::set("code", "42")], false)
+        .unwrap();
+    assert_eq!(
+        c.get_attrs(id, &["code"]).unwrap().get("code"),
+        Some(&Value::Text("42".into()))
+    );
     // The server's own keys are the server's.
     let e = c
         .set_attrs(id, &[AttrChange::set("sluice.length", 1)], false)

@@ -48,7 +48,10 @@ CREATE TABLE IF NOT EXISTS attrs (
     partition INTEGER NOT NULL,
     object INTEGER NOT NULL,
     key TEXT NOT NULL,
-    value ANY NOT NULL,
+    -- BLOB: no type affinity, so a value keeps the type it was stored
+    -- with ('ANY' outside a STRICT table means NUMERIC affinity, which
+    -- turned the text '42' into the integer 42).
+    value BLOB NOT NULL,
     PRIMARY KEY (partition, object, key)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS attrs_by_value ON attrs (partition, key, value, object);
