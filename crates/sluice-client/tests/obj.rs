@@ -362,3 +362,65 @@ fn an_unknown_partition_is_refused_in_the_handshake() {
     let e = ObjClient::connect(&uri, &ObjOptions::default()).unwrap_err();
     assert!(matches!(e, ObjError::Handshake { .. }), "{e}");
 }
+
+#[test]
+fn sluices_uris_run_the_protocol_over_tls_with_a_client_certificate() {
+    use sluice_server::TlsMode;
+    use sluice_testkit::pki::Pki;
+
+    let pki = Pki::shared();
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::builder()
+        .objects(dir.path().join("objects"))
+        .config(|c| {
+            c.tls.mode = TlsMode::Require;
+            c.tls.certificates = Some(pki.server());
+            c.tls.verify_peer = true;
+        })
+        .start();
+    let addr = server.obj_addr.unwrap();
+    let uri: ObjUri = format!(
+        "sluices://{addr}?tls-certificates={}",
+        pki.client("client1").display()
+    )
+    .parse()
+    .unwrap();
+    let mut c = ObjClient::connect(&uri, &ObjOptions::default()).unwrap();
+    assert!(c.session().tls);
+    let id = c.create("", 1, false).unwrap()[0];
+    c.write(id, &[seg(0, 5)], b"hello", &DataOptions::default())
+        .unwrap();
+    assert_eq!(c.read(id, &[seg(0, 5)]).unwrap().data, b"hello");
+
+    // Plaintext to a server that requires TLS: refused, saying how.
+    let plain: ObjUri = format!("sluice://{addr}").parse().unwrap();
+    let e = ObjClient::connect(&plain, &ObjOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("sluices://"), "{e}");
+    // A CA the client does not trust: the TLS handshake fails.
+    let untrusted: ObjUri = format!(
+        "sluices://{addr}?tls-certificates={}",
+        pki.client("untrusted").display()
+    )
+    .parse()
+    .unwrap();
+    let e = ObjClient::connect(&untrusted, &ObjOptions::default()).unwrap_err();
+    assert!(matches!(e, ObjError::Transport(_)), "{e}");
+}
+
+#[test]
+fn a_silent_server_times_out_the_handshake() {
+    // A listener that accepts and never sends a greeting.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let uri: ObjUri = format!("sluice://{addr}").parse().unwrap();
+    let options = ObjOptions {
+        connect_timeout: std::time::Duration::from_millis(300),
+        ..ObjOptions::default()
+    };
+    let began = std::time::Instant::now();
+    let e = ObjClient::connect(&uri, &options).unwrap_err();
+    assert!(e.is_temporary(), "{e}");
+    assert!(e.to_string().contains(&addr.to_string()), "{e}");
+    assert!(began.elapsed() < std::time::Duration::from_secs(5));
+    drop(listener);
+}
