@@ -196,25 +196,82 @@ fn connect(server: &str) -> Result<ObjClient, Failure> {
     ObjClient::connect(&uri, &ObjOptions::default()).map_err(|e| Failure::from_obj(&e, server))
 }
 
-fn read_input(file: Option<&Path>) -> Result<Vec<u8>, Failure> {
-    let mut data = Vec::new();
+/// Bytes `put`, `append` and whole-object `get` move per request: large
+/// objects stream through the client in pieces this size instead of
+/// being held whole.
+const CHUNK: usize = 8 << 20;
+
+/// FILE, or stdin for none or `-`.
+fn open_input(file: Option<&Path>) -> Result<Box<dyn Read>, Failure> {
     match file {
         Some(p) if p != Path::new("-") => {
-            data = std::fs::read(p).map_err(|e| {
+            let f = std::fs::File::open(p).map_err(|e| {
                 Failure::Failed(format!(
                     "cannot read {}: {e}; check the file name",
                     p.display()
                 ))
             })?;
+            Ok(Box::new(f))
         }
-        _ => {
-            std::io::stdin()
-                .lock()
-                .read_to_end(&mut data)
-                .map_err(|e| Failure::Failed(format!("cannot read stdin: {e}")))?;
+        _ => Ok(Box::new(std::io::stdin().lock())),
+    }
+}
+
+/// Fills `buf` from `input` as far as it goes; returns how much.
+fn read_chunk(input: &mut dyn Read, buf: &mut [u8]) -> Result<usize, Failure> {
+    let mut n = 0;
+    while n < buf.len() {
+        match input.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Failure::Failed(format!("cannot read the input: {e}"))),
         }
     }
+    Ok(n)
+}
+
+fn read_input(file: Option<&Path>) -> Result<Vec<u8>, Failure> {
+    let mut data = Vec::new();
+    open_input(file)?
+        .read_to_end(&mut data)
+        .map_err(|e| Failure::Failed(format!("cannot read the input: {e}")))?;
     Ok(data)
+}
+
+/// Writes the input from offset 0 (or, with `append`, after the
+/// object's end), a chunk at a time. Returns where the data begins and
+/// how long it is.
+fn stream_in(
+    c: &mut ObjClient,
+    id: u64,
+    input: &mut dyn Read,
+    append: bool,
+    server: &str,
+) -> Result<(u64, u64), Failure> {
+    let fail = |e: ObjError| Failure::from_obj(&e, server);
+    let mut buf = vec![0u8; CHUNK];
+    let mut start = 0u64;
+    let mut pos = 0u64;
+    loop {
+        let n = read_chunk(input, &mut buf)?;
+        if append && pos == 0 {
+            start = c
+                .append(id, &buf[..n], &DataOptions::default())
+                .map_err(fail)?;
+        } else if n > 0 {
+            let seg = Segment {
+                offset: start + pos,
+                length: n as u64,
+            };
+            c.write(id, &[seg], &buf[..n], &DataOptions::default())
+                .map_err(fail)?;
+        }
+        pos += n as u64;
+        if n < buf.len() {
+            return Ok((start, pos));
+        }
+    }
 }
 
 fn out(bytes: &[u8]) -> Outcome {
@@ -239,19 +296,9 @@ fn execute(args: ObjArgs) -> Outcome {
             out(text.as_bytes())
         }
         ObjCommand::Put { id, file } => {
-            let data = read_input(file.as_deref())?;
+            let mut input = open_input(file.as_deref())?;
             let before = c.stat(id).map_err(fail)?.length;
-            let len = data.len() as u64;
-            c.write(
-                id,
-                &[Segment {
-                    offset: 0,
-                    length: len,
-                }],
-                &data,
-                &DataOptions::default(),
-            )
-            .map_err(fail)?;
+            let (_, len) = stream_in(c, id, &mut input, false, &server)?;
             if before > len {
                 // The protocol has no truncate: the old tail reads as
                 // zeros from now on (the length stays).
@@ -276,11 +323,19 @@ fn execute(args: ObjArgs) -> Outcome {
                 segments.extend(s.segments());
             }
             if segments.is_empty() {
+                // The whole object, streamed a chunk at a time.
                 let length = c.stat(id).map_err(fail)?.length;
-                if length == 0 {
-                    return Ok(());
+                let mut at = 0;
+                while at < length {
+                    let n = (length - at).min(CHUNK as u64);
+                    let seg = Segment {
+                        offset: at,
+                        length: n,
+                    };
+                    out(&c.read(id, &[seg]).map_err(fail)?.data)?;
+                    at += n;
                 }
-                segments.push(Segment { offset: 0, length });
+                return Ok(());
             }
             let total = segments
                 .iter()
@@ -313,8 +368,8 @@ fn execute(args: ObjArgs) -> Outcome {
             c.flush(FlushScope::Object(id)).map_err(fail)
         }
         ObjCommand::Append { id, file } => {
-            let data = read_input(file.as_deref())?;
-            let at = c.append(id, &data, &DataOptions::default()).map_err(fail)?;
+            let mut input = open_input(file.as_deref())?;
+            let (at, _) = stream_in(c, id, &mut input, true, &server)?;
             c.flush(FlushScope::Object(id)).map_err(fail)?;
             out(format!("{at}\n").as_bytes())
         }
@@ -394,10 +449,10 @@ fn execute(args: ObjArgs) -> Outcome {
                 .collect();
             match failed.as_slice() {
                 [] => Ok(()),
-                [(_, e)] => Err(fail_ref(e, &server)),
+                [(_, e)] => Err(Failure::from_obj(e, &server)),
                 [(_, e), rest @ ..] => {
                     let others: Vec<String> = rest.iter().map(|(id, _)| id.to_string()).collect();
-                    let (Failure::Failed(m) | Failure::Usage(m)) = fail_ref(e, &server);
+                    let (Failure::Failed(m) | Failure::Usage(m)) = Failure::from_obj(e, &server);
                     Err(Failure::Failed(format!(
                         "{m} (objects {} failed too; the others were removed)",
                         others.join(", ")
@@ -435,10 +490,6 @@ fn execute(args: ObjArgs) -> Outcome {
             }
         }
     }
-}
-
-fn fail_ref(e: &ObjError, server: &str) -> Failure {
-    Failure::from_obj(e, server)
 }
 
 /// `ls` and `query` output: ids one per line (with `KEY=VALUE` after

@@ -445,3 +445,42 @@ fn every_command_that_changes_something_flushes_before_it_exits() {
     ok(obj(&server, &["ls"]));
     assert_eq!(flushes(&server), n, "a read-only command flushed");
 }
+
+#[test]
+fn large_objects_stream_through_put_get_and_append() {
+    let dir = tempdir();
+    let server = start(&dir.path().join("objects"));
+    let id = create(&server, &[]);
+    // Larger than one chunk of the CLI and than one request's payload.
+    let data = random_bytes(11, 40 << 20);
+    let file = dir.path().join("big.bin");
+    std::fs::write(&file, &data).unwrap();
+    ok(obj(&server, &["put", &id, file.to_str().unwrap()]));
+    let got = ok(obj(&server, &["get", &id])).output.stdout;
+    assert!(got == data, "40 MiB came back different");
+    let tail = random_bytes(12, (9 << 20) + 3);
+    assert_eq!(
+        ok(obj_in(&server, &["append", &id], &tail)).stdout(),
+        format!("{}\n", data.len())
+    );
+    let got = ok(obj(
+        &server,
+        &[
+            "get",
+            &id,
+            "--range",
+            &format!("{}:{}", data.len(), tail.len()),
+        ],
+    ))
+    .output
+    .stdout;
+    assert!(got == tail, "the appended bytes came back different");
+
+    // put of something shorter: the rest reads as zeros, and it says so.
+    let out = ok(obj_in(&server, &["put", &id], b"short"));
+    assert!(out.stderr().contains("read as zeros"), "{}", out.stderr());
+    let got = ok(obj(&server, &["get", &id, "--range", "0:10"]))
+        .output
+        .stdout;
+    assert_eq!(got, b"short\0\0\0\0\0");
+}
