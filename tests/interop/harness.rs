@@ -303,6 +303,8 @@ pub(crate) struct ServerBuilder {
     listens: Vec<String>,
     args: Vec<String>,
     metrics: bool,
+    /// Object listeners to wait for.
+    object_listens: usize,
 }
 
 impl ServerBuilder {
@@ -312,7 +314,19 @@ impl ServerBuilder {
             listens: Vec::new(),
             args: Vec::new(),
             metrics: false,
+            object_listens: 0,
         }
+    }
+
+    /// `--objects DIR --object-listen 127.0.0.1:0`; the address is in
+    /// [`Server::objects`].
+    pub(crate) fn objects(mut self, dir: &Path) -> Self {
+        self.args.push("--objects".into());
+        self.args.push(dir.display().to_string());
+        self.args.push("--object-listen".into());
+        self.args.push("127.0.0.1:0".into());
+        self.object_listens += 1;
+        self
     }
 
     /// `--export NAME=SPEC`.
@@ -405,12 +419,14 @@ impl ServerBuilder {
             cmdline,
             tcp: Vec::new(),
             unix: Vec::new(),
+            objects: Vec::new(),
             metrics: None,
             stderr_path,
             _logdir: logdir,
         };
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         while server.tcp.len() + server.unix.len() < listens.len()
+            || server.objects.len() < self.object_listens
             || (self.metrics && server.metrics.is_none())
         {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -424,6 +440,12 @@ impl ServerBuilder {
                                 panic!("cannot parse the metrics address in {line:?}: {e}")
                             });
                         server.metrics = Some(addr);
+                        continue;
+                    }
+                    if let Some(rest) = line.trim().strip_prefix("objects listening on ") {
+                        server.objects.push(rest.parse().unwrap_or_else(|e| {
+                            panic!("cannot parse the object listener in {line:?}: {e}")
+                        }));
                         continue;
                     }
                     let Some(rest) = line.trim().strip_prefix("listening on ") else {
@@ -476,6 +498,8 @@ pub(crate) struct Server {
     cmdline: String,
     pub(crate) tcp: Vec<SocketAddr>,
     pub(crate) unix: Vec<PathBuf>,
+    /// Object protocol listeners (TCP), with [`ServerBuilder::objects`].
+    pub(crate) objects: Vec<SocketAddr>,
     /// The metrics endpoint, when started with [`ServerBuilder::metrics`].
     pub(crate) metrics: Option<SocketAddr>,
     stderr_path: PathBuf,

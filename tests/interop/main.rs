@@ -19,6 +19,7 @@ mod multi_conn;
 mod nbdcopy;
 mod nbdinfo;
 mod nbdsh;
+mod objects;
 mod pipeline;
 mod qemu_img;
 mod qemu_io;
