@@ -335,8 +335,8 @@ pub(crate) struct ServerBuilder {
     listens: Vec<String>,
     args: Vec<String>,
     metrics: bool,
-    /// Object listeners to wait for (`objects listening on` lines).
-    objects: usize,
+    /// Object listeners to wait for.
+    object_listens: usize,
 }
 
 impl ServerBuilder {
@@ -346,7 +346,7 @@ impl ServerBuilder {
             listens: Vec::new(),
             args: Vec::new(),
             metrics: false,
-            objects: 0,
+            object_listens: 0,
         }
     }
 
@@ -358,11 +358,11 @@ impl ServerBuilder {
         self.object_listen("127.0.0.1:0")
     }
 
-    /// `--object-listen ADDR` (repeatable).
+    /// `--object-listen ADDR` (repeatable; `unix:PATH` too).
     pub(crate) fn object_listen(mut self, addr: impl AsRef<str>) -> Self {
         self.args.push("--object-listen".into());
         self.args.push(addr.as_ref().to_string());
-        self.objects += 1;
+        self.object_listens += 1;
         self
     }
 
@@ -456,15 +456,16 @@ impl ServerBuilder {
             cmdline,
             tcp: Vec::new(),
             unix: Vec::new(),
-            metrics: None,
             objects: Vec::new(),
+            object_unix: Vec::new(),
+            metrics: None,
             stderr_path,
             _logdir: logdir,
         };
         let deadline = Instant::now() + STARTUP_TIMEOUT;
         while server.tcp.len() + server.unix.len() < listens.len()
+            || server.objects.len() + server.object_unix.len() < self.object_listens
             || (self.metrics && server.metrics.is_none())
-            || server.objects.len() < self.objects
         {
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left.min(Duration::from_millis(100))) {
@@ -480,7 +481,13 @@ impl ServerBuilder {
                         continue;
                     }
                     if let Some(rest) = line.trim().strip_prefix("objects listening on ") {
-                        server.objects.push(rest.to_owned());
+                        if let Some(p) = rest.strip_prefix("unix:") {
+                            server.object_unix.push(PathBuf::from(p));
+                            continue;
+                        }
+                        server.objects.push(rest.parse().unwrap_or_else(|e| {
+                            panic!("cannot parse the object listener in {line:?}: {e}")
+                        }));
                         continue;
                     }
                     let Some(rest) = line.trim().strip_prefix("listening on ") else {
@@ -533,10 +540,12 @@ pub(crate) struct Server {
     cmdline: String,
     pub(crate) tcp: Vec<SocketAddr>,
     pub(crate) unix: Vec<PathBuf>,
+    /// Object protocol listeners (TCP), with [`ServerBuilder::objects`].
+    pub(crate) objects: Vec<SocketAddr>,
+    /// Object protocol Unix-socket listeners.
+    pub(crate) object_unix: Vec<PathBuf>,
     /// The metrics endpoint, when started with [`ServerBuilder::metrics`].
     pub(crate) metrics: Option<SocketAddr>,
-    /// Object protocol listeners as printed (`HOST:PORT` or `unix:PATH`).
-    pub(crate) objects: Vec<String>,
     stderr_path: PathBuf,
     _logdir: TempDir,
 }
@@ -564,13 +573,10 @@ impl Server {
     /// `sluice://HOST:PORT` (or `sluice+unix:///PATH`) of the first
     /// object listener.
     pub(crate) fn obj_uri(&self) -> String {
-        let addr = self
-            .objects
-            .first()
-            .expect("server has no object listener (use ServerBuilder::objects)");
-        match addr.strip_prefix("unix:") {
-            Some(path) => format!("sluice+unix://{path}"),
-            None => format!("sluice://{addr}"),
+        match (self.objects.first(), self.object_unix.first()) {
+            (Some(addr), _) => format!("sluice://{addr}"),
+            (None, Some(path)) => format!("sluice+unix://{}", path.display()),
+            (None, None) => panic!("server has no object listener (use ServerBuilder::objects)"),
         }
     }
 

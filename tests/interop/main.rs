@@ -20,6 +20,7 @@ mod nbdcopy;
 mod nbdinfo;
 mod nbdsh;
 mod obj_cli;
+mod objects;
 mod pipeline;
 mod qemu_img;
 mod qemu_io;

@@ -434,3 +434,347 @@ fn sgl_and_strided_extents_of_an_nbd_export() {
     c.call(&Req::new(OP_EXTENT_READ, 5).object(9).range(0, 1))
         .err(ErrorCode::NoSuchObject);
 }
+
+// ---------------------------------------------------------------------------
+// Bad input: each answered with a clear error, the connection usable
+// where the framing allows, other clients untouched.
+
+/// The connection still serves requests.
+fn still_usable(c: &mut RawObjClient<std::net::TcpStream>, object: u64) {
+    c.write(object, 0, b"alive");
+    assert_eq!(c.read(object, 0, 5).0, b"alive");
+}
+
+/// Reads until the server closes; panics if it answers anything.
+fn assert_closed(c: &mut RawObjClient<std::net::TcpStream>) {
+    use std::io::Read;
+    let mut rest = Vec::new();
+    match c.s.read_to_end(&mut rest) {
+        Ok(_) => assert!(rest.is_empty(), "the server answered {rest:?}"),
+        Err(e) => assert_ne!(e.kind(), std::io::ErrorKind::WouldBlock, "not closed: {e}"),
+    }
+}
+
+#[test]
+fn bad_ddts_are_refused_and_the_connection_goes_on() {
+    let (server, _dir, _) = start();
+    let mut c = client(&server);
+    let id = c.create(1, "")[0];
+    let max = c.limits.max_segments;
+    let cases: Vec<(&str, Req, &str)> = vec![
+        (
+            "zero-count SGL",
+            Req::new(OP_READ, 1).object(id).sgl(&[]),
+            "zero segments",
+        ),
+        (
+            "oversized SGL",
+            Req::new(OP_READ, 2)
+                .object(id)
+                .sgl(&vec![(0, 1); max as usize + 1]),
+            "more than the server's limit",
+        ),
+        (
+            "zero-count strided",
+            Req::new(OP_READ, 3).object(id).strided(0, 8, 4, 0),
+            "zero segments",
+        ),
+        (
+            "oversized strided",
+            Req::new(OP_READ, 4).object(id).strided(0, 8, 1, max + 1),
+            "more than the server's limit",
+        ),
+        (
+            "stride < length",
+            Req::new(OP_READ, 5).object(id).strided(0, 3, 4, 2),
+            "stride 3 smaller",
+        ),
+        (
+            "contiguous overflow",
+            Req::new(OP_READ, 6).object(id).range(u64::MAX - 1, 4),
+            "past 2^64",
+        ),
+        (
+            "SGL entry overflow",
+            Req::new(OP_READ, 7)
+                .object(id)
+                .sgl(&[(0, 1), (u64::MAX, 2)]),
+            "segment 1",
+        ),
+        (
+            "strided end overflow",
+            Req::new(OP_READ, 8)
+                .object(id)
+                .strided(u64::MAX - 100, 64, 8, 3),
+            "past 2^64",
+        ),
+        (
+            "header length differs from the DDT",
+            {
+                let mut r = Req::new(OP_READ, 9).object(id).sgl(&[(0, 4)]);
+                r.length = 5;
+                r
+            },
+            "differs",
+        ),
+        (
+            "DDT value 3",
+            Req::new(OP_READ, 10).object(id).range(0, 1).flags(3),
+            "reserved",
+        ),
+    ];
+    for (what, req, needle) in cases {
+        let msg = c.call(&req).err(ErrorCode::BadDdt);
+        assert!(msg.contains(needle), "{what}: {msg}");
+        still_usable(&mut c, id);
+    }
+}
+
+#[test]
+fn payloads_shorter_or_longer_than_the_ddt_are_length_mismatches() {
+    let (server, _dir, _) = start();
+    let mut c = client(&server);
+    let id = c.create(1, "")[0];
+    c.write(id, 0, b"original");
+    // The header frames what is sent, but the DDT says 8 bytes.
+    for data in [&b"short"[..], b"much too long"] {
+        let mut req = Req::new(OP_WRITE, 1).object(id).sgl(&[(0, 4), (4, 4)]);
+        req.data = data.to_vec();
+        let msg = c.call(&req).err(ErrorCode::LengthMismatch);
+        assert!(msg.contains("its DDT describes 8"), "{msg}");
+    }
+    // A READ carrying data is one too.
+    c.call(&Req::new(OP_READ, 2).object(id).range(0, 4).data(b"xxxx"))
+        .err(ErrorCode::LengthMismatch);
+    // Nothing of the refused writes landed.
+    assert_eq!(c.read(id, 0, 8).0, b"original");
+}
+
+#[test]
+fn unknown_objects_partitions_opcodes_flags_and_oversized_attributes() {
+    let (server, _dir, _) = start();
+    let mut c = client(&server);
+    let id = c.create(1, "")[0];
+    // Unknown object, for each kind of command that names one.
+    for req in [
+        Req::new(OP_READ, 1).object(999).range(0, 1),
+        Req::new(OP_WRITE, 2).object(999).range(0, 1).data(b"x"),
+        Req::new(OP_APPEND, 3).object(999).range(0, 1).data(b"x"),
+        Req::new(OP_PUNCH, 4).object(999).range(0, 1),
+        Req::new(OP_GET_ATTRS, 5).object(999),
+        Req::new(OP_SET_ATTRS, 6)
+            .object(999)
+            .attrs(&[AttrOp::Set("a", AttrValue::Integer(1))]),
+        Req::new(OP_REMOVE, 7).object(999),
+        flush_req(8, 0).object(999),
+    ] {
+        let msg = c.call(&req).err(ErrorCode::NoSuchObject);
+        assert!(msg.contains("0x3e7"), "opcode {}: {msg}", req.opcode);
+    }
+    // A header naming another partition than the session's.
+    let mut req = Req::new(OP_READ, 10).object(id).range(0, 1);
+    req.partition = 77;
+    let msg = c.call(&req).err(ErrorCode::NoSuchPartition);
+    assert!(msg.contains("0x4d"), "{msg}");
+    // Selecting an unknown partition is refused in the handshake.
+    let mut d = RawObjClient::connect(server.obj_addr.unwrap());
+    d.hello(ALL).unwrap();
+    let (status, msg) = d.select(77).unwrap_err();
+    assert_eq!(status, answer::UNKNOWN_PARTITION, "{msg}");
+    d.select(1).unwrap();
+    // Unknown opcode and flags.
+    let msg = c.call(&Req::new(99, 11)).err(ErrorCode::UnknownOpcode);
+    assert!(msg.contains("99"), "{msg}");
+    let msg = c
+        .call(&Req::new(OP_GET_ATTRS, 12).object(id).flags(FLAG_FUA))
+        .err(ErrorCode::BadFlags);
+    assert!(msg.contains("GetAttrs"), "{msg}");
+    c.call(&Req::new(OP_READ, 13).object(id).range(0, 1).flags(0x100))
+        .err(ErrorCode::BadFlags);
+    // Attributes over the limits: the protocol's (the greeting's value
+    // size) and the store's (text values).
+    let big = vec![7u8; c.limits.max_attr_size as usize + 1];
+    let msg = c
+        .call(
+            &Req::new(OP_SET_ATTRS, 14)
+                .object(id)
+                .attrs(&[AttrOp::Set("blob", AttrValue::Bytes(&big))]),
+        )
+        .err(ErrorCode::AttrTooLarge);
+    assert!(msg.contains("blob"), "{msg}");
+    let text = "t".repeat(2000);
+    let msg = c
+        .call(
+            &Req::new(OP_WRITE, 15)
+                .object(id)
+                .range(0, 1)
+                .data(b"x")
+                .attrs(&[AttrOp::Set("note", AttrValue::Text(&text))]),
+        )
+        .err(ErrorCode::AttrTooLarge);
+    assert!(msg.contains("note"), "{msg}");
+    // The refused write did not land either (attributes and data are one).
+    assert_eq!(c.read(id, 0, 1), (vec![0], 0));
+    // A malformed attribute list and unconsumed parameters are INVALID.
+    let mut req = Req::new(OP_GET_ATTRS, 16).object(id);
+    req.attrs = vec![0, 1, 1, 5, b'a'];
+    let msg = c.call(&req).err(ErrorCode::Invalid);
+    assert!(msg.contains("ends inside an entry"), "{msg}");
+    let msg = c
+        .call(&Req::new(OP_CREATE, 17).params(&[&create_params(1, "")[..], &[0]].concat()))
+        .err(ErrorCode::Invalid);
+    assert!(msg.contains("unexpected parameter bytes"), "{msg}");
+    c.call(&Req::new(OP_CREATE, 18).params(&create_params(0, "")))
+        .err(ErrorCode::Invalid);
+    still_usable(&mut c, id);
+}
+
+#[test]
+fn a_batch_with_one_bad_member_answers_every_member() {
+    let (server, _dir, _) = start();
+    let mut c = client(&server);
+    let ids = c.create(3, "");
+    let members = [
+        Req::new(OP_WRITE, 101)
+            .object(ids[0])
+            .range(0, 3)
+            .data(b"one"),
+        Req::new(99, 102),
+        Req::new(OP_WRITE, 103)
+            .object(ids[1])
+            .strided(0, 4, 2, 2)
+            .data(b"twoo"),
+        Req::new(OP_READ, 104).object(777).range(0, 1),
+        Req::new(OP_SET_ATTRS, 105)
+            .object(ids[2])
+            .attrs(&[AttrOp::Set("k", AttrValue::Integer(3))]),
+    ];
+    let body: Vec<u8> = members.iter().flat_map(|m| c.encode(m)).collect();
+    c.send(&Req::new(OP_BATCH, 100).data(&body));
+    let mut replies: Vec<Reply> = (0..members.len()).map(|_| c.reply()).collect();
+    replies.sort_by_key(|r| r.id);
+    let ids_seen: Vec<u64> = replies.iter().map(|r| r.id).collect();
+    assert_eq!(
+        ids_seen,
+        [101, 102, 103, 104, 105],
+        "one reply per member, none for the batch"
+    );
+    assert_eq!(replies[0].status, None);
+    assert_eq!(replies[1].status, Some(ErrorCode::UnknownOpcode));
+    assert_eq!(replies[2].status, None);
+    assert_eq!(replies[3].status, Some(ErrorCode::NoSuchObject));
+    assert_eq!(replies[4].status, None);
+    assert_eq!(c.read(ids[0], 0, 3).0, b"one");
+    assert_eq!(c.read(ids[1], 0, 6).0, b"tw\0\0oo");
+    // A batch that cannot be split (a member runs past the end) is
+    // refused whole on its own id, and nothing runs.
+    let mut body = c.encode(
+        &Req::new(OP_WRITE, 201)
+            .object(ids[2])
+            .range(0, 1)
+            .data(b"z"),
+    );
+    body.extend_from_slice(
+        &c.encode(
+            &Req::new(OP_WRITE, 202)
+                .object(ids[2])
+                .range(0, 2)
+                .data(b"zz"),
+        )[..65],
+    );
+    let msg = c
+        .call(&Req::new(OP_BATCH, 200).data(&body))
+        .err(ErrorCode::BadBatch);
+    assert!(msg.contains("member 2"), "{msg}");
+    assert_eq!(c.read(ids[2], 0, 1), (vec![0], 0));
+    // A nested batch and an empty one are refused too.
+    let inner = c.encode(
+        &Req::new(OP_BATCH, 301)
+            .data(&c.encode(&Req::new(OP_READ, 302).object(ids[0]).range(0, 1))),
+    );
+    c.call(&Req::new(OP_BATCH, 300).data(&inner))
+        .err(ErrorCode::BadBatch);
+    c.call(&Req::new(OP_BATCH, 310)).err(ErrorCode::BadBatch);
+    // Without BATCH negotiated a batch is NOT_NEGOTIATED.
+    let mut plain = RawObjClient::open(server.obj_addr.unwrap(), Features(0), 1);
+    plain
+        .call(&Req::new(OP_BATCH, 400).data(&body[..64 + 1]))
+        .err(ErrorCode::NotNegotiated);
+    still_usable(&mut c, ids[2]);
+}
+
+#[test]
+fn batch_members_run_in_parallel_and_are_answered_as_each_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let gated = Arc::new(sluice_testkit::GatedDevice::new(1 << 20, vec![0]));
+    let server = TestServer::builder()
+        .export("gated", Arc::clone(&gated) as Arc<dyn BlockDevice>)
+        .objects(dir.path())
+        .config(|c| c.io_threads = 4)
+        .start();
+    let mut c = RawObjClient::connect(server.obj_addr.unwrap());
+    c.hello(ALL).unwrap();
+    let (h, _, _) = c.attach("gated").unwrap();
+    c.select(1).unwrap();
+    // Member 1 waits at the gate; member 2 must not wait for it.
+    let body: Vec<u8> = [
+        Req::new(OP_EXTENT_READ, 1).object(h).range(0, 512),
+        Req::new(OP_EXTENT_READ, 2).object(h).range(4096, 512),
+    ]
+    .iter()
+    .flat_map(|m| c.encode(m))
+    .collect();
+    c.send(&Req::new(OP_BATCH, 9).data(&body));
+    let first = c.reply().ok();
+    assert_eq!(
+        first.id, 2,
+        "the ungated member is answered while the other waits"
+    );
+    gated.open_gate();
+    assert_eq!(c.reply().ok().id, 1);
+}
+
+#[test]
+fn truncated_frames_bad_magic_and_oversized_payloads_end_only_that_connection() {
+    use std::io::Write;
+    let (server, _dir, _) = start();
+    let mut good = client(&server);
+    let id = good.create(1, "")[0];
+    good.write(id, 0, b"keep me");
+    good.flush();
+    // A client vanishing mid-payload: a write header for the good
+    // client's object, half its data, then gone.
+    {
+        let mut bad = client(&server);
+        let bytes = bad.encode(
+            &Req::new(OP_WRITE, 1)
+                .object(id)
+                .range(0, 7)
+                .data(b"CLOBBER"),
+        );
+        bad.s.write_all(&bytes[..64 + 3]).unwrap();
+    }
+    // Half a header, then gone.
+    {
+        let mut bad = client(&server);
+        let bytes = bad.encode(&Req::new(OP_READ, 1).object(id).range(0, 1));
+        bad.s.write_all(&bytes[..30]).unwrap();
+    }
+    // Bad magic: closed without an answer.
+    let mut bad = client(&server);
+    bad.s.write_all(&[0xde; 64]).unwrap();
+    assert_closed(&mut bad);
+    // A payload over the published limit: closed, nothing buffered.
+    let mut bad = client(&server);
+    let mut req = Req::new(OP_WRITE, 1).object(id).range(0, 1);
+    req.data_len = Some(bad.limits.max_payload + 1);
+    let mut bytes = bad.encode(&req);
+    bytes.truncate(64);
+    bad.s.write_all(&bytes).unwrap();
+    assert_closed(&mut bad);
+    // The good client's data and connection are intact.
+    assert_eq!(good.read(id, 0, 7).0, b"keep me");
+    still_usable(&mut good, id);
+    let mut again = client(&server);
+    assert_eq!(again.read(id, 0, 5).0, b"alive");
+}
