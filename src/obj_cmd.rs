@@ -14,8 +14,8 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use sluice_client::obj::{
-    AttrChange, DataOptions, Entry, ErrorCode, FlushScope, ObjClient, ObjError, ObjOptions, Range,
-    Segment, Value,
+    answer, AttrChange, ClientHandshakeError, DataOptions, Entry, ErrorCode, FlushScope, ObjClient,
+    ObjError, ObjOptions, Range, Segment, Value, DEFAULT_PARTITION,
 };
 use sluice_client::{ObjUri, DEFAULT_OBJ_SERVER};
 
@@ -148,7 +148,7 @@ enum Failure {
 }
 
 impl Failure {
-    fn from_obj(e: &ObjError, server: &str) -> Self {
+    fn from_obj(e: &ObjError) -> Self {
         let hint = match e.code() {
             Some(ErrorCode::NoSuchObject) => "; check the id ('sluice obj ls' lists the objects)",
             Some(ErrorCode::NoSuchCollection) => {
@@ -159,11 +159,6 @@ impl Failure {
             }
             Some(ErrorCode::AttrTooLarge) => "; use a shorter value",
             Some(ErrorCode::Permission) => "; keys starting with sluice. are the server's own",
-            _ if matches!(e, ObjError::Transport(_) | ObjError::Handshake { .. }) => {
-                return Self::Failed(format!(
-                    "{e}; is 'sluice serve' running at {server}? (--server URI names another server)"
-                ))
-            }
             _ => "",
         };
         Self::Failed(format!("{e}{hint}"))
@@ -193,7 +188,32 @@ fn connect(server: &str) -> Result<ObjClient, Failure> {
     let uri: ObjUri = server
         .parse()
         .map_err(|e| Failure::Usage(format!("{e}; see 'sluice obj --help'")))?;
-    ObjClient::connect(&uri, &ObjOptions::default()).map_err(|e| Failure::from_obj(&e, server))
+    ObjClient::connect(&uri, &ObjOptions::default()).map_err(|e| {
+        let hint = match &e {
+            ObjError::Handshake {
+                source: ClientHandshakeError::Refused { status, .. },
+                ..
+            } => match *status {
+                answer::UNKNOWN_PARTITION => format!(
+                    "; name an existing partition with ?partition=N (without it: partition {DEFAULT_PARTITION})"
+                ),
+                answer::DENIED => {
+                    "; this client's certificate may not use the partition (sluices://...?tls-certificates=DIR names another)".into()
+                }
+                _ => String::new(),
+            },
+            // The message says what to do.
+            ObjError::Handshake {
+                source: ClientHandshakeError::TlsRequired | ClientHandshakeError::TlsUnavailable,
+                ..
+            }
+            | ObjError::BadUri(_) => String::new(),
+            _ => format!(
+                "; is 'sluice serve' running at {server}? (--server URI names another server)"
+            ),
+        };
+        Failure::Failed(format!("{e}{hint}"))
+    })
 }
 
 /// Bytes `put`, `append` and whole-object `get` move per request: large
@@ -247,9 +267,8 @@ fn stream_in(
     id: u64,
     input: &mut dyn Read,
     append: bool,
-    server: &str,
 ) -> Result<(u64, u64), Failure> {
-    let fail = |e: ObjError| Failure::from_obj(&e, server);
+    let fail = |e: ObjError| Failure::from_obj(&e);
     let mut buf = vec![0u8; CHUNK];
     let mut start = 0u64;
     let mut pos = 0u64;
@@ -282,10 +301,9 @@ fn out(bytes: &[u8]) -> Outcome {
 }
 
 fn execute(args: ObjArgs) -> Outcome {
-    let server = args.server.clone();
-    let mut client = connect(&server)?;
+    let mut client = connect(&args.server)?;
     let c = &mut client;
-    let fail = |e: ObjError| Failure::from_obj(&e, &server);
+    let fail = |e: ObjError| Failure::from_obj(&e);
     match args.command {
         ObjCommand::Create { collection, count } => {
             let ids = c
@@ -298,7 +316,7 @@ fn execute(args: ObjArgs) -> Outcome {
         ObjCommand::Put { id, file } => {
             let mut input = open_input(file.as_deref())?;
             let before = c.stat(id).map_err(fail)?.length;
-            let (_, len) = stream_in(c, id, &mut input, false, &server)?;
+            let (_, len) = stream_in(c, id, &mut input, false)?;
             if before > len {
                 // The protocol has no truncate: the old tail reads as
                 // zeros from now on (the length stays).
@@ -369,7 +387,7 @@ fn execute(args: ObjArgs) -> Outcome {
         }
         ObjCommand::Append { id, file } => {
             let mut input = open_input(file.as_deref())?;
-            let (at, _) = stream_in(c, id, &mut input, true, &server)?;
+            let (at, _) = stream_in(c, id, &mut input, true)?;
             c.flush(FlushScope::Object(id)).map_err(fail)?;
             out(format!("{at}\n").as_bytes())
         }
@@ -449,10 +467,10 @@ fn execute(args: ObjArgs) -> Outcome {
                 .collect();
             match failed.as_slice() {
                 [] => Ok(()),
-                [(_, e)] => Err(Failure::from_obj(e, &server)),
+                [(_, e)] => Err(Failure::from_obj(e)),
                 [(_, e), rest @ ..] => {
                     let others: Vec<String> = rest.iter().map(|(id, _)| id.to_string()).collect();
-                    let (Failure::Failed(m) | Failure::Usage(m)) = Failure::from_obj(e, &server);
+                    let (Failure::Failed(m) | Failure::Usage(m)) = Failure::from_obj(e);
                     Err(Failure::Failed(format!(
                         "{m} (objects {} failed too; the others were removed)",
                         others.join(", ")

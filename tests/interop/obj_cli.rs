@@ -285,6 +285,18 @@ fn ls_rm_and_unknown_objects() {
     }
     let out = obj_in(&server, &["append", &a], b"x");
     assert_fails(&out, 1, &[&format!("object {a}")]);
+    // An unknown collection, and an unknown partition.
+    let out = obj(&server, &["ls", "--collection", "nope"]);
+    assert_fails(&out, 1, &["\"nope\"", "check the name"]);
+    let out = sluice()
+        .args([
+            "obj",
+            "--server",
+            &format!("{}?partition=7", server.obj_uri()),
+            "ls",
+        ])
+        .output();
+    assert_fails(&out, 1, &["partition", "?partition=N"]);
 }
 
 #[test]

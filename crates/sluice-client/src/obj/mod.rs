@@ -28,7 +28,9 @@ pub use client::{
     ReadReply, Stat, LENGTH_ATTR, SERVER_ATTR_PREFIX,
 };
 pub use error::{Addressee, ObjError, Subject};
-pub use sluice_obj_proto::{ErrorCode, Features, FlushScope, Limits, Segment};
+pub use sluice_obj_proto::{
+    answer, ClientHandshakeError, ErrorCode, Features, FlushScope, Limits, Segment,
+};
 
 /// The partition a client selects when its URI names none.
 pub const DEFAULT_PARTITION: u64 = 1;
