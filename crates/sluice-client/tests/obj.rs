@@ -424,3 +424,105 @@ fn a_silent_server_times_out_the_handshake() {
     assert!(began.elapsed() < std::time::Duration::from_secs(5));
     drop(listener);
 }
+
+/// `sluice_obj_requests_total{command=..., ddt=...}` from the server.
+fn requests(server: &TestServer, command: &str, ddt: &str) -> u64 {
+    let prefix = format!("sluice_obj_requests_total{{command=\"{command}\",ddt=\"{ddt}\"}} ");
+    server
+        .scrape()
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix)?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The server counts a request just after its reply: wait for it.
+fn wait_requests(server: &TestServer, command: &str, ddt: &str, want: u64) -> u64 {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let n = requests(server, command, ddt);
+        if n >= want || std::time::Instant::now() > deadline {
+            return n;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn the_client_picks_the_ddt_and_the_number_of_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::builder()
+        .objects(dir.path().join("objects"))
+        .metrics()
+        .start();
+    let uri: ObjUri = server.obj_uri().parse().unwrap();
+    let mut c = ObjClient::connect(&uri, &ObjOptions::default()).unwrap();
+    let max = c.session().limits.max_segments as u64;
+    let id = c.create("", 1, false).unwrap()[0];
+    c.write(
+        id,
+        &[seg(0, 1 << 16)],
+        &pattern(9, 1 << 16),
+        &DataOptions::default(),
+    )
+    .unwrap();
+    let before = |ddt| requests(&server, "read", ddt);
+    let (c0, s0, t0) = (before("contiguous"), before("sgl"), before("strided"));
+
+    // Neighbours in order are one contiguous segment.
+    c.read(id, &[seg(0, 10), seg(10, 10), seg(20, 5)]).unwrap();
+    assert_eq!(wait_requests(&server, "read", "contiguous", c0 + 1), c0 + 1);
+    // A constant stride is strided; an irregular list is an SGL.
+    c.read(id, &[seg(0, 4), seg(100, 4), seg(200, 4)]).unwrap();
+    assert_eq!(wait_requests(&server, "read", "strided", t0 + 1), t0 + 1);
+    c.read(id, &[seg(200, 4), seg(0, 4)]).unwrap();
+    assert_eq!(wait_requests(&server, "read", "sgl", s0 + 1), s0 + 1);
+    // 2 x max + 1 strided segments: three requests, two strided and a
+    // last piece of one segment, which is contiguous.
+    let many: Vec<Segment> = (0..2 * max + 1).map(|i| seg(i * 3, 1)).collect();
+    let r = c.read(id, &many).unwrap();
+    assert_eq!(r.data.len() as u64, 2 * max + 1);
+    assert_eq!(wait_requests(&server, "read", "strided", t0 + 3), t0 + 3);
+    assert_eq!(wait_requests(&server, "read", "contiguous", c0 + 2), c0 + 2);
+    assert_eq!(requests(&server, "read", "sgl"), s0 + 1);
+}
+
+mod model {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn segments(max_off: u64) -> impl Strategy<Value = Vec<Segment>> {
+        prop::collection::vec((0..max_off, 1u64..200), 1..40)
+            .prop_map(|v| v.into_iter().map(|(o, l)| seg(o, l)).collect())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+
+        /// Random segment lists (overlaps, holes, past the end) written
+        /// and read through the client and a real server agree with an
+        /// in-memory model of the object, whatever DDT the client picked.
+        #[test]
+        fn random_writes_and_reads_match_a_model(
+            ops in prop::collection::vec((any::<bool>(), segments(5000), any::<u64>()), 1..12),
+        ) {
+            let f = start();
+            let mut c = f.client();
+            let id = c.create("", 1, false).unwrap()[0];
+            let mut model = Vec::new();
+            for (write, segs, seed) in ops {
+                let total: u64 = segs.iter().map(|s| s.length).sum();
+                if write {
+                    let data = pattern(seed, total as usize);
+                    c.write(id, &segs, &data, &DataOptions::default()).unwrap();
+                    model_write(&mut model, &segs, &data);
+                } else {
+                    let r = c.read(id, &segs).unwrap();
+                    let (want, real) = model_read(&model, &segs);
+                    prop_assert_eq!(r.data, want);
+                    prop_assert_eq!(r.real_bytes, real);
+                }
+            }
+            prop_assert_eq!(c.stat(id).unwrap().length, model.len() as u64);
+        }
+    }
+}
