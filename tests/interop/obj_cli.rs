@@ -244,6 +244,17 @@ fn attributes_set_get_and_query_round_trip() {
         &["query", "--collection", "photos", "--where", "camera=x100"],
     ));
     assert_eq!(out.stdout().lines().count(), 3);
+    // Open-ended text ranges.
+    let out = ok(obj(
+        &server,
+        &["query", "--collection", "photos", "--where", "camera>=x"],
+    ));
+    assert_eq!(out.stdout().lines().count(), 3);
+    let out = ok(obj(
+        &server,
+        &["query", "--collection", "photos", "--where", "camera<=a"],
+    ));
+    assert_eq!(out.stdout(), "");
 
     // ls: the collection, with attributes.
     let out = ok(obj(
