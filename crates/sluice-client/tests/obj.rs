@@ -526,3 +526,54 @@ mod model {
         }
     }
 }
+
+#[test]
+fn extents_of_an_attached_export_read_and_write_as_one_request() {
+    use std::sync::Arc;
+
+    use sluice_storage::{BlockDevice, MemDevice};
+
+    let dir = tempfile::tempdir().unwrap();
+    let size = 64u64 << 20;
+    let disk: Arc<dyn BlockDevice> = Arc::new(MemDevice::new(size, false));
+    let server = TestServer::builder()
+        .export("disk", disk.clone())
+        .objects(dir.path().join("objects"))
+        .start();
+    let uri: ObjUri = server.obj_uri().parse().unwrap();
+    let options = ObjOptions {
+        exports: vec!["disk".into()],
+        ..ObjOptions::default()
+    };
+    let mut c = ObjClient::connect(&uri, &options).unwrap();
+    let export = c.exports()[0].clone();
+    assert_eq!((export.name.as_str(), export.size), ("disk", size));
+
+    // Scattered extents, then one longer than a request may carry.
+    let mut model = vec![0u8; size as usize];
+    let segs = [seg(1 << 20, 100), seg(5, 10), seg(3 << 20, 4096)];
+    let data = pattern(21, 4206);
+    c.extent_write(export.handle, &segs, &data, false).unwrap();
+    model_write(&mut model, &segs, &data);
+    let big = pattern(22, c.session().limits.max_payload as usize + 12345);
+    let big_seg = [seg(8 << 20, big.len() as u64)];
+    c.extent_write(export.handle, &big_seg, &big, true).unwrap();
+    model_write(&mut model, &big_seg, &big);
+    let strided: Vec<Segment> = (0..1000).map(|i| seg(i * 4096, 7)).collect();
+    for read in [segs.to_vec(), strided, big_seg.to_vec()] {
+        let r = c.extent_read(export.handle, &read).unwrap();
+        let (want, real) = model_read(&model, &read);
+        assert!(r.data == want);
+        assert_eq!(r.real_bytes, real);
+    }
+    // The device holds them (the server wrote through to it).
+    let mut buf = vec![0u8; 10];
+    disk.read_at(&mut buf, 5).unwrap();
+    assert_eq!(buf, data[100..110]);
+    // Past the end of the export: refused, naming the export.
+    let e = c
+        .extent_read(export.handle, &[seg(size - 1, 2)])
+        .unwrap_err();
+    assert_eq!(e.code(), Some(ErrorCode::OutOfRange), "{e}");
+    assert!(e.to_string().contains("\"disk\""), "{e}");
+}

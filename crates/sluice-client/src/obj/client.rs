@@ -25,8 +25,8 @@ use std::time::Duration;
 
 use sluice_obj_proto::consts::*;
 use sluice_obj_proto::{
-    decode_id_list, encode_query_range, AttrOp, AttrOps, Features, FlushScope, Limits, Negotiated,
-    Opcode, Page as WirePage, QueryRange, Segment,
+    decode_id_list, encode_query_range, AttachedExport, AttrOp, AttrOps, Features, FlushScope,
+    Limits, Negotiated, Opcode, Page as WirePage, QueryRange, Segment,
 };
 
 use super::attr::{AttrChange, Attrs, Value};
@@ -51,6 +51,9 @@ pub struct ObjOptions {
     pub features: Features,
     /// Most requests in flight at once.
     pub max_in_flight: usize,
+    /// NBD exports of the same server to attach, by name, for extent
+    /// reads and writes ([`ObjClient::exports`] gives their handles).
+    pub exports: Vec<String>,
 }
 
 impl Default for ObjOptions {
@@ -60,6 +63,7 @@ impl Default for ObjOptions {
             request_timeout: None,
             features: Features::NEGOTIABLE,
             max_in_flight: 64,
+            exports: Vec::new(),
         }
     }
 }
@@ -200,6 +204,18 @@ pub enum ObjRequest<'a> {
         cursor: u64,
         max: u32,
     },
+    /// Extents of an attached NBD export (its handle, from
+    /// [`ObjClient::exports`]).
+    ExtentRead {
+        export: u64,
+        segments: &'a [Segment],
+    },
+    ExtentWrite {
+        export: u64,
+        segments: &'a [Segment],
+        data: &'a [u8],
+        fua: bool,
+    },
 }
 
 /// What a command returned.
@@ -309,6 +325,24 @@ impl ObjClient {
     /// The server, as its URI.
     pub fn server(&self) -> &str {
         &self.link.server
+    }
+
+    /// The NBD exports attached in the handshake ([`ObjOptions::exports`]),
+    /// with the handles extent commands name them by.
+    pub fn exports(&self) -> &[AttachedExport] {
+        &self.link.session.exports
+    }
+
+    fn extent_subject(&self, op: Opcode, handle: u64) -> Subject {
+        let name = self
+            .exports()
+            .iter()
+            .find(|e| e.handle == handle)
+            .map_or_else(|| format!("#{handle}"), |e| e.name.clone());
+        Subject {
+            op,
+            target: Addressee::Export(name),
+        }
     }
 
     fn limits(&self) -> Limits {
@@ -660,6 +694,44 @@ impl ObjClient {
                 let a = self.change_list(&s, changes)?;
                 Self::plain_wire(s, Opcode::SetAttrs, fua_flag(fua), object, Vec::new(), a)
             }
+            ObjRequest::ExtentRead { export, segments } => {
+                let s = self.extent_subject(Opcode::ExtentRead, export);
+                let Some(piece) = self.one_piece(&s, segments, 0)? else {
+                    return Ok(None);
+                };
+                Self::data_wire(
+                    s,
+                    Opcode::ExtentRead,
+                    export,
+                    &piece,
+                    Vec::new(),
+                    Vec::new(),
+                    &[],
+                    false,
+                )
+            }
+            ObjRequest::ExtentWrite {
+                export,
+                segments,
+                data,
+                fua,
+            } => {
+                let s = self.extent_subject(Opcode::ExtentWrite, export);
+                self.check_data_len(&s, segments, data)?;
+                let Some(piece) = self.one_piece(&s, segments, 0)? else {
+                    return Ok(None);
+                };
+                Self::data_wire(
+                    s,
+                    Opcode::ExtentWrite,
+                    export,
+                    &piece,
+                    Vec::new(),
+                    Vec::new(),
+                    data,
+                    fua,
+                )
+            }
             ObjRequest::Query {
                 collection,
                 ranges,
@@ -770,7 +842,7 @@ impl ObjClient {
             }
             ObjRequest::CreateAndWrite { .. } => ObjResponse::Object(u64_body("CREATE_AND_WRITE")?),
             ObjRequest::Append { .. } => ObjResponse::Offset(u64_body("APPEND")?),
-            ObjRequest::Read { segments, .. } => {
+            ObjRequest::Read { segments, .. } | ObjRequest::ExtentRead { segments, .. } => {
                 let want: u64 = segments.iter().map(|s| s.length).sum();
                 if reply.body.len() as u64 != want {
                     return Err(self.violation(format!(
@@ -886,63 +958,27 @@ impl ObjClient {
                 get,
             } => {
                 let s = subject(Opcode::Read, object);
-                let merged = self.segments(&s, segments)?;
-                if merged.is_empty() {
-                    let attrs = if get.is_empty() {
-                        Attrs::default()
-                    } else {
-                        self.get_attrs(object, get)?
-                    };
-                    return Ok(ObjResponse::Read(ReadReply {
-                        attrs,
-                        ..ReadReply::default()
-                    }));
-                }
-                let a = self.get_list(&s, get)?;
-                let pieces = self.pieces(&s, &merged, a.len())?;
-                let wires: Vec<Wire<'_>> = pieces
-                    .iter()
-                    .enumerate()
-                    .map(|(i, p)| {
-                        // Attributes are read with the first piece.
-                        let a = if i == 0 { a.clone() } else { Vec::new() };
-                        Self::data_wire(
-                            s.clone(),
-                            Opcode::Read,
-                            object,
-                            p,
-                            Vec::new(),
-                            a,
-                            &[],
-                            false,
-                        )
-                    })
-                    .collect();
-                let total: u64 = merged.iter().map(|s| s.length).sum();
-                let mut out = ReadReply {
-                    data: Vec::with_capacity(total as usize),
-                    ..ReadReply::default()
+                self.read_pieces(s, Opcode::Read, object, segments, get)
+                    .map(ObjResponse::Read)
+            }
+            ObjRequest::ExtentRead { export, segments } => {
+                let s = self.extent_subject(Opcode::ExtentRead, export);
+                self.read_pieces(s, Opcode::ExtentRead, export, segments, &[])
+                    .map(ObjResponse::Read)
+            }
+            ObjRequest::ExtentWrite {
+                export,
+                segments,
+                data,
+                fua,
+            } => {
+                let s = self.extent_subject(Opcode::ExtentWrite, export);
+                let options = DataOptions {
+                    fua,
+                    attrs: Vec::new(),
                 };
-                for (i, (r, w)) in self.all(&wires)?.into_iter().zip(&wires).enumerate() {
-                    if r.body.len() as u64 != w.length {
-                        return Err(self.violation(format!(
-                            "READ reply of {} bytes for {} requested",
-                            r.body.len(),
-                            w.length
-                        )));
-                    }
-                    if i == 0 {
-                        out.attrs = Attrs::decode(&r.attrs, self.limits().max_attr_size).map_err(
-                            |source| ObjError::Protocol {
-                                server: self.link.server.clone(),
-                                source,
-                            },
-                        )?;
-                    }
-                    out.real_bytes += r.real_bytes;
-                    out.data.extend_from_slice(&r.body);
-                }
-                Ok(ObjResponse::Read(out))
+                self.write_pieces(&s, Opcode::ExtentWrite, export, segments, data, &options)?;
+                Ok(ObjResponse::Done)
             }
             ObjRequest::Write {
                 object,
@@ -1044,6 +1080,67 @@ impl ObjClient {
         }
     }
 
+    /// Reads `segments` (of an object, or of an attached export), cut
+    /// as the limits require; attributes `get` come with the first piece.
+    fn read_pieces(
+        &mut self,
+        s: Subject,
+        op: Opcode,
+        object: u64,
+        segments: &[Segment],
+        get: &[&str],
+    ) -> Result<ReadReply, ObjError> {
+        let merged = self.segments(&s, segments)?;
+        if merged.is_empty() {
+            let attrs = if get.is_empty() {
+                Attrs::default()
+            } else {
+                self.get_attrs(object, get)?
+            };
+            return Ok(ReadReply {
+                attrs,
+                ..ReadReply::default()
+            });
+        }
+        let a = self.get_list(&s, get)?;
+        let pieces = self.pieces(&s, &merged, a.len())?;
+        let wires: Vec<Wire<'_>> = pieces
+            .iter()
+            .enumerate()
+            .map(|(i, p)| {
+                // Attributes are read with the first piece.
+                let a = if i == 0 { a.clone() } else { Vec::new() };
+                Self::data_wire(s.clone(), op, object, p, Vec::new(), a, &[], false)
+            })
+            .collect();
+        let total: u64 = merged.iter().map(|s| s.length).sum();
+        let mut out = ReadReply {
+            data: Vec::with_capacity(total as usize),
+            ..ReadReply::default()
+        };
+        for (i, (r, w)) in self.all(&wires)?.into_iter().zip(&wires).enumerate() {
+            if r.body.len() as u64 != w.length {
+                return Err(self.violation(format!(
+                    "READ reply of {} bytes for {} requested",
+                    r.body.len(),
+                    w.length
+                )));
+            }
+            if i == 0 {
+                out.attrs =
+                    Attrs::decode(&r.attrs, self.limits().max_attr_size).map_err(|source| {
+                        ObjError::Protocol {
+                            server: self.link.server.clone(),
+                            source,
+                        }
+                    })?;
+            }
+            out.real_bytes += r.real_bytes;
+            out.data.extend_from_slice(&r.body);
+        }
+        Ok(out)
+    }
+
     /// Writes (or punches) `segments`, cut as the limits require;
     /// attributes ride on the last piece, sent once the others succeeded.
     fn write_pieces(
@@ -1070,7 +1167,7 @@ impl ObjClient {
         let last = pieces.len() - 1;
         for (i, p) in pieces.iter().enumerate() {
             let len: u64 = p.iter().map(|s| s.length).sum();
-            let chunk = if op == Opcode::Write {
+            let chunk = if matches!(op, Opcode::Write | Opcode::ExtentWrite) {
                 &data[at..at + len as usize]
             } else {
                 &[]
@@ -1395,6 +1492,37 @@ impl ObjClient {
             length,
             attrs,
         })
+    }
+}
+
+impl ObjClient {
+    /// Reads extents of an attached export (`export` is its handle).
+    pub fn extent_read(
+        &mut self,
+        export: u64,
+        segments: &[Segment],
+    ) -> Result<ReadReply, ObjError> {
+        match self.run(&ObjRequest::ExtentRead { export, segments })? {
+            ObjResponse::Read(r) => Ok(r),
+            other => Err(self.violation(format!("EXTENT_READ answered {other:?}"))),
+        }
+    }
+
+    /// Writes `data` over extents of an attached export.
+    pub fn extent_write(
+        &mut self,
+        export: u64,
+        segments: &[Segment],
+        data: &[u8],
+        fua: bool,
+    ) -> Result<(), ObjError> {
+        self.run(&ObjRequest::ExtentWrite {
+            export,
+            segments,
+            data,
+            fua,
+        })
+        .map(drop)
     }
 }
 

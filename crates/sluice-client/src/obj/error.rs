@@ -21,6 +21,8 @@ pub enum Addressee {
     Object(u64),
     Collection(String),
     Partition(u64),
+    /// An attached NBD export, by name.
+    Export(String),
 }
 
 impl std::fmt::Display for Subject {
@@ -48,6 +50,7 @@ impl std::fmt::Display for Subject {
             Addressee::Collection(c) if c.is_empty() => write!(f, "{op}"),
             Addressee::Collection(c) => write!(f, "{op} in collection {c:?}"),
             Addressee::Partition(p) => write!(f, "{op} of partition {p}"),
+            Addressee::Export(e) => write!(f, "{op} of export {e:?}"),
         }
     }
 }

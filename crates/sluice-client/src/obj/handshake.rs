@@ -23,7 +23,7 @@ pub(crate) fn open(uri: &ObjUri, options: &ObjOptions) -> Result<(Stream, Negoti
         features: options.features,
         partition: uri.partition.unwrap_or(DEFAULT_PARTITION),
         tls: uri.tls.is_some(),
-        exports: Vec::new(),
+        exports: options.exports.clone(),
     });
     let mut input: Vec<u8> = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];

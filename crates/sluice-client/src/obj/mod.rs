@@ -29,7 +29,7 @@ pub use client::{
 };
 pub use error::{Addressee, ObjError, Subject};
 pub use sluice_obj_proto::{
-    answer, ClientHandshakeError, ErrorCode, Features, FlushScope, Limits, Segment,
+    answer, AttachedExport, ClientHandshakeError, ErrorCode, Features, FlushScope, Limits, Segment,
 };
 
 /// The partition a client selects when its URI names none.
