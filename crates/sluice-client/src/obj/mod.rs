@@ -13,7 +13,10 @@
 //! requests that exceed the limits the server published in its greeting
 //! into several, sent pipelined. [`ObjClient::batch`] and
 //! [`ObjClient::pipeline`] keep many commands in flight, matching the
-//! replies (which come in completion order) to them by request id.
+//! replies (which come in completion order) to them by request id. NBD
+//! exports of the same server, attached when connecting
+//! ([`ObjOptions::exports`]), are read and written the same way, as
+//! extents ([`ObjClient::extent_read`], [`ObjClient::extent_write`]).
 
 mod attr;
 mod client;
