@@ -5,8 +5,8 @@
 //! with a bad member, and the errors callers match on.
 
 use sluice_client::obj::{
-    open_range, AttrChange, DataOptions, ErrorCode, FlushScope, ObjClient, ObjError, ObjOptions,
-    ObjRequest, ObjResponse, Range, Segment, Value, DEFAULT_PARTITION,
+    open_range, AttrChange, DataOptions, ErrorCode, Features, FlushScope, ObjClient, ObjError,
+    ObjOptions, ObjRequest, ObjResponse, Range, Segment, Value, DEFAULT_PARTITION,
 };
 use sluice_client::ObjUri;
 use sluice_testkit::test_server::TestServer;
@@ -250,8 +250,53 @@ fn requests_past_the_published_limits_are_split_transparently() {
 
 #[test]
 fn a_batch_answers_each_member_and_a_bad_one_fails_alone() {
+    batch_case(Features::NEGOTIABLE);
+}
+
+#[test]
+fn without_batch_frames_a_batch_is_pipelined_requests() {
+    batch_case(Features::ATTRS_ON_DATA);
+}
+
+#[test]
+fn attributes_on_data_need_the_feature() {
     let f = start();
-    let mut c = f.client();
+    let options = ObjOptions {
+        features: Features::default(),
+        ..ObjOptions::default()
+    };
+    let mut c = ObjClient::connect(&f.uri(), &options).unwrap();
+    let id = c.create("", 1, false).unwrap()[0];
+    let opts = DataOptions {
+        fua: false,
+        attrs: vec![AttrChange::set("k", 1)],
+    };
+    let e = c.write(id, &[seg(0, 2)], b"ab", &opts).unwrap_err();
+    assert!(matches!(e, ObjError::Refused { .. }), "{e}");
+    assert!(e.to_string().contains("not negotiated"), "{e}");
+    let e = c.read_with(id, &[seg(0, 2)], &["k"]).unwrap_err();
+    assert!(matches!(e, ObjError::Refused { .. }), "{e}");
+    // Without attributes, and attributes on their own, work.
+    c.write(id, &[seg(0, 2)], b"ab", &DataOptions::default())
+        .unwrap();
+    c.set_attrs(id, &opts.attrs, false).unwrap();
+    assert_eq!(
+        c.get_attrs(id, &["k"]).unwrap().get("k"),
+        Some(&Value::Integer(1))
+    );
+}
+
+fn batch_case(features: Features) {
+    let f = start();
+    let options = ObjOptions {
+        features,
+        ..ObjOptions::default()
+    };
+    let mut c = ObjClient::connect(&f.uri(), &options).unwrap();
+    assert_eq!(
+        c.session().features.contains(Features::BATCH),
+        features.contains(Features::BATCH)
+    );
     let limits = c.session().limits;
     let n = limits.max_batch as usize * 2 + 5;
     let ids = c.create("b", n as u32, false).unwrap();

@@ -504,6 +504,7 @@ impl ObjClient {
     /// needs none).
     fn single<'a>(&self, req: &ObjRequest<'a>) -> Result<Option<Wire<'a>>, ObjError> {
         let fua_flag = |fua: bool| if fua { FLAG_FUA } else { 0 };
+        self.check_attrs_on_data(req)?;
         Ok(Some(match *req {
             ObjRequest::Create {
                 collection,
@@ -766,6 +767,41 @@ impl ObjClient {
                 Self::plain_wire(s, Opcode::Query, 0, 0, p, Vec::new())
             }
         }))
+    }
+
+    /// Attributes ride on data commands only when the server agreed to
+    /// it (`ATTRS_ON_DATA`); without, such a request could not succeed.
+    fn check_attrs_on_data(&self, req: &ObjRequest<'_>) -> Result<(), ObjError> {
+        let (s, any) = match *req {
+            ObjRequest::Read { object, get, .. } => {
+                (subject(Opcode::Read, object), !get.is_empty())
+            }
+            ObjRequest::Write {
+                object, options, ..
+            } => (subject(Opcode::Write, object), !options.attrs.is_empty()),
+            ObjRequest::Append {
+                object, options, ..
+            } => (subject(Opcode::Append, object), !options.attrs.is_empty()),
+            ObjRequest::Punch {
+                object, options, ..
+            } => (subject(Opcode::Punch, object), !options.attrs.is_empty()),
+            ObjRequest::CreateAndWrite {
+                collection,
+                options,
+                ..
+            } => (
+                in_collection(Opcode::CreateAndWrite, collection),
+                !options.attrs.is_empty(),
+            ),
+            _ => return Ok(()),
+        };
+        if any && !self.link.session.features.contains(Features::ATTRS_ON_DATA) {
+            return Err(refused(
+                s,
+                "attributes on data commands were not negotiated with this server (use get_attrs/set_attrs)",
+            ));
+        }
+        Ok(())
     }
 
     /// The merged segments if they fit one request, else `None`.
@@ -1047,7 +1083,9 @@ impl ObjClient {
                     return Err(self.violation("nothing to create"));
                 };
                 let first_len: u64 = first.iter().map(|s| s.length).sum();
-                let (head, tail) = data.split_at(first_len as usize);
+                let (head, tail) = data
+                    .split_at_checked(first_len as usize)
+                    .ok_or_else(|| refused(s.clone(), "fewer data bytes than the segments take"))?;
                 let plain = DataOptions {
                     fua: options.fua,
                     attrs: Vec::new(),
@@ -1168,7 +1206,9 @@ impl ObjClient {
         for (i, p) in pieces.iter().enumerate() {
             let len: u64 = p.iter().map(|s| s.length).sum();
             let chunk = if matches!(op, Opcode::Write | Opcode::ExtentWrite) {
-                &data[at..at + len as usize]
+                // Callers checked the data against the segments.
+                data.get(at..at + len as usize)
+                    .ok_or_else(|| refused(s.clone(), "fewer data bytes than the segments take"))?
             } else {
                 &[]
             };

@@ -79,14 +79,64 @@ pub(crate) struct RawReply {
     pub(crate) body: Vec<u8>,
 }
 
-/// What waits for a reply.
-struct Pending {
-    /// Index of the wire in the exchange.
-    index: usize,
-    /// For a batch frame: the indices of its members, which a BAD_BATCH
-    /// reply on the frame's id fails together.
-    members: Vec<usize>,
+/// What waits for a reply, by request id.
+enum Pending {
+    /// A request: its wire's index in the exchange and its weight in
+    /// the window.
+    Wire { index: usize, cost: u64 },
+    /// A batch frame, answered only if it is refused whole (then none of
+    /// its members ran).
+    Frame { members: Vec<usize> },
+}
+
+/// Requests in flight during one exchange.
+#[derive(Default)]
+struct InFlight {
+    by_id: HashMap<u64, Pending>,
+    /// Requests (not frames) waiting.
+    count: usize,
+    /// Their weight in the window.
     cost: u64,
+}
+
+impl InFlight {
+    fn add(&mut self, id: u64, index: usize, cost: u64) {
+        self.by_id.insert(id, Pending::Wire { index, cost });
+        self.count += 1;
+        self.cost += cost;
+    }
+
+    fn take(&mut self, id: u64) -> Option<Pending> {
+        let p = self.by_id.remove(&id)?;
+        if let Pending::Wire { cost, .. } = p {
+            self.count -= 1;
+            self.cost -= cost;
+        }
+        Some(p)
+    }
+
+    /// Drops the request for wire `index` (its frame was refused).
+    fn forget(&mut self, index: usize) {
+        let id = self.by_id.iter().find_map(|(id, p)| match p {
+            Pending::Wire { index: i, .. } if *i == index => Some(*id),
+            _ => None,
+        });
+        if let Some(id) = id {
+            self.take(id);
+        }
+    }
+
+    /// The subject of the oldest request still waiting.
+    fn oldest(&self) -> Option<usize> {
+        self.by_id
+            .iter()
+            .filter_map(|(id, p)| match p {
+                Pending::Wire { index, .. } => Some((*id, *index)),
+                Pending::Frame { .. } => None,
+            })
+            .min()
+            .map(|(_, index)| index)
+    }
 }
 
 /// A negotiated connection.
@@ -141,112 +191,21 @@ impl Link {
         if let Some(e) = &self.broken {
             return (0..wires.len()).map(|_| Err(e.for_another())).collect();
         }
-        let mut pending: HashMap<u64, Pending> = HashMap::new();
+        let mut flight = InFlight::default();
         let mut next = 0;
-        let mut in_flight_cost = 0u64;
-        let mut in_flight = 0usize;
-        let limits = self.session.limits;
-        let partition = self.session.partition;
         let max_in_flight = max_in_flight.max(1);
-        while next < wires.len() || !pending.is_empty() {
-            // Queue as much as the window allows (always at least one
-            // frame when nothing is in flight).
+        while next < wires.len() || flight.count > 0 {
+            // Queue as much as the window allows (always something when
+            // nothing is in flight).
             while next < wires.len()
-                && in_flight < max_in_flight
-                && (in_flight == 0 || in_flight_cost + cost(&wires[next]) <= WINDOW_BYTES)
+                && flight.count < max_in_flight
+                && (flight.count == 0 || flight.cost + cost(&wires[next]) <= WINDOW_BYTES)
             {
                 if batch {
-                    // Members while they fit one frame (payload and count)
-                    // and the window; a member too large for any frame
-                    // goes alone, as a plain request.
-                    let mut members = Vec::new();
-                    let mut body = 0u64;
-                    let mut frame_cost = 0u64;
-                    while let Some(w) = wires.get(next) {
-                        let fits = body + w.frame_len() <= u64::from(limits.max_payload)
-                            && (members.len() as u32) < limits.max_batch
-                            && in_flight_cost + frame_cost + cost(w) <= WINDOW_BYTES;
-                        if !fits && !members.is_empty() {
-                            break;
-                        }
-                        body += w.frame_len();
-                        frame_cost += cost(w);
-                        members.push(next);
-                        next += 1;
-                        if !fits {
-                            break;
-                        }
-                    }
-                    if members.len() == 1 {
-                        // A batch of one is just the request.
-                        let i = members[0];
-                        let id = self.fresh_id();
-                        wires[i].encode(id, partition, &mut self.out);
-                        let c = cost(&wires[i]);
-                        pending.insert(
-                            id,
-                            Pending {
-                                index: i,
-                                members: Vec::new(),
-                                cost: c,
-                            },
-                        );
-                        in_flight_cost += c;
-                        in_flight += 1;
-                        continue;
-                    }
-                    let batch_id = self.fresh_id();
-                    RequestHeader {
-                        opcode: OP_BATCH,
-                        id: batch_id,
-                        partition,
-                        data_len: body as u32,
-                        ..RequestHeader::default()
-                    }
-                    .encode(&mut self.out);
-                    let mut ids = Vec::with_capacity(members.len());
-                    for &i in &members {
-                        let id = self.fresh_id();
-                        wires[i].encode(id, partition, &mut self.out);
-                        ids.push((id, i));
-                    }
-                    for (id, i) in ids {
-                        let c = cost(&wires[i]);
-                        pending.insert(
-                            id,
-                            Pending {
-                                index: i,
-                                members: Vec::new(),
-                                cost: c,
-                            },
-                        );
-                        in_flight_cost += c;
-                        in_flight += 1;
-                    }
-                    // The frame's own id is answered only if the frame is
-                    // refused whole.
-                    pending.insert(
-                        batch_id,
-                        Pending {
-                            index: usize::MAX,
-                            members,
-                            cost: 0,
-                        },
-                    );
+                    next = self.queue_frame(wires, next, &mut flight);
                 } else {
-                    let id = self.fresh_id();
-                    wires[next].encode(id, partition, &mut self.out);
-                    let c = cost(&wires[next]);
-                    pending.insert(
-                        id,
-                        Pending {
-                            index: next,
-                            members: Vec::new(),
-                            cost: c,
-                        },
-                    );
-                    in_flight_cost += c;
-                    in_flight += 1;
+                    let id = self.queue(&wires[next]);
+                    flight.add(id, next, cost(&wires[next]));
                     next += 1;
                 }
             }
@@ -254,64 +213,52 @@ impl Link {
                 self.fail(e, &mut results);
                 break;
             }
-            let waiting_members = pending.values().any(|p| p.index != usize::MAX);
-            if !waiting_members {
-                // Only batch frame ids remain: every member was answered,
-                // so the frames succeeded.
-                pending.clear();
+            if flight.count == 0 {
+                // Only frame ids are left: every member was answered, so
+                // no frame was refused.
+                flight.by_id.clear();
                 continue;
             }
-            let (id, reply) = match self.receive(wires, &pending) {
+            let (id, reply) = match self.receive(wires, &flight) {
                 Ok(r) => r,
                 Err(e) => {
                     self.fail(e, &mut results);
                     break;
                 }
             };
-            let Some(p) = pending.remove(&id) else {
-                let e = ObjError::Violation {
+            let refusal =
+                |subject: &Subject, (code, message): &(ErrorCode, String)| ObjError::Server {
                     server: self.server.clone(),
-                    reason: format!("a reply to request {id}, which is not in flight"),
+                    subject: subject.clone(),
+                    code: *code,
+                    message: message.clone(),
                 };
-                self.fail(e, &mut results);
-                break;
-            };
-            if p.index == usize::MAX {
-                // A batch frame refused whole: none of its members ran.
-                for &i in &p.members {
-                    let member = pending
-                        .iter()
-                        .find(|(_, q)| q.index == i)
-                        .map(|(id, _)| *id);
-                    if let Some(mid) = member {
-                        if let Some(q) = pending.remove(&mid) {
-                            in_flight_cost -= q.cost;
-                            in_flight -= 1;
-                        }
-                    }
-                    results[i] = Some(match &reply {
-                        Ok(_) => Err(ObjError::Violation {
-                            server: self.server.clone(),
-                            reason: "a batch frame was answered as a request".into(),
-                        }),
-                        Err((code, message)) => Err(ObjError::Server {
-                            server: self.server.clone(),
-                            subject: wires[i].subject.clone(),
-                            code: *code,
-                            message: message.clone(),
-                        }),
-                    });
+            match flight.take(id) {
+                Some(Pending::Wire { index, .. }) => {
+                    results[index] = Some(reply.map_err(|r| refusal(&wires[index].subject, &r)));
                 }
-                continue;
+                Some(Pending::Frame { members }) => {
+                    // Refused whole: none of its members ran.
+                    for i in members {
+                        flight.forget(i);
+                        results[i] = Some(Err(match &reply {
+                            Ok(_) => ObjError::Violation {
+                                server: self.server.clone(),
+                                reason: "a batch frame was answered as a request".into(),
+                            },
+                            Err(r) => refusal(&wires[i].subject, r),
+                        }));
+                    }
+                }
+                None => {
+                    let e = ObjError::Violation {
+                        server: self.server.clone(),
+                        reason: format!("a reply to request {id}, which is not in flight"),
+                    };
+                    self.fail(e, &mut results);
+                    break;
+                }
             }
-            in_flight_cost -= p.cost;
-            in_flight -= 1;
-            results[p.index] = Some(reply.map_err(|(code, message)| ObjError::Server {
-                server: self.server.clone(),
-                subject: wires[p.index].subject.clone(),
-                code,
-                message,
-            }));
         }
         let server = self.server.clone();
         results
@@ -324,6 +271,63 @@ impl Link {
                 })
             })
             .collect()
+    }
+
+    /// Encodes one request with a fresh id; returns the id.
+    fn queue(&mut self, wire: &Wire<'_>) -> u64 {
+        let id = self.fresh_id();
+        wire.encode(id, self.session.partition, &mut self.out);
+        id
+    }
+
+    /// Encodes a batch frame of the wires from `first` while they fit one
+    /// frame (payload and member count) and the window; returns the index
+    /// after the last member. A single member (or one too large for any
+    /// frame) goes as a plain request.
+    fn queue_frame(&mut self, wires: &[Wire<'_>], first: usize, flight: &mut InFlight) -> usize {
+        let limits = self.session.limits;
+        let mut end = first;
+        let mut body = 0u64;
+        let mut frame_cost = 0u64;
+        while let Some(w) = wires.get(end) {
+            let fits = body + w.frame_len() <= u64::from(limits.max_payload)
+                && ((end - first) as u32) < limits.max_batch
+                && flight.cost + frame_cost + cost(w) <= WINDOW_BYTES;
+            if !fits && end > first {
+                break;
+            }
+            body += w.frame_len();
+            frame_cost += cost(w);
+            end += 1;
+            if !fits {
+                break;
+            }
+        }
+        if end - first == 1 {
+            let id = self.queue(&wires[first]);
+            flight.add(id, first, cost(&wires[first]));
+            return end;
+        }
+        let frame_id = self.fresh_id();
+        RequestHeader {
+            opcode: OP_BATCH,
+            id: frame_id,
+            partition: self.session.partition,
+            data_len: body as u32,
+            ..RequestHeader::default()
+        }
+        .encode(&mut self.out);
+        for (i, w) in wires.iter().enumerate().take(end).skip(first) {
+            let id = self.queue(w);
+            flight.add(id, i, cost(w));
+        }
+        flight.by_id.insert(
+            frame_id,
+            Pending::Frame {
+                members: (first..end).collect(),
+            },
+        );
+        end
     }
 
     /// Marks the link broken and fails every wire without an outcome.
@@ -353,7 +357,7 @@ impl Link {
     fn receive(
         &mut self,
         wires: &[Wire<'_>],
-        pending: &HashMap<u64, Pending>,
+        flight: &InFlight,
     ) -> Result<(u64, Result<RawReply, (ErrorCode, String)>), ObjError> {
         loop {
             let data = self.inbuf.data();
@@ -406,11 +410,7 @@ impl Link {
                         io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                     ) =>
                 {
-                    let oldest = pending
-                        .iter()
-                        .filter(|(_, p)| p.index != usize::MAX)
-                        .min_by_key(|(id, _)| **id)
-                        .map(|(_, p)| wires[p.index].subject.clone());
+                    let oldest = flight.oldest().map(|i| wires[i].subject.clone());
                     return Err(match oldest {
                         Some(subject) => ObjError::Timeout {
                             server: self.server.clone(),
