@@ -138,6 +138,20 @@ fn every_command_round_trips() {
         Some(&Value::Bytes(vec![0, 1, 2]))
     );
 
+    // An object and three attributes in one request, no data.
+    let three = DataOptions {
+        fua: false,
+        attrs: vec![
+            AttrChange::set("x", 1),
+            AttrChange::set("y", "two"),
+            AttrChange::set("z", vec![3u8]),
+        ],
+    };
+    let e = c.create_and_write("", &[], &[], &three).unwrap();
+    let attrs = c.get_attrs(e, &["x", "y", "z"]).unwrap();
+    assert_eq!(attrs.values().count(), 3, "{attrs:?}");
+    assert_eq!(c.stat(e).unwrap().length, 0);
+
     // Set, remove, list with attributes, query.
     for (i, id) in ids.iter().enumerate() {
         c.set_attrs(*id, &[AttrChange::set("rank", i as i64)], false)
