@@ -23,17 +23,18 @@
 
 use std::time::Duration;
 
-use sluice_obj_proto::consts::*;
-use sluice_obj_proto::{
-    decode_id_list, encode_query_range, AttachedExport, AttrOp, AttrOps, Features, FlushScope,
-    Limits, Negotiated, Opcode, Page as WirePage, QueryRange, Segment,
-};
+use sluice_obj_proto::{AttachedExport, Features, FlushScope, Limits, Negotiated, Opcode, Segment};
 
 use super::attr::{AttrChange, Attrs, Value};
-use super::error::{Addressee, Subject};
+use super::codec::{in_collection, push_name, refused, subject, Codec};
+use super::error::Subject;
 use super::handshake::open;
 use super::link::{Link, RawReply, Wire};
-use super::plan::{choose, coalesce, pieces_overlap, split, PieceLimits};
+use super::plan::pieces_overlap;
+use super::request::{
+    DataOptions, Entry, ObjRequest, ObjResponse, Page, Range, ReadReply, Stat, LENGTH_ATTR,
+    SERVER_ATTR_PREFIX,
+};
 use super::ObjError;
 use crate::handshake::DEFAULT_CONNECT_TIMEOUT;
 use crate::uri::ObjUri;
@@ -68,173 +69,6 @@ impl Default for ObjOptions {
     }
 }
 
-/// What rides on a command that changes data.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DataOptions {
-    /// Durable before the reply.
-    pub fua: bool,
-    /// Attribute changes applied with the data.
-    pub attrs: Vec<AttrChange>,
-}
-
-impl DataOptions {
-    /// Durable before the reply, no attributes.
-    pub fn fua() -> Self {
-        Self {
-            fua: true,
-            attrs: Vec::new(),
-        }
-    }
-}
-
-/// What a read returned.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ReadReply {
-    /// The segments' bytes in list order (zeros past the object's end).
-    pub data: Vec<u8>,
-    /// How many of them lie below the object's logical length.
-    pub real_bytes: u64,
-    /// Attributes read with the data (if asked for).
-    pub attrs: Attrs,
-}
-
-/// One object of a LIST or QUERY page.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
-    pub object: u64,
-    /// Its attributes, if asked for.
-    pub attrs: Attrs,
-}
-
-/// A LIST or QUERY page.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Page {
-    /// Cursor of the next page; 0 when this page is the last.
-    pub next: u64,
-    pub entries: Vec<Entry>,
-}
-
-/// A query range: members whose attribute `key` lies in `min..=max`
-/// (both of one type).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Range {
-    pub key: String,
-    pub min: Value,
-    pub max: Value,
-}
-
-/// An object's mandatory attributes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stat {
-    pub object: u64,
-    /// Logical length in bytes.
-    pub length: u64,
-    /// Every attribute the server keeps itself (keys `sluice.*`).
-    pub attrs: Attrs,
-}
-
-/// The attribute holding an object's logical length.
-pub const LENGTH_ATTR: &str = "sluice.length";
-/// Keys the server keeps itself start with this.
-pub const SERVER_ATTR_PREFIX: &str = "sluice.";
-
-/// One command, for [`ObjClient::batch`] and [`ObjClient::pipeline`].
-#[derive(Debug, Clone, Copy)]
-#[non_exhaustive]
-pub enum ObjRequest<'a> {
-    /// `count` objects, in `collection` if not empty.
-    Create {
-        collection: &'a str,
-        count: u32,
-        fua: bool,
-    },
-    Remove {
-        object: u64,
-        fua: bool,
-    },
-    /// One page; `attrs`: `None` for no attributes, `Some(&[])` for all.
-    List {
-        collection: &'a str,
-        cursor: u64,
-        max: u32,
-        attrs: Option<&'a [&'a str]>,
-    },
-    /// The segments' bytes, and the attributes `get` (none: no list).
-    Read {
-        object: u64,
-        segments: &'a [Segment],
-        get: &'a [&'a str],
-    },
-    Write {
-        object: u64,
-        segments: &'a [Segment],
-        data: &'a [u8],
-        options: &'a DataOptions,
-    },
-    Append {
-        object: u64,
-        data: &'a [u8],
-        options: &'a DataOptions,
-    },
-    CreateAndWrite {
-        collection: &'a str,
-        segments: &'a [Segment],
-        data: &'a [u8],
-        options: &'a DataOptions,
-    },
-    Punch {
-        object: u64,
-        segments: &'a [Segment],
-        options: &'a DataOptions,
-    },
-    Flush(FlushScope<'a>),
-    /// The attributes `keys` (none: all of them).
-    GetAttrs {
-        object: u64,
-        keys: &'a [&'a str],
-    },
-    SetAttrs {
-        object: u64,
-        changes: &'a [AttrChange],
-        fua: bool,
-    },
-    Query {
-        collection: &'a str,
-        ranges: &'a [Range],
-        cursor: u64,
-        max: u32,
-    },
-    /// Extents of an attached NBD export (its handle, from
-    /// [`ObjClient::exports`]).
-    ExtentRead {
-        export: u64,
-        segments: &'a [Segment],
-    },
-    ExtentWrite {
-        export: u64,
-        segments: &'a [Segment],
-        data: &'a [u8],
-        fua: bool,
-    },
-}
-
-/// What a command returned.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ObjResponse {
-    /// Success without a body (REMOVE, WRITE, PUNCH, FLUSH, SET_ATTRS).
-    Done,
-    /// CREATE: the new ids in order.
-    Created(Vec<u64>),
-    /// CREATE_AND_WRITE: the new object.
-    Object(u64),
-    /// APPEND: where the data went.
-    Offset(u64),
-    Read(ReadReply),
-    Attrs(Attrs),
-    Page(Page),
-}
-
 /// A connection to an object server, owned by one thread.
 pub struct ObjClient {
     link: Link,
@@ -254,57 +88,6 @@ impl Drop for ObjClient {
     fn drop(&mut self) {
         self.link.disconnect();
     }
-}
-
-fn subject(op: Opcode, object: u64) -> Subject {
-    Subject {
-        op,
-        target: Addressee::Object(object),
-    }
-}
-
-fn in_collection(op: Opcode, collection: &str) -> Subject {
-    Subject {
-        op,
-        target: Addressee::Collection(collection.to_owned()),
-    }
-}
-
-fn refused(subject: Subject, reason: impl Into<String>) -> ObjError {
-    ObjError::Refused {
-        subject,
-        reason: reason.into(),
-    }
-}
-
-/// A name parameter (`len u8`, bytes).
-fn push_name(subject: &Subject, name: &str, out: &mut Vec<u8>) -> Result<(), ObjError> {
-    if name.len() > MAX_NAME_LEN {
-        return Err(refused(
-            subject.clone(),
-            format!(
-                "collection name of {} bytes is longer than {MAX_NAME_LEN}",
-                name.len()
-            ),
-        ));
-    }
-    out.push(name.len() as u8);
-    out.extend_from_slice(name.as_bytes());
-    Ok(())
-}
-
-fn page_params(
-    subject: &Subject,
-    cursor: u64,
-    max: u32,
-    collection: &str,
-    limits: &Limits,
-) -> Result<Vec<u8>, ObjError> {
-    let mut p = Vec::with_capacity(13 + collection.len());
-    p.extend_from_slice(&cursor.to_be_bytes());
-    p.extend_from_slice(&max.clamp(1, limits.max_segments.max(1)).to_be_bytes());
-    push_name(subject, collection, &mut p)?;
-    Ok(p)
 }
 
 impl ObjClient {
@@ -333,18 +116,6 @@ impl ObjClient {
         &self.link.session.exports
     }
 
-    fn extent_subject(&self, op: Opcode, handle: u64) -> Subject {
-        let name = self
-            .exports()
-            .iter()
-            .find(|e| e.handle == handle)
-            .map_or_else(|| format!("#{handle}"), |e| e.name.clone());
-        Subject {
-            op,
-            target: Addressee::Export(name),
-        }
-    }
-
     fn limits(&self) -> Limits {
         self.link.session.limits
     }
@@ -353,577 +124,25 @@ impl ObjClient {
         self.link.session.features.contains(Features::BATCH)
     }
 
-    // ---- building wire requests ------------------------------------
-
-    /// An attribute list within the limits.
-    fn attr_list(&self, subject: &Subject, ops: &[AttrOp<'_>]) -> Result<Vec<u8>, ObjError> {
-        if ops.len() > usize::from(u16::MAX) {
-            return Err(refused(
-                subject.clone(),
-                format!("{} attributes in one request (at most 65535)", ops.len()),
-            ));
+    fn codec(&self) -> Codec<'_> {
+        Codec {
+            session: &self.link.session,
+            server: &self.link.server,
         }
-        let max = self.limits().max_attr_size;
-        for op in ops {
-            let key = op.key();
-            if key.is_empty() || key.len() > MAX_NAME_LEN {
-                return Err(refused(
-                    subject.clone(),
-                    format!("attribute key {key:?} is not 1 to {MAX_NAME_LEN} bytes"),
-                ));
-            }
-            if let AttrOp::Set(_, v) = op {
-                if v.size() as u64 > u64::from(max) {
-                    return Err(refused(
-                        subject.clone(),
-                        format!(
-                            "attribute {key:?} has a {}-byte value, more than the server's limit of {max}",
-                            v.size()
-                        ),
-                    ));
-                }
-            }
-        }
-        let mut out = Vec::new();
-        AttrOps::encode(ops, &mut out);
-        Ok(out)
-    }
-
-    fn change_list(&self, subject: &Subject, changes: &[AttrChange]) -> Result<Vec<u8>, ObjError> {
-        let ops: Vec<AttrOp<'_>> = changes.iter().map(AttrChange::as_wire).collect();
-        self.attr_list(subject, &ops)
-    }
-
-    fn get_list(&self, subject: &Subject, keys: &[&str]) -> Result<Vec<u8>, ObjError> {
-        let ops: Vec<AttrOp<'_>> = keys.iter().map(|k| AttrOp::Get(k)).collect();
-        self.attr_list(subject, &ops)
-    }
-
-    /// Checks segments (none may end past 2^64) and merges neighbours.
-    fn segments(&self, subject: &Subject, segments: &[Segment]) -> Result<Vec<Segment>, ObjError> {
-        if let Some(s) = segments
-            .iter()
-            .find(|s| s.offset.checked_add(s.length).is_none())
-        {
-            return Err(refused(
-                subject.clone(),
-                format!(
-                    "segment at offset {} of {} bytes ends past 2^64",
-                    s.offset, s.length
-                ),
-            ));
-        }
-        Ok(coalesce(segments))
-    }
-
-    /// Cuts `segments` into pieces within the limits, leaving room for
-    /// `extra` bytes of parameters and attributes in each request.
-    fn pieces(
-        &self,
-        subject: &Subject,
-        segments: &[Segment],
-        extra: usize,
-    ) -> Result<Vec<Vec<Segment>>, ObjError> {
-        let l = self.limits();
-        let limits = PieceLimits {
-            max_segments: l.max_segments,
-            max_bytes: u64::from(l.max_payload).saturating_sub(extra as u64),
-        };
-        split(segments, limits).ok_or_else(|| {
-            refused(
-                subject.clone(),
-                format!(
-                    "the server's limits (max_segments {}, max_payload {}) leave no room for data beside {extra} bytes of parameters and attributes",
-                    l.max_segments, l.max_payload
-                ),
-            )
-        })
-    }
-
-    /// A data command (READ, WRITE, PUNCH, CREATE_AND_WRITE) over one
-    /// piece's segments.
-    #[allow(clippy::too_many_arguments)] // the fields of one request
-    fn data_wire<'a>(
-        subject: Subject,
-        op: Opcode,
-        object: u64,
-        piece: &[Segment],
-        params: Vec<u8>,
-        attrs: Vec<u8>,
-        data: &'a [u8],
-        fua: bool,
-    ) -> Wire<'a> {
-        let layout = choose(piece);
-        let mut ddt = Vec::new();
-        layout.encode(&mut ddt);
-        let length = layout.total();
-        let carries = matches!(
-            op,
-            Opcode::Write | Opcode::CreateAndWrite | Opcode::ExtentWrite
-        );
-        Wire {
-            subject,
-            opcode: op.wire(),
-            flags: layout.kind().flags() | if fua { FLAG_FUA } else { 0 },
-            object,
-            offset: layout.master_offset(),
-            length,
-            ddt,
-            params,
-            attrs,
-            data: if carries { data } else { &[] },
-            reply_len: if op == Opcode::Read { length } else { 0 },
-        }
-    }
-
-    /// A command without a DDT.
-    fn plain_wire<'a>(
-        subject: Subject,
-        op: Opcode,
-        flags: u16,
-        object: u64,
-        params: Vec<u8>,
-        attrs: Vec<u8>,
-    ) -> Wire<'a> {
-        Wire {
-            subject,
-            opcode: op.wire(),
-            flags,
-            object,
-            offset: 0,
-            length: 0,
-            ddt: Vec::new(),
-            params,
-            attrs,
-            data: &[],
-            reply_len: 0,
-        }
-    }
-
-    /// The one wire request `req` is, or `None` if it must be split (or
-    /// needs none).
-    fn single<'a>(&self, req: &ObjRequest<'a>) -> Result<Option<Wire<'a>>, ObjError> {
-        let fua_flag = |fua: bool| if fua { FLAG_FUA } else { 0 };
-        self.check_attrs_on_data(req)?;
-        Ok(Some(match *req {
-            ObjRequest::Create {
-                collection,
-                count,
-                fua,
-            } => {
-                let s = in_collection(Opcode::Create, collection);
-                if count == 0 || count > self.limits().max_segments {
-                    return Ok(None);
-                }
-                let mut p = count.to_be_bytes().to_vec();
-                push_name(&s, collection, &mut p)?;
-                Self::plain_wire(s, Opcode::Create, fua_flag(fua), 0, p, Vec::new())
-            }
-            ObjRequest::Remove { object, fua } => Self::plain_wire(
-                subject(Opcode::Remove, object),
-                Opcode::Remove,
-                fua_flag(fua),
-                object,
-                Vec::new(),
-                Vec::new(),
-            ),
-            ObjRequest::List {
-                collection,
-                cursor,
-                max,
-                attrs,
-            } => {
-                let s = in_collection(Opcode::List, collection);
-                let p = page_params(&s, cursor, max, collection, &self.limits())?;
-                let (flags, a) = match attrs {
-                    None => (0, Vec::new()),
-                    Some(keys) => (FLAG_WITH_ATTRS, self.get_list(&s, keys)?),
-                };
-                Self::plain_wire(s, Opcode::List, flags, 0, p, a)
-            }
-            ObjRequest::Read {
-                object,
-                segments,
-                get,
-            } => {
-                let s = subject(Opcode::Read, object);
-                let a = self.get_list(&s, get)?;
-                let Some(piece) = self.one_piece(&s, segments, a.len())? else {
-                    return Ok(None);
-                };
-                Self::data_wire(s, Opcode::Read, object, &piece, Vec::new(), a, &[], false)
-            }
-            ObjRequest::Write {
-                object,
-                segments,
-                data,
-                options,
-            } => {
-                let s = subject(Opcode::Write, object);
-                self.check_data_len(&s, segments, data)?;
-                let a = self.change_list(&s, &options.attrs)?;
-                let Some(piece) = self.one_piece(&s, segments, a.len())? else {
-                    return Ok(None);
-                };
-                Self::data_wire(
-                    s,
-                    Opcode::Write,
-                    object,
-                    &piece,
-                    Vec::new(),
-                    a,
-                    data,
-                    options.fua,
-                )
-            }
-            ObjRequest::Punch {
-                object,
-                segments,
-                options,
-            } => {
-                let s = subject(Opcode::Punch, object);
-                let a = self.change_list(&s, &options.attrs)?;
-                let Some(piece) = self.one_piece(&s, segments, a.len())? else {
-                    return Ok(None);
-                };
-                Self::data_wire(
-                    s,
-                    Opcode::Punch,
-                    object,
-                    &piece,
-                    Vec::new(),
-                    a,
-                    &[],
-                    options.fua,
-                )
-            }
-            ObjRequest::Append {
-                object,
-                data,
-                options,
-            } => {
-                let s = subject(Opcode::Append, object);
-                let a = self.change_list(&s, &options.attrs)?;
-                if data.len() as u64 + a.len() as u64 > u64::from(self.limits().max_payload) {
-                    return Ok(None);
-                }
-                Wire {
-                    length: data.len() as u64,
-                    data,
-                    ..Self::plain_wire(
-                        s,
-                        Opcode::Append,
-                        fua_flag(options.fua),
-                        object,
-                        Vec::new(),
-                        a,
-                    )
-                }
-            }
-            ObjRequest::CreateAndWrite {
-                collection,
-                segments,
-                data,
-                options,
-            } => {
-                let s = in_collection(Opcode::CreateAndWrite, collection);
-                self.check_data_len(&s, segments, data)?;
-                let a = self.change_list(&s, &options.attrs)?;
-                let mut p = Vec::new();
-                push_name(&s, collection, &mut p)?;
-                let extra = a.len() + p.len();
-                let merged = self.segments(&s, segments)?;
-                if merged.is_empty() {
-                    // An empty object: a contiguous DDT of length 0.
-                    return Ok(Some(Wire {
-                        ..Self::plain_wire(
-                            s,
-                            Opcode::CreateAndWrite,
-                            fua_flag(options.fua),
-                            0,
-                            p,
-                            a,
-                        )
-                    }));
-                }
-                let Some(piece) = self.one_piece(&s, &merged, extra)? else {
-                    return Ok(None);
-                };
-                Self::data_wire(
-                    s,
-                    Opcode::CreateAndWrite,
-                    0,
-                    &piece,
-                    p,
-                    a,
-                    data,
-                    options.fua,
-                )
-            }
-            ObjRequest::Flush(scope) => {
-                let (s, flags, object, p) = match scope {
-                    FlushScope::Object(o) => (subject(Opcode::Flush, o), 0, o, Vec::new()),
-                    FlushScope::Collection(c) => {
-                        let s = in_collection(Opcode::Flush, c);
-                        let mut p = Vec::new();
-                        push_name(&s, c, &mut p)?;
-                        (s, 1 << FLAG_SCOPE_SHIFT, 0, p)
-                    }
-                    FlushScope::Partition => (
-                        Subject {
-                            op: Opcode::Flush,
-                            target: Addressee::Partition(self.link.session.partition),
-                        },
-                        2 << FLAG_SCOPE_SHIFT,
-                        0,
-                        Vec::new(),
-                    ),
-                };
-                Self::plain_wire(s, Opcode::Flush, flags, object, p, Vec::new())
-            }
-            ObjRequest::GetAttrs { object, keys } => {
-                let s = subject(Opcode::GetAttrs, object);
-                let a = self.get_list(&s, keys)?;
-                Self::plain_wire(s, Opcode::GetAttrs, 0, object, Vec::new(), a)
-            }
-            ObjRequest::SetAttrs {
-                object,
-                changes,
-                fua,
-            } => {
-                let s = subject(Opcode::SetAttrs, object);
-                let a = self.change_list(&s, changes)?;
-                Self::plain_wire(s, Opcode::SetAttrs, fua_flag(fua), object, Vec::new(), a)
-            }
-            ObjRequest::ExtentRead { export, segments } => {
-                let s = self.extent_subject(Opcode::ExtentRead, export);
-                let Some(piece) = self.one_piece(&s, segments, 0)? else {
-                    return Ok(None);
-                };
-                Self::data_wire(
-                    s,
-                    Opcode::ExtentRead,
-                    export,
-                    &piece,
-                    Vec::new(),
-                    Vec::new(),
-                    &[],
-                    false,
-                )
-            }
-            ObjRequest::ExtentWrite {
-                export,
-                segments,
-                data,
-                fua,
-            } => {
-                let s = self.extent_subject(Opcode::ExtentWrite, export);
-                self.check_data_len(&s, segments, data)?;
-                let Some(piece) = self.one_piece(&s, segments, 0)? else {
-                    return Ok(None);
-                };
-                Self::data_wire(
-                    s,
-                    Opcode::ExtentWrite,
-                    export,
-                    &piece,
-                    Vec::new(),
-                    Vec::new(),
-                    data,
-                    fua,
-                )
-            }
-            ObjRequest::Query {
-                collection,
-                ranges,
-                cursor,
-                max,
-            } => {
-                let s = in_collection(Opcode::Query, collection);
-                let mut p = page_params(&s, cursor, max, collection, &self.limits())?;
-                if ranges.len() > usize::from(u16::MAX) {
-                    return Err(refused(s, format!("{} query ranges", ranges.len())));
-                }
-                p.extend_from_slice(&(ranges.len() as u16).to_be_bytes());
-                for r in ranges {
-                    // Checked like attribute values.
-                    self.attr_list(&s, &[AttrOp::Set(&r.key, r.min.as_wire())])?;
-                    self.attr_list(&s, &[AttrOp::Set(&r.key, r.max.as_wire())])?;
-                    if std::mem::discriminant(&r.min) != std::mem::discriminant(&r.max) {
-                        return Err(refused(
-                            s,
-                            format!("query range on {:?} has bounds of two types", r.key),
-                        ));
-                    }
-                    encode_query_range(
-                        &QueryRange {
-                            key: &r.key,
-                            min: r.min.as_wire(),
-                            max: r.max.as_wire(),
-                        },
-                        &mut p,
-                    );
-                }
-                Self::plain_wire(s, Opcode::Query, 0, 0, p, Vec::new())
-            }
-        }))
-    }
-
-    /// Attributes ride on data commands only when the server agreed to
-    /// it (`ATTRS_ON_DATA`); without, such a request could not succeed.
-    fn check_attrs_on_data(&self, req: &ObjRequest<'_>) -> Result<(), ObjError> {
-        let (s, any) = match *req {
-            ObjRequest::Read { object, get, .. } => {
-                (subject(Opcode::Read, object), !get.is_empty())
-            }
-            ObjRequest::Write {
-                object, options, ..
-            } => (subject(Opcode::Write, object), !options.attrs.is_empty()),
-            ObjRequest::Append {
-                object, options, ..
-            } => (subject(Opcode::Append, object), !options.attrs.is_empty()),
-            ObjRequest::Punch {
-                object, options, ..
-            } => (subject(Opcode::Punch, object), !options.attrs.is_empty()),
-            ObjRequest::CreateAndWrite {
-                collection,
-                options,
-                ..
-            } => (
-                in_collection(Opcode::CreateAndWrite, collection),
-                !options.attrs.is_empty(),
-            ),
-            _ => return Ok(()),
-        };
-        if any && !self.link.session.features.contains(Features::ATTRS_ON_DATA) {
-            return Err(refused(
-                s,
-                "attributes on data commands were not negotiated with this server (use get_attrs/set_attrs)",
-            ));
-        }
-        Ok(())
-    }
-
-    /// The merged segments if they fit one request, else `None`.
-    fn one_piece(
-        &self,
-        subject: &Subject,
-        segments: &[Segment],
-        extra: usize,
-    ) -> Result<Option<Vec<Segment>>, ObjError> {
-        let merged = self.segments(subject, segments)?;
-        if merged.is_empty() {
-            return Ok(None);
-        }
-        let mut pieces = self.pieces(subject, &merged, extra)?;
-        Ok(if pieces.len() == 1 {
-            pieces.pop()
-        } else {
-            None
-        })
-    }
-
-    fn check_data_len(
-        &self,
-        subject: &Subject,
-        segments: &[Segment],
-        data: &[u8],
-    ) -> Result<(), ObjError> {
-        let want = segments
-            .iter()
-            .try_fold(0u64, |t, s| t.checked_add(s.length));
-        if want != Some(data.len() as u64) {
-            return Err(refused(
-                subject.clone(),
-                format!(
-                    "{} data bytes for segments totalling {}",
-                    data.len(),
-                    want.map_or_else(|| "more than 2^64".into(), |w| w.to_string())
-                ),
-            ));
-        }
-        Ok(())
     }
 
     fn violation(&self, reason: impl Into<String>) -> ObjError {
-        ObjError::Violation {
-            server: self.link.server.clone(),
-            reason: reason.into(),
-        }
-    }
-
-    /// Turns the reply to a single-wire request into its response.
-    fn interpret(&self, req: &ObjRequest<'_>, reply: RawReply) -> Result<ObjResponse, ObjError> {
-        let max_attr = self.limits().max_attr_size;
-        let attrs = |raw: &[u8]| {
-            Attrs::decode(raw, max_attr).map_err(|source| ObjError::Protocol {
-                server: self.link.server.clone(),
-                source,
-            })
-        };
-        let u64_body = |what: &str| -> Result<u64, ObjError> {
-            let b: [u8; 8] = reply.body.as_slice().try_into().map_err(|_| {
-                self.violation(format!("{what} reply of {} bytes, not 8", reply.body.len()))
-            })?;
-            Ok(u64::from_be_bytes(b))
-        };
-        Ok(match req {
-            ObjRequest::Create { .. } => {
-                ObjResponse::Created(decode_id_list(&reply.body).map_err(|source| {
-                    ObjError::Protocol {
-                        server: self.link.server.clone(),
-                        source,
-                    }
-                })?)
-            }
-            ObjRequest::CreateAndWrite { .. } => ObjResponse::Object(u64_body("CREATE_AND_WRITE")?),
-            ObjRequest::Append { .. } => ObjResponse::Offset(u64_body("APPEND")?),
-            ObjRequest::Read { segments, .. } | ObjRequest::ExtentRead { segments, .. } => {
-                let want: u64 = segments.iter().map(|s| s.length).sum();
-                if reply.body.len() as u64 != want {
-                    return Err(self.violation(format!(
-                        "READ reply of {} bytes for {want} requested",
-                        reply.body.len()
-                    )));
-                }
-                ObjResponse::Read(ReadReply {
-                    attrs: attrs(&reply.attrs)?,
-                    data: reply.body,
-                    real_bytes: reply.real_bytes,
-                })
-            }
-            ObjRequest::GetAttrs { .. } => ObjResponse::Attrs(attrs(&reply.attrs)?),
-            ObjRequest::List { .. } | ObjRequest::Query { .. } => {
-                let page = WirePage::decode(&reply.body, max_attr).map_err(|source| {
-                    ObjError::Protocol {
-                        server: self.link.server.clone(),
-                        source,
-                    }
-                })?;
-                ObjResponse::Page(Page {
-                    next: page.next,
-                    entries: page
-                        .entries
-                        .iter()
-                        .map(|e| Entry {
-                            object: e.object,
-                            attrs: Attrs::from_ops(&e.attrs),
-                        })
-                        .collect(),
-                })
-            }
-            _ => ObjResponse::Done,
-        })
+        self.codec().violation(reason)
     }
 
     // ---- running requests -------------------------------------------
 
     /// Runs one command, splitting it as the limits require.
     pub fn run(&mut self, req: &ObjRequest<'_>) -> Result<ObjResponse, ObjError> {
-        if let Some(wire) = self.single(req)? {
+        if let Some(wire) = self.codec().single(req)? {
             let reply = self.exchange(std::slice::from_ref(&wire), false).pop();
             let reply = reply.unwrap_or_else(|| Err(self.violation("no reply")))?;
-            return self.interpret(req, reply);
+            return self.codec().interpret(req, reply);
         }
         self.run_split(req)
     }
@@ -974,14 +193,14 @@ impl ObjClient {
                         count: c,
                         fua,
                     };
-                    match self.single(&req)? {
+                    match self.codec().single(&req)? {
                         Some(w) => wires.push(w),
                         None => return Err(refused(s, "the server's limits allow no CREATE")),
                     }
                 }
                 let mut ids = Vec::with_capacity(count as usize);
                 for r in self.all(&wires)? {
-                    match self.interpret(req, r)? {
+                    match self.codec().interpret(req, r)? {
                         ObjResponse::Created(v) => ids.extend(v),
                         other => return Err(self.violation(format!("CREATE answered {other:?}"))),
                     }
@@ -998,7 +217,7 @@ impl ObjClient {
                     .map(ObjResponse::Read)
             }
             ObjRequest::ExtentRead { export, segments } => {
-                let s = self.extent_subject(Opcode::ExtentRead, export);
+                let s = self.codec().extent_subject(Opcode::ExtentRead, export);
                 self.read_pieces(s, Opcode::ExtentRead, export, segments, &[])
                     .map(ObjResponse::Read)
             }
@@ -1008,7 +227,7 @@ impl ObjClient {
                 data,
                 fua,
             } => {
-                let s = self.extent_subject(Opcode::ExtentWrite, export);
+                let s = self.codec().extent_subject(Opcode::ExtentWrite, export);
                 let options = DataOptions {
                     fua,
                     attrs: Vec::new(),
@@ -1043,7 +262,7 @@ impl ObjClient {
                 // The first piece is appended; the rest is written after
                 // it, attributes with the last piece.
                 let s = subject(Opcode::Append, object);
-                self.change_list(&s, &options.attrs)?;
+                self.codec().change_list(&s, &options.attrs)?;
                 let first_len =
                     (u64::from(self.limits().max_payload).min(data.len() as u64)) as usize;
                 let (first, rest) = data.split_at(first_len);
@@ -1074,11 +293,11 @@ impl ObjClient {
             } => {
                 // Create with the first piece; write the rest into it.
                 let s = in_collection(Opcode::CreateAndWrite, collection);
-                let a = self.change_list(&s, &options.attrs)?;
+                let a = self.codec().change_list(&s, &options.attrs)?;
                 let mut p = Vec::new();
                 push_name(&s, collection, &mut p)?;
-                let merged = self.segments(&s, segments)?;
-                let pieces = self.pieces(&s, &merged, a.len() + p.len())?;
+                let merged = self.codec().segments(&s, segments)?;
+                let pieces = self.codec().pieces(&s, &merged, a.len() + p.len())?;
                 let Some((first, rest)) = pieces.split_first() else {
                     return Err(self.violation("nothing to create"));
                 };
@@ -1128,7 +347,7 @@ impl ObjClient {
         segments: &[Segment],
         get: &[&str],
     ) -> Result<ReadReply, ObjError> {
-        let merged = self.segments(&s, segments)?;
+        let merged = self.codec().segments(&s, segments)?;
         if merged.is_empty() {
             let attrs = if get.is_empty() {
                 Attrs::default()
@@ -1140,15 +359,15 @@ impl ObjClient {
                 ..ReadReply::default()
             });
         }
-        let a = self.get_list(&s, get)?;
-        let pieces = self.pieces(&s, &merged, a.len())?;
+        let a = self.codec().get_list(&s, get)?;
+        let pieces = self.codec().pieces(&s, &merged, a.len())?;
         let wires: Vec<Wire<'_>> = pieces
             .iter()
             .enumerate()
             .map(|(i, p)| {
                 // Attributes are read with the first piece.
                 let a = if i == 0 { a.clone() } else { Vec::new() };
-                Self::data_wire(s.clone(), op, object, p, Vec::new(), a, &[], false)
+                Codec::data_wire(s.clone(), op, object, p, Vec::new(), a, &[], false)
             })
             .collect();
         let total: u64 = merged.iter().map(|s| s.length).sum();
@@ -1190,15 +409,15 @@ impl ObjClient {
         data: &[u8],
         options: &DataOptions,
     ) -> Result<(), ObjError> {
-        let a = self.change_list(s, &options.attrs)?;
-        let merged = self.segments(s, segments)?;
+        let a = self.codec().change_list(s, &options.attrs)?;
+        let merged = self.codec().segments(s, segments)?;
         if merged.is_empty() {
             if !options.attrs.is_empty() {
                 return self.set_attrs(object, &options.attrs, options.fua);
             }
             return Ok(());
         }
-        let pieces = self.pieces(s, &merged, a.len())?;
+        let pieces = self.codec().pieces(s, &merged, a.len())?;
         let overlap = pieces_overlap(&pieces);
         let mut wires = Vec::with_capacity(pieces.len());
         let mut at = 0usize;
@@ -1214,7 +433,7 @@ impl ObjClient {
             };
             at += chunk.len();
             let attrs = if i == last { a.clone() } else { Vec::new() };
-            wires.push(Self::data_wire(
+            wires.push(Codec::data_wire(
                 s.clone(),
                 op,
                 object,
@@ -1259,7 +478,7 @@ impl ObjClient {
         let mut wires = Vec::new();
         let mut at = Vec::new();
         for (i, r) in requests.iter().enumerate() {
-            match self.single(r) {
+            match self.codec().single(r) {
                 Ok(Some(w)) => {
                     wires.push(w);
                     at.push(i);
@@ -1270,7 +489,7 @@ impl ObjClient {
         }
         let replies = self.exchange(&wires, frames);
         for (reply, i) in replies.into_iter().zip(at) {
-            results[i] = Some(reply.and_then(|r| self.interpret(&requests[i], r)));
+            results[i] = Some(reply.and_then(|r| self.codec().interpret(&requests[i], r)));
         }
         for (i, r) in requests.iter().enumerate() {
             if results[i].is_none() {
@@ -1563,40 +782,5 @@ impl ObjClient {
             fua,
         })
         .map(drop)
-    }
-}
-
-/// The widest range of `value`'s type that starts (or ends) at `value`,
-/// for one-sided query bounds: integers reach `i64::MIN`/`i64::MAX`,
-/// text and bytes reach the empty value below and, above, a value of
-/// up to 256 bytes (and at most `max_size`) that sorts after every value
-/// of its type not starting with it.
-pub fn open_range(key: &str, bound: Value, above: bool, max_size: u32) -> Range {
-    let top = |unit: &[u8]| -> Vec<u8> {
-        let n = (max_size.min(256) as usize / unit.len()).max(1);
-        unit.repeat(n)
-    };
-    let (lowest, highest) = match &bound {
-        Value::Integer(_) => (Value::Integer(i64::MIN), Value::Integer(i64::MAX)),
-        Value::Text(_) => (
-            Value::Text(String::new()),
-            // U+10FFFF is the largest code point, and its UTF-8 the
-            // largest 4-byte sequence.
-            Value::Text(String::from_utf8(top("\u{10FFFF}".as_bytes())).unwrap_or_default()),
-        ),
-        Value::Bytes(_) => (Value::Bytes(Vec::new()), Value::Bytes(top(&[0xff]))),
-    };
-    if above {
-        Range {
-            key: key.to_owned(),
-            min: bound,
-            max: highest,
-        }
-    } else {
-        Range {
-            key: key.to_owned(),
-            min: lowest,
-            max: bound,
-        }
     }
 }

@@ -20,17 +20,20 @@
 
 mod attr;
 mod client;
+mod codec;
 mod error;
 mod handshake;
 mod link;
 pub mod plan;
+mod request;
 
 pub use attr::{AttrChange, Attrs, Value};
-pub use client::{
-    open_range, DataOptions, Entry, ObjClient, ObjOptions, ObjRequest, ObjResponse, Page, Range,
-    ReadReply, Stat, LENGTH_ATTR, SERVER_ATTR_PREFIX,
-};
+pub use client::{ObjClient, ObjOptions};
 pub use error::{Addressee, ObjError, Subject};
+pub use request::{
+    open_range, DataOptions, Entry, ObjRequest, ObjResponse, Page, Range, ReadReply, Stat,
+    LENGTH_ATTR, SERVER_ATTR_PREFIX,
+};
 pub use sluice_obj_proto::{
     answer, AttachedExport, ClientHandshakeError, ErrorCode, Features, FlushScope, Limits, Segment,
 };
