@@ -636,3 +636,8 @@ fn extents_of_an_attached_export_read_and_write_as_one_request() {
     assert_eq!(e.code(), Some(ErrorCode::OutOfRange), "{e}");
     assert!(e.to_string().contains("\"disk\""), "{e}");
 }
+
+#[test]
+fn the_default_partition_is_the_one_the_server_always_has() {
+    assert_eq!(DEFAULT_PARTITION, sluice_server::DEFAULT_PARTITION);
+}
