@@ -17,6 +17,27 @@
 //! exports of the same server, attached when connecting
 //! ([`ObjOptions::exports`]), are read and written the same way, as
 //! extents ([`ObjClient::extent_read`], [`ObjClient::extent_write`]).
+//!
+//! ```no_run
+//! use sluice_client::obj::{AttrChange, DataOptions, FlushScope, ObjClient, ObjOptions, Segment};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let uri = sluice_client::DEFAULT_OBJ_SERVER.parse()?;
+//! let mut client = ObjClient::connect(&uri, &ObjOptions::default())?;
+//! let id = client.create("photos", 1, false)?[0];
+//! // Two ranges and an attribute, one request.
+//! let segments = [Segment { offset: 0, length: 4 }, Segment { offset: 4096, length: 2 }];
+//! let options = DataOptions {
+//!     fua: false,
+//!     attrs: vec![AttrChange::set("camera", "x100")],
+//! };
+//! client.write(id, &segments, b"headtl", &options)?;
+//! client.flush(FlushScope::Object(id))?;
+//! let read = client.read_with(id, &segments, &["camera"])?;
+//! assert_eq!(read.data, b"headtl");
+//! # Ok(())
+//! # }
+//! ```
 
 mod attr;
 mod client;
