@@ -2,13 +2,16 @@
 
 use std::sync::Arc;
 
+use sluice_client::{ClientError, ConnectOptions, NbdUri, Reconnect, RemoteDevice};
+use sluice_raid::{Geometry, RaidDevice, RaidError};
 use sluice_storage::{
     BlockDevice, CacheConfig, CacheDevice, DeviceError, FaultInjectionDevice, FileDevice,
     FileOptions, MemDevice, OpenError, PowerLossConfig, PowerLossDevice,
 };
 use thiserror::Error;
 
-use crate::{BaseSpec, LayerSpec, VolumeSpec};
+use crate::fan_out::BatchFanOut;
+use crate::{BaseSpec, LayerSpec, RaidSpec, RemoteSpec, VolumeSpec};
 
 /// Why a volume could not be opened.
 #[derive(Debug, Error)]
@@ -21,6 +24,27 @@ pub enum VolumeError {
     /// the message, printed once).
     #[error("cannot start its cache: {0}")]
     Cache(DeviceError),
+    /// A remote export could not be reached or refused the connection.
+    #[error("cannot open remote export {uri}")]
+    Remote {
+        /// The URI.
+        uri: String,
+        /// What the client said.
+        #[source]
+        source: ClientError,
+    },
+    /// An array member could not be opened.
+    #[error("cannot open member {index} of the array")]
+    Member {
+        /// Index of the member in the array.
+        index: usize,
+        /// Why.
+        #[source]
+        source: Box<Self>,
+    },
+    /// The members do not make an array.
+    #[error("cannot assemble the array")]
+    Raid(#[from] RaidError),
 }
 
 /// Opens device stacks from [`VolumeSpec`]s, with the settings that are
@@ -80,8 +104,63 @@ impl VolumeBuilder {
                 },
             )?),
             BaseSpec::Memory { size } => Arc::new(MemDevice::new(*size, read_only)),
+            BaseSpec::Remote(remote) => open_remote(remote)?,
+            BaseSpec::Raid(raid) => Arc::new(self.open_raid(raid)?),
         })
     }
+
+    /// Opens every member (each with its own layers, none with the
+    /// builder's cache), then the array over them; plain remote members
+    /// are driven by a [`BatchFanOut`].
+    fn open_raid(&self, raid: &RaidSpec) -> Result<RaidDevice, VolumeError> {
+        let geometry =
+            Geometry::new(raid.level, raid.members.len(), raid.unit).map_err(RaidError::from)?;
+        let mut members: Vec<Option<Arc<dyn BlockDevice>>> = Vec::new();
+        let mut remotes = Vec::new();
+        for (index, spec) in raid.members.iter().enumerate() {
+            let member_error = |e| VolumeError::Member {
+                index,
+                source: Box::new(e),
+            };
+            match (&spec.base, spec.layers.is_empty()) {
+                (BaseSpec::Remote(remote), true) => {
+                    let device = Arc::new(connect_remote(remote).map_err(member_error)?);
+                    members.push(Some(device.clone()));
+                    remotes.push(Some(device));
+                }
+                _ => {
+                    let name = format!("member {index}");
+                    members.push(Some(self.open_stack(&name, spec).map_err(member_error)?));
+                    remotes.push(None);
+                }
+            }
+        }
+        Ok(RaidDevice::with_fan_out(
+            geometry,
+            members,
+            Arc::new(BatchFanOut::new(remotes)),
+        )?)
+    }
+}
+
+/// Connects to a remote export with the spec's timeout and reconnect
+/// window.
+fn connect_remote(remote: &RemoteSpec) -> Result<RemoteDevice, VolumeError> {
+    let error = |source| VolumeError::Remote {
+        uri: remote.uri.clone(),
+        source,
+    };
+    let uri: NbdUri = remote.uri.parse().map_err(error)?;
+    let options = ConnectOptions {
+        request_timeout: Some(remote.timeout),
+        reconnect: Reconnect::within(remote.reconnect),
+        ..ConnectOptions::default()
+    };
+    RemoteDevice::connect(&uri, &options).map_err(error)
+}
+
+fn open_remote(remote: &RemoteSpec) -> Result<Arc<dyn BlockDevice>, VolumeError> {
+    Ok(Arc::new(connect_remote(remote)?))
 }
 
 /// Puts one layer over `device`.
