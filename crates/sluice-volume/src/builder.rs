@@ -29,9 +29,10 @@ pub enum VolumeError {
     Remote {
         /// The URI.
         uri: String,
-        /// What the client said.
+        /// What the client said (boxed: it is large, and errors travel
+        /// far).
         #[source]
-        source: ClientError,
+        source: Box<ClientError>,
     },
     /// An array member could not be opened.
     #[error("cannot open member {index} of the array")]
@@ -148,7 +149,7 @@ impl VolumeBuilder {
 fn connect_remote(remote: &RemoteSpec) -> Result<RemoteDevice, VolumeError> {
     let error = |source| VolumeError::Remote {
         uri: remote.uri.clone(),
-        source,
+        source: Box::new(source),
     };
     let uri: NbdUri = remote.uri.parse().map_err(error)?;
     let options = ConnectOptions {
