@@ -14,6 +14,7 @@ use sluice_server::{
 
 mod bench_cmd;
 mod model_cmd;
+mod raid_cmd;
 
 /// Networked storage: NBD block volumes served fast.
 #[derive(Debug, Parser)]
@@ -33,6 +34,8 @@ enum Command {
     /// Analytical models: MVA and bounds, the networked RAID model, the
     /// non-contiguous transfer model.
     Model(model_cmd::ModelArgs),
+    /// RAID arrays over NBD members: `create` writes their superblocks.
+    Raid(raid_cmd::RaidArgs),
 }
 
 #[derive(Debug, Args)]
@@ -342,6 +345,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve(args),
         Command::Bench(args) => bench_cmd::run(*args),
         Command::Model(args) => model_cmd::run(args),
+        Command::Raid(args) => raid_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -74,6 +74,18 @@ impl<'a> MemberIo<'a> {
         }
     }
 
+    /// Moves the request `by` bytes further into the member (past the
+    /// superblock area, to where the array's data starts).
+    pub(crate) fn shift(&mut self, by: u64) {
+        match &mut self.op {
+            MemberOp::Read { offset, .. }
+            | MemberOp::Write { offset, .. }
+            | MemberOp::Trim { offset, .. }
+            | MemberOp::WriteZeroes { offset, .. } => *offset += by,
+            MemberOp::Flush => {}
+        }
+    }
+
     /// Issues the request on `device` (the member) and stores the result.
     pub fn run_on(&mut self, device: &dyn BlockDevice) {
         self.result = match &mut self.op {

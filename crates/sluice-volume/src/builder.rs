@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use sluice_client::{ClientError, ConnectOptions, NbdUri, Reconnect, RemoteDevice};
-use sluice_raid::{Geometry, RaidDevice, RaidError};
+use sluice_raid::{create_array, Geometry, NamedMember, RaidDevice, RaidError, Uuid};
 use sluice_storage::{
     BlockDevice, CacheConfig, CacheDevice, DeviceError, FaultInjectionDevice, FileDevice,
     FileOptions, MemDevice, OpenError, PowerLossConfig, PowerLossDevice,
@@ -43,9 +43,13 @@ pub enum VolumeError {
         #[source]
         source: Box<Self>,
     },
-    /// The members do not make an array.
-    #[error("cannot assemble the array")]
-    Raid(#[from] RaidError),
+    /// The members do not make an array (the message names the member;
+    /// boxed: it is large).
+    #[error(transparent)]
+    Raid(Box<RaidError>),
+    /// `create_raid` was given a spec that is not an array.
+    #[error("not an array spec (expected raid0: or raid5:)")]
+    NotAnArray,
 }
 
 /// Opens device stacks from [`VolumeSpec`]s, with the settings that are
@@ -111,12 +115,38 @@ impl VolumeBuilder {
     }
 
     /// Opens every member (each with its own layers, none with the
-    /// builder's cache), then the array over them; plain remote members
-    /// are driven by a [`BatchFanOut`].
+    /// builder's cache), then assembles the array from their superblocks;
+    /// plain remote members are driven by a [`BatchFanOut`].
     fn open_raid(&self, raid: &RaidSpec) -> Result<RaidDevice, VolumeError> {
         let geometry =
             Geometry::new(raid.level, raid.members.len(), raid.unit).map_err(RaidError::from)?;
-        let mut members: Vec<Option<Arc<dyn BlockDevice>>> = Vec::new();
+        let (members, remotes) = self.open_members(raid)?;
+        Ok(RaidDevice::assemble(
+            geometry,
+            members,
+            Arc::new(BatchFanOut::new(remotes)),
+        )?)
+    }
+
+    /// Writes the superblocks of a new array over the members `spec`
+    /// names (see [`sluice_raid::create_array`]: it zeroes their data
+    /// areas first); refuses members of another array unless `force`.
+    /// Returns the new array's uuid.
+    pub fn create_raid(&self, spec: &VolumeSpec, force: bool) -> Result<Uuid, VolumeError> {
+        let BaseSpec::Raid(raid) = &spec.base else {
+            return Err(VolumeError::NotAnArray);
+        };
+        let geometry =
+            Geometry::new(raid.level, raid.members.len(), raid.unit).map_err(RaidError::from)?;
+        let (members, _) = self.open_members(raid)?;
+        Ok(create_array(geometry, &members, force).map_err(RaidError::from)?)
+    }
+
+    /// Opens an array's members, named by their URIs (or their place),
+    /// with the remote device of each plain remote member for the
+    /// fan-out.
+    fn open_members(&self, raid: &RaidSpec) -> Result<OpenedMembers, VolumeError> {
+        let mut members = Vec::new();
         let mut remotes = Vec::new();
         for (index, spec) in raid.members.iter().enumerate() {
             let member_error = |e| VolumeError::Member {
@@ -126,23 +156,36 @@ impl VolumeBuilder {
             match (&spec.base, spec.layers.is_empty()) {
                 (BaseSpec::Remote(remote), true) => {
                     let device = Arc::new(connect_remote(remote).map_err(member_error)?);
-                    members.push(Some(device.clone()));
+                    members.push(NamedMember {
+                        name: remote.uri.clone(),
+                        device: device.clone(),
+                    });
                     remotes.push(Some(device));
                 }
-                _ => {
-                    let name = format!("member {index}");
-                    members.push(Some(self.open_stack(&name, spec).map_err(member_error)?));
+                (base, _) => {
+                    let name = match base {
+                        BaseSpec::Remote(remote) => remote.uri.clone(),
+                        _ => format!("member {index}"),
+                    };
+                    let device = self.open_stack(&name, spec).map_err(member_error)?;
+                    members.push(NamedMember { name, device });
                     remotes.push(None);
                 }
             }
         }
-        Ok(RaidDevice::with_fan_out(
-            geometry,
-            members,
-            Arc::new(BatchFanOut::new(remotes)),
-        )?)
+        Ok((members, remotes))
     }
 }
+
+impl From<RaidError> for VolumeError {
+    fn from(e: RaidError) -> Self {
+        Self::Raid(Box::new(e))
+    }
+}
+
+/// An array's members, named, and the remote device of each plain remote
+/// one (for the fan-out), by index.
+type OpenedMembers = (Vec<NamedMember>, Vec<Option<Arc<RemoteDevice>>>);
 
 /// Connects to a remote export with the spec's timeout and reconnect
 /// window.
