@@ -5,11 +5,13 @@
 
 use std::sync::Arc;
 
+use sluice_raid::superblock::{MemberRole, Superblock};
 use sluice_storage::{
     BlockDevice, Capability, DeviceError, DeviceLayer, IoOp, MemDevice, ZeroMode,
 };
 use sluice_testkit::conformance::{Access, Subject};
 use sluice_testkit::test_server::TestServer;
+use sluice_testkit::GatedDevice;
 use sluice_volume::{VolumeBuilder, VolumeSpec};
 
 /// A member server: memory behind one export `m`.
@@ -168,4 +170,122 @@ fn writes_land_on_the_members_past_their_superblocks() {
         m.memory.read_at(&mut chunk, 4096).expect("read the member");
         assert!(chunk.iter().all(|&b| b == byte), "member holding {byte}");
     }
+}
+
+/// The superblock at the start of `memory`.
+fn superblock_of(memory: &MemDevice) -> Superblock {
+    let mut area = vec![0u8; 4096];
+    memory.read_at(&mut area, 0).expect("read the superblock");
+    Superblock::decode(&area).expect("a superblock")
+}
+
+fn failed_members(array: &dyn BlockDevice) -> f64 {
+    array
+        .metrics()
+        .iter()
+        .find(|m| m.name == "raid_members_failed")
+        .map(|m| m.value)
+        .expect("the array reports failed members")
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn a_member_that_goes_away_is_failed_recorded_and_then_refused_as_stale() {
+    let members = members(3, 1 << 20);
+    let quick = ",timeout=2s,reconnect=300ms";
+    let spec_text = |members: &[&TestServer]| {
+        let uris: Vec<String> = members.iter().map(|s| s.uri("m")).collect();
+        format!("raid5:unit=4K,members={}{quick}", uris.join(","))
+    };
+    let servers: Vec<&TestServer> = members.iter().map(|m| &m.server).collect();
+    let spec: VolumeSpec = spec_text(&servers).parse().expect("spec");
+    let builder = VolumeBuilder::default();
+    builder.create_raid(&spec, false).expect("create");
+    let array = builder.open("array", &spec).expect("open");
+    let data = pattern(64 << 10, 1);
+    array.write_at(&data, 0, false).expect("write");
+    array.flush().expect("flush");
+    let events = superblock_of(&members[1].memory).events;
+
+    // Member 1's server goes away: the array goes on degraded, with no
+    // error, and the survivors record it.
+    let mut members = members;
+    let gone = members.remove(1);
+    drop(gone.server);
+    let more = pattern(64 << 10, 2);
+    array
+        .write_at(&more, 64 << 10, false)
+        .expect("degraded write");
+    let mut back = vec![0u8; 128 << 10];
+    array.read_at(&mut back, 0).expect("degraded read");
+    assert_eq!(&back[..64 << 10], &data[..]);
+    assert_eq!(&back[64 << 10..], &more[..]);
+    assert_eq!(failed_members(array.as_ref()), 1.0);
+    for m in &members {
+        let s = superblock_of(&m.memory);
+        assert_eq!(s.events, events + 1);
+        assert_eq!(s.roles[1], MemberRole::Failed);
+    }
+    assert_eq!(superblock_of(&gone.memory).events, events);
+    drop(array);
+
+    // The old member served again: stale, refused, named.
+    let back_again = serve(gone.memory.clone());
+    let servers = [&members[0].server, &back_again, &members[1].server];
+    let spec: VolumeSpec = spec_text(&servers).parse().expect("spec");
+    let e = builder.open("array", &spec).expect_err("stale").to_string();
+    let uri = back_again.uri("m");
+    assert!(e.starts_with(&format!("member 1 ({uri}) is stale")), "{e}");
+}
+
+#[test]
+fn a_member_that_stops_answering_times_out_and_a_second_failure_is_an_error() {
+    // Member 2's reads at member offset 8192 (the first chunk of stripe
+    // 1, past the 4 KiB superblock area) never answer in time.
+    let gated = Arc::new(GatedDevice::new(1 << 20, vec![8192]));
+    let mut members = members(2, 1 << 20);
+    let slow = serve(gated.clone());
+    let uris: Vec<String> = members
+        .iter()
+        .map(|m| m.server.uri("m"))
+        .chain([slow.uri("m")])
+        .collect();
+    let spec: VolumeSpec = format!(
+        "raid5:unit=4K,members={},timeout=500ms,reconnect=300ms",
+        uris.join(",")
+    )
+    .parse()
+    .expect("spec");
+    let builder = VolumeBuilder::default();
+    builder.create_raid(&spec, false).expect("create");
+    let array = builder.open("array", &spec).expect("open");
+    let data = pattern(32 << 10, 3);
+    array.write_at(&data, 0, false).expect("write");
+    // Stripe 1's chunk 0 (volume offset 8192) lives on member 2.
+    let started = std::time::Instant::now();
+    let mut back = vec![0u8; 4096];
+    array
+        .read_at(&mut back, 8192)
+        .expect("read rebuilt from parity");
+    assert_eq!(&back[..], &data[8192..12288]);
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    assert_eq!(failed_members(array.as_ref()), 1.0);
+    gated.open_gate();
+
+    // A second member goes away: requests that need it fail, quickly
+    // and clearly, and never return wrong data.
+    drop(members.remove(0).server);
+    let started = std::time::Instant::now();
+    let e = array
+        .read_at(&mut back, 0)
+        .expect_err("two members lost")
+        .to_string();
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    assert!(e.contains("members have failed"), "{e}");
+    drop(slow);
 }
