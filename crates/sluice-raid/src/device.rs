@@ -1,8 +1,9 @@
 //! [`RaidDevice`]: the array as a `BlockDevice`.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use sluice_storage::{
     BlockDevice, BlockingClass, Capability, DeviceError, DeviceMetric, Extent, IoOp, MetricKind,
@@ -13,6 +14,7 @@ use thiserror::Error;
 use crate::array::{check_members, read_superblocks, write_superblock, MemberError, NamedMember};
 use crate::fan_out::{FanOut, MemberIo, MemberOp, ScopedFanOut};
 use crate::layout::{Geometry, GeometryError, Piece, RaidLevel};
+use crate::metrics::{member_metrics, MemberCounters};
 use crate::parity::xor_into;
 use crate::superblock::{ArrayState, MemberRole, Superblock};
 
@@ -80,15 +82,10 @@ pub struct MemberStatus {
     pub flushes: u64,
     /// Member requests that returned an error.
     pub errors: u64,
-}
-
-#[derive(Debug, Default)]
-struct MemberCounters {
-    failed: AtomicBool,
-    reads: AtomicU64,
-    writes: AtomicU64,
-    flushes: AtomicU64,
-    errors: AtomicU64,
+    /// Bytes read from the member.
+    pub read_bytes: u64,
+    /// Bytes written to the member (writes only; not zeroing or trims).
+    pub written_bytes: u64,
 }
 
 /// RAID 0 or RAID 5 over member block devices. See the crate
@@ -334,6 +331,8 @@ impl RaidDevice {
                 writes: c.writes.load(Ordering::Relaxed),
                 flushes: c.flushes.load(Ordering::Relaxed),
                 errors: c.errors.load(Ordering::Relaxed),
+                read_bytes: c.read_bytes.load(Ordering::Relaxed),
+                written_bytes: c.written_bytes.load(Ordering::Relaxed),
             })
             .collect()
     }
@@ -411,14 +410,27 @@ impl RaidDevice {
         for io in step.iter_mut() {
             io.shift(self.data_offset);
             let c = &self.counters[io.member];
-            match io.op {
-                MemberOp::Read { .. } => &c.reads,
+            match &io.op {
+                MemberOp::Read { buf, .. } => {
+                    c.read_bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
+                    &c.reads
+                }
+                MemberOp::Write { buf, .. } => {
+                    c.written_bytes
+                        .fetch_add(buf.len() as u64, Ordering::Relaxed);
+                    &c.writes
+                }
                 MemberOp::Flush => &c.flushes,
-                _ => &c.writes,
+                MemberOp::Trim { .. } | MemberOp::WriteZeroes { .. } => &c.writes,
             }
             .fetch_add(1, Ordering::Relaxed);
         }
+        let started = Instant::now();
         self.fan_out.submit(&self.members, step);
+        let took = started.elapsed();
+        for io in step.iter() {
+            self.counters[io.member].latency.record(took);
+        }
         let mut outcome = Outcome::Done;
         let mut request_error = None;
         for io in step.iter_mut() {
@@ -1128,27 +1140,16 @@ impl BlockDevice for RaidDevice {
     }
 
     fn metrics(&self) -> Vec<DeviceMetric> {
-        let status = self.member_status();
-        let sum = |f: fn(&MemberStatus) -> u64| status.iter().map(f).sum::<u64>() as f64;
-        vec![
-            DeviceMetric {
-                name: "raid_member_requests_total",
-                help: "Member requests issued by the RAID layer (all members)",
-                kind: MetricKind::Counter,
-                value: sum(|s| s.reads + s.writes + s.flushes),
-            },
-            DeviceMetric {
-                name: "raid_member_errors_total",
-                help: "Member requests that failed (all members)",
-                kind: MetricKind::Counter,
-                value: sum(|s| s.errors),
-            },
-            DeviceMetric {
-                name: "raid_members_failed",
-                help: "Members missing or marked failed",
-                kind: MetricKind::Gauge,
-                value: status.iter().filter(|s| s.failed).count() as f64,
-            },
-        ]
+        let mut out = vec![DeviceMetric {
+            name: "raid_members_failed",
+            help: "Members missing or marked failed",
+            kind: MetricKind::Gauge,
+            value: self.failed_count() as f64,
+            labels: Vec::new(),
+        }];
+        for (index, c) in self.counters.iter().enumerate() {
+            out.extend(member_metrics(index, &self.names[index], c));
+        }
+        out
     }
 }

@@ -74,8 +74,9 @@
 //! than the level survives (one for RAID 5, none for RAID 0), every
 //! request that needs them fails with a [`DeviceError::Io`] whose cause
 //! is [`ArrayFailed`], naming the failed members; never with wrong data.
-//! [`RaidDevice::member_status`] has per-member request, error and state
-//! counts; `metrics` has their totals.
+//! [`RaidDevice::member_status`] has per-member request, byte, error and
+//! state counts; `metrics` reports them per member (labels `member` and
+//! `name`, the member's URI) with a histogram of member request times.
 //!
 //! # Superblocks
 //!
@@ -110,6 +111,7 @@ mod array;
 mod device;
 pub mod fan_out;
 mod layout;
+mod metrics;
 mod parity;
 pub mod superblock;
 

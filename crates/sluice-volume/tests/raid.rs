@@ -289,3 +289,56 @@ fn a_member_that_stops_answering_times_out_and_a_second_failure_is_an_error() {
     assert!(e.contains("members have failed"), "{e}");
     drop(slow);
 }
+
+#[test]
+fn the_metrics_endpoint_shows_each_member_by_its_uri() {
+    let members = members(3, 1 << 20);
+    let spec = spec_of("raid5", "4K", &members);
+    let builder = VolumeBuilder::default();
+    builder.create_raid(&spec, false).expect("create");
+    let array = builder.open("array", &spec).expect("open");
+    // One full stripe (8 KiB of data: a chunk on each data member and
+    // one of parity) and a read of the first chunk.
+    array.write_at(&pattern(8192, 5), 0, false).expect("write");
+    let mut back = vec![0u8; 4096];
+    array.read_at(&mut back, 0).expect("read");
+    let head = TestServer::builder().export("vol", array).metrics().start();
+    let text = head.scrape();
+    let uri = |i: usize| members[i].server.uri("m");
+    let line = |name: &str, i: usize, extra: &str| {
+        format!(
+            "sluice_{name}{{export=\"vol\",member=\"{i}\",name=\"{}\"{extra}}}",
+            uri(i)
+        )
+    };
+    let value = |series: &str| -> f64 {
+        let l = text
+            .lines()
+            .find(|l| l.starts_with(series))
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"));
+        l.rsplit(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .expect("a number")
+    };
+    for i in 0..3 {
+        // One data or parity chunk written to each member.
+        assert_eq!(
+            value(&line("raid_member_bytes_total", i, ",op=\"write\"")),
+            4096.0
+        );
+        assert_eq!(value(&line("raid_member_failed", i, "")), 0.0);
+        assert!(value(&line("raid_member_request_duration_seconds_count", i, "")) >= 1.0);
+        assert!(text.contains(&line(
+            "raid_member_request_duration_seconds_bucket",
+            i,
+            ",le=\"+Inf\""
+        )));
+    }
+    // Chunk 0 of stripe 0 is on member 0.
+    assert_eq!(
+        value(&line("raid_member_bytes_total", 0, ",op=\"read\"")),
+        4096.0
+    );
+    assert!(text.contains("# TYPE sluice_raid_member_request_duration_seconds histogram"));
+}
