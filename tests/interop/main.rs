@@ -22,6 +22,7 @@ mod nbdsh;
 mod pipeline;
 mod qemu_img;
 mod qemu_io;
+mod raid;
 mod raw_protocol;
 mod reconnect;
 mod shutdown;
