@@ -198,11 +198,13 @@ fn a_member_killed_under_fio_verify_leaves_the_volume_degraded_and_correct() {
                     "--iodepth=8",
                     "--size=24M",
                     "--verify=crc32c",
+                    // About 3 s of writes, so the kill lands in them.
+                    "--rate=8m",
                 ],
                 24 << 20,
             );
         });
-        thread::sleep(Duration::from_millis(700));
+        thread::sleep(Duration::from_secs(1));
         members[1].signal(Signal::KILL);
         fio.join().expect("fio ran to the end and verified");
     });

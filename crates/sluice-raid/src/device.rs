@@ -273,6 +273,9 @@ impl RaidDevice {
         let Some(superblocks) = &self.superblocks else {
             return;
         };
+        if self.capability.read_only {
+            return;
+        }
         let mut superblocks = superblocks.lock().unwrap_or_else(|p| p.into_inner());
         for (index, s) in superblocks.iter_mut().enumerate() {
             change(s);
