@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 use rustix::process::Signal;
 
 use crate::fio::fio_verify;
-use crate::harness::{tempdir, tool, CmdOutput, Server, ServerBuilder};
+use crate::harness::{
+    require_tool, tempdir, tool, write_random_file, CmdOutput, Server, ServerBuilder, MIB,
+};
 
 /// Bytes of each member file.
 const MEMBER_SIZE: &str = "64M";
@@ -160,6 +162,26 @@ fn raid5_over_three_sluice_members_serves_qemu_io_nbdinfo_and_fio() {
         out.describe()
     );
 
+    // qemu-img writes a file with zero runs over the volume, and compare
+    // finds it there (and the rest zero, as create left it).
+    let src = dir.path().join("src.raw");
+    write_random_file(
+        &src,
+        6 * MIB,
+        7,
+        &[(MIB, MIB + 4096), (4 * MIB + 100, 5000)],
+    );
+    tool("qemu-img")
+        .args(["convert", "-n", "-f", "raw", "-O", "raw"])
+        .arg(&src)
+        .arg(&uri)
+        .run();
+    tool("qemu-img")
+        .args(["compare", "-f", "raw", "-F", "raw"])
+        .arg(&src)
+        .arg(&uri)
+        .run();
+
     fio_verify(
         &head,
         "raid5",
@@ -249,7 +271,17 @@ fn a_second_failure_gives_io_errors_promptly() {
     let members: Vec<Server> = (0..3).map(|i| member(dir.path(), i)).collect();
     let spec = raid5_spec(&members.iter().collect::<Vec<_>>());
     create(&spec);
-    let head = head(&spec);
+    // The array from the TOML configuration this time.
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(
+        &config,
+        format!("[[export]]\nname = \"vol\"\nspec = \"{spec}\"\ndescription = \"RAID 5\"\n"),
+    )
+    .expect("write the config");
+    let head = ServerBuilder::new()
+        .arg("--config")
+        .arg(config.display().to_string())
+        .start();
     let uri = head.uri("vol");
     qemu_io_ok(&uri, &["write -P 0x77 0 1M", "flush"]);
     members[0].signal(Signal::KILL);
@@ -324,5 +356,81 @@ fn members_without_superblocks_refuse_to_serve_and_say_what_to_run() {
     assert!(
         !out.status.success() && stderr.contains("pass --force"),
         "{stderr}"
+    );
+}
+
+/// An nbdkit memory export on a Unix socket, killed on drop.
+struct Nbdkit {
+    child: std::process::Child,
+    socket: PathBuf,
+}
+
+impl Nbdkit {
+    fn start(socket: PathBuf) -> Self {
+        let child = Command::new(require_tool("nbdkit"))
+            .args(["-f", "-U"])
+            .arg(&socket)
+            .args(["memory", MEMBER_SIZE])
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("start nbdkit");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !socket.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "nbdkit did not create {}",
+                socket.display()
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+        Self { child, socket }
+    }
+
+    fn uri(&self) -> String {
+        format!("nbd+unix:///?socket={}", self.socket.display())
+    }
+}
+
+impl Drop for Nbdkit {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn raid5_over_nbdkit_members_on_unix_sockets() {
+    let dir = tempdir();
+    let members: Vec<Nbdkit> = (0..3)
+        .map(|i| Nbdkit::start(dir.path().join(format!("m{i}.sock"))))
+        .collect();
+    let uris: Vec<String> = members.iter().map(Nbdkit::uri).collect();
+    let spec = format!("raid5:unit=16K,members={},{MEMBER_OPTIONS}", uris.join(","));
+    create(&spec);
+    let head = head(&spec);
+    let uri = head.uri("vol");
+    qemu_io_ok(
+        &uri,
+        &["write -P 0x3c 8k 100k", "write -P 0xc3 1M 64k", "flush"],
+    );
+    qemu_io_ok(
+        &uri,
+        &[
+            "read -P 0 0 8k",
+            "read -P 0x3c 8k 100k",
+            "read -P 0xc3 1M 64k",
+        ],
+    );
+    fio_verify(
+        &head,
+        "nbdkit",
+        &[
+            "--rw=randwrite",
+            "--bs=4k",
+            "--iodepth=16",
+            "--size=8M",
+            "--verify=crc32c",
+        ],
+        8 << 20,
     );
 }
