@@ -70,8 +70,8 @@ pub(crate) fn run(args: RaidArgs) -> anyhow::Result<()> {
                 unreachable!("checked by spec()")
             };
             println!(
-                "created {:?} array {uuid}: {} members, {}-byte stripe unit",
-                raid.level,
+                "created {} array {uuid}: {} members, {}-byte stripe unit",
+                format!("{:?}", raid.level).to_lowercase(),
                 raid.members.len(),
                 raid.unit
             );
