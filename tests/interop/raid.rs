@@ -359,39 +359,63 @@ fn members_without_superblocks_refuse_to_serve_and_say_what_to_run() {
     );
 }
 
-/// An nbdkit memory export on a Unix socket, killed on drop.
-struct Nbdkit {
+/// A peer NBD server (nbdkit or qemu-nbd) on a Unix socket, killed on
+/// drop.
+struct Peer {
     child: std::process::Child,
     socket: PathBuf,
+    export: &'static str,
 }
 
-impl Nbdkit {
-    fn start(socket: PathBuf) -> Self {
-        let child = Command::new(require_tool("nbdkit"))
-            .args(["-f", "-U"])
+impl Peer {
+    /// nbdkit's memory plugin.
+    fn nbdkit(socket: PathBuf) -> Self {
+        let mut cmd = Command::new(require_tool("nbdkit"));
+        cmd.args(["-f", "-U"])
             .arg(&socket)
-            .args(["memory", MEMBER_SIZE])
+            .args(["memory", MEMBER_SIZE]);
+        Self::start(cmd, socket, "")
+    }
+
+    /// qemu-nbd over a new raw file, export `m`.
+    fn qemu_nbd(socket: PathBuf, file: &Path) -> Self {
+        std::fs::File::create(file)
+            .and_then(|f| f.set_len(64 * MIB))
+            .expect("create the qemu-nbd image");
+        let mut cmd = Command::new(require_tool("qemu-nbd"));
+        cmd.args(["-f", "raw", "-x", "m", "--persistent", "-k"])
+            .arg(&socket)
+            .arg(file);
+        Self::start(cmd, socket, "m")
+    }
+
+    fn start(mut cmd: Command, socket: PathBuf, export: &'static str) -> Self {
+        let child = cmd
             .stdin(Stdio::null())
             .spawn()
-            .expect("start nbdkit");
+            .expect("start the peer server");
         let deadline = Instant::now() + Duration::from_secs(20);
         while !socket.exists() {
-            assert!(
-                Instant::now() < deadline,
-                "nbdkit did not create {}",
-                socket.display()
-            );
+            assert!(Instant::now() < deadline, "no socket {}", socket.display());
             thread::sleep(Duration::from_millis(20));
         }
-        Self { child, socket }
+        Self {
+            child,
+            socket,
+            export,
+        }
     }
 
     fn uri(&self) -> String {
-        format!("nbd+unix:///?socket={}", self.socket.display())
+        format!(
+            "nbd+unix:///{}?socket={}",
+            self.export,
+            self.socket.display()
+        )
     }
 }
 
-impl Drop for Nbdkit {
+impl Drop for Peer {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -399,40 +423,38 @@ impl Drop for Nbdkit {
 }
 
 #[test]
-fn raid5_over_nbdkit_members_on_unix_sockets() {
+fn raid5_over_sluice_nbdkit_and_qemu_nbd_members() {
     let dir = tempdir();
-    let members: Vec<Nbdkit> = (0..3)
-        .map(|i| Nbdkit::start(dir.path().join(format!("m{i}.sock"))))
-        .collect();
-    let uris: Vec<String> = members.iter().map(Nbdkit::uri).collect();
+    let sluice_member = member(dir.path(), 0);
+    let nbdkit = Peer::nbdkit(dir.path().join("nbdkit.sock"));
+    let qemu = Peer::qemu_nbd(dir.path().join("qemu.sock"), &dir.path().join("qemu.img"));
+    let uris = [sluice_member.uri("m"), nbdkit.uri(), qemu.uri()];
     let spec = format!("raid5:unit=16K,members={},{MEMBER_OPTIONS}", uris.join(","));
     create(&spec);
     let head = head(&spec);
     let uri = head.uri("vol");
-    qemu_io_ok(
-        &uri,
-        &["write -P 0x3c 8k 100k", "write -P 0xc3 1M 64k", "flush"],
-    );
-    qemu_io_ok(
-        &uri,
-        &[
-            "read -P 0 0 8k",
-            "read -P 0x3c 8k 100k",
-            "read -P 0xc3 1M 64k",
-        ],
-    );
     fio_verify(
         &head,
-        "nbdkit",
+        "peers",
         &[
             "--rw=randwrite",
-            "--bs=4k",
+            "--bsrange=4k-64k",
             "--iodepth=16",
             "--size=8M",
             "--verify=crc32c",
         ],
         8 << 20,
     );
+    qemu_io_ok(
+        &uri,
+        &["write -P 0x3c 8k 100k", "write -P 0xc3 1M 64k", "flush"],
+    );
+    qemu_io_ok(&uri, &["read -P 0x3c 8k 100k", "read -P 0xc3 1M 64k"]);
+    // Losing the qemu-nbd member: the volume reads right from the
+    // other two.
+    drop(qemu);
+    qemu_io_ok(&uri, &["read -P 0x3c 8k 100k", "read -P 0xc3 1M 64k"]);
+    assert_eq!(metric(&head, "sluice_raid_members_failed"), 1.0);
 }
 
 #[test]
