@@ -1,6 +1,7 @@
 //! The superblock at the start of every member: which array the member
 //! belongs to, where in it, and how current it is. Sans-IO: bytes in,
-//! bytes out; [`crate::array`] reads and writes them.
+//! bytes out; [`create_array`](crate::create_array) and
+//! [`read_superblocks`](crate::read_superblocks) write and read them.
 //!
 //! Layout (docs/RAID.md draws it): big-endian, [`ENCODED_MIN`] bytes
 //! plus one role byte per member, followed by a CRC-32 of everything
