@@ -7,7 +7,8 @@ use std::sync::Arc;
 
 use sluice_raid::superblock::{MemberRole, Superblock};
 use sluice_storage::{
-    BlockDevice, Capability, DeviceError, DeviceLayer, IoOp, MemDevice, ZeroMode,
+    BlockDevice, Capability, DeviceError, DeviceLayer, FaultInjectionDevice, FaultRule, IoOp,
+    MemDevice, ZeroMode,
 };
 use sluice_testkit::conformance::{Access, Subject};
 use sluice_testkit::test_server::TestServer;
@@ -110,9 +111,57 @@ fn remote_array(level: &'static str, n: usize, unit: &'static str) -> impl Fn(Ac
     }
 }
 
+/// RAID 5 over three member servers whose member 1 answers EIO to
+/// everything after its first 60 requests (`seen` keeps its device, to
+/// check it did fail).
+fn remote_raid5_failing_into(
+    access: Access,
+    seen: Option<&std::sync::Mutex<Vec<Arc<FaultInjectionDevice>>>>,
+) -> Subject {
+    if access == Access::ReadOnly {
+        return remote_array("raid5", 3, "4K")(access);
+    }
+    let mut members = members(3, 4 << 20);
+    let rule: FaultRule = "all:eio:after=60".parse().expect("fault rule");
+    let failing = Arc::new(FaultInjectionDevice::new(
+        members[1].memory.clone(),
+        "member 1",
+        vec![rule],
+    ));
+    if let Some(seen) = seen {
+        seen.lock().expect("not poisoned").push(failing.clone());
+    }
+    members[1].server = serve(failing);
+    let spec = spec_of("raid5", "4K", &members);
+    let builder = VolumeBuilder::default();
+    builder.create_raid(&spec, false).expect("create the array");
+    let device = builder.open("array", &spec).expect("open the array");
+    Subject::new(device).keeping(members)
+}
+
+fn remote_raid5_failing(access: Access) -> Subject {
+    remote_raid5_failing_into(access, None)
+}
+
+#[test]
+fn the_failing_remote_member_does_fail_during_the_suite() {
+    let seen = std::sync::Mutex::new(Vec::new());
+    let factory = |access| remote_raid5_failing_into(access, Some(&seen));
+    assert_eq!(
+        sluice_testkit::conformance::operation_sequences_match_a_model(&factory),
+        Ok(sluice_testkit::conformance::Outcome::Passed)
+    );
+    let seen = seen.lock().expect("not poisoned");
+    assert!(
+        seen.iter().any(|m| m.injected() > 0),
+        "no request failed on the failing member: the array never ran degraded"
+    );
+}
+
 sluice_testkit::conformance_tests! {
     remote_raid5_of_3 => remote_array("raid5", 3, "64K"),
     remote_raid0_of_2 => remote_array("raid0", 2, "4K"),
+    remote_raid5_member_fails_mid_run => remote_raid5_failing,
 }
 
 #[test]
