@@ -15,6 +15,7 @@ use sluice_server::{
 mod bench_cmd;
 mod model_cmd;
 mod obj_cmd;
+mod raid_cmd;
 
 /// Networked storage: NBD block volumes served fast.
 #[derive(Debug, Parser)]
@@ -38,6 +39,8 @@ enum Command {
     /// Objects and their attributes on a sluice object server: create,
     /// put, get, write, append, attr, ls, query, rm, stat.
     Obj(obj_cmd::ObjArgs),
+    /// RAID arrays over NBD members: `create` writes their superblocks.
+    Raid(raid_cmd::RaidArgs),
 }
 
 #[derive(Debug, Args)]
@@ -388,6 +391,7 @@ fn main() -> ExitCode {
         Command::Model(args) => model_cmd::run(args),
         // Reports its own failures (one line, exit 1 or 2).
         Command::Obj(args) => return obj_cmd::run(args),
+        Command::Raid(args) => raid_cmd::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -24,6 +24,7 @@ mod objects;
 mod pipeline;
 mod qemu_img;
 mod qemu_io;
+mod raid;
 mod raw_protocol;
 mod reconnect;
 mod shutdown;

@@ -1,8 +1,9 @@
 //! [`RaidDevice`]: the array as a `BlockDevice`.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 
 use sluice_storage::{
     BlockDevice, BlockingClass, Capability, DeviceError, DeviceMetric, Extent, IoOp, MetricKind,
@@ -10,9 +11,12 @@ use sluice_storage::{
 };
 use thiserror::Error;
 
+use crate::array::{check_members, read_superblocks, write_superblock, MemberError, NamedMember};
 use crate::fan_out::{FanOut, MemberIo, MemberOp, ScopedFanOut};
 use crate::layout::{Geometry, GeometryError, Piece, RaidLevel};
+use crate::metrics::{member_metrics, MemberCounters};
 use crate::parity::xor_into;
+use crate::superblock::{ArrayState, MemberRole, Superblock};
 
 /// Stripe locks: a stripe's lock is `stripe % STRIPE_LOCKS`. A request
 /// holds at most one at a time, so they cannot deadlock.
@@ -45,6 +49,10 @@ pub enum RaidError {
     /// Marking the member failed would lose data.
     #[error("member {index} cannot be failed: the array would lose data (it survives {tolerance} failed members)")]
     WouldLoseData { index: usize, tolerance: usize },
+    /// A member given is not the array's, or not in its place, or not
+    /// current.
+    #[error(transparent)]
+    Member(#[from] MemberError),
 }
 
 /// The error inside a [`DeviceError::Io`] when the array has lost more
@@ -74,15 +82,10 @@ pub struct MemberStatus {
     pub flushes: u64,
     /// Member requests that returned an error.
     pub errors: u64,
-}
-
-#[derive(Debug, Default)]
-struct MemberCounters {
-    failed: AtomicBool,
-    reads: AtomicU64,
-    writes: AtomicU64,
-    flushes: AtomicU64,
-    errors: AtomicU64,
+    /// Bytes read from the member.
+    pub read_bytes: u64,
+    /// Bytes written to the member (writes only; not zeroing or trims).
+    pub written_bytes: u64,
 }
 
 /// RAID 0 or RAID 5 over member block devices. See the crate
@@ -97,6 +100,16 @@ pub struct RaidDevice {
     capability: Capability,
     stripe_locks: Box<[Mutex<()>]>,
     label: String,
+    /// What each member is called in logs (its URI when assembled from
+    /// named members).
+    names: Vec<String>,
+    /// Where the array's data starts on each member (past its
+    /// superblock; 0 for an array without superblocks).
+    data_offset: u64,
+    /// Each member's superblock as last written, for arrays assembled
+    /// from superblocks; updated (event counter bumped) on every change
+    /// of a member's state.
+    superblocks: Option<Mutex<Vec<Superblock>>>,
 }
 
 /// What a step's results asked for.
@@ -175,6 +188,7 @@ impl RaidDevice {
                 })
                 .unwrap_or(BlockingClass::Never),
         };
+        let members_len = members.len();
         let counters: Vec<MemberCounters> = members
             .iter()
             .map(|m| MemberCounters {
@@ -196,7 +210,89 @@ impl RaidDevice {
             fan_out,
             capability,
             stripe_locks: (0..STRIPE_LOCKS).map(|_| Mutex::new(())).collect(),
+            names: (0..members_len).map(|i| format!("member {i}")).collect(),
+            data_offset: 0,
+            superblocks: None,
         })
+    }
+
+    /// Assembles the array whose superblocks `members` hold, in the order
+    /// given, after checking they are one array's members of `geometry`,
+    /// each in its place and current (see [`check_members`]); its data
+    /// starts past the superblocks. A writable array is marked dirty
+    /// (event counter bumped) until it is dropped.
+    pub fn assemble(
+        geometry: Geometry,
+        members: Vec<NamedMember>,
+        fan_out: Arc<dyn FanOut>,
+    ) -> Result<Self, RaidError> {
+        let names: Vec<String> = members.iter().map(|m| m.name.clone()).collect();
+        let found = read_superblocks(&members)?;
+        let assembly = check_members(geometry, &names, found)?;
+        let (data_offset, data_size) = assembly
+            .superblocks
+            .first()
+            .map(|s| (s.data_offset, s.data_size))
+            .unwrap_or_default();
+        for (index, m) in members.iter().enumerate() {
+            let size = m.device.size();
+            if size < data_offset + data_size {
+                return Err(MemberError::TooSmall {
+                    index,
+                    name: m.name.clone(),
+                    size,
+                    needed: data_offset + data_size,
+                }
+                .into());
+            }
+        }
+        let devices = members.into_iter().map(|m| Some(m.device)).collect();
+        let mut array = Self::with_fan_out(geometry, devices, fan_out)?;
+        array.size = geometry.volume_size(data_size);
+        array.names = names;
+        array.data_offset = data_offset;
+        array.label = format!(
+            "{} (array {})",
+            array.label, assembly.superblocks[0].array_uuid
+        );
+        if assembly.state == ArrayState::Dirty {
+            tracing::warn!(array = %array.label,
+                "array was not shut down cleanly: stripes being written then may have parity that does not match");
+        }
+        array.superblocks = Some(Mutex::new(assembly.superblocks));
+        if !array.capability.read_only {
+            array.update_superblocks(|s| s.state = ArrayState::Dirty);
+        }
+        Ok(array)
+    }
+
+    /// Applies `change` to the superblock of every member still in use,
+    /// bumps its event counter and writes it (FUA). A member that
+    /// cannot take its superblock is left to fail on its next request.
+    fn update_superblocks(&self, change: impl Fn(&mut Superblock)) {
+        let Some(superblocks) = &self.superblocks else {
+            return;
+        };
+        if self.capability.read_only {
+            return;
+        }
+        let mut superblocks = superblocks.lock().unwrap_or_else(|p| p.into_inner());
+        for (index, s) in superblocks.iter_mut().enumerate() {
+            change(s);
+            s.events += 1;
+            let Some(device) = self.members[index].as_deref().filter(|_| self.alive(index)) else {
+                continue;
+            };
+            if let Err(e) = write_superblock(device, s) {
+                tracing::warn!(array = %self.label, member = %self.names[index], error = %e,
+                    "cannot update the member's superblock");
+            }
+        }
+    }
+
+    /// Records on the surviving members that `index` has failed.
+    fn record_failure(&self, index: usize) {
+        self.update_superblocks(|s| s.roles[index] = MemberRole::Failed);
     }
 
     /// The array's geometry.
@@ -220,7 +316,9 @@ impl RaidDevice {
             return Err(RaidError::WouldLoseData { index, tolerance });
         }
         counters.failed.store(true, Ordering::SeqCst);
-        tracing::warn!(array = %self.label, member = index, "member marked failed by request");
+        tracing::warn!(array = %self.label, member = index, name = %self.names[index],
+            "member marked failed by request");
+        self.record_failure(index);
         Ok(())
     }
 
@@ -236,6 +334,8 @@ impl RaidDevice {
                 writes: c.writes.load(Ordering::Relaxed),
                 flushes: c.flushes.load(Ordering::Relaxed),
                 errors: c.errors.load(Ordering::Relaxed),
+                read_bytes: c.read_bytes.load(Ordering::Relaxed),
+                written_bytes: c.written_bytes.load(Ordering::Relaxed),
             })
             .collect()
     }
@@ -310,16 +410,30 @@ impl RaidDevice {
         if step.is_empty() {
             return Ok(Outcome::Done);
         }
-        for io in step.iter() {
+        for io in step.iter_mut() {
+            io.shift(self.data_offset);
             let c = &self.counters[io.member];
-            match io.op {
-                MemberOp::Read { .. } => &c.reads,
+            match &io.op {
+                MemberOp::Read { buf, .. } => {
+                    c.read_bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
+                    &c.reads
+                }
+                MemberOp::Write { buf, .. } => {
+                    c.written_bytes
+                        .fetch_add(buf.len() as u64, Ordering::Relaxed);
+                    &c.writes
+                }
                 MemberOp::Flush => &c.flushes,
-                _ => &c.writes,
+                MemberOp::Trim { .. } | MemberOp::WriteZeroes { .. } => &c.writes,
             }
             .fetch_add(1, Ordering::Relaxed);
         }
+        let started = Instant::now();
         self.fan_out.submit(&self.members, step);
+        let took = started.elapsed();
+        for io in step.iter() {
+            self.counters[io.member].latency.record(took);
+        }
         let mut outcome = Outcome::Done;
         let mut request_error = None;
         for io in step.iter_mut() {
@@ -332,8 +446,10 @@ impl RaidDevice {
             let member_fault = matches!(e, DeviceError::Io { .. });
             if member_fault && self.geometry.level() == RaidLevel::Raid5 {
                 if !self.counters[io.member].failed.swap(true, Ordering::SeqCst) {
-                    tracing::warn!(array = %self.label, member = io.member, error = %e,
+                    tracing::warn!(array = %self.label, member = io.member,
+                        name = %self.names[io.member], error = %e,
                         "member failed; continuing degraded");
+                    self.record_failure(io.member);
                 }
                 outcome = Outcome::Retry;
             } else if request_error.is_none() {
@@ -794,6 +910,30 @@ fn push_extent(out: &mut Vec<Extent>, e: Extent) {
     }
 }
 
+impl Drop for RaidDevice {
+    /// Marks a writable array with superblocks clean, once every member
+    /// still in use has flushed; an array that lost too many members
+    /// stays dirty.
+    fn drop(&mut self) {
+        if self.superblocks.is_none()
+            || self.capability.read_only
+            || self.failed_count() > tolerance(self.geometry.level())
+        {
+            return;
+        }
+        for (index, m) in self.members.iter().enumerate() {
+            if let Some(m) = m.as_deref().filter(|_| self.alive(index)) {
+                if let Err(e) = m.flush() {
+                    tracing::warn!(array = %self.label, member = %self.names[index], error = %e,
+                        "cannot flush the member on closing; the array stays dirty");
+                    return;
+                }
+            }
+        }
+        self.update_superblocks(|s| s.state = ArrayState::Clean);
+    }
+}
+
 impl BlockDevice for RaidDevice {
     fn size(&self) -> u64 {
         self.size
@@ -954,7 +1094,7 @@ impl BlockDevice for RaidDevice {
             let mut covered = 0;
             while covered < piece.len && out.len() <= max_extents {
                 let answer = member.extents(
-                    piece.member_offset + covered,
+                    self.data_offset + piece.member_offset + covered,
                     piece.len - covered,
                     max_extents,
                 )?;
@@ -996,34 +1136,23 @@ impl BlockDevice for RaidDevice {
                 .filter(|_| self.alive(p.member))
             {
                 // A hint: errors are not the request's.
-                let _ = m.cache(p.member_offset, p.len);
+                let _ = m.cache(self.data_offset + p.member_offset, p.len);
             }
         }
         Ok(())
     }
 
     fn metrics(&self) -> Vec<DeviceMetric> {
-        let status = self.member_status();
-        let sum = |f: fn(&MemberStatus) -> u64| status.iter().map(f).sum::<u64>() as f64;
-        vec![
-            DeviceMetric {
-                name: "raid_member_requests_total",
-                help: "Member requests issued by the RAID layer (all members)",
-                kind: MetricKind::Counter,
-                value: sum(|s| s.reads + s.writes + s.flushes),
-            },
-            DeviceMetric {
-                name: "raid_member_errors_total",
-                help: "Member requests that failed (all members)",
-                kind: MetricKind::Counter,
-                value: sum(|s| s.errors),
-            },
-            DeviceMetric {
-                name: "raid_members_failed",
-                help: "Members missing or marked failed",
-                kind: MetricKind::Gauge,
-                value: status.iter().filter(|s| s.failed).count() as f64,
-            },
-        ]
+        let mut out = vec![DeviceMetric {
+            name: "raid_members_failed",
+            help: "Members missing or marked failed",
+            kind: MetricKind::Gauge,
+            value: self.failed_count() as f64,
+            labels: Vec::new(),
+        }];
+        for (index, c) in self.counters.iter().enumerate() {
+            out.extend(member_metrics(index, &self.names[index], c));
+        }
+        out
     }
 }

@@ -19,12 +19,14 @@
 //! requests on different clients and waits for them together without a
 //! thread per request (docs/design/0003-member-fan-out.md). This crate
 //! cannot depend on the client, so the code that builds a RAID volume
-//! from specs (sluice-volume, which knows both) implements `FanOut`: it
-//! keeps its own `RemoteDevice` handle for each member index it built
-//! and, in [`FanOut::submit`], issues the requests for remote members
-//! inside one `batch` closure and those for local members with the plain
-//! `BlockDevice` calls right after starting the batch, then copies each
-//! result into [`MemberIo::result`]. The RAID layer needs no change.
+//! from specs (sluice-volume, which knows both) implements `FanOut`
+//! (`sluice_volume::BatchFanOut`): it keeps its own `RemoteDevice` handle
+//! for each member index it built and, in [`FanOut::submit`], starts the
+//! reads, writes and flushes of remote members inside one `batch`
+//! closure, runs the rest with the plain `BlockDevice` calls while those
+//! are in flight, then copies each result into [`MemberIo::result`].
+//! Offsets in a step are the members' own: the RAID layer has already
+//! moved them past the superblock area.
 
 use std::sync::Arc;
 
@@ -71,6 +73,18 @@ impl<'a> MemberIo<'a> {
             member,
             op,
             result: Ok(()),
+        }
+    }
+
+    /// Moves the request `by` bytes further into the member (past the
+    /// superblock area, to where the array's data starts).
+    pub(crate) fn shift(&mut self, by: u64) {
+        match &mut self.op {
+            MemberOp::Read { offset, .. }
+            | MemberOp::Write { offset, .. }
+            | MemberOp::Trim { offset, .. }
+            | MemberOp::WriteZeroes { offset, .. } => *offset += by,
+            MemberOp::Flush => {}
         }
     }
 

@@ -74,8 +74,20 @@
 //! than the level survives (one for RAID 5, none for RAID 0), every
 //! request that needs them fails with a [`DeviceError::Io`] whose cause
 //! is [`ArrayFailed`], naming the failed members; never with wrong data.
-//! [`RaidDevice::member_status`] has per-member request, error and state
-//! counts; `metrics` has their totals.
+//! [`RaidDevice::member_status`] has per-member request, byte, error and
+//! state counts; `metrics` reports them per member (labels `member` and
+//! `name`, the member's URI) with a histogram of member request times.
+//!
+//! # Superblocks
+//!
+//! An array made by [`create_array`] has a superblock at the start of
+//! each member ([`superblock`]: array and member uuids, level, unit,
+//! member count and index, event counter, clean/dirty state, checksum)
+//! and its data after it. [`RaidDevice::assemble`] refuses members that
+//! are not the array's, not in their place or not current
+//! ([`check_members`]), marks a writable array dirty until it is
+//! dropped, and bumps the event counter on the surviving members
+//! whenever a member fails. docs/RAID.md has the byte layout.
 //!
 //! # Member fan-out
 //!
@@ -95,12 +107,19 @@
 //!
 //! [`DeviceError::Io`]: sluice_storage::DeviceError::Io
 
+mod array;
 mod device;
 pub mod fan_out;
 mod layout;
+mod metrics;
 mod parity;
+pub mod superblock;
 
+pub use array::{
+    check_members, create_array, read_superblocks, Assembly, MemberError, NamedMember,
+};
 pub use device::{ArrayFailed, MemberStatus, RaidDevice, RaidError};
 pub use fan_out::{FanOut, MemberIo, MemberOp, ScopedFanOut};
 pub use layout::{Geometry, GeometryError, Piece, RaidLevel};
 pub use parity::xor_into;
+pub use uuid::Uuid;

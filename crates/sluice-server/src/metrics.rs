@@ -600,37 +600,45 @@ impl ServerMetrics {
 }
 
 /// Renders what devices report about themselves (cache counters and
-/// gauges), one series per export, prefixed `sluice_`.
+/// gauges, RAID members' counters and histograms), one series per export
+/// and label set, prefixed `sluice_`.
 pub fn render_device_metrics<'a>(
     exports: impl Iterator<Item = (&'a str, Vec<sluice_storage::DeviceMetric>)>,
 ) -> String {
+    use std::fmt::Write as _;
     let mut out = String::new();
-    let mut described = std::collections::HashSet::new();
     let mut by_name: Vec<(&'static str, String)> = Vec::new();
     for (export, metrics) in exports {
         for m in metrics {
-            if described.insert(m.name) {
-                let kind = match m.kind {
-                    sluice_storage::MetricKind::Counter => "counter",
-                    sluice_storage::MetricKind::Gauge => "gauge",
-                };
-                by_name.push((
-                    m.name,
-                    format!(
-                        "# HELP sluice_{0} {1}\n# TYPE sluice_{0} {kind}\n",
-                        m.name, m.help
-                    ),
-                ));
-            }
-            let line = format!(
-                "sluice_{}{{export=\"{}\"}} {}\n",
+            let (kind, suffix) = match m.kind {
+                sluice_storage::MetricKind::Counter => ("counter", ""),
+                sluice_storage::MetricKind::Gauge => ("gauge", ""),
+                sluice_storage::MetricKind::Histogram(series) => ("histogram", series.suffix()),
+            };
+            let at = match by_name.iter().position(|(n, _)| *n == m.name) {
+                Some(at) => at,
+                None => {
+                    by_name.push((
+                        m.name,
+                        format!(
+                            "# HELP sluice_{0} {1}\n# TYPE sluice_{0} {kind}\n",
+                            m.name, m.help
+                        ),
+                    ));
+                    by_name.len() - 1
+                }
+            };
+            let text = &mut by_name[at].1;
+            let _ = write!(
+                text,
+                "sluice_{}{suffix}{{export=\"{}\"",
                 m.name,
-                escape(export),
-                m.value
+                escape(export)
             );
-            if let Some((_, text)) = by_name.iter_mut().find(|(n, _)| *n == m.name) {
-                text.push_str(&line);
+            for (key, value) in &m.labels {
+                let _ = write!(text, ",{key}=\"{}\"", escape(value));
             }
+            let _ = writeln!(text, "}} {}", m.value);
         }
     }
     for (_, text) in by_name {
@@ -733,5 +741,44 @@ mod tests {
         assert!(text.contains("sluice_protocol_connections_total{protocol=\"obj\"} 1"));
         assert!(text.contains("sluice_protocol_connections_active{protocol=\"nbd\"} 0"));
         assert_eq!(s.objects.requests(ObjCommand::Read, DdtKind::Sgl), 1);
+    }
+
+    #[test]
+    fn device_metrics_carry_their_labels_and_histogram_series() {
+        use sluice_storage::{DeviceMetric, HistogramSeries, MetricKind};
+        let member = |kind, value, extra: Option<(&'static str, &str)>| DeviceMetric {
+            name: "raid_member_request_duration_seconds",
+            help: "Member request time.",
+            kind,
+            value,
+            labels: [("member", "0".to_owned())]
+                .into_iter()
+                .chain(extra.map(|(k, v)| (k, v.to_owned())))
+                .collect(),
+        };
+        let metrics = vec![
+            member(
+                MetricKind::Histogram(HistogramSeries::Bucket),
+                2.0,
+                Some(("le", "0.001")),
+            ),
+            member(
+                MetricKind::Histogram(HistogramSeries::Bucket),
+                3.0,
+                Some(("le", "+Inf")),
+            ),
+            member(MetricKind::Histogram(HistogramSeries::Sum), 0.5, None),
+            member(MetricKind::Histogram(HistogramSeries::Count), 3.0, None),
+        ];
+        let text = render_device_metrics([("v\"1", metrics)].into_iter());
+        assert_eq!(
+            text,
+            "# HELP sluice_raid_member_request_duration_seconds Member request time.\n\
+             # TYPE sluice_raid_member_request_duration_seconds histogram\n\
+             sluice_raid_member_request_duration_seconds_bucket{export=\"v\\\"1\",member=\"0\",le=\"0.001\"} 2\n\
+             sluice_raid_member_request_duration_seconds_bucket{export=\"v\\\"1\",member=\"0\",le=\"+Inf\"} 3\n\
+             sluice_raid_member_request_duration_seconds_sum{export=\"v\\\"1\",member=\"0\"} 0.5\n\
+             sluice_raid_member_request_duration_seconds_count{export=\"v\\\"1\",member=\"0\"} 3\n"
+        );
     }
 }

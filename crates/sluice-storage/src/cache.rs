@@ -1142,6 +1142,7 @@ impl crate::DeviceLayer for CacheDevice {
             help,
             kind: MetricKind::Counter,
             value: v.load(Ordering::Relaxed) as f64,
+            labels: Vec::new(),
         };
         let mut m = self.inner.device.metrics();
         m.extend([
@@ -1192,12 +1193,14 @@ impl crate::DeviceLayer for CacheDevice {
             help: "Dirty bytes not yet written back.",
             kind: MetricKind::Gauge,
             value: s.dirty_bytes.load(Ordering::Relaxed) as f64,
+            labels: Vec::new(),
         });
         m.push(DeviceMetric {
             name: "cache_blocks",
             help: "64 KiB blocks held by the cache.",
             kind: MetricKind::Gauge,
             value: self.inner.blocks.load(Ordering::Relaxed) as f64,
+            labels: Vec::new(),
         });
         m
     }

@@ -355,6 +355,7 @@ impl crate::DeviceLayer for FaultInjectionDevice {
             help: "Operations failed on purpose by error injection.",
             kind: MetricKind::Counter,
             value: self.injected() as f64,
+            labels: Vec::new(),
         });
         m
     }

@@ -303,6 +303,31 @@ pub enum MetricKind {
     Counter,
     /// Current value.
     Gauge,
+    /// One series of a histogram: its buckets (each with an `le` label,
+    /// cumulative), the sum of the values, or their count.
+    Histogram(HistogramSeries),
+}
+
+/// Which series of a histogram a [`DeviceMetric`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HistogramSeries {
+    /// Values at or below the `le` label's bound.
+    Bucket,
+    /// Sum of the values.
+    Sum,
+    /// Number of values.
+    Count,
+}
+
+impl HistogramSeries {
+    /// What Prometheus appends to the histogram's name for this series.
+    pub fn suffix(self) -> &'static str {
+        match self {
+            Self::Bucket => "_bucket",
+            Self::Sum => "_sum",
+            Self::Count => "_count",
+        }
+    }
 }
 
 /// One named value a device reports.
@@ -312,10 +337,13 @@ pub struct DeviceMetric {
     pub name: &'static str,
     /// One-line description.
     pub help: &'static str,
-    /// Counter or gauge.
+    /// Counter, gauge or histogram series.
     pub kind: MetricKind,
     /// Current value.
     pub value: f64,
+    /// Labels besides the export's (e.g. which member of an array), in
+    /// order; empty for most.
+    pub labels: Vec<(&'static str, String)>,
 }
 
 /// Checks that `[offset, offset+len)` lies within `size` (without

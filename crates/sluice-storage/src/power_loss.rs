@@ -362,18 +362,21 @@ impl crate::DeviceLayer for PowerLossDevice {
                 help: "Bytes the power-loss simulation holds that are not on the device yet.",
                 kind: MetricKind::Gauge,
                 value: self.cached_bytes() as f64,
+                labels: Vec::new(),
             },
             DeviceMetric {
                 name: "power_loss_early_writes_total",
                 help: "Cached writes the power-loss simulation wrote down before a flush.",
                 kind: MetricKind::Counter,
                 value: self.early_writes.load(Ordering::Relaxed) as f64,
+                labels: Vec::new(),
             },
             DeviceMetric {
                 name: "power_loss_torn_writes_total",
                 help: "Cached writes the power-loss simulation wrote down only in part.",
                 kind: MetricKind::Counter,
                 value: self.torn_writes.load(Ordering::Relaxed) as f64,
+                labels: Vec::new(),
             },
         ]);
         m

@@ -12,7 +12,12 @@
 //! [`BlockDevice`]: sluice_storage::BlockDevice
 
 mod builder;
+mod fan_out;
 mod spec;
 
 pub use builder::{VolumeBuilder, VolumeError};
-pub use spec::{BaseSpec, LayerSpec, SpecError, VolumeSpec};
+pub use fan_out::BatchFanOut;
+pub use spec::{
+    BaseSpec, LayerSpec, RaidSpec, RemoteSpec, SpecError, VolumeSpec, DEFAULT_REMOTE_RECONNECT,
+    DEFAULT_REMOTE_TIMEOUT,
+};

@@ -2,9 +2,22 @@
 
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::time::Duration;
 
+use sluice_client::NbdUri;
+use sluice_raid::RaidLevel;
 use sluice_storage::{CacheConfig, FaultRule};
 use thiserror::Error;
+
+/// How long a remote base waits for one reply before the request fails
+/// (and, in an array, the member counts as failed), unless the spec says.
+pub const DEFAULT_REMOTE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a remote base keeps trying to get a lost server back before
+/// its requests fail, unless the spec says. Short enough that an array
+/// whose member died goes on degraded within seconds; long enough for a
+/// member server's restart.
+pub const DEFAULT_REMOTE_RECONNECT: Duration = Duration::from_secs(10);
 
 /// A device stack: a base device and the layers over it. Recursive in
 /// shape: a base can be made of other volumes (a RAID of members, each a
@@ -37,12 +50,46 @@ pub enum BaseSpec {
         /// Size in bytes.
         size: u64,
     },
-    // Planned, opened by the same builder:
-    // - `Remote { uri }`: a volume served by another NBD server
-    //   (`nbd://host/export`), through the client crate's remote device;
-    // - `Raid { level, unit, members: Vec<VolumeSpec> }`
-    //   (`raid5:unit=16K,members=nbd://...`): each member a whole stack
-    //   with its own layers, opened by recursing into the builder.
+    /// An export of another NBD server, written as its URI
+    /// (`nbd://HOST[:PORT]/EXPORT`, `nbds://...`, `nbd+unix:///EXPORT?socket=PATH`,
+    /// `nbds+unix://...`), opened through `sluice_client::RemoteDevice`.
+    Remote(RemoteSpec),
+    /// RAID 0 or RAID 5 over member volumes
+    /// (`raid5:unit=SIZE,members=URI,URI,...`).
+    Raid(RaidSpec),
+}
+
+/// A remote export and how patient to be with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteSpec {
+    /// The URI as written (checked to parse as an [`NbdUri`]).
+    pub uri: String,
+    /// Longest wait for one reply (`timeout=DURATION`).
+    pub timeout: Duration,
+    /// How long to try to get a lost connection back (`reconnect=DURATION`).
+    pub reconnect: Duration,
+}
+
+impl RemoteSpec {
+    /// `uri` with the default timeout and reconnect window.
+    pub fn new(uri: impl Into<String>) -> Self {
+        Self {
+            uri: uri.into(),
+            timeout: DEFAULT_REMOTE_TIMEOUT,
+            reconnect: DEFAULT_REMOTE_RECONNECT,
+        }
+    }
+}
+
+/// An array: level, stripe unit and member volumes in array order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RaidSpec {
+    /// RAID 0 or RAID 5.
+    pub level: RaidLevel,
+    /// Stripe unit in bytes.
+    pub unit: u64,
+    /// The members, in array order (member 0 first); each a whole stack.
+    pub members: Vec<VolumeSpec>,
 }
 
 /// A layer over a device.
@@ -73,23 +120,47 @@ pub enum LayerSpec {
 #[non_exhaustive]
 pub enum SpecError {
     /// The spec does not follow the syntax.
-    #[error("bad export spec {spec:?}: {reason} (expected file:PATH[,size=BYTES][,ro][,direct] or mem:BYTES[,ro], and for testing [,fail=OPS:ERRNO:TRIGGER][,power-loss[=SEED]])")]
+    #[error("bad export spec {spec:?}: {reason} (expected file:PATH[,size=BYTES][,ro][,direct], mem:BYTES[,ro], URI[,ro][,timeout=DURATION][,reconnect=DURATION] with an nbd://, nbds://, nbd+unix:// or nbds+unix:// URI, or raid0|raid5:unit=SIZE,members=URI,URI,...[,ro][,timeout=DURATION][,reconnect=DURATION], and for testing [,fail=OPS:ERRNO:TRIGGER][,power-loss[=SEED]])")]
     Syntax {
         /// The whole spec.
         spec: String,
         /// What is wrong with it.
         reason: String,
     },
-    /// A size in it is not one.
+    /// A size or duration in it is not one.
     #[error(transparent)]
     Size(#[from] sluice_types::ParseError),
+    /// A remote URI in it is not an NBD URI.
+    #[error("bad export spec {spec:?}: {reason}")]
+    Uri {
+        /// The whole spec.
+        spec: String,
+        /// The URI.
+        uri: String,
+        /// Why it does not parse (the client's message, which names it).
+        reason: String,
+    },
 }
+
+/// URI schemes a remote base or member is written with.
+const URI_SCHEMES: [&str; 4] = ["nbd", "nbds", "nbd+unix", "nbds+unix"];
 
 impl FromStr for VolumeSpec {
     type Err = SpecError;
 
-    /// Parses `KIND:ARG[,OPTION]...`: `file:PATH` or `mem:BYTES`, then
-    /// `size=BYTES`, `ro`, `direct`, `fail=RULE` and `power-loss[=SEED]` in
+    /// Parses `KIND:ARG[,OPTION]...`:
+    ///
+    /// - `file:PATH` or `mem:BYTES`, with `size=BYTES`, `ro`, `direct`;
+    /// - an NBD URI (`nbd://HOST[:PORT]/EXPORT` and the other schemes the
+    ///   client takes), with `ro`, `timeout=DURATION` (longest wait for
+    ///   a reply) and `reconnect=DURATION` (window to get a lost server
+    ///   back);
+    /// - `raid0:` or `raid5:` with `unit=SIZE` and `members=URI`, every
+    ///   further item that is a URI being the next member (so
+    ///   `members=URI,URI,URI`), and `ro`, `timeout=`, `reconnect=`
+    ///   (applied to every member);
+    ///
+    /// then, for testing, `fail=RULE` and `power-loss[=SEED]`, options in
     /// any order. The testing layers stack in a fixed order, whatever the
     /// order written: power loss right over the base (where a disk's
     /// volatile cache is), error injection over it.
@@ -103,12 +174,23 @@ impl FromStr for VolumeSpec {
             .ok_or_else(|| bad("missing KIND:".into()))?;
         let mut parts = rest.split(',');
         let first = parts.next().unwrap_or_default();
+        let is_raid = matches!(kind, "raid0" | "raid5");
         let mut read_only = false;
         let mut size = None;
         let mut direct = false;
         let mut rules = Vec::new();
         let mut power_loss_seed = None;
-        for opt in parts {
+        let mut timeout = None;
+        let mut reconnect = None;
+        let mut unit = None;
+        let mut members: Option<Vec<String>> = None;
+        // In a RAID spec the first item is an option like the others.
+        let options = is_raid.then_some(first).into_iter().chain(parts);
+        for opt in options {
+            if let Some(list) = members.as_mut().filter(|_| is_uri(opt)) {
+                list.push(opt.to_owned());
+                continue;
+            }
             match opt.split_once('=') {
                 None if opt == "ro" => read_only = true,
                 None if opt == "direct" => direct = true,
@@ -121,10 +203,39 @@ impl FromStr for VolumeSpec {
                             .map_err(|e| bad(format!("bad power-loss seed {v:?}: {e}")))?,
                     )
                 }
+                Some(("timeout", v)) => timeout = Some(sluice_types::parse_duration(v)?),
+                Some(("reconnect", v)) => reconnect = Some(sluice_types::parse_duration(v)?),
+                Some(("unit", v)) if is_raid => unit = Some(sluice_types::parse_size(v)?),
+                Some(("members", v)) if is_raid && members.is_none() => {
+                    if !is_uri(v) {
+                        return Err(bad(format!(
+                            "member {v:?} is not an nbd://, nbds://, nbd+unix:// or nbds+unix:// URI"
+                        )));
+                    }
+                    members = Some(vec![v.to_owned()]);
+                }
                 _ => return Err(bad(format!("unknown option {opt:?}"))),
             }
         }
+        let remote_options_used = timeout.is_some() || reconnect.is_some();
+        let remote = |uri: &str| -> Result<RemoteSpec, SpecError> {
+            uri.parse::<NbdUri>().map_err(|e| SpecError::Uri {
+                spec: spec.to_owned(),
+                uri: uri.to_owned(),
+                reason: e.to_string(),
+            })?;
+            Ok(RemoteSpec {
+                uri: uri.to_owned(),
+                timeout: timeout.unwrap_or(DEFAULT_REMOTE_TIMEOUT),
+                reconnect: reconnect.unwrap_or(DEFAULT_REMOTE_RECONNECT),
+            })
+        };
         let base = match kind {
+            "file" | "mem" if remote_options_used => {
+                return Err(bad(
+                    "timeout= and reconnect= are for remote volumes and arrays".into(),
+                ))
+            }
             "file" => {
                 if first.is_empty() {
                     return Err(bad("empty path".into()));
@@ -143,6 +254,50 @@ impl FromStr for VolumeSpec {
                     size: sluice_types::parse_size(first)?,
                 }
             }
+            _ if size.is_some() || direct => {
+                return Err(bad(format!(
+                    "size= and direct are for file volumes, not {kind}"
+                )))
+            }
+            _ if read_only => {
+                return Err(bad(format!(
+                    "ro is not supported on {kind} volumes (serve the members read-only instead)"
+                )))
+            }
+            _ if URI_SCHEMES.contains(&kind) => {
+                let uri = spec.split(',').next().unwrap_or_default();
+                BaseSpec::Remote(remote(uri)?)
+            }
+            "raid0" | "raid5" => {
+                let level = if kind == "raid0" {
+                    RaidLevel::Raid0
+                } else {
+                    RaidLevel::Raid5
+                };
+                let unit = unit.ok_or_else(|| bad("missing unit=SIZE".into()))?;
+                let uris = members.ok_or_else(|| bad("missing members=URI,URI,...".into()))?;
+                let members = uris
+                    .iter()
+                    .map(|u| remote(u).map(|r| Self::new(BaseSpec::Remote(r))))
+                    .collect::<Result<Vec<_>, _>>()?;
+                let geometry = sluice_raid::Geometry::new(level, members.len(), unit)
+                    .map_err(|e| bad(e.to_string()))?;
+                // Wrong-order and duplicate members are refused from
+                // their superblocks when the array opens; the same URI
+                // twice is refused here already.
+                for (i, u) in uris.iter().enumerate() {
+                    if let Some(j) = uris[..i].iter().position(|o| o == u) {
+                        return Err(bad(format!(
+                            "member {u:?} is given twice (members {j} and {i})"
+                        )));
+                    }
+                }
+                BaseSpec::Raid(RaidSpec {
+                    level: geometry.level(),
+                    unit: geometry.unit(),
+                    members,
+                })
+            }
             other => return Err(bad(format!("unknown backend {other:?}"))),
         };
         let mut layers = Vec::new();
@@ -158,6 +313,12 @@ impl FromStr for VolumeSpec {
             layers,
         })
     }
+}
+
+/// Whether a spec item is a remote URI (a RAID member).
+fn is_uri(item: &str) -> bool {
+    item.split_once("://")
+        .is_some_and(|(scheme, _)| URI_SCHEMES.contains(&scheme))
 }
 
 impl VolumeSpec {
@@ -223,6 +384,34 @@ mod tests {
             ("mem:1M,direct", "mem takes its size as mem:BYTES"),
             ("file:/x,power-loss=soon", "bad power-loss seed \"soon\""),
             ("mem:1M,fail=write:eio", "three parts"),
+            (
+                "mem:1M,timeout=1s",
+                "timeout= and reconnect= are for remote",
+            ),
+            ("nbd://h/e,size=1M", "size= and direct are for file volumes"),
+            ("nbd://h/e,ro", "ro is not supported on nbd volumes"),
+            ("raid5:members=nbd://a/x,nbd://b/x", "missing unit=SIZE"),
+            ("raid5:unit=64K", "missing members=URI"),
+            (
+                "raid0:unit=64K,members=/dev/sdb",
+                "member \"/dev/sdb\" is not an nbd://",
+            ),
+            (
+                "raid5:unit=64K,members=nbd://a/x",
+                "needs at least 2 members",
+            ),
+            (
+                "raid5:unit=1000,members=nbd://a/x,nbd://b/x",
+                "stripe unit 1000",
+            ),
+            (
+                "raid5:unit=64K,members=nbd://a/x,nbd://b/x,nbd://a/x",
+                "given twice (members 0 and 2)",
+            ),
+            (
+                "raid0:unit=64K,members=nbd://a/x,bogus",
+                "unknown option \"bogus\"",
+            ),
         ] {
             let e = spec.parse::<VolumeSpec>().expect_err(spec);
             let text = e.to_string();
@@ -237,6 +426,73 @@ mod tests {
         assert!(matches!(e, SpecError::Size(_)), "{e:?}");
         assert!(e.to_string().contains("bad size \"lots\""), "{e}");
         assert!("file:/x,size=1Q".parse::<VolumeSpec>().is_err());
+        let e = "nbd+unix:///e"
+            .parse::<VolumeSpec>()
+            .expect_err("no socket");
+        assert!(matches!(e, SpecError::Uri { .. }), "{e:?}");
+        assert!(
+            e.to_string().contains("bad NBD URI \"nbd+unix:///e\""),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn remote_bases_are_their_uris() {
+        let s: VolumeSpec = "nbd://host:10810/disk".parse().expect("spec");
+        assert_eq!(
+            s,
+            VolumeSpec::new(BaseSpec::Remote(RemoteSpec::new("nbd://host:10810/disk")))
+        );
+        let s: VolumeSpec = "nbd+unix:///disk?socket=/run/s.sock,timeout=2s,reconnect=500ms"
+            .parse()
+            .expect("spec");
+        assert_eq!(
+            s.base,
+            BaseSpec::Remote(RemoteSpec {
+                uri: "nbd+unix:///disk?socket=/run/s.sock".into(),
+                timeout: Duration::from_secs(2),
+                reconnect: Duration::from_millis(500),
+            })
+        );
+    }
+
+    #[test]
+    fn raid_members_are_the_uris_after_members() {
+        let s: VolumeSpec =
+            "raid5:unit=16K,members=nbd://a/x,nbds://b:10810/y?tls-certificates=/etc/pki,nbd+unix:///z?socket=/s,timeout=3s,fail=read:eio:nth=9"
+                .parse()
+                .expect("spec");
+        let member = |uri: &str| {
+            VolumeSpec::new(BaseSpec::Remote(RemoteSpec {
+                timeout: Duration::from_secs(3),
+                ..RemoteSpec::new(uri)
+            }))
+        };
+        assert_eq!(
+            s.base,
+            BaseSpec::Raid(RaidSpec {
+                level: RaidLevel::Raid5,
+                unit: 16 << 10,
+                members: vec![
+                    member("nbd://a/x"),
+                    member("nbds://b:10810/y?tls-certificates=/etc/pki"),
+                    member("nbd+unix:///z?socket=/s"),
+                ],
+            })
+        );
+        // The testing layers go over the array.
+        assert_eq!(s.fault_rules().count(), 1);
+        // Options may come before the members or between them.
+        let t: VolumeSpec = "raid0:members=nbd://a/x,unit=1M,nbd://b/x"
+            .parse()
+            .expect("spec");
+        let BaseSpec::Raid(raid) = t.base else {
+            panic!("{t:?}")
+        };
+        assert_eq!(
+            (raid.level, raid.unit, raid.members.len()),
+            (RaidLevel::Raid0, 1 << 20, 2)
+        );
     }
 
     #[test]
