@@ -230,7 +230,12 @@ impl std::error::Error for UsageError {}
 const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
 const DEFAULT_EXPORT: &str = "default=file:./sluice-data/default.img,size=1G";
 
-fn serve_config(args: ServeArgs) -> Result<ServerConfig> {
+/// Folder of the default export, created when missing.
+const DEFAULT_DIR: &str = "sluice-data";
+
+/// The server's configuration, and whether this start created
+/// [`DEFAULT_DIR`] (removed again if the start fails).
+fn serve_config(args: ServeArgs) -> Result<(ServerConfig, bool)> {
     let mut config = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -286,20 +291,31 @@ fn serve_config(args: ServeArgs) -> Result<ServerConfig> {
                 .map_err(|e| UsageError(format!("{e}")))?,
         );
     }
+    config.validate().map_err(|e| UsageError(e.to_string()))?;
+    let mut created_dir = false;
     if config.export.is_empty() {
         let default =
             ExportConfig::parse_arg(DEFAULT_EXPORT).map_err(|e| UsageError(e.to_string()))?;
-        std::fs::create_dir_all("sluice-data")
-            .context("cannot create ./sluice-data for the default export")?;
+        created_dir = !std::path::Path::new(DEFAULT_DIR).exists();
+        std::fs::create_dir_all(DEFAULT_DIR)
+            .with_context(|| format!("cannot create ./{DEFAULT_DIR} for the default export"))?;
         config.export.push(default);
     }
-    config.validate().map_err(|e| UsageError(e.to_string()))?;
-    Ok(config)
+    Ok((config, created_dir))
 }
 
 fn serve(args: ServeArgs) -> Result<()> {
-    let config = serve_config(args)?;
-    let server = Server::bind(config).context("cannot start the server")?;
+    let (config, created_dir) = serve_config(args)?;
+    let server = match Server::bind(config) {
+        Ok(s) => s,
+        Err(e) => {
+            if created_dir {
+                // Empty again: the server removed the image it created.
+                let _ = std::fs::remove_dir(DEFAULT_DIR);
+            }
+            return Err(anyhow::Error::new(e).context("cannot start the server"));
+        }
+    };
     let mut stdout = std::io::stdout().lock();
     for addr in server.local_addrs() {
         writeln!(stdout, "listening on {addr}").context("cannot write to stdout")?;

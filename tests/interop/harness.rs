@@ -128,6 +128,16 @@ pub(crate) fn tool(name: &str) -> Cmd {
     }
 }
 
+/// The `sluice` binary under test, for commands that are not a running
+/// server (failed starts, `bench`, `model`).
+pub(crate) fn sluice() -> Cmd {
+    Cmd {
+        cmd: Command::new(env!("CARGO_BIN_EXE_sluice")),
+        display: "sluice".to_string(),
+        timeout: DEFAULT_CMD_TIMEOUT,
+    }
+}
+
 /// `/usr/bin/python3 tests/nbdsh/SCRIPT args...`.
 pub(crate) fn nbdsh_script(script: &str) -> Cmd {
     let python = require_python_libnbd();
@@ -158,6 +168,12 @@ impl Cmd {
         for a in args {
             self = self.arg(a);
         }
+        self
+    }
+
+    /// Runs the command in `dir`.
+    pub(crate) fn current_dir(mut self, dir: &Path) -> Self {
+        self.cmd.current_dir(dir);
         self
     }
 

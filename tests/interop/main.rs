@@ -24,5 +24,6 @@ mod qemu_img;
 mod qemu_io;
 mod raw_protocol;
 mod reconnect;
+mod safety;
 mod shutdown;
 mod tls;

@@ -282,7 +282,11 @@ impl RunArgs {
         if !self.external() || self.allow_overwrite {
             return Ok(None);
         }
-        let target = if self.uri.is_some() { "--uri" } else { "--local" };
+        let target = if self.uri.is_some() {
+            "--uri"
+        } else {
+            "--local"
+        };
         let asked = if self.prefill {
             Some("--prefill")
         } else if self.verify {
@@ -582,7 +586,10 @@ mod tests {
     }
 
     fn untouched(image: &tempfile::NamedTempFile) -> bool {
-        std::fs::read(image.path()).unwrap().iter().all(|b| *b == 0x77)
+        std::fs::read(image.path())
+            .unwrap()
+            .iter()
+            .all(|b| *b == 0x77)
     }
 
     #[test]

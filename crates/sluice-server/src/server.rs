@@ -4,8 +4,8 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener};
 use std::os::fd::AsFd;
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -20,7 +20,7 @@ use crate::driver::{ConnectionHandler, DriverEnv};
 use crate::export::{Export, ExportRegistry};
 use crate::metrics::ServerMetrics;
 use crate::nbd::NbdService;
-use crate::socket::Socket;
+use crate::socket::{clear_stale_socket, Socket, SocketPathError};
 use crate::stop::StopSignal;
 use crate::stream::Stream;
 use crate::tls::{handshake_policy, AccessPolicy, TlsAcceptor, TlsSetupError};
@@ -46,8 +46,8 @@ pub enum ServerError {
     },
     #[error("cannot listen on {addr}: {source}")]
     Bind { addr: String, source: io::Error },
-    #[error("unix socket {path} is in use by a running server")]
-    SocketInUse { path: PathBuf },
+    #[error(transparent)]
+    SocketPath(#[from] SocketPathError),
     #[error("cannot start server threads: {0}")]
     Threads(io::Error),
     #[error("accept loop failed: {0}")]
@@ -69,10 +69,19 @@ impl From<TlsSetupError> for ServerError {
     }
 }
 
-/// A bound listening socket.
+/// A bound listening socket. A Unix socket's path is removed when it is
+/// dropped: at the end of `run`, or when a start fails after binding it.
 enum ListenSocket {
     Tcp(TcpListener),
     Unix(UnixListener, PathBuf),
+}
+
+impl Drop for ListenSocket {
+    fn drop(&mut self) {
+        if let Self::Unix(_, path) = self {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 /// A listening socket and the protocol its connections speak.
@@ -151,25 +160,52 @@ pub struct Server {
 }
 
 impl Server {
-    /// Opens every export and binds every listener.
+    /// Checks the configuration, loads the TLS credentials and binds every
+    /// listener, then opens every export. Nothing is created on disk until
+    /// all of that but the exports has succeeded, and a start that fails
+    /// removes the files and sockets it created.
     pub fn bind(config: ServerConfig) -> Result<Self, ServerError> {
         config.validate()?;
         if config.export.is_empty() {
             return Err(ServerError::NoExports);
         }
-        let exports = config
-            .export
-            .iter()
-            .map(|e| {
-                Export::open(e, &config)
-                    .map(Arc::new)
-                    .map_err(|source| ServerError::OpenExport {
-                        name: e.name.clone(),
-                        source,
+        let names = config.export.iter().map(|e| e.name.clone()).collect();
+        Self::bind_then_open(config, names, |config| {
+            // Files the exports would create; removed again if the start fails.
+            let new_files: Vec<PathBuf> = config
+                .export
+                .iter()
+                .flat_map(|e| e.spec.files())
+                .filter(|p| !p.exists())
+                .map(Path::to_path_buf)
+                .collect();
+            let opened = config
+                .export
+                .iter()
+                .map(|e| {
+                    Export::open(e, config).map(Arc::new).map_err(|source| {
+                        ServerError::OpenExport {
+                            name: e.name.clone(),
+                            source,
+                        }
                     })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Self::bind_exports(config, exports)
+                })
+                .collect::<Result<Vec<_>, _>>();
+            if opened.is_err() {
+                for path in &new_files {
+                    match std::fs::remove_file(path) {
+                        Ok(()) => {
+                            info!(path = %path.display(), "start failed: removed the file it created")
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                        Err(e) => {
+                            warn!(path = %path.display(), error = %e, "start failed: cannot remove the file it created")
+                        }
+                    }
+                }
+            }
+            opened
+        })
     }
 
     /// Like [`bind`](Self::bind) with already-built exports (tests, and
@@ -178,30 +214,26 @@ impl Server {
         config: ServerConfig,
         exports: Vec<Arc<Export>>,
     ) -> Result<Self, ServerError> {
+        let names = exports.iter().map(|e| e.name.clone()).collect();
+        Self::bind_then_open(config, names, move |_| Ok(exports))
+    }
+
+    /// Everything that can fail without touching the disk (TLS, every
+    /// listener), then `open` for the exports named `names`.
+    fn bind_then_open(
+        config: ServerConfig,
+        names: Vec<String>,
+        open: impl FnOnce(&ServerConfig) -> Result<Vec<Arc<Export>>, ServerError>,
+    ) -> Result<Self, ServerError> {
         if config.listen.is_empty() {
             return Err(ServerError::NoListeners);
         }
         config.tls.validate()?;
-        if let Some(name) = config
-            .tls
-            .allow
-            .keys()
-            .find(|n| !exports.iter().any(|e| &e.name == *n))
-        {
+        if let Some(name) = config.tls.allow.keys().find(|n| !names.contains(n)) {
             return Err(crate::config::ConfigError::TlsAllowUnknownExport(name.clone()).into());
         }
         let tls = TlsAcceptor::load(&config.tls)?.map(Arc::new);
-        let registry = Arc::new(ExportRegistry::new(exports));
-        // Every configured address speaks NBD; another protocol gets its
-        // own handler here.
-        let nbd: Arc<dyn ConnectionHandler> = Arc::new(NbdService {
-            registry: Arc::clone(&registry),
-            tls_policy: handshake_policy(config.tls.mode, tls.as_deref()),
-            tls,
-            access: Arc::new(AccessPolicy::new(config.tls.allow.clone())),
-            fast_paths: config.fast_paths,
-        });
-        let mut listeners = Vec::new();
+        let mut sockets = Vec::new();
         let mut local_addrs = Vec::new();
         for addr in &config.listen {
             let bind_err = |source| ServerError::Bind {
@@ -213,26 +245,18 @@ impl Server {
                     let l = TcpListener::bind(a).map_err(bind_err)?;
                     l.set_nonblocking(true).map_err(bind_err)?;
                     local_addrs.push(ListenAddr::Tcp(l.local_addr().map_err(bind_err)?));
-                    listeners.push(Listener {
-                        socket: ListenSocket::Tcp(l),
-                        protocol: Arc::clone(&nbd),
-                    });
+                    sockets.push(ListenSocket::Tcp(l));
                 }
                 ListenAddr::Unix(path) => {
-                    if path.exists() {
-                        if UnixStream::connect(path).is_ok() {
-                            return Err(ServerError::SocketInUse { path: path.clone() });
-                        }
-                        // A stale socket from a server that died.
-                        std::fs::remove_file(path).map_err(bind_err)?;
-                    }
+                    clear_stale_socket(path)?;
                     let l = UnixListener::bind(path).map_err(bind_err)?;
-                    l.set_nonblocking(true).map_err(bind_err)?;
+                    // From here on, dropping it removes the path.
+                    let socket = ListenSocket::Unix(l, path.clone());
+                    if let ListenSocket::Unix(l, _) = &socket {
+                        l.set_nonblocking(true).map_err(bind_err)?;
+                    }
                     local_addrs.push(ListenAddr::Unix(path.clone()));
-                    listeners.push(Listener {
-                        socket: ListenSocket::Unix(l, path.clone()),
-                        protocol: Arc::clone(&nbd),
-                    });
+                    sockets.push(socket);
                 }
             }
         }
@@ -249,6 +273,24 @@ impl Server {
             None => (None, None),
         };
         let stop = Arc::new(StopSignal::new().map_err(ServerError::Threads)?);
+        let exports = open(&config)?;
+        let registry = Arc::new(ExportRegistry::new(exports));
+        // Every configured address speaks NBD; another protocol gets its
+        // own handler here.
+        let nbd: Arc<dyn ConnectionHandler> = Arc::new(NbdService {
+            registry: Arc::clone(&registry),
+            tls_policy: handshake_policy(config.tls.mode, tls.as_deref()),
+            tls,
+            access: Arc::new(AccessPolicy::new(config.tls.allow.clone())),
+            fast_paths: config.fast_paths,
+        });
+        let listeners = sockets
+            .into_iter()
+            .map(|socket| Listener {
+                socket,
+                protocol: Arc::clone(&nbd),
+            })
+            .collect();
         Ok(Self {
             listeners,
             local_addrs,
@@ -315,11 +357,6 @@ impl Server {
             let _ = thread.join();
         }
         drop(env);
-        for l in &self.listeners {
-            if let ListenSocket::Unix(_, path) = &l.socket {
-                let _ = std::fs::remove_file(path);
-            }
-        }
         let mut flush_result = Ok(());
         for export in self.registry.all() {
             if let Err(source) = export.device.flush() {

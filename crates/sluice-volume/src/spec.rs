@@ -178,6 +178,15 @@ impl VolumeSpec {
         })
     }
 
+    /// The files the stack opens (and may create), members' included: a
+    /// server whose start fails removes the ones that did not exist.
+    pub fn files(&self) -> Vec<&std::path::Path> {
+        match &self.base {
+            BaseSpec::File { path, .. } => vec![path.as_path()],
+            BaseSpec::Memory { .. } => Vec::new(),
+        }
+    }
+
     /// The seed of the stack's power-loss simulation, if it has one.
     pub fn power_loss_seed(&self) -> Option<u64> {
         self.layers.iter().find_map(|l| match l {
