@@ -227,6 +227,46 @@ impl std::fmt::Display for UsageError {
 }
 impl std::error::Error for UsageError {}
 
+/// A TOML config error as a person reads it: where (line, column and the
+/// key on that line) and what, in words rather than Rust type names.
+fn config_error(path: &std::path::Path, text: &str, e: &toml::de::Error) -> String {
+    let mut place = format!("config file {}", path.display());
+    if let Some(span) = e.span() {
+        let before = &text[..span.start.min(text.len())];
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let column = before[line_start..].chars().count() + 1;
+        place.push_str(&format!(", line {line}, column {column}"));
+        let line_text = text[line_start..].lines().next().unwrap_or("");
+        if let (true, Some((key, _))) = (
+            e.message().starts_with("invalid"),
+            line_text.split_once('='),
+        ) {
+            place.push_str(&format!(" ({})", key.trim()));
+        }
+    }
+    let message = e.message().trim();
+    // serde says "invalid type: string \"x\", expected usize".
+    let message = match message
+        .strip_prefix("invalid type: ")
+        .or_else(|| message.strip_prefix("invalid value: "))
+        .and_then(|m| m.rsplit_once(", expected "))
+    {
+        Some((found, expected)) => {
+            let expected = match expected {
+                "usize" | "u64" | "u32" | "u16" | "u8" => "a whole number, 0 or more",
+                "isize" | "i64" | "i32" | "i16" | "i8" => "a whole number",
+                "f64" | "f32" => "a number",
+                "a boolean" => "true or false",
+                other => other,
+            };
+            format!("expected {expected}, found {found}")
+        }
+        None => message.to_owned(),
+    };
+    format!("{place}: {message}")
+}
+
 const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
 const DEFAULT_EXPORT: &str = "default=file:./sluice-data/default.img,size=1G";
 
@@ -240,9 +280,8 @@ fn serve_config(args: ServeArgs) -> Result<(ServerConfig, bool)> {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read config file {}", path.display()))?;
-            toml::from_str::<ServerConfig>(&text).map_err(|e| {
-                UsageError(format!("config file {}: {}", path.display(), e.message()))
-            })?
+            toml::from_str::<ServerConfig>(&text)
+                .map_err(|e| UsageError(config_error(path, &text, &e)))?
         }
         None => ServerConfig::default(),
     };
@@ -354,6 +393,11 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
+    let subcommand = match cli.command {
+        Command::Serve(_) => "serve",
+        Command::Bench(_) => "bench",
+        Command::Model(_) => "model",
+    };
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Bench(args) => bench_cmd::run(*args),
@@ -362,10 +406,13 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let usage = e.downcast_ref::<UsageError>().is_some() || model_cmd::is_usage_error(&e);
+            let usage = e.downcast_ref::<UsageError>().is_some()
+                || model_cmd::is_usage_error(&e)
+                || sluice_bench::is_usage_error(&e);
+            // `{:#}`: each error of the chain once, joined by ": ".
             eprintln!("sluice: error: {e:#}");
             if usage {
-                eprintln!("sluice: run 'sluice --help' for the accepted options");
+                eprintln!("sluice: run 'sluice {subcommand} --help' for the accepted options");
                 ExitCode::from(2)
             } else {
                 ExitCode::FAILURE

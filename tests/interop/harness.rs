@@ -360,6 +360,19 @@ impl ServerBuilder {
         self
     }
 
+    /// `--tls require` with the test certificates, verified client
+    /// certificates, and only CN=client1 allowed on export `secret`.
+    pub(crate) fn args_tls(self, pki: &sluice_testkit::pki::Pki) -> Self {
+        let server = pki.server().to_string_lossy().into_owned();
+        self.arg("--tls")
+            .arg("require")
+            .arg("--tls-certificates")
+            .arg(server)
+            .arg("--tls-verify-peer")
+            .arg("--tls-allow")
+            .arg("secret=CN=client1")
+    }
+
     /// `--metrics 127.0.0.1:0`; the address is in [`Server::metrics`].
     pub(crate) fn metrics(mut self) -> Self {
         self.args.push("--metrics".into());

@@ -10,6 +10,7 @@ mod harness;
 mod matrix;
 
 mod crash;
+mod errors;
 mod faults;
 mod fio;
 mod limits;

@@ -25,9 +25,9 @@ fn entries(dir: &Path) -> Vec<String> {
 fn a_unix_listener_never_replaces_a_file_or_directory() {
     let dir = tempdir();
     let file = dir.path().join("disk.img");
-    std::fs::write(&file, b"precious data").unwrap();
+    std::fs::write(&file, b"precious data").expect("test setup");
     let sub = dir.path().join("sub");
-    std::fs::create_dir(&sub).unwrap();
+    std::fs::create_dir(&sub).expect("test setup");
     for (path, what) in [(&file, "a regular file"), (&sub, "a directory")] {
         let out = sluice()
             .args(["serve", "--export", "d=mem:1M", "--listen"])
@@ -41,7 +41,7 @@ fn a_unix_listener_never_replaces_a_file_or_directory() {
             out.describe()
         );
     }
-    assert_eq!(std::fs::read(&file).unwrap(), b"precious data");
+    assert_eq!(std::fs::read(&file).expect("read the file"), b"precious data");
     assert!(sub.is_dir());
 }
 
@@ -50,7 +50,7 @@ fn a_unix_listener_replaces_only_a_stale_socket() {
     let dir = tempdir();
     let sock = dir.path().join("s.sock");
     // A socket nobody answers on, as a server that crashed leaves it.
-    drop(UnixListener::bind(&sock).unwrap());
+    drop(UnixListener::bind(&sock).expect("bind a socket"));
     let srv = ServerBuilder::new()
         .listen(format!("unix:{}", sock.display()))
         .export("d", "mem:1M")

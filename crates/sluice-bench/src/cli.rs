@@ -19,6 +19,26 @@ use crate::runner::{self, Endpoint, RunOptions, RunResult, ServerCpu};
 use crate::target::{Backing, EmbeddedConfig, EmbeddedServer};
 use crate::workload::{parse_duration, Handshake, Limit, Pattern, Rw, Size, Workload};
 
+/// A mistake in the `sluice bench` command line found after parsing (a
+/// bad URI, an option out of range, writes not allowed): the binary
+/// exits with status 2 for it (see [`is_usage_error`]).
+#[derive(Debug)]
+pub struct BenchUsageError(String);
+
+impl std::fmt::Display for BenchUsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BenchUsageError {}
+
+/// True when `e` comes from a bad `sluice bench` command line.
+pub fn is_usage_error(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|c| c.downcast_ref::<BenchUsageError>().is_some())
+}
+
 /// `sluice bench`: measure an NBD server or local I/O.
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -297,10 +317,11 @@ impl RunArgs {
             None
         };
         if let Some(what) = asked {
-            bail!(
+            return Err(BenchUsageError(format!(
                 "{what} would overwrite the data of the {target} target; \
                  add --allow-overwrite if that is what you want"
-            );
+            ))
+            .into());
         }
         let before = workloads.len();
         workloads.retain(|w| !w.writes());
@@ -318,7 +339,9 @@ impl RunArgs {
             let bs = u32::try_from(bs)
                 .ok()
                 .filter(|b| *b > 0 && *b <= 32 << 20)
-                .ok_or_else(|| anyhow!("--bs {bs}: must be between 1 byte and 32 MiB"))?;
+                .ok_or_else(|| {
+                    BenchUsageError(format!("--bs {bs}: must be between 1 byte and 32 MiB"))
+                })?;
             let mut w = Workload::new(
                 self.pattern.unwrap_or(Pattern::Rand),
                 self.rw.unwrap_or(Rw::Read),
@@ -355,12 +378,12 @@ struct SingleReport {
 
 fn run_single(args: RunArgs) -> Result<()> {
     let mut workloads = args.workloads()?;
-    if let Some(note) = args.guard_writes(&mut workloads)? {
-        eprintln!("{note}");
-    }
+    let note = args.guard_writes(&mut workloads)?;
     let mut _server = None;
     let (endpoint, description, embedded) = if let Some(uri) = &args.uri {
-        let parsed: NbdUri = uri.parse().with_context(|| format!("--uri {uri}"))?;
+        let parsed: NbdUri = uri
+            .parse()
+            .map_err(|e| BenchUsageError(format!("--uri {uri}: {e}")))?;
         (
             Endpoint::Nbd {
                 uri: parsed,
@@ -392,6 +415,9 @@ fn run_single(args: RunArgs) -> Result<()> {
         _server = Some(server);
         (ep, d, true)
     };
+    if let Some(note) = note {
+        eprintln!("{note}");
+    }
     let label = if embedded {
         "embedded".to_owned()
     } else if args.local.is_some() {

@@ -332,7 +332,7 @@ impl RaidDevice {
             let member_fault = matches!(e, DeviceError::Io { .. });
             if member_fault && self.geometry.level() == RaidLevel::Raid5 {
                 if !self.counters[io.member].failed.swap(true, Ordering::SeqCst) {
-                    tracing::warn!(array = %self.label, member = io.member, error = %e,
+                    tracing::warn!(array = %self.label, member = io.member, error = &e as &dyn std::error::Error,
                         "member failed; continuing degraded");
                 }
                 outcome = Outcome::Retry;

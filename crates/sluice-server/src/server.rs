@@ -39,12 +39,12 @@ pub enum ServerError {
     NoListeners,
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
-    #[error("cannot open export {name:?}: {source}")]
+    #[error("cannot open export {name:?}")]
     OpenExport {
         name: String,
         source: crate::export::ExportOpenError,
     },
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Bind { addr: String, source: io::Error },
     #[error(transparent)]
     SocketPath(#[from] SocketPathError),
@@ -54,7 +54,7 @@ pub enum ServerError {
     Accept(io::Error),
     #[error("cannot set up TLS: {0}")]
     Tls(TlsSetupError),
-    #[error("flushing export {name:?} at shutdown failed: {source}")]
+    #[error("flushing export {name:?} at shutdown failed")]
     Flush {
         name: String,
         source: sluice_storage::DeviceError,
@@ -360,7 +360,7 @@ impl Server {
         let mut flush_result = Ok(());
         for export in self.registry.all() {
             if let Err(source) = export.device.flush() {
-                error!(export = %export.name, error = %source, "flush at shutdown failed");
+                error!(export = %export.name, error = &source as &dyn std::error::Error, "flush at shutdown failed");
                 flush_result = Err(ServerError::Flush {
                     name: export.name.clone(),
                     source,

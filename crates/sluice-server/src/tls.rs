@@ -315,9 +315,9 @@ pub(crate) struct TlsStream {
 /// Why the TLS handshake after STARTTLS failed.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum TlsHandshakeError {
-    #[error("TLS handshake failed: {0}")]
+    #[error("TLS handshake failed")]
     Tls(#[from] rustls::Error),
-    #[error("socket error during the TLS handshake: {0}")]
+    #[error("socket error during the TLS handshake")]
     Io(#[from] io::Error),
     #[error("client closed the connection during the TLS handshake")]
     Closed,

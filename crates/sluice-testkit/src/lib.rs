@@ -23,6 +23,20 @@ use std::time::Duration;
 
 use sluice_storage::{BlockDevice, BlockingClass, Capability, DeviceError, MemDevice};
 
+/// An error and its causes as the binary prints them: each message of the
+/// `source()` chain once, joined by ": " (errors never repeat their cause
+/// in their own message, so tests read the whole chain).
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
 /// A memory device whose reads at offsets listed in `gate_offsets` wait
 /// until the test opens the gate, and which records how many reads run
 /// at once. Declares itself always-blocking so the server hands every

@@ -57,7 +57,10 @@ impl ConnectionHandler for NbdService {
                 env.metrics
                     .handshakes_failed
                     .fetch_add(1, Ordering::Relaxed);
-                info!(error = %e, "handshake failed; closing connection");
+                info!(
+                    error = &e as &dyn std::error::Error,
+                    "handshake failed; closing connection"
+                );
                 return;
             }
         };
