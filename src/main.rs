@@ -93,7 +93,7 @@ struct ServeArgs {
     tls_allow: Vec<(String, sluice_server::TlsIdentity)>,
 }
 
-/// `--max-connections`, `--max-inflight-bytes`.
+/// `--max-connections`, `--max-inflight-bytes`, `--max-request-size`.
 #[derive(Debug, Args)]
 struct LimitArgs {
     /// Most simultaneous connections; more are closed at once.
@@ -103,6 +103,10 @@ struct LimitArgs {
     /// stops reading (K/M/G suffixes; default 64M).
     #[arg(long, value_name = "BYTES")]
     max_inflight_bytes: Option<sluice_server::ByteSize>,
+    /// Largest read or write a client may send (K/M/G suffixes; default
+    /// 64M; 4K up to 4G-1), advertised as the maximum block size.
+    #[arg(long, value_name = "BYTES")]
+    max_request_size: Option<sluice_server::ByteSize>,
 }
 
 impl LimitArgs {
@@ -112,6 +116,9 @@ impl LimitArgs {
         }
         if let Some(b) = self.max_inflight_bytes {
             limits.max_inflight_bytes_per_connection = b.0;
+        }
+        if let Some(b) = self.max_request_size {
+            limits.max_request_size = b.0;
         }
     }
 }

@@ -80,7 +80,8 @@ fn each_cause_is_printed_once() {
 fn usage_errors_exit_2_and_point_at_the_subcommand_help() {
     let dir = tempdir();
     let config = dir.path().join("sluice.toml");
-    std::fs::write(&config, "listen = [\"127.0.0.1:0\"]\nio_threads = \"x\"\n").expect("test setup");
+    std::fs::write(&config, "listen = [\"127.0.0.1:0\"]\nio_threads = \"x\"\n")
+        .expect("test setup");
     let out = sluice().args(["serve", "--config"]).arg(&config).output();
     out.assert_code(2);
     let line = error_line(&out);

@@ -13,6 +13,7 @@ mod crash;
 mod errors;
 mod faults;
 mod fio;
+mod large_requests;
 mod limits;
 mod listeners;
 mod metrics;

@@ -41,7 +41,10 @@ fn a_unix_listener_never_replaces_a_file_or_directory() {
             out.describe()
         );
     }
-    assert_eq!(std::fs::read(&file).expect("read the file"), b"precious data");
+    assert_eq!(
+        std::fs::read(&file).expect("read the file"),
+        b"precious data"
+    );
     assert!(sub.is_dir());
 }
 

@@ -274,7 +274,8 @@ impl Server {
         };
         let stop = Arc::new(StopSignal::new().map_err(ServerError::Threads)?);
         let exports = open(&config)?;
-        let registry = Arc::new(ExportRegistry::new(exports));
+        let registry =
+            Arc::new(ExportRegistry::new(exports).with_max_payload(config.limits.max_payload()));
         // Every configured address speaks NBD; another protocol gets its
         // own handler here.
         let nbd: Arc<dyn ConnectionHandler> = Arc::new(NbdService {

@@ -7,6 +7,7 @@
 mod execute;
 mod fast_path;
 mod handshake;
+mod large_write;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -183,7 +184,10 @@ impl Protocol for NbdSession {
         io: &mut PayloadIo<'_>,
         d: &mut Dispatch,
     ) -> Result<Taken, DriverError> {
-        self.spliced_write(frame, io, d)
+        match self.spliced_write(frame, io, d)? {
+            Taken::No => self.piecewise_write(frame, io, d),
+            taken => Ok(taken),
+        }
     }
 
     #[inline]
