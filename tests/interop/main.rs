@@ -29,3 +29,4 @@ mod reconnect;
 mod safety;
 mod shutdown;
 mod tls;
+mod tls_keys;
