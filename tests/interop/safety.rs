@@ -119,3 +119,28 @@ fn a_start_whose_later_export_fails_removes_what_it_created() {
     assert!(out.stderr().contains("missing.img"), "{}", out.describe());
     assert_eq!(entries(dir.path()), Vec::<String>::new());
 }
+
+#[test]
+fn bench_against_a_uri_leaves_the_data_alone_and_says_so() {
+    let dir = tempdir();
+    let image = dir.path().join("disk.img");
+    std::fs::write(&image, vec![0x77u8; 16 << 20]).expect("test setup");
+    let srv = ServerBuilder::new().file_export("disk", &image, "").start();
+    let out = sluice()
+        .args(["bench", "--uri", &srv.uri("disk")])
+        .args(["--duration", "100ms", "--no-progress"])
+        .output();
+    out.assert_success();
+    assert!(
+        out.stderr().contains("running read cases only"),
+        "{}",
+        out.describe()
+    );
+    assert!(!out.stdout().contains("write"), "{}", out.describe());
+    drop(srv);
+    let data = std::fs::read(&image).expect("read the image");
+    assert!(
+        data.iter().all(|b| *b == 0x77),
+        "the bench wrote to the export"
+    );
+}

@@ -45,6 +45,9 @@ impl NbdSession {
         else {
             return Ok(Taken::No);
         };
+        // Replies already made go out first: receiving the payload may
+        // take a while.
+        d.flush()?;
         let received = Instant::now();
         let seq = d.take_seq();
         let (cookie, req_offset) = (frame.head.cookie, frame.head.offset);
