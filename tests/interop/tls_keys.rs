@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::harness::{sluice, tempdir, tool, ServerBuilder, MIB};
+use crate::harness::{nbdsh_script, sluice, tempdir, tool, ServerBuilder, MIB};
 
 fn openssl(args: &[&str], dir: &Path) {
     let out = Command::new("openssl")
@@ -125,6 +125,26 @@ fn an_rsa_2432_key_serves_nbdinfo_and_qemu_img() {
         ))
         .run();
     assert!(out.stdout().contains("3 MiB"), "{}", out.describe());
+}
+
+#[test]
+fn a_48_mib_write_over_tls_is_received_in_pieces_and_reads_back() {
+    let dir = tempdir();
+    openssl_pki(dir.path(), 2432);
+    let srv = ServerBuilder::new()
+        .export("d", "mem:128M")
+        .arg("--tls")
+        .arg("require")
+        .arg("--tls-certificates")
+        .arg(dir.path().join("server").to_string_lossy())
+        .start();
+    let uri = format!(
+        "nbds://{}/d?tls-certificates={}",
+        srv.addr(),
+        dir.path().join("client").display()
+    );
+    // libnbd sends each call as one request (qemu would split at 32 MiB).
+    nbdsh_script("large_write.py").arg(&uri).run();
 }
 
 #[test]

@@ -709,3 +709,25 @@ fn the_max_request_size_is_configurable() {
     assert_eq!(c.reply().1, 75, "beyond --max-request-size");
     server.stop().unwrap();
 }
+
+#[test]
+fn a_large_write_that_fails_drains_its_payload_and_keeps_the_connection() {
+    let rule: sluice_storage::FaultRule = "write:eio:after=3".parse().unwrap();
+    let dev = Arc::new(sluice_storage::FaultInjectionDevice::new(
+        Arc::new(MemDevice::new(64 << 20, false)),
+        "export \"default\"",
+        vec![rule],
+    ));
+    let server = start(dev, PipelineMode::Flexible);
+    let mut c = RawClient::connect(server.addr);
+    let data = vec![0x3cu8; 40 << 20];
+    c.send(CMD_WRITE, 1, 0, data.len() as u64, &data);
+    assert_eq!(c.reply().1, 5, "a failed piece: EIO for the whole write");
+    c.send(CMD_READ, 2, 0, 4096, &[]);
+    assert_eq!(
+        c.reply(),
+        (2, 0, vec![0x3c; 4096]),
+        "pieces before the failure"
+    );
+    server.stop().unwrap();
+}
