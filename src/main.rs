@@ -110,7 +110,7 @@ struct ServeArgs {
     tls_allow: Vec<(String, sluice_server::TlsIdentity)>,
 }
 
-/// `--max-connections`, `--max-inflight-bytes`.
+/// `--max-connections`, `--max-inflight-bytes`, `--max-request-size`.
 #[derive(Debug, Args)]
 struct LimitArgs {
     /// Most simultaneous connections; more are closed at once.
@@ -120,6 +120,10 @@ struct LimitArgs {
     /// stops reading (K/M/G suffixes; default 64M).
     #[arg(long, value_name = "BYTES")]
     max_inflight_bytes: Option<sluice_server::ByteSize>,
+    /// Largest read or write a client may send (K/M/G suffixes; default
+    /// 64M; 4K up to 4G-1), advertised as the maximum block size.
+    #[arg(long, value_name = "BYTES")]
+    max_request_size: Option<sluice_server::ByteSize>,
 }
 
 impl LimitArgs {
@@ -129,6 +133,9 @@ impl LimitArgs {
         }
         if let Some(b) = self.max_inflight_bytes {
             limits.max_inflight_bytes_per_connection = b.0;
+        }
+        if let Some(b) = self.max_request_size {
+            limits.max_request_size = b.0;
         }
     }
 }
@@ -244,19 +251,63 @@ impl std::fmt::Display for UsageError {
 }
 impl std::error::Error for UsageError {}
 
+/// A TOML config error as a person reads it: where (line, column and the
+/// key on that line) and what, in words rather than Rust type names.
+fn config_error(path: &std::path::Path, text: &str, e: &toml::de::Error) -> String {
+    let mut place = format!("config file {}", path.display());
+    if let Some(span) = e.span() {
+        let before = &text[..span.start.min(text.len())];
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map_or(0, |i| i + 1);
+        let column = before[line_start..].chars().count() + 1;
+        place.push_str(&format!(", line {line}, column {column}"));
+        let line_text = text[line_start..].lines().next().unwrap_or("");
+        if let (true, Some((key, _))) = (
+            e.message().starts_with("invalid"),
+            line_text.split_once('='),
+        ) {
+            place.push_str(&format!(" ({})", key.trim()));
+        }
+    }
+    let message = e.message().trim();
+    // serde says "invalid type: string \"x\", expected usize".
+    let message = match message
+        .strip_prefix("invalid type: ")
+        .or_else(|| message.strip_prefix("invalid value: "))
+        .and_then(|m| m.rsplit_once(", expected "))
+    {
+        Some((found, expected)) => {
+            let expected = match expected {
+                "usize" | "u64" | "u32" | "u16" | "u8" => "a whole number, 0 or more",
+                "isize" | "i64" | "i32" | "i16" | "i8" => "a whole number",
+                "f64" | "f32" => "a number",
+                "a boolean" => "true or false",
+                other => other,
+            };
+            format!("expected {expected}, found {found}")
+        }
+        None => message.to_owned(),
+    };
+    format!("{place}: {message}")
+}
+
 const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
 const DEFAULT_EXPORT: &str = "default=file:./sluice-data/default.img,size=1G";
 const DEFAULT_OBJECT_LISTEN: &str = "127.0.0.1:10810";
 const DEFAULT_OBJECTS: &str = "./sluice-data/objects";
 
-fn serve_config(args: ServeArgs) -> Result<ServerConfig> {
+/// Folder of the default export, created when missing.
+const DEFAULT_DIR: &str = "sluice-data";
+
+/// The server's configuration, and whether this start created
+/// [`DEFAULT_DIR`] (removed again if the start fails).
+fn serve_config(args: ServeArgs) -> Result<(ServerConfig, bool)> {
     let mut config = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read config file {}", path.display()))?;
-            toml::from_str::<ServerConfig>(&text).map_err(|e| {
-                UsageError(format!("config file {}: {}", path.display(), e.message()))
-            })?
+            toml::from_str::<ServerConfig>(&text)
+                .map_err(|e| UsageError(config_error(path, &text, &e)))?
         }
         None => ServerConfig::default(),
     };
@@ -330,20 +381,31 @@ fn serve_config(args: ServeArgs) -> Result<ServerConfig> {
                 .map_err(|e| UsageError(format!("{e}")))?,
         );
     }
+    config.validate().map_err(|e| UsageError(e.to_string()))?;
+    let mut created_dir = false;
     if config.export.is_empty() {
         let default =
             ExportConfig::parse_arg(DEFAULT_EXPORT).map_err(|e| UsageError(e.to_string()))?;
-        std::fs::create_dir_all("sluice-data")
-            .context("cannot create ./sluice-data for the default export")?;
+        created_dir = !std::path::Path::new(DEFAULT_DIR).exists();
+        std::fs::create_dir_all(DEFAULT_DIR)
+            .with_context(|| format!("cannot create ./{DEFAULT_DIR} for the default export"))?;
         config.export.push(default);
     }
-    config.validate().map_err(|e| UsageError(e.to_string()))?;
-    Ok(config)
+    Ok((config, created_dir))
 }
 
 fn serve(args: ServeArgs) -> Result<()> {
-    let config = serve_config(args)?;
-    let server = Server::bind(config).context("cannot start the server")?;
+    let (config, created_dir) = serve_config(args)?;
+    let server = match Server::bind(config) {
+        Ok(s) => s,
+        Err(e) => {
+            if created_dir {
+                // Empty again: the server removed the image it created.
+                let _ = std::fs::remove_dir(DEFAULT_DIR);
+            }
+            return Err(anyhow::Error::new(e).context("cannot start the server"));
+        }
+    };
     let mut stdout = std::io::stdout().lock();
     for addr in server.local_addrs() {
         writeln!(stdout, "listening on {addr}").context("cannot write to stdout")?;
@@ -385,6 +447,13 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
+    let subcommand = match cli.command {
+        Command::Serve(_) => "serve",
+        Command::Bench(_) => "bench",
+        Command::Model(_) => "model",
+        Command::Obj(_) => "obj",
+        Command::Raid(_) => "raid",
+    };
     let result = match cli.command {
         Command::Serve(args) => serve(args),
         Command::Bench(args) => bench_cmd::run(*args),
@@ -396,10 +465,13 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            let usage = e.downcast_ref::<UsageError>().is_some() || model_cmd::is_usage_error(&e);
+            let usage = e.downcast_ref::<UsageError>().is_some()
+                || model_cmd::is_usage_error(&e)
+                || sluice_bench::is_usage_error(&e);
+            // `{:#}`: each error of the chain once, joined by ": ".
             eprintln!("sluice: error: {e:#}");
             if usage {
-                eprintln!("sluice: run 'sluice --help' for the accepted options");
+                eprintln!("sluice: run 'sluice {subcommand} --help' for the accepted options");
                 ExitCode::from(2)
             } else {
                 ExitCode::FAILURE

@@ -18,6 +18,7 @@ use sluice_client::obj::{
     ObjError, ObjOptions, Range, Segment, Value, DEFAULT_PARTITION,
 };
 use sluice_client::{ObjUri, DEFAULT_OBJ_SERVER};
+use sluice_types::error_chain;
 
 mod values;
 
@@ -161,7 +162,7 @@ impl Failure {
             Some(ErrorCode::Permission) => "; keys starting with sluice. are the server's own",
             _ => "",
         };
-        Self::Failed(format!("{e}{hint}"))
+        Self::Failed(format!("{}{hint}", error_chain(e)))
     }
 }
 
@@ -212,7 +213,7 @@ fn connect(server: &str) -> Result<ObjClient, Failure> {
                 "; is 'sluice serve' running at {server}? (--server URI names another server)"
             ),
         };
-        Failure::Failed(format!("{e}{hint}"))
+        Failure::Failed(format!("{}{hint}", error_chain(&e)))
     })
 }
 

@@ -175,6 +175,12 @@ impl Cmd {
         self
     }
 
+    /// Runs the command in `dir`.
+    pub(crate) fn current_dir(mut self, dir: &Path) -> Self {
+        self.cmd.current_dir(dir);
+        self
+    }
+
     pub(crate) fn timeout(mut self, t: Duration) -> Self {
         self.timeout = t;
         self
@@ -393,6 +399,19 @@ impl ServerBuilder {
     pub(crate) fn arg(mut self, a: impl AsRef<str>) -> Self {
         self.args.push(a.as_ref().to_string());
         self
+    }
+
+    /// `--tls require` with the test certificates, verified client
+    /// certificates, and only CN=client1 allowed on export `secret`.
+    pub(crate) fn args_tls(self, pki: &sluice_testkit::pki::Pki) -> Self {
+        let server = pki.server().to_string_lossy().into_owned();
+        self.arg("--tls")
+            .arg("require")
+            .arg("--tls-certificates")
+            .arg(server)
+            .arg("--tls-verify-peer")
+            .arg("--tls-allow")
+            .arg("secret=CN=client1")
     }
 
     /// `--metrics 127.0.0.1:0`; the address is in [`Server::metrics`].

@@ -10,8 +10,10 @@ mod harness;
 mod matrix;
 
 mod crash;
+mod errors;
 mod faults;
 mod fio;
+mod large_requests;
 mod limits;
 mod listeners;
 mod metrics;
@@ -27,5 +29,7 @@ mod qemu_io;
 mod raid;
 mod raw_protocol;
 mod reconnect;
+mod safety;
 mod shutdown;
 mod tls;
+mod tls_keys;

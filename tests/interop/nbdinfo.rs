@@ -113,7 +113,7 @@ fn nbdinfo_json_reports_capabilities_contexts_and_block_sizes() {
         assert_eq!(info["block_size_preferred"].as_u64(), Some(4096), "{name}");
         assert_eq!(
             info["block_size_maximum"].as_u64(),
-            Some(32 * MIB),
+            Some(64 * MIB),
             "{name}"
         );
     }

@@ -195,6 +195,11 @@ fn nbdsh_max_payload_requests_and_large_effect_lengths(
 ) {
     let dir = tempdir();
     let cell = Cell::new(backend, cache, Flexible);
-    let srv = cell.server(dir.path(), &[("disk", "100M")]).start();
+    // At a --max-request-size of 32 MiB (the default is 64 MiB).
+    let srv = cell
+        .server(dir.path(), &[("disk", "100M")])
+        .arg("--max-request-size")
+        .arg("32M")
+        .start();
     run_script("large_requests.py", &[srv.uri("disk")]);
 }

@@ -1,4 +1,5 @@
-"""Requests at and beyond the 32 MiB maximum payload: 32 MiB writes and
+"""Requests at and beyond a 32 MiB maximum payload (the server runs with
+--max-request-size 32M): 32 MiB writes and
 reads work; zero/trim/cache/block status with an effect length larger than
 the maximum payload either work or fail cleanly (EINVAL/EOVERFLOW), never
 disconnect.  argv: URI (export of at least 96 MiB)"""

@@ -36,6 +36,8 @@ def connect(uri, strict=True, meta=True, structured=True, opt_mode=False):
         h.add_meta_context(nbd.CONTEXT_BASE_ALLOCATION)
     if opt_mode:
         h.set_opt_mode(True)
+    # nbds:// URIs name a local certificate directory (tls-certificates).
+    h.set_uri_allow_local_file(True)
     h.connect_uri(uri)
     if not strict:
         h.set_strict_mode(0)

@@ -33,7 +33,7 @@ for name, (size, ro) in expected.items():
     assert bool(h.is_read_only()) == ro, "%s: read-only %s, want %s" % (name, h.is_read_only(), ro)
     assert h.get_block_size(nbd.SIZE_MINIMUM) == 1, name
     assert h.get_block_size(nbd.SIZE_PREFERRED) == 4096, name
-    assert h.get_block_size(nbd.SIZE_MAXIMUM) == 32 << 20, name
+    assert h.get_block_size(nbd.SIZE_MAXIMUM) == 64 << 20, name
     if not ro:
         assert h.can_flush() and h.can_multi_conn() and h.can_trim(), name
     assert h.get_export_name() == name

@@ -19,6 +19,26 @@ use crate::runner::{self, Endpoint, RunOptions, RunResult, ServerCpu};
 use crate::target::{Backing, EmbeddedConfig, EmbeddedServer};
 use crate::workload::{parse_duration, Handshake, Limit, Pattern, Rw, Size, Workload};
 
+/// A mistake in the `sluice bench` command line found after parsing (a
+/// bad URI, an option out of range, writes not allowed): the binary
+/// exits with status 2 for it (see [`is_usage_error`]).
+#[derive(Debug)]
+pub struct BenchUsageError(String);
+
+impl std::fmt::Display for BenchUsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for BenchUsageError {}
+
+/// True when `e` comes from a bad `sluice bench` command line.
+pub fn is_usage_error(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|c| c.downcast_ref::<BenchUsageError>().is_some())
+}
+
 /// `sluice bench`: measure an NBD server or local I/O.
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -160,10 +180,15 @@ struct RunArgs {
     /// nbd+unix:///EXPORT?socket=PATH. Default: an embedded server.
     #[arg(long, conflicts_with = "local")]
     uri: Option<String>,
-    /// Local I/O baseline: pread/pwrite on this file or device (it is
-    /// written to by write workloads).
+    /// Local I/O baseline: pread/pwrite on this file or device.
     #[arg(long)]
     local: Option<PathBuf>,
+    /// Let write workloads, --prefill and --verify write to the --uri or
+    /// --local target: THE TARGET'S DATA IS OVERWRITTEN. Without it, only
+    /// read cases run there (the embedded server's export is the bench's
+    /// own and always written).
+    #[arg(long)]
+    allow_overwrite: bool,
     /// Embedded server's export: mem, tempfile, tempfile:DIR or file:PATH.
     #[arg(long, default_value = "mem", value_parser = |s: &str| s.parse::<Backing>())]
     backing: Backing,
@@ -263,13 +288,60 @@ impl RunArgs {
         }
     }
 
+    /// Whether the target is someone else's volume: a `--uri` server or a
+    /// `--local` file, whose data writes would destroy.
+    fn external(&self) -> bool {
+        self.uri.is_some() || self.local.is_some()
+    }
+
+    /// Applies `--allow-overwrite`: against an external target without it,
+    /// an explicit request to write is refused and the standard set keeps
+    /// its read cases only. Returns a note to print when cases were left
+    /// out.
+    fn guard_writes(&self, workloads: &mut Vec<Workload>) -> Result<Option<String>> {
+        if !self.external() || self.allow_overwrite {
+            return Ok(None);
+        }
+        let target = if self.uri.is_some() {
+            "--uri"
+        } else {
+            "--local"
+        };
+        let asked = if self.prefill {
+            Some("--prefill")
+        } else if self.verify {
+            Some("--verify")
+        } else if self.custom() && workloads.iter().any(Workload::writes) {
+            Some("a write workload")
+        } else {
+            None
+        };
+        if let Some(what) = asked {
+            return Err(BenchUsageError(format!(
+                "{what} would overwrite the data of the {target} target; \
+                 add --allow-overwrite if that is what you want"
+            ))
+            .into());
+        }
+        let before = workloads.len();
+        workloads.retain(|w| !w.writes());
+        Ok((workloads.len() < before).then(|| {
+            format!(
+                "note: {target} target: running read cases only; write cases \
+                 would overwrite its data (--allow-overwrite runs them)"
+            )
+        }))
+    }
+
     fn workloads(&self) -> Result<Vec<Workload>> {
         let mut list = if self.custom() {
             let bs = self.bs.map_or(4096, |s| s.0);
             let bs = u32::try_from(bs)
                 .ok()
                 .filter(|b| *b > 0 && *b <= 32 << 20)
-                .ok_or_else(|| anyhow!("--bs {bs}: must be between 1 byte and 32 MiB"))?;
+                .ok_or_else(|| {
+                    BenchUsageError(format!("--bs {bs}: must be between 1 byte and 32 MiB"))
+                })?;
             let mut w = Workload::new(
                 self.pattern.unwrap_or(Pattern::Rand),
                 self.rw.unwrap_or(Rw::Read),
@@ -305,10 +377,13 @@ struct SingleReport {
 }
 
 fn run_single(args: RunArgs) -> Result<()> {
-    let workloads = args.workloads()?;
+    let mut workloads = args.workloads()?;
+    let note = args.guard_writes(&mut workloads)?;
     let mut _server = None;
     let (endpoint, description, embedded) = if let Some(uri) = &args.uri {
-        let parsed: NbdUri = uri.parse().with_context(|| format!("--uri {uri}"))?;
+        let parsed: NbdUri = uri
+            .parse()
+            .map_err(|e| BenchUsageError(format!("--uri {uri}: {e}")))?;
         (
             Endpoint::Nbd {
                 uri: parsed,
@@ -340,6 +415,9 @@ fn run_single(args: RunArgs) -> Result<()> {
         _server = Some(server);
         (ep, d, true)
     };
+    if let Some(note) = note {
+        eprintln!("{note}");
+    }
     let label = if embedded {
         "embedded".to_owned()
     } else if args.local.is_some() {
@@ -518,5 +596,71 @@ mod tests {
         assert!(parse(&["compare", "--rounds", "0"]).is_err());
         let c = parse(&["--bs", "64M"]).unwrap();
         assert!(c.run.workloads().is_err());
+    }
+
+    /// A 4 MiB image filled with 0x77 and an embedded server serving it.
+    fn filled_image() -> (tempfile::NamedTempFile, EmbeddedServer) {
+        let image = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(image.path(), vec![0x77u8; 4 << 20]).unwrap();
+        let server = EmbeddedServer::start(&EmbeddedConfig {
+            backing: Backing::File(image.path().to_path_buf()),
+            size: 4 << 20,
+            ..EmbeddedConfig::default()
+        })
+        .unwrap();
+        (image, server)
+    }
+
+    fn untouched(image: &tempfile::NamedTempFile) -> bool {
+        std::fs::read(image.path())
+            .unwrap()
+            .iter()
+            .all(|b| *b == 0x77)
+    }
+
+    #[test]
+    fn a_uri_target_keeps_its_data_without_allow_overwrite() {
+        let (image, server) = filled_image();
+        let uri = server.uri().to_string();
+        let base = ["--uri", &uri, "--duration", "50ms", "--no-progress"];
+        // The standard set runs, its write cases left out.
+        let c = parse(&base).unwrap();
+        run_single(c.run).unwrap();
+        assert!(untouched(&image), "the default cases wrote to the target");
+        // Explicit writes are refused before anything is sent.
+        for extra in [
+            &["--rw", "write"][..],
+            &["--rw", "mixed"],
+            &["--prefill", "--rw", "read"],
+            &["--verify", "--rw", "read"],
+        ] {
+            let mut args = base.to_vec();
+            args.extend_from_slice(extra);
+            let e = run_single(parse(&args).unwrap().run).unwrap_err();
+            assert!(
+                format!("{e}").contains("--allow-overwrite"),
+                "{extra:?}: {e}"
+            );
+        }
+        assert!(untouched(&image), "a refused run wrote to the target");
+        // With the flag, the write cases run and overwrite.
+        let mut args = base.to_vec();
+        args.extend_from_slice(&["--allow-overwrite", "--rw", "write"]);
+        run_single(parse(&args).unwrap().run).unwrap();
+        server.stop().unwrap();
+        assert!(!untouched(&image), "--allow-overwrite did not write");
+    }
+
+    #[test]
+    fn a_local_target_keeps_its_data_without_allow_overwrite() {
+        let image = tempfile::NamedTempFile::new().unwrap();
+        std::fs::write(image.path(), vec![0x77u8; 4 << 20]).unwrap();
+        let path = image.path().to_str().unwrap();
+        let c = parse(&["--local", path, "--duration", "50ms", "--no-progress"]).unwrap();
+        run_single(c.run).unwrap();
+        assert!(untouched(&image));
+        let c = parse(&["--local", path, "--rw", "write", "--ops", "10"]).unwrap();
+        assert!(run_single(c.run).is_err());
+        assert!(untouched(&image));
     }
 }

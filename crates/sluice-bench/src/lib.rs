@@ -31,4 +31,4 @@ pub mod target;
 pub mod verify;
 pub mod workload;
 
-pub use cli::{run, BenchCli};
+pub use cli::{is_usage_error, run, BenchCli, BenchUsageError};

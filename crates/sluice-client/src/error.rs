@@ -14,25 +14,25 @@ pub use sluice_nbd_proto::Op;
 pub enum ClientError {
     #[error("bad NBD URI {uri:?}: {reason}")]
     BadUri { uri: String, reason: String },
-    #[error("cannot connect to {target}: {source}")]
+    #[error("cannot connect to {target}")]
     Connect { target: String, source: io::Error },
     #[error("no connection to {target} within {after:?}")]
     ConnectTimeout { target: String, after: Duration },
     #[error("TLS with {target} failed: {reason}")]
     Tls { target: String, reason: String },
-    #[error("connection to {target} failed: {source}")]
+    #[error("connection to {target} failed")]
     Io { target: String, source: io::Error },
-    #[error("handshake with {target} failed: {source}")]
+    #[error("handshake with {target} failed")]
     Handshake {
         target: String,
         source: ClientHandshakeError,
     },
-    #[error("{target} sent bytes this client cannot decode: {source}")]
+    #[error("{target} sent bytes this client cannot decode")]
     Protocol {
         target: String,
         source: ReplyDecodeError,
     },
-    #[error("{target} broke the protocol: {source}")]
+    #[error("{target} broke the protocol")]
     Reply { target: String, source: ReplyError },
     #[error("{target} broke the protocol: {reason}")]
     Violation { target: String, reason: String },
@@ -53,7 +53,7 @@ pub enum ClientError {
         length: u64,
         after: Duration,
     },
-    #[error("{op} refused before sending to export {export:?} on {target}: {source}")]
+    #[error("{op} refused before sending to export {export:?} on {target}")]
     Refused {
         target: String,
         export: String,
@@ -66,10 +66,11 @@ pub enum ClientError {
         export: String,
         what: String,
     },
-    #[error("lost the connection to {target} and could not reconnect within {window:?}: {last}")]
+    #[error("lost the connection to {target} and could not reconnect within {window:?}")]
     ReconnectFailed {
         target: String,
         window: Duration,
+        #[source]
         last: Box<Self>,
     },
     #[error("the connection to {target} is closed")]

@@ -319,7 +319,7 @@ impl Client {
                 lock(&s.socket).stream.shutdown();
                 if keep && w.link != Link::Failed {
                     // The reader notices, reconnects and re-sends.
-                    debug!(%target, error = %source, "send failed; the reader reconnects");
+                    debug!(%target, error = &source as &dyn std::error::Error, "send failed; the reader reconnects");
                     return Ok(rx);
                 }
                 w.link = Link::Failed;
@@ -560,7 +560,7 @@ impl Reader {
             };
             match stop {
                 Stop::Lost(e) if shared.options.reconnect.enabled() => {
-                    warn!(target = %self.target, error = %e, "connection lost; reconnecting");
+                    warn!(target = %self.target, error = &e as &dyn std::error::Error, "connection lost; reconnecting");
                     match self.reconnect(&shared, e) {
                         Ok(()) => continue,
                         Err(e) => break e,
@@ -773,7 +773,7 @@ impl Reader {
                 Err(e @ ClientError::Request { .. }) => return Err(e),
                 Err(e) => last = e,
             }
-            debug!(target = %self.target, error = %last, "reconnect attempt failed");
+            debug!(target = %self.target, error = &last as &dyn std::error::Error, "reconnect attempt failed");
             std::thread::sleep(backoff.min(deadline.saturating_duration_since(Instant::now())));
             backoff = (backoff * 2).min(Duration::from_secs(1));
         }

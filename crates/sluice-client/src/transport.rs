@@ -307,7 +307,7 @@ pub(crate) fn client_config(
             .add(ca)
             .map_err(|e| tls_err(format!("bad CA certificate in {}: {e}", dir.display())))?;
     }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let builder = ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| tls_err(e.to_string()))?

@@ -19,6 +19,7 @@ use sluice_client::{
 use sluice_nbd_proto::ClientHandshakeError;
 use sluice_server::{Export, ListenAddr, Server, ServerConfig, ServerHandle, TlsConfig, TlsMode};
 use sluice_storage::MemDevice;
+use sluice_testkit::error_chain;
 
 /// A CA, a server directory and client directories: `good` (CA, client
 /// certificate and key), `anonymous` (CA only), `stranger` (another CA).
@@ -265,7 +266,7 @@ fn tls_failures_are_clear_errors() {
         ),
         "{err}"
     );
-    assert!(err.to_string().contains("nbds://"), "{err}");
+    assert!(error_chain(&err).contains("nbds://"), "{err}");
     // A server certificate from a CA the client does not trust.
     let stranger: NbdUri = format!(
         "nbds://{}/disk?tls-certificates={}",

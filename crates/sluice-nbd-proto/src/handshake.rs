@@ -221,6 +221,29 @@ pub struct ServerHandshake {
     /// Canonical export name the last SET_META_CONTEXT referred to, and
     /// whether it selected base:allocation.
     meta: Option<(String, bool)>,
+    /// The last access refusal not yet taken by the caller.
+    refusal: Option<Refusal>,
+}
+
+/// A client refused for want of TLS or permission, for the server's log
+/// (see [`ServerHandshake::take_refusal`]). Listings that leave out
+/// exports a client may not use are not refusals.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The server requires TLS and the client sent an option before
+    /// STARTTLS (answered `NBD_REP_ERR_TLS_REQD`).
+    TlsRequired,
+    /// The export needs TLS, which this session has not started.
+    ExportNeedsTls {
+        /// The export's canonical name.
+        export: String,
+    },
+    /// The client may not use the export (its allow-list).
+    ExportDenied {
+        /// The export's canonical name.
+        export: String,
+    },
 }
 
 /// Context id given to `base:allocation`.
@@ -283,7 +306,15 @@ impl ServerHandshake {
             structured: false,
             extended: false,
             meta: None,
+            refusal: None,
         }
+    }
+
+    /// The last access refusal since the previous call, if any: the
+    /// session answered an option with `NBD_REP_ERR_TLS_REQD` or
+    /// `NBD_REP_ERR_POLICY` and goes on.
+    pub fn take_refusal(&mut self) -> Option<Refusal> {
+        self.refusal.take()
     }
 
     /// Bytes to send now (empty when there is nothing).
@@ -441,6 +472,7 @@ impl ServerHandshake {
     }
 
     fn reply_tls_required(&mut self, option: u32) {
+        self.refusal = Some(Refusal::TlsRequired);
         self.reply_err(
             option,
             REP_ERR_TLS_REQD,
@@ -450,7 +482,13 @@ impl ServerHandshake {
 
     /// The refusal for an export that is not `Allowed`. The message names
     /// no export and says nothing about it.
-    fn reply_refused(&mut self, option: u32, access: ExportAccess) {
+    fn reply_refused(&mut self, option: u32, access: ExportAccess, export: &str) {
+        let export = export.to_owned();
+        self.refusal = Some(if access == ExportAccess::TlsRequired {
+            Refusal::ExportNeedsTls { export }
+        } else {
+            Refusal::ExportDenied { export }
+        });
         if access == ExportAccess::TlsRequired {
             self.reply_err(option, REP_ERR_TLS_REQD, "this export requires TLS");
         } else {
@@ -660,7 +698,7 @@ impl ServerHandshake {
         };
         let access = self.access(catalog, &export.name);
         if access != ExportAccess::Allowed {
-            self.reply_refused(option, access);
+            self.reply_refused(option, access, &export.name);
             return Ok(HandshakeStatus::NeedInput);
         }
         let negotiated = self.negotiated(export);
@@ -737,7 +775,7 @@ impl ServerHandshake {
         };
         if self.access(catalog, &export.name) != ExportAccess::Allowed {
             // Never TLS_REQD here: the spec allows it only for INFO/GO.
-            self.reply_refused(option, ExportAccess::Denied);
+            self.reply_refused(option, ExportAccess::Denied, &export.name);
             return;
         }
         let matches_base_allocation = |q: &[u8]| {

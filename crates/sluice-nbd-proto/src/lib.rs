@@ -25,7 +25,7 @@ pub use client_request::{ClientRequest, Op, RequestEncoder, RequestError, Sent, 
 pub use errno::NbdErrno;
 pub use handshake::{
     BlockSizes, ExportAccess, ExportCatalog, ExportInfo, HandshakeConfig, HandshakeError,
-    HandshakeStatus, Negotiated, ServerHandshake, TlsPolicy, BASE_ALLOCATION_ID,
+    HandshakeStatus, Negotiated, Refusal, ServerHandshake, TlsPolicy, BASE_ALLOCATION_ID,
 };
 pub use reply::{
     encode_block_status, encode_chunk_header, encode_error, encode_error_offset, encode_hole_chunk,

@@ -261,13 +261,17 @@ impl TransmissionParams {
         }
         let end = h.offset.checked_add(h.length);
         let in_range = end.is_some_and(|e| e <= self.size);
+        // The spec: a server SHOULD NOT send EOVERFLOW unless chunked
+        // replies were negotiated; with simple replies it is EINVAL.
+        let too_large = if self.reply_style == ReplyStyle::Simple {
+            NbdErrno::Inval
+        } else {
+            NbdErrno::Overflow
+        };
         match h.kind {
             CMD_READ => {
                 if h.length > u64::from(self.max_payload) {
-                    return Err(reject(
-                        NbdErrno::Overflow,
-                        "read longer than the maximum payload",
-                    ));
+                    return Err(reject(too_large, "read longer than the maximum payload"));
                 }
                 if !in_range {
                     return Err(reject(NbdErrno::Inval, "read past the end of the export"));
@@ -283,10 +287,7 @@ impl TransmissionParams {
                     return Err(reject(NbdErrno::Perm, "write to a read-only export"));
                 }
                 if h.length > u64::from(self.max_payload) {
-                    return Err(reject(
-                        NbdErrno::Overflow,
-                        "write longer than the maximum payload",
-                    ));
+                    return Err(reject(too_large, "write longer than the maximum payload"));
                 }
                 if !in_range {
                     return Err(reject(NbdErrno::NoSpc, "write past the end of the export"));
@@ -412,6 +413,28 @@ mod tests {
             cookie: 7,
             offset,
             length,
+        }
+    }
+
+    #[test]
+    fn an_oversized_read_is_eoverflow_only_with_chunked_replies() {
+        let too_long = hdr(CMD_READ, 0, 0, u64::from(DEFAULT_MAX_PAYLOAD) + 1);
+        let too_long_df = hdr(CMD_READ, CMD_FLAG_DF, 0, u64::from(DEFAULT_MAX_PAYLOAD) + 1);
+        for (style, want) in [
+            (ReplyStyle::Simple, NbdErrno::Inval),
+            (ReplyStyle::Structured, NbdErrno::Overflow),
+            (ReplyStyle::Extended, NbdErrno::Overflow),
+        ] {
+            let mut p = params();
+            p.reply_style = style;
+            if style == ReplyStyle::Simple {
+                // DF is only advertised with chunked replies.
+                p.flags &= !FLAG_SEND_DF;
+                assert_eq!(p.validate(&too_long).unwrap_err().errno, want);
+            } else {
+                assert_eq!(p.validate(&too_long).unwrap_err().errno, want);
+                assert_eq!(p.validate(&too_long_df).unwrap_err().errno, want);
+            }
         }
     }
 

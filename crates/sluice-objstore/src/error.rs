@@ -67,7 +67,7 @@ pub enum ObjStoreError {
         got: u64,
     },
     /// The operating system failed on an object's data file.
-    #[error("{op} of {object} ({path}) failed: {source}")]
+    #[error("{op} of {object} ({path}) failed")]
     Io {
         object: ObjectRef,
         op: &'static str,
@@ -75,14 +75,14 @@ pub enum ObjStoreError {
         source: io::Error,
     },
     /// The operating system failed on a store-wide file or folder.
-    #[error("{op} of {path} failed: {source}")]
+    #[error("{op} of {path} failed")]
     StoreIo {
         op: &'static str,
         path: PathBuf,
         source: io::Error,
     },
     /// SQLite failed while keeping attributes.
-    #[error("attribute database: {what} failed: {source}")]
+    #[error("attribute database: {what} failed")]
     Metadata {
         what: &'static str,
         source: rusqlite::Error,

@@ -447,7 +447,7 @@ impl RaidDevice {
             if member_fault && self.geometry.level() == RaidLevel::Raid5 {
                 if !self.counters[io.member].failed.swap(true, Ordering::SeqCst) {
                     tracing::warn!(array = %self.label, member = io.member,
-                        name = %self.names[io.member], error = %e,
+                        name = %self.names[io.member], error = &e as &dyn std::error::Error,
                         "member failed; continuing degraded");
                     self.record_failure(io.member);
                 }

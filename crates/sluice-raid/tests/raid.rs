@@ -9,6 +9,7 @@ use sluice_raid::{ArrayFailed, Geometry, MemberStatus, RaidDevice, RaidError, Ra
 use sluice_storage::{
     BlockDevice, DeviceError, FaultInjectionDevice, FaultRule, MemDevice, ZeroMode,
 };
+use sluice_testkit::error_chain;
 
 fn mem_members(n: usize, size: u64) -> Vec<Arc<MemDevice>> {
     (0..n)
@@ -220,7 +221,7 @@ fn two_failures_give_errors_not_wrong_data() {
             source.get_ref().is_some_and(|e| e.is::<ArrayFailed>()),
             "{err}"
         );
-        assert!(err.to_string().contains("member 0"), "{err}");
+        assert!(error_chain(&err).contains("member 0"), "{err}");
     }
     assert!(array.write_at(&buf[..4096], 0, false).is_err());
     assert!(array.flush().is_err());
@@ -254,7 +255,7 @@ fn a_flush_that_fails_a_second_member_is_an_error() {
         .write_at(&pattern(8, 8192), 0, false)
         .expect("degraded write");
     let err = array.flush().expect_err("flush lost a second member");
-    assert!(err.to_string().contains("member 0"), "{err}");
+    assert!(error_chain(&err).contains("member 0"), "{err}");
 }
 
 #[test]

@@ -43,6 +43,8 @@ pub enum ConfigError {
     BadPartitionName(String),
     #[error("object listeners are configured but no object store directory ([objects] dir, --objects DIR)")]
     NoObjectDir,
+    #[error("maximum request size of {0} bytes: it must be between 4 KiB and 4 GiB - 1 (NBD advertises it in 32 bits)")]
+    BadMaxRequestSize(u64),
     #[error("handshake timeout of 0 s: a handshake must have a limit (at least 1 s), or silent clients hold connection slots forever")]
     ZeroHandshakeTimeout,
 }
@@ -575,6 +577,13 @@ pub struct Limits {
     /// Most bytes of handed-off requests in flight per connection before
     /// the connection stops reading (back-pressure).
     pub max_inflight_bytes_per_connection: u64,
+    /// Largest read or write payload accepted, advertised to clients as
+    /// the maximum block size. 64 MiB by default: clients that never ask
+    /// for the limits (old ones, and test suites with requests up to about
+    /// 48 MiB) send more than the 32 MiB the NBD spec suggests, and other
+    /// servers accept them. Writes larger than the in-flight limit are
+    /// received into the device in pieces, so memory stays bounded.
+    pub max_request_size: u64,
 }
 
 impl Default for Limits {
@@ -582,7 +591,16 @@ impl Default for Limits {
         Self {
             max_connections: 1024,
             max_inflight_bytes_per_connection: 64 << 20,
+            max_request_size: 64 << 20,
         }
+    }
+}
+
+impl Limits {
+    /// [`max_request_size`](Self::max_request_size) as NBD's 32-bit
+    /// maximum payload (checked by [`ServerConfig::validate`]).
+    pub fn max_payload(&self) -> u32 {
+        u32::try_from(self.max_request_size).unwrap_or(u32::MAX)
     }
 }
 
@@ -652,6 +670,10 @@ impl ServerConfig {
         if self.timeouts.handshake_timeout_secs == 0 {
             return Err(ConfigError::ZeroHandshakeTimeout);
         }
+        let max = self.limits.max_request_size;
+        if !(4096..=u64::from(u32::MAX)).contains(&max) {
+            return Err(ConfigError::BadMaxRequestSize(max));
+        }
         let mut seen = std::collections::HashSet::new();
         for e in &self.export {
             e.check_name()?;
@@ -680,6 +702,19 @@ impl ServerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_max_request_size_must_fit_nbd() {
+        let mut c = ServerConfig::default();
+        assert_eq!(c.limits.max_payload(), 64 << 20);
+        for bad in [0, 4095, 1 << 32] {
+            c.limits.max_request_size = bad;
+            let e = c.validate().unwrap_err();
+            assert_eq!(e, ConfigError::BadMaxRequestSize(bad));
+        }
+        c.limits.max_request_size = u64::from(u32::MAX);
+        c.validate().unwrap();
+    }
 
     #[test]
     fn a_zero_handshake_timeout_is_refused() {
@@ -768,6 +803,7 @@ mod tests {
             idle_timeout_secs = 7
             max_connections = 8
             max_inflight_bytes_per_connection = 9
+            max_request_size = 100000
             spin_us = 10
             coalesce_max = 11
             coalesce_wait_us = 12
@@ -791,6 +827,7 @@ mod tests {
             Limits {
                 max_connections: 8,
                 max_inflight_bytes_per_connection: 9,
+                max_request_size: 100000,
             }
         );
         assert_eq!(

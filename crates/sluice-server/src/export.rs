@@ -74,17 +74,21 @@ impl Export {
         }
     }
 
-    /// What the handshake sends about this export.
-    pub fn info(&self) -> ExportInfo {
+    /// What the handshake sends about this export; `max_payload` is the
+    /// server's largest request (`Limits::max_request_size`).
+    pub fn info(&self, max_payload: u32) -> ExportInfo {
+        let minimum = self.capability.min_block.max(1);
+        let preferred = self.capability.min_block.max(4096);
         ExportInfo {
             name: self.name.clone(),
             description: self.description.clone(),
             size: self.device.size(),
             flags: transmission_flags(&self.capability),
             block_sizes: BlockSizes {
-                minimum: self.capability.min_block.max(1),
-                preferred: self.capability.min_block.max(4096),
-                maximum_payload: DEFAULT_MAX_PAYLOAD,
+                minimum,
+                preferred,
+                // A multiple of the minimum, and never below the preferred.
+                maximum_payload: (max_payload / minimum * minimum).max(preferred),
             },
             base_allocation: true,
         }
@@ -108,15 +112,33 @@ fn volume_builder(server: &ServerConfig) -> VolumeBuilder {
 }
 
 /// All exports of a server; the default export answers the empty name.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ExportRegistry {
     exports: Vec<Arc<Export>>,
+    /// The largest request payload, advertised with every export.
+    max_payload: u32,
+}
+
+impl Default for ExportRegistry {
+    fn default() -> Self {
+        Self::new(Vec::new())
+    }
 }
 
 impl ExportRegistry {
-    /// A registry of the given exports (names must be unique).
+    /// A registry of the given exports (names must be unique), with the
+    /// default maximum request size.
     pub fn new(exports: Vec<Arc<Export>>) -> Self {
-        Self { exports }
+        Self {
+            exports,
+            max_payload: crate::config::Limits::default().max_payload(),
+        }
+    }
+
+    /// Advertises `max_payload` as every export's largest request.
+    pub fn with_max_payload(mut self, max_payload: u32) -> Self {
+        self.max_payload = max_payload;
+        self
     }
 
     /// The export a client asking for `name` gets: `""` means the one named
@@ -147,6 +169,6 @@ impl ExportCatalog for ExportRegistry {
     }
 
     fn lookup(&self, name: &str) -> Option<ExportInfo> {
-        self.get(name).map(|e| e.info())
+        self.get(name).map(|e| e.info(self.max_payload))
     }
 }

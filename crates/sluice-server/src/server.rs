@@ -4,8 +4,8 @@ use std::collections::HashMap;
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener};
 use std::os::fd::AsFd;
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -21,7 +21,7 @@ use crate::export::{Export, ExportRegistry};
 use crate::metrics::ServerMetrics;
 use crate::nbd::NbdService;
 use crate::obj::{tls_policy, ObjService, PartitionPolicy};
-use crate::socket::Socket;
+use crate::socket::{clear_stale_socket, Socket, SocketPathError};
 use crate::stop::StopSignal;
 use crate::stream::Stream;
 use crate::tls::{handshake_policy, AccessPolicy, TlsAcceptor, TlsSetupError};
@@ -40,29 +40,29 @@ pub enum ServerError {
     NoListeners,
     #[error(transparent)]
     Config(#[from] crate::config::ConfigError),
-    #[error("cannot open export {name:?}: {source}")]
+    #[error("cannot open export {name:?}")]
     OpenExport {
         name: String,
         source: crate::export::ExportOpenError,
     },
-    #[error("cannot listen on {addr}: {source}")]
+    #[error("cannot listen on {addr}")]
     Bind { addr: String, source: io::Error },
-    #[error("unix socket {path} is in use by a running server")]
-    SocketInUse { path: PathBuf },
+    #[error(transparent)]
+    SocketPath(#[from] SocketPathError),
     #[error("cannot start server threads: {0}")]
     Threads(io::Error),
     #[error("accept loop failed: {0}")]
     Accept(io::Error),
     #[error("cannot set up TLS: {0}")]
     Tls(TlsSetupError),
-    #[error("cannot open the object store in {dir}: {source}")]
+    #[error("cannot open the object store in {dir}")]
     OpenObjects {
         dir: PathBuf,
         source: sluice_objstore::ObjStoreError,
     },
-    #[error("flushing the object store at shutdown failed: {0}")]
-    FlushObjects(sluice_objstore::ObjStoreError),
-    #[error("flushing export {name:?} at shutdown failed: {source}")]
+    #[error("flushing the object store at shutdown failed")]
+    FlushObjects(#[source] sluice_objstore::ObjStoreError),
+    #[error("flushing export {name:?} at shutdown failed")]
     Flush {
         name: String,
         source: sluice_storage::DeviceError,
@@ -77,12 +77,10 @@ impl From<TlsSetupError> for ServerError {
     }
 }
 
-/// Binds one listening address for `protocol`; returns the listener and
-/// the address bound (port 0 resolved).
-fn bind_listener(
-    addr: &ListenAddr,
-    protocol: &Arc<dyn ConnectionHandler>,
-) -> Result<(Listener, ListenAddr), ServerError> {
+/// Binds one listening address; returns the socket and the address
+/// bound (port 0 resolved). A Unix path may hold only a stale socket,
+/// which is replaced.
+fn bind_socket(addr: &ListenAddr) -> Result<(ListenSocket, ListenAddr), ServerError> {
     let bind_err = |source| ServerError::Bind {
         addr: addr.to_string(),
         source,
@@ -92,31 +90,17 @@ fn bind_listener(
             let l = TcpListener::bind(a).map_err(bind_err)?;
             l.set_nonblocking(true).map_err(bind_err)?;
             let local = ListenAddr::Tcp(l.local_addr().map_err(bind_err)?);
-            Ok((
-                Listener {
-                    socket: ListenSocket::Tcp(l),
-                    protocol: Arc::clone(protocol),
-                },
-                local,
-            ))
+            Ok((ListenSocket::Tcp(l), local))
         }
         ListenAddr::Unix(path) => {
-            if path.exists() {
-                if UnixStream::connect(path).is_ok() {
-                    return Err(ServerError::SocketInUse { path: path.clone() });
-                }
-                // A stale socket from a server that died.
-                std::fs::remove_file(path).map_err(bind_err)?;
-            }
+            clear_stale_socket(path)?;
             let l = UnixListener::bind(path).map_err(bind_err)?;
-            l.set_nonblocking(true).map_err(bind_err)?;
-            Ok((
-                Listener {
-                    socket: ListenSocket::Unix(l, path.clone()),
-                    protocol: Arc::clone(protocol),
-                },
-                ListenAddr::Unix(path.clone()),
-            ))
+            // From here on, dropping it removes the path.
+            let socket = ListenSocket::Unix(l, path.clone());
+            if let ListenSocket::Unix(l, _) = &socket {
+                l.set_nonblocking(true).map_err(bind_err)?;
+            }
+            Ok((socket, ListenAddr::Unix(path.clone())))
         }
     }
 }
@@ -148,10 +132,19 @@ fn open_objects(config: &ObjectConfig) -> Result<Objects, ServerError> {
     })
 }
 
-/// A bound listening socket.
+/// A bound listening socket. A Unix socket's path is removed when it is
+/// dropped: at the end of `run`, or when a start fails after binding it.
 enum ListenSocket {
     Tcp(TcpListener),
     Unix(UnixListener, PathBuf),
+}
+
+impl Drop for ListenSocket {
+    fn drop(&mut self) {
+        if let Self::Unix(_, path) = self {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 /// A listening socket and the protocol its connections speak.
@@ -239,25 +232,52 @@ pub struct Server {
 }
 
 impl Server {
-    /// Opens every export and binds every listener.
+    /// Checks the configuration, loads the TLS credentials and binds every
+    /// listener, then opens every export. Nothing is created on disk until
+    /// all of that but the exports has succeeded, and a start that fails
+    /// removes the files and sockets it created.
     pub fn bind(config: ServerConfig) -> Result<Self, ServerError> {
         config.validate()?;
         if config.export.is_empty() && config.objects.is_none() {
             return Err(ServerError::NoExports);
         }
-        let exports = config
-            .export
-            .iter()
-            .map(|e| {
-                Export::open(e, &config)
-                    .map(Arc::new)
-                    .map_err(|source| ServerError::OpenExport {
-                        name: e.name.clone(),
-                        source,
+        let names = config.export.iter().map(|e| e.name.clone()).collect();
+        Self::bind_then_open(config, names, |config| {
+            // Files the exports would create; removed again if the start fails.
+            let new_files: Vec<PathBuf> = config
+                .export
+                .iter()
+                .flat_map(|e| e.spec.files())
+                .filter(|p| !p.exists())
+                .map(Path::to_path_buf)
+                .collect();
+            let opened = config
+                .export
+                .iter()
+                .map(|e| {
+                    Export::open(e, config).map(Arc::new).map_err(|source| {
+                        ServerError::OpenExport {
+                            name: e.name.clone(),
+                            source,
+                        }
                     })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        Self::bind_exports(config, exports)
+                })
+                .collect::<Result<Vec<_>, _>>();
+            if opened.is_err() {
+                for path in &new_files {
+                    match std::fs::remove_file(path) {
+                        Ok(()) => {
+                            info!(path = %path.display(), "start failed: removed the file it created")
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                        Err(e) => {
+                            warn!(path = %path.display(), error = %e, "start failed: cannot remove the file it created")
+                        }
+                    }
+                }
+            }
+            opened
+        })
     }
 
     /// Like [`bind`](Self::bind) with already-built exports (tests, and
@@ -266,59 +286,45 @@ impl Server {
         config: ServerConfig,
         exports: Vec<Arc<Export>>,
     ) -> Result<Self, ServerError> {
+        let names = exports.iter().map(|e| e.name.clone()).collect();
+        Self::bind_then_open(config, names, move |_| Ok(exports))
+    }
+
+    /// Everything that can fail without touching the disk (TLS, every
+    /// listener), then `open` for the exports named `names`.
+    fn bind_then_open(
+        config: ServerConfig,
+        names: Vec<String>,
+        open: impl FnOnce(&ServerConfig) -> Result<Vec<Arc<Export>>, ServerError>,
+    ) -> Result<Self, ServerError> {
         let object_listen = config.objects.as_ref().map_or(0, |o| o.listen.len());
         if config.listen.is_empty() && object_listen == 0 {
             return Err(ServerError::NoListeners);
         }
         config.tls.validate()?;
-        if let Some(name) = config
-            .tls
-            .allow
-            .keys()
-            .find(|n| !exports.iter().any(|e| &e.name == *n))
-        {
+        if let Some(name) = config.tls.allow.keys().find(|n| !names.contains(n)) {
             return Err(crate::config::ConfigError::TlsAllowUnknownExport(name.clone()).into());
         }
         let tls = TlsAcceptor::load(&config.tls)?.map(Arc::new);
-        let nbd_tls = handshake_policy(config.tls.mode, tls.as_deref());
-        let registry = Arc::new(ExportRegistry::new(exports));
-        let export_access = Arc::new(AccessPolicy::new(config.tls.allow.clone()));
-        let nbd: Arc<dyn ConnectionHandler> = Arc::new(NbdService {
-            registry: Arc::clone(&registry),
-            tls_policy: nbd_tls,
-            tls: tls.clone(),
-            access: Arc::clone(&export_access),
-            fast_paths: config.fast_paths,
-        });
-        let mut listeners = Vec::new();
+        let partition_allow = config
+            .objects
+            .as_ref()
+            .map(|oc| oc.partition_allow())
+            .transpose()?;
+        let mut sockets = Vec::new();
         let mut local_addrs = Vec::new();
         for addr in &config.listen {
-            let (listener, local) = bind_listener(addr, &nbd)?;
-            listeners.push(listener);
+            let (socket, local) = bind_socket(addr)?;
+            sockets.push(socket);
             local_addrs.push(local);
         }
+        let mut object_sockets = Vec::new();
         let mut object_addrs = Vec::new();
-        let objects = match &config.objects {
-            Some(oc) => {
-                let objects = open_objects(oc)?;
-                let obj: Arc<dyn ConnectionHandler> = Arc::new(ObjService {
-                    store: Arc::clone(&objects.store),
-                    registry: Arc::clone(&registry),
-                    tls_policy: tls_policy(nbd_tls),
-                    tls,
-                    partitions: Arc::new(PartitionPolicy::new(oc.partition_allow()?)),
-                    export_access,
-                    limits: sluice_obj_proto::Limits::default(),
-                });
-                for addr in &oc.listen {
-                    let (listener, local) = bind_listener(addr, &obj)?;
-                    listeners.push(listener);
-                    object_addrs.push(local);
-                }
-                Some(objects)
-            }
-            None => None,
-        };
+        for addr in config.objects.iter().flat_map(|o| &o.listen) {
+            let (socket, local) = bind_socket(addr)?;
+            object_sockets.push(socket);
+            object_addrs.push(local);
+        }
         let (metrics_listener, metrics_addr) = match config.metrics {
             Some(addr) => {
                 let bind_err = |source| ServerError::Bind {
@@ -332,6 +338,45 @@ impl Server {
             None => (None, None),
         };
         let stop = Arc::new(StopSignal::new().map_err(ServerError::Threads)?);
+        let exports = open(&config)?;
+        let registry =
+            Arc::new(ExportRegistry::new(exports).with_max_payload(config.limits.max_payload()));
+        let nbd_tls = handshake_policy(config.tls.mode, tls.as_deref());
+        let export_access = Arc::new(AccessPolicy::new(config.tls.allow.clone()));
+        let nbd: Arc<dyn ConnectionHandler> = Arc::new(NbdService {
+            registry: Arc::clone(&registry),
+            tls_policy: nbd_tls,
+            tls: tls.clone(),
+            access: Arc::clone(&export_access),
+            fast_paths: config.fast_paths,
+        });
+        let mut listeners: Vec<Listener> = sockets
+            .into_iter()
+            .map(|socket| Listener {
+                socket,
+                protocol: Arc::clone(&nbd),
+            })
+            .collect();
+        let objects = match &config.objects {
+            Some(oc) => {
+                let objects = open_objects(oc)?;
+                let obj: Arc<dyn ConnectionHandler> = Arc::new(ObjService {
+                    store: Arc::clone(&objects.store),
+                    registry: Arc::clone(&registry),
+                    tls_policy: tls_policy(nbd_tls),
+                    tls,
+                    partitions: Arc::new(PartitionPolicy::new(partition_allow.unwrap_or_default())),
+                    export_access,
+                    limits: sluice_obj_proto::Limits::default(),
+                });
+                listeners.extend(object_sockets.into_iter().map(|socket| Listener {
+                    socket,
+                    protocol: Arc::clone(&obj),
+                }));
+                Some(objects)
+            }
+            None => None,
+        };
         Ok(Self {
             listeners,
             local_addrs,
@@ -406,15 +451,10 @@ impl Server {
             let _ = thread.join();
         }
         drop(env);
-        for l in &self.listeners {
-            if let ListenSocket::Unix(_, path) = &l.socket {
-                let _ = std::fs::remove_file(path);
-            }
-        }
         let mut flush_result = Ok(());
         for export in self.registry.all() {
             if let Err(source) = export.device.flush() {
-                error!(export = %export.name, error = %source, "flush at shutdown failed");
+                error!(export = %export.name, error = &source as &dyn std::error::Error, "flush at shutdown failed");
                 flush_result = Err(ServerError::Flush {
                     name: export.name.clone(),
                     source,

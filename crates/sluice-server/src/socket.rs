@@ -1,12 +1,17 @@
 //! A connected client socket, TCP or Unix: the bottom of a connection's
 //! stream. TLS runs over it (`tls::TlsStream`); `stream::Stream` is
-//! either.
+//! either. Also what a Unix listening socket's path may hold before the
+//! server binds there.
 
 use std::io::{self, IoSlice, Write};
 use std::net::{Shutdown, TcpStream};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
+
+use thiserror::Error;
 
 use crate::buffer::RecvBuf;
 
@@ -176,5 +181,136 @@ impl Write for Socket {
     }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
+    }
+}
+
+/// Why a Unix socket path cannot be listened on: something is there that
+/// the server must not remove.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum SocketPathError {
+    /// A file, directory or other non-socket is at the path.
+    #[error(
+        "{path} is {what}, not a socket; refusing to replace it (remove it or choose another path)"
+    )]
+    NotASocket {
+        /// The path.
+        path: PathBuf,
+        /// What is there, in words ("a regular file").
+        what: &'static str,
+    },
+    /// A server answers on the socket.
+    #[error("unix socket {path} is in use by a running server")]
+    InUse {
+        /// The path.
+        path: PathBuf,
+    },
+    /// The path could not be examined or the stale socket removed.
+    #[error("cannot {action} unix socket path {path}")]
+    Io {
+        /// What was being done: "examine", "probe", "remove the stale".
+        action: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
+}
+
+/// Makes `path` free for a listening Unix socket: nothing there is fine;
+/// a socket nobody answers on (left by a server that died) is removed;
+/// anything else (a file, a directory, a link, a live socket) is an
+/// error and left alone.
+pub(crate) fn clear_stale_socket(path: &Path) -> Result<(), SocketPathError> {
+    let io_err = |action, source| SocketPathError::Io {
+        action,
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(io_err("examine", e)),
+    };
+    let kind = meta.file_type();
+    if !kind.is_socket() {
+        let what = if kind.is_file() {
+            "a regular file"
+        } else if kind.is_dir() {
+            "a directory"
+        } else if kind.is_symlink() {
+            "a symbolic link"
+        } else {
+            "a device or pipe"
+        };
+        return Err(SocketPathError::NotASocket {
+            path: path.to_path_buf(),
+            what,
+        });
+    }
+    match UnixStream::connect(path) {
+        Ok(_) => Err(SocketPathError::InUse {
+            path: path.to_path_buf(),
+        }),
+        // Nobody listens: a stale socket from a server that died.
+        Err(e) if e.kind() == io::ErrorKind::ConnectionRefused => {
+            std::fs::remove_file(path).map_err(|e| io_err("remove the stale", e))
+        }
+        Err(e) => Err(io_err("probe", e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::net::UnixListener;
+
+    #[test]
+    fn only_a_stale_socket_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("missing.sock");
+        clear_stale_socket(&missing).unwrap();
+
+        let file = dir.path().join("data.img");
+        std::fs::write(&file, b"precious").unwrap();
+        let e = clear_stale_socket(&file).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                SocketPathError::NotASocket {
+                    what: "a regular file",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert_eq!(std::fs::read(&file).unwrap(), b"precious");
+
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        let e = clear_stale_socket(&sub).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                SocketPathError::NotASocket {
+                    what: "a directory",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(sub.is_dir());
+
+        let live = dir.path().join("live.sock");
+        let listener = UnixListener::bind(&live).unwrap();
+        let e = clear_stale_socket(&live).unwrap_err();
+        assert!(matches!(e, SocketPathError::InUse { .. }), "{e}");
+        assert!(live.exists());
+
+        // Closing the listener leaves its path behind: that one goes.
+        drop(listener);
+        assert!(live.exists());
+        clear_stale_socket(&live).unwrap();
+        assert!(!live.exists());
     }
 }

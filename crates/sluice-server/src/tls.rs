@@ -77,8 +77,67 @@ pub enum TlsSetupError {
     BadPem { path: PathBuf, reason: String },
     #[error("the CA certificate in {path} cannot be used: {reason}")]
     BadCa { path: PathBuf, reason: String },
+    #[error("the private key in {path} cannot be used: {reason}")]
+    BadKey { path: PathBuf, reason: String },
     #[error("the server certificate and key cannot be used: {0}")]
     ServerCert(rustls::Error),
+}
+
+/// The key types TLS here accepts, for refusal messages.
+const KEYS_THAT_WORK: &str =
+    "RSA keys of 2048 to 8192 bits, ECDSA keys on P-256, P-384 or P-521, and Ed25519 keys work";
+
+/// Why the provider refused the key in `key_path`, in words: what kind
+/// and size of key the server certificate (`leaf`) carries.
+fn key_refusal(leaf: &CertificateDer<'_>) -> String {
+    use x509_parser::public_key::PublicKey;
+    let Ok((_, cert)) = x509_parser::parse_x509_certificate(leaf) else {
+        return format!("its type or size is not supported ({KEYS_THAT_WORK})");
+    };
+    let spki = cert.public_key();
+    let what = match spki.parsed() {
+        Ok(PublicKey::RSA(rsa)) => format!("an RSA key of {} bits", rsa.key_size()),
+        Ok(PublicKey::EC(ec)) => {
+            let curve = spki
+                .algorithm
+                .parameters
+                .as_ref()
+                .and_then(|p| p.as_oid().ok());
+            match curve.map(|c| c.to_id_string()).as_deref() {
+                Some("1.3.132.0.10") => "an ECDSA key on curve secp256k1".to_owned(),
+                Some(oid) => format!("an ECDSA key on curve {oid}"),
+                None => format!("an ECDSA key of {} bits", ec.key_size()),
+            }
+        }
+        Ok(PublicKey::DSA(_)) => "a DSA key (DSA is not used for TLS)".to_owned(),
+        _ => match spki.algorithm.algorithm.to_id_string().as_str() {
+            "1.3.101.113" => "an Ed448 key".to_owned(),
+            oid => format!("a key of algorithm {oid}"),
+        },
+    };
+    format!("the server certificate's key is {what}, which is not supported ({KEYS_THAT_WORK})")
+}
+
+/// Reads the server's private key; an encrypted one is refused with how
+/// to decrypt it.
+fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsSetupError> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| {
+        let encrypted = matches!(e, pem::Error::NoItemsFound)
+            && std::fs::read_to_string(path)
+                .is_ok_and(|t| t.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----"));
+        if encrypted {
+            TlsSetupError::BadKey {
+                path: path.to_owned(),
+                reason: format!(
+                    "it is encrypted with a passphrase, and the server reads keys without one \
+                     (decrypt it with: openssl pkey -in {0} -out {0})",
+                    path.display()
+                ),
+            }
+        } else {
+            pem_error(path, "private key", e)
+        }
+    })
 }
 
 fn pem_error(path: &Path, what: &'static str, e: pem::Error) -> TlsSetupError {
@@ -130,12 +189,22 @@ impl TlsAcceptor {
         if cfg.mode == TlsMode::Off {
             return Ok(None);
         }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
         let cert_path = dir.join(SERVER_CERT_FILE);
         let chain = load_certs(&cert_path, "certificate")?;
         let key_path = dir.join(SERVER_KEY_FILE);
-        let key = PrivateKeyDer::from_pem_file(&key_path)
-            .map_err(|e| pem_error(&key_path, "private key", e))?;
+        let key = load_key(&key_path)?;
+        // Loaded once here only to say why, in words, when it is refused.
+        if provider
+            .key_provider
+            .load_private_key(key.clone_key())
+            .is_err()
+        {
+            return Err(TlsSetupError::BadKey {
+                path: key_path,
+                reason: key_refusal(&chain[0]),
+            });
+        }
         // TLS 1.3 and 1.2 only (the NBD spec: 1.2 MUST, later SHOULD).
         let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
@@ -159,9 +228,16 @@ impl TlsAcceptor {
         } else {
             builder.with_no_client_auth()
         };
-        let config = builder
-            .with_single_cert(chain, key)
-            .map_err(TlsSetupError::ServerCert)?;
+        let config = builder.with_single_cert(chain, key).map_err(|e| match e {
+            rustls::Error::InconsistentKeys(_) => TlsSetupError::BadKey {
+                path: key_path,
+                reason: format!(
+                    "it does not belong to the certificate in {}",
+                    cert_path.display()
+                ),
+            },
+            other => TlsSetupError::ServerCert(other),
+        })?;
         // 0-RTT stays off (rustls's default): early data can be replayed,
         // and an NBD write must never be.
         Ok(Some(Self {
@@ -315,9 +391,9 @@ pub(crate) struct TlsStream {
 /// Why the TLS handshake after STARTTLS failed.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum TlsHandshakeError {
-    #[error("TLS handshake failed: {0}")]
+    #[error("TLS handshake failed")]
     Tls(#[from] rustls::Error),
-    #[error("socket error during the TLS handshake: {0}")]
+    #[error("socket error during the TLS handshake")]
     Io(#[from] io::Error),
     #[error("client closed the connection during the TLS handshake")]
     Closed,

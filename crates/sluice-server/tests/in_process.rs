@@ -622,3 +622,112 @@ fn a_client_vanishing_mid_spliced_payload_writes_nothing() {
     );
     server.stop().unwrap();
 }
+
+/// A memory device that records the longest single write it was given.
+#[derive(Debug)]
+struct WriteSizes {
+    inner: MemDevice,
+    longest: std::sync::atomic::AtomicUsize,
+}
+
+impl sluice_storage::DeviceLayer for WriteSizes {
+    fn inner(&self) -> &dyn BlockDevice {
+        &self.inner
+    }
+    fn write_at(
+        &self,
+        buf: &[u8],
+        offset: u64,
+        fua: bool,
+    ) -> Result<(), sluice_storage::DeviceError> {
+        self.longest.fetch_max(buf.len(), Ordering::SeqCst);
+        self.inner.write_at(buf, offset, fua)
+    }
+}
+
+#[test]
+fn a_write_beyond_32_mib_is_received_into_the_device_in_pieces() {
+    let dev = Arc::new(WriteSizes {
+        inner: MemDevice::new(128 << 20, false),
+        longest: Default::default(),
+    });
+    let server = start(dev.clone(), PipelineMode::Flexible);
+    let mut c = RawClient::connect(server.addr);
+    let len = 48usize << 20;
+    let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4099) as u8).collect();
+    c.send(CMD_WRITE, 1, 4096, len as u64, &data);
+    assert_eq!(c.reply(), (1, 0, Vec::new()));
+    assert!(
+        dev.longest.load(Ordering::SeqCst) <= 1 << 20,
+        "the 48 MiB payload reached the device in one piece of {} bytes",
+        dev.longest.load(Ordering::SeqCst)
+    );
+    c.send(CMD_READ, 2, 4096, len as u64, &[]);
+    let (cookie, err, got) = c.reply();
+    assert_eq!((cookie, err), (2, 0));
+    assert!(got == data, "the 48 MiB read differs from the write");
+    // Past the default 64 MiB maximum: refused, the connection usable.
+    c.send(CMD_READ, 3, 0, 65 << 20, &[]);
+    assert_eq!(
+        c.reply().1,
+        75,
+        "oversized read, structured replies: EOVERFLOW"
+    );
+    c.send(CMD_READ, 4, 4096, 3, &[]);
+    assert_eq!(c.reply(), (4, 0, data[..3].to_vec()));
+    server.stop().unwrap();
+}
+
+#[test]
+fn an_oversized_read_with_simple_replies_is_einval() {
+    let server = start(
+        Arc::new(MemDevice::new(1 << 20, false)),
+        PipelineMode::Flexible,
+    );
+    let mut c = RawClient::open(RawClient::tcp(server.addr), "", Finish::Go, Replies::Simple);
+    c.send(CMD_READ, 1, 0, u64::from(u32::MAX), &[]);
+    assert_eq!(
+        c.reply().1,
+        22,
+        "EINVAL, not EOVERFLOW, without chunked replies"
+    );
+    c.send(CMD_READ, 2, 0, 3, &[]);
+    assert_eq!(c.reply(), (2, 0, vec![0; 3]));
+    server.stop().unwrap();
+}
+
+#[test]
+fn the_max_request_size_is_configurable() {
+    let server = TestServer::builder()
+        .export("default", Arc::new(MemDevice::new(8 << 20, false)))
+        .config(|c| c.limits.max_request_size = 1 << 20)
+        .start();
+    let mut c = RawClient::connect(server.addr);
+    c.send(CMD_READ, 1, 0, 1 << 20, &[]);
+    assert_eq!(c.reply().1, 0);
+    c.send(CMD_READ, 2, 0, 2 << 20, &[]);
+    assert_eq!(c.reply().1, 75, "beyond --max-request-size");
+    server.stop().unwrap();
+}
+
+#[test]
+fn a_large_write_that_fails_drains_its_payload_and_keeps_the_connection() {
+    let rule: sluice_storage::FaultRule = "write:eio:after=3".parse().unwrap();
+    let dev = Arc::new(sluice_storage::FaultInjectionDevice::new(
+        Arc::new(MemDevice::new(64 << 20, false)),
+        "export \"default\"",
+        vec![rule],
+    ));
+    let server = start(dev, PipelineMode::Flexible);
+    let mut c = RawClient::connect(server.addr);
+    let data = vec![0x3cu8; 40 << 20];
+    c.send(CMD_WRITE, 1, 0, data.len() as u64, &data);
+    assert_eq!(c.reply().1, 5, "a failed piece: EIO for the whole write");
+    c.send(CMD_READ, 2, 0, 4096, &[]);
+    assert_eq!(
+        c.reply(),
+        (2, 0, vec![0x3c; 4096]),
+        "pieces before the failure"
+    );
+    server.stop().unwrap();
+}

@@ -44,11 +44,12 @@ fn starttls(mut c: RawObjClient<TcpStream>, creds: Option<&Identity>) -> TlsObj 
     c.negotiate(OPT_STARTTLS, &[]).expect("STARTTLS accepted");
     let mut roots = RootCertStore::empty();
     roots.add(Pki::shared().ca.cert.clone()).unwrap();
-    let builder =
-        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_root_certificates(roots);
+    let builder = ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots);
     let config = Arc::new(match creds {
         Some(id) => builder.with_client_auth_cert(id.chain(), id.key()).unwrap(),
         None => builder.with_no_client_auth(),

@@ -105,7 +105,7 @@ fn client_config(
     creds: Option<&Identity>,
     tls12_only: bool,
 ) -> Arc<ClientConfig> {
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     let mut store = RootCertStore::empty();
     for r in roots {
         store.add((*r).clone()).unwrap();

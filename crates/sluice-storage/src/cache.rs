@@ -320,7 +320,10 @@ impl Inner {
                 continue;
             }
             if let Err(e) = self.write_back(idx, &block) {
-                tracing::error!(error = %e, "write-back to make room failed; data stays dirty");
+                tracing::error!(
+                    error = &e as &dyn std::error::Error,
+                    "write-back to make room failed; data stays dirty"
+                );
                 return;
             }
             written += 1;
@@ -933,7 +936,10 @@ fn writeback_loop(weak: &Weak<Inner>) {
         }
         let done = || dirty_bytes() <= low && dirty_blocks() <= cap / 4;
         if let Err(e) = inner.write_back_many(inner.dirty_blocks(None), &done) {
-            tracing::error!(error = %e, "background write-back failed; data stays dirty");
+            tracing::error!(
+                error = &e as &dyn std::error::Error,
+                "background write-back failed; data stays dirty"
+            );
         }
         inner.wake_writers();
     }
@@ -946,7 +952,10 @@ impl Drop for CacheDevice {
             .write_back_all(None)
             .and_then(|()| self.inner.device.flush())
         {
-            tracing::error!(error = %e, "flushing the cache on close failed");
+            tracing::error!(
+                error = &e as &dyn std::error::Error,
+                "flushing the cache on close failed"
+            );
         }
         self.inner
             .prefetch_tx

@@ -35,7 +35,7 @@ impl fmt::Display for IoOp {
 #[non_exhaustive]
 pub enum DeviceError {
     /// The operating system reported an error.
-    #[error("{op} of {len} bytes at offset {offset} on {device} failed: {source}")]
+    #[error("{op} of {len} bytes at offset {offset} on {device} failed")]
     Io {
         device: String,
         op: IoOp,

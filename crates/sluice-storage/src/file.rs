@@ -42,17 +42,19 @@ pub struct FileOptions {
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum OpenError {
-    #[error("cannot open {path}: {source}")]
+    #[error("cannot open {path}")]
     Open { path: PathBuf, source: io::Error },
     #[error("{path} does not exist; give a size to create it")]
     MissingSize { path: PathBuf },
+    #[error("cannot create {path}: directory {dir} does not exist")]
+    MissingDirectory { path: PathBuf, dir: PathBuf },
     #[error("{path} is {actual} bytes, larger than the requested size {requested}; refusing to truncate")]
     WouldTruncate {
         path: PathBuf,
         actual: u64,
         requested: u64,
     },
-    #[error("cannot resize {path} to {size} bytes: {source}")]
+    #[error("cannot resize {path} to {size} bytes")]
     Resize {
         path: PathBuf,
         size: u64,
@@ -123,22 +125,63 @@ impl FileDevice {
             });
         }
         let exists = path.exists();
-        if !exists && options.size.is_none() {
-            return Err(OpenError::MissingSize {
+        if !exists {
+            let dir = match path.parent() {
+                Some(d) if d.as_os_str().is_empty() => Path::new("."),
+                Some(d) => d,
+                None => Path::new("/"),
+            };
+            if !dir.is_dir() {
+                return Err(OpenError::MissingDirectory {
+                    path: path.to_owned(),
+                    dir: dir.to_owned(),
+                });
+            }
+            if options.size.is_none() {
+                return Err(OpenError::MissingSize {
+                    path: path.to_owned(),
+                });
+            }
+        }
+        let open = |read_only: bool| {
+            let mut oo = OpenOptions::new();
+            oo.read(true)
+                .write(!read_only)
+                .create(!read_only && !exists);
+            if options.direct {
+                oo.custom_flags(libc_o_direct());
+            }
+            oo.open(path)
+        };
+        let mut read_only = options.read_only;
+        let file = match open(read_only) {
+            // Readable but not writable (permissions, a read-only mount):
+            // served read-only, as nbdkit does, rather than refused.
+            Err(e)
+                if !read_only
+                    && exists
+                    && matches!(
+                        e.raw_os_error(),
+                        Some(libc::EACCES | libc::EPERM | libc::EROFS)
+                    ) =>
+            {
+                let file = open(true).map_err(|_| OpenError::Open {
+                    path: path.to_owned(),
+                    source: e,
+                })?;
+                tracing::warn!(
+                    path = %path.display(),
+                    "{} is not writable; serving it read-only",
+                    path.display()
+                );
+                read_only = true;
+                file
+            }
+            r => r.map_err(|source| OpenError::Open {
                 path: path.to_owned(),
-            });
-        }
-        let mut oo = OpenOptions::new();
-        oo.read(true)
-            .write(!options.read_only)
-            .create(!options.read_only && !exists);
-        if options.direct {
-            oo.custom_flags(libc_o_direct());
-        }
-        let file = oo.open(path).map_err(|source| OpenError::Open {
-            path: path.to_owned(),
-            source,
-        })?;
+                source,
+            })?,
+        };
         let meta = file.metadata().map_err(|source| OpenError::Open {
             path: path.to_owned(),
             source,
@@ -207,7 +250,7 @@ impl FileDevice {
             file,
             label: path.display().to_string(),
             size,
-            read_only: options.read_only,
+            read_only,
             direct: options.direct,
             block_device,
             nowait_supported: AtomicBool::new(!options.direct),
@@ -617,6 +660,62 @@ mod tests {
         ));
         let reopened = FileDevice::open(&path, &FileOptions::default()).unwrap();
         assert_eq!(reopened.size(), 8192);
+    }
+
+    #[test]
+    fn a_missing_directory_is_named_not_the_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("no-such-dir").join("img");
+        for size in [None, Some(4096)] {
+            let e = FileDevice::open(
+                &path,
+                &FileOptions {
+                    size,
+                    ..Default::default()
+                },
+            )
+            .unwrap_err();
+            assert!(matches!(e, OpenError::MissingDirectory { .. }), "{e}");
+            assert!(e.to_string().contains("no-such-dir does not exist"), "{e}");
+        }
+    }
+
+    /// Makes `path` impossible to open for writing: mode 0444, and for
+    /// root, who ignores modes, the immutable attribute. `false` when
+    /// neither works here.
+    fn make_unwritable(path: &Path) -> bool {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o444)).unwrap();
+        if OpenOptions::new().write(true).open(path).is_err() {
+            return true;
+        }
+        let chattr = std::process::Command::new("chattr")
+            .arg("+i")
+            .arg(path)
+            .status();
+        chattr.is_ok_and(|s| s.success()) && OpenOptions::new().write(true).open(path).is_err()
+    }
+
+    #[test]
+    fn a_readable_unwritable_file_is_served_read_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("img");
+        std::fs::write(&path, vec![0x5a; 8192]).unwrap();
+        if !make_unwritable(&path) {
+            eprintln!("skipped: cannot make a file unwritable here (root without chattr +i)");
+            return;
+        }
+        let opened = FileDevice::open(&path, &FileOptions::default());
+        let _ = std::process::Command::new("chattr")
+            .arg("-i")
+            .arg(&path)
+            .status();
+        let dev = opened.unwrap();
+        assert!(dev.capability().read_only);
+        let mut buf = [0u8; 4096];
+        dev.read_at(&mut buf, 0).unwrap();
+        assert_eq!(buf, [0x5a; 4096]);
+        assert!(dev.write_at(&buf, 0, false).is_err());
     }
 
     #[test]

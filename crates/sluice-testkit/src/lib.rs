@@ -25,6 +25,8 @@ use std::time::Duration;
 
 use sluice_storage::{BlockDevice, BlockingClass, Capability, DeviceError, MemDevice};
 
+pub use sluice_types::error_chain;
+
 /// A memory device whose reads at offsets listed in `gate_offsets` wait
 /// until the test opens the gate, and which records how many reads run
 /// at once. Declares itself always-blocking so the server hands every

@@ -11,6 +11,19 @@ use std::time::Duration;
 
 pub use mix::splitmix64;
 
+/// An error and each of its causes, once each, joined by ": " (what
+/// anyhow's `{:#}` prints, for code that holds a borrowed error).
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
 use thiserror::Error;
 
 /// A size or duration that could not be read; says what was given and why.

@@ -339,6 +339,16 @@ impl VolumeSpec {
         })
     }
 
+    /// The files the stack opens (and may create), members' included: a
+    /// server whose start fails removes the ones that did not exist.
+    pub fn files(&self) -> Vec<&std::path::Path> {
+        match &self.base {
+            BaseSpec::File { path, .. } => vec![path.as_path()],
+            BaseSpec::Memory { .. } | BaseSpec::Remote(_) => Vec::new(),
+            BaseSpec::Raid(raid) => raid.members.iter().flat_map(Self::files).collect(),
+        }
+    }
+
     /// The seed of the stack's power-loss simulation, if it has one.
     pub fn power_loss_seed(&self) -> Option<u64> {
         self.layers.iter().find_map(|l| match l {

@@ -66,12 +66,12 @@ pub enum ObjError {
     /// which name the server).
     #[error(transparent)]
     Transport(#[from] ClientError),
-    #[error("handshake with {server} failed: {source}")]
+    #[error("handshake with {server} failed")]
     Handshake {
         server: String,
         source: ClientHandshakeError,
     },
-    #[error("{server} sent a reply this client cannot decode: {source}")]
+    #[error("{server} sent a reply this client cannot decode")]
     Protocol {
         server: String,
         source: ReplyDecodeError,
@@ -89,7 +89,7 @@ pub enum ObjError {
     /// The client refused to send the request (it could never succeed).
     #[error("{subject} refused before sending: {reason}")]
     Refused { subject: Subject, reason: String },
-    #[error("connection to {server} failed: {source}")]
+    #[error("connection to {server} failed")]
     Io { server: String, source: io::Error },
     #[error("{subject} got no reply from {server} within {after:?}")]
     Timeout {

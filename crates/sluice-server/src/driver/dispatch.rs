@@ -96,6 +96,11 @@ impl Dispatch {
         &self.metrics
     }
 
+    /// Bytes of handed-off requests a connection may have in flight.
+    pub(crate) fn max_inflight_bytes(&self) -> u64 {
+        self.max_inflight_bytes
+    }
+
     /// The next request's sequence number (arrival order).
     #[inline]
     pub(crate) fn take_seq(&mut self) -> Seq {

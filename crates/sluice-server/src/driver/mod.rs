@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_storage::BlockingClass;
-use tracing::{debug, error, info};
+use tracing::{error, info};
 
 pub(crate) use dispatch::{Dispatch, Placement};
 pub(crate) use receive::PayloadIo;
@@ -246,7 +246,7 @@ pub(crate) trait Execute: Send + Sync + 'static {
 /// Why a connection ended early.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum DriverError {
-    #[error("socket error: {0}")]
+    #[error("socket error")]
     Io(#[from] io::Error),
     #[error("protocol violation, disconnecting: {0}")]
     Protocol(String),
@@ -273,6 +273,7 @@ pub(crate) fn serve<P: Protocol>(
     protocol: P,
     env: &DriverEnv,
 ) {
+    let started = Instant::now();
     if let Err(e) = stream.set_send_timeout(env.timeouts.send()) {
         error!(error = %e, "cannot set the send timeout on the client socket");
         return;
@@ -293,24 +294,42 @@ pub(crate) fn serve<P: Protocol>(
         protocol,
         receiver: Receiver::new(env),
         dispatch: Dispatch::new(env, sink),
+        requests: 0,
+        bytes: 0,
+        data_bytes: 0,
     };
     if connection.receiver.coalesces() {
         // Coalescing waits are tens of microseconds; the default 50 us
         // timer slack would double them.
         let _ = rustix::thread::set_current_timer_slack(std::num::NonZeroU64::new(1_000));
     }
-    match connection.run(&mut stream, &mut buf) {
-        Ok(End::Closed) => debug!(protocol = P::NAME, "client asked to close the connection"),
-        Ok(End::Idle(d)) => info!(
-            idle_timeout = ?d,
-            "connection idle (nothing in flight, nothing received) for the idle timeout; closing it"
-        ),
-        Ok(End::Eof) => debug!("client closed the connection"),
-        Ok(End::Shutdown) => debug!("server stopping: connection closed after its requests"),
-        Err(e) => info!(error = %e, "connection ended"),
-    }
+    let end = connection.run(&mut stream, &mut buf);
     connection.dispatch.wait_idle();
     stream.close();
+    // The one line operators look for when a client goes away.
+    let (requests, bytes) = (connection.requests, connection.bytes);
+    let duration = started.elapsed();
+    let data_bytes = connection.data_bytes;
+    let reason = match &end {
+        Ok(End::Closed) => "the client asked to close".to_owned(),
+        Ok(End::Eof) => "the client closed the connection".to_owned(),
+        Ok(End::Shutdown) => "the server is stopping".to_owned(),
+        Ok(End::Idle(d)) => {
+            format!("nothing in flight and nothing received for the idle timeout ({d:?})")
+        }
+        Err(_) => "error".to_owned(),
+    };
+    match &end {
+        Err(e) => info!(
+            protocol = P::NAME, requests, bytes_received = bytes, data_bytes, ?duration, %reason,
+            error = e as &dyn std::error::Error,
+            "connection closed"
+        ),
+        Ok(_) => info!(
+            protocol = P::NAME, requests, bytes_received = bytes, data_bytes, ?duration, %reason,
+            "connection closed"
+        ),
+    }
 }
 
 /// One connection in transmission: the receiving half, the dispatching
@@ -319,6 +338,12 @@ struct Connection<P> {
     protocol: P,
     receiver: Receiver,
     dispatch: Dispatch,
+    /// Requests received, for the log line at the end.
+    requests: u64,
+    /// Bytes received in requests (headers and payloads).
+    bytes: u64,
+    /// Bytes the requests read or wrote (their data, either way).
+    data_bytes: u64,
 }
 
 impl<P: Protocol> Connection<P> {
@@ -360,6 +385,9 @@ impl<P: Protocol> Connection<P> {
                         .receive_rest(&frame, &mut io, &mut self.dispatch)?
                     {
                         Taken::Done => {
+                            self.requests += 1;
+                            self.bytes += frame.len as u64;
+                            self.data_bytes += (frame.len - frame.header_len) as u64;
                             self.receiver.request_done(frame.len);
                             continue;
                         }
@@ -385,6 +413,8 @@ impl<P: Protocol> Connection<P> {
             };
             let payload = &buf.data()[frame.header_len..frame.len];
             let close = self.handle(&frame.head, payload);
+            self.requests += 1;
+            self.bytes += frame.len as u64;
             self.receiver.request_done(frame.len);
             buf.consume(frame.len);
             if self.dispatch.is_broken() {
@@ -417,6 +447,7 @@ impl<P: Protocol> Connection<P> {
         };
         let seq = self.dispatch.take_seq();
         let executor = self.protocol.executor();
+        self.data_bytes += executor.in_flight_bytes(&request);
         let placement = self
             .dispatch
             .placement(executor.blocking(), executor.access(&request));

@@ -256,14 +256,14 @@ impl Receiver {
 /// may do with the connection's receiving side: read the socket itself
 /// for the rest of a message.
 pub(crate) struct PayloadIo<'a> {
-    stream: &'a Stream,
+    stream: &'a mut Stream,
     buf: &'a mut RecvBuf,
     receiver: &'a mut Receiver,
 }
 
 impl<'a> PayloadIo<'a> {
     pub(super) fn new(
-        stream: &'a Stream,
+        stream: &'a mut Stream,
         buf: &'a mut RecvBuf,
         receiver: &'a mut Receiver,
     ) -> Self {
@@ -291,6 +291,26 @@ impl<'a> PayloadIo<'a> {
             self.receiver.set_low_water(self.stream, 1)?;
         }
         Ok(())
+    }
+
+    /// Receives more bytes into the buffer (at least one), waiting up to
+    /// the stall timeout for them; `false` at end of stream.
+    pub(crate) fn receive_more(&mut self) -> Result<bool, DriverError> {
+        loop {
+            match self.stream.try_fill(self.buf)? {
+                Some(0) => return Ok(false),
+                Some(_) => return Ok(true),
+                None => {}
+            }
+            if self.stream.has_buffered_input() {
+                continue;
+            }
+            self.wake_for_any_byte()?;
+            let timeout = self.stall_timeout();
+            if wait_readable(self.stream.fd(), None, timeout)? == Readiness::TimedOut {
+                return Err(DriverError::Stalled(timeout.unwrap_or_default()));
+            }
+        }
     }
 
     /// How long the rest of a partly received message may take to arrive

@@ -263,9 +263,9 @@ pub(crate) fn encode_result(
         Err(e) => {
             let errno = nbd_errno(&e);
             if errno == NbdErrno::Io {
-                error!(error = %e, "device I/O failed");
+                error!(error = &e as &dyn std::error::Error, "device I/O failed");
             } else {
-                debug!(error = %e, %errno, "request failed");
+                debug!(error = &e as &dyn std::error::Error, %errno, "request failed");
             }
             let message = format!("{errno}: {}", short_reason(&e));
             out.encode(|o| encode_error(o, style, cookie, req_offset, errno, &message));

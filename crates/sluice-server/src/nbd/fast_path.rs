@@ -318,7 +318,7 @@ impl NbdSession {
                 if let Err(e) = export.device.read_at(out.tail_mut(len as usize), pos) {
                     failed.store(true, Ordering::Relaxed);
                     let errno = nbd_errno(&e);
-                    error!(error = %e, "device read failed");
+                    error!(error = &e as &dyn std::error::Error, "device read failed");
                     let message = format!("{errno}: {}", short_reason(&e));
                     out.clear();
                     out.encode(|o| {

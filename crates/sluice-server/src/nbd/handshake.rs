@@ -5,9 +5,10 @@ use std::io::{self, Write};
 use std::time::Instant;
 
 use sluice_nbd_proto::{
-    ExportAccess, ExportCatalog, ExportInfo, HandshakeConfig, HandshakeStatus, Negotiated,
+    ExportAccess, ExportCatalog, ExportInfo, HandshakeConfig, HandshakeStatus, Negotiated, Refusal,
     ServerHandshake,
 };
+use tracing::info;
 
 use super::NbdService;
 use crate::buffer::RecvBuf;
@@ -19,7 +20,7 @@ use crate::tls::{AccessPolicy, PeerIdentity, TlsHandshakeError};
 
 #[derive(Debug, thiserror::Error)]
 pub(super) enum HandshakeFailure {
-    #[error("socket error during the handshake: {0}")]
+    #[error("socket error during the handshake")]
     Io(#[from] io::Error),
     #[error(transparent)]
     Protocol(#[from] sluice_nbd_proto::HandshakeError),
@@ -68,6 +69,7 @@ pub(super) fn handshake(
         ..HandshakeConfig::default()
     });
     let mut peer: Option<PeerIdentity> = None;
+    let mut refusals = 0u32;
     loop {
         let out = hs.poll_output();
         if !out.is_empty() {
@@ -79,7 +81,11 @@ pub(super) fn handshake(
             tls: hs.tls_active(),
             peer: peer.as_ref(),
         };
-        let (used, status) = hs.handle_input(buf.data(), &catalog)?;
+        let handled = hs.handle_input(buf.data(), &catalog);
+        if let Some(refusal) = hs.take_refusal() {
+            log_refusal(&refusal, &mut refusals);
+        }
+        let (used, status) = handled?;
         buf.consume(used);
         match status {
             HandshakeStatus::NeedInput => {}
@@ -132,5 +138,26 @@ pub(super) fn handshake(
                 }
             }
         }
+    }
+}
+
+/// Logs a refused client at the default level, once per connection (a
+/// client refused TLS_REQD may try several options before it gives up).
+fn log_refusal(refusal: &Refusal, count: &mut u32) {
+    *count += 1;
+    if *count > 1 {
+        return;
+    }
+    match refusal {
+        Refusal::TlsRequired => {
+            info!("client refused: the server requires TLS and the client did not start it")
+        }
+        Refusal::ExportNeedsTls { export } => {
+            info!(%export, "client refused: the export requires TLS and the client did not start it")
+        }
+        Refusal::ExportDenied { export } => {
+            info!(%export, "client refused: its identity is not on the export's allow-list")
+        }
+        _ => info!(?refusal, "client refused"),
     }
 }

@@ -7,6 +7,7 @@
 mod execute;
 mod fast_path;
 mod handshake;
+mod large_write;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -61,7 +62,10 @@ impl ConnectionHandler for NbdService {
                 env.metrics
                     .handshakes_failed
                     .fetch_add(1, Ordering::Relaxed);
-                info!(error = %e, "handshake failed; closing connection");
+                info!(
+                    error = &e as &dyn std::error::Error,
+                    "handshake failed; closing connection"
+                );
                 return;
             }
         };
@@ -190,7 +194,10 @@ impl Protocol for NbdSession {
         io: &mut PayloadIo<'_>,
         d: &mut Dispatch,
     ) -> Result<Taken, DriverError> {
-        self.spliced_write(frame, io, d)
+        match self.spliced_write(frame, io, d)? {
+            Taken::No => self.piecewise_write(frame, io, d),
+            taken => Ok(taken),
+        }
     }
 
     #[inline]

@@ -26,7 +26,7 @@ use crate::tls::{AccessPolicy, PeerIdentity, TlsHandshakeError};
 
 #[derive(Debug, thiserror::Error)]
 pub(super) enum HandshakeFailure {
-    #[error("socket error during the object protocol handshake: {0}")]
+    #[error("socket error during the object protocol handshake")]
     Io(#[from] io::Error),
     #[error(transparent)]
     Protocol(#[from] sluice_obj_proto::HandshakeError),
