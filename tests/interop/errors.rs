@@ -207,3 +207,24 @@ fn refused_clients_and_connection_ends_are_logged_at_the_default_level() {
     }
     assert!(line.contains("peer="), "{line}");
 }
+
+#[test]
+fn object_clients_refused_tls_are_logged_at_the_default_level() {
+    let pki = Pki::shared();
+    let dir = tempdir();
+    let srv = ServerBuilder::new()
+        .export("secret", "mem:1M")
+        .objects(dir.path())
+        .args_tls(pki)
+        .start();
+    // `sluice obj` sees TLS required in the greeting and leaves on its
+    // own; a client that asks anyway is refused, and that is logged.
+    let addr: std::net::SocketAddr = srv
+        .obj_uri()
+        .trim_start_matches("sluice://")
+        .parse()
+        .expect("a TCP object listener");
+    let mut c = sluice_testkit::raw_obj::RawObjClient::connect(addr);
+    assert!(c.hello(sluice_obj_proto::Features::default()).is_err());
+    wait_for_log(&srv, "client refused: TLS is required");
+}

@@ -143,6 +143,18 @@ pub struct ServerHandshake {
     tls: bool,
     features: Features,
     exports: Vec<AttachedExport>,
+    refusal: Option<Refusal>,
+}
+
+/// A client refused for a reason operators look for in logs: TLS it did
+/// not start, or an allow-list it is not on (see
+/// [`ServerHandshake::take_refusal`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    /// [`answer::TLS_REQUIRED`] or [`answer::DENIED`].
+    pub status: u16,
+    /// What the client was told.
+    pub message: String,
 }
 
 /// Appends the greeting a server with this config sends.
@@ -186,7 +198,14 @@ impl ServerHandshake {
             tls: false,
             features: Features::default(),
             exports: Vec::new(),
+            refusal: None,
         }
+    }
+
+    /// The last refusal for TLS or an allow-list since the previous call,
+    /// if any.
+    pub fn take_refusal(&mut self) -> Option<Refusal> {
+        self.refusal.take()
     }
 
     /// Bytes to send now (empty when there is nothing).
@@ -204,6 +223,12 @@ impl ServerHandshake {
     }
 
     fn refuse(&mut self, option: u16, status: u16, message: &str) {
+        if status == answer::TLS_REQUIRED || status == answer::DENIED {
+            self.refusal = Some(Refusal {
+                status,
+                message: message.to_owned(),
+            });
+        }
         self.answer(option, status, message.as_bytes());
     }
 

@@ -28,7 +28,7 @@ pub use ddt::{
 };
 pub use handshake::{
     answer, AttachedExport, HandshakeConfig, HandshakeError, HandshakeStatus, Negotiated,
-    PartitionAccess, PartitionCatalog, ServerHandshake, TlsPolicy,
+    PartitionAccess, PartitionCatalog, Refusal, ServerHandshake, TlsPolicy,
 };
 pub use reply::{
     decode_id_list, encode_id_list, encode_page, ErrorCode, Page, PageEntry, ReplyDecodeError,

@@ -9,11 +9,11 @@ use std::time::Instant;
 
 use sluice_nbd_proto::ExportAccess;
 use sluice_obj_proto::{
-    HandshakeConfig, HandshakeStatus, Negotiated, PartitionAccess, PartitionCatalog,
-    ServerHandshake,
+    answer, HandshakeConfig, HandshakeStatus, Negotiated, PartitionAccess, PartitionCatalog,
+    Refusal, ServerHandshake,
 };
 use sluice_objstore::{ObjStoreError, ObjectStore, PartitionId};
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::ObjService;
 use crate::buffer::RecvBuf;
@@ -128,7 +128,11 @@ pub(super) fn handshake(
             exports: &service.export_access,
             peer: peer.as_ref(),
         };
-        let (used, status) = hs.handle_input(buf.data(), &catalog)?;
+        let handled = hs.handle_input(buf.data(), &catalog);
+        if let Some(refusal) = hs.take_refusal() {
+            log_refusal(&refusal);
+        }
+        let (used, status) = handled?;
         buf.consume(used);
         match status {
             HandshakeStatus::NeedInput => {}
@@ -179,5 +183,15 @@ pub(super) fn handshake(
                 }
             }
         }
+    }
+}
+
+/// Logs a refused client at the default level, as the NBD handshake
+/// does: operators look for these.
+fn log_refusal(refusal: &Refusal) {
+    if refusal.status == answer::TLS_REQUIRED {
+        info!(detail = %refusal.message, "client refused: TLS is required and the client did not start it");
+    } else {
+        info!(detail = %refusal.message, "client refused: its identity is not on the allow-list");
     }
 }
