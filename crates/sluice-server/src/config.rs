@@ -19,6 +19,8 @@ pub enum ConfigError {
     BadValue(#[from] sluice_types::ParseError),
     #[error(transparent)]
     BadExportSpec(#[from] sluice_volume::SpecError),
+    #[error("the admin socket must be a local unix:PATH, not {0}")]
+    AdminNotUnix(String),
     #[error("bad export {arg:?}: expected NAME=SPEC")]
     BadExportArg { arg: String },
     #[error("bad listen address {addr:?}: {reason} (expected HOST:PORT or unix:PATH)")]
@@ -641,6 +643,12 @@ pub struct ServerConfig {
     pub tls: TlsConfig,
     /// The object store served over the native protocol, if any.
     pub objects: Option<ObjectConfig>,
+    /// The admin socket (`unix:PATH`) `sluice raid status|replace|scrub`
+    /// talk to, if any.
+    pub admin: Option<ListenAddr>,
+    /// Bytes per second a RAID rebuild writes (and a scrub reads per
+    /// member) at most; 0 for no limit.
+    pub rebuild_rate: ByteSize,
 }
 
 impl Default for ServerConfig {
@@ -660,6 +668,8 @@ impl Default for ServerConfig {
             fast_paths: FastPaths::default(),
             tls: TlsConfig::default(),
             objects: None,
+            admin: None,
+            rebuild_rate: ByteSize(sluice_raid::DEFAULT_REBUILD_RATE),
         }
     }
 }
@@ -667,6 +677,9 @@ impl Default for ServerConfig {
 impl ServerConfig {
     /// Checks names are valid and unique, and limits are usable.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(ListenAddr::Tcp(a)) = &self.admin {
+            return Err(ConfigError::AdminNotUnix(a.to_string()));
+        }
         if self.timeouts.handshake_timeout_secs == 0 {
             return Err(ConfigError::ZeroHandshakeTimeout);
         }
