@@ -336,7 +336,9 @@ impl RaidDevice {
         // cursor that was not recorded: it starts over from stripe 0
         // and is never read until rebuilt.
         let newest = assembly.superblocks.iter().max_by_key(|s| s.events);
-        if let Some(index) = newest.and_then(|s| s.roles.iter().position(|r| *r == MemberRole::Rebuilding)) {
+        if let Some(index) =
+            newest.and_then(|s| s.roles.iter().position(|r| *r == MemberRole::Rebuilding))
+        {
             tracing::warn!(array = %array.label, member = index,
                 "member was being rebuilt when the array was last open; the rebuild starts over");
             array.rebuild.cursor.store(0, Ordering::SeqCst);
@@ -382,7 +384,9 @@ impl RaidDevice {
     pub(crate) fn mark_failed(&self, index: usize) -> bool {
         let rebuilding = self.rebuild.member.load(Ordering::SeqCst);
         if rebuilding != NO_MEMBER && rebuilding != index {
-            self.counters[rebuilding].failed.store(true, Ordering::SeqCst);
+            self.counters[rebuilding]
+                .failed
+                .store(true, Ordering::SeqCst);
         }
         if self.counters[index].failed.swap(true, Ordering::SeqCst) {
             return false;
@@ -846,8 +850,8 @@ impl RaidDevice {
         if !self.usable(parity, stripe) {
             return self.run(&mut write_pieces(fua));
         }
-        let missing = (0..data_members)
-            .find(|&k| !self.usable(self.geometry.data_member(stripe, k), stripe));
+        let missing =
+            (0..data_members).find(|&k| !self.usable(self.geometry.data_member(stripe, k), stripe));
         let touched = |k: usize| pieces.iter().find(|p| p.data_index == k);
         // Bytes of chunk k in [lo, hi) the write does not cover: before
         // and after its piece.
@@ -1272,11 +1276,34 @@ impl BlockDevice for RaidDevice {
             // from there until the piece is covered or we have enough.
             let mut covered = 0;
             while covered < piece.len && out.len() <= max_extents {
-                let answer = member.extents(
+                let answer = match member.extents(
                     self.data_offset + piece.member_offset + covered,
                     piece.len - covered,
                     max_extents,
-                )?;
+                ) {
+                    Ok(answer) => answer,
+                    // A member that fails here fails like on any other
+                    // request; the rest of its piece is data from parity.
+                    Err(e @ DeviceError::Io { .. })
+                        if self.geometry.level() == RaidLevel::Raid5 =>
+                    {
+                        self.counters[piece.member]
+                            .errors
+                            .fetch_add(1, Ordering::Relaxed);
+                        if self.mark_failed(piece.member) {
+                            tracing::warn!(array = %self.label, member = piece.member,
+                                name = %set.names[piece.member], error = &e as &dyn std::error::Error,
+                                "member failed; continuing degraded");
+                        }
+                        self.check_survives(IoOp::Extents, offset, length)?;
+                        vec![Extent {
+                            length: piece.len - covered,
+                            hole: false,
+                            zero: false,
+                        }]
+                    }
+                    Err(e) => return Err(e),
+                };
                 let before = covered;
                 for e in answer {
                     let e = Extent {

@@ -214,9 +214,7 @@ impl RaidDevice {
     /// Sets the rebuild and scrub rate limit, bytes per second written
     /// (rebuild) or read per member (scrub); 0 for none.
     pub fn set_rebuild_rate(&self, bytes_per_second: u64) {
-        self.rebuild
-            .rate
-            .store(bytes_per_second, Ordering::SeqCst);
+        self.rebuild.rate.store(bytes_per_second, Ordering::SeqCst);
     }
 
     /// Puts `member` in place `index` and marks it rebuilding (see the

@@ -47,8 +47,7 @@ fn geometry() -> Geometry {
 
 fn assemble(devices: &[Arc<MemDevice>]) -> Arc<RaidDevice> {
     Arc::new(
-        RaidDevice::assemble(geometry(), named(devices), Arc::new(ScopedFanOut))
-            .expect("assemble"),
+        RaidDevice::assemble(geometry(), named(devices), Arc::new(ScopedFanOut)).expect("assemble"),
     )
 }
 
@@ -144,8 +143,12 @@ fn the_cursor_decides_where_writes_go() {
     assert_eq!(done, 64 * UNIT);
 
     // Stripes whose chunk is on member 1 below and past the cursor.
-    let below = (0..64).find(|&s| (0..2).any(|k| chunk(s, k).1 == 1)).expect("below");
-    let past = (64..128).find(|&s| (0..2).any(|k| chunk(s, k).1 == 1)).expect("past");
+    let below = (0..64)
+        .find(|&s| (0..2).any(|k| chunk(s, k).1 == 1))
+        .expect("below");
+    let past = (64..128)
+        .find(|&s| (0..2).any(|k| chunk(s, k).1 == 1))
+        .expect("past");
     for stripe in [below, past] {
         let k = (0..2).find(|&k| chunk(stripe, k).1 == 1).expect("k");
         let (at, _) = chunk(stripe, k);
@@ -155,7 +158,10 @@ fn the_cursor_decides_where_writes_go() {
         model[at as usize..(at + UNIT) as usize].copy_from_slice(&data);
         let after = member_bytes(&new, stripe);
         if stripe == below {
-            assert_eq!(after, data, "a rebuilt stripe's write reaches the new member");
+            assert_eq!(
+                after, data,
+                "a rebuilt stripe's write reaches the new member"
+            );
         } else {
             assert_eq!(after, before, "a stripe not rebuilt is written degraded");
         }
@@ -265,7 +271,10 @@ fn an_array_opened_with_a_member_rebuilding_starts_over() {
     let array = assemble(&members);
     let status = array.status();
     assert_eq!(status.state, ArrayCondition::Rebuilding);
-    assert_eq!(status.rebuild.as_ref().map(|r| (r.member, r.done_bytes)), Some((0, 0)));
+    assert_eq!(
+        status.rebuild.as_ref().map(|r| (r.member, r.done_bytes)),
+        Some((0, 0))
+    );
     assert_reads(&array, &model);
     // The old member is refused: it missed the changes.
     let old = [devices[0].clone(), devices[1].clone(), devices[2].clone()];
@@ -287,7 +296,9 @@ fn another_failure_during_a_rebuild_gives_errors_not_data() {
     let new = garbage_member();
     replace(&array, 1, &new);
     array.rebuild_step().expect("a step");
-    array.fail_member(0).expect("the rebuilding member goes first");
+    array
+        .fail_member(0)
+        .expect("the rebuilding member goes first");
     let status = array.status();
     assert_eq!(status.state, ArrayCondition::Failed);
     assert_eq!(status.members[1].state, MemberCondition::Failed);
@@ -326,7 +337,10 @@ fn replacing_needs_redundancy_and_one_rebuild_at_a_time() {
             },
         )
         .expect_err("too small");
-    assert!(e.to_string().contains("member 0 (small) has 1048576 bytes"), "{e}");
+    assert!(
+        e.to_string().contains("member 0 (small) has 1048576 bytes"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -351,7 +365,10 @@ fn scrub_finds_and_repairs_a_corrupted_parity_block() {
     }
     let status = array.status().scrub.expect("scrub ran");
     assert!(!status.running);
-    assert_eq!((status.done_stripes, status.mismatches), (report_stripes(&array), 1));
+    assert_eq!(
+        (status.done_stripes, status.mismatches),
+        (report_stripes(&array), 1)
+    );
 
     let report = array.scrub(true).expect("repair");
     assert_eq!((report.mismatches, report.repaired), (1, 1));

@@ -53,7 +53,9 @@ pub enum VolumeError {
     #[error("not an array spec (expected raid0: or raid5:)")]
     NotAnArray,
     /// A replacement member is not an NBD URI.
-    #[error("the new member {uri:?} is not an NBD URI (nbd://, nbds://, nbd+unix://, nbds+unix://)")]
+    #[error(
+        "the new member {uri:?} is not an NBD URI (nbd://, nbds://, nbd+unix://, nbds+unix://)"
+    )]
     NotAMemberUri {
         /// What was given.
         uri: String,
