@@ -312,3 +312,77 @@ pub fn request(path: &Path, request: &AdminRequest) -> Result<AdminReply, AdminE
         source,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read as _;
+
+    use sluice_storage::MemDevice;
+
+    use super::*;
+    use crate::export::Export;
+
+    #[test]
+    fn the_socket_is_private_and_answers_line_by_line() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("admin.sock");
+        let socket = AdminSocket::bind(&path).expect("bind");
+        let mode = std::fs::metadata(&path).expect("stat").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let plain = Export::new(
+            "plain".into(),
+            String::new(),
+            Arc::new(MemDevice::new(1 << 20, false)),
+        );
+        let registry = Arc::new(ExportRegistry::new(vec![Arc::new(plain)]));
+        let stop = Arc::new(StopSignal::new().expect("stop"));
+        let thread = socket.serve(registry, Arc::clone(&stop)).expect("serve");
+
+        let all = request(&path, &AdminRequest::Status { export: None }).expect("status");
+        assert_eq!(all, AdminReply::Status { arrays: vec![] });
+        let reply = request(
+            &path,
+            &AdminRequest::Status {
+                export: Some("plain".into()),
+            },
+        )
+        .expect("status");
+        assert_eq!(
+            reply,
+            AdminReply::Error {
+                message: "export \"plain\" is not a RAID array".into()
+            }
+        );
+        let reply = request(
+            &path,
+            &AdminRequest::Scrub {
+                export: "none".into(),
+                repair: true,
+            },
+        )
+        .expect("scrub");
+        assert_eq!(
+            reply,
+            AdminReply::Error {
+                message: "no export named \"none\"".into()
+            }
+        );
+        // Not JSON: an error reply, and the server goes on.
+        let mut raw = UnixStream::connect(&path).expect("connect");
+        raw.write_all(b"status please\n").expect("send");
+        let mut text = String::new();
+        raw.read_to_string(&mut text).expect("read");
+        assert!(
+            text.starts_with("{\"reply\":\"error\",\"message\":\"not an admin request"),
+            "{text}"
+        );
+        assert!(request(&path, &AdminRequest::Status { export: None }).is_ok());
+
+        stop.trigger();
+        thread.join().expect("admin thread");
+        assert!(
+            !path.exists(),
+            "the socket is removed when the server stops"
+        );
+    }
+}

@@ -808,6 +808,25 @@ mod tests {
     }
 
     #[test]
+    fn admin_socket_and_rebuild_rate_from_toml() {
+        let c: ServerConfig =
+            toml::from_str("admin = \"unix:/run/sluice/admin.sock\"\nrebuild_rate = \"50M\"")
+                .unwrap();
+        assert_eq!(
+            c.admin,
+            Some(ListenAddr::Unix(PathBuf::from("/run/sluice/admin.sock")))
+        );
+        assert_eq!(c.rebuild_rate, ByteSize(50 << 20));
+        assert_eq!(
+            ServerConfig::default().rebuild_rate,
+            ByteSize(sluice_raid::DEFAULT_REBUILD_RATE)
+        );
+        let c: ServerConfig = toml::from_str("admin = \"127.0.0.1:9000\"").unwrap();
+        let e = c.validate().expect_err("a TCP admin socket");
+        assert!(e.to_string().contains("must be a local unix:PATH"), "{e}");
+    }
+
+    #[test]
     fn grouped_settings_keep_their_top_level_toml_keys() {
         let c: ServerConfig = toml::from_str(
             r#"
