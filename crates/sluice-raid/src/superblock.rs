@@ -366,10 +366,10 @@ mod tests {
             })
         );
         assert_eq!(
-            resigned(98, 2),
+            resigned(98, 3),
             Err(SuperblockError::Field {
                 field: "role",
-                value: 2
+                value: 3
             })
         );
         assert!(matches!(
