@@ -150,6 +150,8 @@ pub(crate) struct RebuildState {
     pub(crate) cursor: AtomicU64,
     /// Bytes per second the rebuild may write (0: no limit).
     pub(crate) rate: AtomicU64,
+    /// Members replaced since the array was opened.
+    pub(crate) replaced: AtomicU64,
     /// A rebuild thread is running.
     pub(crate) running: AtomicBool,
 }
@@ -266,6 +268,7 @@ impl RaidDevice {
                 member: AtomicUsize::new(NO_MEMBER),
                 cursor: AtomicU64::new(0),
                 rate: AtomicU64::new(DEFAULT_REBUILD_RATE),
+                replaced: AtomicU64::new(0),
                 running: AtomicBool::new(false),
             },
             scrub: ScrubState::default(),
@@ -1020,17 +1023,36 @@ impl RaidDevice {
         if first >= end {
             return Ok(());
         }
-        let unit = self.geometry.unit();
-        let rebuilding = self.rebuild.member.load(Ordering::SeqCst);
-        if rebuilding == NO_MEMBER {
-            return self.retrying(io_op, first * unit, (end - first) * unit, || {
+        // This path takes no stripe lock, so a member replaced while it
+        // runs may have been left out of it, for stripes the rebuild then
+        // passes: zeroing is idempotent, so it is done again.
+        loop {
+            let replaced = self.rebuild.replaced.load(Ordering::SeqCst);
+            if self.rebuild.member.load(Ordering::SeqCst) != NO_MEMBER {
+                return self.on_whole_stripes_rebuilding((first, end), &op, io_op);
+            }
+            let unit = self.geometry.unit();
+            self.retrying(io_op, first * unit, (end - first) * unit, || {
                 let mut step: Vec<MemberIo<'_>> = (0..self.counters.len())
                     .filter(|&m| self.alive(m))
                     .map(|m| MemberIo::new(m, op(first * unit, (end - first) * unit)))
                     .collect();
                 self.run(&mut step)
-            });
+            })?;
+            if replaced == self.rebuild.replaced.load(Ordering::SeqCst) {
+                return Ok(());
+            }
         }
+    }
+
+    /// [`Self::on_whole_stripes`] while a member is being rebuilt.
+    fn on_whole_stripes_rebuilding(
+        &self,
+        (first, end): (u64, u64),
+        op: &impl Fn(u64, u64) -> MemberOp<'static>,
+        io_op: IoOp,
+    ) -> Result<(), DeviceError> {
+        let unit = self.geometry.unit();
         // A member is being rebuilt: its part of each stripe is written
         // only below the rebuild cursor, which is held still by taking
         // every stripe lock (in lock order) for a bounded run.

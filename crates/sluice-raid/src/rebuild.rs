@@ -280,6 +280,7 @@ impl RaidDevice {
         // no writer ever sees it usable for a stripe not rebuilt.
         self.rebuild.cursor.store(0, Ordering::SeqCst);
         self.rebuild.member.store(index, Ordering::SeqCst);
+        self.rebuild.replaced.fetch_add(1, Ordering::SeqCst);
         let old = self.members.load();
         let mut devices = old.devices.clone();
         let mut names = old.names.clone();

@@ -384,3 +384,32 @@ fn scrub_finds_and_repairs_a_corrupted_parity_block() {
 fn report_stripes(array: &RaidDevice) -> u64 {
     array.size() / (2 * UNIT)
 }
+
+#[test]
+fn zeroing_whole_stripes_across_the_cursor_keeps_the_new_member_right() {
+    let (array, _devices, mut model) = filled_array();
+    array.fail_member(1).expect("fail");
+    let new = garbage_member();
+    replace(&array, 1, &new);
+    array.rebuild_step().expect("a step");
+    // Stripes 32..96: half below the cursor (64), half past it.
+    let stripe_bytes = 2 * UNIT;
+    let (at, len) = (32 * stripe_bytes, 64 * stripe_bytes);
+    array
+        .write_zeroes(
+            at,
+            len,
+            sluice_storage::ZeroMode {
+                may_trim: true,
+                fast: false,
+                fua: false,
+            },
+        )
+        .expect("zero");
+    model[at as usize..(at + len) as usize].fill(0);
+    assert_reads(&array, &model);
+    while array.rebuild_step().is_some() {}
+    assert_eq!(array.scrub(false).expect("scrub").mismatches, 0);
+    array.fail_member(2).expect("fail 2");
+    assert_reads(&array, &model);
+}
