@@ -22,11 +22,11 @@ use tracing::{debug, warn};
 
 use crate::export::ExportRegistry;
 use crate::socket::{clear_stale_socket, SocketPathError};
-use crate::stop::StopSignal;
+use crate::stop::{wait_readable, Readiness, StopSignal};
 
 /// Longest request line accepted.
 const MAX_REQUEST: u64 = 64 << 10;
-/// How often the accept loop looks at the stop signal.
+/// How long the accept loop pauses after an error before trying again.
 const POLL: Duration = Duration::from_millis(100);
 
 /// A request on the admin socket.
@@ -175,7 +175,17 @@ impl AdminSocket {
         std::thread::Builder::new()
             .name("sluice-admin".into())
             .spawn(move || {
+                use std::os::fd::AsFd;
                 while !stop.is_set() {
+                    match wait_readable(self.listener.as_fd(), Some(&stop), None) {
+                        Ok(Readiness::Readable) => {}
+                        Ok(_) => continue,
+                        Err(e) => {
+                            warn!(error = %e, "admin socket wait failed");
+                            std::thread::sleep(POLL);
+                            continue;
+                        }
+                    }
                     match self.listener.accept() {
                         Ok((stream, _)) => {
                             let registry = Arc::clone(&registry);
@@ -186,9 +196,7 @@ impl AdminSocket {
                                 warn!(error = %e, "cannot start an admin connection thread");
                             }
                         }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                            std::thread::sleep(POLL);
-                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                         Err(e) => {
                             warn!(error = %e, "admin socket accept failed");
                             std::thread::sleep(POLL);
