@@ -39,7 +39,8 @@ enum Command {
     /// Objects and their attributes on a sluice object server: create,
     /// put, get, write, append, attr, ls, query, rm, stat.
     Obj(obj_cmd::ObjArgs),
-    /// RAID arrays over NBD members: `create` writes their superblocks.
+    /// RAID arrays over NBD members: `create` writes their superblocks;
+    /// `status`, `replace` and `scrub` ask a running server.
     Raid(raid_cmd::RaidArgs),
 }
 
@@ -92,6 +93,14 @@ struct ServeArgs {
     /// Serve Prometheus metrics on http://ADDR/metrics (e.g. 127.0.0.1:9109).
     #[arg(long, value_name = "ADDR")]
     metrics: Option<std::net::SocketAddr>,
+    /// Answer `sluice raid status|replace|scrub` on the local socket
+    /// unix:PATH (mode 0600), e.g. unix:./sluice-data/admin.sock.
+    #[arg(long, value_name = "unix:PATH")]
+    admin: Option<ListenAddr>,
+    /// Most bytes per second a RAID rebuild writes (and a scrub reads
+    /// per member); 0 for no limit. Default 200M.
+    #[arg(long, value_name = "BYTES")]
+    rebuild_rate: Option<sluice_server::ByteSize>,
     /// TLS (NBD STARTTLS): off; on (offered, plaintext clients still
     /// served); require (nothing but STARTTLS answered before TLS).
     #[arg(long, value_name = "MODE")]
@@ -336,6 +345,12 @@ fn serve_config(args: ServeArgs) -> Result<(ServerConfig, bool)> {
     args.fast_paths.apply(&mut config.fast_paths);
     if let Some(a) = args.metrics {
         config.metrics = Some(a);
+    }
+    if let Some(a) = args.admin {
+        config.admin = Some(a);
+    }
+    if let Some(r) = args.rebuild_rate {
+        config.rebuild_rate = r;
     }
     if let Some(m) = args.tls {
         config.tls.mode = m;

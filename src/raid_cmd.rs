@@ -1,10 +1,20 @@
 //! `sluice raid`: managing arrays whose members are other NBD servers.
-//! Today `create`, which writes the members' superblocks; the volume
-//! crate does the work, this module reads the command line.
+//! `create` writes the members' superblocks (the volume crate does the
+//! work); `status`, `replace` and `scrub` ask a running server over its
+//! admin socket (`sluice serve --admin unix:PATH`).
+
+use std::path::Path;
+use std::time::Duration;
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
+use sluice_raid::{ArrayStatus, ScrubReport};
+use sluice_server::admin::{self, AdminReply, AdminRequest, ExportStatus};
 use sluice_volume::{BaseSpec, VolumeBuilder, VolumeSpec};
+
+/// Where `sluice raid status|replace|scrub` look for the admin socket
+/// unless told.
+const DEFAULT_ADMIN: &str = "./sluice-data/admin.sock";
 
 /// Arguments of `sluice raid`.
 #[derive(Debug, Args)]
@@ -21,6 +31,186 @@ enum RaidCommand {
     /// (`raid5:unit=64K,members=URI,URI,URI`), or as `--level 5 --unit
     /// 64K URI URI URI`.
     Create(CreateArgs),
+    /// Show each array a running server exports: level, unit, state
+    /// (clean, degraded, rebuilding, failed), each member's URI, state,
+    /// event counter and I/O counts, rebuild and scrub progress.
+    Status(StatusArgs),
+    /// Put a new member (an NBD URI) in place MEMBER of array EXPORT on
+    /// a running server and rebuild it online; with --wait, show the
+    /// rebuild's progress until it ends.
+    Replace(ReplaceArgs),
+    /// Read every stripe of array EXPORT on a running server and check
+    /// its parity; with --repair, rewrite the parity of stripes that do
+    /// not match.
+    Scrub(ScrubArgs),
+}
+
+/// `--admin PATH`.
+#[derive(Debug, Args)]
+struct AdminArg {
+    /// The server's admin socket (PATH or unix:PATH).
+    #[arg(long, value_name = "PATH", default_value = DEFAULT_ADMIN)]
+    admin: String,
+}
+
+impl AdminArg {
+    fn path(&self) -> &Path {
+        Path::new(self.admin.strip_prefix("unix:").unwrap_or(&self.admin))
+    }
+
+    /// Sends `request`; an error reply is an error.
+    fn ask(&self, request: &AdminRequest) -> anyhow::Result<AdminReply> {
+        let reply = admin::request(self.path(), request)
+            .with_context(|| format!("cannot ask the server on {}", self.path().display()))?;
+        if let AdminReply::Error { message } = reply {
+            bail!("{message}");
+        }
+        Ok(reply)
+    }
+}
+
+#[derive(Debug, Args)]
+struct StatusArgs {
+    #[command(flatten)]
+    admin: AdminArg,
+    /// Print the server's answer as JSON.
+    #[arg(long)]
+    json: bool,
+    /// Only this export.
+    export: Option<String>,
+}
+
+#[derive(Debug, Args)]
+struct ReplaceArgs {
+    #[command(flatten)]
+    admin: AdminArg,
+    /// Wait for the rebuild to end, showing its progress.
+    #[arg(long)]
+    wait: bool,
+    /// The array's export name.
+    export: String,
+    /// Index of the member to replace (0 is the first).
+    member: usize,
+    /// The new member: nbd://HOST:PORT/EXPORT (or nbds://, nbd+unix://).
+    uri: String,
+}
+
+#[derive(Debug, Args)]
+struct ScrubArgs {
+    #[command(flatten)]
+    admin: AdminArg,
+    /// Rewrite the parity of stripes that do not match their data.
+    #[arg(long)]
+    repair: bool,
+    /// The array's export name.
+    export: String,
+}
+
+fn statuses(admin: &AdminArg, export: Option<String>) -> anyhow::Result<Vec<ExportStatus>> {
+    match admin.ask(&AdminRequest::Status { export })? {
+        AdminReply::Status { arrays } => Ok(arrays),
+        other => bail!("the server answered a status request with {other:?}"),
+    }
+}
+
+fn percent(done: u64, total: u64) -> f64 {
+    if total == 0 {
+        100.0
+    } else {
+        done as f64 * 100.0 / total as f64
+    }
+}
+
+/// The text `sluice raid status` prints for one array.
+fn describe(export: &str, a: &ArrayStatus) -> String {
+    let state = |s: &dyn std::fmt::Debug| format!("{s:?}").to_lowercase();
+    let mut out = format!(
+        "{export}: {} unit {} size {} members {} state {}",
+        a.level,
+        a.unit,
+        a.size,
+        a.members.len(),
+        state(&a.state)
+    );
+    if let Some(uuid) = a.array_uuid {
+        out.push_str(&format!(" array {uuid}"));
+    }
+    out.push('\n');
+    for m in &a.members {
+        out.push_str(&format!(
+            "  member {} {} state {} events {} reads {} writes {} errors {} read_bytes {} written_bytes {}\n",
+            m.index,
+            m.name,
+            state(&m.state),
+            m.events.map_or("-".into(), |e| e.to_string()),
+            m.reads,
+            m.writes,
+            m.errors,
+            m.read_bytes,
+            m.written_bytes
+        ));
+    }
+    if let Some(r) = &a.rebuild {
+        out.push_str(&format!(
+            "  rebuild member {} {:.1}% ({} of {} bytes, rate limit {} bytes/s)\n",
+            r.member,
+            percent(r.done_bytes, r.total_bytes),
+            r.done_bytes,
+            r.total_bytes,
+            r.rate
+        ));
+    }
+    if let Some(s) = &a.scrub {
+        out.push_str(&format!(
+            "  scrub {} {:.1}% ({} of {} stripes) mismatches {} repaired {}\n",
+            if s.running { "running" } else { "done" },
+            percent(s.done_stripes, s.total_stripes),
+            s.done_stripes,
+            s.total_stripes,
+            s.mismatches,
+            s.repaired
+        ));
+    }
+    out
+}
+
+/// Shows the rebuild of `member` of `export` until it ends.
+fn wait_for_rebuild(admin: &AdminArg, export: &str, member: usize) -> anyhow::Result<()> {
+    loop {
+        let arrays = statuses(admin, Some(export.to_owned()))?;
+        let Some(a) = arrays.first() else {
+            bail!("the server no longer reports array {export:?}");
+        };
+        match &a.array.rebuild {
+            Some(r) if r.member == member => {
+                eprint!(
+                    "\rrebuilding member {member}: {:5.1}% ({} of {} MiB)",
+                    percent(r.done_bytes, r.total_bytes),
+                    r.done_bytes >> 20,
+                    r.total_bytes >> 20
+                );
+            }
+            _ => {
+                eprintln!();
+                let m = a.array.members.get(member);
+                match m.map(|m| m.state) {
+                    Some(sluice_raid::MemberCondition::Active) => {
+                        println!("member {member} of {export} rebuilt; array {:?}", a.array.state);
+                        return Ok(());
+                    }
+                    other => bail!("the rebuild of member {member} of {export} stopped: the member is {other:?}"),
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+fn scrub_text(export: &str, r: &ScrubReport) -> String {
+    format!(
+        "scrub of {export}: {} stripes checked, {} mismatches, {} repaired",
+        r.stripes, r.mismatches, r.repaired
+    )
 }
 
 #[derive(Debug, Args)]
@@ -77,6 +267,45 @@ pub(crate) fn run(args: RaidArgs) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        RaidCommand::Status(args) => {
+            let arrays = statuses(&args.admin, args.export)?;
+            if args.json {
+                println!("{}", serde_json::to_string_pretty(&arrays)?);
+            } else if arrays.is_empty() {
+                println!("no RAID exports");
+            } else {
+                for a in &arrays {
+                    print!("{}", describe(&a.export, &a.array));
+                }
+            }
+            Ok(())
+        }
+        RaidCommand::Replace(args) => {
+            args.admin.ask(&AdminRequest::Replace {
+                export: args.export.clone(),
+                member: args.member,
+                uri: args.uri.clone(),
+            })?;
+            println!(
+                "member {} of {} replaced by {}; rebuilding",
+                args.member, args.export, args.uri
+            );
+            if args.wait {
+                wait_for_rebuild(&args.admin, &args.export, args.member)?;
+            }
+            Ok(())
+        }
+        RaidCommand::Scrub(args) => {
+            let reply = args.admin.ask(&AdminRequest::Scrub {
+                export: args.export.clone(),
+                repair: args.repair,
+            })?;
+            let AdminReply::Scrubbed { export, report } = reply else {
+                bail!("the server answered a scrub request with {reply:?}");
+            };
+            println!("{}", scrub_text(&export, &report));
+            Ok(())
+        }
     }
 }
 
@@ -93,7 +322,9 @@ mod tests {
 
     fn spec(args: &[&str]) -> anyhow::Result<VolumeSpec> {
         let top = Top::try_parse_from(std::iter::once("raid").chain(args.iter().copied()))?;
-        let RaidCommand::Create(create) = top.raid.command;
+        let RaidCommand::Create(create) = top.raid.command else {
+            anyhow::bail!("not create");
+        };
         create.spec()
     }
 

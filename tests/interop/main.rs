@@ -27,6 +27,7 @@ mod pipeline;
 mod qemu_img;
 mod qemu_io;
 mod raid;
+mod raid_admin;
 mod raw_protocol;
 mod reconnect;
 mod safety;

@@ -20,10 +20,10 @@ use crate::harness::{
 const MEMBER_SIZE: &str = "64M";
 /// Member patience of the array: a killed member counts as failed after
 /// its reconnect window.
-const MEMBER_OPTIONS: &str = "timeout=10s,reconnect=1s";
+pub(crate) const MEMBER_OPTIONS: &str = "timeout=10s,reconnect=1s";
 
 /// A member server over a file in `dir`, export `m`.
-fn member(dir: &Path, i: usize) -> Server {
+pub(crate) fn member(dir: &Path, i: usize) -> Server {
     ServerBuilder::new()
         .export(
             "m",
@@ -32,18 +32,18 @@ fn member(dir: &Path, i: usize) -> Server {
         .start()
 }
 
-fn member_path(dir: &Path, i: usize) -> PathBuf {
+pub(crate) fn member_path(dir: &Path, i: usize) -> PathBuf {
     dir.join(format!("member{i}.img"))
 }
 
-fn raid5_spec(members: &[&Server]) -> String {
+pub(crate) fn raid5_spec(members: &[&Server]) -> String {
     let uris: Vec<String> = members.iter().map(|m| m.uri("m")).collect();
     format!("raid5:unit=64K,members={},{MEMBER_OPTIONS}", uris.join(","))
 }
 
 /// `sluice ARGS...`, with a time limit; returns its output whatever its
 /// exit status.
-fn sluice(args: &[&str], limit: Duration) -> std::process::Output {
+pub(crate) fn sluice(args: &[&str], limit: Duration) -> std::process::Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .args(args)
         .stdin(Stdio::null())
@@ -66,7 +66,7 @@ fn sluice(args: &[&str], limit: Duration) -> std::process::Output {
 }
 
 /// `sluice raid create SPEC`, which must succeed.
-fn create(spec: &str) {
+pub(crate) fn create(spec: &str) {
     let out = sluice(&["raid", "create", spec], Duration::from_secs(60));
     assert!(
         out.status.success(),
@@ -82,7 +82,7 @@ fn head(spec: &str) -> Server {
     ServerBuilder::new().export("vol", spec).metrics().start()
 }
 
-fn qemu_io(uri: &str, cmds: &[&str]) -> CmdOutput {
+pub(crate) fn qemu_io(uri: &str, cmds: &[&str]) -> CmdOutput {
     let mut c = tool("qemu-io")
         .args(["-f", "raw"])
         .arg(uri)
@@ -93,7 +93,7 @@ fn qemu_io(uri: &str, cmds: &[&str]) -> CmdOutput {
     c.output()
 }
 
-fn qemu_io_ok(uri: &str, cmds: &[&str]) {
+pub(crate) fn qemu_io_ok(uri: &str, cmds: &[&str]) {
     let out = qemu_io(uri, cmds);
     out.assert_success();
     let text = format!("{}{}", out.stdout(), out.stderr());
@@ -105,7 +105,7 @@ fn qemu_io_ok(uri: &str, cmds: &[&str]) {
 }
 
 /// The value of the first metrics line that starts with `series`.
-fn metric(server: &Server, series: &str) -> f64 {
+pub(crate) fn metric(server: &Server, series: &str) -> f64 {
     use std::io::{Read, Write};
     let addr = server.metrics.expect("started with metrics");
     let mut s = std::net::TcpStream::connect(addr).expect("connect to metrics");

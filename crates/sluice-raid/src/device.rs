@@ -1,9 +1,11 @@
 //! [`RaidDevice`]: the array as a `BlockDevice`.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
+
+use arc_swap::ArcSwap;
 
 use sluice_storage::{
     BlockDevice, BlockingClass, Capability, DeviceError, DeviceMetric, Extent, IoOp, MetricKind,
@@ -20,7 +22,7 @@ use crate::superblock::{ArrayState, MemberRole, Superblock};
 
 /// Stripe locks: a stripe's lock is `stripe % STRIPE_LOCKS`. A request
 /// holds at most one at a time, so they cannot deadlock.
-const STRIPE_LOCKS: usize = 256;
+pub(crate) const STRIPE_LOCKS: usize = 256;
 
 /// Most whole stripes written in one fan-out step (bounds the parity
 /// buffers a request holds and the stripe locks it takes at once).
@@ -53,6 +55,17 @@ pub enum RaidError {
     /// current.
     #[error(transparent)]
     Member(#[from] MemberError),
+    /// Replacing, rebuilding or scrubbing needs what this array lacks.
+    #[error("{0}")]
+    Refused(String),
+    /// A scrub stopped because a member failed or the array could not
+    /// be read.
+    #[error("scrub stopped at stripe {stripe}")]
+    ScrubStopped {
+        stripe: u64,
+        #[source]
+        source: DeviceError,
+    },
 }
 
 /// The error inside a [`DeviceError::Io`] when the array has lost more
@@ -92,28 +105,78 @@ pub struct MemberStatus {
 /// documentation for the layout and the rules.
 #[derive(Debug)]
 pub struct RaidDevice {
-    geometry: Geometry,
-    members: Vec<Option<Arc<dyn BlockDevice>>>,
-    counters: Vec<MemberCounters>,
+    pub(crate) geometry: Geometry,
+    /// The member devices and their names; swapped whole when a member
+    /// is replaced (a lock-free load on every request).
+    pub(crate) members: ArcSwap<MemberSet>,
+    pub(crate) counters: Vec<MemberCounters>,
     fan_out: Arc<dyn FanOut>,
-    size: u64,
+    pub(crate) size: u64,
     capability: Capability,
     stripe_locks: Box<[Mutex<()>]>,
-    label: String,
-    /// What each member is called in logs (its URI when assembled from
-    /// named members).
-    names: Vec<String>,
+    pub(crate) label: String,
     /// Where the array's data starts on each member (past its
     /// superblock; 0 for an array without superblocks).
-    data_offset: u64,
+    pub(crate) data_offset: u64,
     /// Each member's superblock as last written, for arrays assembled
     /// from superblocks; updated (event counter bumped) on every change
     /// of a member's state.
-    superblocks: Option<Mutex<Vec<Superblock>>>,
+    pub(crate) superblocks: Option<Mutex<Vec<Superblock>>>,
+    /// The member being rebuilt and how far (see `rebuild.rs`).
+    pub(crate) rebuild: RebuildState,
+    /// The running or last scrub's progress.
+    pub(crate) scrub: ScrubState,
 }
 
+/// The members of an array as one value, replaced whole.
+#[derive(Debug)]
+pub(crate) struct MemberSet {
+    /// Each member's device (`None`: missing), by index.
+    pub(crate) devices: Vec<Option<Arc<dyn BlockDevice>>>,
+    /// What each member is called in logs (its URI when assembled from
+    /// named members).
+    pub(crate) names: Vec<String>,
+}
+
+/// Which member is being rebuilt and how far: stripes below `cursor`
+/// hold current data on it, the others do not (they are written
+/// degraded and read from parity). `cursor` only moves while the
+/// rebuild holds the stripe locks of the stripes it passes.
+#[derive(Debug)]
+pub(crate) struct RebuildState {
+    /// The member being rebuilt, or [`NO_MEMBER`].
+    pub(crate) member: AtomicUsize,
+    /// Stripes rebuilt so far.
+    pub(crate) cursor: AtomicU64,
+    /// Bytes per second the rebuild may write (0: no limit).
+    pub(crate) rate: AtomicU64,
+    /// Members replaced since the array was opened.
+    pub(crate) replaced: AtomicU64,
+    /// A rebuild thread is running.
+    pub(crate) running: AtomicBool,
+}
+
+/// A scrub's progress, visible while it runs and after.
+#[derive(Debug, Default)]
+pub(crate) struct ScrubState {
+    pub(crate) running: AtomicBool,
+    pub(crate) repair: AtomicBool,
+    pub(crate) done: AtomicU64,
+    pub(crate) total: AtomicU64,
+    pub(crate) mismatches: AtomicU64,
+    pub(crate) repaired: AtomicU64,
+    /// A scrub has run since the array was opened.
+    pub(crate) ran: AtomicBool,
+}
+
+/// `RebuildState::member` when no member is being rebuilt.
+pub(crate) const NO_MEMBER: usize = usize::MAX;
+
+/// Default rebuild (and scrub) rate: 200 MiB/s, md's `speed_limit_max`.
+pub const DEFAULT_REBUILD_RATE: u64 = 200 << 20;
+
 /// What a step's results asked for.
-enum Outcome {
+pub(crate) enum Outcome {
     /// Every request succeeded.
     Done,
     /// A member failed during the step (now marked failed): redo the
@@ -197,6 +260,18 @@ impl RaidDevice {
             })
             .collect();
         Ok(Self {
+            members: ArcSwap::from_pointee(MemberSet {
+                devices: members,
+                names: (0..members_len).map(|i| format!("member {i}")).collect(),
+            }),
+            rebuild: RebuildState {
+                member: AtomicUsize::new(NO_MEMBER),
+                cursor: AtomicU64::new(0),
+                rate: AtomicU64::new(DEFAULT_REBUILD_RATE),
+                replaced: AtomicU64::new(0),
+                running: AtomicBool::new(false),
+            },
+            scrub: ScrubState::default(),
             size: geometry.volume_size(smallest),
             label: format!(
                 "{:?} array of {} members",
@@ -205,12 +280,10 @@ impl RaidDevice {
             )
             .to_lowercase(),
             geometry,
-            members,
             counters,
             fan_out,
             capability,
             stripe_locks: (0..STRIPE_LOCKS).map(|_| Mutex::new(())).collect(),
-            names: (0..members_len).map(|i| format!("member {i}")).collect(),
             data_offset: 0,
             superblocks: None,
         })
@@ -249,7 +322,10 @@ impl RaidDevice {
         let devices = members.into_iter().map(|m| Some(m.device)).collect();
         let mut array = Self::with_fan_out(geometry, devices, fan_out)?;
         array.size = geometry.volume_size(data_size);
-        array.names = names;
+        array.members = ArcSwap::from_pointee(MemberSet {
+            devices: array.members.load().devices.clone(),
+            names,
+        });
         array.data_offset = data_offset;
         array.label = format!(
             "{} (array {})",
@@ -258,6 +334,18 @@ impl RaidDevice {
         if assembly.state == ArrayState::Dirty {
             tracing::warn!(array = %array.label,
                 "array was not shut down cleanly: stripes being written then may have parity that does not match");
+        }
+        // A member recorded as being rebuilt holds data only below a
+        // cursor that was not recorded: it starts over from stripe 0
+        // and is never read until rebuilt.
+        let newest = assembly.superblocks.iter().max_by_key(|s| s.events);
+        if let Some(index) =
+            newest.and_then(|s| s.roles.iter().position(|r| *r == MemberRole::Rebuilding))
+        {
+            tracing::warn!(array = %array.label, member = index,
+                "member was being rebuilt when the array was last open; the rebuild starts over");
+            array.rebuild.cursor.store(0, Ordering::SeqCst);
+            array.rebuild.member.store(index, Ordering::SeqCst);
         }
         array.superblocks = Some(Mutex::new(assembly.superblocks));
         if !array.capability.read_only {
@@ -269,7 +357,7 @@ impl RaidDevice {
     /// Applies `change` to the superblock of every member still in use,
     /// bumps its event counter and writes it (FUA). A member that
     /// cannot take its superblock is left to fail on its next request.
-    fn update_superblocks(&self, change: impl Fn(&mut Superblock)) {
+    pub(crate) fn update_superblocks(&self, change: impl Fn(&mut Superblock)) {
         let Some(superblocks) = &self.superblocks else {
             return;
         };
@@ -277,22 +365,46 @@ impl RaidDevice {
             return;
         }
         let mut superblocks = superblocks.lock().unwrap_or_else(|p| p.into_inner());
+        let set = self.members.load();
         for (index, s) in superblocks.iter_mut().enumerate() {
             change(s);
             s.events += 1;
-            let Some(device) = self.members[index].as_deref().filter(|_| self.alive(index)) else {
+            let Some(device) = set.devices[index].as_deref().filter(|_| self.alive(index)) else {
                 continue;
             };
             if let Err(e) = write_superblock(device, s) {
-                tracing::warn!(array = %self.label, member = %self.names[index], error = %e,
+                tracing::warn!(array = %self.label, member = %set.names[index], error = %e,
                     "cannot update the member's superblock");
             }
         }
     }
 
-    /// Records on the surviving members that `index` has failed.
-    fn record_failure(&self, index: usize) {
-        self.update_superblocks(|s| s.roles[index] = MemberRole::Failed);
+    /// Marks `index` failed and records it on the surviving members. A
+    /// member being rebuilt holds data only below the cursor, so when
+    /// another member fails the rebuilding one fails first: the array
+    /// then has lost too many members and answers errors, never data
+    /// rebuilt from an incomplete stripe.
+    pub(crate) fn mark_failed(&self, index: usize) -> bool {
+        let rebuilding = self.rebuild.member.load(Ordering::SeqCst);
+        if rebuilding != NO_MEMBER && rebuilding != index {
+            self.counters[rebuilding]
+                .failed
+                .store(true, Ordering::SeqCst);
+        }
+        if self.counters[index].failed.swap(true, Ordering::SeqCst) {
+            return false;
+        }
+        if rebuilding != NO_MEMBER {
+            self.rebuild.member.store(NO_MEMBER, Ordering::SeqCst);
+        }
+        let also = (rebuilding != NO_MEMBER && rebuilding != index).then_some(rebuilding);
+        self.update_superblocks(|s| {
+            s.roles[index] = MemberRole::Failed;
+            if let Some(r) = also {
+                s.roles[r] = MemberRole::Failed;
+            }
+        });
+        true
     }
 
     /// The array's geometry.
@@ -306,7 +418,7 @@ impl RaidDevice {
     pub fn fail_member(&self, index: usize) -> Result<(), RaidError> {
         let counters = self.counters.get(index).ok_or(RaidError::NoSuchMember {
             index,
-            members: self.members.len(),
+            members: self.counters.len(),
         })?;
         if counters.failed.load(Ordering::SeqCst) {
             return Ok(());
@@ -315,16 +427,17 @@ impl RaidDevice {
         if self.failed_count() + 1 > tolerance {
             return Err(RaidError::WouldLoseData { index, tolerance });
         }
-        counters.failed.store(true, Ordering::SeqCst);
-        tracing::warn!(array = %self.label, member = index, name = %self.names[index],
+        tracing::warn!(array = %self.label, member = index, name = %self.members.load().names[index],
             "member marked failed by request");
-        self.record_failure(index);
+        self.mark_failed(index);
         Ok(())
     }
 
     /// State and counters of every member, by index.
     pub fn member_status(&self) -> Vec<MemberStatus> {
         self.members
+            .load()
+            .devices
             .iter()
             .zip(&self.counters)
             .map(|(m, c)| MemberStatus {
@@ -340,15 +453,45 @@ impl RaidDevice {
             .collect()
     }
 
-    fn failed_count(&self) -> usize {
+    pub(crate) fn failed_count(&self) -> usize {
         self.counters
             .iter()
             .filter(|c| c.failed.load(Ordering::SeqCst))
             .count()
     }
 
-    fn alive(&self, member: usize) -> bool {
+    pub(crate) fn alive(&self, member: usize) -> bool {
         !self.counters[member].failed.load(Ordering::SeqCst)
+    }
+
+    /// Whether `member` holds current data of `stripe`: alive, and not
+    /// being rebuilt or rebuilt past it. Writers ask while holding the
+    /// stripe's lock, so the answer cannot change under them.
+    pub(crate) fn usable(&self, member: usize, stripe: u64) -> bool {
+        self.alive(member)
+            && (self.rebuild.member.load(Ordering::SeqCst) != member
+                || stripe < self.rebuild.cursor.load(Ordering::SeqCst))
+    }
+
+    /// Takes the locks of `stripes`, in lock order (the order every
+    /// request holding several takes them, so none deadlocks).
+    pub(crate) fn lock_stripes(
+        &self,
+        stripes: impl Iterator<Item = u64>,
+    ) -> Vec<MutexGuard<'_, ()>> {
+        let mut shards: Vec<usize> = stripes
+            .map(|s| (s % STRIPE_LOCKS as u64) as usize)
+            .collect();
+        shards.sort_unstable();
+        shards.dedup();
+        shards
+            .iter()
+            .map(|&i| {
+                self.stripe_locks[i]
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+            })
+            .collect()
     }
 
     fn lock_stripe(&self, stripe: u64) -> MutexGuard<'_, ()> {
@@ -359,7 +502,7 @@ impl RaidDevice {
 
     /// The error every request gets once more members have failed than
     /// the level survives.
-    fn array_failed(&self, op: IoOp, offset: u64, len: u64) -> DeviceError {
+    pub(crate) fn array_failed(&self, op: IoOp, offset: u64, len: u64) -> DeviceError {
         let failed: Vec<String> = self
             .counters
             .iter()
@@ -375,7 +518,7 @@ impl RaidDevice {
             source: io::Error::other(ArrayFailed {
                 level: self.geometry.level(),
                 failed: failed.len(),
-                members: self.members.len(),
+                members: self.counters.len(),
                 list: failed.join(", "),
             }),
         }
@@ -406,7 +549,7 @@ impl RaidDevice {
     /// Issues one step and sorts its results: a member fault marks the
     /// member failed (RAID 5) and asks for a retry; any other error (a
     /// bad request, or any error on RAID 0) is the request's.
-    fn run(&self, step: &mut [MemberIo<'_>]) -> Result<Outcome, DeviceError> {
+    pub(crate) fn run(&self, step: &mut [MemberIo<'_>]) -> Result<Outcome, DeviceError> {
         if step.is_empty() {
             return Ok(Outcome::Done);
         }
@@ -429,7 +572,8 @@ impl RaidDevice {
             .fetch_add(1, Ordering::Relaxed);
         }
         let started = Instant::now();
-        self.fan_out.submit(&self.members, step);
+        let set = self.members.load();
+        self.fan_out.submit(&set.devices, step);
         let took = started.elapsed();
         for io in step.iter() {
             self.counters[io.member].latency.record(took);
@@ -445,11 +589,21 @@ impl RaidDevice {
                 .fetch_add(1, Ordering::Relaxed);
             let member_fault = matches!(e, DeviceError::Io { .. });
             if member_fault && self.geometry.level() == RaidLevel::Raid5 {
-                if !self.counters[io.member].failed.swap(true, Ordering::SeqCst) {
+                // A request to a member replaced while it was in flight
+                // failed on the old device: redo the step with the new.
+                let now = self.members.load();
+                let replaced = match (&set.devices[io.member], &now.devices[io.member]) {
+                    (Some(a), Some(b)) => !Arc::ptr_eq(a, b),
+                    (a, b) => a.is_some() != b.is_some(),
+                };
+                if replaced {
+                    outcome = Outcome::Retry;
+                    continue;
+                }
+                if self.mark_failed(io.member) {
                     tracing::warn!(array = %self.label, member = io.member,
-                        name = %self.names[io.member], error = &e as &dyn std::error::Error,
+                        name = %set.names[io.member], error = &e as &dyn std::error::Error,
                         "member failed; continuing degraded");
-                    self.record_failure(io.member);
                 }
                 outcome = Outcome::Retry;
             } else if request_error.is_none() {
@@ -488,7 +642,7 @@ impl RaidDevice {
         for piece in self.geometry.pieces(offset, rest.len() as u64) {
             let (out, tail) = rest.split_at_mut(piece.len as usize);
             rest = tail;
-            if self.alive(piece.member) {
+            if self.usable(piece.member, piece.stripe) {
                 step.push(MemberIo::new(
                     piece.member,
                     MemberOp::Read {
@@ -517,8 +671,9 @@ impl RaidDevice {
             return Err(self.array_failed(IoOp::Read, piece.member_offset, piece.len));
         }
         let _stripe = self.lock_stripe(piece.stripe);
-        let mut others: Vec<Vec<u8>> = vec![vec![0; out.len()]; self.members.len() - 1];
-        let mut step: Vec<MemberIo<'_>> = (0..self.members.len())
+        let members = self.counters.len();
+        let mut others: Vec<Vec<u8>> = vec![vec![0; out.len()]; members - 1];
+        let mut step: Vec<MemberIo<'_>> = (0..members)
             .filter(|&m| m != piece.member)
             .zip(others.iter_mut())
             .map(|(m, b)| {
@@ -630,9 +785,9 @@ impl RaidDevice {
                 parity
             })
             .collect();
-        let mut step = Vec::with_capacity(run.len() * self.members.len());
+        let mut step = Vec::with_capacity(run.len() * self.counters.len());
         for (stripe, parity) in run.iter().zip(&parities) {
-            for p in stripe.iter().filter(|p| self.alive(p.member)) {
+            for p in stripe.iter().filter(|p| self.usable(p.member, p.stripe)) {
                 step.push(MemberIo::new(
                     p.member,
                     MemberOp::Write {
@@ -646,7 +801,7 @@ impl RaidDevice {
                 .geometry
                 .parity_member(stripe[0].stripe)
                 .expect("RAID 5 has parity");
-            if self.alive(member) {
+            if self.usable(member, stripe[0].stripe) {
                 step.push(MemberIo::new(
                     member,
                     MemberOp::Write {
@@ -682,7 +837,7 @@ impl RaidDevice {
         let write_pieces = |fua| -> Vec<MemberIo<'_>> {
             pieces
                 .iter()
-                .filter(|p| self.alive(p.member))
+                .filter(|p| self.usable(p.member, stripe))
                 .map(|p| {
                     MemberIo::new(
                         p.member,
@@ -695,11 +850,11 @@ impl RaidDevice {
                 })
                 .collect()
         };
-        if !self.alive(parity) {
+        if !self.usable(parity, stripe) {
             return self.run(&mut write_pieces(fua));
         }
         let missing =
-            (0..data_members).find(|&k| !self.alive(self.geometry.data_member(stripe, k)));
+            (0..data_members).find(|&k| !self.usable(self.geometry.data_member(stripe, k), stripe));
         let touched = |k: usize| pieces.iter().find(|p| p.data_index == k);
         // Bytes of chunk k in [lo, hi) the write does not cover: before
         // and after its piece.
@@ -868,14 +1023,62 @@ impl RaidDevice {
         if first >= end {
             return Ok(());
         }
+        // This path takes no stripe lock, so a member replaced while it
+        // runs may have been left out of it, for stripes the rebuild then
+        // passes: zeroing is idempotent, so it is done again.
+        loop {
+            let replaced = self.rebuild.replaced.load(Ordering::SeqCst);
+            if self.rebuild.member.load(Ordering::SeqCst) != NO_MEMBER {
+                return self.on_whole_stripes_rebuilding((first, end), &op, io_op);
+            }
+            let unit = self.geometry.unit();
+            self.retrying(io_op, first * unit, (end - first) * unit, || {
+                let mut step: Vec<MemberIo<'_>> = (0..self.counters.len())
+                    .filter(|&m| self.alive(m))
+                    .map(|m| MemberIo::new(m, op(first * unit, (end - first) * unit)))
+                    .collect();
+                self.run(&mut step)
+            })?;
+            if replaced == self.rebuild.replaced.load(Ordering::SeqCst) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// [`Self::on_whole_stripes`] while a member is being rebuilt.
+    fn on_whole_stripes_rebuilding(
+        &self,
+        (first, end): (u64, u64),
+        op: &impl Fn(u64, u64) -> MemberOp<'static>,
+        io_op: IoOp,
+    ) -> Result<(), DeviceError> {
         let unit = self.geometry.unit();
-        self.retrying(io_op, first * unit, (end - first) * unit, || {
-            let mut step: Vec<MemberIo<'_>> = (0..self.members.len())
-                .filter(|&m| self.alive(m))
-                .map(|m| MemberIo::new(m, op(first * unit, (end - first) * unit)))
-                .collect();
-            self.run(&mut step)
-        })
+        // A member is being rebuilt: its part of each stripe is written
+        // only below the rebuild cursor, which is held still by taking
+        // every stripe lock (in lock order) for a bounded run.
+        let run = STRIPE_LOCKS as u64;
+        let mut at = first;
+        while at < end {
+            let to = end.min(at + run);
+            let _locks = self.lock_stripes(0..STRIPE_LOCKS as u64);
+            let cursor = self.rebuild.cursor.load(Ordering::SeqCst);
+            self.retrying(io_op, at * unit, (to - at) * unit, || {
+                let mut step = Vec::new();
+                for m in (0..self.counters.len()).filter(|&m| self.alive(m)) {
+                    let (from, until) = if m == self.rebuild.member.load(Ordering::SeqCst) {
+                        (at, to.min(cursor))
+                    } else {
+                        (at, to)
+                    };
+                    if from < until {
+                        step.push(MemberIo::new(m, op(from * unit, (until - from) * unit)));
+                    }
+                }
+                self.run(&mut step)
+            })?;
+            at = to;
+        }
+        Ok(())
     }
 
     /// Runs `op` on the member range of each piece of `[offset, offset+len)` (RAID 0).
@@ -921,10 +1124,11 @@ impl Drop for RaidDevice {
         {
             return;
         }
-        for (index, m) in self.members.iter().enumerate() {
+        let set = self.members.load();
+        for (index, m) in set.devices.iter().enumerate() {
             if let Some(m) = m.as_deref().filter(|_| self.alive(index)) {
                 if let Err(e) = m.flush() {
-                    tracing::warn!(array = %self.label, member = %self.names[index], error = %e,
+                    tracing::warn!(array = %self.label, member = %set.names[index], error = %e,
                         "cannot flush the member on closing; the array stays dirty");
                     return;
                 }
@@ -961,7 +1165,7 @@ impl BlockDevice for RaidDevice {
     fn flush(&self) -> Result<(), DeviceError> {
         self.check_writable(IoOp::Flush)?;
         self.retrying(IoOp::Flush, 0, 0, || {
-            let mut step: Vec<MemberIo<'_>> = (0..self.members.len())
+            let mut step: Vec<MemberIo<'_>> = (0..self.counters.len())
                 .filter(|&m| self.alive(m))
                 .map(|m| MemberIo::new(m, MemberOp::Flush))
                 .collect();
@@ -1069,12 +1273,13 @@ impl BlockDevice for RaidDevice {
         self.check_range(IoOp::Extents, offset, length)?;
         let max_extents = max_extents.max(1);
         let mut out = Vec::new();
+        let set = self.members.load();
         for piece in self.geometry.pieces(offset, length) {
             if out.len() > max_extents {
                 break;
             }
-            let member = match &self.members[piece.member] {
-                Some(m) if self.alive(piece.member) => m,
+            let member = match &set.devices[piece.member] {
+                Some(m) if self.usable(piece.member, piece.stripe) => m,
                 _ => {
                     self.check_survives(IoOp::Extents, offset, length)?;
                     // Rebuilt from parity on read: data, not known zero.
@@ -1093,11 +1298,34 @@ impl BlockDevice for RaidDevice {
             // from there until the piece is covered or we have enough.
             let mut covered = 0;
             while covered < piece.len && out.len() <= max_extents {
-                let answer = member.extents(
+                let answer = match member.extents(
                     self.data_offset + piece.member_offset + covered,
                     piece.len - covered,
                     max_extents,
-                )?;
+                ) {
+                    Ok(answer) => answer,
+                    // A member that fails here fails like on any other
+                    // request; the rest of its piece is data from parity.
+                    Err(e @ DeviceError::Io { .. })
+                        if self.geometry.level() == RaidLevel::Raid5 =>
+                    {
+                        self.counters[piece.member]
+                            .errors
+                            .fetch_add(1, Ordering::Relaxed);
+                        if self.mark_failed(piece.member) {
+                            tracing::warn!(array = %self.label, member = piece.member,
+                                name = %set.names[piece.member], error = &e as &dyn std::error::Error,
+                                "member failed; continuing degraded");
+                        }
+                        self.check_survives(IoOp::Extents, offset, length)?;
+                        vec![Extent {
+                            length: piece.len - covered,
+                            hole: false,
+                            zero: false,
+                        }]
+                    }
+                    Err(e) => return Err(e),
+                };
                 let before = covered;
                 for e in answer {
                     let e = Extent {
@@ -1130,10 +1358,11 @@ impl BlockDevice for RaidDevice {
 
     fn cache(&self, offset: u64, length: u64) -> Result<(), DeviceError> {
         self.check_range(IoOp::Cache, offset, length)?;
+        let set = self.members.load();
         for p in self.geometry.pieces(offset, length) {
-            if let Some(m) = self.members[p.member]
+            if let Some(m) = set.devices[p.member]
                 .as_ref()
-                .filter(|_| self.alive(p.member))
+                .filter(|_| self.usable(p.member, p.stripe))
             {
                 // A hint: errors are not the request's.
                 let _ = m.cache(self.data_offset + p.member_offset, p.len);
@@ -1150,9 +1379,11 @@ impl BlockDevice for RaidDevice {
             value: self.failed_count() as f64,
             labels: Vec::new(),
         }];
+        let set = self.members.load();
         for (index, c) in self.counters.iter().enumerate() {
-            out.extend(member_metrics(index, &self.names[index], c));
+            out.extend(member_metrics(index, &set.names[index], c));
         }
+        out.extend(self.progress_metrics());
         out
     }
 }

@@ -89,6 +89,17 @@
 //! dropped, and bumps the event counter on the surviving members
 //! whenever a member fails. docs/RAID.md has the byte layout.
 //!
+//! # Replacing, rebuilding and scrubbing
+//!
+//! [`RaidDevice::replace_member`] puts a new device in a failed
+//! member's place and [`RaidDevice::start_rebuild`] reconstructs it in
+//! the background while the array serves requests, behind a rebuild
+//! cursor moved under the stripe locks (stripes below it are written to
+//! the new member, stripes past it are written degraded and rebuilt
+//! later); [`RaidDevice::scrub`] checks (and repairs) every stripe's
+//! parity; [`RaidDevice::status`] reports all of it. The rules are in
+//! the `rebuild` module's documentation and docs/RAID.md.
+//!
 //! # Member fan-out
 //!
 //! Member requests of one step go through a [`FanOut`]; the default,
@@ -113,13 +124,18 @@ pub mod fan_out;
 mod layout;
 mod metrics;
 mod parity;
+mod rebuild;
 pub mod superblock;
 
 pub use array::{
     check_members, create_array, read_superblocks, Assembly, MemberError, NamedMember,
 };
-pub use device::{ArrayFailed, MemberStatus, RaidDevice, RaidError};
+pub use device::{ArrayFailed, MemberStatus, RaidDevice, RaidError, DEFAULT_REBUILD_RATE};
 pub use fan_out::{FanOut, MemberIo, MemberOp, ScopedFanOut};
 pub use layout::{Geometry, GeometryError, Piece, RaidLevel};
 pub use parity::xor_into;
+pub use rebuild::{
+    ArrayCondition, ArrayStatus, MemberCondition, MemberReport, RebuildProgress, ScrubProgress,
+    ScrubReport,
+};
 pub use uuid::Uuid;

@@ -15,7 +15,7 @@
 //! 48  level (u8)  49 state (u8)  50 reserved (u16)   52  members (u32)
 //! 56  index (u32)             60  reserved (u32)     64  unit (u64)
 //! 72  data offset (u64)       80  data size (u64)    88  events (u64)
-//! 96  roles: one byte per member (0 active, 1 failed)
+//! 96  roles: one byte per member (0 active, 1 failed, 2 rebuilding)
 //! 96+members  crc32 (u32) of bytes [0, 96+members)
 //! ```
 
@@ -54,6 +54,11 @@ pub enum MemberRole {
     Active,
     /// Marked failed: never read or written again.
     Failed,
+    /// A replacement being rebuilt: written as stripes are rebuilt,
+    /// never read as if it held data until the rebuild ends (it then
+    /// becomes active). An array opened with one rebuilds it again from
+    /// the start.
+    Rebuilding,
 }
 
 /// One member's superblock.
@@ -147,6 +152,7 @@ impl Superblock {
         out.extend(self.roles.iter().map(|r| match r {
             MemberRole::Active => 0u8,
             MemberRole::Failed => 1,
+            MemberRole::Rebuilding => 2,
         }));
         let crc = crc32fast::hash(&out);
         out.extend_from_slice(&crc.to_be_bytes());
@@ -231,6 +237,7 @@ impl Superblock {
             .map(|&b| match b {
                 0 => Ok(MemberRole::Active),
                 1 => Ok(MemberRole::Failed),
+                2 => Ok(MemberRole::Rebuilding),
                 v => Err(field("role", v.into())),
             })
             .collect::<Result<Vec<_>, _>>()?;
@@ -359,10 +366,10 @@ mod tests {
             })
         );
         assert_eq!(
-            resigned(98, 2),
+            resigned(98, 3),
             Err(SuperblockError::Field {
                 field: "role",
-                value: 2
+                value: 3
             })
         );
         assert!(matches!(

@@ -435,3 +435,46 @@ fn extents_cover_the_range_when_members_answer_in_parts() {
     let data: Vec<bool> = extents.iter().map(|e| !e.hole).collect();
     assert_eq!(data, [false, true, false, true, false], "{extents:?}");
 }
+
+/// A member whose block status fails as a member that went away does.
+#[derive(Debug)]
+struct ExtentsFail(Arc<dyn BlockDevice>);
+
+impl sluice_storage::DeviceLayer for ExtentsFail {
+    fn inner(&self) -> &dyn BlockDevice {
+        self.0.as_ref()
+    }
+    fn extents(
+        &self,
+        offset: u64,
+        length: u64,
+        _max_extents: usize,
+    ) -> Result<Vec<sluice_storage::Extent>, DeviceError> {
+        Err(DeviceError::Io {
+            device: "member 1".into(),
+            op: sluice_storage::IoOp::Extents,
+            offset,
+            len: length,
+            source: std::io::Error::other("connection closed"),
+        })
+    }
+}
+
+#[test]
+fn a_member_failing_block_status_fails_like_on_any_request() {
+    let members = mem_members(3, 1 << 20);
+    let mut devices = as_members(&members);
+    devices[1] = Some(Arc::new(ExtentsFail(
+        Arc::clone(&members[1]) as Arc<dyn BlockDevice>
+    )));
+    let geometry = Geometry::new(RaidLevel::Raid5, 3, 4096).expect("geometry");
+    let array = RaidDevice::new(geometry, devices).expect("assemble");
+    let size = array.size();
+    let extents = array.extents(0, size, 1024).expect("extents answer");
+    assert_eq!(extents.iter().map(|e| e.length).sum::<u64>(), size);
+    let status = array.member_status();
+    assert!(status[1].failed && status[1].errors == 1, "{status:?}");
+    // Member 1's chunks come from parity now: data, not holes.
+    let extents = array.extents(0, 8192, 16).expect("extents");
+    assert!(extents.iter().any(|e| !e.hole), "{extents:?}");
+}

@@ -19,6 +19,8 @@ pub enum ConfigError {
     BadValue(#[from] sluice_types::ParseError),
     #[error(transparent)]
     BadExportSpec(#[from] sluice_volume::SpecError),
+    #[error("the admin socket must be a local unix:PATH, not {0}")]
+    AdminNotUnix(String),
     #[error("bad export {arg:?}: expected NAME=SPEC")]
     BadExportArg { arg: String },
     #[error("bad listen address {addr:?}: {reason} (expected HOST:PORT or unix:PATH)")]
@@ -641,6 +643,12 @@ pub struct ServerConfig {
     pub tls: TlsConfig,
     /// The object store served over the native protocol, if any.
     pub objects: Option<ObjectConfig>,
+    /// The admin socket (`unix:PATH`) `sluice raid status|replace|scrub`
+    /// talk to, if any.
+    pub admin: Option<ListenAddr>,
+    /// Bytes per second a RAID rebuild writes (and a scrub reads per
+    /// member) at most; 0 for no limit.
+    pub rebuild_rate: ByteSize,
 }
 
 impl Default for ServerConfig {
@@ -660,6 +668,8 @@ impl Default for ServerConfig {
             fast_paths: FastPaths::default(),
             tls: TlsConfig::default(),
             objects: None,
+            admin: None,
+            rebuild_rate: ByteSize(sluice_raid::DEFAULT_REBUILD_RATE),
         }
     }
 }
@@ -667,6 +677,9 @@ impl Default for ServerConfig {
 impl ServerConfig {
     /// Checks names are valid and unique, and limits are usable.
     pub fn validate(&self) -> Result<(), ConfigError> {
+        if let Some(ListenAddr::Tcp(a)) = &self.admin {
+            return Err(ConfigError::AdminNotUnix(a.to_string()));
+        }
         if self.timeouts.handshake_timeout_secs == 0 {
             return Err(ConfigError::ZeroHandshakeTimeout);
         }
@@ -792,6 +805,25 @@ mod tests {
         );
         assert!(toml::from_str::<ServerConfig>("cache = \"sometimes\"").is_err());
         assert!(toml::from_str::<ServerConfig>("bogus = 1").is_err());
+    }
+
+    #[test]
+    fn admin_socket_and_rebuild_rate_from_toml() {
+        let c: ServerConfig =
+            toml::from_str("admin = \"unix:/run/sluice/admin.sock\"\nrebuild_rate = \"50M\"")
+                .unwrap();
+        assert_eq!(
+            c.admin,
+            Some(ListenAddr::Unix(PathBuf::from("/run/sluice/admin.sock")))
+        );
+        assert_eq!(c.rebuild_rate, ByteSize(50 << 20));
+        assert_eq!(
+            ServerConfig::default().rebuild_rate,
+            ByteSize(sluice_raid::DEFAULT_REBUILD_RATE)
+        );
+        let c: ServerConfig = toml::from_str("admin = \"127.0.0.1:9000\"").unwrap();
+        let e = c.validate().expect_err("a TCP admin socket");
+        assert!(e.to_string().contains("must be a local unix:PATH"), "{e}");
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use sluice_nbd_proto::consts::*;
 use sluice_nbd_proto::{BlockSizes, ExportCatalog, ExportInfo};
 use sluice_storage::{BlockDevice, CacheConfig, CacheMode, Capability};
-use sluice_volume::VolumeBuilder;
+use sluice_volume::{RaidHandle, VolumeBuilder};
 
 use crate::config::{CachePolicy, ExportConfig, ServerConfig};
 use crate::metrics::ExportMetrics;
@@ -27,6 +27,9 @@ pub struct Export {
     pub capability: Capability,
     /// Request counters and latency histograms.
     pub metrics: ExportMetrics,
+    /// The array under the device, for a RAID export (the admin socket
+    /// drives it).
+    pub raid: Option<RaidHandle>,
 }
 
 /// NBD transmission flags for a device's capabilities. `NBD_FLAG_SEND_DF`
@@ -54,12 +57,14 @@ impl Export {
     /// Opens the device stack an export config names, behind the
     /// server's buffer cache unless that is [`CachePolicy::None`].
     pub fn open(config: &ExportConfig, server: &ServerConfig) -> Result<Self, ExportOpenError> {
-        let device = volume_builder(server).open(&config.name, &config.spec)?;
-        Ok(Self::new(
+        let volume = volume_builder(server).open_volume(&config.name, &config.spec)?;
+        let mut export = Self::new(
             config.name.clone(),
             config.description.clone(),
-            device,
-        ))
+            volume.device,
+        );
+        export.raid = volume.raid;
+        Ok(export)
     }
 
     /// Wraps an existing device.
@@ -71,6 +76,7 @@ impl Export {
             device,
             capability,
             metrics: ExportMetrics::default(),
+            raid: None,
         }
     }
 
@@ -109,6 +115,7 @@ fn volume_builder(server: &ServerConfig) -> VolumeBuilder {
         readahead_max: server.readahead_max.0,
         ..CacheConfig::default()
     }))
+    .with_rebuild_rate(server.rebuild_rate.0)
 }
 
 /// All exports of a server; the default export answers the empty name.

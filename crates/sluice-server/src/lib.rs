@@ -5,6 +5,7 @@
 //! `sluice-obj-proto`) against a `sluice-objstore` object store and the
 //! same devices.
 
+pub mod admin;
 mod buffer;
 pub mod config;
 mod driver;

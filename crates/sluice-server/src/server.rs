@@ -60,6 +60,8 @@ pub enum ServerError {
         dir: PathBuf,
         source: sluice_objstore::ObjStoreError,
     },
+    #[error(transparent)]
+    Admin(#[from] crate::admin::AdminError),
     #[error("flushing the object store at shutdown failed")]
     FlushObjects(#[source] sluice_objstore::ObjStoreError),
     #[error("flushing export {name:?} at shutdown failed")]
@@ -229,6 +231,7 @@ pub struct Server {
     metrics: Arc<ServerMetrics>,
     metrics_listener: Option<TcpListener>,
     metrics_addr: Option<SocketAddr>,
+    admin: Option<crate::admin::AdminSocket>,
 }
 
 impl Server {
@@ -337,6 +340,13 @@ impl Server {
             }
             None => (None, None),
         };
+        let admin = match &config.admin {
+            Some(ListenAddr::Unix(path)) => Some(crate::admin::AdminSocket::bind(path)?),
+            Some(ListenAddr::Tcp(a)) => {
+                return Err(crate::config::ConfigError::AdminNotUnix(a.to_string()).into())
+            }
+            None => None,
+        };
         let stop = Arc::new(StopSignal::new().map_err(ServerError::Threads)?);
         let exports = open(&config)?;
         let registry =
@@ -387,6 +397,7 @@ impl Server {
             metrics: Arc::new(ServerMetrics::default()),
             metrics_listener,
             metrics_addr,
+            admin,
             shared: Arc::new(Shared {
                 stop,
                 connections: Mutex::new(HashMap::new()),
@@ -431,9 +442,17 @@ impl Server {
     /// Serves until [`ServerHandle::shutdown`]: then stops accepting,
     /// lets connections finish their in-flight requests, flushes every
     /// export and returns.
-    pub fn run(self) -> Result<(), ServerError> {
+    pub fn run(mut self) -> Result<(), ServerError> {
         let pool = Arc::new(IoPool::new(self.config.io_threads).map_err(ServerError::Threads)?);
         let metrics_endpoint = self.start_metrics_endpoint()?;
+        let admin = match self.admin.take() {
+            Some(socket) => Some(
+                socket
+                    .serve(Arc::clone(&self.registry), Arc::clone(&self.shared.stop))
+                    .map_err(ServerError::Threads)?,
+            ),
+            None => None,
+        };
         let env = Arc::new(DriverEnv {
             pool,
             metrics: Arc::clone(&self.metrics),
@@ -448,6 +467,9 @@ impl Server {
         self.drain_connections();
         if let Some((http, thread)) = metrics_endpoint {
             http.unblock();
+            let _ = thread.join();
+        }
+        if let Some(thread) = admin {
             let _ = thread.join();
         }
         drop(env);

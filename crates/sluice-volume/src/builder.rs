@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use sluice_client::{ClientError, ConnectOptions, NbdUri, Reconnect, RemoteDevice};
-use sluice_raid::{create_array, Geometry, NamedMember, RaidDevice, RaidError, Uuid};
+use sluice_raid::{
+    create_array, Geometry, NamedMember, RaidDevice, RaidError, Uuid, DEFAULT_REBUILD_RATE,
+};
 use sluice_storage::{
     BlockDevice, CacheConfig, CacheDevice, DeviceError, FaultInjectionDevice, FileDevice,
     FileOptions, MemDevice, OpenError, PowerLossConfig, PowerLossDevice,
@@ -50,33 +52,136 @@ pub enum VolumeError {
     /// `create_raid` was given a spec that is not an array.
     #[error("not an array spec (expected raid0: or raid5:)")]
     NotAnArray,
+    /// A replacement member is not an NBD URI.
+    #[error(
+        "the new member {uri:?} is not an NBD URI (nbd://, nbds://, nbd+unix://, nbds+unix://)"
+    )]
+    NotAMemberUri {
+        /// What was given.
+        uri: String,
+    },
+}
+
+/// An opened volume: the device to serve and, for an array, the handle
+/// operators drive it through.
+#[derive(Debug)]
+pub struct Volume {
+    /// The whole stack (the builder's cache, the spec's layers, the base).
+    pub device: Arc<dyn BlockDevice>,
+    /// The array under the stack, if the base is one.
+    pub raid: Option<RaidHandle>,
+}
+
+/// An array volume's operator side: the array below the volume's layers
+/// (status, scrub) and what replacing a member needs (the member
+/// settings of the spec, the remote fan-out).
+#[derive(Debug, Clone)]
+pub struct RaidHandle {
+    array: Arc<RaidDevice>,
+    fan_out: Arc<BatchFanOut>,
+    spec: RaidSpec,
+}
+
+impl RaidHandle {
+    /// The array.
+    pub fn array(&self) -> &Arc<RaidDevice> {
+        &self.array
+    }
+
+    /// Connects to the NBD export `uri` (with the timeout and reconnect
+    /// window of the member it replaces, if that was remote), puts it in
+    /// place `index` of the array and starts rebuilding it in the
+    /// background (see [`RaidDevice::replace_member`]).
+    pub fn replace(&self, index: usize, uri: &str) -> Result<(), VolumeError> {
+        if !uri.contains("://") || uri.parse::<NbdUri>().is_err() {
+            return Err(VolumeError::NotAMemberUri { uri: uri.into() });
+        }
+        let mut remote = match self.spec.members.get(index).map(|m| &m.base) {
+            Some(BaseSpec::Remote(old)) => old.clone(),
+            _ => RemoteSpec::new(uri),
+        };
+        remote.uri = uri.to_owned();
+        let device = Arc::new(connect_remote(&remote).map_err(|e| VolumeError::Member {
+            index,
+            source: Box::new(e),
+        })?);
+        self.array.replace_member(
+            index,
+            NamedMember {
+                name: remote.uri.clone(),
+                device: device.clone(),
+            },
+        )?;
+        self.fan_out.set_remote(index, Some(device));
+        self.array.start_rebuild();
+        Ok(())
+    }
 }
 
 /// Opens device stacks from [`VolumeSpec`]s, with the settings that are
 /// the server's rather than the spec's: today, the buffer cache put over
 /// every volume it opens.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VolumeBuilder {
     /// A buffer cache over each volume opened (over all of its layers);
     /// `None` for none.
     pub cache: Option<CacheConfig>,
+    /// Rebuild and scrub rate of the arrays opened, bytes per second.
+    pub rebuild_rate: u64,
+}
+
+impl Default for VolumeBuilder {
+    fn default() -> Self {
+        Self::new(None)
+    }
 }
 
 impl VolumeBuilder {
     /// A builder that puts `cache`, if any, over every volume it opens.
     pub fn new(cache: Option<CacheConfig>) -> Self {
-        Self { cache }
+        Self {
+            cache,
+            rebuild_rate: DEFAULT_REBUILD_RATE,
+        }
     }
 
     /// Opens the stack `spec` describes, then the builder's cache over it.
     /// `name` names the volume in logs and injected errors (the export
     /// name).
     pub fn open(&self, name: &str, spec: &VolumeSpec) -> Result<Arc<dyn BlockDevice>, VolumeError> {
-        let device = self.open_stack(name, spec)?;
-        match self.cache {
-            None => Ok(device),
-            Some(config) => add_layer(name, device, &LayerSpec::Cache(config)),
+        Ok(self.open_volume(name, spec)?.device)
+    }
+
+    /// Opens the stack like [`Self::open`] and, if its base is an array,
+    /// returns the array's handle beside it; an array with a member
+    /// being rebuilt starts rebuilding it at the builder's rate.
+    pub fn open_volume(&self, name: &str, spec: &VolumeSpec) -> Result<Volume, VolumeError> {
+        let (mut device, raid) = match &spec.base {
+            BaseSpec::Raid(raid) => {
+                let handle = self.open_raid_handle(raid)?;
+                let device: Arc<dyn BlockDevice> = handle.array.clone();
+                (device, Some(handle))
+            }
+            base => (self.open_base(base, spec.read_only)?, None),
+        };
+        for layer in &spec.layers {
+            device = add_layer(name, device, layer)?;
         }
+        if let Some(config) = self.cache {
+            device = add_layer(name, device, &LayerSpec::Cache(config))?;
+        }
+        if let Some(raid) = &raid {
+            raid.array.set_rebuild_rate(self.rebuild_rate);
+            raid.array.start_rebuild();
+        }
+        Ok(Volume { device, raid })
+    }
+
+    /// Sets the rebuild (and scrub) rate limit of the arrays this
+    /// builder opens, bytes per second (0: none).
+    pub fn with_rebuild_rate(mut self, bytes_per_second: u64) -> Self {
+        self.rebuild_rate = bytes_per_second;
+        self
     }
 
     /// The base, then each layer over it, bottom first. The members of a
@@ -110,22 +215,24 @@ impl VolumeBuilder {
             )?),
             BaseSpec::Memory { size } => Arc::new(MemDevice::new(*size, read_only)),
             BaseSpec::Remote(remote) => open_remote(remote)?,
-            BaseSpec::Raid(raid) => Arc::new(self.open_raid(raid)?),
+            BaseSpec::Raid(raid) => self.open_raid_handle(raid)?.array,
         })
     }
 
     /// Opens every member (each with its own layers, none with the
     /// builder's cache), then assembles the array from their superblocks;
     /// plain remote members are driven by a [`BatchFanOut`].
-    fn open_raid(&self, raid: &RaidSpec) -> Result<RaidDevice, VolumeError> {
+    fn open_raid_handle(&self, raid: &RaidSpec) -> Result<RaidHandle, VolumeError> {
         let geometry =
             Geometry::new(raid.level, raid.members.len(), raid.unit).map_err(RaidError::from)?;
         let (members, remotes) = self.open_members(raid)?;
-        Ok(RaidDevice::assemble(
-            geometry,
-            members,
-            Arc::new(BatchFanOut::new(remotes)),
-        )?)
+        let fan_out = Arc::new(BatchFanOut::new(remotes));
+        let array = RaidDevice::assemble(geometry, members, fan_out.clone())?;
+        Ok(RaidHandle {
+            array: Arc::new(array),
+            fan_out,
+            spec: raid.clone(),
+        })
     }
 
     /// Writes the superblocks of a new array over the members `spec`

@@ -15,7 +15,7 @@ mod builder;
 mod fan_out;
 mod spec;
 
-pub use builder::{VolumeBuilder, VolumeError};
+pub use builder::{RaidHandle, Volume, VolumeBuilder, VolumeError};
 pub use fan_out::BatchFanOut;
 pub use spec::{
     BaseSpec, LayerSpec, RaidSpec, RemoteSpec, SpecError, VolumeSpec, DEFAULT_REMOTE_RECONNECT,

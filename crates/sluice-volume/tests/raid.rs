@@ -330,8 +330,8 @@ fn a_member_that_stops_answering_times_out_and_a_second_failure_is_an_error() {
     // and clearly, and never return wrong data.
     drop(members.remove(0).server);
     let started = std::time::Instant::now();
-    let e = array.read_at(&mut back, 0).expect_err("two members lost");
-    let e = sluice_types::error_chain(&e);
+    let e =
+        sluice_testkit::error_chain(&array.read_at(&mut back, 0).expect_err("two members lost"));
     assert!(started.elapsed() < std::time::Duration::from_secs(5));
     assert!(e.contains("members have failed"), "{e}");
     drop(slow);

@@ -1,0 +1,703 @@
+//! Operating a running array: replacing a member and rebuilding it
+//! online, scrubbing parity, and the status an operator sees.
+//!
+//! # Rebuild
+//!
+//! [`RaidDevice::replace_member`] puts a new device in a failed
+//! member's place, with a superblock of its own (a new member uuid, the
+//! array's uuid, role *rebuilding*; the event counter bumped on every
+//! member). [`RaidDevice::start_rebuild`] then reconstructs it in the
+//! background, a run of stripes at a time, while the array serves
+//! requests.
+//!
+//! The rebuild keeps a cursor: stripes below it hold current data on
+//! the new member, stripes at or past it do not. The cursor moves only
+//! while the rebuild holds the stripe locks of every stripe it passes,
+//! and every writer decides whether the new member takes its part of a
+//! stripe while holding that stripe's lock ([`RaidDevice::usable`]), so:
+//!
+//! - a write to a stripe below the cursor goes to the new member like
+//!   to any other;
+//! - a write to a stripe at or past the cursor is written degraded (the
+//!   new member's chunk left to parity, exactly as while it was failed),
+//!   and the rebuild reaches the stripe later and reconstructs it from
+//!   the data and parity that write left;
+//! - a write cannot fall between the rebuild's reads of a stripe and
+//!   its write of the reconstructed chunk, since both hold the lock.
+//!
+//! Reads of the new member's chunks below the cursor go to it; at or
+//! past the cursor they are rebuilt from the others, under the stripe
+//! lock. When the cursor reaches the end the member becomes active and
+//! the superblocks record it (event counter bumped). The cursor is not
+//! recorded: an array opened with a member marked rebuilding starts the
+//! rebuild over from stripe 0 and never reads that member until then.
+//!
+//! If another member fails during the rebuild, the new member is
+//! marked failed first: stripes past the cursor can no longer be
+//! reconstructed, and the array answers errors rather than wrong data.
+//!
+//! # Scrub
+//!
+//! [`RaidDevice::scrub`] reads every stripe from every member (a run at
+//! a time, under the stripes' locks, so no write is half-way through
+//! one), compares each stripe's parity with the XOR of its data and
+//! counts the stripes that differ; with `repair` it rewrites their
+//! parity from the data. It needs every member active.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use sluice_storage::{DeviceMetric, MetricKind};
+use uuid::Uuid;
+
+use crate::array::{MemberError, NamedMember};
+use crate::device::{MemberSet, Outcome, RaidDevice, RaidError, NO_MEMBER};
+use crate::fan_out::{MemberIo, MemberOp};
+use crate::layout::RaidLevel;
+use crate::parity::xor_into;
+use crate::superblock::MemberRole;
+
+/// Bytes of each member one rebuild or scrub step covers (at most
+/// [`MAX_RUN`] stripes).
+const RUN_BYTES: u64 = 1 << 20;
+/// Most stripes one rebuild or scrub step covers.
+const MAX_RUN: u64 = 64;
+
+/// The array's condition as a whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ArrayCondition {
+    /// Every member active.
+    Clean,
+    /// A member missing or failed; running on parity.
+    Degraded,
+    /// A replacement member is being rebuilt.
+    Rebuilding,
+    /// More members lost than the level survives: requests fail.
+    Failed,
+}
+
+/// One member's condition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemberCondition {
+    /// In use.
+    Active,
+    /// No device was given for it.
+    Missing,
+    /// Marked failed: never read or written again.
+    Failed,
+    /// Being rebuilt: holds data only below the rebuild cursor.
+    Rebuilding,
+}
+
+/// One member as [`RaidDevice::status`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MemberReport {
+    /// Position in the array.
+    pub index: usize,
+    /// What it is called (its URI).
+    pub name: String,
+    /// Its condition.
+    pub state: MemberCondition,
+    /// The event counter of its superblock as last written (none for an
+    /// array without superblocks).
+    pub events: Option<u64>,
+    /// Member reads issued.
+    pub reads: u64,
+    /// Member writes, trims and zeroings issued.
+    pub writes: u64,
+    /// Member requests that failed.
+    pub errors: u64,
+    /// Bytes read from it.
+    pub read_bytes: u64,
+    /// Bytes written to it.
+    pub written_bytes: u64,
+}
+
+/// How far a rebuild has come.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RebuildProgress {
+    /// The member being rebuilt.
+    pub member: usize,
+    /// Bytes of the member rebuilt so far.
+    pub done_bytes: u64,
+    /// Bytes of array data on the member.
+    pub total_bytes: u64,
+    /// The rate limit, bytes per second (0: none).
+    pub rate: u64,
+}
+
+/// How far the running (or last) scrub has come.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubProgress {
+    /// Still running.
+    pub running: bool,
+    /// Rewriting the parity of mismatched stripes.
+    pub repair: bool,
+    /// Stripes checked so far.
+    pub done_stripes: u64,
+    /// Stripes in the array.
+    pub total_stripes: u64,
+    /// Stripes whose parity did not match their data.
+    pub mismatches: u64,
+    /// Of those, stripes whose parity was rewritten.
+    pub repaired: u64,
+}
+
+/// An array's state for operators (`sluice raid status`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArrayStatus {
+    /// `raid0` or `raid5`.
+    pub level: String,
+    /// Stripe unit in bytes.
+    pub unit: u64,
+    /// Volume size in bytes.
+    pub size: u64,
+    /// The array's uuid, if it has superblocks.
+    pub array_uuid: Option<Uuid>,
+    /// The condition of the whole.
+    pub state: ArrayCondition,
+    /// Every member, by index.
+    pub members: Vec<MemberReport>,
+    /// The rebuild under way, if any.
+    pub rebuild: Option<RebuildProgress>,
+    /// The running or last scrub, if any ran.
+    pub scrub: Option<ScrubProgress>,
+}
+
+/// What a finished scrub found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubReport {
+    /// Stripes checked.
+    pub stripes: u64,
+    /// Stripes whose parity did not match their data.
+    pub mismatches: u64,
+    /// Stripes whose parity was rewritten (with repair).
+    pub repaired: u64,
+}
+
+/// Clears the scrub's running flag however the scrub ends.
+struct ScrubRunning<'a>(&'a RaidDevice);
+
+impl Drop for ScrubRunning<'_> {
+    fn drop(&mut self) {
+        self.0.scrub.running.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Sleeps what is left of the time `bytes` may take at `rate` bytes
+/// per second after `took` already passed.
+fn pace(bytes: u64, rate: u64, took: Duration) {
+    if rate == 0 {
+        return;
+    }
+    let due = Duration::from_secs_f64(bytes as f64 / rate as f64);
+    if let Some(rest) = due.checked_sub(took) {
+        std::thread::sleep(rest);
+    }
+}
+
+impl RaidDevice {
+    /// Stripes in the array (each member holds one unit of each).
+    pub(crate) fn stripes(&self) -> u64 {
+        self.size / self.geometry.stripe_bytes()
+    }
+
+    /// Stripes one rebuild or scrub step covers.
+    fn run_stripes(&self) -> u64 {
+        (RUN_BYTES / self.geometry.unit()).clamp(1, MAX_RUN)
+    }
+
+    /// Sets the rebuild and scrub rate limit, bytes per second written
+    /// (rebuild) or read per member (scrub); 0 for none.
+    pub fn set_rebuild_rate(&self, bytes_per_second: u64) {
+        self.rebuild.rate.store(bytes_per_second, Ordering::SeqCst);
+    }
+
+    /// Puts `member` in place `index` and marks it rebuilding (see the
+    /// module documentation); the rebuild itself runs once
+    /// [`Self::start_rebuild`] is called. The member at `index` must be
+    /// failed, or failing it must leave the array running (it is then
+    /// failed first). Refused on RAID 0, on arrays without superblocks,
+    /// while another rebuild or a scrub runs, and for a member smaller
+    /// than the array's data on it.
+    pub fn replace_member(&self, index: usize, member: NamedMember) -> Result<(), RaidError> {
+        if self.geometry.level() != RaidLevel::Raid5 {
+            return Err(RaidError::Refused(
+                "a RAID 0 array has no redundancy to rebuild a member from".into(),
+            ));
+        }
+        let Some(superblocks) = &self.superblocks else {
+            return Err(RaidError::Refused(
+                "the array has no superblocks to record a new member in".into(),
+            ));
+        };
+        if index >= self.counters.len() {
+            return Err(RaidError::NoSuchMember {
+                index,
+                members: self.counters.len(),
+            });
+        }
+        let rebuilding = self.rebuild.member.load(Ordering::SeqCst);
+        if rebuilding != NO_MEMBER {
+            return Err(RaidError::Refused(format!(
+                "member {rebuilding} is being rebuilt; replace another member once it is done"
+            )));
+        }
+        if self.scrub.running.load(Ordering::SeqCst) {
+            return Err(RaidError::Refused(
+                "a scrub is running; replace the member once it is done".into(),
+            ));
+        }
+        if self.alive(index) {
+            self.fail_member(index)?;
+        }
+        if self.failed_count() > 1 {
+            return Err(self_failed(self));
+        }
+        let (data_offset, data_size) = {
+            let s = superblocks.lock().unwrap_or_else(|p| p.into_inner());
+            (s[index].data_offset, s[index].data_size)
+        };
+        let size = member.device.size();
+        if size < data_offset + data_size {
+            return Err(MemberError::TooSmall {
+                index,
+                name: member.name,
+                size,
+                needed: data_offset + data_size,
+            }
+            .into());
+        }
+        {
+            let mut s = superblocks.lock().unwrap_or_else(|p| p.into_inner());
+            s[index].member_uuid = Uuid::new_v4();
+        }
+        // Rebuilding from stripe 0 before the member is alive again, so
+        // no writer ever sees it usable for a stripe not rebuilt.
+        self.rebuild.cursor.store(0, Ordering::SeqCst);
+        self.rebuild.member.store(index, Ordering::SeqCst);
+        self.rebuild.replaced.fetch_add(1, Ordering::SeqCst);
+        let old = self.members.load();
+        let mut devices = old.devices.clone();
+        let mut names = old.names.clone();
+        devices[index] = Some(member.device);
+        names[index] = member.name;
+        tracing::info!(array = %self.label, member = index, name = %names[index],
+            "member replaced; rebuilding it");
+        self.members.store(Arc::new(MemberSet { devices, names }));
+        self.counters[index].failed.store(false, Ordering::SeqCst);
+        self.update_superblocks(|s| s.roles[index] = MemberRole::Rebuilding);
+        Ok(())
+    }
+
+    /// Starts the background rebuild of the member marked rebuilding, if
+    /// there is one and no rebuild thread runs; returns whether it
+    /// started. The thread holds the array only while it works on a run
+    /// of stripes, so dropping the array stops it (the superblocks keep
+    /// the member marked rebuilding: the next open starts over).
+    pub fn start_rebuild(self: &Arc<Self>) -> bool {
+        if self.rebuild.member.load(Ordering::SeqCst) == NO_MEMBER
+            || self.rebuild.running.swap(true, Ordering::SeqCst)
+        {
+            return false;
+        }
+        let weak: Weak<Self> = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("raid-rebuild".into())
+            .spawn(move || loop {
+                let Some(array) = weak.upgrade() else {
+                    return;
+                };
+                let started = Instant::now();
+                let step = array.rebuild_step();
+                let rate = array.rebuild.rate.load(Ordering::SeqCst);
+                match step {
+                    Some(bytes) => {
+                        drop(array);
+                        pace(bytes, rate, started.elapsed());
+                    }
+                    None => {
+                        array.rebuild.running.store(false, Ordering::SeqCst);
+                        return;
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::error!(array = %self.label, error = %e, "cannot start the rebuild thread");
+            self.rebuild.running.store(false, Ordering::SeqCst);
+            return false;
+        }
+        true
+    }
+
+    /// Rebuilds the next run of stripes; returns the bytes written, or
+    /// `None` once the rebuild has ended (done, or stopped by a failure).
+    /// The rebuild thread calls this in a loop; tests drive it directly.
+    pub fn rebuild_step(&self) -> Option<u64> {
+        let target = self.rebuild.member.load(Ordering::SeqCst);
+        if target == NO_MEMBER {
+            return None;
+        }
+        let stripes = self.stripes();
+        let unit = self.geometry.unit();
+        let first = self.rebuild.cursor.load(Ordering::SeqCst);
+        if first >= stripes {
+            self.finish_rebuild(target);
+            return None;
+        }
+        let end = stripes.min(first + self.run_stripes());
+        let _locks = self.lock_stripes(first..end);
+        if self.rebuild.member.load(Ordering::SeqCst) != target || !self.alive(target) {
+            return None;
+        }
+        let len = ((end - first) * unit) as usize;
+        let others: Vec<usize> = (0..self.counters.len()).filter(|&m| m != target).collect();
+        if others.iter().any(|&m| !self.alive(m)) {
+            tracing::error!(array = %self.label, member = target,
+                "rebuild stopped: another member has failed");
+            return None;
+        }
+        let mut bufs = vec![vec![0u8; len]; others.len()];
+        let mut step: Vec<MemberIo<'_>> = others
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|(&m, buf)| {
+                MemberIo::new(
+                    m,
+                    MemberOp::Read {
+                        buf,
+                        offset: first * unit,
+                    },
+                )
+            })
+            .collect();
+        if !self.rebuild_ran(&mut step, target) {
+            return None;
+        }
+        drop(step);
+        let (rebuilt, rest) = bufs.split_first_mut()?;
+        for b in rest.iter() {
+            xor_into(rebuilt, b);
+        }
+        let mut step = [MemberIo::new(
+            target,
+            MemberOp::Write {
+                buf: rebuilt,
+                offset: first * unit,
+                fua: false,
+            },
+        )];
+        if !self.rebuild_ran(&mut step, target) {
+            return None;
+        }
+        self.rebuild.cursor.store(end, Ordering::SeqCst);
+        Some(len as u64)
+    }
+
+    /// Runs a rebuild step; false (logged) if the rebuild must stop.
+    fn rebuild_ran(&self, step: &mut [MemberIo<'_>], target: usize) -> bool {
+        match self.run(step) {
+            Ok(Outcome::Done) => true,
+            Ok(Outcome::Retry) => {
+                tracing::error!(array = %self.label, member = target,
+                    "rebuild stopped: a member failed during it");
+                false
+            }
+            Err(e) => {
+                tracing::error!(array = %self.label, member = target,
+                    error = &e as &dyn std::error::Error, "rebuild stopped");
+                false
+            }
+        }
+    }
+
+    /// Makes the rebuilt member active and records it.
+    fn finish_rebuild(&self, target: usize) {
+        // The cursor is at the end: the member is usable for every
+        // stripe either way.
+        if self
+            .rebuild
+            .member
+            .compare_exchange(target, NO_MEMBER, Ordering::SeqCst, Ordering::SeqCst)
+            .is_err()
+        {
+            return;
+        }
+        // Everything rebuilt is durable before the superblocks say so.
+        if let Some(device) = &self.members.load().devices[target] {
+            if let Err(e) = device.flush() {
+                tracing::warn!(array = %self.label, member = target, error = %e,
+                    "cannot flush the rebuilt member");
+            }
+        }
+        self.update_superblocks(|s| s.roles[target] = MemberRole::Active);
+        tracing::info!(array = %self.label, member = target, "rebuild finished; member active");
+    }
+
+    /// Reads every stripe, checks its parity against its data and, with
+    /// `repair`, rewrites the parity of the stripes that differ. Runs on
+    /// the caller's thread at the rebuild rate; progress shows in
+    /// [`Self::status`] meanwhile. Needs a RAID 5 array with every
+    /// member active and no rebuild or other scrub running.
+    pub fn scrub(&self, repair: bool) -> Result<ScrubReport, RaidError> {
+        if self.geometry.level() != RaidLevel::Raid5 {
+            return Err(RaidError::Refused(
+                "a RAID 0 array has no parity to scrub".into(),
+            ));
+        }
+        if self.failed_count() > 0 || self.rebuild.member.load(Ordering::SeqCst) != NO_MEMBER {
+            return Err(RaidError::Refused(
+                "the array is degraded or rebuilding: scrubbing needs every member active".into(),
+            ));
+        }
+        if self.scrub.running.swap(true, Ordering::SeqCst) {
+            return Err(RaidError::Refused("a scrub is already running".into()));
+        }
+        let _running = ScrubRunning(self);
+        let state = &self.scrub;
+        let stripes = self.stripes();
+        state.total.store(stripes, Ordering::SeqCst);
+        for c in [&state.done, &state.mismatches, &state.repaired] {
+            c.store(0, Ordering::SeqCst);
+        }
+        state.repair.store(repair, Ordering::SeqCst);
+        state.ran.store(true, Ordering::SeqCst);
+        let unit = self.geometry.unit();
+        let n = self.counters.len();
+        let mut first = 0;
+        while first < stripes {
+            let started = Instant::now();
+            let end = stripes.min(first + self.run_stripes());
+            let len = ((end - first) * unit) as usize;
+            let stopped = |source| RaidError::ScrubStopped {
+                stripe: first,
+                source,
+            };
+            {
+                let _locks = self.lock_stripes(first..end);
+                let mut bufs = vec![vec![0u8; len]; n];
+                let mut step: Vec<MemberIo<'_>> = bufs
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(m, buf)| {
+                        MemberIo::new(
+                            m,
+                            MemberOp::Read {
+                                buf,
+                                offset: first * unit,
+                            },
+                        )
+                    })
+                    .collect();
+                if let Outcome::Retry = self.run(&mut step).map_err(stopped)? {
+                    return Err(stopped(self.array_failed(
+                        sluice_storage::IoOp::Read,
+                        first * unit,
+                        len as u64,
+                    )));
+                }
+                drop(step);
+                let mut fixes = Vec::new();
+                for s in first..end {
+                    let at = ((s - first) * unit) as usize..((s - first + 1) * unit) as usize;
+                    let parity = self.geometry.parity_member(s).unwrap_or(n - 1);
+                    let mut sum = vec![0u8; unit as usize];
+                    for (m, b) in bufs.iter().enumerate() {
+                        if m != parity {
+                            xor_into(&mut sum, &b[at.clone()]);
+                        }
+                    }
+                    if sum != bufs[parity][at] {
+                        state.mismatches.fetch_add(1, Ordering::SeqCst);
+                        tracing::warn!(array = %self.label, stripe = s, parity_member = parity,
+                            "scrub: parity does not match the data");
+                        fixes.push((s, parity, sum));
+                    }
+                }
+                if repair && !fixes.is_empty() {
+                    let mut step: Vec<MemberIo<'_>> = fixes
+                        .iter()
+                        .map(|(s, parity, sum)| {
+                            MemberIo::new(
+                                *parity,
+                                MemberOp::Write {
+                                    buf: sum,
+                                    offset: s * unit,
+                                    fua: false,
+                                },
+                            )
+                        })
+                        .collect();
+                    if let Outcome::Retry = self.run(&mut step).map_err(stopped)? {
+                        return Err(stopped(self.array_failed(
+                            sluice_storage::IoOp::Write,
+                            first * unit,
+                            len as u64,
+                        )));
+                    }
+                    state
+                        .repaired
+                        .fetch_add(fixes.len() as u64, Ordering::SeqCst);
+                }
+            }
+            state.done.store(end, Ordering::SeqCst);
+            pace(
+                len as u64,
+                self.rebuild.rate.load(Ordering::SeqCst),
+                started.elapsed(),
+            );
+            first = end;
+        }
+        if repair && state.repaired.load(Ordering::SeqCst) > 0 {
+            use sluice_storage::BlockDevice;
+            self.flush().map_err(|source| RaidError::ScrubStopped {
+                stripe: stripes,
+                source,
+            })?;
+        }
+        Ok(ScrubReport {
+            stripes,
+            mismatches: state.mismatches.load(Ordering::SeqCst),
+            repaired: state.repaired.load(Ordering::SeqCst),
+        })
+    }
+
+    /// The array's level, members, their states and counters, and any
+    /// rebuild or scrub progress.
+    pub fn status(&self) -> ArrayStatus {
+        let set = self.members.load();
+        let rebuilding = self.rebuild.member.load(Ordering::SeqCst);
+        let superblocks = self
+            .superblocks
+            .as_ref()
+            .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).clone());
+        let members = self
+            .member_status()
+            .into_iter()
+            .enumerate()
+            .map(|(index, m)| MemberReport {
+                index,
+                name: set.names[index].clone(),
+                state: if !m.present {
+                    MemberCondition::Missing
+                } else if m.failed {
+                    MemberCondition::Failed
+                } else if index == rebuilding {
+                    MemberCondition::Rebuilding
+                } else {
+                    MemberCondition::Active
+                },
+                events: superblocks
+                    .as_ref()
+                    .and_then(|s| s.get(index))
+                    .map(|s| s.events),
+                reads: m.reads,
+                writes: m.writes,
+                errors: m.errors,
+                read_bytes: m.read_bytes,
+                written_bytes: m.written_bytes,
+            })
+            .collect();
+        let failed = self.failed_count();
+        let tolerance = match self.geometry.level() {
+            RaidLevel::Raid0 => 0,
+            RaidLevel::Raid5 => 1,
+        };
+        let state = if failed > tolerance {
+            ArrayCondition::Failed
+        } else if rebuilding != NO_MEMBER {
+            ArrayCondition::Rebuilding
+        } else if failed > 0 {
+            ArrayCondition::Degraded
+        } else {
+            ArrayCondition::Clean
+        };
+        let unit = self.geometry.unit();
+        let scrub = &self.scrub;
+        ArrayStatus {
+            level: match self.geometry.level() {
+                RaidLevel::Raid0 => "raid0",
+                RaidLevel::Raid5 => "raid5",
+            }
+            .into(),
+            unit,
+            size: self.size,
+            array_uuid: superblocks
+                .as_ref()
+                .and_then(|s| s.first())
+                .map(|s| s.array_uuid),
+            state,
+            members,
+            rebuild: (rebuilding != NO_MEMBER).then(|| RebuildProgress {
+                member: rebuilding,
+                done_bytes: self.rebuild.cursor.load(Ordering::SeqCst) * unit,
+                total_bytes: self.stripes() * unit,
+                rate: self.rebuild.rate.load(Ordering::SeqCst),
+            }),
+            scrub: scrub.ran.load(Ordering::SeqCst).then(|| ScrubProgress {
+                running: scrub.running.load(Ordering::SeqCst),
+                repair: scrub.repair.load(Ordering::SeqCst),
+                done_stripes: scrub.done.load(Ordering::SeqCst),
+                total_stripes: scrub.total.load(Ordering::SeqCst),
+                mismatches: scrub.mismatches.load(Ordering::SeqCst),
+                repaired: scrub.repaired.load(Ordering::SeqCst),
+            }),
+        }
+    }
+
+    /// Rebuild and scrub progress as metrics.
+    pub(crate) fn progress_metrics(&self) -> Vec<DeviceMetric> {
+        let unit = self.geometry.unit();
+        let rebuilding = self.rebuild.member.load(Ordering::SeqCst) != NO_MEMBER;
+        let gauge = |name, help, value: u64| DeviceMetric {
+            name,
+            help,
+            kind: MetricKind::Gauge,
+            value: value as f64,
+            labels: Vec::new(),
+        };
+        vec![
+            gauge(
+                "raid_rebuilding",
+                "1 while a replaced member is being rebuilt",
+                u64::from(rebuilding),
+            ),
+            gauge(
+                "raid_rebuild_bytes",
+                "Bytes of the member being (or last) rebuilt that hold current data",
+                self.rebuild.cursor.load(Ordering::SeqCst) * unit,
+            ),
+            gauge(
+                "raid_rebuild_total_bytes",
+                "Bytes of array data on each member (what a rebuild writes)",
+                self.stripes() * unit,
+            ),
+            gauge(
+                "raid_scrub_stripes",
+                "Stripes the running (or last) scrub has checked",
+                self.scrub.done.load(Ordering::SeqCst),
+            ),
+            gauge(
+                "raid_scrub_total_stripes",
+                "Stripes the running (or last) scrub checks",
+                self.scrub.total.load(Ordering::SeqCst),
+            ),
+            gauge(
+                "raid_scrub_mismatches",
+                "Stripes whose parity did not match their data in the running (or last) scrub",
+                self.scrub.mismatches.load(Ordering::SeqCst),
+            ),
+        ]
+    }
+}
+
+fn self_failed(array: &RaidDevice) -> RaidError {
+    RaidError::Refused(format!(
+        "{} members have failed: the array cannot rebuild a member",
+        array.failed_count()
+    ))
+}

@@ -1,0 +1,415 @@
+//! Replacing a member and rebuilding it online, and scrubbing: the
+//! rebuild cursor decides where writes go, a rebuild under concurrent
+//! writes ends with every byte as a model says, a member marked
+//! rebuilding is never read as data (also after the array is opened
+//! again), and scrub finds and repairs a corrupted parity block.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluice_raid::superblock::{MemberRole, Superblock, SUPERBLOCK_AREA};
+use sluice_raid::{
+    create_array, read_superblocks, ArrayCondition, Geometry, MemberCondition, NamedMember,
+    RaidDevice, RaidLevel, ScopedFanOut,
+};
+use sluice_storage::{BlockDevice, MemDevice};
+
+const UNIT: u64 = 4096;
+const MEMBER: u64 = 4 << 20;
+
+fn pattern(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn named(devices: &[Arc<MemDevice>]) -> Vec<NamedMember> {
+    devices
+        .iter()
+        .enumerate()
+        .map(|(i, d)| NamedMember {
+            name: format!("mem{i}"),
+            device: d.clone(),
+        })
+        .collect()
+}
+
+fn geometry() -> Geometry {
+    Geometry::new(RaidLevel::Raid5, 3, UNIT).expect("geometry")
+}
+
+fn assemble(devices: &[Arc<MemDevice>]) -> Arc<RaidDevice> {
+    Arc::new(
+        RaidDevice::assemble(geometry(), named(devices), Arc::new(ScopedFanOut)).expect("assemble"),
+    )
+}
+
+/// A new array of three memory members, filled with a pattern (also
+/// returned, as the model of the volume).
+fn filled_array() -> (Arc<RaidDevice>, Vec<Arc<MemDevice>>, Vec<u8>) {
+    let devices: Vec<Arc<MemDevice>> = (0..3)
+        .map(|_| Arc::new(MemDevice::new(MEMBER, false)))
+        .collect();
+    create_array(geometry(), &named(&devices), false).expect("create");
+    let array = assemble(&devices);
+    let model = pattern(1, array.size() as usize);
+    array.write_at(&model, 0, false).expect("fill");
+    (array, devices, model)
+}
+
+/// A replacement member holding garbage, so reading it as data would
+/// show.
+fn garbage_member() -> Arc<MemDevice> {
+    let d = Arc::new(MemDevice::new(MEMBER, false));
+    d.write_at(&pattern(99, MEMBER as usize), 0, false)
+        .expect("garbage");
+    d
+}
+
+fn replace(array: &RaidDevice, index: usize, device: &Arc<MemDevice>) {
+    array
+        .replace_member(
+            index,
+            NamedMember {
+                name: format!("new{index}"),
+                device: device.clone(),
+            },
+        )
+        .expect("replace");
+}
+
+fn assert_reads(array: &RaidDevice, model: &[u8]) {
+    let mut got = vec![0u8; model.len()];
+    array.read_at(&mut got, 0).expect("read");
+    let first = got.iter().zip(model).position(|(a, b)| a != b);
+    assert_eq!(first, None, "volume differs from the model at this byte");
+}
+
+fn superblock(device: &Arc<MemDevice>) -> Superblock {
+    read_superblocks(&named(std::slice::from_ref(device)))
+        .expect("read")
+        .remove(0)
+        .expect("superblock")
+}
+
+/// Volume offset of data chunk `k` of `stripe` and the member holding it.
+fn chunk(stripe: u64, k: usize) -> (u64, usize) {
+    let g = geometry();
+    (
+        (stripe * g.data_members() as u64 + k as u64) * UNIT,
+        g.data_member(stripe, k),
+    )
+}
+
+fn member_bytes(device: &MemDevice, stripe: u64) -> Vec<u8> {
+    let mut buf = vec![0u8; UNIT as usize];
+    device
+        .read_at(&mut buf, SUPERBLOCK_AREA + stripe * UNIT)
+        .expect("read member");
+    buf
+}
+
+#[test]
+fn the_cursor_decides_where_writes_go() {
+    let (array, devices, mut model) = filled_array();
+    array.fail_member(1).expect("fail");
+    let new = garbage_member();
+    replace(&array, 1, &new);
+    let status = array.status();
+    assert_eq!(status.state, ArrayCondition::Rebuilding);
+    assert_eq!(status.members[1].state, MemberCondition::Rebuilding);
+    assert_eq!(status.rebuild.as_ref().map(|r| r.done_bytes), Some(0));
+    let sb = superblock(&new);
+    assert_eq!(sb.roles[1], MemberRole::Rebuilding);
+    assert_eq!(sb.index, 1);
+    assert_ne!(sb.member_uuid, superblock(&devices[1]).member_uuid);
+    assert_eq!(sb.events, superblock(&devices[0]).events);
+
+    // Nothing rebuilt: the garbage on the new member is never read.
+    assert_reads(&array, &model);
+
+    // One step rebuilds the first run of stripes (1 MiB of member data
+    // with 4 KiB units: 64 stripes, the most one step takes).
+    let written = array.rebuild_step().expect("a step");
+    assert_eq!(written, 64 * UNIT);
+    let done = array.status().rebuild.expect("rebuilding").done_bytes;
+    assert_eq!(done, 64 * UNIT);
+
+    // Stripes whose chunk is on member 1 below and past the cursor.
+    let below = (0..64)
+        .find(|&s| (0..2).any(|k| chunk(s, k).1 == 1))
+        .expect("below");
+    let past = (64..128)
+        .find(|&s| (0..2).any(|k| chunk(s, k).1 == 1))
+        .expect("past");
+    for stripe in [below, past] {
+        let k = (0..2).find(|&k| chunk(stripe, k).1 == 1).expect("k");
+        let (at, _) = chunk(stripe, k);
+        let data = pattern(stripe + 7, UNIT as usize);
+        let before = member_bytes(&new, stripe);
+        array.write_at(&data, at, false).expect("write");
+        model[at as usize..(at + UNIT) as usize].copy_from_slice(&data);
+        let after = member_bytes(&new, stripe);
+        if stripe == below {
+            assert_eq!(
+                after, data,
+                "a rebuilt stripe's write reaches the new member"
+            );
+        } else {
+            assert_eq!(after, before, "a stripe not rebuilt is written degraded");
+        }
+    }
+    assert_reads(&array, &model);
+
+    while array.rebuild_step().is_some() {}
+    let status = array.status();
+    assert_eq!(status.state, ArrayCondition::Clean);
+    assert_eq!(status.members[1].state, MemberCondition::Active);
+    assert!(status.rebuild.is_none());
+    let sb = superblock(&new);
+    assert_eq!(sb.roles, vec![MemberRole::Active; 3]);
+    assert!(sb.events > superblock(&devices[1]).events);
+
+    // The new member holds the data: reading with another member failed
+    // reconstructs through it.
+    array.fail_member(0).expect("fail 0");
+    assert_reads(&array, &model);
+}
+
+#[test]
+fn a_rebuild_under_concurrent_writes_matches_the_model() {
+    let (array, _devices, model) = filled_array();
+    array.fail_member(2).expect("fail");
+    let new = garbage_member();
+    replace(&array, 2, &new);
+    // Slow enough that the writers overlap the whole rebuild (about 4
+    // MiB of member data at 8 MiB/s).
+    array.set_rebuild_rate(8 << 20);
+    assert!(array.start_rebuild());
+    let size = array.size();
+    let stop = Arc::new(AtomicBool::new(false));
+    let half = size / 2 / UNIT * UNIT;
+    let writers: Vec<_> = (0..2u64)
+        .map(|t| {
+            let array = array.clone();
+            let stop = stop.clone();
+            let mut model = model[(t * half) as usize..((t + 1) * half) as usize].to_vec();
+            std::thread::spawn(move || {
+                let mut i = 0u64;
+                while !stop.load(Ordering::SeqCst) {
+                    i += 1;
+                    let seed = t * 1_000_000 + i;
+                    let len = 512 * (1 + (seed * 7919) % 40);
+                    let at = (seed * 104_729 * 512) % (half - len) / 512 * 512;
+                    let data = pattern(seed, len as usize);
+                    array
+                        .write_at(&data, t * half + at, false)
+                        .expect("write during rebuild");
+                    model[at as usize..(at + len) as usize].copy_from_slice(&data);
+                    let check = (seed * 31 * 512) % (half - 8192) / 512 * 512;
+                    let mut got = vec![0u8; 8192];
+                    array
+                        .read_at(&mut got, t * half + check)
+                        .expect("read during rebuild");
+                    assert_eq!(
+                        got,
+                        &model[check as usize..check as usize + 8192],
+                        "read during rebuild"
+                    );
+                }
+                (t, model, i)
+            })
+        })
+        .collect();
+    let started = Instant::now();
+    let mut saw_progress = false;
+    loop {
+        let status = array.status();
+        if let Some(r) = &status.rebuild {
+            saw_progress |= r.done_bytes > 0 && r.done_bytes < r.total_bytes;
+        } else {
+            assert_eq!(status.state, ArrayCondition::Clean);
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "rebuild does not end"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(saw_progress, "status never showed the rebuild part-way");
+    stop.store(true, Ordering::SeqCst);
+    let mut whole = model.clone();
+    for w in writers {
+        let (t, part, writes) = w.join().expect("writer");
+        assert!(writes > 10, "writer {t} wrote only {writes} times");
+        whole[(t * half) as usize..((t + 1) * half) as usize].copy_from_slice(&part);
+    }
+    assert_reads(&array, &whole);
+    assert_eq!(array.scrub(false).expect("scrub").mismatches, 0);
+    // Every other member's chunks come through the rebuilt member now.
+    array.fail_member(0).expect("fail 0");
+    assert_reads(&array, &whole);
+}
+
+#[test]
+fn an_array_opened_with_a_member_rebuilding_starts_over() {
+    let (array, devices, model) = filled_array();
+    array.fail_member(0).expect("fail");
+    let new = garbage_member();
+    replace(&array, 0, &new);
+    array.rebuild_step().expect("a step");
+    drop(array);
+    let members = [new.clone(), devices[1].clone(), devices[2].clone()];
+    let array = assemble(&members);
+    let status = array.status();
+    assert_eq!(status.state, ArrayCondition::Rebuilding);
+    assert_eq!(
+        status.rebuild.as_ref().map(|r| (r.member, r.done_bytes)),
+        Some((0, 0))
+    );
+    assert_reads(&array, &model);
+    // The old member is refused: it missed the changes.
+    let old = [devices[0].clone(), devices[1].clone(), devices[2].clone()];
+    let refused = RaidDevice::assemble(geometry(), named(&old), Arc::new(ScopedFanOut));
+    assert!(refused.is_err(), "the replaced member is refused");
+    while array.rebuild_step().is_some() {}
+    assert_eq!(array.status().state, ArrayCondition::Clean);
+    drop(array);
+    let array = assemble(&members);
+    assert_eq!(array.status().state, ArrayCondition::Clean);
+    array.fail_member(1).expect("fail 1");
+    assert_reads(&array, &model);
+}
+
+#[test]
+fn another_failure_during_a_rebuild_gives_errors_not_data() {
+    let (array, _devices, _model) = filled_array();
+    array.fail_member(1).expect("fail");
+    let new = garbage_member();
+    replace(&array, 1, &new);
+    array.rebuild_step().expect("a step");
+    array
+        .fail_member(0)
+        .expect("the rebuilding member goes first");
+    let status = array.status();
+    assert_eq!(status.state, ArrayCondition::Failed);
+    assert_eq!(status.members[1].state, MemberCondition::Failed);
+    assert!(array.rebuild_step().is_none());
+    let mut buf = vec![0u8; array.size() as usize];
+    assert!(array.read_at(&mut buf, 0).is_err());
+}
+
+#[test]
+fn replacing_needs_redundancy_and_one_rebuild_at_a_time() {
+    let (array, _devices, _model) = filled_array();
+    let new = garbage_member();
+    // Replacing a working member fails it first.
+    replace(&array, 2, &new);
+    assert_eq!(array.status().members[2].state, MemberCondition::Rebuilding);
+    let other = garbage_member();
+    let e = array
+        .replace_member(
+            0,
+            NamedMember {
+                name: "other".into(),
+                device: other,
+            },
+        )
+        .expect_err("one rebuild at a time");
+    assert!(e.to_string().contains("member 2 is being rebuilt"), "{e}");
+    let small = Arc::new(MemDevice::new(1 << 20, false));
+    while array.rebuild_step().is_some() {}
+    array.fail_member(0).expect("fail 0");
+    let e = array
+        .replace_member(
+            0,
+            NamedMember {
+                name: "small".into(),
+                device: small,
+            },
+        )
+        .expect_err("too small");
+    assert!(
+        e.to_string().contains("member 0 (small) has 1048576 bytes"),
+        "{e}"
+    );
+}
+
+#[test]
+fn scrub_finds_and_repairs_a_corrupted_parity_block() {
+    let (array, devices, model) = filled_array();
+    let report = array.scrub(false).expect("scrub");
+    assert_eq!(report.stripes, array.size() / (2 * UNIT));
+    assert_eq!(report.mismatches, 0);
+
+    let stripe = 5;
+    let parity = geometry().parity_member(stripe).expect("parity");
+    let at = SUPERBLOCK_AREA + stripe * UNIT + 100;
+    devices[parity]
+        .write_at(b"corrupt", at, false)
+        .expect("corrupt");
+    // The data is untouched: reads do not use parity.
+    assert_reads(&array, &model);
+
+    for _ in 0..2 {
+        let report = array.scrub(false).expect("scrub");
+        assert_eq!((report.mismatches, report.repaired), (1, 0));
+    }
+    let status = array.status().scrub.expect("scrub ran");
+    assert!(!status.running);
+    assert_eq!(
+        (status.done_stripes, status.mismatches),
+        (report_stripes(&array), 1)
+    );
+
+    let report = array.scrub(true).expect("repair");
+    assert_eq!((report.mismatches, report.repaired), (1, 1));
+    assert_eq!(array.scrub(false).expect("scrub").mismatches, 0);
+    // Parity is right again: the data member of the stripe can be lost.
+    let (offset, member) = chunk(stripe, 0);
+    array.fail_member(member).expect("fail");
+    let mut got = vec![0u8; UNIT as usize];
+    array.read_at(&mut got, offset).expect("read");
+    assert_eq!(got, &model[offset as usize..(offset + UNIT) as usize]);
+}
+
+fn report_stripes(array: &RaidDevice) -> u64 {
+    array.size() / (2 * UNIT)
+}
+
+#[test]
+fn zeroing_whole_stripes_across_the_cursor_keeps_the_new_member_right() {
+    let (array, _devices, mut model) = filled_array();
+    array.fail_member(1).expect("fail");
+    let new = garbage_member();
+    replace(&array, 1, &new);
+    array.rebuild_step().expect("a step");
+    // Stripes 32..96: half below the cursor (64), half past it.
+    let stripe_bytes = 2 * UNIT;
+    let (at, len) = (32 * stripe_bytes, 64 * stripe_bytes);
+    array
+        .write_zeroes(
+            at,
+            len,
+            sluice_storage::ZeroMode {
+                may_trim: true,
+                fast: false,
+                fua: false,
+            },
+        )
+        .expect("zero");
+    model[at as usize..(at + len) as usize].fill(0);
+    assert_reads(&array, &model);
+    while array.rebuild_step().is_some() {}
+    assert_eq!(array.scrub(false).expect("scrub").mismatches, 0);
+    array.fail_member(2).expect("fail 2");
+    assert_reads(&array, &model);
+}

@@ -1,0 +1,194 @@
+//! Operating a RAID 5 volume through `sluice serve --admin`: a killed
+//! member shows in `sluice raid status` as degraded; `sluice raid
+//! replace` puts a fresh member server in its place and rebuilds it
+//! while fio writes and verifies, status showing the progress and then
+//! clean; the data is what a reference says (qemu-img compare); scrub
+//! finds no mismatch, then finds a parity block corrupted in a member's
+//! file, and `--repair` fixes it.
+
+use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::path::Path;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use rustix::process::Signal;
+
+use crate::fio::fio_verify;
+use crate::harness::{tempdir, tool, write_random_file, Server, ServerBuilder, MIB};
+use crate::raid::{create, member, member_path, metric, qemu_io_ok, raid5_spec, sluice};
+
+/// `sluice raid ARGS --admin SOCKET`, which must succeed; its stdout.
+fn raid(admin: &Path, args: &[&str]) -> String {
+    let admin = admin.display().to_string();
+    let mut all = vec!["raid"];
+    all.extend_from_slice(&args[..1]);
+    all.extend_from_slice(&["--admin", &admin]);
+    all.extend_from_slice(&args[1..]);
+    let out = sluice(&all, Duration::from_secs(120));
+    assert!(
+        out.status.success(),
+        "sluice {} failed: {}",
+        all.join(" "),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Polls `sluice raid status` until `done` holds for its output.
+fn wait_status(admin: &Path, what: &str, done: impl Fn(&str) -> bool) -> String {
+    let started = Instant::now();
+    loop {
+        let status = raid(admin, &["status", "vol"]);
+        if done(&status) {
+            return status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "status never showed {what}:\n{status}"
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The line of `status` about member `i`.
+fn member_line(status: &str, i: usize) -> &str {
+    let head = format!("  member {i} ");
+    status
+        .lines()
+        .find(|l| l.starts_with(&head))
+        .unwrap_or_else(|| panic!("no member {i} in\n{status}"))
+}
+
+#[test]
+fn replace_rebuilds_under_fio_and_scrub_finds_and_repairs_parity() {
+    let dir = tempdir();
+    let mut members: Vec<Server> = (0..3).map(|i| member(dir.path(), i)).collect();
+    let spec = raid5_spec(&members.iter().collect::<Vec<_>>());
+    create(&spec);
+    let admin = dir.path().join("admin.sock");
+    let head = ServerBuilder::new()
+        .export("vol", &spec)
+        .metrics()
+        .arg(format!("--admin=unix:{}", admin.display()))
+        .arg("--rebuild-rate=16M")
+        .start();
+    let mode = std::fs::metadata(&admin)
+        .expect("admin socket")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "admin socket mode {mode:o}");
+    let uri = head.uri("vol");
+    let status = raid(&admin, &["status"]);
+    assert!(status.starts_with("vol: raid5 unit 65536"), "{status}");
+    assert!(status.contains("state clean"), "{status}");
+
+    // The reference: 8 MiB with zero runs, written over the volume.
+    let reference = dir.path().join("reference.raw");
+    write_random_file(&reference, 8 * MIB, 11, &[(2 * MIB, 100_000)]);
+    tool("qemu-img")
+        .args(["convert", "-n", "-f", "raw", "-O", "raw"])
+        .arg(&reference)
+        .arg(&uri)
+        .run();
+
+    // Kill member 1; the next reads find it gone.
+    members[1].signal(Signal::KILL);
+    let _ = members[1].wait_exit(Duration::from_secs(5));
+    let compare = || {
+        tool("qemu-img")
+            .args(["compare", "-f", "raw", "-F", "raw"])
+            .arg(&reference)
+            .arg(&uri)
+            .timeout(Duration::from_secs(120))
+            .run();
+    };
+    compare();
+    let status = raid(&admin, &["status", "vol"]);
+    assert!(status.contains("state degraded"), "{status}");
+    assert!(member_line(&status, 1).contains("state failed"), "{status}");
+    assert!(member_line(&status, 0).contains("state active"), "{status}");
+
+    // A fresh member server in its place, rebuilt while fio writes and
+    // verifies past the reference's bytes.
+    let fresh = member(dir.path(), 3);
+    let fresh_uri = fresh.uri("m");
+    let said = raid(&admin, &["replace", "vol", "1", &fresh_uri]);
+    assert!(said.contains("rebuilding"), "{said}");
+    thread::scope(|s| {
+        let fio = s.spawn(|| {
+            fio_verify(
+                &head,
+                "rebuild",
+                &[
+                    "--rw=randwrite",
+                    "--bsrange=4k-128k",
+                    "--iodepth=8",
+                    "--offset=32M",
+                    "--size=16M",
+                    "--verify=crc32c",
+                    "--rate=4m",
+                ],
+                16 << 20,
+            );
+        });
+        let during = wait_status(&admin, "rebuild progress", |s| {
+            s.lines().any(|l| {
+                l.starts_with("  rebuild member 1 ")
+                    && !l.contains(" 0.0%")
+                    && !l.contains("100.0%")
+            })
+        });
+        assert!(during.contains("state rebuilding"), "{during}");
+        assert!(member_line(&during, 1).contains(&fresh_uri), "{during}");
+        fio.join().expect("fio verified during the rebuild");
+    });
+    let after = wait_status(&admin, "clean", |s| s.contains("state clean"));
+    assert!(member_line(&after, 1).contains("state active"), "{after}");
+    assert!(!after.contains("rebuild member"), "{after}");
+    let total = metric(&head, "sluice_raid_rebuild_total_bytes");
+    assert!(total > 0.0);
+    assert_eq!(metric(&head, "sluice_raid_rebuild_bytes"), total);
+
+    // fio's region zeroed again, the volume is the reference (qemu-img
+    // compare takes the larger image's rest as zero).
+    qemu_io_ok(&uri, &["write -z 32M 16M", "flush"]);
+    compare();
+
+    let clean = raid(&admin, &["scrub", "vol"]);
+    assert!(clean.contains(", 0 mismatches"), "{clean}");
+
+    // Parity of stripe 0 is on member 2 (left-symmetric); its data
+    // starts one 64 KiB unit into the member file.
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(member_path(dir.path(), 2))
+        .expect("open member 2's file");
+    file.write_all_at(b"corrupted parity", 64 * 1024 + 100)
+        .expect("corrupt");
+    file.sync_all().expect("sync");
+    let found = raid(&admin, &["scrub", "vol"]);
+    assert!(found.contains(", 1 mismatches, 0 repaired"), "{found}");
+    let status = raid(&admin, &["status", "vol"]);
+    assert!(status.contains("scrub done 100.0%"), "{status}");
+    assert!(status.contains("mismatches 1 repaired 0"), "{status}");
+    let fixed = raid(&admin, &["scrub", "--repair", "vol"]);
+    assert!(fixed.contains(", 1 mismatches, 1 repaired"), "{fixed}");
+    let clean = raid(&admin, &["scrub", "vol"]);
+    assert!(clean.contains(", 0 mismatches"), "{clean}");
+    compare();
+
+    // A request the server refuses is an error naming the cause.
+    let out = sluice(
+        &[
+            "raid",
+            "scrub",
+            "--admin",
+            &admin.display().to_string(),
+            "nosuch",
+        ],
+        Duration::from_secs(30),
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no export named \"nosuch\""), "{stderr}");
+}
