@@ -94,7 +94,8 @@ struct ServeArgs {
     #[arg(long, value_name = "ADDR")]
     metrics: Option<std::net::SocketAddr>,
     /// Answer `sluice raid status|replace|scrub` on the local socket
-    /// unix:PATH (mode 0600), e.g. unix:./sluice-data/admin.sock.
+    /// unix:PATH (mode 0600). Default with no --listen and no --export:
+    /// unix:./sluice-data/admin.sock.
     #[arg(long, value_name = "unix:PATH")]
     admin: Option<ListenAddr>,
     /// Most bytes per second a RAID rebuild writes (and a scrub reads
@@ -405,6 +406,14 @@ fn serve_config(args: ServeArgs) -> Result<(ServerConfig, bool)> {
         std::fs::create_dir_all(DEFAULT_DIR)
             .with_context(|| format!("cannot create ./{DEFAULT_DIR} for the default export"))?;
         config.export.push(default);
+        // The embedded default answers `sluice raid` where it looks first.
+        if defaulted_listen && config.admin.is_none() {
+            config.admin = Some(
+                format!("unix:{}", raid_cmd::DEFAULT_ADMIN)
+                    .parse()
+                    .map_err(|e| UsageError(format!("{e}")))?,
+            );
+        }
     }
     Ok((config, created_dir))
 }

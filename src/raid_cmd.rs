@@ -14,7 +14,7 @@ use sluice_volume::{BaseSpec, VolumeBuilder, VolumeSpec};
 
 /// Where `sluice raid status|replace|scrub` look for the admin socket
 /// unless told.
-const DEFAULT_ADMIN: &str = "./sluice-data/admin.sock";
+pub(crate) const DEFAULT_ADMIN: &str = "./sluice-data/admin.sock";
 
 /// Arguments of `sluice raid`.
 #[derive(Debug, Args)]

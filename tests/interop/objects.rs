@@ -134,7 +134,7 @@ fn kill_9_keeps_every_flushed_byte_and_attribute() {
 }
 
 #[test]
-fn a_bare_sluice_serve_also_serves_objects_on_10810() {
+fn a_bare_sluice_serve_also_serves_objects_on_10810_and_admin_requests() {
     let dir = tempdir();
     let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
         .arg("serve")
@@ -180,6 +180,18 @@ fn a_bare_sluice_serve_also_serves_objects_on_10810() {
     c.flush();
     assert_eq!(c.read(id, 0, 7).0, b"default");
     drop(c);
+    // The embedded default also answers `sluice raid` on its default
+    // admin socket.
+    let status = Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["raid", "status"])
+        .current_dir(dir.path())
+        .output()
+        .expect("run sluice raid status");
+    assert!(
+        status.status.success(),
+        "sluice raid status: {}",
+        String::from_utf8_lossy(&status.stderr)
+    );
     let pid = rustix::process::Pid::from_raw(child.id() as i32).expect("pid");
     rustix::process::kill_process(pid, Signal::TERM).expect("SIGTERM");
     let status = child.wait().expect("wait for sluice");
