@@ -141,7 +141,7 @@ pub struct ObjSummary {
     pub ratio: Option<f64>,
     /// The row `ratio` is taken against.
     pub peer: String,
-    /// Highest load average and steal seen in its rounds.
+    /// Highest 1-minute load average seen in its rounds.
     pub load1_max: f64,
     /// Highest steal share (%).
     pub steal_pct_max: f64,
@@ -232,6 +232,16 @@ fn steal_now() -> (u64, u64) {
         .ok()
         .and_then(|s| parse_proc_stat_steal(&s))
         .unwrap_or((0, 0))
+}
+
+/// Percent of CPU time stolen since `before` (a [`steal_now`] reading).
+fn steal_since(before: (u64, u64)) -> f64 {
+    let (s1, t1) = steal_now();
+    if t1 > before.1 {
+        s1.saturating_sub(before.0) as f64 * 100.0 / (t1 - before.1) as f64
+    } else {
+        0.0
+    }
 }
 
 fn load1() -> f64 {
@@ -448,7 +458,6 @@ impl Meter {
         let wall = self.t0.elapsed().as_secs_f64();
         let server = cpu::own_threads_cpu(SERVER_THREAD_PREFIX).saturating_sub(self.server0);
         let client = cpu::thread_cpu().saturating_sub(self.client0);
-        let (s1, t1) = steal_now();
         let per_op = |d: Duration| (self.ops > 0).then(|| d.as_secs_f64() * 1e6 / self.ops as f64);
         let lat = self.lat.summary();
         ObjSample {
@@ -466,14 +475,7 @@ impl Meter {
             server_cpu_us_per_op: if server_cpu { per_op(server) } else { None },
             client_cpu_us_per_op: per_op(client),
             load1: load1(),
-            steal_pct: {
-                let dt = t1.saturating_sub(self.steal0.1);
-                if dt == 0 {
-                    0.0
-                } else {
-                    s1.saturating_sub(self.steal0.0) as f64 * 100.0 / dt as f64
-                }
-            },
+            steal_pct: steal_since(self.steal0),
         }
     }
 }
@@ -485,8 +487,8 @@ fn check_all(results: Vec<Result<ObjResponse, sluice_client::obj::ObjError>>) ->
     Ok(())
 }
 
-/// Runs `one` (which does `ops` operations of `bytes` and returns how
-/// many it did) until `duration` has passed.
+/// Runs `one` (which records what it did in the meter) until `duration`
+/// has passed.
 fn timed(duration: Duration, mut one: impl FnMut(&mut Meter) -> Result<()>) -> Result<Meter> {
     let mut m = Meter::start();
     while m.elapsed() < duration {
@@ -605,6 +607,7 @@ fn nbd_group(ctx: &Ctx<'_>, round: u32, out: &mut Vec<ObjSample>) -> Result<()> 
                 NBD_QD as u32,
             );
             w.limit = Limit::Time(ctx.duration);
+            let steal0 = steal_now();
             let r = runner::run_workload(
                 &Endpoint::Nbd {
                     uri: ctx.server.nbd_uri.clone(),
@@ -633,7 +636,7 @@ fn nbd_group(ctx: &Ctx<'_>, round: u32, out: &mut Vec<ObjSample>) -> Result<()> 
                 server_cpu_us_per_op: r.server_us_per_op(),
                 client_cpu_us_per_op: Some(r.client_us_per_op()),
                 load1: load1(),
-                steal_pct: 0.0,
+                steal_pct: steal_since(steal0),
             });
             continue;
         }
@@ -920,12 +923,7 @@ fn ceph_rows(ceph: &CephPeer, secs: f64, round: u32, out: &mut Vec<ObjSample>) -
     if !child.status.success() {
         bail!("the librados driver failed ({})", child.status);
     }
-    let (s1, t1) = steal_now();
-    let steal = if t1 > steal0.1 {
-        (s1.saturating_sub(steal0.0)) as f64 * 100.0 / (t1 - steal0.1) as f64
-    } else {
-        0.0
-    };
+    let steal = steal_since(steal0);
     let text = String::from_utf8_lossy(&child.stdout);
     for line in text.lines().filter(|l| l.starts_with('{')) {
         let r: CephRow = serde_json::from_str(line)
