@@ -57,7 +57,7 @@ enum BenchCommand {
     /// sluice, nbdkit, qemu-nbd and local I/O on one image, driven by
     /// sluice's client and by fio, interleaved rounds, ratios to a baseline.
     Compare(CompareArgs),
-    /// Run a named preset: pipelining, scaling, san, filesystem.
+    /// Run a named preset: pipelining, scaling, san, filesystem, objects.
     Preset {
         #[command(subcommand)]
         preset: PresetCommand,
@@ -97,6 +97,36 @@ enum PresetCommand {
     Filesystem {
         #[command(flatten)]
         common: PresetArgs,
+    },
+    /// The native object protocol, each case against its peer: SGL and strided vs contiguous
+    /// reads, objects vs the NBD export, attributes riding on writes, creates with attributes,
+    /// indexed queries, and (with --ceph-conf) Ceph RADOS through librados.
+    Objects {
+        #[command(flatten)]
+        common: PresetArgs,
+        /// Folder for the object store and the NBD export's file (default: a
+        /// temporary folder in the system temp dir, removed afterwards).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Groups to run, comma-separated: ddt, nbd, attr, create, query, ceph
+        /// (default: all; ceph only with a cluster).
+        #[arg(long, value_delimiter = ',')]
+        groups: Option<Vec<String>>,
+        /// Objects in the query collection (default 100000; 5000 with --quick).
+        #[arg(long)]
+        query_objects: Option<u64>,
+        /// A Ceph cluster's ceph.conf (default: $CEPH_CONF, if set): adds
+        /// the ceph group (python3-rados drives it).
+        #[arg(long)]
+        ceph_conf: Option<PathBuf>,
+        /// The Ceph pool to use, which must exist (default: $CEPH_POOL, else
+        /// bench).
+        #[arg(long)]
+        ceph_pool: Option<String>,
+        /// The ceph-osd process for OSD CPU (default: the ceph-osd whose
+        /// command line names the ceph.conf).
+        #[arg(long)]
+        ceph_osd_pid: Option<u32>,
     },
 }
 
@@ -503,6 +533,37 @@ fn run_preset(p: PresetCommand) -> Result<()> {
             let o = common.options(Driver::Own);
             presets::check_out_dir(&o.out_dir)?;
             crate::fsbench::filesystem(&o).map(drop)
+        }
+        PresetCommand::Objects {
+            common,
+            dir,
+            groups,
+            query_objects,
+            ceph_conf,
+            ceph_pool,
+            ceph_osd_pid,
+        } => {
+            let o = common.options(Driver::Own);
+            presets::check_out_dir(&o.out_dir)?;
+            let report = crate::objects::objects(&crate::objects::ObjectsOptions {
+                preset: o,
+                dir,
+                query_objects,
+                groups,
+                ceph: ceph_conf
+                    .or_else(|| std::env::var_os("CEPH_CONF").map(PathBuf::from))
+                    .map(|conf| crate::objects::CephPeer {
+                        conf,
+                        pool: ceph_pool
+                            .or_else(|| std::env::var("CEPH_POOL").ok())
+                            .unwrap_or_else(|| "bench".into()),
+                        osd_pid: ceph_osd_pid,
+                    }),
+            })?;
+            if report.samples.is_empty() {
+                bail!("every run failed; see the messages above");
+            }
+            Ok(())
         }
     }
 }

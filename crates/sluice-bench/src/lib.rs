@@ -11,6 +11,7 @@
 //! - [`matrix`]: cases × targets × drivers, interleaved over rounds, with
 //!   medians, spread and ratios ([`stats`]).
 //! - [`presets`] and [`fsbench`]: the papers' experiments and `compare`;
+//!   [`objects`]: the native object protocol against its peers (NBD, Ceph);
 //!   [`report`] and [`plot`]: tables, CSV, JSON, SVG/PNG.
 //! - [`cli`]: the command line; the `sluice` binary flattens
 //!   [`cli::BenchCli`] into its `bench` subcommand.
@@ -21,6 +22,7 @@ pub mod fsbench;
 pub mod hist;
 pub mod machine;
 pub mod matrix;
+pub mod objects;
 pub mod peers;
 pub mod plot;
 pub mod presets;

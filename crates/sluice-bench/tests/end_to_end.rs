@@ -93,3 +93,75 @@ fn bad_workloads_fail_with_a_reason() {
         "{e:#}"
     );
 }
+
+/// The objects preset with tiny sizes and runs: every group but ceph
+/// measures something, each row's peer is there, and the report files
+/// are written.
+#[test]
+fn objects_preset_runs_with_tiny_sizes() {
+    use sluice_bench::matrix::Driver;
+    use sluice_bench::objects::{objects, ObjectsOptions};
+    use sluice_bench::presets::PresetOptions;
+
+    let out = tempfile::tempdir().unwrap();
+    let store = tempfile::tempdir().unwrap();
+    let opts = ObjectsOptions {
+        preset: PresetOptions {
+            quick: true,
+            rounds: 2,
+            duration: Some(std::time::Duration::from_millis(30)),
+            out_dir: out.path().to_path_buf(),
+            plot_dir: out.path().to_path_buf(),
+            image: None,
+            image_size: Some(4 << 20),
+            sluice_bin: None,
+            targets: None,
+            driver: Driver::Own,
+            progress: false,
+        },
+        dir: Some(store.path().to_path_buf()),
+        query_objects: Some(300),
+        groups: None,
+        ceph: None,
+    };
+    let report = objects(&opts).unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    for (group, row) in [
+        ("ddt", "contiguous"),
+        ("ddt", "strided"),
+        ("ddt", "sgl"),
+        ("ddt", "iterative"),
+        ("nbd", "obj-read"),
+        ("nbd", "nbd-read"),
+        ("nbd", "obj-write"),
+        ("nbd", "nbd-write"),
+        ("attr", "write-4k"),
+        ("attr", "write-4k+attr"),
+        ("create", "create+3attrs"),
+        ("create", "create+3attrs+4k"),
+        ("query", "query-1pct"),
+    ] {
+        let s = report
+            .summaries
+            .iter()
+            .find(|s| s.group == group && s.row == row)
+            .unwrap_or_else(|| panic!("no {group}/{row} in {:?}", report.summaries));
+        assert_eq!(s.ops_s.n, 2, "{group}/{row}");
+        assert!(s.ops_s.median > 0.0, "{group}/{row}");
+        if s.peer != s.row {
+            assert!(s.ratio.is_some_and(|r| r > 0.0), "{group}/{row}");
+        }
+    }
+    // A 1 MiB read moves 1 MiB per operation, whichever way it is sent.
+    for s in report.samples.iter().filter(|s| s.group == "ddt") {
+        assert_eq!(s.bytes, s.ops << 20, "{}", s.row);
+    }
+    assert!(out.path().join("objects.json").exists());
+    assert!(out.path().join("objects-table.md").exists());
+    // The ceph group asked for without a cluster is refused.
+    let ceph_less = ObjectsOptions {
+        groups: Some(vec!["ceph".into()]),
+        ..opts
+    };
+    assert!(objects(&ceph_less).is_err());
+}

@@ -437,7 +437,15 @@ impl ObjExecutor {
                 attrs.no_removes("CREATE_AND_WRITE")?;
                 let c = collection(c);
                 let from_zero = matches!(ddt, Ddt::Contiguous(s) if s.offset == 0);
-                let new = if from_zero {
+                let new = if from_zero && data.is_empty() {
+                    // No data: an object with its attributes, made in
+                    // one metadata transaction (create_and_write takes
+                    // two, one to allocate the id).
+                    let ids = self.in_collection(c, || {
+                        self.store.create(self.partition(), c, 1, &opts(&attrs))
+                    })?;
+                    ids[0]
+                } else if from_zero {
                     // Whole or absent: the object appears with its data
                     // and attributes in one commit.
                     self.in_collection(c, || {

@@ -1,0 +1,1413 @@
+//! The `objects` preset: sluice's native object protocol, each case
+//! against its peer in the same run (interleaved rounds, the order of
+//! the rows turning each round, medians and the median of the per-round
+//! ratios):
+//!
+//! - `ddt`: 1 MiB read as 256 segments of 4 KiB separated by 2-byte
+//!   holes, strided and as a scatter/gather list, against a contiguous
+//!   1 MiB read of the same object and one request per segment
+//!   (pipelined, as an NBD client must);
+//! - `nbd`: contiguous 1 MiB object reads and writes against the same on
+//!   an NBD export of the same server, a file in the same directory;
+//! - `attr`: a 4 KiB write carrying an attribute against the plain write,
+//!   latency at queue depth 1;
+//! - `create`: create plus three attributes, one request each, 32 in
+//!   flight;
+//! - `query`: one indexed range over a 100,000-object collection
+//!   selecting 1% of it;
+//! - `ceph`: with a Ceph cluster given (its ceph.conf), the same
+//!   operations through librados (python3-rados, a script embedded in
+//!   the bench) against sluice, with the CPU of both servers per
+//!   operation.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use sluice_client::obj::{
+    AttrChange, DataOptions, ObjClient, ObjOptions, ObjRequest, ObjResponse, Segment, Value,
+};
+use sluice_client::{NbdUri, ObjUri, Target};
+use sluice_model::text::{compact, Table};
+use sluice_server::{ExportConfig, ListenAddr, ObjectConfig, Server, ServerConfig, ServerHandle};
+use sluice_volume::{BaseSpec, VolumeSpec};
+
+use crate::cpu;
+use crate::hist::LatencyHistogram;
+use crate::machine::Machine;
+use crate::presets::PresetOptions;
+use crate::report;
+use crate::runner::{self, Endpoint, RunOptions, ServerCpu};
+use crate::stats::{median, ratio, Spread};
+use crate::target::SERVER_THREAD_PREFIX;
+use crate::workload::{Limit, Pattern, Rw, Workload};
+
+const KIB4: usize = 4096;
+const MIB: usize = 1 << 20;
+/// Segments of the `ddt` case: 256 × 4 KiB = 1 MiB.
+const DDT_SEGMENTS: u64 = 256;
+/// The hole between two segments of the `ddt` case.
+const DDT_HOLE: u64 = 2;
+
+/// A Ceph cluster to compare with.
+#[derive(Debug, Clone)]
+pub struct CephPeer {
+    /// Its ceph.conf.
+    pub conf: PathBuf,
+    /// The pool to use (it must exist).
+    pub pool: String,
+    /// The OSD's process id (default: the one `ceph-osd` whose command
+    /// line names `conf`).
+    pub osd_pid: Option<u32>,
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct ObjectsOptions {
+    /// Rounds, duration, output folder, quick sizes.
+    pub preset: PresetOptions,
+    /// Folder for the object store and the NBD export's file (default:
+    /// a temporary folder in the system temp dir).
+    pub dir: Option<PathBuf>,
+    /// Objects in the `query` collection (default 100,000; quick 5,000).
+    pub query_objects: Option<u64>,
+    /// Groups to run (default: all, `ceph` only with a cluster).
+    pub groups: Option<Vec<String>>,
+    /// A Ceph cluster for the `ceph` group.
+    pub ceph: Option<CephPeer>,
+}
+
+/// Every group, in run order.
+pub const GROUPS: [&str; 6] = ["ddt", "nbd", "attr", "create", "query", "ceph"];
+
+/// One measured row of one round.
+#[derive(Debug, Clone, Serialize)]
+pub struct ObjSample {
+    /// Round (0-based).
+    pub round: u32,
+    /// Group (`ddt`, `nbd`, ...).
+    pub group: String,
+    /// Row within it.
+    pub row: String,
+    /// Operations (requests the row counts as one: a 1 MiB read made of
+    /// 256 requests is one).
+    pub ops: u64,
+    /// Payload bytes.
+    pub bytes: u64,
+    /// Wall time.
+    pub wall_s: f64,
+    /// Operations per second.
+    pub ops_s: f64,
+    /// Payload MiB per second.
+    pub mib_s: f64,
+    /// Mean latency of an operation (µs).
+    pub mean_us: f64,
+    /// Median latency (µs).
+    pub p50_us: f64,
+    /// 99th percentile latency (µs).
+    pub p99_us: f64,
+    /// Server CPU per operation (µs), when known.
+    pub server_cpu_us_per_op: Option<f64>,
+    /// Client CPU per operation (µs), when known.
+    pub client_cpu_us_per_op: Option<f64>,
+    /// 1-minute load average at the end.
+    pub load1: f64,
+    /// Share of CPU time stolen by the hypervisor during the run (%).
+    pub steal_pct: f64,
+}
+
+/// Median of the rounds of one row, and its ratio to the group's peer.
+#[derive(Debug, Clone, Serialize)]
+pub struct ObjSummary {
+    /// Group.
+    pub group: String,
+    /// Row.
+    pub row: String,
+    /// Operations per second.
+    pub ops_s: Spread,
+    /// MiB per second.
+    pub mib_s: f64,
+    /// Mean latency (µs), median of rounds.
+    pub mean_us: f64,
+    /// p50 latency (µs), median of rounds.
+    pub p50_us: f64,
+    /// Server CPU per operation, median of rounds.
+    pub server_cpu_us_per_op: Option<f64>,
+    /// Median over rounds of this row's throughput divided by its peer's
+    /// in the same round.
+    pub ratio: Option<f64>,
+    /// The row `ratio` is taken against.
+    pub peer: String,
+    /// Highest 1-minute load average seen in its rounds.
+    pub load1_max: f64,
+    /// Highest steal share (%).
+    pub steal_pct_max: f64,
+}
+
+/// What the preset writes to objects.json.
+#[derive(Debug, Serialize)]
+pub struct ObjectsReport {
+    /// The command that produced it.
+    pub command: String,
+    /// The machine.
+    pub machine: Machine,
+    /// Load average when it ended.
+    pub loadavg_end: String,
+    /// Rounds.
+    pub rounds: u32,
+    /// Seconds per timed row.
+    pub duration_s: f64,
+    /// Notes.
+    pub notes: Vec<String>,
+    /// Medians.
+    pub summaries: Vec<ObjSummary>,
+    /// Every row of every round.
+    pub samples: Vec<ObjSample>,
+    /// Rows that failed.
+    pub failures: Vec<String>,
+}
+
+// ---------------------------------------------------------------- pure parts
+
+/// The `ddt` case's segments: `count` segments of `length` bytes, each
+/// followed by a hole of `hole` bytes, from offset 0.
+pub fn holed_segments(count: u64, length: u64, hole: u64) -> Vec<Segment> {
+    (0..count)
+        .map(|i| Segment {
+            offset: i * (length + hole),
+            length,
+        })
+        .collect()
+}
+
+/// The same segments with the last two listed in reverse order: the
+/// same bytes, but no longer a regular pattern, so the client sends a
+/// scatter/gather list instead of a strided request.
+pub fn as_sgl(segments: &[Segment]) -> Vec<Segment> {
+    let mut v = segments.to_vec();
+    let n = v.len();
+    if n >= 2 {
+        v.swap(n - 2, n - 1);
+    }
+    v
+}
+
+/// `count` distinct `block`-aligned extents of `block` bytes within
+/// `span` bytes, in random order (seeded).
+pub fn scattered_extents(count: usize, block: u64, span: u64, seed: u64) -> Vec<Segment> {
+    let blocks = span / block;
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let mut all: Vec<u64> = (0..blocks).collect();
+    rng.shuffle(&mut all);
+    all.truncate(count.min(blocks as usize));
+    all.into_iter()
+        .map(|b| Segment {
+            offset: b * block,
+            length: block,
+        })
+        .collect()
+}
+
+/// CPU times from the `cpu` line of /proc/stat: (steal, total) in ticks.
+pub fn parse_proc_stat_steal(stat: &str) -> Option<(u64, u64)> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_ascii_whitespace()
+        .skip(1)
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    // user nice system idle iowait irq softirq steal [guest guest_nice]:
+    // guest time is already counted in user.
+    let steal = *v.get(7)?;
+    let total = v.iter().take(8).sum();
+    Some((steal, total))
+}
+
+fn steal_now() -> (u64, u64) {
+    std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| parse_proc_stat_steal(&s))
+        .unwrap_or((0, 0))
+}
+
+/// Percent of CPU time stolen since `before` (a [`steal_now`] reading).
+fn steal_since(before: (u64, u64)) -> f64 {
+    let (s1, t1) = steal_now();
+    if t1 > before.1 {
+        s1.saturating_sub(before.0) as f64 * 100.0 / (t1 - before.1) as f64
+    } else {
+        0.0
+    }
+}
+
+fn load1() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// Rows per group (the first is the peer the others are divided by) and
+/// whether higher is better.
+fn peer_of(group: &str) -> (&'static str, bool) {
+    match group {
+        "ddt" => ("contiguous", true),
+        "nbd" => ("nbd-read", true),
+        "attr" => ("write-4k", false),
+        "create" => ("create+3attrs", true),
+        "query" => ("query-1pct", false),
+        _ => ("", true),
+    }
+}
+
+/// The peer row of `row` in `group` (for `nbd`, reads against reads and
+/// writes against writes; for `ceph`, each sluice row against its Ceph
+/// row).
+pub fn peer_row(group: &str, row: &str) -> String {
+    match group {
+        "nbd" => {
+            if row.ends_with("write") {
+                "nbd-write".into()
+            } else {
+                "nbd-read".into()
+            }
+        }
+        "ceph" => match row.strip_prefix("sluice-") {
+            Some(rest) => format!(
+                "ceph-{}",
+                rest.trim_end_matches("-nofua").trim_end_matches("-fua")
+            ),
+            None => row.to_owned(),
+        },
+        g => peer_of(g).0.to_owned(),
+    }
+}
+
+/// Medians per (group, row) and the median of per-round ratios to each
+/// row's peer; throughput for most groups, inverse latency where lower
+/// latency is the goal (`attr`, `query`: the ratio is then latency over
+/// the peer's latency).
+pub fn summarise(samples: &[ObjSample]) -> Vec<ObjSummary> {
+    let mut keys: Vec<(String, String)> = Vec::new();
+    for s in samples {
+        let k = (s.group.clone(), s.row.clone());
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    keys.into_iter()
+        .filter_map(|(group, row)| {
+            let mine: Vec<&ObjSample> = samples
+                .iter()
+                .filter(|s| s.group == group && s.row == row)
+                .collect();
+            let ops: Vec<f64> = mine.iter().map(|s| s.ops_s).collect();
+            let (_, higher_better) = peer_of(&group);
+            let peer = peer_row(&group, &row);
+            let per_round: Vec<f64> = mine
+                .iter()
+                .filter_map(|s| {
+                    let p = samples
+                        .iter()
+                        .find(|p| p.group == group && p.row == peer && p.round == s.round)?;
+                    if higher_better {
+                        ratio(s.ops_s, p.ops_s)
+                    } else {
+                        ratio(s.mean_us, p.mean_us)
+                    }
+                })
+                .collect();
+            let srv: Vec<f64> = mine.iter().filter_map(|s| s.server_cpu_us_per_op).collect();
+            let m = |f: &dyn Fn(&ObjSample) -> f64| {
+                median(&mine.iter().map(|s| f(s)).collect::<Vec<_>>()).unwrap_or(0.0)
+            };
+            Some(ObjSummary {
+                ops_s: Spread::of(&ops)?,
+                mib_s: m(&|s| s.mib_s),
+                mean_us: m(&|s| s.mean_us),
+                p50_us: m(&|s| s.p50_us),
+                server_cpu_us_per_op: median(&srv),
+                ratio: if peer == row {
+                    None
+                } else {
+                    median(&per_round)
+                },
+                load1_max: mine.iter().map(|s| s.load1).fold(0.0, f64::max),
+                steal_pct_max: mine.iter().map(|s| s.steal_pct).fold(0.0, f64::max),
+                peer,
+                group,
+                row,
+            })
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------- server
+
+/// An in-process sluice server with an object store and one file export
+/// (`bench`) in the same folder.
+struct ObjServer {
+    obj_uri: ObjUri,
+    nbd_uri: NbdUri,
+    handle: ServerHandle,
+    thread: Option<std::thread::JoinHandle<Result<(), sluice_server::ServerError>>>,
+}
+
+impl ObjServer {
+    fn start(dir: &Path, export_size: u64) -> Result<Self> {
+        let any = ListenAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], 0)));
+        let config = ServerConfig {
+            listen: vec![any.clone()],
+            export: vec![ExportConfig {
+                name: "bench".into(),
+                spec: VolumeSpec::new(BaseSpec::File {
+                    path: dir.join("export.img"),
+                    size: Some(export_size),
+                    direct: false,
+                }),
+                description: "bench".into(),
+            }],
+            objects: Some(ObjectConfig::new(dir.join("objects"), vec![any])),
+            ..ServerConfig::default()
+        };
+        let server = Server::bind(config)
+            .with_context(|| format!("cannot start the object server in {}", dir.display()))?;
+        let tcp = |a: Option<&ListenAddr>| match a {
+            Some(ListenAddr::Tcp(addr)) => Ok(addr.to_string()),
+            _ => Err(anyhow!("the embedded server bound no TCP address")),
+        };
+        let nbd = tcp(server.local_addrs().first())?;
+        let obj = tcp(server.object_addrs().first())?;
+        let handle = server.handle();
+        let thread = std::thread::Builder::new()
+            .name("sluice-accept".into())
+            .spawn(move || server.run())
+            .context("cannot start the embedded server thread")?;
+        Ok(Self {
+            obj_uri: ObjUri::new(Target::Tcp(obj)),
+            nbd_uri: NbdUri::new(Target::Tcp(nbd), "bench"),
+            handle,
+            thread: Some(thread),
+        })
+    }
+
+    fn client(&self, in_flight: usize) -> Result<ObjClient> {
+        let options = ObjOptions {
+            max_in_flight: in_flight.max(1),
+            ..ObjOptions::default()
+        };
+        ObjClient::connect(&self.obj_uri, &options)
+            .with_context(|| format!("cannot connect to {}", self.obj_uri))
+    }
+}
+
+impl Drop for ObjServer {
+    fn drop(&mut self) {
+        self.handle.shutdown();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+// ---------------------------------------------------------------- measuring
+
+/// Times a row: wall clock, server threads' CPU, this thread's CPU,
+/// steal.
+struct Meter {
+    t0: Instant,
+    server0: Duration,
+    client0: Duration,
+    steal0: (u64, u64),
+    lat: LatencyHistogram,
+    ops: u64,
+    bytes: u64,
+}
+
+impl Meter {
+    fn start() -> Self {
+        Self {
+            server0: cpu::own_threads_cpu(SERVER_THREAD_PREFIX),
+            client0: cpu::thread_cpu(),
+            steal0: steal_now(),
+            lat: LatencyHistogram::new(),
+            ops: 0,
+            bytes: 0,
+            t0: Instant::now(),
+        }
+    }
+
+    /// Counts `ops` operations of `bytes` in all that took `each` apiece.
+    fn record(&mut self, ops: u64, bytes: u64, each: Duration) {
+        for _ in 0..ops {
+            self.lat.record_ns(each.as_nanos() as u64);
+        }
+        self.ops += ops;
+        self.bytes += bytes;
+    }
+
+    fn elapsed(&self) -> Duration {
+        self.t0.elapsed()
+    }
+
+    fn finish(self, round: u32, group: &str, row: &str, server_cpu: bool) -> ObjSample {
+        let wall = self.t0.elapsed().as_secs_f64();
+        let server = cpu::own_threads_cpu(SERVER_THREAD_PREFIX).saturating_sub(self.server0);
+        let client = cpu::thread_cpu().saturating_sub(self.client0);
+        let per_op = |d: Duration| (self.ops > 0).then(|| d.as_secs_f64() * 1e6 / self.ops as f64);
+        let lat = self.lat.summary();
+        ObjSample {
+            round,
+            group: group.into(),
+            row: row.into(),
+            ops: self.ops,
+            bytes: self.bytes,
+            wall_s: wall,
+            ops_s: self.ops as f64 / wall.max(1e-9),
+            mib_s: self.bytes as f64 / wall.max(1e-9) / MIB as f64,
+            mean_us: lat.mean_us,
+            p50_us: lat.p50_us,
+            p99_us: lat.p99_us,
+            server_cpu_us_per_op: if server_cpu { per_op(server) } else { None },
+            client_cpu_us_per_op: per_op(client),
+            load1: load1(),
+            steal_pct: steal_since(self.steal0),
+        }
+    }
+}
+
+fn check_all(results: Vec<Result<ObjResponse, sluice_client::obj::ObjError>>) -> Result<()> {
+    for r in results {
+        r.context("a pipelined request failed")?;
+    }
+    Ok(())
+}
+
+/// Runs `one` (which records what it did in the meter) until `duration`
+/// has passed.
+fn timed(duration: Duration, mut one: impl FnMut(&mut Meter) -> Result<()>) -> Result<Meter> {
+    let mut m = Meter::start();
+    while m.elapsed() < duration {
+        one(&mut m)?;
+    }
+    Ok(m)
+}
+
+// ---------------------------------------------------------------- the groups
+
+struct Ctx<'a> {
+    server: &'a ObjServer,
+    duration: Duration,
+    /// Bytes of the NBD export, and of the object compared with it.
+    span: u64,
+}
+
+fn ddt_group(ctx: &Ctx<'_>, round: u32, out: &mut Vec<ObjSample>) -> Result<()> {
+    let mut c = ctx.server.client(64)?;
+    let segs = holed_segments(DDT_SEGMENTS, KIB4 as u64, DDT_HOLE);
+    let span = segs.last().map_or(0, |s| s.offset + s.length);
+    let data = vec![0xa5u8; span as usize];
+    let obj = c.create_and_write(
+        "",
+        &[Segment {
+            offset: 0,
+            length: span,
+        }],
+        &data,
+        &DataOptions::default(),
+    )?;
+    let sgl = as_sgl(&segs);
+    let contiguous = [Segment {
+        offset: 0,
+        length: MIB as u64,
+    }];
+    let singles: Vec<[Segment; 1]> = segs.iter().map(|s| [*s]).collect();
+    let rows = rotate(&["contiguous", "strided", "sgl", "iterative"], round);
+    for row in rows {
+        let m = timed(ctx.duration, |m| {
+            let t = Instant::now();
+            let bytes = match row {
+                "contiguous" => c.read(obj, &contiguous)?.data.len(),
+                "strided" => c.read(obj, &segs)?.data.len(),
+                "sgl" => c.read(obj, &sgl)?.data.len(),
+                _ => {
+                    let reqs: Vec<ObjRequest<'_>> = singles
+                        .iter()
+                        .map(|s| ObjRequest::Read {
+                            object: obj,
+                            segments: s,
+                            get: &[],
+                        })
+                        .collect();
+                    let mut n = 0;
+                    for r in c.pipeline(&reqs) {
+                        if let ObjResponse::Read(r) = r? {
+                            n += r.data.len();
+                        }
+                    }
+                    n
+                }
+            };
+            if bytes != MIB {
+                bail!("{row}: read {bytes} bytes, not 1 MiB");
+            }
+            m.record(1, bytes as u64, t.elapsed());
+            Ok(())
+        })?;
+        out.push(m.finish(round, "ddt", row, true));
+    }
+    c.remove(obj, false)?;
+    Ok(())
+}
+
+/// `rows` starting `round` places later.
+fn rotate<'a>(rows: &[&'a str], round: u32) -> Vec<&'a str> {
+    let n = rows.len();
+    (0..n).map(|k| rows[(k + round as usize) % n]).collect()
+}
+
+const NBD_QD: usize = 8;
+
+fn nbd_group(ctx: &Ctx<'_>, round: u32, out: &mut Vec<ObjSample>) -> Result<()> {
+    let span = ctx.span;
+    let mut c = ctx.server.client(NBD_QD)?;
+    let data = vec![0x5au8; MIB];
+    let obj = c.create("", 1, false)?[0];
+    // Fill the object first so that reads read data, as on the export.
+    let offsets: Vec<[Segment; 1]> = (0..span / MIB as u64)
+        .map(|i| {
+            [Segment {
+                offset: i * MIB as u64,
+                length: MIB as u64,
+            }]
+        })
+        .collect();
+    let opts = DataOptions::default();
+    let fill: Vec<ObjRequest<'_>> = offsets
+        .iter()
+        .map(|s| ObjRequest::Write {
+            object: obj,
+            segments: s,
+            data: &data,
+            options: &opts,
+        })
+        .collect();
+    check_all(c.pipeline(&fill))?;
+    let rows = rotate(&["obj-read", "nbd-read", "obj-write", "nbd-write"], round);
+    for row in rows {
+        if let Some(rw) = row.strip_prefix("nbd-") {
+            let mut w = Workload::new(
+                Pattern::Seq,
+                if rw == "read" { Rw::Read } else { Rw::Write },
+                MIB as u32,
+                NBD_QD as u32,
+            );
+            w.limit = Limit::Time(ctx.duration);
+            let steal0 = steal_now();
+            let r = runner::run_workload(
+                &Endpoint::Nbd {
+                    uri: ctx.server.nbd_uri.clone(),
+                    server_cpu: ServerCpu::OwnThreads,
+                },
+                &w,
+                &RunOptions {
+                    progress: false,
+                    // Real data under the reads, as in the object.
+                    prefill: round == 0 && rw == "read",
+                    target_label: "nbd".into(),
+                },
+            )?;
+            out.push(ObjSample {
+                round,
+                group: "nbd".into(),
+                row: row.into(),
+                ops: r.ops,
+                bytes: r.bytes,
+                wall_s: r.elapsed_s,
+                ops_s: r.iops,
+                mib_s: r.mib_s,
+                mean_us: r.latency.mean_us,
+                p50_us: r.latency.p50_us,
+                p99_us: r.latency.p99_us,
+                server_cpu_us_per_op: r.server_us_per_op(),
+                client_cpu_us_per_op: Some(r.client_us_per_op()),
+                load1: load1(),
+                steal_pct: steal_since(steal0),
+            });
+            continue;
+        }
+        let write = row == "obj-write";
+        // Batches of requests, NBD_QD in flight, walking the object.
+        let chunk = 4 * NBD_QD;
+        let mut at = 0usize;
+        let m = timed(ctx.duration, |m| {
+            let t = Instant::now();
+            let segs: Vec<&[Segment; 1]> = (0..chunk)
+                .map(|k| &offsets[(at + k) % offsets.len()])
+                .collect();
+            at = (at + chunk) % offsets.len();
+            let reqs: Vec<ObjRequest<'_>> = segs
+                .iter()
+                .map(|s| {
+                    if write {
+                        ObjRequest::Write {
+                            object: obj,
+                            segments: *s,
+                            data: &data,
+                            options: &opts,
+                        }
+                    } else {
+                        ObjRequest::Read {
+                            object: obj,
+                            segments: *s,
+                            get: &[],
+                        }
+                    }
+                })
+                .collect();
+            check_all(c.pipeline(&reqs))?;
+            // Latency per request is not seen through a pipeline: record
+            // the mean (elapsed × depth / count).
+            let each = t.elapsed() * NBD_QD as u32 / chunk as u32;
+            m.record(chunk as u64, (chunk * MIB) as u64, each);
+            Ok(())
+        })?;
+        out.push(m.finish(round, "nbd", row, true));
+    }
+    c.remove(obj, false)?;
+    Ok(())
+}
+
+fn attr_group(ctx: &Ctx<'_>, round: u32, out: &mut Vec<ObjSample>) -> Result<()> {
+    let mut c = ctx.server.client(1)?;
+    let data = vec![0x3cu8; KIB4];
+    let obj = c.create_and_write(
+        "",
+        &[Segment {
+            offset: 0,
+            length: MIB as u64,
+        }],
+        &vec![0u8; MIB],
+        &DataOptions::default(),
+    )?;
+    let mut rng = fastrand::Rng::with_seed(u64::from(round));
+    let mut n: i64 = 0;
+    for row in rotate(&["write-4k", "write-4k+attr"], round) {
+        let m = timed(ctx.duration, |m| {
+            let seg = [Segment {
+                offset: rng.u64(0..256) * KIB4 as u64,
+                length: KIB4 as u64,
+            }];
+            n += 1;
+            let opts = if row == "write-4k" {
+                DataOptions::default()
+            } else {
+                DataOptions {
+                    fua: false,
+                    attrs: vec![AttrChange::set("version", n)],
+                }
+            };
+            let t = Instant::now();
+            c.write(obj, &seg, &data, &opts)?;
+            m.record(1, KIB4 as u64, t.elapsed());
+            Ok(())
+        })?;
+        out.push(m.finish(round, "attr", row, true));
+    }
+    c.remove(obj, false)?;
+    Ok(())
+}
+
+fn three_attrs(i: i64) -> Vec<AttrChange> {
+    vec![
+        AttrChange::set("owner", "bench"),
+        AttrChange::set("serial", i),
+        AttrChange::set("tag", vec![0xabu8; 32]),
+    ]
+}
+
+/// Creates objects with three attributes (and `data` over its first
+/// bytes, if any) `in_flight` at a time for the row's duration.
+fn create_row(
+    c: &mut ObjClient,
+    duration: Duration,
+    data: &[u8],
+    fua: bool,
+    in_flight: usize,
+    created: &mut Vec<u64>,
+) -> Result<Meter> {
+    let chunk = in_flight * 8;
+    let seg = [Segment {
+        offset: 0,
+        length: data.len() as u64,
+    }];
+    let segs: &[Segment] = if data.is_empty() { &[] } else { &seg };
+    let mut serial = 0i64;
+    timed(duration, |m| {
+        let opts: Vec<DataOptions> = (0..chunk)
+            .map(|_| {
+                serial += 1;
+                DataOptions {
+                    fua,
+                    attrs: three_attrs(serial),
+                }
+            })
+            .collect();
+        let reqs: Vec<ObjRequest<'_>> = opts
+            .iter()
+            .map(|o| ObjRequest::CreateAndWrite {
+                collection: "",
+                segments: segs,
+                data,
+                options: o,
+            })
+            .collect();
+        let t = Instant::now();
+        for r in c.pipeline(&reqs) {
+            if let ObjResponse::Object(id) = r.context("create with three attributes")? {
+                created.push(id);
+            }
+        }
+        let each = t.elapsed() * in_flight as u32 / chunk as u32;
+        m.record(chunk as u64, (chunk * data.len()) as u64, each);
+        Ok(())
+    })
+}
+
+fn create_group(ctx: &Ctx<'_>, round: u32, out: &mut Vec<ObjSample>) -> Result<()> {
+    let mut c = ctx.server.client(32)?;
+    let mut created = Vec::new();
+    let data = vec![0x11u8; KIB4];
+    for row in rotate(&["create+3attrs", "create+3attrs+4k"], round) {
+        let d: &[u8] = if row == "create+3attrs" { &[] } else { &data };
+        let m = create_row(&mut c, ctx.duration, d, false, 32, &mut created)?;
+        out.push(m.finish(round, "create", row, true));
+    }
+    remove_all(&mut c, &created)
+}
+
+fn remove_all(c: &mut ObjClient, ids: &[u64]) -> Result<()> {
+    for chunk in ids.chunks(4096) {
+        for r in c.remove_many(chunk, false) {
+            r.context("cannot remove a bench object")?;
+        }
+    }
+    Ok(())
+}
+
+const QUERY_KEY: &str = "n";
+const QUERY_COLLECTION: &str = "bench-query";
+
+/// Fills the query collection with `count` objects whose attribute `n`
+/// runs 0..count (done once, before the rounds).
+fn populate_query(server: &ObjServer, count: u64) -> Result<Duration> {
+    let mut c = server.client(64)?;
+    let t = Instant::now();
+    let mut next = 0u64;
+    while next < count {
+        let end = (next + 2048).min(count);
+        let opts: Vec<DataOptions> = (next..end)
+            .map(|i| DataOptions {
+                fua: false,
+                attrs: vec![AttrChange::set(QUERY_KEY, i as i64)],
+            })
+            .collect();
+        let reqs: Vec<ObjRequest<'_>> = opts
+            .iter()
+            .map(|o| ObjRequest::CreateAndWrite {
+                collection: QUERY_COLLECTION,
+                segments: &[],
+                data: &[],
+                options: o,
+            })
+            .collect();
+        check_all(c.batch(&reqs))?;
+        next = end;
+    }
+    c.flush(sluice_client::obj::FlushScope::Partition)?;
+    Ok(t.elapsed())
+}
+
+fn query_group(ctx: &Ctx<'_>, round: u32, count: u64, out: &mut Vec<ObjSample>) -> Result<()> {
+    let mut c = ctx.server.client(1)?;
+    let width = (count / 100).max(1);
+    let mut rng = fastrand::Rng::with_seed(1000 + u64::from(round));
+    let m = timed(ctx.duration, |m| {
+        let lo = rng.u64(0..count - width + 1) as i64;
+        let range = sluice_client::obj::Range {
+            key: QUERY_KEY.into(),
+            min: Value::Integer(lo),
+            max: Value::Integer(lo + width as i64 - 1),
+        };
+        let t = Instant::now();
+        let found = c.query(QUERY_COLLECTION, std::slice::from_ref(&range))?;
+        let took = t.elapsed();
+        if found.len() as u64 != width {
+            bail!(
+                "query {}..={} found {} objects, not {width}",
+                lo,
+                lo + width as i64 - 1,
+                found.len()
+            );
+        }
+        m.record(1, 0, took);
+        Ok(())
+    })?;
+    out.push(m.finish(round, "query", "query-1pct", true));
+    Ok(())
+}
+
+// ---------------------------------------------------------------- ceph
+
+/// The librados side of the `ceph` group (python3-rados and ctypes).
+const CEPH_SCRIPT: &str = include_str!("objects_ceph.py");
+
+#[derive(Debug, Deserialize)]
+struct CephRow {
+    row: String,
+    ops: u64,
+    bytes: u64,
+    wall_s: f64,
+    mean_us: f64,
+    p50_us: f64,
+    p99_us: f64,
+    osd_cpu_s: Option<f64>,
+    client_cpu_s: f64,
+}
+
+/// The `ceph-osd` process whose command line names `conf`.
+pub fn find_osd(conf: &Path) -> Option<u32> {
+    let want = conf.to_string_lossy().into_owned();
+    let mut found = None;
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let comm = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if comm.trim() != "ceph-osd" {
+            continue;
+        }
+        let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmd).contains(&want) {
+            found = Some(pid);
+        }
+    }
+    found
+}
+
+fn ceph_rows(ceph: &CephPeer, secs: f64, round: u32, out: &mut Vec<ObjSample>) -> Result<()> {
+    let osd = ceph.osd_pid.or_else(|| find_osd(&ceph.conf));
+    let steal0 = steal_now();
+    // Debian's python3-rados lives in the system Python.
+    let python = if Path::new("/usr/bin/python3").exists() {
+        "/usr/bin/python3"
+    } else {
+        "python3"
+    };
+    let child = Command::new(python)
+        .arg("-c")
+        .arg(CEPH_SCRIPT)
+        .arg(&ceph.conf)
+        .arg(&ceph.pool)
+        .arg(osd.map_or_else(|| "0".into(), |p| p.to_string()))
+        .arg(format!("{secs}"))
+        .arg(round.to_string())
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()
+        .context("cannot run python3 (the ceph group needs python3-rados)")?;
+    if !child.status.success() {
+        bail!("the librados driver failed ({})", child.status);
+    }
+    let steal = steal_since(steal0);
+    let text = String::from_utf8_lossy(&child.stdout);
+    for line in text.lines().filter(|l| l.starts_with('{')) {
+        let r: CephRow = serde_json::from_str(line)
+            .with_context(|| format!("cannot read the librados driver's line {line:?}"))?;
+        let per_op = |s: f64| (r.ops > 0).then(|| s * 1e6 / r.ops as f64);
+        out.push(ObjSample {
+            round,
+            group: "ceph".into(),
+            row: format!("ceph-{}", r.row),
+            ops: r.ops,
+            bytes: r.bytes,
+            wall_s: r.wall_s,
+            ops_s: r.ops as f64 / r.wall_s.max(1e-9),
+            mib_s: r.bytes as f64 / r.wall_s.max(1e-9) / MIB as f64,
+            mean_us: r.mean_us,
+            p50_us: r.p50_us,
+            p99_us: r.p99_us,
+            server_cpu_us_per_op: r.osd_cpu_s.and_then(per_op),
+            client_cpu_us_per_op: per_op(r.client_cpu_s),
+            load1: load1(),
+            steal_pct: steal,
+        });
+    }
+    Ok(())
+}
+
+const CEPH_QD: usize = 16;
+
+/// The sluice rows of the `ceph` group: what the librados driver does,
+/// through the native protocol.
+fn sluice_ceph_rows(ctx: &Ctx<'_>, round: u32, out: &mut Vec<ObjSample>) -> Result<()> {
+    let mut c = ctx.server.client(CEPH_QD)?;
+    let small = vec![0x77u8; KIB4];
+    let big = vec![0x88u8; MIB];
+    // 4 KiB writes go to 1024 objects, 1 MiB ones to 16.
+    let targets = c.create("", 1024, false)?;
+    let bigs = c.create("", 16, false)?;
+    let seg4 = [Segment {
+        offset: 0,
+        length: KIB4 as u64,
+    }];
+    let seg1m = [Segment {
+        offset: 0,
+        length: MIB as u64,
+    }];
+    let no = DataOptions::default();
+    let fua = DataOptions::fua();
+    let fill: Vec<ObjRequest<'_>> = bigs
+        .iter()
+        .map(|&o| ObjRequest::Write {
+            object: o,
+            segments: &seg1m,
+            data: &big,
+            options: &no,
+        })
+        .collect();
+    check_all(c.pipeline(&fill))?;
+    let scatter_obj = c.create_and_write(
+        "",
+        &[Segment {
+            offset: 0,
+            length: 16 * MIB as u64,
+        }],
+        &vec![0x99u8; 16 * MIB],
+        &no,
+    )?;
+    let scattered = scattered_extents(256, KIB4 as u64, 16 * MIB as u64, u64::from(round));
+    let singles: Vec<[Segment; 1]> = scattered.iter().map(|s| [*s]).collect();
+    let mut created = Vec::new();
+    let rows = rotate(
+        &[
+            "write-4k-fua",
+            "write-4k-nofua",
+            "create+3attrs-fua",
+            "create+3attrs-nofua",
+            "read-1m",
+            "write-1m-fua",
+            "scatter-256x4k-1req",
+            "scatter-256x4k-256req",
+        ],
+        round,
+    );
+    for row in rows {
+        let m = match row {
+            "write-4k-fua" | "write-4k-nofua" | "write-1m-fua" => {
+                let (objs, seg, data, depth) = if row == "write-1m-fua" {
+                    (&bigs, &seg1m, &big, 8)
+                } else {
+                    (&targets, &seg4, &small, CEPH_QD)
+                };
+                let opts = if row.ends_with("nofua") { &no } else { &fua };
+                let chunk = depth * 8;
+                let mut at = 0usize;
+                timed(ctx.duration, |m| {
+                    let reqs: Vec<ObjRequest<'_>> = (0..chunk)
+                        .map(|k| ObjRequest::Write {
+                            object: objs[(at + k) % objs.len()],
+                            segments: seg,
+                            data,
+                            options: opts,
+                        })
+                        .collect();
+                    at += chunk;
+                    let t = Instant::now();
+                    check_all(c.pipeline(&reqs))?;
+                    let each = t.elapsed() * depth as u32 / chunk as u32;
+                    m.record(chunk as u64, (chunk * data.len()) as u64, each);
+                    Ok(())
+                })?
+            }
+            "create+3attrs-fua" | "create+3attrs-nofua" => create_row(
+                &mut c,
+                ctx.duration,
+                &small,
+                row.ends_with("-fua"),
+                CEPH_QD,
+                &mut created,
+            )?,
+            "read-1m" => {
+                let chunk = 8 * 8;
+                let mut at = 0usize;
+                timed(ctx.duration, |m| {
+                    let reqs: Vec<ObjRequest<'_>> = (0..chunk)
+                        .map(|k| ObjRequest::Read {
+                            object: bigs[(at + k) % bigs.len()],
+                            segments: &seg1m,
+                            get: &[],
+                        })
+                        .collect();
+                    at += chunk;
+                    let t = Instant::now();
+                    check_all(c.pipeline(&reqs))?;
+                    let each = t.elapsed() * 8 / chunk as u32;
+                    m.record(chunk as u64, (chunk * MIB) as u64, each);
+                    Ok(())
+                })?
+            }
+            "scatter-256x4k-1req" => timed(ctx.duration, |m| {
+                let t = Instant::now();
+                let r = c.read(scatter_obj, &scattered)?;
+                m.record(1, r.data.len() as u64, t.elapsed());
+                Ok(())
+            })?,
+            _ => timed(ctx.duration, |m| {
+                let reqs: Vec<ObjRequest<'_>> = singles
+                    .iter()
+                    .map(|s| ObjRequest::Read {
+                        object: scatter_obj,
+                        segments: s,
+                        get: &[],
+                    })
+                    .collect();
+                let t = Instant::now();
+                check_all(c.pipeline(&reqs))?;
+                m.record(1, 256 * KIB4 as u64, t.elapsed());
+                Ok(())
+            })?,
+        };
+        out.push(m.finish(round, "ceph", &format!("sluice-{row}"), true));
+    }
+    created.extend(targets);
+    created.extend(bigs);
+    created.push(scatter_obj);
+    remove_all(&mut c, &created)
+}
+
+// ---------------------------------------------------------------- the preset
+
+fn wants(opts: &ObjectsOptions, group: &str) -> bool {
+    opts.groups
+        .as_ref()
+        .is_none_or(|g| g.iter().any(|x| x == group))
+}
+
+/// Runs the preset: every group once per round, groups in turn, rows
+/// in turn within each group.
+pub fn objects(opts: &ObjectsOptions) -> Result<ObjectsReport> {
+    if let Some(groups) = &opts.groups {
+        if let Some(bad) = groups.iter().find(|g| !GROUPS.contains(&g.as_str())) {
+            bail!("unknown group {bad:?}; groups are {}", GROUPS.join(", "));
+        }
+    }
+    let p = &opts.preset;
+    let machine = Machine::probe();
+    let duration = p
+        .duration
+        .unwrap_or(Duration::from_secs_f64(if p.quick { 0.3 } else { 1.5 }));
+    let temp;
+    let dir = match &opts.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+            d.clone()
+        }
+        None => {
+            temp = tempfile::Builder::new()
+                .prefix("sluice-bench-objects-")
+                .tempdir()
+                .context("cannot create a temporary folder")?;
+            temp.path().to_path_buf()
+        }
+    };
+    let export_size = p
+        .image_size
+        .unwrap_or(if p.quick { 64 << 20 } else { 256 << 20 })
+        .max(MIB as u64)
+        & !(MIB as u64 - 1);
+    let server = ObjServer::start(&dir, export_size)?;
+    let mut notes = vec![format!(
+        "embedded sluice server: object store {}/objects and NBD export {}/export.img ({} MiB), same file system",
+        dir.display(),
+        dir.display(),
+        export_size >> 20
+    )];
+    let ctx = Ctx {
+        server: &server,
+        duration,
+        span: export_size,
+    };
+    let query_count = opts
+        .query_objects
+        .unwrap_or(if p.quick { 5_000 } else { 100_000 });
+    if wants(opts, "query") {
+        let took = populate_query(&server, query_count)?;
+        let line = format!(
+            "query collection: {query_count} objects populated in {:.2} s ({:.0}/s, batches of 2048, 64 in flight)",
+            took.as_secs_f64(),
+            query_count as f64 / took.as_secs_f64().max(1e-9)
+        );
+        eprintln!("{line}");
+        notes.push(line);
+    }
+    let ceph = if wants(opts, "ceph") {
+        opts.ceph.as_ref()
+    } else {
+        None
+    };
+    if wants(opts, "ceph") && ceph.is_none() && opts.groups.is_some() {
+        bail!("the ceph group needs --ceph-conf (or CEPH_CONF)");
+    }
+    if let Some(c) = ceph {
+        let osd = c.osd_pid.or_else(|| find_osd(&c.conf));
+        notes.push(format!(
+            "ceph: {} pool {} (osd pid {})",
+            c.conf.display(),
+            c.pool,
+            osd.map_or_else(|| "unknown: no OSD CPU".into(), |p| p.to_string())
+        ));
+    }
+    let t0 = Instant::now();
+    let mut samples = Vec::new();
+    let mut failures = Vec::new();
+    for round in 0..p.rounds {
+        for group in GROUPS {
+            if !wants(opts, group) || (group == "ceph" && ceph.is_none()) {
+                continue;
+            }
+            let before = samples.len();
+            let r = match group {
+                "ddt" => ddt_group(&ctx, round, &mut samples),
+                "nbd" => nbd_group(&ctx, round, &mut samples),
+                "attr" => attr_group(&ctx, round, &mut samples),
+                "create" => create_group(&ctx, round, &mut samples),
+                "query" => query_group(&ctx, round, query_count, &mut samples),
+                _ => ceph.map_or(Ok(()), |c| {
+                    // Ceph and sluice in turn, the other first each round.
+                    let secs = duration.as_secs_f64();
+                    if round % 2 == 0 {
+                        ceph_rows(c, secs, round, &mut samples)?;
+                        sluice_ceph_rows(&ctx, round, &mut samples)
+                    } else {
+                        sluice_ceph_rows(&ctx, round, &mut samples)?;
+                        ceph_rows(c, secs, round, &mut samples)
+                    }
+                }),
+            };
+            for s in &samples[before..] {
+                eprintln!(
+                    "round {round} {:<7} {:<30} {:>10.0} ops/s {:>9} MiB/s  mean {:>8} us  srv {} us/op  load {:.2} steal {:.1}%",
+                    s.group,
+                    s.row,
+                    s.ops_s,
+                    compact(s.mib_s),
+                    compact(s.mean_us),
+                    s.server_cpu_us_per_op.map_or_else(|| "-".into(), compact),
+                    s.load1,
+                    s.steal_pct
+                );
+            }
+            if let Err(e) = r {
+                eprintln!("round {round} {group}: {e:#}");
+                failures.push(format!("round {round} {group}: {e:#}"));
+            }
+        }
+    }
+    drop(server);
+    let summaries = summarise(&samples);
+    let report = ObjectsReport {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        machine,
+        loadavg_end: Machine::probe().loadavg,
+        rounds: p.rounds,
+        duration_s: duration.as_secs_f64(),
+        notes,
+        summaries,
+        samples,
+        failures,
+    };
+    let json = p.out_dir.join("objects.json");
+    report::write_json(&json, &report)?;
+    let table = summary_table(&report.summaries);
+    report::write_text(&p.out_dir.join("objects-table.md"), &table.markdown())?;
+    eprintln!("results: {}", json.display());
+    println!(
+        "# objects ({} round(s), {:.1} s per row, wall {:.0} s)",
+        report.rounds,
+        report.duration_s,
+        t0.elapsed().as_secs_f64()
+    );
+    println!("machine: {}", report.machine.line());
+    for n in &report.notes {
+        println!("note: {n}");
+    }
+    for f in &report.failures {
+        println!("failed: {f}");
+    }
+    print!("{}", table.render());
+    Ok(report)
+}
+
+/// The summary as a table: one line per row, its peer and the ratio.
+pub fn summary_table(summaries: &[ObjSummary]) -> Table {
+    let mut t = Table::new([
+        "group",
+        "row",
+        "ops/s",
+        "min-max",
+        "MiB/s",
+        "mean us",
+        "p50 us",
+        "srv us/op",
+        "x peer",
+        "peer",
+        "load",
+        "steal%",
+    ]);
+    for s in summaries {
+        t.row([
+            s.group.clone(),
+            s.row.clone(),
+            compact(s.ops_s.median),
+            format!("{}-{}", compact(s.ops_s.min), compact(s.ops_s.max)),
+            compact(s.mib_s),
+            compact(s.mean_us),
+            compact(s.p50_us),
+            s.server_cpu_us_per_op.map_or_else(|| "-".into(), compact),
+            s.ratio.map_or_else(|| "-".into(), |r| format!("{r:.2}")),
+            if s.peer == s.row {
+                "-".into()
+            } else {
+                s.peer.clone()
+            },
+            format!("{:.2}", s.load1_max),
+            format!("{:.1}", s.steal_pct_max),
+        ]);
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_client::obj::plan::{choose, coalesce, Layout};
+
+    #[test]
+    fn holed_segments_are_strided_and_the_swapped_list_is_not() {
+        let segs = holed_segments(256, 4096, 2);
+        assert_eq!(segs.len(), 256);
+        assert_eq!(segs[1].offset, 4098);
+        assert_eq!(segs.iter().map(|s| s.length).sum::<u64>(), 1 << 20);
+        assert!(matches!(
+            choose(&coalesce(&segs)),
+            Layout::Strided {
+                stride: 4098,
+                count: 256,
+                ..
+            }
+        ));
+        let sgl = as_sgl(&segs);
+        assert!(matches!(choose(&coalesce(&sgl)), Layout::Sgl(ref l) if l.len() == 256));
+        let mut sorted = sgl.clone();
+        sorted.sort_by_key(|s| s.offset);
+        assert_eq!(sorted, segs);
+        // No hole: one contiguous range.
+        assert!(matches!(
+            choose(&coalesce(&holed_segments(4, 10, 0))),
+            Layout::Contiguous(Segment {
+                offset: 0,
+                length: 40
+            })
+        ));
+    }
+
+    #[test]
+    fn scattered_extents_are_distinct_aligned_and_inside() {
+        let e = scattered_extents(256, 4096, 16 << 20, 7);
+        assert_eq!(e.len(), 256);
+        let mut offs: Vec<u64> = e.iter().map(|s| s.offset).collect();
+        assert!(offs.iter().all(|o| o % 4096 == 0 && o + 4096 <= 16 << 20));
+        offs.sort_unstable();
+        offs.dedup();
+        assert_eq!(offs.len(), 256);
+        assert_eq!(e, scattered_extents(256, 4096, 16 << 20, 7));
+        assert_ne!(e, scattered_extents(256, 4096, 16 << 20, 8));
+        // Fewer blocks than asked for: every block once.
+        assert_eq!(scattered_extents(10, 4096, 4 * 4096, 1).len(), 4);
+    }
+
+    #[test]
+    fn steal_comes_from_the_cpu_line() {
+        let stat = "cpu  100 5 50 800 10 1 2 30 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n";
+        assert_eq!(parse_proc_stat_steal(stat), Some((30, 998)));
+        assert_eq!(parse_proc_stat_steal("cpu0 1 2\n"), None);
+        assert_eq!(parse_proc_stat_steal("cpu  1 2 x\n"), None);
+    }
+
+    fn sample(round: u32, group: &str, row: &str, ops_s: f64, mean_us: f64) -> ObjSample {
+        ObjSample {
+            round,
+            group: group.into(),
+            row: row.into(),
+            ops: 1,
+            bytes: 0,
+            wall_s: 1.0,
+            ops_s,
+            mib_s: 0.0,
+            mean_us,
+            p50_us: mean_us,
+            p99_us: mean_us,
+            server_cpu_us_per_op: None,
+            client_cpu_us_per_op: None,
+            load1: round as f64,
+            steal_pct: 0.0,
+        }
+    }
+
+    #[test]
+    fn ratios_are_per_round_medians_against_the_right_peer() {
+        let s = vec![
+            sample(0, "ddt", "contiguous", 100.0, 10.0),
+            sample(0, "ddt", "sgl", 90.0, 11.0),
+            sample(1, "ddt", "contiguous", 50.0, 20.0),
+            sample(1, "ddt", "sgl", 40.0, 25.0),
+            sample(2, "ddt", "contiguous", 200.0, 5.0),
+            sample(2, "ddt", "sgl", 200.0, 5.0),
+            sample(0, "attr", "write-4k", 1000.0, 40.0),
+            sample(0, "attr", "write-4k+attr", 800.0, 50.0),
+            sample(0, "nbd", "nbd-write", 10.0, 1.0),
+            sample(0, "nbd", "obj-write", 9.0, 1.0),
+            sample(0, "nbd", "nbd-read", 20.0, 1.0),
+        ];
+        let sum = summarise(&s);
+        let get = |g: &str, r: &str| sum.iter().find(|x| x.group == g && x.row == r).unwrap();
+        // Per-round ratios 0.9, 0.8, 1.0: median 0.9 (the ratio of the
+        // medians would be 90/100 too, but not in general).
+        assert!((get("ddt", "sgl").ratio.unwrap() - 0.9).abs() < 1e-12);
+        assert_eq!(get("ddt", "contiguous").ratio, None);
+        assert_eq!(get("ddt", "sgl").load1_max, 2.0);
+        // Latency groups: latency over the peer's.
+        assert!((get("attr", "write-4k+attr").ratio.unwrap() - 1.25).abs() < 1e-12);
+        // Writes against writes.
+        assert!((get("nbd", "obj-write").ratio.unwrap() - 0.9).abs() < 1e-12);
+        assert_eq!(peer_row("ceph", "sluice-write-4k-fua"), "ceph-write-4k");
+        assert_eq!(
+            peer_row("ceph", "sluice-create+3attrs-nofua"),
+            "ceph-create+3attrs"
+        );
+        assert_eq!(peer_row("ceph", "sluice-read-1m"), "ceph-read-1m");
+        assert_eq!(peer_row("nbd", "obj-read"), "nbd-read");
+    }
+
+    #[test]
+    fn rotation_starts_one_later_each_round() {
+        assert_eq!(rotate(&["a", "b", "c"], 0), ["a", "b", "c"]);
+        assert_eq!(rotate(&["a", "b", "c"], 1), ["b", "c", "a"]);
+        assert_eq!(rotate(&["a", "b", "c"], 4), ["b", "c", "a"]);
+    }
+}
