@@ -30,6 +30,7 @@ mod raid;
 mod raw_protocol;
 mod reconnect;
 mod safety;
+mod service;
 mod shutdown;
 mod tls;
 mod tls_keys;
