@@ -538,3 +538,98 @@ fn print_uri_prints_what_nbdinfo_connects_with() {
     signal(srv_cmd.id(), Signal::TERM);
     assert!(wait_exit(&mut srv_cmd, Duration::from_secs(20)).success());
 }
+
+#[test]
+fn exit_with_parent_stops_the_server_when_its_parent_exits() {
+    let dir = tempdir();
+    let pidfile = dir.path().join("sluice.pid");
+    // sh starts the server, waits until it listens (the pid file), exits.
+    let script = format!(
+        r#""$0" serve --listen 127.0.0.1:0 --export d=mem:1M --exit-with-parent --pidfile {0} >/dev/null 2>&1 &
+        while [ ! -s {0} ]; do sleep 0.05; done"#,
+        pidfile.display()
+    );
+    let out = tool("sh")
+        .arg("-c")
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_sluice"))
+        .timeout(Duration::from_secs(60))
+        .output();
+    out.assert_success();
+    // The pid file is removed by a clean exit, which only SIGTERM (the
+    // parent-death signal) causes here.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while pidfile.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the server outlived its parent by 20 s"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn log_format_json_writes_one_object_per_line() {
+    let srv = ServerBuilder::new()
+        .export("d", "mem:1M")
+        .arg("--log-format")
+        .arg("json")
+        .start();
+    assert_eq!(nbd_size(&srv.uri("d")), MIB);
+    let log = srv.stderr_log();
+    let lines: Vec<&str> = log.lines().collect();
+    assert!(!lines.is_empty(), "no log lines");
+    for line in &lines {
+        let v: serde_json::Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON: {line:?}: {e}"));
+        assert!(v["level"].is_string() && v["fields"].is_object(), "{line}");
+    }
+    assert!(log.contains(r#""message":"connection accepted""#), "{log}");
+}
+
+#[test]
+fn the_benchs_embedded_server_keeps_its_lines_out_of_the_report() {
+    let out = sluice()
+        .args(["bench", "run", "--size", "4M", "--ops", "64"])
+        .output();
+    out.assert_success();
+    assert!(
+        out.stdout().contains("randread-4k-qd1"),
+        "{}",
+        out.describe()
+    );
+    assert!(
+        !out.stderr().contains("connection accepted"),
+        "server log lines in the bench's output:\n{}",
+        out.stderr()
+    );
+}
+
+#[test]
+fn version_names_the_commit_and_the_profile() {
+    let out = sluice().arg("--version").output();
+    out.assert_success();
+    let line = out.stdout();
+    let want_commit = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map_or_else(
+            || "unknown".to_owned(),
+            |o| String::from_utf8_lossy(&o.stdout).trim().to_owned(),
+        );
+    let profile = if cfg!(debug_assertions) {
+        "debug"
+    } else {
+        "release"
+    };
+    assert_eq!(
+        line.trim(),
+        format!(
+            "sluice {} (commit {want_commit}, {profile} build)",
+            env!("CARGO_PKG_VERSION")
+        )
+    );
+}
