@@ -284,6 +284,11 @@ fn start_captive(
 
 /// `sluice serve`.
 pub(crate) fn serve(mut args: ServeArgs) -> Result<ExitCode> {
+    sluice_server::metrics::set_build_info(sluice_server::metrics::BuildInfo {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        commit: env!("SLUICE_GIT_COMMIT").to_owned(),
+        profile: env!("SLUICE_BUILD_PROFILE").to_owned(),
+    });
     let parent = rustix::process::getppid();
     // Before any thread starts: it unsets LISTEN_* in our environment.
     let inherited = InheritedListeners::from_systemd()?;

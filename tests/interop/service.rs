@@ -633,3 +633,36 @@ fn version_names_the_commit_and_the_profile() {
         )
     );
 }
+
+#[test]
+fn metrics_carry_build_info_and_process_series() {
+    let srv = ServerBuilder::new().export("d", "mem:1M").metrics().start();
+    let version = sluice().arg("--version").output().stdout();
+    // "sluice 0.1.0 (commit abc, debug build)"
+    let (commit, profile) = version
+        .split_once("(commit ")
+        .and_then(|(_, rest)| rest.trim().trim_end_matches(" build)").split_once(", "))
+        .unwrap_or_else(|| panic!("unexpected --version: {version:?}"));
+    let body = crate::harness::scrape(srv.metrics.expect("metrics address"));
+    assert!(
+        body.contains(&format!(
+            "sluice_build_info{{version=\"{}\",commit=\"{commit}\",profile=\"{profile}\"}} 1",
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{body}"
+    );
+    let value = |name: &str| -> f64 {
+        body.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in\n{body}"))
+    };
+    let stat = std::fs::metadata(format!("/proc/{}", srv.pid())).expect("the server's /proc");
+    let started = std::os::unix::fs::MetadataExt::ctime(&stat) as f64;
+    assert!((value("process_start_time_seconds") - started).abs() < 5.0);
+    assert!(value("process_resident_memory_bytes") > 1e6);
+    let fds = std::fs::read_dir(format!("/proc/{}/fd", srv.pid()))
+        .expect("the server's fds")
+        .count() as f64;
+    assert!((value("process_open_fds") - fds).abs() <= 4.0, "{fds}");
+}
