@@ -666,3 +666,31 @@ fn metrics_carry_build_info_and_process_series() {
         .count() as f64;
     assert!((value("process_open_fds") - fds).abs() <= 4.0, "{fds}");
 }
+
+#[test]
+fn docs_metrics_lists_every_metric_a_server_with_a_cache_and_objects_exports() {
+    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/METRICS.md"))
+        .expect("read docs/METRICS.md");
+    let dir = tempdir();
+    let srv = ServerBuilder::new()
+        .export("c", "mem:1M")
+        .arg("--cache")
+        .arg("writeback")
+        .objects(&dir.path().join("objects"))
+        .metrics()
+        .start();
+    assert_eq!(nbd_size(&srv.uri("c")), MIB);
+    let body = crate::harness::scrape(srv.metrics.expect("metrics address"));
+    let names: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert!(names.len() > 20, "{body}");
+    for name in names {
+        assert!(
+            doc.contains(&format!("`{name}`")),
+            "docs/METRICS.md does not list {name}"
+        );
+    }
+}
