@@ -176,6 +176,12 @@ impl Reloadable {
         if !partitions.is_empty() && self.partitions.is_none() {
             return Err(ReloadError::NeedsRestart("serving objects"));
         }
+        if !partitions.is_empty() && !config.tls.verify_peer {
+            return Err(ConfigError::Tls(
+                "partition allow-lists need verified client certificates (--tls-verify-peer)",
+            )
+            .into());
+        }
         let acceptor = TlsAcceptor::load(&config.tls).map_err(ReloadError::Tls)?;
         match (&self.tls, acceptor) {
             (Some(current), Some(new)) => current.replace(new),
