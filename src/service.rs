@@ -324,6 +324,11 @@ pub(crate) fn serve(mut args: ServeArgs) -> Result<ExitCode> {
             return Err(anyhow::Error::new(e).context("cannot start the server"));
         }
     };
+    // Before anything tells the world the server is up (the pid file,
+    // the listening lines, READY=1), so a SIGTERM sent on seeing them
+    // finds its handler.
+    let status = status_line(&server);
+    start_signal_thread(server.handle(), config_file, tls_args, status.clone())?;
     let pidfile = service
         .pidfile
         .as_deref()
@@ -361,9 +366,7 @@ pub(crate) fn serve(mut args: ServeArgs) -> Result<ExitCode> {
     }
     stdout.flush().context("cannot write to stdout")?;
     drop(stdout);
-    let status = status_line(&server);
     tracing::info!("{status}");
-    start_signal_thread(server.handle(), config_file, tls_args, status.clone())?;
     if let Err(e) = notify(Notice::Ready { status: &status }) {
         tracing::warn!(error = %e, "cannot notify systemd that the server is ready");
     }
