@@ -69,7 +69,8 @@ enum Command {
 #[derive(Debug, Args)]
 struct ServeArgs {
     /// Address to listen on: HOST:PORT or unix:PATH (repeatable).
-    /// Default 127.0.0.1:10809.
+    /// Default 127.0.0.1:10809. Under systemd socket activation
+    /// (LISTEN_FDS) the sockets systemd passes are used instead.
     #[arg(long = "listen", value_name = "ADDR")]
     listen: Vec<ListenAddr>,
     /// Export NAME=SPEC, SPEC being file:PATH[,size=BYTES][,ro][,direct] or
