@@ -1,14 +1,13 @@
 //! `sluice`: the one binary. Subcommands parse arguments, build the
 //! libraries' configuration and report errors with context.
 
-use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use sluice_server::{
-    ExportConfig, FastPaths, Limits, ListenAddr, ObjectConfig, PipelineMode, ReceiveTuning, Server,
+    ExportConfig, FastPaths, Limits, ListenAddr, ObjectConfig, PipelineMode, ReceiveTuning,
     ServerConfig, Timeouts,
 };
 
@@ -16,20 +15,44 @@ mod bench_cmd;
 mod model_cmd;
 mod obj_cmd;
 mod raid_cmd;
+mod service;
+
+/// `sluice --version`: the crate version, the commit it was built from
+/// (build.rs; "unknown" outside a git checkout unless SLUICE_GIT_COMMIT
+/// is set) and the build profile.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SLUICE_GIT_COMMIT"),
+    ", ",
+    env!("SLUICE_BUILD_PROFILE"),
+    " build)"
+);
 
 /// Networked storage: NBD block volumes served fast.
 #[derive(Debug, Parser)]
-#[command(name = "sluice", version, about)]
+#[command(name = "sluice", version = VERSION, about)]
 struct Cli {
+    /// Log lines as text (default) or JSON objects, one per line (on
+    /// stderr; the level is set with RUST_LOG, default info).
+    #[arg(long, value_name = "FORMAT", global = true, default_value = "text")]
+    log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// `--log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Serve block volumes over NBD, and objects (and the same volumes)
     /// over sluice's native object protocol.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Measure an NBD server or local I/O: workloads, comparisons with
     /// nbdkit and qemu-nbd, and the papers' experiments as presets.
     Bench(Box<bench_cmd::BenchArgs>),
@@ -47,7 +70,8 @@ enum Command {
 #[derive(Debug, Args)]
 struct ServeArgs {
     /// Address to listen on: HOST:PORT or unix:PATH (repeatable).
-    /// Default 127.0.0.1:10809.
+    /// Default 127.0.0.1:10809. Under systemd socket activation
+    /// (LISTEN_FDS) the sockets systemd passes are used instead.
     #[arg(long = "listen", value_name = "ADDR")]
     listen: Vec<ListenAddr>,
     /// Export NAME=SPEC, SPEC being file:PATH[,size=BYTES][,ro][,direct] or
@@ -102,12 +126,22 @@ struct ServeArgs {
     /// per member); 0 for no limit. Default 200M.
     #[arg(long, value_name = "BYTES")]
     rebuild_rate: Option<sluice_server::ByteSize>,
+    #[command(flatten)]
+    tls: TlsArgs,
+    #[command(flatten)]
+    service: service::ServiceArgs,
+}
+
+/// `--tls`, `--tls-certificates`, `--tls-verify-peer`, `--tls-allow`:
+/// applied at startup and again on every reload (SIGHUP).
+#[derive(Debug, Clone, Args)]
+struct TlsArgs {
     /// TLS (NBD STARTTLS): off; on (offered, plaintext clients still
     /// served); require (nothing but STARTTLS answered before TLS).
     #[arg(long, value_name = "MODE")]
     tls: Option<sluice_server::TlsMode>,
     /// Directory with server-cert.pem, server-key.pem and ca-cert.pem
-    /// (the layout nbdkit and qemu use).
+    /// (the layout nbdkit and qemu use); read again on SIGHUP.
     #[arg(long, value_name = "DIR")]
     tls_certificates: Option<PathBuf>,
     /// Require a client certificate signed by ca-cert.pem.
@@ -118,6 +152,26 @@ struct ServeArgs {
     /// verified client certificate. Needs --tls-verify-peer.
     #[arg(long, value_name = "NAME=ID", value_parser = parse_tls_allow)]
     tls_allow: Vec<(String, sluice_server::TlsIdentity)>,
+}
+
+impl TlsArgs {
+    fn apply(&self, tls: &mut sluice_server::TlsConfig) {
+        if let Some(m) = self.tls {
+            tls.mode = m;
+        }
+        if let Some(dir) = &self.tls_certificates {
+            tls.certificates = Some(dir.clone());
+        }
+        if self.tls_verify_peer {
+            tls.verify_peer = true;
+        }
+        for (export, id) in &self.tls_allow {
+            tls.allow
+                .entry(export.clone())
+                .or_default()
+                .push(id.clone());
+        }
+    }
 }
 
 /// `--max-connections`, `--max-inflight-bytes`, `--max-request-size`.
@@ -263,7 +317,7 @@ impl std::error::Error for UsageError {}
 
 /// A TOML config error as a person reads it: where (line, column and the
 /// key on that line) and what, in words rather than Rust type names.
-fn config_error(path: &std::path::Path, text: &str, e: &toml::de::Error) -> String {
+fn config_error(path: &Path, text: &str, e: &toml::de::Error) -> String {
     let mut place = format!("config file {}", path.display());
     if let Some(span) = e.span() {
         let before = &text[..span.start.min(text.len())];
@@ -309,20 +363,42 @@ const DEFAULT_OBJECTS: &str = "./sluice-data/objects";
 /// Folder of the default export, created when missing.
 const DEFAULT_DIR: &str = "sluice-data";
 
-/// The server's configuration, and whether this start created
-/// [`DEFAULT_DIR`] (removed again if the start fails).
-fn serve_config(args: ServeArgs) -> Result<(ServerConfig, bool)> {
-    let mut config = match &args.config {
+/// The config file's settings, or the defaults without one.
+fn read_config_file(path: Option<&Path>) -> Result<ServerConfig> {
+    match path {
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .with_context(|| format!("cannot read config file {}", path.display()))?;
-            toml::from_str::<ServerConfig>(&text)
-                .map_err(|e| UsageError(config_error(path, &text, &e)))?
+            Ok(toml::from_str::<ServerConfig>(&text)
+                .map_err(|e| UsageError(config_error(path, &text, &e)))?)
         }
-        None => ServerConfig::default(),
-    };
+        None => Ok(ServerConfig::default()),
+    }
+}
+
+/// Where the server listens, when not where `--listen` says.
+enum Listening<'a> {
+    /// The default addresses (and objects beside NBD).
+    Default,
+    /// Captive mode (`--run`): Unix sockets in this private directory.
+    Private(&'a Path),
+    /// Sockets systemd passed; `objects` when some serve objects.
+    Inherited { objects: bool },
+}
+
+/// The server's configuration, and whether this start created
+/// [`DEFAULT_DIR`] (removed again if the start fails).
+fn serve_config(args: ServeArgs, listening: &Listening<'_>) -> Result<(ServerConfig, bool)> {
+    let mut config = read_config_file(args.config.as_deref())?;
     if !args.listen.is_empty() {
         config.listen = args.listen;
+    }
+    if config.listen.is_empty() {
+        if let Listening::Private(dir) = listening {
+            config
+                .listen
+                .push(ListenAddr::Unix(dir.join(service::PRIVATE_NBD_SOCKET)));
+        }
     }
     config.export.extend(args.export);
     if let Some(p) = args.pipeline {
@@ -353,24 +429,19 @@ fn serve_config(args: ServeArgs) -> Result<(ServerConfig, bool)> {
     if let Some(r) = args.rebuild_rate {
         config.rebuild_rate = r;
     }
-    if let Some(m) = args.tls {
-        config.tls.mode = m;
-    }
-    if let Some(dir) = args.tls_certificates {
-        config.tls.certificates = Some(dir);
-    }
-    if args.tls_verify_peer {
-        config.tls.verify_peer = true;
-    }
-    for (export, id) in args.tls_allow {
-        config.tls.allow.entry(export).or_default().push(id);
-    }
+    args.tls.apply(&mut config.tls);
     // `sluice serve` without addresses serves objects beside NBD; one
-    // given addresses serves objects only when asked (--objects,
-    // --object-listen or [objects]), so it never binds a port it was not
-    // told about.
-    let defaulted_listen = config.listen.is_empty();
-    if args.objects.is_some() || !args.object_listen.is_empty() || defaulted_listen {
+    // given addresses (or sockets from systemd, or a private socket)
+    // serves objects only when asked (--objects, --object-listen or
+    // [objects], or a socket named objects), so it never binds a port it
+    // was not told about.
+    let defaulted_listen = config.listen.is_empty() && matches!(listening, Listening::Default);
+    let inherited_objects = matches!(listening, Listening::Inherited { objects: true });
+    if args.objects.is_some()
+        || !args.object_listen.is_empty()
+        || defaulted_listen
+        || inherited_objects
+    {
         let objects = config
             .objects
             .get_or_insert_with(|| ObjectConfig::new(DEFAULT_OBJECTS, Vec::new()));
@@ -381,7 +452,20 @@ fn serve_config(args: ServeArgs) -> Result<(ServerConfig, bool)> {
             objects.listen = args.object_listen;
         }
     }
+    if let (Listening::Inherited { objects: false }, Some(_)) = (listening, &config.objects) {
+        return Err(UsageError(format!(
+            "objects are configured but systemd passed no socket named {:?} \
+             (FileDescriptorName={0} in a socket unit)",
+            sluice_server::service::OBJECTS_FD_NAME
+        ))
+        .into());
+    }
     if let Some(objects) = config.objects.as_mut() {
+        if let (true, Listening::Private(dir)) = (objects.listen.is_empty(), listening) {
+            objects
+                .listen
+                .push(ListenAddr::Unix(dir.join(service::PRIVATE_OBJECT_SOCKET)));
+        }
         if objects.listen.is_empty() {
             objects.listen.push(
                 DEFAULT_OBJECT_LISTEN
@@ -402,7 +486,7 @@ fn serve_config(args: ServeArgs) -> Result<(ServerConfig, bool)> {
     if config.export.is_empty() {
         let default =
             ExportConfig::parse_arg(DEFAULT_EXPORT).map_err(|e| UsageError(e.to_string()))?;
-        created_dir = !std::path::Path::new(DEFAULT_DIR).exists();
+        created_dir = !Path::new(DEFAULT_DIR).exists();
         std::fs::create_dir_all(DEFAULT_DIR)
             .with_context(|| format!("cannot create ./{DEFAULT_DIR} for the default export"))?;
         config.export.push(default);
@@ -418,59 +502,37 @@ fn serve_config(args: ServeArgs) -> Result<(ServerConfig, bool)> {
     Ok((config, created_dir))
 }
 
-fn serve(args: ServeArgs) -> Result<()> {
-    let (config, created_dir) = serve_config(args)?;
-    let server = match Server::bind(config) {
-        Ok(s) => s,
-        Err(e) => {
-            if created_dir {
-                // Empty again: the server removed the image it created.
-                let _ = std::fs::remove_dir(DEFAULT_DIR);
-            }
-            return Err(anyhow::Error::new(e).context("cannot start the server"));
+/// The default log filter without RUST_LOG. The bench's embedded server
+/// runs in this process: its per-connection lines would land in the
+/// bench's progress bars and tables, so under `bench` the server's
+/// layers log warnings only.
+fn default_log_filter(command: &Command) -> &'static str {
+    match command {
+        Command::Bench(_) => {
+            "info,sluice_server=warn,sluice_storage=warn,sluice_volume=warn,sluice_raid=warn"
         }
-    };
-    let mut stdout = std::io::stdout().lock();
-    for addr in server.local_addrs() {
-        writeln!(stdout, "listening on {addr}").context("cannot write to stdout")?;
+        _ => "info",
     }
-    for addr in server.object_addrs() {
-        writeln!(stdout, "objects listening on {addr}").context("cannot write to stdout")?;
+}
+
+/// Log lines on stderr, as text or JSON.
+fn init_logging(format: LogFormat, command: &Command) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log_filter(command)));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+        LogFormat::Json => builder.json().with_current_span(true).init(),
     }
-    if let Some(addr) = server.metrics_addr() {
-        writeln!(stdout, "metrics on http://{addr}/metrics").context("cannot write to stdout")?;
-    }
-    stdout.flush().context("cannot write to stdout")?;
-    drop(stdout);
-    let handle = server.handle();
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-    ])
-    .context("cannot install signal handlers")?;
-    std::thread::Builder::new()
-        .name("sluice-signals".into())
-        .spawn(move || {
-            if let Some(sig) = signals.forever().next() {
-                tracing::info!(signal = sig, "signal received");
-                handle.shutdown();
-            }
-        })
-        .context("cannot start the signal thread")?;
-    server.run().context("server failed")?;
-    Ok(())
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
     let cli = Cli::parse();
+    init_logging(cli.log_format, &cli.command);
     let subcommand = match cli.command {
         Command::Serve(_) => "serve",
         Command::Bench(_) => "bench",
@@ -478,8 +540,9 @@ fn main() -> ExitCode {
         Command::Obj(_) => "obj",
         Command::Raid(_) => "raid",
     };
+    let mut code = ExitCode::SUCCESS;
     let result = match cli.command {
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => service::serve(*args).map(|c| code = c),
         Command::Bench(args) => bench_cmd::run(*args),
         Command::Model(args) => model_cmd::run(args),
         // Reports its own failures (one line, exit 1 or 2).
@@ -487,7 +550,7 @@ fn main() -> ExitCode {
         Command::Raid(args) => raid_cmd::run(args),
     };
     match result {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(()) => code,
         Err(e) => {
             let usage = e.downcast_ref::<UsageError>().is_some()
                 || model_cmd::is_usage_error(&e)

@@ -14,6 +14,7 @@ pub mod metrics;
 mod nbd;
 mod obj;
 mod server;
+pub mod service;
 mod socket;
 mod stop;
 mod stream;

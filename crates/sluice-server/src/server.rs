@@ -21,6 +21,7 @@ use crate::export::{Export, ExportRegistry};
 use crate::metrics::ServerMetrics;
 use crate::nbd::NbdService;
 use crate::obj::{tls_policy, ObjService, PartitionPolicy};
+use crate::service::{InheritedListeners, ReloadError, Reloadable};
 use crate::socket::{clear_stale_socket, Socket, SocketPathError};
 use crate::stop::StopSignal;
 use crate::stream::Stream;
@@ -49,6 +50,8 @@ pub enum ServerError {
     Bind { addr: String, source: io::Error },
     #[error(transparent)]
     SocketPath(#[from] SocketPathError),
+    #[error(transparent)]
+    Activation(#[from] crate::service::ActivationError),
     #[error("cannot start server threads: {0}")]
     Threads(io::Error),
     #[error("accept loop failed: {0}")]
@@ -98,8 +101,8 @@ fn bind_socket(addr: &ListenAddr) -> Result<(ListenSocket, ListenAddr), ServerEr
             clear_stale_socket(path)?;
             let l = UnixListener::bind(path).map_err(bind_err)?;
             // From here on, dropping it removes the path.
-            let socket = ListenSocket::Unix(l, path.clone());
-            if let ListenSocket::Unix(l, _) = &socket {
+            let socket = ListenSocket::Unix(l, path.clone(), true);
+            if let ListenSocket::Unix(l, _, _) = &socket {
                 l.set_nonblocking(true).map_err(bind_err)?;
             }
             Ok((socket, ListenAddr::Unix(path.clone())))
@@ -135,17 +138,46 @@ fn open_objects(config: &ObjectConfig) -> Result<Objects, ServerError> {
 }
 
 /// A bound listening socket. A Unix socket's path is removed when it is
-/// dropped: at the end of `run`, or when a start fails after binding it.
+/// dropped (at the end of `run`, or when a start fails after binding it)
+/// if the server bound it (the `bool`), not if systemd did.
 enum ListenSocket {
     Tcp(TcpListener),
-    Unix(UnixListener, PathBuf),
+    Unix(UnixListener, PathBuf, bool),
 }
 
 impl Drop for ListenSocket {
     fn drop(&mut self) {
-        if let Self::Unix(_, path) = self {
+        if let Self::Unix(_, path, true) = self {
             let _ = std::fs::remove_file(path);
         }
+    }
+}
+
+/// A listening socket a service manager bound, and its address.
+fn inherited_socket(fd: std::os::fd::OwnedFd) -> Result<(ListenSocket, ListenAddr), ServerError> {
+    let err = |source| ServerError::Bind {
+        addr: "a socket passed by systemd".into(),
+        source,
+    };
+    let family = rustix::net::getsockname(&fd)
+        .map_err(|e| err(e.into()))?
+        .address_family();
+    if family == rustix::net::AddressFamily::UNIX {
+        let l = UnixListener::from(fd);
+        l.set_nonblocking(true).map_err(err)?;
+        let local = l.local_addr().map_err(err)?;
+        let path = local
+            .as_pathname()
+            .map_or_else(|| PathBuf::from("(unnamed)"), Path::to_path_buf);
+        Ok((
+            ListenSocket::Unix(l, path.clone(), false),
+            ListenAddr::Unix(path),
+        ))
+    } else {
+        let l = TcpListener::from(fd);
+        l.set_nonblocking(true).map_err(err)?;
+        let local = ListenAddr::Tcp(l.local_addr().map_err(err)?);
+        Ok((ListenSocket::Tcp(l), local))
     }
 }
 
@@ -159,7 +191,7 @@ impl ListenSocket {
     fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
         match self {
             Self::Tcp(l) => l.as_fd(),
-            Self::Unix(l, _) => l.as_fd(),
+            Self::Unix(l, _, _) => l.as_fd(),
         }
     }
 
@@ -171,7 +203,7 @@ impl ListenSocket {
                 s.set_nodelay(true)?;
                 Ok((Stream::Plain(Socket::Tcp(s)), peer.to_string()))
             }
-            Self::Unix(l, path) => {
+            Self::Unix(l, path, _) => {
                 let (s, _) = l.accept()?;
                 s.set_nonblocking(false)?;
                 Ok((
@@ -186,6 +218,7 @@ impl ListenSocket {
 /// State shared between the accept loop, connection threads and handles.
 struct Shared {
     stop: Arc<StopSignal>,
+    reloadable: Reloadable,
     connections: Mutex<HashMap<u64, Stream>>,
     drained: Condvar,
 }
@@ -209,6 +242,14 @@ impl ServerHandle {
     /// Begins a graceful shutdown; [`Server::run`] returns when done.
     pub fn shutdown(&self) {
         self.shared.stop();
+    }
+
+    /// Replaces the TLS credentials and the export and partition
+    /// allow-lists with those `config` names (the rest of it is ignored),
+    /// without dropping connections: sessions running keep theirs, new
+    /// ones see the new. On error nothing changes.
+    pub fn reload(&self, config: &ServerConfig) -> Result<(), ReloadError> {
+        self.shared.reloadable.reload(config)
     }
 }
 
@@ -240,12 +281,22 @@ impl Server {
     /// all of that but the exports has succeeded, and a start that fails
     /// removes the files and sockets it created.
     pub fn bind(config: ServerConfig) -> Result<Self, ServerError> {
+        Self::bind_inherited(config, None)
+    }
+
+    /// Like [`bind`](Self::bind), serving on `inherited` (sockets a
+    /// service manager bound) instead of the configured addresses when
+    /// given.
+    pub fn bind_inherited(
+        config: ServerConfig,
+        inherited: Option<InheritedListeners>,
+    ) -> Result<Self, ServerError> {
         config.validate()?;
         if config.export.is_empty() && config.objects.is_none() {
             return Err(ServerError::NoExports);
         }
         let names = config.export.iter().map(|e| e.name.clone()).collect();
-        Self::bind_then_open(config, names, |config| {
+        Self::bind_then_open(config, names, inherited, |config| {
             // Files the exports would create; removed again if the start fails.
             let new_files: Vec<PathBuf> = config
                 .export
@@ -290,7 +341,7 @@ impl Server {
         exports: Vec<Arc<Export>>,
     ) -> Result<Self, ServerError> {
         let names = exports.iter().map(|e| e.name.clone()).collect();
-        Self::bind_then_open(config, names, move |_| Ok(exports))
+        Self::bind_then_open(config, names, None, move |_| Ok(exports))
     }
 
     /// Everything that can fail without touching the disk (TLS, every
@@ -298,10 +349,16 @@ impl Server {
     fn bind_then_open(
         config: ServerConfig,
         names: Vec<String>,
+        inherited: Option<InheritedListeners>,
         open: impl FnOnce(&ServerConfig) -> Result<Vec<Arc<Export>>, ServerError>,
     ) -> Result<Self, ServerError> {
         let object_listen = config.objects.as_ref().map_or(0, |o| o.listen.len());
-        if config.listen.is_empty() && object_listen == 0 {
+        let listeners = inherited
+            .as_ref()
+            .map_or(config.listen.len() + object_listen, |i| {
+                i.nbd.len() + i.objects.len()
+            });
+        if listeners == 0 {
             return Err(ServerError::NoListeners);
         }
         config.tls.validate()?;
@@ -316,17 +373,30 @@ impl Server {
             .transpose()?;
         let mut sockets = Vec::new();
         let mut local_addrs = Vec::new();
-        for addr in &config.listen {
-            let (socket, local) = bind_socket(addr)?;
-            sockets.push(socket);
-            local_addrs.push(local);
-        }
         let mut object_sockets = Vec::new();
         let mut object_addrs = Vec::new();
-        for addr in config.objects.iter().flat_map(|o| &o.listen) {
-            let (socket, local) = bind_socket(addr)?;
-            object_sockets.push(socket);
-            object_addrs.push(local);
+        if let Some(inherited) = inherited {
+            for fd in inherited.nbd {
+                let (socket, local) = inherited_socket(fd)?;
+                sockets.push(socket);
+                local_addrs.push(local);
+            }
+            for fd in inherited.objects {
+                let (socket, local) = inherited_socket(fd)?;
+                object_sockets.push(socket);
+                object_addrs.push(local);
+            }
+        } else {
+            for addr in &config.listen {
+                let (socket, local) = bind_socket(addr)?;
+                sockets.push(socket);
+                local_addrs.push(local);
+            }
+            for addr in config.objects.iter().flat_map(|o| &o.listen) {
+                let (socket, local) = bind_socket(addr)?;
+                object_sockets.push(socket);
+                object_addrs.push(local);
+            }
         }
         let (metrics_listener, metrics_addr) = match config.metrics {
             Some(addr) => {
@@ -353,6 +423,7 @@ impl Server {
             Arc::new(ExportRegistry::new(exports).with_max_payload(config.limits.max_payload()));
         let nbd_tls = handshake_policy(config.tls.mode, tls.as_deref());
         let export_access = Arc::new(AccessPolicy::new(config.tls.allow.clone()));
+        let mut partition_policy = None;
         let nbd: Arc<dyn ConnectionHandler> = Arc::new(NbdService {
             registry: Arc::clone(&registry),
             tls_policy: nbd_tls,
@@ -367,15 +438,20 @@ impl Server {
                 protocol: Arc::clone(&nbd),
             })
             .collect();
+        let reload_tls = tls.clone();
+        let reload_exports = Arc::clone(&export_access);
         let objects = match &config.objects {
             Some(oc) => {
                 let objects = open_objects(oc)?;
+                let partitions =
+                    Arc::new(PartitionPolicy::new(partition_allow.unwrap_or_default()));
+                partition_policy = Some(Arc::clone(&partitions));
                 let obj: Arc<dyn ConnectionHandler> = Arc::new(ObjService {
                     store: Arc::clone(&objects.store),
                     registry: Arc::clone(&registry),
                     tls_policy: tls_policy(nbd_tls),
                     tls,
-                    partitions: Arc::new(PartitionPolicy::new(partition_allow.unwrap_or_default())),
+                    partitions,
                     export_access,
                     limits: sluice_obj_proto::Limits::default(),
                 });
@@ -386,6 +462,13 @@ impl Server {
                 Some(objects)
             }
             None => None,
+        };
+        let reloadable = Reloadable {
+            mode: config.tls.mode,
+            tls: reload_tls,
+            exports: reload_exports,
+            export_names: registry.all().iter().map(|e| e.name.clone()).collect(),
+            partitions: partition_policy,
         };
         Ok(Self {
             listeners,
@@ -400,6 +483,7 @@ impl Server {
             admin,
             shared: Arc::new(Shared {
                 stop,
+                reloadable,
                 connections: Mutex::new(HashMap::new()),
                 drained: Condvar::new(),
             }),

@@ -32,12 +32,21 @@
 //!
 //! Lock order: `ReplySink`'s lock, then `Shared::send`, then
 //! `Shared::conn`; nothing takes them the other way round.
+//!
+//! # Reloading (SIGHUP)
+//!
+//! [`TlsAcceptor`] and [`AccessPolicy`] each keep what they serve behind
+//! an `RwLock` that is read once per handshake (or per export chosen) and
+//! written only by a reload, which swaps in credentials loaded and checked
+//! beforehand. Sessions already running keep the keys they negotiated, so
+//! rotating a certificate drops no connection; new handshakes see the new
+//! one. Neither lock is held while any other is taken.
 
 use std::collections::BTreeMap;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Instant;
 
 use rustix::io::Errno;
@@ -174,13 +183,26 @@ fn load_certs(
     Ok(certs)
 }
 
-/// The server's TLS credentials and policy, loaded once at startup.
+/// The server's TLS credentials and policy: loaded at startup, replaced
+/// by [`TlsAcceptor::replace`] on reload.
 #[derive(Debug)]
 pub(crate) struct TlsAcceptor {
-    config: Arc<rustls::ServerConfig>,
+    config: RwLock<Arc<rustls::ServerConfig>>,
 }
 
 impl TlsAcceptor {
+    /// The credentials new handshakes use.
+    fn current(&self) -> Arc<rustls::ServerConfig> {
+        Arc::clone(&self.config.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Makes new handshakes use `other`'s credentials; running sessions
+    /// keep theirs.
+    pub(crate) fn replace(&self, other: Self) {
+        let new = other.config.into_inner().unwrap_or_else(|p| p.into_inner());
+        *self.config.write().unwrap_or_else(|p| p.into_inner()) = new;
+    }
+
     /// Loads the certificate directory; `None` when TLS is off.
     pub(crate) fn load(cfg: &TlsConfig) -> Result<Option<Self>, TlsSetupError> {
         let Some(dir) = cfg.certificates.as_deref() else {
@@ -241,7 +263,7 @@ impl TlsAcceptor {
         // 0-RTT stays off (rustls's default): early data can be replayed,
         // and an NBD write must never be.
         Ok(Some(Self {
-            config: Arc::new(config),
+            config: RwLock::new(Arc::new(config)),
         }))
     }
 }
@@ -319,15 +341,22 @@ impl PeerIdentity {
     }
 }
 
-/// Which client identities may use which exports.
+/// Which client identities may use which exports (replaced on reload).
 #[derive(Debug, Default)]
 pub(crate) struct AccessPolicy {
-    allow: BTreeMap<String, Vec<TlsIdentity>>,
+    allow: RwLock<BTreeMap<String, Vec<TlsIdentity>>>,
 }
 
 impl AccessPolicy {
     pub(crate) fn new(allow: BTreeMap<String, Vec<TlsIdentity>>) -> Self {
-        Self { allow }
+        Self {
+            allow: RwLock::new(allow),
+        }
+    }
+
+    /// Applies to every export chosen from now on.
+    pub(crate) fn replace(&self, allow: BTreeMap<String, Vec<TlsIdentity>>) {
+        *self.allow.write().unwrap_or_else(|p| p.into_inner()) = allow;
     }
 
     /// An export with an allow-list is TLS-only and open to the listed
@@ -338,7 +367,8 @@ impl AccessPolicy {
         tls: bool,
         peer: Option<&PeerIdentity>,
     ) -> ExportAccess {
-        let Some(allowed) = self.allow.get(export) else {
+        let allow = self.allow.read().unwrap_or_else(|p| p.into_inner());
+        let Some(allowed) = allow.get(export) else {
             return ExportAccess::Allowed;
         };
         if !tls {
@@ -414,7 +444,7 @@ impl TlsStream {
         stop: &StopSignal,
         deadline: Instant,
     ) -> Result<(Self, Option<PeerIdentity>), TlsHandshakeError> {
-        let mut conn = ServerConnection::new(Arc::clone(&acceptor.config))?;
+        let mut conn = ServerConnection::new(acceptor.current())?;
         // Sends are chunked by `send`, so rustls need not cap its buffer.
         conn.set_buffer_limit(None);
         let mut t = Self {

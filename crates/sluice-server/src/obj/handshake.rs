@@ -42,16 +42,25 @@ pub(super) enum HandshakeFailure {
 /// with an allow-list needs TLS and a listed client certificate.
 #[derive(Debug, Default)]
 pub(crate) struct PartitionPolicy {
-    allow: BTreeMap<u64, Vec<TlsIdentity>>,
+    /// Replaced on reload (SIGHUP); read once per partition chosen.
+    allow: std::sync::RwLock<BTreeMap<u64, Vec<TlsIdentity>>>,
 }
 
 impl PartitionPolicy {
     pub(crate) fn new(allow: BTreeMap<u64, Vec<TlsIdentity>>) -> Self {
-        Self { allow }
+        Self {
+            allow: std::sync::RwLock::new(allow),
+        }
+    }
+
+    /// Applies to every partition chosen from now on.
+    pub(crate) fn replace(&self, allow: BTreeMap<u64, Vec<TlsIdentity>>) {
+        *self.allow.write().unwrap_or_else(|p| p.into_inner()) = allow;
     }
 
     fn access(&self, partition: u64, tls: bool, peer: Option<&PeerIdentity>) -> PartitionAccess {
-        let Some(allowed) = self.allow.get(&partition) else {
+        let allow = self.allow.read().unwrap_or_else(|p| p.into_inner());
+        let Some(allowed) = allow.get(&partition) else {
             return PartitionAccess::Allowed;
         };
         if !tls {
