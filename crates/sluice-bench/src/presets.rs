@@ -263,7 +263,8 @@ fn labels(targets: &[TargetEntry]) -> Vec<String> {
 
 // ---------------------------------------------------------------- compare
 
-/// The standard comparison cases (as /work/shared/tools/fio-peers).
+/// The standard comparison cases: sequential and random reads and writes
+/// at the block sizes and queue depths the peer comparison uses.
 pub fn standard_cases(duration: Duration) -> Vec<Workload> {
     let mk = |p, rw, bs: u32, qd, workers| {
         let mut w = Workload::new(p, rw, bs, qd);
