@@ -19,18 +19,19 @@
 //! hold dirty sectors or are being written back is kept beside the index,
 //! changed only with the block's mutex held (lock order: block, then the
 //! set), so FLUSH and FUA find their blocks without looking at clean
-//! ones. Write-back runs on the thread that asks for it, in ascending
-//! block order, copying the dirty sectors of consecutive blocks into one
-//! buffer so adjacent dirty data goes down as one large write. A batch
-//! keeps its blocks claimed until its writes are done and only waits on
-//! blocks above the ones it holds, so two batches never wait on each
-//! other. Measured against eight scoped threads per call (the design
-//! before): cheaper for the common fsync after a few 4 KiB writes (no
-//! thread creation, no 64 KiB copy per block) and for a flush of many MiB
-//! (fewer, larger writes); docs/BENCHMARKS.md has the figures.
+//! ones. Write-back goes in ascending block order, copying the dirty
+//! sectors of consecutive blocks into one buffer so adjacent dirty data
+//! goes down as one write of up to 1 MiB. A few runs of blocks (the fsync
+//! after a few 4 KiB writes) are written by the asking thread alone; more
+//! are shared with long-lived write-back workers started with the cache,
+//! so a device that serves parallel writes drains them at its full rate
+//! and no thread is ever started per FLUSH. A batch keeps its blocks
+//! claimed until its writes are done and only waits on blocks above the
+//! ones it holds, so two batches never wait on each other.
+//! docs/BENCHMARKS.md has the measurements that chose this.
 
 use std::collections::{BTreeSet, HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -53,6 +54,16 @@ const MAX_PREFETCH_IO: u64 = 1 << 20;
 /// Largest device write issued by write-back: dirty sectors of adjacent
 /// blocks that touch are written together up to this size.
 const MAX_WRITEBACK_IO: usize = 1 << 20;
+/// Threads that write back a large amount of dirty data at once (the
+/// asking thread and long-lived workers), so a device that serves
+/// concurrent writes (SSDs, virtio, remote members) drains it at its
+/// full rate.
+const WRITEBACK_PARALLELISM: usize = 8;
+/// Up to this many runs of consecutive dirty blocks are written back by
+/// the asking thread alone: handing a few small writes to other threads
+/// costs more than the writes (the common fsync after a few 4 KiB
+/// writes).
+const INLINE_WRITEBACK_RUNS: usize = 4;
 
 /// How writes are treated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -183,6 +194,30 @@ struct WriteBatch {
     claims: Vec<Claim>,
 }
 
+/// How far a write-back goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Until {
+    /// Every block given (FLUSH, FUA, close).
+    AllWritten,
+    /// Until dirty data is down to the low watermark (background).
+    LowWatermark,
+}
+
+/// Write-back shared by the asking thread and the workers: runs of
+/// consecutive blocks (`runs`, ranges of `blocks`) taken one at a time.
+#[derive(Debug)]
+struct WriteBackJob {
+    blocks: Vec<(u64, Arc<Block>)>,
+    runs: Vec<std::ops::Range<usize>>,
+    until: Until,
+    /// The next run to take.
+    next: AtomicUsize,
+    /// Runs finished, and the first error; the asking thread waits on
+    /// `finished` until every run it did not take itself is done.
+    progress: Mutex<(usize, Option<DeviceError>)>,
+    finished: Condvar,
+}
+
 /// One slice of the block index.
 type Shard = RwLock<HashMap<u64, Arc<Block>>>;
 
@@ -205,6 +240,8 @@ struct Inner {
     stats: Stats,
     readahead: Mutex<ReadAhead>,
     prefetch_tx: Mutex<Option<std::sync::mpsc::Sender<(u64, u64)>>>,
+    /// Hands large write-backs to the long-lived write-back workers.
+    writeback_tx: Mutex<Option<std::sync::mpsc::Sender<Arc<WriteBackJob>>>>,
     /// Wakes the write-back thread; writers wait on it when throttled.
     writeback: (Mutex<bool>, Condvar),
     /// Set by `Drop` so the background threads exit.
@@ -582,22 +619,106 @@ impl Inner {
 
     /// Writes back every dirty block (in `range` of block numbers if given).
     fn write_back_all(&self, range: Option<(u64, u64)>) -> Result<(), DeviceError> {
-        self.write_back_many(&self.dirty_blocks(range), &|| false)
+        self.write_back_many(self.dirty_blocks(range), Until::AllWritten)
+    }
+
+    fn reached(&self, until: Until) -> bool {
+        match until {
+            Until::AllWritten => false,
+            Until::LowWatermark => {
+                self.stats.dirty_bytes.load(Ordering::Relaxed) <= self.config.low_watermark
+                    && self.stats.dirty_blocks.load(Ordering::Relaxed) <= self.capacity_blocks() / 4
+            }
+        }
+    }
+
+    /// Writes back `blocks` (ascending block numbers): on this thread when
+    /// they form a few runs of consecutive blocks, else shared with the
+    /// write-back workers, one run (at most [`MAX_WRITEBACK_IO`]) at a
+    /// time. Returns the first error; blocks that failed stay dirty.
+    fn write_back_many(
+        &self,
+        blocks: Vec<(u64, Arc<Block>)>,
+        until: Until,
+    ) -> Result<(), DeviceError> {
+        let per_run = (MAX_WRITEBACK_IO as u64 / BLOCK) as usize;
+        let mut runs: Vec<std::ops::Range<usize>> = Vec::new();
+        for (i, (idx, _)) in blocks.iter().enumerate() {
+            match runs.last_mut() {
+                Some(run) if blocks[i - 1].0 + 1 == *idx && run.len() < per_run => run.end = i + 1,
+                _ => runs.push(i..i + 1),
+            }
+        }
+        if runs.len() <= INLINE_WRITEBACK_RUNS {
+            return self.write_back_run(&blocks, until);
+        }
+        let helpers = (WRITEBACK_PARALLELISM - 1).min(runs.len() - 1);
+        let job = Arc::new(WriteBackJob {
+            blocks,
+            runs,
+            until,
+            next: AtomicUsize::new(0),
+            progress: Mutex::new((0, None)),
+            finished: Condvar::new(),
+        });
+        {
+            let tx = self.writeback_tx.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(tx) = tx.as_ref() {
+                for _ in 0..helpers {
+                    let _ = tx.send(Arc::clone(&job));
+                }
+            }
+        }
+        self.take_runs(&job);
+        let mut progress = job.progress.lock().unwrap_or_else(|p| p.into_inner());
+        while progress.0 < job.runs.len() {
+            progress = job
+                .finished
+                .wait(progress)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        progress.1.take().map_or(Ok(()), Err)
+    }
+
+    /// Writes back runs of `job` until none is left (or the job's goal is
+    /// reached, or one failed); called by the asking thread and workers.
+    fn take_runs(&self, job: &WriteBackJob) {
+        loop {
+            let i = job.next.fetch_add(1, Ordering::Relaxed);
+            let Some(run) = job.runs.get(i) else { return };
+            let failed = job
+                .progress
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .1
+                .is_some();
+            let result = if failed {
+                Ok(())
+            } else {
+                self.write_back_run(&job.blocks[run.clone()], job.until)
+            };
+            let mut progress = job.progress.lock().unwrap_or_else(|p| p.into_inner());
+            progress.0 += 1;
+            if let Err(e) = result {
+                progress.1.get_or_insert(e);
+            }
+            job.finished.notify_all();
+        }
     }
 
     /// Writes back `blocks` (ascending block numbers) on this thread,
     /// batching consecutive blocks into writes of up to
-    /// [`MAX_WRITEBACK_IO`], and stops between batches once `done()`
-    /// holds. Returns the first error; the blocks of a failed batch stay
+    /// [`MAX_WRITEBACK_IO`], and stops between batches once `until` is
+    /// reached. Returns the first error; the blocks of a failed batch stay
     /// dirty.
-    fn write_back_many(
+    fn write_back_run(
         &self,
         blocks: &[(u64, Arc<Block>)],
-        done: &dyn Fn() -> bool,
+        until: Until,
     ) -> Result<(), DeviceError> {
         let mut batch = WriteBatch::default();
         for (i, (idx, block)) in blocks.iter().enumerate() {
-            if batch.claims.is_empty() && done() {
+            if batch.claims.is_empty() && self.reached(until) {
                 break;
             }
             self.claim(*idx, block, &mut batch);
@@ -783,6 +904,7 @@ impl CacheDevice {
             stats: Stats::default(),
             readahead: Mutex::new(ReadAhead::default()),
             prefetch_tx: Mutex::new(None),
+            writeback_tx: Mutex::new(None),
             writeback: (Mutex::new(false), Condvar::new()),
             closing: AtomicBool::new(false),
             label,
@@ -814,6 +936,24 @@ impl CacheDevice {
         }
         *inner.prefetch_tx.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
         if config.mode == CacheMode::WriteBack {
+            let (tx, rx) = std::sync::mpsc::channel::<Arc<WriteBackJob>>();
+            let rx = Arc::new(Mutex::new(rx));
+            for i in 1..WRITEBACK_PARALLELISM {
+                let weak: Weak<Inner> = Arc::downgrade(&inner);
+                let rx = Arc::clone(&rx);
+                threads.push(
+                    std::thread::Builder::new()
+                        .name(format!("sluice-writeback-{i}"))
+                        .spawn(move || loop {
+                            let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                            let Ok(job) = job else { return };
+                            let Some(inner) = weak.upgrade() else { return };
+                            inner.take_runs(&job);
+                        })
+                        .map_err(spawn_err)?,
+                );
+            }
+            *inner.writeback_tx.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
             let weak = Arc::downgrade(&inner);
             threads.push(
                 std::thread::Builder::new()
@@ -992,13 +1132,12 @@ fn writeback_loop(weak: &Weak<Inner>) {
         }
         let low = inner.config.low_watermark;
         let cap = inner.capacity_blocks();
-        let dirty_bytes = || inner.stats.dirty_bytes.load(Ordering::Relaxed);
-        let dirty_blocks = || inner.stats.dirty_blocks.load(Ordering::Relaxed);
-        if dirty_bytes() <= inner.config.high_watermark.min(low * 2) && dirty_blocks() <= cap / 2 {
+        let dirty_bytes = inner.stats.dirty_bytes.load(Ordering::Relaxed);
+        let dirty_blocks = inner.stats.dirty_blocks.load(Ordering::Relaxed);
+        if dirty_bytes <= inner.config.high_watermark.min(low * 2) && dirty_blocks <= cap / 2 {
             continue;
         }
-        let done = || dirty_bytes() <= low && dirty_blocks() <= cap / 4;
-        if let Err(e) = inner.write_back_many(&inner.dirty_blocks(None), &done) {
+        if let Err(e) = inner.write_back_many(inner.dirty_blocks(None), Until::LowWatermark) {
             tracing::error!(
                 error = &e as &dyn std::error::Error,
                 "background write-back failed; data stays dirty"
@@ -1025,6 +1164,11 @@ impl Drop for CacheDevice {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take();
+        self.inner
+            .writeback_tx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
         self.inner.closing.store(true, Ordering::SeqCst);
         {
             let (lock, cv) = &self.inner.writeback;
@@ -1034,7 +1178,8 @@ impl Drop for CacheDevice {
         let threads = std::mem::take(&mut self.threads);
         for t in threads {
             // The write-back thread was woken above and sees `closing`;
-            // prefetchers exit when the channel closes.
+            // prefetchers and write-back workers exit when their channels
+            // close.
             let _ = t.join();
         }
     }
@@ -1302,8 +1447,8 @@ mod tests {
         flushes: AtomicUsize,
         read_delay: Duration,
         fail_writes: AtomicBool,
-        /// Threads that issued writes.
-        writers: Mutex<std::collections::HashSet<std::thread::ThreadId>>,
+        /// Threads that issued writes, with their names.
+        writers: Mutex<HashMap<std::thread::ThreadId, Option<String>>>,
     }
 
     impl Counting {
@@ -1315,7 +1460,7 @@ mod tests {
                 flushes: AtomicUsize::new(0),
                 read_delay: Duration::ZERO,
                 fail_writes: AtomicBool::new(false),
-                writers: Mutex::new(std::collections::HashSet::new()),
+                writers: Mutex::new(HashMap::new()),
             }
         }
     }
@@ -1354,10 +1499,11 @@ mod tests {
         }
         fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<(), DeviceError> {
             self.writes.fetch_add(1, Ordering::SeqCst);
+            let me = std::thread::current();
             self.writers
                 .lock()
                 .unwrap()
-                .insert(std::thread::current().id());
+                .insert(me.id(), me.name().map(str::to_owned));
             if self.fail_writes.load(Ordering::SeqCst) {
                 return Err(DeviceError::Io {
                     device: "counting".into(),
@@ -1666,11 +1812,11 @@ mod tests {
     #[test]
     fn flush_writes_back_on_the_calling_thread() {
         // No thread is started per FLUSH: every device write of a flush
-        // comes from the thread that asked for it.
+        // after a few small writes comes from the thread that asked.
         let dev = Arc::new(Counting::new(64 << 20));
         let cache = CacheDevice::new(dev.clone(), no_readahead(CacheMode::WriteBack)).unwrap();
         for round in 0..100u64 {
-            for i in 0..8u64 {
+            for i in 0..INLINE_WRITEBACK_RUNS as u64 {
                 let idx = (round * 8 + i) * 2 % 1000;
                 cache
                     .write_at(&[round as u8; 4096], idx * BLOCK, false)
@@ -1678,13 +1824,49 @@ mod tests {
             }
             cache.flush().unwrap();
         }
-        assert_eq!(dev.writes.load(Ordering::SeqCst), 800);
-        let writers = dev.writers.lock().unwrap().clone();
+        assert_eq!(
+            dev.writes.load(Ordering::SeqCst),
+            100 * INLINE_WRITEBACK_RUNS
+        );
+        let writers: Vec<_> = dev.writers.lock().unwrap().keys().copied().collect();
         assert_eq!(
             writers,
-            [std::thread::current().id()].into_iter().collect(),
+            vec![std::thread::current().id()],
             "device writes from threads other than the flushing one"
         );
+    }
+
+    #[test]
+    fn large_flushes_share_the_long_lived_write_back_threads() {
+        // Scattered dirty data is written back by the flushing thread and
+        // the cache's own write-back workers, never by threads started
+        // for the flush.
+        let dev = Arc::new(Counting::new(64 << 20));
+        let cache = CacheDevice::new(dev.clone(), no_readahead(CacheMode::WriteBack)).unwrap();
+        for round in 0..50u64 {
+            for i in 0..64u64 {
+                cache
+                    .write_at(&[round as u8; 4096], (i * 3 + round % 3) * BLOCK, false)
+                    .unwrap();
+            }
+            cache.flush().unwrap();
+            assert_eq!(cache.dirty_bytes(), 0);
+        }
+        assert_eq!(dev.writes.load(Ordering::SeqCst), 50 * 64);
+        let me = std::thread::current().id();
+        let writers = dev.writers.lock().unwrap().clone();
+        for (id, name) in &writers {
+            assert!(
+                *id == me || name.as_deref().is_some_and(|n| n.starts_with("sluice-writeback")),
+                "a write from thread {id:?} ({name:?}), neither the flushing one nor a write-back worker"
+            );
+        }
+        assert!(writers.len() <= WRITEBACK_PARALLELISM, "{writers:?}");
+        let mut direct = [0u8; 4096];
+        dev.inner
+            .read_at(&mut direct, (63 * 3 + 1) * BLOCK)
+            .unwrap();
+        assert_eq!(direct, [49u8; 4096]);
     }
 
     #[test]
@@ -1742,6 +1924,23 @@ mod tests {
         dev.inner.read_at(&mut direct, 40 * BLOCK).unwrap();
         assert_eq!(&direct[..512], &[9u8; 512]);
         assert_eq!(&direct[512..], &[40u8; 3584]);
+
+        // The same when the write-back workers share the flush.
+        for i in 0..32u64 {
+            cache
+                .write_at(&[i as u8; 4096], i * 2 * BLOCK, false)
+                .unwrap();
+        }
+        dev.fail_writes.store(true, Ordering::SeqCst);
+        assert!(cache.flush().is_err());
+        assert_eq!(cache.dirty_bytes(), 32 * 4096);
+        assert_eq!(cache.inner.dirty_set().len(), 32);
+        assert_dirty_set_consistent(&cache);
+        dev.fail_writes.store(false, Ordering::SeqCst);
+        cache.flush().unwrap();
+        assert!(cache.inner.dirty_set().is_empty());
+        dev.inner.read_at(&mut direct, 62 * BLOCK).unwrap();
+        assert_eq!(direct, [31u8; 4096]);
     }
 
     #[test]
