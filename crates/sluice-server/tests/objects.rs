@@ -355,12 +355,21 @@ fn sgl_and_strided_on_objects_match_a_model() {
             "round {round} strided read"
         );
     }
-    let text = server.scrape();
-    assert!(
-        text.contains("sluice_obj_requests_total{command=\"read\",ddt=\"sgl\"} 40"),
-        "{text}"
-    );
-    assert!(text.contains("sluice_obj_requests_total{command=\"read\",ddt=\"strided\"} 40"));
+    // A request is counted once it has been answered: the last reply can
+    // reach the client a moment before its count reaches the metrics.
+    let wanted = [
+        "sluice_obj_requests_total{command=\"read\",ddt=\"sgl\"} 40",
+        "sluice_obj_requests_total{command=\"read\",ddt=\"strided\"} 40",
+    ];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let mut text = server.scrape();
+    while !wanted.iter().all(|w| text.contains(w)) && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+        text = server.scrape();
+    }
+    for w in wanted {
+        assert!(text.contains(w), "{w} missing from:\n{text}");
+    }
     assert!(text.contains("sluice_protocol_connections_total{protocol=\"obj\"} 1"));
 }
 
