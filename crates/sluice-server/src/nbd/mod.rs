@@ -9,7 +9,6 @@ mod fast_path;
 mod handshake;
 mod large_write;
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -23,8 +22,8 @@ use crate::config::FastPaths;
 use crate::driver::payload_pipe::PayloadPipe;
 use crate::driver::sink::Seq;
 use crate::driver::{
-    self, ConnectionHandler, Decoded, Dispatch, DriverEnv, DriverError, Frame, PayloadIo,
-    Placement, Protocol, ProtocolViolation, Start, Taken,
+    self, handshake_outcome, ConnectionHandler, Decoded, Dispatch, DriverEnv, DriverError, Frame,
+    PayloadIo, Placement, Protocol, ProtocolViolation, Start, Taken,
 };
 use crate::export::ExportRegistry;
 use crate::metrics::CommandKind;
@@ -51,23 +50,9 @@ impl ConnectionHandler for NbdService {
 
     fn serve(&self, mut stream: Stream, env: &DriverEnv) {
         let mut buf = RecvBuf::new(4096);
-        let negotiated = match handshake::handshake(&mut stream, &mut buf, self, env) {
-            Ok(Some(n)) => n,
-            Ok(None) => {
-                debug!("client left during the handshake");
-                stream.close();
-                return;
-            }
-            Err(e) => {
-                env.metrics
-                    .handshakes_failed
-                    .fetch_add(1, Ordering::Relaxed);
-                info!(
-                    error = &e as &dyn std::error::Error,
-                    "handshake failed; closing connection"
-                );
-                return;
-            }
+        let result = handshake::handshake(&mut stream, &mut buf, self, env);
+        let Some(negotiated) = handshake_outcome(result, &mut stream, env) else {
+            return;
         };
         let Some(export) = self.registry.get(&negotiated.export.name).cloned() else {
             warn!(export = %negotiated.export.name, "export vanished after the handshake");

@@ -18,9 +18,8 @@ use tracing::{info, warn};
 use super::ObjService;
 use crate::buffer::RecvBuf;
 use crate::config::TlsIdentity;
-use crate::driver::DriverEnv;
+use crate::driver::{await_handshake_input, DriverEnv, HandshakeInput};
 use crate::export::ExportRegistry;
-use crate::stop::{wait_readable, Readiness};
 use crate::stream::Stream;
 use crate::tls::{AccessPolicy, PeerIdentity, TlsHandshakeError};
 
@@ -173,21 +172,10 @@ pub(super) fn handshake(
             if !out.is_empty() {
                 stream.write_all(&out)?;
             }
-            if stream.has_buffered_input() {
-                if stream.try_fill(buf)? == Some(0) {
-                    return Ok(None);
-                }
-                continue;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            match wait_readable(stream.fd(), Some(&env.stop), Some(left))? {
-                Readiness::Readable => {
-                    if stream.try_fill(buf)? == Some(0) {
-                        return Ok(None);
-                    }
-                }
-                Readiness::Stop => return Ok(None),
-                Readiness::TimedOut => {
+            match await_handshake_input(stream, buf, env, deadline)? {
+                HandshakeInput::More => {}
+                HandshakeInput::Gone => return Ok(None),
+                HandshakeInput::TimedOut => {
                     return Err(HandshakeFailure::TimedOut(env.timeouts.handshake()))
                 }
             }

@@ -11,7 +11,6 @@ mod execute;
 mod extent;
 mod handshake;
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -27,8 +26,8 @@ pub(crate) use handshake::PartitionPolicy;
 
 use crate::buffer::RecvBuf;
 use crate::driver::{
-    self, ConnectionHandler, Decoded, Dispatch, DriverEnv, Frame, Protocol, ProtocolViolation,
-    Start,
+    self, handshake_outcome, ConnectionHandler, Decoded, Dispatch, DriverEnv, Frame, Protocol,
+    ProtocolViolation, Start,
 };
 use crate::export::ExportRegistry;
 use crate::metrics::ObjCommand;
@@ -61,20 +60,9 @@ impl ConnectionHandler for ObjService {
 
     fn serve(&self, mut stream: Stream, env: &DriverEnv) {
         let mut buf = RecvBuf::new(4096);
-        let negotiated = match handshake::handshake(&mut stream, &mut buf, self, env) {
-            Ok(Some(n)) => n,
-            Ok(None) => {
-                debug!("client left during the object protocol handshake");
-                stream.close();
-                return;
-            }
-            Err(e) => {
-                env.metrics
-                    .handshakes_failed
-                    .fetch_add(1, Ordering::Relaxed);
-                info!(error = %e, "object protocol handshake failed; closing connection");
-                return;
-            }
+        let result = handshake::handshake(&mut stream, &mut buf, self, env);
+        let Some(negotiated) = handshake_outcome(result, &mut stream, env) else {
+            return;
         };
         let mut exports = Vec::with_capacity(negotiated.exports.len());
         for attached in &negotiated.exports {
