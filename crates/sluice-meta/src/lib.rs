@@ -1,0 +1,131 @@
+//! The metadata service of striped objects.
+//!
+//! A striped object is one named object spread over several object servers:
+//! its bytes are cut into stripe units dealt round-robin over its pieces,
+//! one piece (an ordinary object) on each server. The metadata service maps
+//! the name to that layout, and holds the whole object's size and user
+//! attributes; clients then read and write the pieces on the object servers
+//! directly and in parallel.
+//!
+//! [`MetaStore`] is the one interface; each backend (SQLite on one host,
+//! etcd for deployments that must survive losing the metadata host)
+//! implements it with the same semantics, and the same conformance tests
+//! run against each.
+
+use std::collections::BTreeMap;
+
+mod error;
+
+pub use error::MetaError;
+
+/// Where one piece of a striped object lives: an object on an object
+/// server.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Piece {
+    /// The object server, as a `sluice://HOST:PORT` (or `sluices://`,
+    /// `sluice+unix://`) URI exactly as it was added to the deployment.
+    pub server: String,
+    /// The partition on that server.
+    pub partition: u64,
+    /// The object id in that partition.
+    pub object: u64,
+}
+
+/// How a striped object's bytes map onto its pieces: stripe unit `k` of the
+/// object (bytes `k*unit .. (k+1)*unit`) is at offset `(k / n) * unit` in
+/// `pieces[k % n]`, `n = pieces.len()`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    /// Bytes per stripe unit; a power of two, at least 4 KiB.
+    pub stripe_unit: u64,
+    /// The pieces, in stripe order; never empty.
+    pub pieces: Vec<Piece>,
+}
+
+/// What a crash may leave half done; `sluice obj fsck` finishes or undoes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EntryState {
+    /// The name is reserved and the layout chosen, but the pieces may not
+    /// all exist yet.
+    Creating,
+    /// Every piece exists; the object is readable and writable.
+    Ready,
+    /// Removal has begun: the pieces may be partly deleted. The name stays
+    /// taken until the pieces are gone and the entry is deleted.
+    Removing,
+}
+
+/// One name's metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// The name: a flat namespace whose `/`-separated prefixes can be
+    /// listed.
+    pub name: String,
+    pub layout: Layout,
+    pub state: EntryState,
+    /// The whole object's size in bytes.
+    pub size: u64,
+    /// User attributes of the whole object.
+    pub attrs: BTreeMap<String, Vec<u8>>,
+    /// Changes on every update of this entry; updates compare it
+    /// ([`MetaStore::update`]) so two writers cannot both win.
+    pub revision: u64,
+}
+
+/// One change to an entry, applied atomically with the revision check.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Update {
+    /// A new state, if any.
+    pub state: Option<EntryState>,
+    /// Sets the size to at least this (a write that ends past the end grows
+    /// the object; a concurrent larger size is kept).
+    pub size_at_least: Option<u64>,
+    /// Sets the size exactly (truncation).
+    pub size: Option<u64>,
+    /// Attributes to set.
+    pub set_attrs: BTreeMap<String, Vec<u8>>,
+    /// Attributes to remove.
+    pub remove_attrs: Vec<String>,
+}
+
+/// The metadata service, whatever its backend. All methods are blocking
+/// and safe to call from many threads; each is atomic.
+pub trait MetaStore: Send + Sync {
+    /// Adds an object server to the deployment; adding one already there
+    /// is not an error.
+    fn add_server(&self, uri: &str) -> Result<(), MetaError>;
+    /// Removes an object server; refused with [`MetaError::ServerInUse`]
+    /// while any entry has a piece on it.
+    fn remove_server(&self, uri: &str) -> Result<(), MetaError>;
+    /// The object servers of the deployment, in the order they were added.
+    fn servers(&self) -> Result<Vec<String>, MetaError>;
+    /// A number that grows by one on each call, shared by all clients:
+    /// the start server of the next object's layout (round-robin placement).
+    fn next_placement(&self) -> Result<u64, MetaError>;
+    /// Creates `name` with this layout in state [`EntryState::Creating`],
+    /// size 0. Exactly one of several concurrent creators of one name
+    /// succeeds; the others get [`MetaError::Exists`].
+    fn create(
+        &self,
+        name: &str,
+        layout: &Layout,
+        attrs: &BTreeMap<String, Vec<u8>>,
+    ) -> Result<Entry, MetaError>;
+    /// The entry of `name`, or [`MetaError::NotFound`].
+    fn lookup(&self, name: &str) -> Result<Entry, MetaError>;
+    /// Every entry whose name starts with `prefix`, sorted by name.
+    fn list(&self, prefix: &str) -> Result<Vec<Entry>, MetaError>;
+    /// Applies `update` to `name`. With `expected_revision` the update
+    /// fails with [`MetaError::Conflict`] unless the entry is still at
+    /// that revision; without it the update applies to the current entry
+    /// (size-at-least and attribute changes compose).
+    fn update(
+        &self,
+        name: &str,
+        expected_revision: Option<u64>,
+        update: &Update,
+    ) -> Result<Entry, MetaError>;
+    /// Deletes the entry of `name` (its pieces must already be gone),
+    /// compared against `expected_revision` as in [`MetaStore::update`].
+    fn delete(&self, name: &str, expected_revision: Option<u64>) -> Result<(), MetaError>;
+}
