@@ -5,13 +5,14 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use sluice_server::{
     ExportConfig, FastPaths, Limits, ListenAddr, ObjectConfig, PipelineMode, ReceiveTuning,
     ServerConfig, Timeouts,
 };
 
 mod bench_cmd;
+mod generate_cmd;
 mod model_cmd;
 mod obj_cmd;
 mod raid_cmd;
@@ -65,6 +66,9 @@ enum Command {
     /// RAID arrays over NBD members: `create` writes their superblocks;
     /// `status`, `replace` and `scrub` ask a running server.
     Raid(raid_cmd::RaidArgs),
+    /// Man pages and shell completions for this CLI (what the packages
+    /// install).
+    Generate(generate_cmd::GenerateArgs),
 }
 
 #[derive(Debug, Args)]
@@ -539,6 +543,7 @@ fn main() -> ExitCode {
         Command::Model(_) => "model",
         Command::Obj(_) => "obj",
         Command::Raid(_) => "raid",
+        Command::Generate(_) => "generate",
     };
     let mut code = ExitCode::SUCCESS;
     let result = match cli.command {
@@ -548,6 +553,7 @@ fn main() -> ExitCode {
         // Reports its own failures (one line, exit 1 or 2).
         Command::Obj(args) => return obj_cmd::run(args),
         Command::Raid(args) => raid_cmd::run(args),
+        Command::Generate(args) => generate_cmd::run(args, Cli::command()),
     };
     match result {
         Ok(()) => code,

@@ -70,7 +70,11 @@ pub(super) fn mva(a: &MvaArgs, out: &mut dyn Write) -> Result<()> {
     let net = ClosedNetwork::from_demands(&a.demands, &a.delay_demands, a.think)?;
     let solved = mva_report(&net, a.customers, a.solver.approximation())?;
     if let Some(path) = &a.plot {
-        write_plot(path, &plot::mva_chart(&net, a.customers)?)?;
+        write_panels(
+            path,
+            &plot::mva_charts(&net, a.customers)?,
+            plot::VALIDATION_SIZE,
+        )?;
     }
     if a.json {
         return json(out, &solved);

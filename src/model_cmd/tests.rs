@@ -80,6 +80,13 @@ fn bad_input_is_a_usage_error() {
 fn raid_paper_sweeps_and_noncontig_run() {
     let t = run_args(&["raid", "--preset", "paper"]).unwrap();
     assert!(t.contains("D_Cm (2)") && t.contains("BJB R lower"), "{t}");
+    // The storage stations are per member, and the table says so.
+    let disk = t
+        .lines()
+        .find(|l| l.trim_start().starts_with("disk"))
+        .unwrap();
+    assert_eq!(disk.split_whitespace().nth(3), Some("3"), "{t}");
+    assert!(t.contains("counted once per storage server"), "{t}");
     let j = run_args(&["raid", "--preset", "paper", "--json"]).unwrap();
     let v: serde_json::Value = serde_json::from_str(&j).unwrap();
     assert_eq!(v["points"].as_array().unwrap().len(), 10);
@@ -579,4 +586,29 @@ fn plots_are_written() {
     assert!(std::fs::read_to_string(&svg).unwrap().starts_with("<svg"));
     assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn mva_plot_draws_throughput_and_response_time_with_their_bounds() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("mva.svg");
+    run_args(&[
+        "mva",
+        "--demands",
+        "0.01,0.004",
+        "--customers",
+        "8",
+        "--plot",
+        svg.to_str().unwrap(),
+    ])
+    .unwrap();
+    let svg = std::fs::read_to_string(&svg).unwrap();
+    for text in [
+        "throughput vs customers",
+        "response time vs customers",
+        "asymptotic bound",
+        "balanced job bound, upper",
+    ] {
+        assert!(svg.contains(text), "the chart lacks {text:?}");
+    }
 }

@@ -18,7 +18,7 @@ use plotters::prelude::*;
 use plotters::style::FontStyle;
 
 use crate::error::{ModelError, Result};
-use crate::mva::exact_mva_curve;
+use crate::mva::{exact_mva_curve, Solution};
 use crate::network::ClosedNetwork;
 use crate::noncontig::{Ddt, SizePoint};
 use crate::raid::{RaidCurve, Sweep, SweepKind};
@@ -502,47 +502,69 @@ pub fn render_png_figure(figure: &Figure, size: (u32, u32)) -> Result<Vec<u8>> {
     Ok(png)
 }
 
-/// Exact MVA R(N) for N = 1..=`n` between the balanced job bounds.
-pub fn mva_chart(net: &ClosedNetwork, n: u32) -> Result<Chart> {
+/// Two panels for N = 1..=`n`: the exact MVA throughput X(N) between its
+/// balanced job bounds and under the asymptotic bound min(N/(D+Z), 1/Dmax),
+/// and the exact MVA response time R(N) between its balanced job bounds.
+pub fn mva_charts(net: &ClosedNetwork, n: u32) -> Result<Vec<Chart>> {
     let curve = exact_mva_curve(net, n)?;
-    let mut lo = Vec::new();
-    let mut hi = Vec::new();
+    let mut x_lo = Vec::new();
+    let mut x_hi = Vec::new();
+    let mut x_asym = Vec::new();
+    let mut r_lo = Vec::new();
+    let mut r_hi = Vec::new();
     for k in 1..=n {
         let b = crate::bounds::bounds(net, k)?;
-        lo.push((f64::from(k), b.balanced_job.response_time[0]));
-        hi.push((f64::from(k), b.balanced_job.response_time[1]));
+        let k = f64::from(k);
+        x_lo.push((k, b.balanced_job.throughput[0]));
+        x_hi.push((k, b.balanced_job.throughput[1]));
+        x_asym.push((k, b.asymptotic.throughput[1]));
+        r_lo.push((k, b.balanced_job.response_time[0]));
+        r_hi.push((k, b.balanced_job.response_time[1]));
     }
-    Ok(Chart {
-        title: "response time vs customers".into(),
-        x_label: "customers N".into(),
-        y_label: "response time R(N), s".into(),
-        x_axis: XAxis::Linear,
-        y_log: false,
-        legend: Legend::UpperLeft,
-        series: vec![
-            Series {
-                label: "exact MVA".into(),
-                points: curve
-                    .iter()
-                    .map(|s| (f64::from(s.customers), s.response_time))
-                    .collect(),
-                style: LineStyle::Solid,
-                color: 0,
-            },
-            Series {
-                label: "balanced job bound, lower".into(),
-                points: lo,
-                style: LineStyle::Dashed,
-                color: 1,
-            },
-            Series {
-                label: "balanced job bound, upper".into(),
-                points: hi,
-                style: LineStyle::Dashed,
-                color: 2,
-            },
-        ],
-    })
+    let exact = |label: &str, value: fn(&Solution) -> f64| Series {
+        label: label.into(),
+        points: curve
+            .iter()
+            .map(|s| (f64::from(s.customers), value(s)))
+            .collect(),
+        style: LineStyle::Solid,
+        color: 0,
+    };
+    let bound = |label: &str, points: Vec<(f64, f64)>, color: usize| Series {
+        label: label.into(),
+        points,
+        style: LineStyle::Dashed,
+        color,
+    };
+    Ok(vec![
+        Chart {
+            title: "throughput vs customers".into(),
+            x_label: "customers N".into(),
+            y_label: "throughput X(N), requests/s".into(),
+            x_axis: XAxis::Linear,
+            y_log: false,
+            legend: Legend::LowerRight,
+            series: vec![
+                exact("exact MVA", |s| s.throughput),
+                bound("balanced job bound, lower", x_lo, 1),
+                bound("balanced job bound, upper", x_hi, 2),
+                bound("asymptotic bound", x_asym, 3),
+            ],
+        },
+        Chart {
+            title: "response time vs customers".into(),
+            x_label: "customers N".into(),
+            y_label: "response time R(N), s".into(),
+            x_axis: XAxis::Linear,
+            y_log: false,
+            legend: Legend::UpperLeft,
+            series: vec![
+                exact("exact MVA", |s| s.response_time),
+                bound("balanced job bound, lower", r_lo, 1),
+                bound("balanced job bound, upper", r_hi, 2),
+            ],
+        },
+    ])
 }
 
 /// The figure-3 style chart: exact MVA R(N) with balanced job and

@@ -219,16 +219,36 @@ pub fn raid_text(c: &RaidCurve) -> String {
         d.bytes_central,
         d.ip_packets,
     );
-    let demands = d
-        .named()
-        .into_iter()
-        .map(|(name, sym, v)| vec![name.to_owned(), sym.to_owned(), num(v)]);
+    // The central server's stations and the network are one each; every
+    // storage server has its own CPU, NIC and disk, so those rows stand
+    // for one station per member, each with the demand shown.
+    let members = p.storage_servers.to_string();
+    let demands = d.named().into_iter().map(|(name, sym, v)| {
+        let per_member = matches!(name, "storage-cpu" | "storage-nic" | "disk");
+        vec![
+            name.to_owned(),
+            sym.to_owned(),
+            if per_member {
+                members.clone()
+            } else {
+                "1".into()
+            },
+            num(v),
+        ]
+    });
     s.push_str(
-        &Table::underlined(["station", "symbol (eq.)", "demand s"])
+        &Table::underlined(["station", "symbol (eq.)", "stations", "demand s (each)"])
             .with_rows(demands)
             .render(),
     );
-    s.push('\n');
+    s.push_str(
+        "D_Cm, D_Nm: the central server's CPU and NIC; D_Net: the network; \
+         D_Csn, D_Nsn, D_d: one storage server's CPU, NIC and disk (counted once \
+         per storage server in the network the model solves); \
+         (n): the paper's equation.\n\
+         BJB: balanced job bounds; asym: asymptotic bounds; \
+         MVA: exact mean value analysis; R: response time per job; X: throughput.\n\n",
+    );
     let rows = c.points.iter().map(|p| {
         let b = &p.bounds;
         vec![
