@@ -47,6 +47,10 @@ mod handshake;
 mod link;
 pub mod plan;
 mod request;
+pub mod stripe_plan;
+mod striped;
+mod striped_fsck;
+mod striped_links;
 
 pub use attr::{AttrChange, Attrs, Value};
 pub use client::{ObjClient, ObjOptions};
@@ -58,6 +62,12 @@ pub use request::{
 pub use sluice_obj_proto::{
     answer, AttachedExport, ClientHandshakeError, ErrorCode, Features, FlushScope, Limits, Segment,
 };
+pub use stripe_plan::{Pattern, PiecePlan, PlanError, Run, StripePlan};
+pub use striped::{
+    CreateStep, RemoveStep, StripedClient, StripedError, StripedObject, StripedRead, StripedWrite,
+    PIECE_COLLECTION, PIECE_INDEX_ATTR, PIECE_OF_ATTR,
+};
+pub use striped_fsck::{FsckOptions, FsckReport, Orphan};
 
 /// The partition a client selects when its URI names none.
 pub const DEFAULT_PARTITION: u64 = 1;
