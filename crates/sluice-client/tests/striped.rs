@@ -483,6 +483,25 @@ fn a_server_stopped_mid_write_fails_its_stripes_by_name() {
     // A read across every server fails too, never with zeros in place.
     let e = c.read(&mut o, &whole).unwrap_err();
     assert!(e.to_string().contains(&down), "{e}");
+    // A write past the end that fails leaves the size alone, so what the
+    // live servers took of it is never read back.
+    let past = Pattern::Contiguous {
+        offset: 12 * UNIT,
+        length: 3 * UNIT,
+    };
+    let e = c
+        .write(
+            &mut o,
+            &past,
+            &bytes(999, 3 * UNIT),
+            &StripedWrite::default(),
+        )
+        .unwrap_err();
+    assert!(e.to_string().contains(&down), "{e}");
+    assert_eq!(c.stat("victim").unwrap().size, 12 * UNIT);
+    let r = c.read(&mut o, &unit(12)).unwrap();
+    assert_eq!(r.real_bytes, 0);
+    assert!(r.data.iter().all(|&b| b == 0));
 }
 
 #[test]

@@ -516,7 +516,16 @@ impl StripedClient {
             c.read(id, segments).map(|r| r.data)
         });
         let parts = first_failure("read", &name, &pieces, results)?;
-        let mut data = vec![0u8; plan.total as usize];
+        let mut data = Vec::new();
+        usize::try_from(plan.total)
+            .ok()
+            .and_then(|n| data.try_reserve_exact(n).ok())
+            .ok_or_else(|| StripedError::Invalid {
+                name: name.clone(),
+                what: "read",
+                why: format!("no memory for {} bytes", plan.total),
+            })?;
+        data.resize(plan.total as usize, 0);
         for (p, part) in plan.pieces.iter().zip(&parts) {
             p.scatter(part, &mut data);
         }
