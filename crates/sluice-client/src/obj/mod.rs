@@ -18,6 +18,12 @@
 //! ([`ObjOptions::exports`]), are read and written the same way, as
 //! extents ([`ObjClient::extent_read`], [`ObjClient::extent_write`]).
 //!
+//! [`StripedClient`] spreads one named object over several object
+//! servers, its layout kept by a metadata service (`sluice-meta`): each
+//! operation is split by stripe ([`StripePlan`]) into one request per
+//! server, the servers driven in parallel; [`StripedClient::fsck`]
+//! repairs what a crash between its metadata and data steps leaves.
+//!
 //! ```no_run
 //! use sluice_client::obj::{AttrChange, DataOptions, FlushScope, ObjClient, ObjOptions, Segment};
 //!

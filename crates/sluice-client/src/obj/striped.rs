@@ -357,7 +357,7 @@ impl StripedClient {
         entry = match self.meta.create(name, &entry.layout, &entry.attrs) {
             Ok(e) => e,
             Err(e) => {
-                self.remove_pieces(name, &entry.layout).ok();
+                self.discard_pieces(name, &entry.layout);
                 return Err(meta_error("create", name, e));
             }
         };
@@ -435,8 +435,7 @@ impl StripedClient {
             pieces,
         };
         if let Some((i, server, source)) = failed.into_iter().next() {
-            // Best effort: what is left is an orphan fsck removes.
-            self.remove_pieces(name, &layout).ok();
+            self.discard_pieces(name, &layout);
             return Err(StripedError::Piece {
                 op: "create",
                 name: name.into(),
@@ -446,6 +445,18 @@ impl StripedClient {
             });
         }
         Ok(layout)
+    }
+
+    /// Removes the pieces of a create that failed, as far as it can: what
+    /// is left is an orphan fsck removes.
+    fn discard_pieces(&mut self, name: &str, layout: &Layout) {
+        if let Err(e) = self.remove_pieces(name, layout) {
+            tracing::warn!(
+                object = name,
+                error = %e,
+                "pieces of a failed create left for fsck to remove"
+            );
+        }
     }
 
     /// Removes every piece of `layout` (one already gone is not an error).

@@ -4,8 +4,8 @@
 //!
 //! An [`ObjClient`] is owned by one thread at a time, so a fan-out moves
 //! each server's client onto a scoped thread of its own for the length
-//! of the operation and takes it back after. Work for one server runs
-//! on the caller's thread (no thread is started). A client whose
+//! of the operation and takes it back after; the first server's work
+//! runs on the caller's thread, so work for one server starts no thread. A client whose
 //! connection failed is dropped, and the next use connects again.
 
 use std::collections::HashMap;
@@ -56,9 +56,14 @@ fn run_on<J, T>(
         None => match connect(&endpoint, options) {
             Ok(c) => c,
             Err(e) => {
-                let mut results = Vec::with_capacity(jobs.len());
-                for (i, _) in jobs {
-                    results.push((*i, Err(e.for_another())));
+                // The first job gets the error itself, the others copies.
+                let mut results: Vec<_> = jobs
+                    .iter()
+                    .skip(1)
+                    .map(|(i, _)| (*i, Err(e.for_another())))
+                    .collect();
+                if let Some((i, _)) = jobs.first() {
+                    results.insert(0, (*i, Err(e)));
                 }
                 return Finished {
                     endpoint,
@@ -135,17 +140,20 @@ impl Links {
         let run = move |(endpoint, client, g): (Endpoint, Option<ObjClient>, Vec<(usize, &J)>)| {
             run_on(endpoint, client, options, &g, work)
         };
-        let finished: Vec<_> = if taken.len() == 1 {
-            taken.into_iter().map(run).collect()
-        } else {
-            std::thread::scope(|s| {
-                let handles: Vec<_> = taken.into_iter().map(|t| s.spawn(move || run(t))).collect();
-                handles
+        // The first endpoint's work runs on this thread, each other's on
+        // a thread of its own (so work for one server starts none).
+        let mut taken = taken.into_iter();
+        let first = taken.next();
+        let finished: Vec<_> = std::thread::scope(|s| {
+            let others: Vec<_> = taken.map(|t| s.spawn(move || run(t))).collect();
+            let mut finished: Vec<_> = first.map(run).into_iter().collect();
+            finished.extend(
+                others
                     .into_iter()
-                    .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-                    .collect()
-            })
-        };
+                    .map(|h| h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))),
+            );
+            finished
+        });
         let mut out: Vec<Option<Result<T, ObjError>>> =
             std::iter::repeat_with(|| None).take(jobs.len()).collect();
         for f in finished {
