@@ -15,8 +15,10 @@
 use std::collections::BTreeMap;
 
 mod error;
+mod memory;
 
 pub use error::MetaError;
+pub use memory::MemoryMetaStore;
 
 /// Where one piece of a striped object lives: an object on an object
 /// server.

@@ -18,6 +18,12 @@
 //! ([`ObjOptions::exports`]), are read and written the same way, as
 //! extents ([`ObjClient::extent_read`], [`ObjClient::extent_write`]).
 //!
+//! [`StripedClient`] spreads one named object over several object
+//! servers, its layout kept by a metadata service (`sluice-meta`): each
+//! operation is split by stripe ([`StripePlan`]) into one request per
+//! server, the servers driven in parallel; [`StripedClient::fsck`]
+//! repairs what a crash between its metadata and data steps leaves.
+//!
 //! ```no_run
 //! use sluice_client::obj::{AttrChange, DataOptions, FlushScope, ObjClient, ObjOptions, Segment};
 //!
@@ -47,6 +53,10 @@ mod handshake;
 mod link;
 pub mod plan;
 mod request;
+pub mod stripe_plan;
+mod striped;
+mod striped_fsck;
+mod striped_links;
 
 pub use attr::{AttrChange, Attrs, Value};
 pub use client::{ObjClient, ObjOptions};
@@ -58,6 +68,12 @@ pub use request::{
 pub use sluice_obj_proto::{
     answer, AttachedExport, ClientHandshakeError, ErrorCode, Features, FlushScope, Limits, Segment,
 };
+pub use stripe_plan::{Pattern, PiecePlan, PlanError, Run, StripePlan};
+pub use striped::{
+    CreateStep, RemoveStep, StripedClient, StripedError, StripedObject, StripedRead, StripedWrite,
+    PIECE_COLLECTION, PIECE_INDEX_ATTR, PIECE_OF_ATTR,
+};
+pub use striped_fsck::{FsckOptions, FsckReport, Orphan};
 
 /// The partition a client selects when its URI names none.
 pub const DEFAULT_PARTITION: u64 = 1;

@@ -1,0 +1,727 @@
+//! [`StripedClient`]: one named object spread over several object
+//! servers, its layout kept by a metadata service ([`MetaStore`]).
+//!
+//! A request is split by stripe ([`StripePlan`]); each server then gets
+//! one request carrying all of its pieces (a scatter/gather list when
+//! they are not contiguous in its object), and the servers are driven in
+//! parallel, one thread each. The size and attributes of the whole go to
+//! the metadata service once per operation, after the data.
+//!
+//! # The order of steps, and what a crash leaves
+//!
+//! Each piece is an ordinary object made in the collection
+//! [`PIECE_COLLECTION`] and marked, in the request that makes it, with
+//! the attributes [`PIECE_OF_ATTR`] (the striped object's name) and
+//! [`PIECE_INDEX_ATTR`] (its place in the layout), so that
+//! [`fsck`](StripedClient::fsck) can tell pieces from other objects.
+//!
+//! Create ([`CreateStep`]):
+//! 1. the pieces, one per server, the first server chosen round-robin
+//!    ([`MetaStore::next_placement`]);
+//! 2. the entry, in state [`EntryState::Creating`] (the layout names the
+//!    pieces' object ids, so they come first); a name already taken
+//!    fails here, and the pieces are removed again;
+//! 3. the entry's state set to [`EntryState::Ready`].
+//!
+//! Remove ([`RemoveStep`]):
+//! 1. the entry's state set to [`EntryState::Removing`];
+//! 2. the pieces removed;
+//! 3. the entry deleted.
+//!
+//! A crash after create's step 1 leaves pieces no entry names (orphans);
+//! after step 2 an entry in `Creating` whose pieces all exist. A crash
+//! during remove leaves an entry in `Removing` whose pieces may be partly
+//! gone. `fsck` removes orphans, makes `Creating` entries whose pieces
+//! all exist `Ready` (and undoes the others), and finishes removals.
+//!
+//! # Sizes and reads past the end
+//!
+//! A read returns every byte asked for: bytes at or past the object's
+//! size (as the metadata holds it) read as zeros and are not asked of
+//! any server, and [`StripedRead::real_bytes`] counts the others, as
+//! `real_bytes` does for one object. A write that ends past the size
+//! grows it after the data is written; a write that fails leaves the
+//! size as it was, so a failed write past the end is never read back.
+//! A handle keeps the size it last saw and asks the metadata service
+//! again only when a read reaches past it.
+//!
+//! # Failures
+//!
+//! A server that is down or fails a request fails the operation with
+//! [`StripedError::Piece`], naming the piece and the server; the other
+//! servers' parts of a write still complete. Connecting and each reply
+//! are bounded by the [`ObjOptions`] timeouts.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use sluice_meta::{Entry, EntryState, Layout, MetaError, MetaStore, Piece, Update};
+use thiserror::Error;
+
+use super::attr::{AttrChange, Value};
+use super::client::{ObjClient, ObjOptions};
+use super::request::DataOptions;
+use super::stripe_plan::{Pattern, PlanError, StripePlan};
+use super::striped_links::{Endpoint, Links};
+use super::{FlushScope, ObjError, DEFAULT_PARTITION};
+use crate::uri::ObjUri;
+
+/// The collection every piece of a striped object is made in.
+pub const PIECE_COLLECTION: &str = "sluice-striped";
+/// The attribute naming the striped object a piece belongs to (text).
+pub const PIECE_OF_ATTR: &str = "striped.of";
+/// The attribute giving a piece's place in its layout (integer).
+pub const PIECE_INDEX_ATTR: &str = "striped.piece";
+
+/// Why a striped operation failed. Each names the striped object and,
+/// for data, the piece and the server.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum StripedError {
+    #[error("metadata service: cannot {action} {name:?}")]
+    Meta {
+        action: &'static str,
+        name: String,
+        #[source]
+        source: MetaError,
+    },
+    #[error("{op} of piece {piece} of striped object {name:?} failed on {server}")]
+    Piece {
+        op: &'static str,
+        name: String,
+        piece: usize,
+        server: String,
+        #[source]
+        source: Box<ObjError>,
+    },
+    /// A request to a server not about one object's piece (fsck's
+    /// listings and removals of orphans).
+    #[error("{op} on {server} failed")]
+    Server {
+        op: &'static str,
+        server: String,
+        #[source]
+        source: Box<ObjError>,
+    },
+    #[error("striped object {name:?} is {state:?}, not ready for use")]
+    NotReady { name: String, state: EntryState },
+    #[error("striped object {name:?} wants {wanted} object server(s); the deployment has {have}")]
+    TooFewServers {
+        name: String,
+        wanted: usize,
+        have: usize,
+    },
+    #[error("bad request on striped object {name:?}")]
+    Plan {
+        name: String,
+        #[source]
+        source: PlanError,
+    },
+    #[error("{what} of striped object {name:?}: {why}")]
+    Invalid {
+        name: String,
+        what: &'static str,
+        why: String,
+    },
+}
+
+/// Where a create stops (all of it: [`CreateStep::Ready`]). Stopping
+/// earlier leaves what a crash after that step leaves, for testing
+/// [`fsck`](StripedClient::fsck).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CreateStep {
+    /// The pieces exist, no entry names them.
+    Pieces,
+    /// The entry exists in state `Creating`.
+    Entry,
+    /// The entry is `Ready`: the create is complete.
+    Ready,
+}
+
+/// Where a remove stops (all of it: [`RemoveStep::Deleted`]), as
+/// [`CreateStep`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum RemoveStep {
+    /// The entry is in state `Removing`.
+    Removing,
+    /// The pieces are gone.
+    Pieces,
+    /// The entry is gone: the remove is complete.
+    Deleted,
+}
+
+/// An open striped object: its entry as this client last saw it.
+#[derive(Debug, Clone)]
+pub struct StripedObject {
+    entry: Entry,
+}
+
+impl StripedObject {
+    /// The entry as last seen (size, attributes, layout, revision).
+    pub fn entry(&self) -> &Entry {
+        &self.entry
+    }
+
+    pub fn name(&self) -> &str {
+        &self.entry.name
+    }
+
+    /// The size as last seen.
+    pub fn size(&self) -> u64 {
+        self.entry.size
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.entry.layout
+    }
+}
+
+/// What a striped read returned.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StripedRead {
+    /// Every byte asked for, in request order (zeros past the size).
+    pub data: Vec<u8>,
+    /// How many of them lie below the object's size.
+    pub real_bytes: u64,
+}
+
+/// What rides on a striped write.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StripedWrite {
+    /// Each server makes its part durable before replying.
+    pub fua: bool,
+    /// Attributes of the whole object to set once the data is written.
+    pub set_attrs: BTreeMap<String, Vec<u8>>,
+    /// Attributes to remove, likewise.
+    pub remove_attrs: Vec<String>,
+}
+
+/// Striped objects over the object servers a metadata service names.
+/// Owned by one thread; it drives the servers of each operation on
+/// threads of its own.
+pub struct StripedClient {
+    pub(crate) meta: Arc<dyn MetaStore>,
+    pub(crate) links: Links,
+}
+
+impl std::fmt::Debug for StripedClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StripedClient")
+            .field("links", &self.links)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The connection a piece's requests go over.
+pub(crate) fn endpoint(piece: &Piece) -> Endpoint {
+    Endpoint {
+        server: piece.server.clone(),
+        partition: piece.partition,
+    }
+}
+
+/// The partition a server URI selects (the default when it names none);
+/// `None` if the URI does not parse, which connecting then reports.
+pub(crate) fn partition_of(server: &str) -> Option<u64> {
+    server
+        .parse::<ObjUri>()
+        .ok()
+        .map(|u| u.partition.unwrap_or(DEFAULT_PARTITION))
+}
+
+pub(crate) fn meta_error(action: &'static str, name: &str, source: MetaError) -> StripedError {
+    StripedError::Meta {
+        action,
+        name: name.to_owned(),
+        source,
+    }
+}
+
+/// The first failure of a fan-out over `pieces` (results in the same
+/// order), as the error of the operation; the others are logged, since
+/// only one can be returned.
+pub(crate) fn first_failure<T>(
+    op: &'static str,
+    name: &str,
+    pieces: &[(usize, &Piece)],
+    results: Vec<Result<T, ObjError>>,
+) -> Result<Vec<T>, StripedError> {
+    let mut out = Vec::with_capacity(results.len());
+    let mut failed = None;
+    for ((index, piece), r) in pieces.iter().zip(results) {
+        match r {
+            Ok(v) => out.push(v),
+            Err(source) if failed.is_none() => {
+                failed = Some(StripedError::Piece {
+                    op,
+                    name: name.to_owned(),
+                    piece: *index,
+                    server: piece.server.clone(),
+                    source: Box::new(source),
+                })
+            }
+            Err(e) => tracing::warn!(
+                object = name,
+                piece = index,
+                server = %piece.server,
+                error = %e,
+                "{op} of a piece failed as well"
+            ),
+        }
+    }
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(out),
+    }
+}
+
+impl StripedClient {
+    /// A client of the deployment `meta` describes; `options` apply to
+    /// every object server connection (made on first use, then kept).
+    pub fn new(meta: Arc<dyn MetaStore>, options: ObjOptions) -> Self {
+        Self {
+            meta,
+            links: Links::new(options),
+        }
+    }
+
+    /// The metadata service.
+    pub fn meta(&self) -> &Arc<dyn MetaStore> {
+        &self.meta
+    }
+
+    /// Makes `name` with `stripe_unit` bytes per stripe unit over
+    /// `servers` object servers, and opens it.
+    pub fn create(
+        &mut self,
+        name: &str,
+        stripe_unit: u64,
+        servers: usize,
+    ) -> Result<StripedObject, StripedError> {
+        self.create_until(name, stripe_unit, servers, CreateStep::Ready)
+    }
+
+    /// [`create`](Self::create) up to `last` (see [`CreateStep`]); the
+    /// handle has the entry as that step left it (with
+    /// [`CreateStep::Pieces`], an entry that was never stored).
+    pub fn create_until(
+        &mut self,
+        name: &str,
+        stripe_unit: u64,
+        servers: usize,
+        last: CreateStep,
+    ) -> Result<StripedObject, StripedError> {
+        // A name plainly taken fails before any piece is made; a race
+        // with another creator is settled by the metadata service below.
+        match self.meta.lookup(name) {
+            Ok(_) => {
+                return Err(meta_error(
+                    "create",
+                    name,
+                    MetaError::Exists { name: name.into() },
+                ))
+            }
+            Err(MetaError::NotFound { .. }) => {}
+            Err(e) => return Err(meta_error("look up", name, e)),
+        }
+        let all = self
+            .meta
+            .servers()
+            .map_err(|e| meta_error("list servers for", name, e))?;
+        if servers == 0 || servers > all.len() {
+            return Err(StripedError::TooFewServers {
+                name: name.into(),
+                wanted: servers,
+                have: all.len(),
+            });
+        }
+        let start = self
+            .meta
+            .next_placement()
+            .map_err(|e| meta_error("place", name, e))?;
+        let chosen: Vec<&String> = (0..servers)
+            .map(|i| &all[((start % all.len() as u64) as usize + i) % all.len()])
+            .collect();
+        let layout = self.make_pieces(name, stripe_unit, &chosen)?;
+        let mut entry = Entry {
+            name: name.to_owned(),
+            layout,
+            state: EntryState::Creating,
+            size: 0,
+            attrs: BTreeMap::new(),
+            revision: 0,
+        };
+        if last == CreateStep::Pieces {
+            return Ok(StripedObject { entry });
+        }
+        entry = match self.meta.create(name, &entry.layout, &entry.attrs) {
+            Ok(e) => e,
+            Err(e) => {
+                self.discard_pieces(name, &entry.layout);
+                return Err(meta_error("create", name, e));
+            }
+        };
+        if last == CreateStep::Entry {
+            return Ok(StripedObject { entry });
+        }
+        let ready = Update {
+            state: Some(EntryState::Ready),
+            ..Update::default()
+        };
+        entry = match self.meta.update(name, Some(entry.revision), &ready) {
+            Ok(e) => e,
+            // fsck may have found it complete and made it ready first.
+            Err(MetaError::Conflict { .. }) => {
+                let now = self
+                    .meta
+                    .lookup(name)
+                    .map_err(|e| meta_error("look up", name, e))?;
+                if now.state != EntryState::Ready {
+                    return Err(StripedError::NotReady {
+                        name: name.into(),
+                        state: now.state,
+                    });
+                }
+                now
+            }
+            Err(e) => return Err(meta_error("make ready", name, e)),
+        };
+        Ok(StripedObject { entry })
+    }
+
+    /// One piece on each of `servers`, marked as `name`'s; on failure the
+    /// pieces made are removed again.
+    fn make_pieces(
+        &mut self,
+        name: &str,
+        stripe_unit: u64,
+        servers: &[&String],
+    ) -> Result<Layout, StripedError> {
+        let jobs: Vec<(Endpoint, DataOptions)> = servers
+            .iter()
+            .enumerate()
+            .map(|(i, server)| {
+                let endpoint = Endpoint {
+                    server: (*server).clone(),
+                    partition: partition_of(server).unwrap_or(DEFAULT_PARTITION),
+                };
+                let options = DataOptions {
+                    fua: true,
+                    attrs: vec![
+                        AttrChange::set(PIECE_OF_ATTR, name),
+                        AttrChange::set(PIECE_INDEX_ATTR, Value::Integer(i as i64)),
+                    ],
+                };
+                (endpoint, options)
+            })
+            .collect();
+        let results = self.links.fan_out(&jobs, |c: &mut ObjClient, options| {
+            c.create_and_write(PIECE_COLLECTION, &[], &[], options)
+        });
+        let mut pieces = Vec::with_capacity(jobs.len());
+        let mut failed = Vec::new();
+        for (i, ((endpoint, _), r)) in jobs.iter().zip(results).enumerate() {
+            match r {
+                Ok(object) => pieces.push(Piece {
+                    server: endpoint.server.clone(),
+                    partition: endpoint.partition,
+                    object,
+                }),
+                Err(e) => failed.push((i, endpoint.server.clone(), e)),
+            }
+        }
+        let layout = Layout {
+            stripe_unit,
+            pieces,
+        };
+        if let Some((i, server, source)) = failed.into_iter().next() {
+            self.discard_pieces(name, &layout);
+            return Err(StripedError::Piece {
+                op: "create",
+                name: name.into(),
+                piece: i,
+                server,
+                source: Box::new(source),
+            });
+        }
+        Ok(layout)
+    }
+
+    /// Removes the pieces of a create that failed, as far as it can: what
+    /// is left is an orphan fsck removes.
+    fn discard_pieces(&mut self, name: &str, layout: &Layout) {
+        if let Err(e) = self.remove_pieces(name, layout) {
+            tracing::warn!(
+                object = name,
+                error = %e,
+                "pieces of a failed create left for fsck to remove"
+            );
+        }
+    }
+
+    /// Removes every piece of `layout` (one already gone is not an error).
+    pub(crate) fn remove_pieces(
+        &mut self,
+        name: &str,
+        layout: &Layout,
+    ) -> Result<(), StripedError> {
+        let pieces: Vec<(usize, &Piece)> = layout.pieces.iter().enumerate().collect();
+        let jobs: Vec<(Endpoint, u64)> = pieces
+            .iter()
+            .map(|(_, p)| (endpoint(p), p.object))
+            .collect();
+        let results = self
+            .links
+            .fan_out(&jobs, |c, &object| match c.remove(object, true) {
+                Err(e) if e.is_not_found() => Ok(()),
+                other => other,
+            });
+        first_failure("remove", name, &pieces, results).map(drop)
+    }
+
+    /// The entry of `name`.
+    pub fn stat(&self, name: &str) -> Result<Entry, StripedError> {
+        self.meta
+            .lookup(name)
+            .map_err(|e| meta_error("look up", name, e))
+    }
+
+    /// Opens `name`, which must be ready.
+    pub fn open(&mut self, name: &str) -> Result<StripedObject, StripedError> {
+        let entry = self.stat(name)?;
+        ready(&entry)?;
+        Ok(StripedObject { entry })
+    }
+
+    /// Reads the bytes `pattern` names; see the module documentation for
+    /// bytes past the size.
+    pub fn read(
+        &mut self,
+        object: &mut StripedObject,
+        pattern: &Pattern<'_>,
+    ) -> Result<StripedRead, StripedError> {
+        let name = object.name().to_owned();
+        let plan_err = |source| StripedError::Plan {
+            name: name.clone(),
+            source,
+        };
+        pattern.total().map_err(plan_err)?;
+        if pattern.end() > object.size() {
+            // Others may have written further since this handle looked.
+            object.entry = self.stat(&name)?;
+        }
+        ready(&object.entry)?;
+        let plan = StripePlan::new(object.layout(), pattern, object.size()).map_err(plan_err)?;
+        let pieces: Vec<(usize, &Piece)> = plan
+            .pieces
+            .iter()
+            .map(|p| (p.piece, &object.entry.layout.pieces[p.piece]))
+            .collect();
+        let jobs: Vec<(Endpoint, (u64, &[_]))> = plan
+            .pieces
+            .iter()
+            .zip(&pieces)
+            .map(|(p, (_, piece))| (endpoint(piece), (piece.object, p.segments.as_slice())))
+            .collect();
+        let results = self.links.fan_out(&jobs, |c, &(id, segments)| {
+            c.read(id, segments).map(|r| r.data)
+        });
+        let parts = first_failure("read", &name, &pieces, results)?;
+        let mut data = Vec::new();
+        usize::try_from(plan.total)
+            .ok()
+            .and_then(|n| data.try_reserve_exact(n).ok())
+            .ok_or_else(|| StripedError::Invalid {
+                name: name.clone(),
+                what: "read",
+                why: format!("no memory for {} bytes", plan.total),
+            })?;
+        data.resize(plan.total as usize, 0);
+        for (p, part) in plan.pieces.iter().zip(&parts) {
+            p.scatter(part, &mut data);
+        }
+        Ok(StripedRead {
+            data,
+            real_bytes: plan.moved,
+        })
+    }
+
+    /// Writes `data` over the bytes `pattern` names (in pattern order; a
+    /// later byte wins where the pattern names one twice), then grows the
+    /// size and changes the attributes in one metadata update.
+    pub fn write(
+        &mut self,
+        object: &mut StripedObject,
+        pattern: &Pattern<'_>,
+        data: &[u8],
+        options: &StripedWrite,
+    ) -> Result<(), StripedError> {
+        let name = object.name().to_owned();
+        ready(&object.entry)?;
+        let plan = StripePlan::new(object.layout(), pattern, u64::MAX).map_err(|source| {
+            StripedError::Plan {
+                name: name.clone(),
+                source,
+            }
+        })?;
+        if plan.total != data.len() as u64 {
+            return Err(StripedError::Invalid {
+                name,
+                what: "write",
+                why: format!(
+                    "{} data bytes for a pattern of {} bytes",
+                    data.len(),
+                    plan.total
+                ),
+            });
+        }
+        let pieces: Vec<(usize, &Piece)> = plan
+            .pieces
+            .iter()
+            .map(|p| (p.piece, &object.entry.layout.pieces[p.piece]))
+            .collect();
+        let jobs: Vec<(Endpoint, (u64, &_))> = plan
+            .pieces
+            .iter()
+            .zip(&pieces)
+            .map(|(p, (_, piece))| (endpoint(piece), (piece.object, p)))
+            .collect();
+        let plain = DataOptions {
+            fua: options.fua,
+            attrs: Vec::new(),
+        };
+        let results = self.links.fan_out(&jobs, |c, &(id, p)| {
+            c.write(id, &p.segments, &p.gather(data), &plain)
+        });
+        first_failure("write", &name, &pieces, results)?;
+        let end = pattern.end();
+        let update = Update {
+            size_at_least: (end > object.size()).then_some(end),
+            set_attrs: options.set_attrs.clone(),
+            remove_attrs: options.remove_attrs.clone(),
+            ..Update::default()
+        };
+        if update != Update::default() {
+            object.entry = self
+                .meta
+                .update(&name, None, &update)
+                .map_err(|e| meta_error("update", &name, e))?;
+        }
+        Ok(())
+    }
+
+    /// Sets and removes attributes of the whole object, in one metadata
+    /// update.
+    pub fn set_attrs(
+        &mut self,
+        object: &mut StripedObject,
+        set: BTreeMap<String, Vec<u8>>,
+        remove: Vec<String>,
+    ) -> Result<(), StripedError> {
+        let update = Update {
+            set_attrs: set,
+            remove_attrs: remove,
+            ..Update::default()
+        };
+        object.entry = self
+            .meta
+            .update(object.name(), None, &update)
+            .map_err(|e| meta_error("update", object.name(), e))?;
+        Ok(())
+    }
+
+    /// Makes every piece durable, the servers in parallel.
+    pub fn flush(&mut self, object: &StripedObject) -> Result<(), StripedError> {
+        let pieces: Vec<(usize, &Piece)> = object.layout().pieces.iter().enumerate().collect();
+        let jobs: Vec<(Endpoint, u64)> = pieces
+            .iter()
+            .map(|(_, p)| (endpoint(p), p.object))
+            .collect();
+        let results = self
+            .links
+            .fan_out(&jobs, |c, &id| c.flush(FlushScope::Object(id)));
+        first_failure("flush", object.name(), &pieces, results).map(drop)
+    }
+
+    /// Removes `name`: its pieces, then its entry.
+    pub fn remove(&mut self, name: &str) -> Result<(), StripedError> {
+        self.remove_until(name, RemoveStep::Deleted)
+    }
+
+    /// [`remove`](Self::remove) up to `last` (see [`RemoveStep`]).
+    pub fn remove_until(&mut self, name: &str, last: RemoveStep) -> Result<(), StripedError> {
+        let removing = Update {
+            state: Some(EntryState::Removing),
+            ..Update::default()
+        };
+        // Another writer may change the entry between the lookup and the
+        // update; the revision check makes sure the layout whose pieces
+        // go is the one marked. Writers only grow sizes, so few retries
+        // are ever needed.
+        let mut tries = 0;
+        let entry = loop {
+            let entry = self.stat(name)?;
+            if entry.state == EntryState::Removing {
+                break entry;
+            }
+            match self.meta.update(name, Some(entry.revision), &removing) {
+                Ok(e) => break e,
+                Err(MetaError::Conflict { .. }) if tries < 16 => tries += 1,
+                Err(e) => return Err(meta_error("mark for removal", name, e)),
+            }
+        };
+        if last == RemoveStep::Removing {
+            return Ok(());
+        }
+        self.finish_removal(&entry, last)
+    }
+
+    /// Removes the pieces of an entry in `Removing`, then (unless `last`
+    /// says to stop before) the entry.
+    pub(crate) fn finish_removal(
+        &mut self,
+        entry: &Entry,
+        last: RemoveStep,
+    ) -> Result<(), StripedError> {
+        self.remove_pieces(&entry.name, &entry.layout)?;
+        if last == RemoveStep::Pieces {
+            return Ok(());
+        }
+        // Delete the entry whose pieces went, not one made again under the
+        // same name meanwhile: compare the revision, and on a conflict
+        // look again (a writer holding an old handle may have grown the
+        // size of the entry being removed).
+        let name = entry.name.as_str();
+        let mut revision = entry.revision;
+        for _ in 0..16 {
+            match self.meta.delete(name, Some(revision)) {
+                // Another remover finished first.
+                Ok(()) | Err(MetaError::NotFound { .. }) => return Ok(()),
+                Err(MetaError::Conflict { .. }) => match self.meta.lookup(name) {
+                    Ok(now) if now.state == EntryState::Removing && now.layout == entry.layout => {
+                        revision = now.revision
+                    }
+                    Ok(_) | Err(MetaError::NotFound { .. }) => return Ok(()),
+                    Err(e) => return Err(meta_error("look up", name, e)),
+                },
+                Err(e) => return Err(meta_error("delete", name, e)),
+            }
+        }
+        Err(StripedError::Invalid {
+            name: name.into(),
+            what: "removal",
+            why: "the entry kept changing while it was being deleted".into(),
+        })
+    }
+}
+
+fn ready(entry: &Entry) -> Result<(), StripedError> {
+    if entry.state == EntryState::Ready {
+        Ok(())
+    } else {
+        Err(StripedError::NotReady {
+            name: entry.name.clone(),
+            state: entry.state,
+        })
+    }
+}

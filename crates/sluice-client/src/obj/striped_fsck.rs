@@ -1,0 +1,279 @@
+//! [`StripedClient::fsck`]: finds what crashes between the metadata and
+//! data steps of creates and removes left half done (see the order in
+//! [`striped`](super::striped)), and finishes or undoes it.
+
+use std::collections::{BTreeSet, HashSet};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use sluice_meta::{Entry, EntryState, MetaError, Piece, Update};
+
+use super::attr::Value;
+use super::striped::{
+    endpoint, first_failure, meta_error, partition_of, RemoveStep, StripedClient, StripedError,
+    PIECE_COLLECTION, PIECE_OF_ATTR,
+};
+use super::striped_links::Endpoint;
+
+/// The server's attribute holding when an object was made (nanoseconds
+/// since the Unix epoch).
+const CREATED_ATTR: &str = "sluice.created";
+
+/// How fsck treats what may still be in progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FsckOptions {
+    /// A piece no entry names is removed only once it is this old: a
+    /// create makes its pieces before its entry, so a younger one may
+    /// belong to a create still running. Zero when nothing else runs.
+    pub grace: Duration,
+}
+
+impl Default for FsckOptions {
+    fn default() -> Self {
+        Self {
+            grace: Duration::from_secs(600),
+        }
+    }
+}
+
+/// A piece that no entry names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Orphan {
+    pub piece: Piece,
+    /// The striped object it was made for.
+    pub of: String,
+}
+
+/// What fsck found and did.
+#[derive(Debug, Default)]
+pub struct FsckReport {
+    /// Entries left in `Creating` with every piece there, now `Ready`.
+    pub finished: Vec<String>,
+    /// Entries left in `Creating` with pieces missing, removed.
+    pub undone: Vec<String>,
+    /// Entries left in `Removing`, whose removal is now complete.
+    pub removed: Vec<String>,
+    /// Pieces no entry named, removed.
+    pub orphans: Vec<Orphan>,
+    /// What could not be checked or repaired (a server down, say); run
+    /// fsck again once it is back.
+    pub failures: Vec<StripedError>,
+}
+
+impl FsckReport {
+    /// Whether fsck found everything consistent (nothing to repair and
+    /// nothing it could not check).
+    pub fn is_clean(&self) -> bool {
+        self.finished.is_empty()
+            && self.undone.is_empty()
+            && self.removed.is_empty()
+            && self.orphans.is_empty()
+            && self.failures.is_empty()
+    }
+}
+
+/// What a check of one `Creating` entry's pieces found.
+enum Pieces {
+    AllThere,
+    Missing,
+}
+
+impl StripedClient {
+    /// Finishes creates and removes a crash interrupted, and removes
+    /// pieces no entry names. The metadata service must answer; object
+    /// servers that do not are reported in [`FsckReport::failures`].
+    pub fn fsck(&mut self, options: &FsckOptions) -> Result<FsckReport, StripedError> {
+        let mut report = FsckReport::default();
+        for entry in self.all_entries()? {
+            let done = match entry.state {
+                EntryState::Ready => continue,
+                EntryState::Creating => self.settle_creating(&entry, &mut report),
+                EntryState::Removing => self
+                    .finish_removal(&entry, RemoveStep::Deleted)
+                    .map(|()| report.removed.push(entry.name.clone())),
+            };
+            if let Err(e) = done {
+                report.failures.push(e);
+            }
+        }
+        self.remove_orphans(options, &mut report)?;
+        Ok(report)
+    }
+
+    fn all_entries(&self) -> Result<Vec<Entry>, StripedError> {
+        self.meta
+            .list("")
+            .map_err(|e| meta_error("list entries for", "", e))
+    }
+
+    /// A `Creating` entry: ready if every piece is there and marked as
+    /// its own, else removed.
+    fn settle_creating(
+        &mut self,
+        entry: &Entry,
+        report: &mut FsckReport,
+    ) -> Result<(), StripedError> {
+        let name = entry.name.as_str();
+        match self.check_pieces(entry)? {
+            Pieces::AllThere => {
+                let ready = Update {
+                    state: Some(EntryState::Ready),
+                    ..Update::default()
+                };
+                match self.meta.update(name, Some(entry.revision), &ready) {
+                    Ok(_) => report.finished.push(name.to_owned()),
+                    // Its creator (or another fsck) moved it on.
+                    Err(MetaError::Conflict { .. } | MetaError::NotFound { .. }) => {}
+                    Err(e) => return Err(meta_error("make ready", name, e)),
+                }
+            }
+            Pieces::Missing => {
+                let removing = Update {
+                    state: Some(EntryState::Removing),
+                    ..Update::default()
+                };
+                match self.meta.update(name, Some(entry.revision), &removing) {
+                    Ok(now) => {
+                        self.finish_removal(&now, RemoveStep::Deleted)?;
+                        report.undone.push(name.to_owned());
+                    }
+                    Err(MetaError::Conflict { .. } | MetaError::NotFound { .. }) => {}
+                    Err(e) => return Err(meta_error("mark for removal", name, e)),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn check_pieces(&mut self, entry: &Entry) -> Result<Pieces, StripedError> {
+        let pieces: Vec<(usize, &Piece)> = entry.layout.pieces.iter().enumerate().collect();
+        let jobs: Vec<(Endpoint, u64)> = pieces
+            .iter()
+            .map(|(_, p)| (endpoint(p), p.object))
+            .collect();
+        let results = self.links.fan_out(&jobs, |c, &object| {
+            match c.get_attrs(object, &[PIECE_OF_ATTR]) {
+                Ok(a) => {
+                    Ok(matches!(a.get(PIECE_OF_ATTR), Some(Value::Text(of)) if *of == entry.name))
+                }
+                Err(e) if e.is_not_found() => Ok(false),
+                Err(e) => Err(e),
+            }
+        });
+        let found = first_failure("check", &entry.name, &pieces, results)?;
+        Ok(if found.iter().all(|&ok| ok) {
+            Pieces::AllThere
+        } else {
+            Pieces::Missing
+        })
+    }
+
+    /// Removes pieces in [`PIECE_COLLECTION`] on every known server that
+    /// no entry names and that are older than the grace period.
+    fn remove_orphans(
+        &mut self,
+        options: &FsckOptions,
+        report: &mut FsckReport,
+    ) -> Result<(), StripedError> {
+        // Entries as they are now, after the repairs above.
+        let entries = self.all_entries()?;
+        let named: HashSet<(&str, u64, u64)> = entries
+            .iter()
+            .flat_map(|e| &e.layout.pieces)
+            .map(|p| (p.server.as_str(), p.partition, p.object))
+            .collect();
+        let servers = self
+            .meta
+            .servers()
+            .map_err(|e| meta_error("list servers for", "", e))?;
+        let endpoints: BTreeSet<(String, u64)> = servers
+            .iter()
+            .filter_map(|s| partition_of(s).map(|p| (s.clone(), p)))
+            .chain(
+                entries
+                    .iter()
+                    .flat_map(|e| &e.layout.pieces)
+                    .map(|p| (p.server.clone(), p.partition)),
+            )
+            .collect();
+        let jobs: Vec<(Endpoint, ())> = endpoints
+            .iter()
+            .map(|(server, partition)| {
+                let e = Endpoint {
+                    server: server.clone(),
+                    partition: *partition,
+                };
+                (e, ())
+            })
+            .collect();
+        let listed = self.links.fan_out(&jobs, |c, ()| {
+            match c.list(PIECE_COLLECTION, Some(&[PIECE_OF_ATTR, CREATED_ATTR])) {
+                Err(e) if e.is_not_found() => Ok(Vec::new()),
+                other => other,
+            }
+        });
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let mut orphans: Vec<Orphan> = Vec::new();
+        for ((endpoint, ()), r) in jobs.iter().zip(listed) {
+            let members = match r {
+                Ok(m) => m,
+                Err(source) => {
+                    report.failures.push(StripedError::Server {
+                        op: "listing pieces",
+                        server: endpoint.server.clone(),
+                        source: Box::new(source),
+                    });
+                    continue;
+                }
+            };
+            for m in members {
+                let Some(Value::Text(of)) = m.attrs.get(PIECE_OF_ATTR) else {
+                    continue; // not marked: not ours to remove
+                };
+                let key = (endpoint.server.as_str(), endpoint.partition, m.object);
+                if named.contains(&key) {
+                    continue;
+                }
+                let created = m
+                    .attrs
+                    .get(CREATED_ATTR)
+                    .and_then(Value::as_integer)
+                    .and_then(|ns| u64::try_from(ns).ok())
+                    .map(Duration::from_nanos);
+                let old_enough = created.is_none_or(|c| now.saturating_sub(c) >= options.grace);
+                if old_enough {
+                    orphans.push(Orphan {
+                        piece: Piece {
+                            server: endpoint.server.clone(),
+                            partition: endpoint.partition,
+                            object: m.object,
+                        },
+                        of: of.clone(),
+                    });
+                }
+            }
+        }
+        let jobs: Vec<(Endpoint, u64)> = orphans
+            .iter()
+            .map(|o| (endpoint(&o.piece), o.piece.object))
+            .collect();
+        let removed = self
+            .links
+            .fan_out(&jobs, |c, &object| match c.remove(object, true) {
+                Err(e) if e.is_not_found() => Ok(()),
+                other => other,
+            });
+        for (o, r) in orphans.into_iter().zip(removed) {
+            match r {
+                Ok(()) => report.orphans.push(o),
+                Err(source) => report.failures.push(StripedError::Server {
+                    op: "removing an orphaned piece",
+                    server: o.piece.server,
+                    source: Box::new(source),
+                }),
+            }
+        }
+        Ok(())
+    }
+}
