@@ -13,8 +13,10 @@
 //!   128 KiB write, four full stripes; N workers at queue depth 1). The
 //!   head's and members' metrics are scraped around the sweep and give
 //!   each station's demand by the utilization law (`sluice-model`'s
-//!   [`Calibration`]): the head's CPU, each member's CPU, and each link
-//!   (the bytes the member moved over its measured rate). Exact MVA and
+//!   [`Calibration`]): the head's CPU, the members' CPUs and the
+//!   members' links (the bytes a member moved over its link's measured
+//!   rate); the members work on each job side by side, so those two
+//!   stations take the largest member's demand. Exact MVA and
 //!   the balanced job bounds of that network are drawn beside the
 //!   measurement, with the paper's equations (2)-(10) ([`raid_curve`])
 //!   evaluated with the calibrated per-unit CPU times and the link's
@@ -178,8 +180,12 @@ pub struct JobsModel {
     pub completions: u64,
     /// Seconds between the scrapes.
     pub interval_s: f64,
-    /// Demands by the utilization law, per station.
+    /// Demands by the utilization law of the stations the model solves:
+    /// `head-cpu`, `members-cpu` and `members-link` (the members work on
+    /// each job side by side, so each is the largest member's).
     pub demands: Vec<CalibratedDemand>,
+    /// The same per member (`mN-cpu`, `mN-link`).
+    pub member_demands: Vec<CalibratedDemand>,
     /// The paper's parameters with the calibrated CPU times and the
     /// measured link rate (`None` when they could not be derived).
     pub paper_params: Option<RaidParams>,
@@ -629,7 +635,7 @@ fn print_report(opts: &PresetOptions, report: &RaidReport, wall: Duration) -> Re
         md.push('\n');
         md.push_str(&jt.markdown());
         let mut d = Table::new(["station", "demand ms", "utilization"]);
-        for s in &j.demands {
+        for s in j.demands.iter().chain(&j.member_demands) {
             d.row([
                 s.name.clone(),
                 format!("{:.3}", s.demand * 1e3),
@@ -720,12 +726,17 @@ fn charts(report: &RaidReport) -> Vec<Chart> {
                 1,
             ),
             series(
-                "balanced job bounds",
+                "balanced job bound, lower",
                 pts(&|p| p.bjb_r[0] * 1e3),
                 LineStyle::Dashed,
                 2,
             ),
-            series("", pts(&|p| p.bjb_r[1] * 1e3), LineStyle::Dashed, 2),
+            series(
+                "balanced job bound, upper",
+                pts(&|p| p.bjb_r[1] * 1e3),
+                LineStyle::Dashed,
+                2,
+            ),
         ];
         if j.points.iter().all(|p| p.paper_r.is_some()) {
             r.push(series(
@@ -736,10 +747,7 @@ fn charts(report: &RaidReport) -> Vec<Chart> {
             ));
         }
         out.push(Chart {
-            title: format!(
-                "RAID 5 over 3, {} KiB random writes: response time",
-                JOB_BYTES >> 10
-            ),
+            title: format!("RAID 5, {} KiB writes: R(N)", JOB_BYTES >> 10),
             x_label: "concurrent jobs N".into(),
             y_label: "R(N) ms".into(),
             x_axis: XAxis::Linear,
@@ -748,7 +756,7 @@ fn charts(report: &RaidReport) -> Vec<Chart> {
             legend: Legend::UpperLeft,
         });
         out.push(Chart {
-            title: "throughput".into(),
+            title: "X(N)".into(),
             x_label: "concurrent jobs N".into(),
             y_label: "X(N) jobs/s".into(),
             x_axis: XAxis::Linear,
@@ -787,24 +795,37 @@ fn charts(report: &RaidReport) -> Vec<Chart> {
         }
         out.push(axes.chart("RAID 0 read throughput vs members", lines));
     }
-    let ratios: Vec<(f64, f64)> = report
-        .rows
-        .iter()
-        .filter(|r| r.case != "raid0" && r.case != "jobs")
-        .filter_map(|r| r.ratio)
-        .enumerate()
-        .map(|(i, x)| (i as f64 + 1.0, x))
-        .collect();
-    if !ratios.is_empty() {
-        let axes = Axes {
-            x_label: "row of the table (full-stripe, degraded, rebuild)".into(),
+    // The results the issue sets a ratio target for, beside the target.
+    let targets = [
+        ("full-stripe", "raid5 over 3", 1.8),
+        ("degraded", "raid5, member 1 cut off", 0.5),
+        ("rebuild", "", 0.8),
+    ];
+    let mut measured = Vec::new();
+    let mut wanted = Vec::new();
+    for (k, (case, config, target)) in targets.iter().enumerate() {
+        let found = report
+            .rows
+            .iter()
+            .find(|r| r.case == *case && (config.is_empty() || r.config == *config));
+        if let Some(ratio) = found.and_then(|r| r.ratio) {
+            measured.push((k as f64 + 1.0, ratio));
+            wanted.push((k as f64 + 1.0, *target));
+        }
+    }
+    if !measured.is_empty() {
+        out.push(Chart {
+            title: "1 full-stripe/one, 2 degraded/healthy, 3 rebuild/link".into(),
+            x_label: "result".into(),
             y_label: "ratio".into(),
             x_axis: XAxis::Linear,
-        };
-        out.push(axes.chart(
-            "each result against its reference",
-            vec![("ratio".into(), ratios)],
-        ));
+            y_log: false,
+            series: vec![
+                series("measured", measured, LineStyle::Markers, 0),
+                series("target", wanted, LineStyle::Markers, 1),
+            ],
+            legend: Legend::UpperLeft,
+        });
     }
     out
 }
@@ -866,45 +887,57 @@ fn jobs_model(
         .total_requests()
         .saturating_sub(head_before.counters.total_requests());
     let interval = head_after.at.duration_since(head_before.at).as_secs_f64();
-    let mut stations = vec![StationObservation {
-        name: "head-cpu".into(),
-        busy_seconds: cpu_delta(head_before, head_after)?,
+    let station = |name: String, busy_seconds: f64| StationObservation {
+        name,
+        busy_seconds,
         servers: 1,
         delay: false,
-    }];
+    };
+    let head_cpu = cpu_delta(head_before, head_after)?;
+    let mut each = vec![station("head-cpu".into(), head_cpu)];
     let mut member_cpu = Vec::new();
-    let mut member_bytes = Vec::new();
+    let mut link_busy = Vec::new();
     for (i, (a, b)) in members_before.iter().zip(members_after).enumerate() {
         let cpu = cpu_delta(a, b)?;
         member_cpu.push(cpu);
-        stations.push(StationObservation {
-            name: format!("m{i}-cpu"),
-            busy_seconds: cpu,
-            servers: 1,
-            delay: false,
-        });
+        each.push(station(format!("m{i}-cpu"), cpu));
         // A link is busy while it carries the member's payload: writes
         // go up to the member, reads come down from it.
         let m = bed.measured[i];
         let up = bytes_delta(a, b, "write");
         let down = bytes_delta(a, b, "read");
-        member_bytes.push(up + down);
-        stations.push(StationObservation {
-            name: format!("m{i}-link"),
-            busy_seconds: up / (m.up_mbit_s * 1e6 / 8.0) + down / (m.down_mbit_s * 1e6 / 8.0),
-            servers: 1,
-            delay: false,
-        });
+        let busy = up / (m.up_mbit_s * 1e6 / 8.0) + down / (m.down_mbit_s * 1e6 / 8.0);
+        link_busy.push(busy);
+        each.push(station(format!("m{i}-link"), busy));
     }
+    let per_member = Calibration {
+        interval_seconds: interval,
+        completions: jobs,
+        stations: each,
+    };
+    let mut member_demands = per_member
+        .demands()
+        .context("calibrating the RAID 5 model")?;
+    member_demands.retain(|d| d.name != "head-cpu");
+    // Each job's member I/O goes to every member at once and the job
+    // waits for all of them (a fork-join), which a product-form network
+    // cannot express: a network of a station per member would add up
+    // work that happens side by side. The members' CPUs are one station
+    // and their links another, each with the largest member's demand.
+    let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
     let cal = Calibration {
         interval_seconds: interval,
         completions: jobs,
-        stations,
+        stations: vec![
+            station("head-cpu".into(), head_cpu),
+            station("members-cpu".into(), max(&member_cpu)),
+            station("members-link".into(), max(&link_busy)),
+        ],
     };
     let demands = cal.demands().context("calibrating the RAID 5 model")?;
     let net = cal.network(0.0)?;
     let solved = exact_mva_points(&net, ns)?;
-    let paper_params = paper_params(&cal, bed, &member_cpu, jobs);
+    let paper_params = paper_params(head_cpu, bed, &member_cpu, jobs);
     let paper = paper_params.as_ref().and_then(|p| raid_curve(p, ns).ok());
     let mut points = Vec::new();
     for (k, &n) in ns.iter().enumerate() {
@@ -929,6 +962,7 @@ fn jobs_model(
         completions: jobs,
         interval_s: interval,
         demands,
+        member_demands,
         paper_params,
         points,
     })
@@ -938,18 +972,13 @@ fn jobs_model(
 /// CPU per stripe unit, T_snpro from the members' (per-packet times 0,
 /// so the measured CPU is all in the per-unit term), TRate_e the links'
 /// measured rate, no disk (memory exports).
-fn paper_params(
-    cal: &Calibration,
-    bed: &Bed<'_>,
-    member_cpu: &[f64],
-    jobs: u64,
-) -> Option<RaidParams> {
+fn paper_params(head_cpu: f64, bed: &Bed<'_>, member_cpu: &[f64], jobs: u64) -> Option<RaidParams> {
     if jobs == 0 || member_cpu.is_empty() {
         return None;
     }
     let c = jobs as f64;
     let units = f64::from(JOB_BYTES) / UNIT as f64;
-    let head_cpu = cal.stations.first()?.busy_seconds / c;
+    let head_cpu = head_cpu / c;
     let stp = 3.0;
     // D_Csn = T_snpro S_sn / (STP STU) with S_sn = S_mR / STP.
     let s_sn = f64::from(JOB_BYTES) * stp / (stp - 1.0) / stp;
