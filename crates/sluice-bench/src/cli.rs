@@ -698,6 +698,46 @@ mod tests {
         assert!(c.run.workloads().is_err());
     }
 
+    #[test]
+    fn link_rates_go_to_server_presets_only() {
+        let c = parse(&[
+            "raid",
+            "--quick",
+            "--link-rate",
+            "800M",
+            "--cases",
+            "jobs,raid0",
+        ])
+        .unwrap();
+        let Some(BenchCommand::Named(PresetCommand::Raid { common, raid })) = c.command else {
+            panic!("not the raid preset");
+        };
+        assert_eq!(
+            common.options(Driver::Own).link_rate,
+            Some(crate::link::LinkRate(800_000_000))
+        );
+        assert_eq!(
+            raid.cases,
+            Some(vec![
+                crate::raid_presets::RaidCase::Jobs,
+                crate::raid_presets::RaidCase::Raid0
+            ])
+        );
+        assert!(parse(&["san", "--link-rate", "fast"]).is_err());
+        assert!(parse(&["raid", "--cases", "tape"]).is_err());
+        // Presets whose servers cannot sit behind a link refuse the
+        // option before running anything.
+        for preset in ["pipelining", "filesystem", "objects"] {
+            let c = parse(&[preset, "--link-rate", "100M"]).unwrap();
+            let Some(BenchCommand::Named(p)) = c.command else {
+                panic!("{preset} did not parse as a preset");
+            };
+            let e = run_preset(p).unwrap_err();
+            assert!(is_usage_error(&e), "{preset}: {e:#}");
+            assert!(format!("{e}").contains("--link-rate"), "{preset}: {e}");
+        }
+    }
+
     /// A 4 MiB image filled with 0x77 and an embedded server serving it.
     fn filled_image() -> (tempfile::NamedTempFile, EmbeddedServer) {
         let image = tempfile::NamedTempFile::new().unwrap();

@@ -937,7 +937,13 @@ fn jobs_model(
     let demands = cal.demands().context("calibrating the RAID 5 model")?;
     let net = cal.network(0.0)?;
     let solved = exact_mva_points(&net, ns)?;
-    let paper_params = paper_params(head_cpu, bed, &member_cpu, jobs);
+    let rate = bed
+        .measured
+        .iter()
+        .take(3)
+        .map(|m| m.up_mbit_s)
+        .fold(f64::INFINITY, f64::min);
+    let paper_params = paper_params(head_cpu, &member_cpu, jobs, rate);
     let paper = paper_params.as_ref().and_then(|p| raid_curve(p, ns).ok());
     let mut points = Vec::new();
     for (k, &n) in ns.iter().enumerate() {
@@ -972,7 +978,12 @@ fn jobs_model(
 /// CPU per stripe unit, T_snpro from the members' (per-packet times 0,
 /// so the measured CPU is all in the per-unit term), TRate_e the links'
 /// measured rate, no disk (memory exports).
-fn paper_params(head_cpu: f64, bed: &Bed<'_>, member_cpu: &[f64], jobs: u64) -> Option<RaidParams> {
+fn paper_params(
+    head_cpu: f64,
+    member_cpu: &[f64],
+    jobs: u64,
+    rate_mbit_s: f64,
+) -> Option<RaidParams> {
     if jobs == 0 || member_cpu.is_empty() {
         return None;
     }
@@ -983,12 +994,6 @@ fn paper_params(head_cpu: f64, bed: &Bed<'_>, member_cpu: &[f64], jobs: u64) -> 
     // D_Csn = T_snpro S_sn / (STP STU) with S_sn = S_mR / STP.
     let s_sn = f64::from(JOB_BYTES) * stp / (stp - 1.0) / stp;
     let member = member_cpu.iter().sum::<f64>() / member_cpu.len() as f64 / c;
-    let rate = bed
-        .measured
-        .iter()
-        .take(3)
-        .map(|m| m.up_mbit_s)
-        .fold(f64::INFINITY, f64::min);
     let p = RaidParams {
         op: RaidOp::Write,
         job_bytes: f64::from(JOB_BYTES),
@@ -1003,7 +1008,7 @@ fn paper_params(head_cpu: f64, bed: &Bed<'_>, member_cpu: &[f64], jobs: u64) -> 
         storage_packet_time: 0.0,
         mss: 1448.0,
         frame_bytes: 1514.0,
-        ethernet_rate: rate * 1e6 / 8.0,
+        ethernet_rate: rate_mbit_s * 1e6 / 8.0,
         disk_seek: 0.0,
         disk_latency: 0.0,
         disk_rate: 1e12,
@@ -1165,4 +1170,26 @@ fn rebuild(bed: &mut Bed<'_>) -> Result<Vec<RaidRow>> {
     set_ratio(&mut r, link, "the new member's link");
     drop(fresh);
     Ok(vec![r])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_papers_equations_give_back_the_calibrated_cpu_demands() {
+        // 1000 jobs; the head busy 2 s, the members 0.3, 0.3 and 0.6 s.
+        let p = paper_params(2.0, &[0.3, 0.3, 0.6], 1000, 95.0).unwrap();
+        let d = p.demands().unwrap();
+        assert!((d.central_cpu - 2e-3).abs() < 1e-12, "{d:?}");
+        // The members' mean, 0.4 ms per job, at each storage server.
+        assert!((d.storage_cpu - 4e-4).abs() < 1e-12, "{d:?}");
+        // 192 KiB of data and parity per 128 KiB job over 95 Mbit/s.
+        let wire = f64::from(JOB_BYTES) * 1.5 / (95e6 / 8.0);
+        assert!((d.network - wire).abs() < 1e-12, "{d:?}");
+        // Memory exports: no seek, no rotation, no transfer to speak of.
+        assert!(d.disk < 1e-7, "{d:?}");
+        assert!(paper_params(2.0, &[0.3], 0, 95.0).is_none());
+        assert!(paper_params(2.0, &[], 10, 95.0).is_none());
+    }
 }
