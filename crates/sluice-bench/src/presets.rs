@@ -219,6 +219,14 @@ fn run_plan(opts: &PresetOptions, plan: Plan<'_>) -> Result<PresetReport> {
         progress: opts.progress,
     };
     let link = opts.link_rate.map(open_link).transpose()?;
+    let mut notes = plan.notes;
+    if link.is_some()
+        && m.targets
+            .iter()
+            .any(|t| matches!(t.kind, TargetKind::Local))
+    {
+        notes.push("local I/O has no network: it is not behind the link".into());
+    }
     let runs = matrix::run_behind(&m, link.as_ref().map(|l| &l.0));
     let name = plan.name;
     let summaries = matrix::summarise(&runs.runs, plan.baseline);
@@ -231,7 +239,7 @@ fn run_plan(opts: &PresetOptions, plan: Plan<'_>) -> Result<PresetReport> {
         rounds: opts.rounds,
         duration_s: plan.duration.as_secs_f64(),
         image_bytes: plan.image_bytes,
-        notes: plan.notes,
+        notes,
         link: link.map(|l| l.1),
         summaries,
         runs,
