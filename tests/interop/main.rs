@@ -28,6 +28,7 @@ mod qemu_img;
 mod qemu_io;
 mod raid;
 mod raid_admin;
+mod raid_cut;
 mod raw_protocol;
 mod reconnect;
 mod safety;

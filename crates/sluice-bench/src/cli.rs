@@ -57,7 +57,7 @@ enum BenchCommand {
     /// sluice, nbdkit, qemu-nbd and local I/O on one image, driven by
     /// sluice's client and by fio, interleaved rounds, ratios to a baseline.
     Compare(CompareArgs),
-    /// Run a named preset: pipelining, scaling, san, filesystem, objects.
+    /// Run a named preset: pipelining, scaling, san, filesystem, objects, raid.
     Preset {
         #[command(subcommand)]
         preset: PresetCommand,
@@ -128,6 +128,15 @@ enum PresetCommand {
         #[arg(long)]
         ceph_osd_pid: Option<u32>,
     },
+    /// The networked RAID paper on this host: members in network namespaces behind rate-limited
+    /// links (100 Mbit/s unless --link-rate); R(N) against MVA and bounds, RAID 0 and 5
+    /// throughput, degraded reads, rebuild.
+    Raid {
+        #[command(flatten)]
+        common: PresetArgs,
+        #[command(flatten)]
+        raid: crate::raid_presets::RaidArgs,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -169,6 +178,11 @@ struct PresetArgs {
     /// Never show progress bars.
     #[arg(long)]
     no_progress: bool,
+    /// Put each server process in a network namespace behind a veth link
+    /// shaped to this rate with tc tbf (e.g. 100M, 800mbit); the link's
+    /// measured RTT and bandwidth go with the results. Needs root.
+    #[arg(long, value_parser = |s: &str| s.parse::<crate::link::LinkRate>())]
+    link_rate: Option<crate::link::LinkRate>,
 }
 
 impl PresetArgs {
@@ -185,6 +199,19 @@ impl PresetArgs {
             targets: self.targets.clone(),
             driver: self.driver.unwrap_or(default_driver),
             progress: !self.no_progress,
+            link_rate: self.link_rate,
+        }
+    }
+
+    /// Refuses --link-rate for a preset whose servers cannot sit behind
+    /// a link (in-process, or reached through a local mount).
+    fn no_link(&self, preset: &str) -> Result<()> {
+        match self.link_rate {
+            Some(_) => Err(BenchUsageError(format!(
+                "--link-rate: the {preset} preset does not put its servers behind a link (compare, scaling, san and raid do)"
+            ))
+            .into()),
+            None => Ok(()),
         }
     }
 }
@@ -515,6 +542,7 @@ fn run_single(args: RunArgs) -> Result<()> {
 fn run_preset(p: PresetCommand) -> Result<()> {
     match p {
         PresetCommand::Pipelining { common, direct } => {
+            common.no_link("pipelining")?;
             let o = common.options(Driver::Own);
             presets::check_out_dir(&o.out_dir)?;
             presets::pipelining(&o, direct).map(drop)
@@ -530,6 +558,7 @@ fn run_preset(p: PresetCommand) -> Result<()> {
             presets::san(&o).map(drop)
         }
         PresetCommand::Filesystem { common } => {
+            common.no_link("filesystem")?;
             let o = common.options(Driver::Own);
             presets::check_out_dir(&o.out_dir)?;
             crate::fsbench::filesystem(&o).map(drop)
@@ -543,6 +572,7 @@ fn run_preset(p: PresetCommand) -> Result<()> {
             ceph_pool,
             ceph_osd_pid,
         } => {
+            common.no_link("objects")?;
             let o = common.options(Driver::Own);
             presets::check_out_dir(&o.out_dir)?;
             let report = crate::objects::objects(&crate::objects::ObjectsOptions {
@@ -562,6 +592,15 @@ fn run_preset(p: PresetCommand) -> Result<()> {
             })?;
             if report.samples.is_empty() {
                 bail!("every run failed; see the messages above");
+            }
+            Ok(())
+        }
+        PresetCommand::Raid { common, raid } => {
+            let o = common.options(Driver::Own);
+            presets::check_out_dir(&o.out_dir)?;
+            let report = crate::raid_presets::raid(&o, &raid)?;
+            if report.rows.is_empty() {
+                bail!("every experiment failed; see the messages above");
             }
             Ok(())
         }
@@ -657,6 +696,46 @@ mod tests {
         assert!(parse(&["compare", "--rounds", "0"]).is_err());
         let c = parse(&["--bs", "64M"]).unwrap();
         assert!(c.run.workloads().is_err());
+    }
+
+    #[test]
+    fn link_rates_go_to_server_presets_only() {
+        let c = parse(&[
+            "raid",
+            "--quick",
+            "--link-rate",
+            "800M",
+            "--cases",
+            "jobs,raid0",
+        ])
+        .unwrap();
+        let Some(BenchCommand::Named(PresetCommand::Raid { common, raid })) = c.command else {
+            panic!("not the raid preset");
+        };
+        assert_eq!(
+            common.options(Driver::Own).link_rate,
+            Some(crate::link::LinkRate(800_000_000))
+        );
+        assert_eq!(
+            raid.cases,
+            Some(vec![
+                crate::raid_presets::RaidCase::Jobs,
+                crate::raid_presets::RaidCase::Raid0
+            ])
+        );
+        assert!(parse(&["san", "--link-rate", "fast"]).is_err());
+        assert!(parse(&["raid", "--cases", "tape"]).is_err());
+        // Presets whose servers cannot sit behind a link refuse the
+        // option before running anything.
+        for preset in ["pipelining", "filesystem", "objects"] {
+            let c = parse(&[preset, "--link-rate", "100M"]).unwrap();
+            let Some(BenchCommand::Named(p)) = c.command else {
+                panic!("{preset} did not parse as a preset");
+            };
+            let e = run_preset(p).unwrap_err();
+            assert!(is_usage_error(&e), "{preset}: {e:#}");
+            assert!(format!("{e}").contains("--link-rate"), "{preset}: {e}");
+        }
     }
 
     /// A 4 MiB image filled with 0x77 and an embedded server serving it.

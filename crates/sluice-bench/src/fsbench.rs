@@ -416,6 +416,7 @@ pub fn filesystem(opts: &PresetOptions) -> Result<PresetReport> {
         duration_s: duration.as_secs_f64(),
         image_bytes: size,
         notes,
+        link: None,
         summaries,
         runs,
     };

@@ -11,6 +11,7 @@
 //! - [`matrix`]: cases × targets × drivers, interleaved over rounds, with
 //!   medians, spread and ratios ([`stats`]).
 //! - [`presets`] and [`fsbench`]: the papers' experiments and `compare`;
+//!   [`raid_presets`]: networked RAID with members behind [`link`]s;
 //!   [`objects`]: the native object protocol against its peers (NBD, Ceph);
 //!   [`report`] and [`plot`]: tables, CSV, JSON, SVG/PNG.
 //! - [`cli`]: the command line; the `sluice` binary flattens
@@ -20,12 +21,14 @@ pub mod cli;
 pub mod cpu;
 pub mod fsbench;
 pub mod hist;
+pub mod link;
 pub mod machine;
 pub mod matrix;
 pub mod objects;
 pub mod peers;
 pub mod plot;
 pub mod presets;
+pub mod raid_presets;
 pub mod report;
 pub mod runner;
 pub mod stats;

@@ -14,6 +14,7 @@ use anyhow::Result;
 use serde::Serialize;
 use sluice_model::text::{compact, scaled, Table};
 
+use crate::link::Link;
 use crate::peers::{self, FioTarget, PeerKind, PeerServer, PeerSpec, QEMU_NBD_SHARED};
 use crate::runner::{self, Endpoint, RunOptions, RunResult, ServerCpu};
 use crate::stats::{median, ratio, Spread};
@@ -122,10 +123,15 @@ enum Started {
     Embedded(EmbeddedServer),
 }
 
-fn start(entry: &TargetEntry, image: &std::path::Path) -> Result<Started> {
+/// Starts a target; a server process behind `link` when one is given
+/// (local I/O has no network and is measured as it is).
+fn start(entry: &TargetEntry, image: &std::path::Path, link: Option<&Link>) -> Result<Started> {
     Ok(match &entry.kind {
         TargetKind::Local => Started::Local,
-        TargetKind::Peer(spec) => Started::Peer(PeerServer::start(spec, image)?),
+        TargetKind::Peer(spec) => Started::Peer(PeerServer::start_behind(spec, image, link)?),
+        TargetKind::Embedded(_) if link.is_some() => anyhow::bail!(
+            "the embedded server runs inside the bench's process and cannot sit behind a link; use a server process (sluice, nbdkit, qemu-nbd)"
+        ),
         TargetKind::Embedded(cfg) => Started::Embedded(EmbeddedServer::start(cfg)?),
     })
 }
@@ -188,13 +194,19 @@ fn run_one(
 
 /// Runs the matrix, printing one line per run to stderr.
 pub fn run(m: &Matrix) -> MatrixRuns {
+    run_behind(m, None)
+}
+
+/// Runs the matrix with every server process behind `link` (one target
+/// at a time, so they share it), printing one line per run to stderr.
+pub fn run_behind(m: &Matrix, link: Option<&Link>) -> MatrixRuns {
     let t0 = Instant::now();
     let mut out = MatrixRuns::default();
     let n = m.targets.len();
     for round in 0..m.rounds {
         for k in 0..n {
             let entry = &m.targets[(k + round as usize) % n];
-            let started = match start(entry, &m.image) {
+            let started = match start(entry, &m.image, link) {
                 Ok(s) => s,
                 Err(e) => {
                     eprintln!("round {round}: {}: {e:#}", entry.label);

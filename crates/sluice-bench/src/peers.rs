@@ -3,7 +3,7 @@
 
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
-use std::net::{TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -13,6 +13,7 @@ use sluice_client::{NbdUri, Target as NbdTarget};
 
 use crate::cpu;
 use crate::hist::LatencySummary;
+use crate::link::Link;
 use crate::runner::RunResult;
 use crate::workload::{Limit, Pattern, Rw, Workload};
 
@@ -44,13 +45,19 @@ pub struct PeerSpec {
 impl PeerSpec {
     /// The command line serving `image` on 127.0.0.1:`port`.
     pub fn argv(&self, image: &Path, port: u16) -> Vec<String> {
+        self.argv_at(image, IpAddr::V4(Ipv4Addr::LOCALHOST), port)
+    }
+
+    /// The command line serving `image` on `host`:`port`.
+    pub fn argv_at(&self, image: &Path, host: IpAddr, port: u16) -> Vec<String> {
+        let host_s = host.to_string();
         let img = image.display().to_string();
         let p = port.to_string();
         let prog = self.program.display().to_string();
         let shared = QEMU_NBD_SHARED.to_string();
         let v: Vec<&str> = match self.kind {
             PeerKind::Sluice => vec![&prog, "serve", "--listen", "", "--export", ""],
-            PeerKind::Nbdkit => vec![&prog, "-f", "-p", &p, "-i", "127.0.0.1", "file", &img],
+            PeerKind::Nbdkit => vec![&prog, "-f", "-p", &p, "-i", &host_s, "file", &img],
             PeerKind::QemuNbd => vec![
                 &prog,
                 "-f",
@@ -58,7 +65,7 @@ impl PeerSpec {
                 "-p",
                 &p,
                 "-b",
-                "127.0.0.1",
+                &host_s,
                 "-t",
                 "-e",
                 &shared,
@@ -69,7 +76,7 @@ impl PeerSpec {
         };
         let mut v: Vec<String> = v.into_iter().map(str::to_owned).collect();
         if self.kind == PeerKind::Sluice {
-            v[3] = format!("127.0.0.1:{port}");
+            v[3] = std::net::SocketAddr::new(host, port).to_string();
             v[5] = format!("default=file:{img}");
         }
         v
@@ -166,6 +173,7 @@ pub fn free_port() -> Result<u16> {
 pub struct PeerServer {
     child: Option<Child>,
     kind: PeerKind,
+    host: IpAddr,
     port: u16,
     label: String,
     log: tempfile::NamedTempFile,
@@ -174,10 +182,39 @@ pub struct PeerServer {
 impl PeerServer {
     /// Starts `spec` on `image` and waits until it accepts connections.
     pub fn start(spec: &PeerSpec, image: &Path) -> Result<Self> {
-        let port = free_port()?;
-        let argv = spec.argv(image, port);
+        Self::start_behind(spec, image, None)
+    }
+
+    /// Starts `spec` on `image`, inside `link`'s namespace listening on
+    /// its server address when a link is given (else on 127.0.0.1).
+    pub fn start_behind(spec: &PeerSpec, image: &Path, link: Option<&Link>) -> Result<Self> {
+        let (host, port) = match link {
+            Some(l) => (IpAddr::V4(l.server_addr()), l.free_port()?),
+            None => (IpAddr::V4(Ipv4Addr::LOCALHOST), free_port()?),
+        };
+        let argv = spec.argv_at(image, host, port);
+        Self::launch(&spec.label, spec.kind, &argv, (host, port), link)
+    }
+
+    /// Runs `argv` (a server that will listen on `addr`), inside `link`'s
+    /// namespace when given, and waits until it accepts connections.
+    pub fn launch(
+        label: &str,
+        kind: PeerKind,
+        argv: &[String],
+        addr: (IpAddr, u16),
+        link: Option<&Link>,
+    ) -> Result<Self> {
+        let (host, port) = addr;
+        let Some(program) = argv.first() else {
+            bail!("{label}: an empty command line");
+        };
         let log = tempfile::NamedTempFile::new().context("cannot create a server log file")?;
-        let child = Command::new(&argv[0])
+        let mut command = match link {
+            Some(l) => l.command(program),
+            None => Command::new(program),
+        };
+        let child = command
             .args(&argv[1..])
             .stdin(Stdio::null())
             .stdout(log.reopen().context("cannot open the server log")?)
@@ -187,13 +224,14 @@ impl PeerServer {
             .with_context(|| format!("cannot start {}", argv.join(" ")))?;
         let mut me = Self {
             child: Some(child),
-            kind: spec.kind,
+            kind,
+            host,
             port,
-            label: spec.label.clone(),
+            label: label.to_owned(),
             log,
         };
         me.wait_listening(Duration::from_secs(20))
-            .with_context(|| format!("{} did not start: {}", spec.label, argv.join(" ")))?;
+            .with_context(|| format!("{label} did not start: {}", argv.join(" ")))?;
         Ok(me)
     }
 
@@ -205,7 +243,7 @@ impl PeerServer {
                     bail!("exited with {status}: {}", self.log_tail());
                 }
             }
-            if TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            if TcpStream::connect((self.host, self.port)).is_ok() {
                 return Ok(());
             }
             if Instant::now() >= end {
@@ -215,7 +253,8 @@ impl PeerServer {
         }
     }
 
-    fn log_tail(&self) -> String {
+    /// The end of its log (stdout and stderr), on one line.
+    pub fn log_tail(&self) -> String {
         let Ok(mut f) = File::open(self.log.path()) else {
             return String::new();
         };
@@ -238,12 +277,17 @@ impl PeerServer {
 
     /// Its default export.
     pub fn uri(&self) -> NbdUri {
-        NbdUri::new(NbdTarget::Tcp(format!("127.0.0.1:{}", self.port)), "")
+        NbdUri::new(NbdTarget::Tcp(self.address()), "")
     }
 
-    /// `nbd://127.0.0.1:PORT/`, for fio.
+    /// `nbd://HOST:PORT/`, for fio.
     pub fn uri_string(&self) -> String {
-        format!("nbd://127.0.0.1:{}/", self.port)
+        format!("nbd://{}/", self.address())
+    }
+
+    /// `HOST:PORT`, where it listens.
+    pub fn address(&self) -> String {
+        std::net::SocketAddr::new(self.host, self.port).to_string()
     }
 
     /// Its label.

@@ -12,6 +12,7 @@ use sluice_model::text::{compact, scaled, Table};
 use sluice_server::PipelineMode;
 use sluice_types::format_size;
 
+use crate::link::{Link, LinkMeasurement, LinkRate};
 use crate::machine::Machine;
 use crate::matrix::{self, Driver, Matrix, MatrixRuns, Summary, TargetEntry, TargetKind};
 use crate::peers;
@@ -45,6 +46,9 @@ pub struct PresetOptions {
     pub driver: Driver,
     /// Progress bars on a terminal.
     pub progress: bool,
+    /// Put the server processes behind a link limited to this rate
+    /// (`--link-rate`); `None`: loopback.
+    pub link_rate: Option<LinkRate>,
 }
 
 impl PresetOptions {
@@ -138,6 +142,9 @@ pub struct PresetReport {
     pub image_bytes: u64,
     /// Notes (skipped targets, caveats).
     pub notes: Vec<String>,
+    /// The link the servers were behind (`--link-rate`), as measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link: Option<LinkMeasurement>,
     /// Medians over rounds.
     pub summaries: Vec<Summary>,
     /// Every run.
@@ -211,7 +218,16 @@ fn run_plan(opts: &PresetOptions, plan: Plan<'_>) -> Result<PresetReport> {
         image: plan.image.path().to_path_buf(),
         progress: opts.progress,
     };
-    let runs = matrix::run(&m);
+    let link = opts.link_rate.map(open_link).transpose()?;
+    let mut notes = plan.notes;
+    if link.is_some()
+        && m.targets
+            .iter()
+            .any(|t| matches!(t.kind, TargetKind::Local))
+    {
+        notes.push("local I/O has no network: it is not behind the link".into());
+    }
+    let runs = matrix::run_behind(&m, link.as_ref().map(|l| &l.0));
     let name = plan.name;
     let summaries = matrix::summarise(&runs.runs, plan.baseline);
     let report = PresetReport {
@@ -223,7 +239,8 @@ fn run_plan(opts: &PresetOptions, plan: Plan<'_>) -> Result<PresetReport> {
         rounds: opts.rounds,
         duration_s: plan.duration.as_secs_f64(),
         image_bytes: plan.image_bytes,
-        notes: plan.notes,
+        notes,
+        link: link.map(|l| l.1),
         summaries,
         runs,
     };
@@ -243,6 +260,9 @@ fn print_header(report: &PresetReport) {
         report.preset, report.rounds, report.duration_s, report.runs.wall_s
     );
     println!("machine: {}", report.machine.line());
+    if let Some(l) = &report.link {
+        println!("{}", l.line());
+    }
     for n in &report.notes {
         println!("note: {n}");
     }
@@ -255,6 +275,17 @@ fn print_header(report: &PresetReport) {
             );
         }
     }
+}
+
+/// A link at `rate` for the servers, measured (and the measurement
+/// printed) before anything runs over it.
+pub fn open_link(rate: LinkRate) -> Result<(Link, LinkMeasurement)> {
+    let link = Link::create(Some(rate)).context(
+        "--link-rate needs root, network namespaces, veth and tc tbf (iproute2), which are not usable here",
+    )?;
+    let m = link.measure()?;
+    eprintln!("{} ({})", m.line(), link.namespace().name());
+    Ok((link, m))
 }
 
 fn labels(targets: &[TargetEntry]) -> Vec<String> {

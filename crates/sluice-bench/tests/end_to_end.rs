@@ -118,6 +118,7 @@ fn objects_preset_runs_with_tiny_sizes() {
             targets: None,
             driver: Driver::Own,
             progress: false,
+            link_rate: None,
         },
         dir: Some(store.path().to_path_buf()),
         query_objects: Some(300),
