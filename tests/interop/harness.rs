@@ -1,7 +1,7 @@
 //! Shared plumbing for the interop tests: start a `sluice serve` on an
 //! OS-chosen port, run external NBD clients with a time limit, make test data.
 
-use rustix::process::{kill_process, Pid, Signal};
+use rustix::process::{kill_process, kill_process_group, Pid, Signal};
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
@@ -204,6 +204,9 @@ impl Cmd {
             .stdin(stdin)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        // Its own process group, so that the time limit can stop what it
+        // started too (fio's job processes keep the output pipes open).
+        std::os::unix::process::CommandExt::process_group(&mut self.cmd, 0);
         let start = Instant::now();
         let mut child = self
             .cmd
@@ -225,7 +228,14 @@ impl Cmd {
                 Err(e) => panic!("waiting for `{}`: {e}", self.display),
             }
             if start.elapsed() > self.timeout {
-                let _ = child.kill();
+                match Pid::from_raw(child.id() as i32) {
+                    Some(group) => {
+                        let _ = kill_process_group(group, Signal::KILL);
+                    }
+                    None => {
+                        let _ = child.kill();
+                    }
+                }
                 let _ = child.wait();
                 let stdout = out_reader.join().unwrap_or_default();
                 let stderr = err_reader.join().unwrap_or_default();
