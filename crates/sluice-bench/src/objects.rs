@@ -28,7 +28,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sluice_client::obj::{
-    AttrChange, DataOptions, ObjClient, ObjOptions, ObjRequest, ObjResponse, Segment, Value,
+    AttrChange, DataOptions, MergePolicy, ObjClient, ObjOptions, ObjRequest, ObjResponse, Segment,
+    Value,
 };
 use sluice_client::{NbdUri, ObjUri, Target};
 use sluice_model::text::{compact, Table};
@@ -398,6 +399,9 @@ impl ObjServer {
     fn client(&self, in_flight: usize) -> Result<ObjClient> {
         let options = ObjOptions {
             max_in_flight: in_flight.max(1),
+            // The rows here compare DDTs and one request per segment:
+            // no temporal merge behind them.
+            merge: MergePolicy::Off,
             ..ObjOptions::default()
         };
         ObjClient::connect(&self.obj_uri, &options)
