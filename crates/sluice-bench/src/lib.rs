@@ -12,6 +12,7 @@
 //!   medians, spread and ratios ([`stats`]).
 //! - [`presets`] and [`fsbench`]: the papers' experiments and `compare`;
 //!   [`objects`]: the native object protocol against its peers (NBD, Ceph);
+//!   [`merge`]: temporal merge in the object client;
 //!   [`report`] and [`plot`]: tables, CSV, JSON, SVG/PNG.
 //! - [`cli`]: the command line; the `sluice` binary flattens
 //!   [`cli::BenchCli`] into its `bench` subcommand.
@@ -22,6 +23,7 @@ pub mod fsbench;
 pub mod hist;
 pub mod machine;
 pub mod matrix;
+pub mod merge;
 pub mod objects;
 pub mod peers;
 pub mod plot;

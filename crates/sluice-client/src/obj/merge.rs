@@ -306,8 +306,12 @@ mod tests {
         let share = drive(&mut c, 32, 10_000.0, 13_000.0, 100);
         assert!(share > 0.8, "merged in {share} of the windows");
         assert_eq!(c.threshold(), Some(32));
+        assert!(c.levels[level_of(32)].merge);
+        // In a merging window: two or more waiting, some in flight.
+        c.merging = true;
         assert!(c.should_merge(31, 5));
         assert!(!c.should_merge(31, 1));
+        assert!(!c.should_merge(0, 5));
     }
 
     #[test]

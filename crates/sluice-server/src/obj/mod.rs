@@ -153,7 +153,11 @@ impl ObjSession {
             Ok(m) => m,
             Err(rejected) => return self.reject(&rejected, received, d),
         };
+        // Every member is handed on as it is split (to the pool, where
+        // they run in parallel); nothing here waits for one to finish.
+        let mut count = 0;
         for (mh, member_payload) in members {
+            count += 1;
             if mh.opcode == Opcode::Disconnect.wire() {
                 // Closing from inside a batch would cut off its siblings'
                 // replies: refused like any malformed member.
@@ -182,6 +186,7 @@ impl ObjSession {
                 received,
             );
         }
+        self.exec.metrics.objects.record_batch(count);
     }
 }
 
