@@ -316,7 +316,9 @@ fn run_one(
                     ops += n;
                     hist.merge(&h);
                 }
-                Ok(Err(e)) => first_error = first_error.or(Some(e)),
+                Ok(Err(e)) => {
+                    first_error.get_or_insert(e);
+                }
                 Err(_) => anyhow::bail!("a writer thread panicked"),
             }
         }
