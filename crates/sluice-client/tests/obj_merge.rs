@@ -43,11 +43,16 @@ impl Fixture {
 
     /// Batch frames the server has split so far.
     fn batches(&self) -> u64 {
+        self.metric("sluice_obj_batches_total")
+    }
+
+    /// The value of the series `name` (with its labels) on the server.
+    fn metric(&self, name: &str) -> u64 {
         let body = self.server.scrape();
         body.lines()
-            .find_map(|l| l.strip_prefix("sluice_obj_batches_total "))
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
             .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| panic!("no sluice_obj_batches_total in\n{body}"))
+            .unwrap_or_else(|| panic!("no {name} in\n{body}"))
     }
 
     /// Objects to write into.
@@ -211,6 +216,41 @@ fn pipelined_requests_merge_under_always_and_keep_their_replies() {
         }
     }
     assert!(f.batches() > after_writes);
+}
+
+#[test]
+fn pipelined_merges_stay_under_the_in_flight_count() {
+    let f = start();
+    let object = f.objects(1)[0];
+    let options = ObjOptions {
+        max_in_flight: 8,
+        merge: MergePolicy::Always,
+        ..ObjOptions::default()
+    };
+    let mut c = ObjClient::connect(&f.server.obj_uri().parse().unwrap(), &options).unwrap();
+    let data = pattern(3, 4096);
+    let opts = DataOptions::default();
+    let segs: Vec<[Segment; 1]> = (0..1000).map(|i| [seg(i * 4096, 4096)]).collect();
+    let reqs: Vec<ObjRequest<'_>> = segs
+        .iter()
+        .map(|s| ObjRequest::Write {
+            object,
+            segments: s,
+            data: &data,
+            options: &opts,
+        })
+        .collect();
+    for r in c.pipeline(&reqs) {
+        r.unwrap();
+    }
+    let frames = f.batches();
+    assert!(frames > 0);
+    // Every frame had at most 8 members.
+    assert_eq!(
+        f.metric("sluice_obj_batch_members_bucket{le=\"8\"}"),
+        frames
+    );
+    assert_eq!(f.metric("sluice_obj_batch_members_count"), frames);
 }
 
 #[test]

@@ -208,7 +208,14 @@ impl Link {
                 && (flight.count == 0 || flight.cost + cost(&wires[next]) <= WINDOW_BYTES)
             {
                 if batch || self.merge.should_merge(flight.count, wires.len() - next) {
-                    next = self.queue_frame(wires, next, &mut flight);
+                    // A merge stays under the in-flight count; an explicit
+                    // batch fills its frames as before.
+                    let room = if batch {
+                        usize::MAX
+                    } else {
+                        max_in_flight - flight.count
+                    };
+                    next = self.queue_frame(wires, next, room, &mut flight);
                 } else {
                     let id = self.queue(&wires[next]);
                     flight.add(id, next, cost(&wires[next]));
@@ -289,10 +296,17 @@ impl Link {
     }
 
     /// Encodes a batch frame of the wires from `first` while they fit one
-    /// frame (payload and member count) and the window; returns the index
-    /// after the last member. A single member (or one too large for any
-    /// frame) goes as a plain request.
-    fn queue_frame(&mut self, wires: &[Wire<'_>], first: usize, flight: &mut InFlight) -> usize {
+    /// frame (payload and member count), the window and the `room` left
+    /// under the in-flight count; returns the index after the last
+    /// member. A single member (or one too large for any frame) goes as
+    /// a plain request.
+    fn queue_frame(
+        &mut self,
+        wires: &[Wire<'_>],
+        first: usize,
+        room: usize,
+        flight: &mut InFlight,
+    ) -> usize {
         let limits = self.session.limits;
         let mut end = first;
         let mut body = 0u64;
@@ -300,6 +314,7 @@ impl Link {
         while let Some(w) = wires.get(end) {
             let fits = body + w.frame_len() <= u64::from(limits.max_payload)
                 && ((end - first) as u32) < limits.max_batch
+                && end - first < room
                 && flight.cost + frame_cost + cost(w) <= WINDOW_BYTES;
             if !fits && end > first {
                 break;
