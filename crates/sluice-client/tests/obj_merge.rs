@@ -7,7 +7,7 @@
 
 use proptest::prelude::*;
 use sluice_client::obj::{
-    DataOptions, MergePolicy, ObjClient, ObjOptions, ObjRequest, ObjResponse, Segment,
+    DataOptions, Features, MergePolicy, ObjClient, ObjOptions, ObjRequest, ObjResponse, Segment,
     SharedObjClient,
 };
 use sluice_client::ObjUri;
@@ -251,6 +251,31 @@ fn pipelined_merges_stay_under_the_in_flight_count() {
         frames
     );
     assert_eq!(f.metric("sluice_obj_batch_members_count"), frames);
+}
+
+#[test]
+fn the_uri_policy_wins_and_no_batch_feature_means_off() {
+    let f = start();
+    let options = ObjOptions {
+        merge: MergePolicy::Off,
+        ..ObjOptions::default()
+    };
+    let c = SharedObjClient::connect(&f.uri(MergePolicy::Always), &options).unwrap();
+    assert_eq!(c.merge_policy(), MergePolicy::Always);
+    let plain: ObjUri = f.server.obj_uri().parse().unwrap();
+    let c = SharedObjClient::connect(&plain, &options).unwrap();
+    assert_eq!(c.merge_policy(), MergePolicy::Off);
+    // Without batch frames negotiated nothing can merge, whatever is asked.
+    let options = ObjOptions {
+        features: Features::default(),
+        merge: MergePolicy::Always,
+        ..ObjOptions::default()
+    };
+    let c = SharedObjClient::connect(&f.uri(MergePolicy::Always), &options).unwrap();
+    assert_eq!(c.merge_policy(), MergePolicy::Off);
+    let objects = f.objects(8);
+    hammer(&c, &objects, 50);
+    assert_eq!(f.batches(), 0);
 }
 
 #[test]
