@@ -57,7 +57,7 @@ enum BenchCommand {
     /// sluice, nbdkit, qemu-nbd and local I/O on one image, driven by
     /// sluice's client and by fio, interleaved rounds, ratios to a baseline.
     Compare(CompareArgs),
-    /// Run a named preset: pipelining, scaling, san, filesystem, objects, raid.
+    /// Run a named preset: pipelining, scaling, san, filesystem, objects, raid, merge.
     Preset {
         #[command(subcommand)]
         preset: PresetCommand,
@@ -136,6 +136,18 @@ enum PresetCommand {
         common: PresetArgs,
         #[command(flatten)]
         raid: crate::raid_presets::RaidArgs,
+    },
+    /// Temporal merge in the object client: 4 KiB random object writes from 1-64 threads over one
+    /// connection, merge off vs always vs adaptive, and latency at queue depth 1.
+    Merge {
+        #[command(flatten)]
+        common: PresetArgs,
+        /// Folder for the object store (default: a temporary folder).
+        #[arg(long)]
+        dir: Option<PathBuf>,
+        /// Thread counts, comma-separated (default: 1,2,4,8,16,32,64).
+        #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(usize))]
+        workers: Option<Vec<usize>>,
     },
 }
 
@@ -601,6 +613,26 @@ fn run_preset(p: PresetCommand) -> Result<()> {
             let report = crate::raid_presets::raid(&o, &raid)?;
             if report.rows.is_empty() {
                 bail!("every experiment failed; see the messages above");
+            }
+            Ok(())
+        }
+        PresetCommand::Merge {
+            common,
+            dir,
+            workers,
+        } => {
+            let o = common.options(Driver::Own);
+            presets::check_out_dir(&o.out_dir)?;
+            if workers.as_ref().is_some_and(|w| w.contains(&0)) {
+                return Err(BenchUsageError("--workers: thread counts start at 1".into()).into());
+            }
+            let report = crate::merge::merge(&crate::merge::MergeOptions {
+                preset: o,
+                dir,
+                workers,
+            })?;
+            if report.samples.is_empty() {
+                bail!("every run failed; see the messages above");
             }
             Ok(())
         }

@@ -13,6 +13,7 @@
 //! - [`presets`] and [`fsbench`]: the papers' experiments and `compare`;
 //!   [`raid_presets`]: networked RAID with members behind [`link`]s;
 //!   [`objects`]: the native object protocol against its peers (NBD, Ceph);
+//!   [`merge`]: temporal merge in the object client;
 //!   [`report`] and [`plot`]: tables, CSV, JSON, SVG/PNG.
 //! - [`cli`]: the command line; the `sluice` binary flattens
 //!   [`cli::BenchCli`] into its `bench` subcommand.
@@ -24,6 +25,7 @@ pub mod hist;
 pub mod link;
 pub mod machine;
 pub mod matrix;
+pub mod merge;
 pub mod objects;
 pub mod peers;
 pub mod plot;

@@ -28,7 +28,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sluice_client::obj::{
-    AttrChange, DataOptions, ObjClient, ObjOptions, ObjRequest, ObjResponse, Segment, Value,
+    AttrChange, DataOptions, MergePolicy, ObjClient, ObjOptions, ObjRequest, ObjResponse, Segment,
+    Value,
 };
 use sluice_client::{NbdUri, ObjUri, Target};
 use sluice_model::text::{compact, Table};
@@ -244,7 +245,7 @@ fn steal_since(before: (u64, u64)) -> f64 {
     }
 }
 
-fn load1() -> f64 {
+pub(crate) fn load1() -> f64 {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse().ok())
@@ -349,16 +350,16 @@ pub fn summarise(samples: &[ObjSample]) -> Vec<ObjSummary> {
 // ---------------------------------------------------------------- server
 
 /// An in-process sluice server with an object store and one file export
-/// (`bench`) in the same folder.
-struct ObjServer {
-    obj_uri: ObjUri,
+/// (`bench`) in the same folder (also the `merge` preset's).
+pub(crate) struct ObjServer {
+    pub(crate) obj_uri: ObjUri,
     nbd_uri: NbdUri,
     handle: ServerHandle,
     thread: Option<std::thread::JoinHandle<Result<(), sluice_server::ServerError>>>,
 }
 
 impl ObjServer {
-    fn start(dir: &Path, export_size: u64) -> Result<Self> {
+    pub(crate) fn start(dir: &Path, export_size: u64) -> Result<Self> {
         let any = ListenAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], 0)));
         let config = ServerConfig {
             listen: vec![any.clone()],
@@ -398,6 +399,9 @@ impl ObjServer {
     fn client(&self, in_flight: usize) -> Result<ObjClient> {
         let options = ObjOptions {
             max_in_flight: in_flight.max(1),
+            // The rows here compare DDTs and one request per segment:
+            // no temporal merge behind them.
+            merge: MergePolicy::Off,
             ..ObjOptions::default()
         };
         ObjClient::connect(&self.obj_uri, &options)

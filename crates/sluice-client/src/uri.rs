@@ -23,6 +23,7 @@ use std::str::FromStr;
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, CONTROLS};
 use url::{Host, Url};
 
+use crate::obj::MergePolicy;
 use crate::transport::CA_CERT_FILE;
 use crate::ClientError;
 
@@ -278,12 +279,15 @@ pub const DEFAULT_OBJ_SERVER: &str = "sluice://127.0.0.1:10810";
 /// sluices://HOST[:PORT]?tls-certificates=DIR[&partition=N]
 /// sluice+unix:///PATH[?partition=N]        Unix-domain socket at /PATH
 /// sluices+unix:///PATH?tls-certificates=DIR
+/// sluice://HOST?merge=off                  any of them with a merge policy
 /// ```
 ///
 /// `tls-certificates` is the same directory as for `nbds://` (the CA the
 /// client trusts, and optionally the client's own certificate and key).
 /// `partition` (decimal or `0x` hex) selects a partition other than the
-/// default one. Other parameters are ignored.
+/// default one. `merge` (`off`, `always`, `adaptive`) sets the client's
+/// temporal merge policy ([`MergePolicy`]), overriding the one in its
+/// options. Other parameters are ignored.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjUri {
     /// The server.
@@ -292,6 +296,8 @@ pub struct ObjUri {
     pub tls: Option<TlsSettings>,
     /// The partition to select (`None`: the default partition).
     pub partition: Option<u64>,
+    /// The temporal merge policy (`None`: the client options' own).
+    pub merge: Option<MergePolicy>,
 }
 
 impl ObjUri {
@@ -301,6 +307,7 @@ impl ObjUri {
             target,
             tls: None,
             partition: None,
+            merge: None,
         }
     }
 
@@ -313,6 +320,12 @@ impl ObjUri {
     /// The same URI selecting `partition`.
     pub fn with_partition(mut self, partition: u64) -> Self {
         self.partition = Some(partition);
+        self
+    }
+
+    /// The same URI with a merge policy.
+    pub fn with_merge(mut self, merge: MergePolicy) -> Self {
+        self.merge = Some(merge);
         self
     }
 }
@@ -350,6 +363,10 @@ impl fmt::Display for ObjUri {
         }
         if let Some(p) = self.partition {
             write!(f, "{sep}partition={p}")?;
+            sep = '&';
+        }
+        if let Some(m) = self.merge {
+            write!(f, "{sep}merge={m}")?;
         }
         Ok(())
     }
@@ -407,10 +424,12 @@ impl FromStr for ObjUri {
         check_plain_url(&url, "object server").map_err(bad)?;
         let mut certificates = None;
         let mut partition = None;
+        let mut merge = None;
         for (key, value) in url.query_pairs() {
             match &*key {
                 "tls-certificates" => certificates = Some(PathBuf::from(value.into_owned())),
                 "partition" => partition = Some(parse_partition(&value).map_err(bad)?),
+                "merge" => merge = Some(value.parse().map_err(|e| bad(format!("merge: {e}")))?),
                 _ => tracing::debug!(uri, %key, "ignoring unknown object server URI parameter"),
             }
         }
@@ -447,6 +466,7 @@ impl FromStr for ObjUri {
             target,
             tls,
             partition,
+            merge,
         })
     }
 }
@@ -601,6 +621,13 @@ mod tests {
         assert!(obj_reason("sluice://").contains("missing host"));
         assert!(obj_reason("sluice://h/x").contains("no path"));
         assert!(obj_reason("sluice://h?partition=x").contains("partition"));
+        assert!(obj_reason("sluice://h?merge=sometimes").contains("merge"));
+        assert_eq!(
+            obj("sluice://h?merge=always&partition=2"),
+            ObjUri::new(Target::Tcp("h:10810".into()))
+                .with_partition(2)
+                .with_merge(MergePolicy::Always)
+        );
         assert!(obj_reason("sluice+unix://").contains("socket path"));
         assert!(obj_reason("sluice+unix://h/s").contains("no host"));
         assert!(obj_reason("sluices://h").contains("tls-certificates"));
@@ -613,6 +640,8 @@ mod tests {
         for s in [
             "sluice://127.0.0.1:10810",
             "sluice://[::1]:10810?partition=5",
+            "sluice://h:1?partition=5&merge=off",
+            "sluice+unix:///s?merge=adaptive",
             "sluices+unix:///run/a%20b?tls-certificates=/c&partition=7",
         ] {
             assert_eq!(obj(s).to_string(), s);

@@ -303,17 +303,33 @@ struct ObjSeries {
     latency: Histogram,
 }
 
+/// Upper bounds of the members-per-batch buckets (powers of two).
+const BATCH_BUCKETS: [u64; 11] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024];
+
+/// Batch frames split and how many members each carried.
+#[derive(Debug, Default)]
+struct BatchSeries {
+    frames: AtomicU64,
+    /// Frames with at most `BATCH_BUCKETS[i]` members (not cumulative).
+    buckets: [AtomicU64; 11],
+    overflow: AtomicU64,
+    members: AtomicU64,
+}
+
 /// Metrics of the native object protocol, per command and per data
-/// distribution type: requests, segments, bytes, errors and latency.
+/// distribution type: requests, segments, bytes, errors and latency;
+/// and batch frames with their members.
 #[derive(Debug)]
 pub struct ObjectMetrics {
     series: [[ObjSeries; 3]; 15],
+    batches: BatchSeries,
 }
 
 impl Default for ObjectMetrics {
     fn default() -> Self {
         Self {
             series: std::array::from_fn(|_| std::array::from_fn(|_| ObjSeries::default())),
+            batches: BatchSeries::default(),
         }
     }
 }
@@ -346,6 +362,23 @@ impl ObjectMetrics {
             s.errors.fetch_add(1, Ordering::Relaxed);
         }
         s.latency.observe(latency);
+    }
+
+    /// Records a batch frame split into `members` requests (each is
+    /// also recorded as a request when it completes).
+    pub fn record_batch(&self, members: u64) {
+        let b = &self.batches;
+        b.frames.fetch_add(1, Ordering::Relaxed);
+        b.members.fetch_add(members, Ordering::Relaxed);
+        match BATCH_BUCKETS.iter().position(|le| members <= *le) {
+            Some(i) => b.buckets[i].fetch_add(1, Ordering::Relaxed),
+            None => b.overflow.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+
+    /// Batch frames split so far.
+    pub fn batches(&self) -> u64 {
+        self.batches.frames.load(Ordering::Relaxed)
     }
 
     /// Requests of `command` with `ddt` completed so far.
@@ -405,6 +438,27 @@ impl ObjectMetrics {
             let labels = format!("command=\"{}\",ddt=\"{d}\"", c.label());
             s.latency.render(out, name, &labels);
         }
+        let b = &self.batches;
+        let name = "sluice_obj_batches_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Batch frames split into their member requests.\n# TYPE {name} counter\n{name} {}",
+            b.frames.load(Ordering::Relaxed)
+        );
+        let name = "sluice_obj_batch_members";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Member requests per batch frame.\n# TYPE {name} histogram"
+        );
+        let mut cumulative = 0;
+        for (n, le) in b.buckets.iter().zip(BATCH_BUCKETS) {
+            cumulative += n.load(Ordering::Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{le}\"}} {cumulative}");
+        }
+        cumulative += b.overflow.load(Ordering::Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
+        let _ = writeln!(out, "{name}_sum {}", b.members.load(Ordering::Relaxed));
+        let _ = writeln!(out, "{name}_count {cumulative}");
     }
 }
 
@@ -813,6 +867,27 @@ mod tests {
             )),
             "{text}"
         );
+    }
+
+    #[test]
+    fn batches_are_counted_with_their_members() {
+        let s = ServerMetrics::default();
+        let text = s.render(std::iter::empty());
+        assert!(text.contains("\nsluice_obj_batches_total 0\n"), "{text}");
+        assert!(text.contains("\nsluice_obj_batch_members_count 0\n"));
+        s.objects.record_batch(2);
+        s.objects.record_batch(3);
+        s.objects.record_batch(4000);
+        assert_eq!(s.objects.batches(), 3);
+        let text = s.render(std::iter::empty());
+        assert!(text.contains("\nsluice_obj_batches_total 3\n"), "{text}");
+        assert!(text.contains("\nsluice_obj_batch_members_bucket{le=\"1\"} 0\n"));
+        assert!(text.contains("\nsluice_obj_batch_members_bucket{le=\"2\"} 1\n"));
+        assert!(text.contains("\nsluice_obj_batch_members_bucket{le=\"4\"} 2\n"));
+        assert!(text.contains("\nsluice_obj_batch_members_bucket{le=\"1024\"} 2\n"));
+        assert!(text.contains("\nsluice_obj_batch_members_bucket{le=\"+Inf\"} 3\n"));
+        assert!(text.contains("\nsluice_obj_batch_members_sum 4005\n"));
+        assert!(text.contains("\nsluice_obj_batch_members_count 3\n"));
     }
 
     #[test]

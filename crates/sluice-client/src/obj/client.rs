@@ -30,6 +30,7 @@ use super::codec::{in_collection, push_name, refused, subject, Codec};
 use super::error::Subject;
 use super::handshake::open;
 use super::link::{Link, RawReply, Wire};
+use super::merge::MergePolicy;
 use super::plan::pieces_overlap;
 use super::request::{
     DataOptions, Entry, ObjRequest, ObjResponse, Page, Range, ReadReply, Stat, LENGTH_ATTR,
@@ -55,6 +56,9 @@ pub struct ObjOptions {
     /// NBD exports of the same server to attach, by name, for extent
     /// reads and writes ([`ObjClient::exports`] gives their handles).
     pub exports: Vec<String>,
+    /// When requests waiting to be sent are packed into batch frames
+    /// (temporal merge); a URI's `?merge=` overrides it.
+    pub merge: MergePolicy,
 }
 
 impl Default for ObjOptions {
@@ -65,6 +69,7 @@ impl Default for ObjOptions {
             features: Features::NEGOTIABLE,
             max_in_flight: 64,
             exports: Vec::new(),
+            merge: MergePolicy::default(),
         }
     }
 }
@@ -95,7 +100,13 @@ impl ObjClient {
     pub fn connect(uri: &ObjUri, options: &ObjOptions) -> Result<Self, ObjError> {
         let (stream, session) = open(uri, options)?;
         Ok(Self {
-            link: Link::new(stream, uri.to_string(), session, options.request_timeout),
+            link: Link::new(
+                stream,
+                uri.to_string(),
+                session,
+                options.request_timeout,
+                uri.merge.unwrap_or(options.merge),
+            ),
             options: options.clone(),
         })
     }
@@ -461,7 +472,10 @@ impl ObjClient {
         self.many(requests, frames)
     }
 
-    /// Like [`batch`](Self::batch), but every request in its own frame.
+    /// Like [`batch`](Self::batch), but requests go in batch frames only
+    /// when the merge policy ([`ObjOptions::merge`]) packs those waiting
+    /// to be sent; with [`MergePolicy::Off`] every request is its own
+    /// frame.
     pub fn pipeline(&mut self, requests: &[ObjRequest<'_>]) -> Vec<Result<ObjResponse, ObjError>> {
         self.many(requests, false)
     }

@@ -9,18 +9,19 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sluice_obj_proto::consts::{OP_BATCH, REPLY_HEADER_LEN, REQUEST_HEADER_LEN};
 use sluice_obj_proto::{ErrorCode, Negotiated, ReplyHeader, RequestHeader};
 
 use super::error::Subject;
+use super::merge::{MergeController, MergePolicy};
 use super::ObjError;
 use crate::connection::RecvBuf;
 use crate::transport::Stream;
 
 /// Request and reply bytes the client lets be in flight at once.
-const WINDOW_BYTES: u64 = 16 << 20;
+pub(super) const WINDOW_BYTES: u64 = 16 << 20;
 
 /// One request as it goes on the wire (its id is given when it is sent).
 #[derive(Debug)]
@@ -49,7 +50,7 @@ impl Wire<'_> {
         REQUEST_HEADER_LEN as u64 + self.payload_len()
     }
 
-    fn encode(&self, id: u64, partition: u64, out: &mut Vec<u8>) {
+    pub(super) fn encode(&self, id: u64, partition: u64, out: &mut Vec<u8>) {
         RequestHeader {
             flags: self.flags,
             opcode: self.opcode,
@@ -150,6 +151,8 @@ pub(crate) struct Link {
     inbuf: RecvBuf,
     /// Set when the connection failed; every later exchange fails so.
     broken: Option<ObjError>,
+    /// When requests waiting to be sent go in batch frames.
+    merge: MergeController,
 }
 
 impl Link {
@@ -158,8 +161,11 @@ impl Link {
         server: String,
         session: Negotiated,
         request_timeout: Option<Duration>,
+        merge: MergePolicy,
     ) -> Self {
+        let batches = session.features.contains(sluice_obj_proto::Features::BATCH);
         Self {
+            merge: MergeController::new(merge, batches),
             stream,
             server,
             session,
@@ -178,8 +184,8 @@ impl Link {
     }
 
     /// Sends every wire (at most `max_in_flight` at once, within the byte
-    /// window; members of batch frames when `batch`), and returns each
-    /// one's outcome by position.
+    /// window; members of batch frames when `batch`, else when the merge
+    /// policy says so), and returns each one's outcome by position.
     pub(crate) fn exchange(
         &mut self,
         wires: &[Wire<'_>],
@@ -201,8 +207,15 @@ impl Link {
                 && flight.count < max_in_flight
                 && (flight.count == 0 || flight.cost + cost(&wires[next]) <= WINDOW_BYTES)
             {
-                if batch {
-                    next = self.queue_frame(wires, next, &mut flight);
+                if batch || self.merge.should_merge(flight.count, wires.len() - next) {
+                    // A merge stays under the in-flight count; an explicit
+                    // batch fills its frames as before.
+                    let room = if batch {
+                        usize::MAX
+                    } else {
+                        max_in_flight - flight.count
+                    };
+                    next = self.queue_frame(wires, next, room, &mut flight);
                 } else {
                     let id = self.queue(&wires[next]);
                     flight.add(id, next, cost(&wires[next]));
@@ -235,6 +248,8 @@ impl Link {
                 };
             match flight.take(id) {
                 Some(Pending::Wire { index, .. }) => {
+                    self.merge
+                        .completed(Instant::now(), flight.count + wires.len() - next);
                     results[index] = Some(reply.map_err(|r| refusal(&wires[index].subject, &r)));
                 }
                 Some(Pending::Frame { members }) => {
@@ -281,10 +296,17 @@ impl Link {
     }
 
     /// Encodes a batch frame of the wires from `first` while they fit one
-    /// frame (payload and member count) and the window; returns the index
-    /// after the last member. A single member (or one too large for any
-    /// frame) goes as a plain request.
-    fn queue_frame(&mut self, wires: &[Wire<'_>], first: usize, flight: &mut InFlight) -> usize {
+    /// frame (payload and member count), the window and the `room` left
+    /// under the in-flight count; returns the index after the last
+    /// member. A single member (or one too large for any frame) goes as
+    /// a plain request.
+    fn queue_frame(
+        &mut self,
+        wires: &[Wire<'_>],
+        first: usize,
+        room: usize,
+        flight: &mut InFlight,
+    ) -> usize {
         let limits = self.session.limits;
         let mut end = first;
         let mut body = 0u64;
@@ -292,6 +314,7 @@ impl Link {
         while let Some(w) = wires.get(end) {
             let fits = body + w.frame_len() <= u64::from(limits.max_payload)
                 && ((end - first) as u32) < limits.max_batch
+                && end - first < room
                 && flight.cost + frame_cost + cost(w) <= WINDOW_BYTES;
             if !fits && end > first {
                 break;
@@ -450,6 +473,6 @@ impl Link {
 }
 
 /// What a wire weighs in the window: its bytes out and its reply's in.
-fn cost(w: &Wire<'_>) -> u64 {
+pub(super) fn cost(w: &Wire<'_>) -> u64 {
     w.frame_len() + REPLY_HEADER_LEN as u64 + w.reply_len
 }

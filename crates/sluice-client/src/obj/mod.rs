@@ -13,7 +13,13 @@
 //! requests that exceed the limits the server published in its greeting
 //! into several, sent pipelined. [`ObjClient::batch`] and
 //! [`ObjClient::pipeline`] keep many commands in flight, matching the
-//! replies (which come in completion order) to them by request id. NBD
+//! replies (which come in completion order) to them by request id.
+//! [`SharedObjClient`] is one connection for many threads at once, each
+//! call blocking only its caller. Both apply temporal merge
+//! ([`MergePolicy`], set in [`ObjOptions::merge`] or a URI's `?merge=`):
+//! requests waiting to be sent while others are in flight are packed
+//! into batch frames, always, never, or where measuring showed it pays
+//! (the default, `adaptive`). NBD
 //! exports of the same server, attached when connecting
 //! ([`ObjOptions::exports`]), are read and written the same way, as
 //! extents ([`ObjClient::extent_read`], [`ObjClient::extent_write`]).
@@ -51,8 +57,10 @@ mod codec;
 mod error;
 mod handshake;
 mod link;
+mod merge;
 pub mod plan;
 mod request;
+mod shared;
 pub mod stripe_plan;
 mod striped;
 mod striped_fsck;
@@ -61,10 +69,12 @@ mod striped_links;
 pub use attr::{AttrChange, Attrs, Value};
 pub use client::{ObjClient, ObjOptions};
 pub use error::{Addressee, ObjError, Subject};
+pub use merge::{BadMergePolicy, MergePolicy, MergeStats};
 pub use request::{
     open_range, DataOptions, Entry, ObjRequest, ObjResponse, Page, Range, ReadReply, Stat,
     LENGTH_ATTR, SERVER_ATTR_PREFIX,
 };
+pub use shared::SharedObjClient;
 pub use sluice_obj_proto::{
     answer, AttachedExport, ClientHandshakeError, ErrorCode, Features, FlushScope, Limits, Segment,
 };

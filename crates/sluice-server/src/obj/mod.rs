@@ -153,6 +153,15 @@ impl ObjSession {
             Ok(m) => m,
             Err(rejected) => return self.reject(&rejected, received, d),
         };
+        // Counted before any member runs, so a client that has every
+        // reply also sees the frame in the metrics. (`Batch` is a cursor
+        // over the frame: counting walks a copy of it.)
+        self.exec
+            .metrics
+            .objects
+            .record_batch(members.count() as u64);
+        // Every member is handed on as it is split (to the pool, where
+        // they run in parallel); nothing here waits for one to finish.
         for (mh, member_payload) in members {
             if mh.opcode == Opcode::Disconnect.wire() {
                 // Closing from inside a batch would cut off its siblings'

@@ -1,0 +1,590 @@
+//! The `merge` preset: temporal merge in the object client
+//! (docs/design/0008-temporal-merge.md), the SAN paper's figure 5 on
+//! sluice. Threads (1 to 64) write 4 KiB blocks at random offsets of
+//! their own object through one shared connection
+//! ([`SharedObjClient`]), with merging off, always, and adaptive;
+//! throughput against threads, and the latency of one request at a time
+//! (the one-thread rows). Policies take turns within each point, the
+//! first one moving each round; medians over rounds. The adaptive row is
+//! compared with the better of the two fixed policies at each point (the
+//! paper's claim: within 5%).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use serde::Serialize;
+use sluice_client::obj::{
+    DataOptions, MergePolicy, ObjClient, ObjOptions, Segment, SharedObjClient,
+};
+use sluice_model::plot::{Axes, Figure, XAxis};
+use sluice_model::text::{compact, Table};
+
+use crate::cpu;
+use crate::hist::LatencyHistogram;
+use crate::machine::Machine;
+use crate::objects::{load1, ObjServer};
+use crate::plot;
+use crate::presets::PresetOptions;
+use crate::report;
+use crate::stats::{ratio, Spread};
+use crate::target::SERVER_THREAD_PREFIX;
+
+/// Bytes per write.
+const BLOCK: usize = 4096;
+/// Blocks each thread's object spans (4 MiB).
+const SPAN_BLOCKS: u64 = 1024;
+/// Thread counts.
+pub const WORKERS: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
+/// The policies, in the order of the first round.
+pub const POLICIES: [MergePolicy; 3] =
+    [MergePolicy::Off, MergePolicy::Always, MergePolicy::Adaptive];
+/// How far adaptive may fall behind the better fixed policy.
+pub const ADAPTIVE_MARGIN: f64 = 0.05;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct MergeOptions {
+    /// Rounds, duration, output folders, quick sizes.
+    pub preset: PresetOptions,
+    /// Folder for the object store (default: a temporary one).
+    pub dir: Option<PathBuf>,
+    /// Thread counts (default: [`WORKERS`]).
+    pub workers: Option<Vec<usize>>,
+}
+
+/// One run: one policy at one thread count in one round.
+#[derive(Debug, Clone, Serialize)]
+pub struct MergeSample {
+    pub round: u32,
+    pub policy: String,
+    pub workers: usize,
+    /// Writes completed.
+    pub ops: u64,
+    pub wall_s: f64,
+    pub ops_s: f64,
+    pub mib_s: f64,
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    /// Batch frames the client sent, and the writes inside them.
+    pub frames: u64,
+    pub merged: u64,
+    /// Where adaptive held merging at the end (fewest outstanding).
+    pub threshold: Option<usize>,
+    /// Server CPU per write (µs).
+    pub server_cpu_us_per_op: f64,
+    /// 1-minute load average at the end.
+    pub load1: f64,
+}
+
+/// The rounds of one policy at one thread count.
+#[derive(Debug, Clone, Serialize)]
+pub struct MergeSummary {
+    pub policy: String,
+    pub workers: usize,
+    pub ops_s: Spread,
+    pub mean_us: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    /// Share of writes sent inside batch frames.
+    pub merged_share: f64,
+    pub server_cpu_us_per_op: f64,
+}
+
+/// Adaptive against the better fixed policy at one thread count.
+#[derive(Debug, Clone, Serialize)]
+pub struct AdaptiveCheck {
+    pub workers: usize,
+    /// The better of off and always here.
+    pub best: String,
+    /// always / off.
+    pub always_over_off: Option<f64>,
+    /// adaptive / best.
+    pub adaptive_over_best: Option<f64>,
+    /// Within [`ADAPTIVE_MARGIN`].
+    pub within_margin: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MergeReport {
+    pub command: String,
+    pub machine: Machine,
+    pub rounds: u32,
+    pub duration_s: f64,
+    pub notes: Vec<String>,
+    pub summaries: Vec<MergeSummary>,
+    pub checks: Vec<AdaptiveCheck>,
+    pub samples: Vec<MergeSample>,
+    pub failures: Vec<String>,
+}
+
+/// Runs the preset and writes `merge.json`, `merge-table.md` and the
+/// plot `bench-merge`.
+pub fn merge(opts: &MergeOptions) -> Result<MergeReport> {
+    let p = &opts.preset;
+    let machine = Machine::probe();
+    let duration = p
+        .duration
+        .unwrap_or(Duration::from_secs_f64(if p.quick { 0.3 } else { 2.0 }));
+    // Every policy runs a while before it is measured, so adaptive is
+    // judged once it has had windows to measure (it starts afresh on
+    // each connection).
+    let warmup = (duration / 4).min(Duration::from_millis(500));
+    let workers = opts.workers.clone().unwrap_or_else(|| WORKERS.to_vec());
+    let temp;
+    let dir = match &opts.dir {
+        Some(d) => {
+            std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+            d.clone()
+        }
+        None => {
+            temp = tempfile::Builder::new()
+                .prefix("sluice-bench-merge-")
+                .tempdir()
+                .context("cannot create a temporary folder")?;
+            temp.path().to_path_buf()
+        }
+    };
+    let server = ObjServer::start(&dir, 1 << 20)?;
+    let most = workers.iter().copied().max().unwrap_or(1);
+    let objects = {
+        let mut c = ObjClient::connect(&server.obj_uri, &ObjOptions::default())
+            .with_context(|| format!("cannot connect to {}", server.obj_uri))?;
+        let ids = c.create("merge", most as u32, false)?;
+        // Objects at their full span, so no write extends one.
+        let zeros = vec![0u8; SPAN_BLOCKS as usize * BLOCK];
+        for &id in &ids {
+            let whole = [Segment {
+                offset: 0,
+                length: zeros.len() as u64,
+            }];
+            c.write(id, &whole, &zeros, &DataOptions::default())?;
+        }
+        ids
+    };
+    let notes = vec![format!(
+        "embedded sluice server, object store in {}/objects; one connection shared by every thread; {} ms warm-up before each run",
+        dir.display(),
+        warmup.as_millis()
+    )];
+    let t0 = Instant::now();
+    let mut samples = Vec::new();
+    let mut failures = Vec::new();
+    for round in 0..p.rounds {
+        for &n in &workers {
+            for k in 0..POLICIES.len() {
+                let policy = POLICIES[(k + round as usize) % POLICIES.len()];
+                match run_one(&server, policy, &objects[..n], warmup, duration) {
+                    Ok(mut s) => {
+                        s.round = round;
+                        eprintln!(
+                            "round {round} {:>2} threads {:<8} {:>9.0} writes/s  mean {:>7} us  p99 {:>7} us  merged {:>5.1}%  srv {} us/op  load {:.2}",
+                            s.workers,
+                            s.policy,
+                            s.ops_s,
+                            compact(s.mean_us),
+                            compact(s.p99_us),
+                            share(s.merged, s.ops) * 100.0,
+                            compact(s.server_cpu_us_per_op),
+                            s.load1
+                        );
+                        samples.push(s);
+                    }
+                    Err(e) => {
+                        eprintln!("round {round} {n} threads {policy}: {e:#}");
+                        failures.push(format!("round {round} {n} threads {policy}: {e:#}"));
+                    }
+                }
+            }
+        }
+    }
+    drop(server);
+    let summaries = summarise(&samples);
+    let checks = check_adaptive(&summaries);
+    let report = MergeReport {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        machine,
+        rounds: p.rounds,
+        duration_s: duration.as_secs_f64(),
+        notes,
+        summaries,
+        checks,
+        samples,
+        failures,
+    };
+    let json = p.out_dir.join("merge.json");
+    report::write_json(&json, &report)?;
+    let (throughput, latency) = (throughput_table(&report), latency_table(&report.summaries));
+    report::write_text(
+        &p.out_dir.join("merge-table.md"),
+        &format!("{}\n{}", throughput.markdown(), latency.markdown()),
+    )?;
+    plot::draw_or_warn(&figure(&report.summaries), &p.plot_dir.join("bench-merge"));
+    eprintln!("results: {}", json.display());
+    println!(
+        "# merge ({} round(s), {:.1} s per run, wall {:.0} s)",
+        report.rounds,
+        report.duration_s,
+        t0.elapsed().as_secs_f64()
+    );
+    println!("machine: {}", report.machine.line());
+    for n in &report.notes {
+        println!("note: {n}");
+    }
+    for f in &report.failures {
+        println!("failed: {f}");
+    }
+    print!("{}", throughput.render());
+    println!("latency at queue depth 1 (one thread):");
+    print!("{}", latency.render());
+    for c in report.checks.iter().filter(|c| !c.within_margin) {
+        println!(
+            "adaptive is not within {:.0}% of {} at {} threads ({}): see the samples in {}",
+            ADAPTIVE_MARGIN * 100.0,
+            c.best,
+            c.workers,
+            c.adaptive_over_best
+                .map_or_else(|| "no figure".into(), |r| format!("{r:.2}x")),
+            json.display()
+        );
+    }
+    Ok(report)
+}
+
+/// One policy at one thread count: a warm-up, then `duration` measured.
+fn run_one(
+    server: &ObjServer,
+    policy: MergePolicy,
+    objects: &[u64],
+    warmup: Duration,
+    duration: Duration,
+) -> Result<MergeSample> {
+    let options = ObjOptions {
+        merge: policy,
+        ..ObjOptions::default()
+    };
+    let client = SharedObjClient::connect(&server.obj_uri, &options)
+        .with_context(|| format!("cannot connect to {}", server.obj_uri))?;
+    let stop = AtomicBool::new(false);
+    let measuring = AtomicBool::new(false);
+    let data = vec![0x5au8; BLOCK];
+    let (mut ops, mut hist) = (0u64, LatencyHistogram::new());
+    let mut first_error = None;
+    let (server0, stats0, wall) = std::thread::scope(|s| -> Result<_> {
+        let handles: Vec<_> = objects
+            .iter()
+            .enumerate()
+            .map(|(t, &object)| {
+                let (client, stop, measuring, data) = (&client, &stop, &measuring, &data);
+                s.spawn(move || {
+                    let mut hist = LatencyHistogram::new();
+                    let mut ops = 0u64;
+                    let mut i = 0u64;
+                    let opts = DataOptions::default();
+                    while !stop.load(Ordering::Relaxed) {
+                        let block = sluice_types::splitmix64(i ^ ((t as u64) << 40)) % SPAN_BLOCKS;
+                        i += 1;
+                        let seg = [Segment {
+                            offset: block * BLOCK as u64,
+                            length: BLOCK as u64,
+                        }];
+                        let started = Instant::now();
+                        client.write(object, &seg, data, &opts)?;
+                        if measuring.load(Ordering::Relaxed) {
+                            hist.record_ns(started.elapsed().as_nanos() as u64);
+                            ops += 1;
+                        }
+                    }
+                    Ok::<_, sluice_client::obj::ObjError>((ops, hist))
+                })
+            })
+            .collect();
+        std::thread::sleep(warmup);
+        let server0 = cpu::own_threads_cpu(SERVER_THREAD_PREFIX);
+        let stats0 = client.merge_stats();
+        let t_start = Instant::now();
+        measuring.store(true, Ordering::Relaxed);
+        std::thread::sleep(duration);
+        measuring.store(false, Ordering::Relaxed);
+        let wall = t_start.elapsed();
+        stop.store(true, Ordering::Relaxed);
+        for h in handles {
+            match h.join() {
+                Ok(Ok((n, h))) => {
+                    ops += n;
+                    hist.merge(&h);
+                }
+                Ok(Err(e)) => {
+                    first_error.get_or_insert(e);
+                }
+                Err(_) => anyhow::bail!("a writer thread panicked"),
+            }
+        }
+        Ok((server0, stats0, wall))
+    })?;
+    if let Some(e) = first_error {
+        return Err(e).context("a write failed");
+    }
+    // Frames sent while measuring (the last writes after the stop are
+    // few against the run's).
+    let stats = client.merge_stats();
+    let server_cpu = cpu::own_threads_cpu(SERVER_THREAD_PREFIX).saturating_sub(server0);
+    let lat = hist.summary();
+    let secs = wall.as_secs_f64().max(1e-9);
+    Ok(MergeSample {
+        round: 0,
+        policy: policy.to_string(),
+        workers: objects.len(),
+        ops,
+        wall_s: secs,
+        ops_s: ops as f64 / secs,
+        mib_s: (ops * BLOCK as u64) as f64 / secs / (1 << 20) as f64,
+        mean_us: lat.mean_us,
+        p50_us: lat.p50_us,
+        p99_us: lat.p99_us,
+        frames: stats.frames - stats0.frames,
+        merged: stats.merged - stats0.merged,
+        threshold: stats.threshold,
+        server_cpu_us_per_op: server_cpu.as_secs_f64() * 1e6 / ops.max(1) as f64,
+        load1: load1(),
+    })
+}
+
+fn share(part: u64, whole: u64) -> f64 {
+    if whole == 0 {
+        0.0
+    } else {
+        part as f64 / whole as f64
+    }
+}
+
+fn median_of(values: impl Iterator<Item = f64>) -> f64 {
+    let v: Vec<f64> = values.collect();
+    crate::stats::median(&v).unwrap_or(0.0)
+}
+
+/// Medians over rounds, per policy and thread count.
+pub fn summarise(samples: &[MergeSample]) -> Vec<MergeSummary> {
+    let mut keys: Vec<(usize, String)> = Vec::new();
+    for s in samples {
+        let k = (s.workers, s.policy.clone());
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    keys.sort_by_key(|(w, p)| (*w, POLICIES.iter().position(|q| q.name() == p)));
+    keys.into_iter()
+        .filter_map(|(workers, policy)| {
+            let mine: Vec<&MergeSample> = samples
+                .iter()
+                .filter(|s| s.workers == workers && s.policy == policy)
+                .collect();
+            let rates: Vec<f64> = mine.iter().map(|s| s.ops_s).collect();
+            Some(MergeSummary {
+                ops_s: Spread::of(&rates)?,
+                mean_us: median_of(mine.iter().map(|s| s.mean_us)),
+                p50_us: median_of(mine.iter().map(|s| s.p50_us)),
+                p99_us: median_of(mine.iter().map(|s| s.p99_us)),
+                merged_share: median_of(mine.iter().map(|s| share(s.merged, s.ops))),
+                server_cpu_us_per_op: median_of(mine.iter().map(|s| s.server_cpu_us_per_op)),
+                policy,
+                workers,
+            })
+        })
+        .collect()
+}
+
+/// Adaptive against the better of off and always, at each thread count.
+pub fn check_adaptive(summaries: &[MergeSummary]) -> Vec<AdaptiveCheck> {
+    let rate = |w: usize, p: MergePolicy| {
+        summaries
+            .iter()
+            .find(|s| s.workers == w && s.policy == p.name())
+            .map(|s| s.ops_s.median)
+    };
+    let mut workers: Vec<usize> = summaries.iter().map(|s| s.workers).collect();
+    workers.dedup();
+    workers
+        .into_iter()
+        .filter_map(|w| {
+            let off = rate(w, MergePolicy::Off)?;
+            let always = rate(w, MergePolicy::Always)?;
+            let (best, best_rate) = if always > off {
+                (MergePolicy::Always, always)
+            } else {
+                (MergePolicy::Off, off)
+            };
+            let adaptive_over_best =
+                rate(w, MergePolicy::Adaptive).and_then(|a| ratio(a, best_rate));
+            Some(AdaptiveCheck {
+                workers: w,
+                best: best.to_string(),
+                always_over_off: ratio(always, off),
+                adaptive_over_best,
+                within_margin: adaptive_over_best.is_some_and(|r| r >= 1.0 - ADAPTIVE_MARGIN),
+            })
+        })
+        .collect()
+}
+
+/// Writes per second at each thread count, one column per policy, with
+/// the ratios and how much each merged.
+fn throughput_table(report: &MergeReport) -> Table {
+    let mut t = Table::new([
+        "threads",
+        "off w/s",
+        "always w/s",
+        "adaptive w/s",
+        "always/off",
+        "adaptive/best",
+        "within 5%",
+        "merged always",
+        "merged adaptive",
+        "srv us/op off",
+        "srv us/op always",
+    ]);
+    let find = |w: usize, p: MergePolicy| {
+        report
+            .summaries
+            .iter()
+            .find(|s| s.workers == w && s.policy == p.name())
+    };
+    let cell =
+        |s: Option<&MergeSummary>, f: fn(&MergeSummary) -> String| s.map_or_else(|| "-".into(), f);
+    for c in &report.checks {
+        let w = c.workers;
+        t.row([
+            w.to_string(),
+            cell(find(w, MergePolicy::Off), |s| compact(s.ops_s.median)),
+            cell(find(w, MergePolicy::Always), |s| compact(s.ops_s.median)),
+            cell(find(w, MergePolicy::Adaptive), |s| compact(s.ops_s.median)),
+            c.always_over_off
+                .map_or_else(|| "-".into(), |r| format!("{r:.2}")),
+            c.adaptive_over_best
+                .map_or_else(|| "-".into(), |r| format!("{r:.2} ({})", c.best)),
+            if c.within_margin { "yes" } else { "no" }.into(),
+            cell(find(w, MergePolicy::Always), |s| {
+                format!("{:.0}%", s.merged_share * 100.0)
+            }),
+            cell(find(w, MergePolicy::Adaptive), |s| {
+                format!("{:.0}%", s.merged_share * 100.0)
+            }),
+            cell(find(w, MergePolicy::Off), |s| {
+                compact(s.server_cpu_us_per_op)
+            }),
+            cell(find(w, MergePolicy::Always), |s| {
+                compact(s.server_cpu_us_per_op)
+            }),
+        ]);
+    }
+    t
+}
+
+/// Latency of one write at a time (the one-thread runs), per policy.
+fn latency_table(summaries: &[MergeSummary]) -> Table {
+    let mut t = Table::new(["policy", "mean us", "p50 us", "p99 us", "writes/s"]);
+    for s in summaries.iter().filter(|s| s.workers == 1) {
+        t.row([
+            s.policy.clone(),
+            compact(s.mean_us),
+            compact(s.p50_us),
+            compact(s.p99_us),
+            compact(s.ops_s.median),
+        ]);
+    }
+    t
+}
+
+/// Throughput and the merged share against threads, a line per policy.
+fn figure(summaries: &[MergeSummary]) -> Figure {
+    let line = |p: MergePolicy, y: fn(&MergeSummary) -> f64| {
+        let points = summaries
+            .iter()
+            .filter(|s| s.policy == p.name())
+            .map(|s| (s.workers as f64, y(s)))
+            .collect();
+        (p.to_string(), points)
+    };
+    let axes = |y: &str| Axes {
+        x_label: "threads".into(),
+        y_label: y.into(),
+        x_axis: XAxis::Log2,
+    };
+    Figure {
+        title: "Temporal merge: 4 KiB random object writes over one connection".into(),
+        columns: 2,
+        charts: vec![
+            axes("writes/s").chart(
+                "throughput",
+                POLICIES
+                    .iter()
+                    .map(|&p| line(p, |s| s.ops_s.median))
+                    .collect(),
+            ),
+            axes("% of writes in batch frames").chart(
+                "merged",
+                POLICIES
+                    .iter()
+                    .map(|&p| line(p, |s| s.merged_share * 100.0))
+                    .collect(),
+            ),
+        ],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(round: u32, policy: MergePolicy, workers: usize, ops_s: f64) -> MergeSample {
+        MergeSample {
+            round,
+            policy: policy.to_string(),
+            workers,
+            ops: 1000,
+            wall_s: 1.0,
+            ops_s,
+            mib_s: 0.0,
+            mean_us: 10.0,
+            p50_us: 9.0,
+            p99_us: 30.0,
+            frames: 10,
+            merged: 100,
+            threshold: None,
+            server_cpu_us_per_op: 5.0,
+            load1: 0.0,
+        }
+    }
+
+    #[test]
+    fn adaptive_is_judged_against_the_better_fixed_policy() {
+        use MergePolicy::{Adaptive, Always, Off};
+        let mut samples = Vec::new();
+        for round in 0..3 {
+            let r = f64::from(round);
+            // One thread: off is better, adaptive level with it.
+            samples.push(sample(round, Off, 1, 100.0 + r));
+            samples.push(sample(round, Always, 1, 90.0 + r));
+            samples.push(sample(round, Adaptive, 1, 99.0 + r));
+            // 64 threads: always is better, adaptive 10% behind.
+            samples.push(sample(round, Off, 64, 100.0 + r));
+            samples.push(sample(round, Always, 64, 150.0 + r));
+            samples.push(sample(round, Adaptive, 64, 136.0 + r));
+        }
+        let summaries = summarise(&samples);
+        assert_eq!(summaries.len(), 6);
+        assert_eq!(summaries[0].ops_s.median, 101.0);
+        assert_eq!(summaries[0].policy, "off");
+        assert!((summaries[0].merged_share - 0.1).abs() < 1e-9);
+        let checks = check_adaptive(&summaries);
+        assert_eq!(checks.len(), 2);
+        assert_eq!(checks[0].best, "off");
+        assert!(checks[0].within_margin, "{:?}", checks[0]);
+        assert_eq!(checks[1].best, "always");
+        assert!(!checks[1].within_margin, "{:?}", checks[1]);
+        let r = checks[1].always_over_off.unwrap();
+        assert!((r - 151.0 / 101.0).abs() < 1e-9);
+    }
+}

@@ -1,0 +1,355 @@
+//! Temporal merge: when the client packs requests waiting to be sent
+//! into one batch frame (docs/design/0008-temporal-merge.md).
+//!
+//! A batch frame costs the server one frame header and one receive for
+//! many requests, but its members arrive together rather than as each is
+//! ready, and a request issued just after a frame left waits for the next
+//! one. Whether that pays depends on the load, so [`MergePolicy::Adaptive`]
+//! measures it: it keeps, for each level of load (requests outstanding,
+//! in powers of two), the completion rate seen with merging and without,
+//! over short windows, and merges at the levels where merging measured
+//! faster, switching only when the other way is better by a margin and
+//! probing the other way now and then.
+//!
+//! The controller is a pure state machine: callers pass the time in, so
+//! its rule is tested with made-up clocks.
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+/// When the client packs waiting requests into batch frames.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum MergePolicy {
+    /// Never: every request in its own frame.
+    Off,
+    /// Whenever two or more requests wait to be sent.
+    Always,
+    /// When two or more wait, requests are already in flight, and
+    /// merging measured faster than not merging at this load.
+    #[default]
+    Adaptive,
+}
+
+impl MergePolicy {
+    /// The name `FromStr` reads and `Display` writes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Always => "always",
+            Self::Adaptive => "adaptive",
+        }
+    }
+}
+
+impl fmt::Display for MergePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A merge policy name that is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown merge policy {0:?}: expected off, always or adaptive")]
+pub struct BadMergePolicy(pub String);
+
+impl FromStr for MergePolicy {
+    type Err = BadMergePolicy;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "off" => Ok(Self::Off),
+            "always" => Ok(Self::Always),
+            "adaptive" => Ok(Self::Adaptive),
+            other => Err(BadMergePolicy(other.to_owned())),
+        }
+    }
+}
+
+/// What a client's merging did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MergeStats {
+    /// Batch frames sent.
+    pub frames: u64,
+    /// Requests sent inside them.
+    pub merged: u64,
+    /// The fewest requests outstanding at which merging is held now
+    /// (`None`: nowhere yet, or never).
+    pub threshold: Option<usize>,
+}
+
+/// Load levels: level `i` holds a mean of `2^i` to `2^(i+1) - 1`
+/// requests outstanding (the last level everything above).
+const LEVELS: usize = 9;
+/// A measuring window lasts at least this long...
+const WINDOW: Duration = Duration::from_millis(20);
+/// ...and sees at least this many completions.
+const WINDOW_COMPLETIONS: u64 = 32;
+/// The other way must be this much faster before the held one changes.
+const HYSTERESIS: f64 = 0.05;
+/// After this many windows held at a level, one window tries the other
+/// way, so a change in conditions is noticed.
+const PROBE_EVERY: u32 = 8;
+/// Weight of the newest window in a level's rate.
+const NEWEST: f64 = 0.5;
+
+/// What one level of load has measured.
+#[derive(Debug, Clone, Copy, Default)]
+struct Level {
+    /// Completions per second without merging and with it.
+    rate: [Option<f64>; 2],
+    /// The way held at this level.
+    merge: bool,
+    /// Windows since the last probe.
+    held: u32,
+}
+
+/// The window being measured.
+#[derive(Debug, Clone, Copy, Default)]
+struct Window {
+    started: Option<Instant>,
+    completions: u64,
+    /// Sum over completions of the requests outstanding at each.
+    outstanding: u64,
+}
+
+/// Decides, for each send, whether to pack the waiting requests into
+/// batch frames.
+#[derive(Debug, Clone)]
+pub(crate) struct MergeController {
+    policy: MergePolicy,
+    /// The way of the current window (adaptive).
+    merging: bool,
+    window: Window,
+    levels: [Level; LEVELS],
+}
+
+impl MergeController {
+    /// A controller for `policy`; `batches` says whether the server
+    /// negotiated batch frames (without them nothing is ever merged).
+    pub(crate) fn new(policy: MergePolicy, batches: bool) -> Self {
+        Self {
+            policy: if batches { policy } else { MergePolicy::Off },
+            merging: false,
+            window: Window::default(),
+            levels: [Level::default(); LEVELS],
+        }
+    }
+
+    /// The policy in force (`Off` when the server has no batch frames).
+    pub(crate) fn policy(&self) -> MergePolicy {
+        self.policy
+    }
+
+    /// Whether to pack `queued` requests waiting to be sent into batch
+    /// frames while `in_flight` are sent and unanswered.
+    #[inline]
+    pub(crate) fn should_merge(&self, in_flight: usize, queued: usize) -> bool {
+        match self.policy {
+            MergePolicy::Off => false,
+            MergePolicy::Always => queued >= 2,
+            MergePolicy::Adaptive => queued >= 2 && in_flight >= 1 && self.merging,
+        }
+    }
+
+    /// Counts one completion at `now`, with `outstanding` requests
+    /// (in flight or waiting to be sent) left after it.
+    #[inline]
+    pub(crate) fn completed(&mut self, now: Instant, outstanding: usize) {
+        if self.policy != MergePolicy::Adaptive {
+            return;
+        }
+        let w = &mut self.window;
+        let started = *w.started.get_or_insert(now);
+        w.completions += 1;
+        w.outstanding += outstanding as u64 + 1;
+        let elapsed = now.saturating_duration_since(started);
+        if w.completions < WINDOW_COMPLETIONS || elapsed < WINDOW {
+            return;
+        }
+        let rate = w.completions as f64 / elapsed.as_secs_f64();
+        let mean = w.outstanding / w.completions;
+        let level = level_of(mean);
+        let l = &mut self.levels[level];
+        let way = usize::from(self.merging);
+        l.rate[way] = Some(match l.rate[way] {
+            Some(old) => old * (1.0 - NEWEST) + rate * NEWEST,
+            None => rate,
+        });
+        self.window = Window {
+            started: Some(now),
+            ..Window::default()
+        };
+        self.merging = self.choose(level);
+    }
+
+    /// The way of the next window, predicting its load is `level`'s.
+    fn choose(&mut self, level: usize) -> bool {
+        if level == 0 {
+            // Under two requests outstanding there is nothing to merge.
+            return false;
+        }
+        let l = &mut self.levels[level];
+        let (off, on) = match l.rate {
+            // Measure each way once before comparing.
+            [None, _] => return false,
+            [Some(_), None] => return true,
+            [Some(off), Some(on)] => (off, on),
+        };
+        if l.merge && off > on * (1.0 + HYSTERESIS) {
+            l.merge = false;
+            l.held = 0;
+        } else if !l.merge && on > off * (1.0 + HYSTERESIS) {
+            l.merge = true;
+            l.held = 0;
+        }
+        l.held += 1;
+        if l.held > PROBE_EVERY {
+            l.held = 0;
+            return !l.merge;
+        }
+        l.merge
+    }
+
+    /// The fewest requests outstanding at which merging is held now:
+    /// the lowest level that merges (`None` if none does yet).
+    pub(crate) fn threshold(&self) -> Option<usize> {
+        match self.policy {
+            MergePolicy::Off => None,
+            MergePolicy::Always => Some(2),
+            MergePolicy::Adaptive => self
+                .levels
+                .iter()
+                .position(|l| l.merge)
+                .map(|level| 1 << level),
+        }
+    }
+}
+
+/// The level of a mean of `outstanding` requests.
+fn level_of(outstanding: u64) -> usize {
+    let log2 = 63 - outstanding.max(1).leading_zeros() as usize;
+    log2.min(LEVELS - 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policies_parse_and_print() {
+        for p in [MergePolicy::Off, MergePolicy::Always, MergePolicy::Adaptive] {
+            assert_eq!(p.to_string().parse::<MergePolicy>(), Ok(p));
+        }
+        let e = "sometimes".parse::<MergePolicy>().unwrap_err();
+        assert!(e.to_string().contains("off, always or adaptive"), "{e}");
+        assert_eq!(MergePolicy::default(), MergePolicy::Adaptive);
+    }
+
+    #[test]
+    fn fixed_policies_ignore_load() {
+        let off = MergeController::new(MergePolicy::Off, true);
+        let always = MergeController::new(MergePolicy::Always, true);
+        for (in_flight, queued) in [(0, 2), (64, 64), (1, 1)] {
+            assert!(!off.should_merge(in_flight, queued));
+            assert_eq!(always.should_merge(in_flight, queued), queued >= 2);
+        }
+        // Without batch frames on the connection, nothing merges.
+        let none = MergeController::new(MergePolicy::Always, false);
+        assert!(!none.should_merge(64, 64));
+        assert_eq!(none.policy(), MergePolicy::Off);
+    }
+
+    #[test]
+    fn levels_are_powers_of_two() {
+        assert_eq!(level_of(0), 0);
+        assert_eq!(level_of(1), 0);
+        assert_eq!(level_of(2), 1);
+        assert_eq!(level_of(3), 1);
+        assert_eq!(level_of(4), 2);
+        assert_eq!(level_of(64), 6);
+        assert_eq!(level_of(u64::MAX), LEVELS - 1);
+    }
+
+    /// Drives a controller with a made-up server whose completion rate
+    /// depends only on whether the controller merges; returns the share
+    /// of windows spent merging after `windows` windows.
+    fn drive(
+        c: &mut MergeController,
+        outstanding: usize,
+        rate_off: f64,
+        rate_on: f64,
+        windows: usize,
+    ) -> f64 {
+        let mut now = Instant::now();
+        let mut merged = 0;
+        for _ in 0..windows {
+            let merging = c.merging;
+            merged += usize::from(merging);
+            let rate = if merging { rate_on } else { rate_off };
+            let step = Duration::from_secs_f64(1.0 / rate);
+            let before = c.window.started;
+            // Complete requests until the window closes.
+            loop {
+                now += step;
+                c.completed(now, outstanding - 1);
+                if c.window.completions == 0 && c.window.started != before {
+                    break;
+                }
+            }
+        }
+        merged as f64 / windows as f64
+    }
+
+    #[test]
+    fn adaptive_merges_where_merging_is_faster() {
+        let mut c = MergeController::new(MergePolicy::Adaptive, true);
+        let share = drive(&mut c, 32, 10_000.0, 13_000.0, 100);
+        assert!(share > 0.8, "merged in {share} of the windows");
+        assert_eq!(c.threshold(), Some(32));
+        assert!(c.levels[level_of(32)].merge);
+        // In a merging window: two or more waiting, some in flight.
+        c.merging = true;
+        assert!(c.should_merge(31, 5));
+        assert!(!c.should_merge(31, 1));
+        assert!(!c.should_merge(0, 5));
+    }
+
+    #[test]
+    fn adaptive_does_not_merge_where_merging_is_slower() {
+        let mut c = MergeController::new(MergePolicy::Adaptive, true);
+        let share = drive(&mut c, 32, 13_000.0, 10_000.0, 100);
+        assert!(share < 0.2, "merged in {share} of the windows");
+        assert_eq!(c.threshold(), None);
+    }
+
+    #[test]
+    fn adaptive_holds_within_the_margin() {
+        // 2% apart: inside the hysteresis, so after the first
+        // measurements the way does not flap (only the probes switch).
+        let mut c = MergeController::new(MergePolicy::Adaptive, true);
+        drive(&mut c, 16, 10_000.0, 10_200.0, 4);
+        let held = c.levels[level_of(16)].merge;
+        let share = drive(&mut c, 16, 10_000.0, 10_200.0, 90);
+        let expect = if held { share > 0.8 } else { share < 0.2 };
+        assert!(expect, "held {held}, merged in {share} of the windows");
+    }
+
+    #[test]
+    fn adaptive_follows_a_change() {
+        let mut c = MergeController::new(MergePolicy::Adaptive, true);
+        drive(&mut c, 64, 10_000.0, 15_000.0, 40);
+        assert!(c.levels[level_of(64)].merge);
+        // Merging turns slower: the probes notice and the level turns off.
+        drive(&mut c, 64, 10_000.0, 5_000.0, 40);
+        assert!(!c.levels[level_of(64)].merge);
+    }
+
+    #[test]
+    fn adaptive_never_merges_one_at_a_time() {
+        let mut c = MergeController::new(MergePolicy::Adaptive, true);
+        // Even if merging were (impossibly) faster at one outstanding.
+        let share = drive(&mut c, 1, 10_000.0, 50_000.0, 50);
+        assert_eq!(share, 0.0);
+        assert_eq!(c.threshold(), None);
+    }
+}
