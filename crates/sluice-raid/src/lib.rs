@@ -121,6 +121,7 @@
 mod array;
 mod device;
 pub mod fan_out;
+pub mod journal;
 mod layout;
 mod metrics;
 mod parity;
@@ -132,6 +133,7 @@ pub use array::{
 };
 pub use device::{ArrayFailed, MemberStatus, RaidDevice, RaidError, DEFAULT_REBUILD_RATE};
 pub use fan_out::{FanOut, MemberIo, MemberOp, ScopedFanOut};
+pub use journal::{JournalError, JournalPlace};
 pub use layout::{Geometry, GeometryError, Piece, RaidLevel};
 pub use parity::xor_into;
 pub use rebuild::{
