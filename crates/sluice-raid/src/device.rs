@@ -818,15 +818,19 @@ impl RaidDevice {
                 let _lock = self.lock_stripe(stripe[0].stripe);
                 // Durably in the journal before any member write of it.
                 let _intent = match &self.journal {
-                    Some(journal) => Some(journal.begin(stripe[0].stripe).map_err(|e| {
-                        DeviceError::Io {
-                            device: self.label.clone(),
-                            op: IoOp::Write,
-                            offset,
-                            len: buf.len() as u64,
-                            source: io::Error::other(e),
-                        }
-                    })?),
+                    Some(journal) => {
+                        Some(
+                            journal
+                                .begin(stripe[0].stripe)
+                                .map_err(|e| DeviceError::Io {
+                                    device: self.label.clone(),
+                                    op: IoOp::Write,
+                                    offset,
+                                    len: buf.len() as u64,
+                                    source: io::Error::other(e),
+                                })?,
+                        )
+                    }
                     None => None,
                 };
                 self.retrying(IoOp::Write, offset, buf.len() as u64, || {

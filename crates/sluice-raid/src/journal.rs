@@ -360,7 +360,10 @@ impl Journal {
 
     /// Writes and syncs the next commit (everything logged so far),
     /// with the lock released while the journal device works.
-    fn commit<'a>(&'a self, mut state: MutexGuard<'a, JournalState>) -> MutexGuard<'a, JournalState> {
+    fn commit<'a>(
+        &'a self,
+        mut state: MutexGuard<'a, JournalState>,
+    ) -> MutexGuard<'a, JournalState> {
         state.committing = true;
         let commit = state.next_commit;
         state.next_commit += 1;
