@@ -382,10 +382,9 @@ impl RaidDevice {
         let array_uuid = assembly.superblocks[0].array_uuid;
         array.superblocks = Some(Mutex::new(assembly.superblocks));
         if geometry.level() == RaidLevel::Raid5 && !array.capability.read_only {
-            if let Some((device, name)) = journal.open(array_uuid)? {
-                let (journal, stripes) = Journal::open(device, &name, array_uuid)?;
+            if let Some((journal, stripes)) = journal.open(array_uuid)? {
                 if !stripes.is_empty() {
-                    tracing::warn!(array = %array.label, journal = %name, stripes = stripes.len(),
+                    tracing::warn!(array = %array.label, journal = %journal.name, stripes = stripes.len(),
                         "resyncing the stripes being written when the array was last open");
                 }
                 array.resync(&stripes, &journal)?;

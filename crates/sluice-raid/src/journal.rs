@@ -97,15 +97,14 @@ pub enum JournalPlace {
 }
 
 impl JournalPlace {
-    /// The journal device and its name for the array `array`, or `None`
-    /// when off.
-    pub(crate) fn open(
-        &self,
-        array: Uuid,
-    ) -> Result<Option<(Arc<dyn BlockDevice>, String)>, JournalError> {
+    /// Opens the journal here for the array `array` (see
+    /// [`Journal::open`]), or `None` when off.
+    pub(crate) fn open(&self, array: Uuid) -> Result<Option<(Journal, Vec<u64>)>, JournalError> {
         let path = match self {
             Self::Off => return Ok(None),
-            Self::Device { device, name } => return Ok(Some((Arc::clone(device), name.clone()))),
+            Self::Device { device, name } => {
+                return Journal::open(Arc::clone(device), name, array).map(Some)
+            }
             Self::File(path) => path.clone(),
             Self::Dir(dir) => {
                 std::fs::create_dir_all(dir).map_err(|source| JournalError::Folder {
@@ -124,7 +123,7 @@ impl JournalPlace {
             },
         )
         .map_err(JournalError::Open)?;
-        Ok(Some((Arc::new(device), path.display().to_string())))
+        Journal::open(Arc::new(device), &path.display().to_string(), array).map(Some)
     }
 }
 
@@ -157,7 +156,7 @@ pub enum JournalError {
     TooSmall { name: String, size: u64 },
     /// The commit a write waited for failed (the cause is its error).
     #[error(transparent)]
-    Commit(Arc<JournalError>),
+    Commit(Arc<Self>),
     /// Reading, writing or syncing the journal failed.
     #[error("journal {name}: cannot {doing}")]
     Io {
@@ -207,7 +206,8 @@ struct JournalState {
 #[derive(Debug)]
 pub(crate) struct Journal {
     device: Arc<dyn BlockDevice>,
-    name: String,
+    /// What messages call it (its path).
+    pub(crate) name: String,
     state: Mutex<JournalState>,
     committed: Condvar,
     pub(crate) counters: JournalCounters,
