@@ -35,3 +35,4 @@ mod service;
 mod shutdown;
 mod tls;
 mod tls_keys;
+mod write_hole;

@@ -368,3 +368,111 @@ fn without_the_journal_the_same_crashes_corrupt_blocks_not_being_written() {
         "no crash point of {total} corrupted data without the journal: the test cannot see the hole"
     );
 }
+
+/// Members and journal after a crash in the middle of a partial-stripe
+/// write (the journal holds its stripe), and the geometry.
+fn crashed_array() -> (Geometry, Images) {
+    let geometry = Geometry::new(RaidLevel::Raid5, 3, UNIT).expect("geometry");
+    let countdown = Countdown::new(false);
+    let memory: Vec<Arc<MemDevice>> = (0..3)
+        .map(|_| Arc::new(MemDevice::new(MEMBER_BYTES, false)))
+        .collect();
+    let journal = Arc::new(MemDevice::new(JOURNAL_BYTES, false));
+    let crashing = |m: &Arc<MemDevice>| -> Arc<dyn BlockDevice> {
+        Arc::new(Crashing {
+            inner: Arc::clone(m),
+            countdown: Arc::clone(&countdown),
+        })
+    };
+    let devices: Vec<Arc<dyn BlockDevice>> = memory.iter().map(crashing).collect();
+    create_array(geometry, &named(&devices), false).expect("create");
+    let array = assemble(geometry, &devices, Some(crashing(&journal)));
+    // Journal write and sync, then the data write: dies at the parity.
+    countdown.arm(3);
+    array
+        .write_at(&[7u8; 4096], 0, false)
+        .expect_err("the process dies during the write");
+    drop(array);
+    let images = Images {
+        members: memory.iter().map(|m| image(m)).collect(),
+        journal: image(&journal),
+    };
+    (geometry, images)
+}
+
+#[test]
+fn a_member_failing_during_the_resync_keeps_the_array_from_starting() {
+    let (geometry, images) = crashed_array();
+    let members: Vec<Arc<dyn BlockDevice>> = images
+        .members
+        .iter()
+        .map(|b| {
+            let rule = "write:eio:after=0".parse().expect("rule");
+            Arc::new(sluice_storage::FaultInjectionDevice::new(
+                from_image(b) as Arc<dyn BlockDevice>,
+                "member",
+                vec![rule],
+            )) as Arc<dyn BlockDevice>
+        })
+        .collect();
+    let place = JournalPlace::Device {
+        device: from_image(&images.journal),
+        name: "journal".into(),
+    };
+    let e = RaidDevice::assemble_with_journal(
+        geometry,
+        named(&members),
+        Arc::new(ScopedFanOut),
+        &place,
+    )
+    .expect_err("refused");
+    let text = sluice_testkit::error_chain(&e);
+    assert!(
+        text.starts_with(
+            "cannot resync stripe 0 after an unclean shutdown: member 2 (mem2) failed"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("bring the member back"), "{text}");
+    // The journal still holds the stripe: with the members well, the
+    // next start resyncs it.
+    let members: Vec<Arc<dyn BlockDevice>> = images
+        .members
+        .iter()
+        .map(|b| from_image(b) as Arc<dyn BlockDevice>)
+        .collect();
+    let array = assemble(geometry, &members, Some(from_image(&images.journal)));
+    let resynced = array
+        .metrics()
+        .into_iter()
+        .find(|m| m.name == "raid_resynced_stripes_total")
+        .expect("resync metric");
+    assert_eq!(resynced.value, 1.0);
+}
+
+#[test]
+fn a_journal_of_another_array_is_refused() {
+    let (geometry, images) = crashed_array();
+    let (_, other) = crashed_array();
+    let members: Vec<Arc<dyn BlockDevice>> = images
+        .members
+        .iter()
+        .map(|b| from_image(b) as Arc<dyn BlockDevice>)
+        .collect();
+    let place = JournalPlace::Device {
+        device: from_image(&other.journal),
+        name: "other.journal".into(),
+    };
+    let e = RaidDevice::assemble_with_journal(
+        geometry,
+        named(&members),
+        Arc::new(ScopedFanOut),
+        &place,
+    )
+    .expect_err("refused");
+    let text = e.to_string();
+    assert!(
+        text.starts_with("journal other.journal belongs to array "),
+        "{text}"
+    );
+}
