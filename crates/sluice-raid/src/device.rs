@@ -363,10 +363,6 @@ impl RaidDevice {
             "{} (array {})",
             array.label, assembly.superblocks[0].array_uuid
         );
-        if assembly.state == ArrayState::Dirty {
-            tracing::warn!(array = %array.label,
-                "array was not shut down cleanly: stripes being written then may have parity that does not match");
-        }
         // A member recorded as being rebuilt holds data only below a
         // cursor that was not recorded: it starts over from stripe 0
         // and is never read until rebuilt.
@@ -382,7 +378,12 @@ impl RaidDevice {
         let array_uuid = assembly.superblocks[0].array_uuid;
         array.superblocks = Some(Mutex::new(assembly.superblocks));
         if geometry.level() == RaidLevel::Raid5 && !array.capability.read_only {
-            if let Some((journal, stripes)) = journal.open(array_uuid)? {
+            if let Some(opened) = journal.open(array_uuid)? {
+                let (journal, stripes) = (opened.journal, opened.stripes);
+                if opened.created && assembly.state == ArrayState::Dirty {
+                    tracing::warn!(array = %array.label, journal = %journal.name,
+                        "array was not shut down cleanly and its journal is new: stripes being written then may have parity that does not match (`sluice raid scrub --repair` fixes them)");
+                }
                 if !stripes.is_empty() {
                     tracing::warn!(array = %array.label, journal = %journal.name, stripes = stripes.len(),
                         "resyncing the stripes being written when the array was last open");
@@ -391,6 +392,13 @@ impl RaidDevice {
                 journal.clear()?;
                 array.journal = Some(journal);
             }
+        }
+        if assembly.state == ArrayState::Dirty
+            && geometry.level() == RaidLevel::Raid5
+            && array.journal.is_none()
+        {
+            tracing::warn!(array = %array.label,
+                "array was not shut down cleanly and has no journal: stripes being written then may have parity that does not match (`sluice raid scrub --repair` fixes them)");
         }
         if !array.capability.read_only {
             array.update_superblocks(|s| s.state = ArrayState::Dirty);

@@ -99,7 +99,7 @@ pub enum JournalPlace {
 impl JournalPlace {
     /// Opens the journal here for the array `array` (see
     /// [`Journal::open`]), or `None` when off.
-    pub(crate) fn open(&self, array: Uuid) -> Result<Option<(Journal, Vec<u64>)>, JournalError> {
+    pub(crate) fn open(&self, array: Uuid) -> Result<Option<OpenedJournal>, JournalError> {
         let path = match self {
             Self::Off => return Ok(None),
             Self::Device { device, name } => {
@@ -125,6 +125,16 @@ impl JournalPlace {
         .map_err(JournalError::Open)?;
         Journal::open(Arc::new(device), &path.display().to_string(), array).map(Some)
     }
+}
+
+/// A journal just opened, and what it held.
+#[derive(Debug)]
+pub(crate) struct OpenedJournal {
+    pub(crate) journal: Journal,
+    /// Stripes to resync before the array serves.
+    pub(crate) stripes: Vec<u64>,
+    /// The journal was created now (it knows nothing of earlier runs).
+    pub(crate) created: bool,
 }
 
 /// Why a journal cannot be used.
@@ -236,13 +246,12 @@ impl Drop for Intent<'_> {
 impl Journal {
     /// Opens the journal on `device` for the array `array`: a device
     /// that was never a journal (all zeroes) gets a fresh header; one of
-    /// another array is refused. Returns the journal and the stripes it
-    /// holds (to resync before the array serves).
+    /// another array is refused.
     pub(crate) fn open(
         device: Arc<dyn BlockDevice>,
         name: &str,
         array: Uuid,
-    ) -> Result<(Self, Vec<u64>), JournalError> {
+    ) -> Result<OpenedJournal, JournalError> {
         let io = |doing, source| JournalError::Io {
             name: name.to_owned(),
             doing,
@@ -260,7 +269,8 @@ impl Journal {
             .map_err(|e| io("read its header", e))?;
         let mut stripes = Vec::new();
         let mut sequence = 0;
-        if header.iter().all(|&b| b == 0) {
+        let created = header.iter().all(|&b| b == 0);
+        if created {
             device
                 .write_at(&encode_header(array), 0, false)
                 .map_err(|e| io("write its header", e))?;
@@ -303,7 +313,11 @@ impl Journal {
             committed: Condvar::new(),
             counters: JournalCounters::default(),
         };
-        Ok((journal, stripes))
+        Ok(OpenedJournal {
+            journal,
+            stripes,
+            created,
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, JournalState> {
@@ -570,6 +584,7 @@ mod tests {
 
     fn journal(device: &Arc<MemDevice>, array: Uuid) -> Result<(Journal, Vec<u64>), JournalError> {
         Journal::open(Arc::clone(device) as Arc<dyn BlockDevice>, "j", array)
+            .map(|o| (o.journal, o.stripes))
     }
 
     #[test]
@@ -644,7 +659,9 @@ mod tests {
         let array = Uuid::from_bytes([3; 16]);
         let (j, _) = journal(&device, array).expect("new journal");
         let slow: Arc<dyn BlockDevice> = Arc::new(SlowSync(MemDevice::new(JOURNAL_BYTES, false)));
-        let (j_slow, _) = Journal::open(slow, "slow", array).expect("slow journal");
+        let j_slow = Journal::open(slow, "slow", array)
+            .expect("slow journal")
+            .journal;
         std::thread::scope(|s| {
             for t in 0..8u64 {
                 let j = &j_slow;
