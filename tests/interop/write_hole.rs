@@ -27,7 +27,7 @@ use sluice_client::{ConnectOptions, Connection, NbdUri, Outcome, Request, Target
 use sluice_testkit::crash::{DurabilityModel, FlushTicket, WriteTicket, SECTOR};
 
 use crate::harness::{require_tool, tempdir, Server, ServerBuilder};
-use crate::raid::create;
+use crate::raid::{create, metric};
 
 const UNIT: u64 = 16 << 10;
 /// Each member's export; the array keeps one unit for its superblock.
@@ -191,7 +191,7 @@ impl Drop for SlowMember {
 }
 
 fn head(spec: &str) -> Server {
-    ServerBuilder::new().export("vol", spec).start()
+    ServerBuilder::new().export("vol", spec).metrics().start()
 }
 
 /// What one round found.
@@ -254,10 +254,13 @@ fn round(dir: &std::path::Path, journal: &str, seed: u64) -> Round {
         None => slow.kill(),
     }
     let report = model.check_after_crash(&read_volume(&uri));
+    let journal_on = journal != "off";
     Round {
-        resynced: server
-            .stderr_log()
-            .contains("resyncing the stripes being written"),
+        resynced: journal_on
+            && metric(
+                &server,
+                "sluice_raid_resynced_stripes_total{export=\"vol\"}",
+            ) > 0.0,
         violations: report.violations.len(),
         example: report
             .violations
