@@ -570,7 +570,7 @@ fn decode_slot(b: &[u8]) -> Option<(u64, Vec<u64>)> {
         return None;
     }
     let end = 20 + 8 * n;
-    if be_u32(b, end) != crc32fast::hash(&b[..end]) {
+    if b.len() < end + 4 || be_u32(b, end) != crc32fast::hash(&b[..end]) {
         return None;
     }
     let stripes = (0..n).map(|i| be_u64(b, 20 + 8 * i)).collect();
@@ -637,6 +637,40 @@ mod tests {
         let small = Arc::new(MemDevice::new(4096, false));
         let e = journal(&small, Uuid::from_bytes([3; 16])).expect_err("small");
         assert!(e.to_string().contains("fewer than"), "{e}");
+    }
+
+    proptest::proptest! {
+        /// Any bytes on the journal's disk decode to a set or to nothing,
+        /// never a panic; what is encoded decodes back.
+        #[test]
+        fn decoding_any_bytes_is_safe(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..200)) {
+            let _ = decode_header(&bytes);
+            let _ = decode_slot(&bytes);
+            // A slot with a small count and too few bytes after it.
+            let mut slot = SLOT_MAGIC.to_vec();
+            slot.extend_from_slice(&[0; 8]);
+            slot.extend_from_slice(&(bytes.len() as u32 % 64).to_be_bytes());
+            slot.extend_from_slice(&bytes);
+            let _ = decode_slot(&slot);
+        }
+
+        #[test]
+        fn slots_round_trip(sequence in 0u64.., stripes in proptest::collection::vec(0u64.., 0..100)) {
+            let mut slot = encode_slot(sequence, &stripes);
+            slot.resize(SLOT_BYTES as usize, 0);
+            proptest::prop_assert_eq!(decode_slot(&slot), Some((sequence, stripes)));
+        }
+    }
+
+    #[test]
+    fn a_header_names_its_array() {
+        let uuid = Uuid::from_bytes([9; 16]);
+        assert_eq!(decode_header(&encode_header(uuid)), Ok(uuid));
+        let mut bad = encode_header(uuid);
+        bad[20] ^= 1;
+        assert!(decode_header(&bad)
+            .expect_err("checksum")
+            .contains("checksum"));
     }
 
     /// A journal device whose syncs take a millisecond, as a disk's do.

@@ -395,3 +395,59 @@ fn the_metrics_endpoint_shows_each_member_by_its_uri() {
     );
     assert!(text.contains("# TYPE sluice_raid_member_request_duration_seconds histogram"));
 }
+
+#[test]
+fn raid5_journals_go_where_the_spec_or_the_builder_says() {
+    let dir = tempfile::tempdir().expect("temporary folder");
+    let members = members(3, 1 << 20);
+    let spec = spec_of("raid5", "4K", &members);
+    let builder = VolumeBuilder::default().with_journal_dir(dir.path().join("journals"));
+    let uuid = builder.create_raid(&spec, false).expect("create");
+    // Not named in the spec: in the builder's folder, named after the
+    // array.
+    drop(builder.open("array", &spec).expect("open"));
+    let default = dir.path().join(format!("journals/raid-{uuid}.journal"));
+    assert_eq!(
+        std::fs::metadata(&default).expect("default journal").len(),
+        sluice_raid::journal::JOURNAL_BYTES
+    );
+    // Named: there.
+    let named = dir.path().join("vol.journal");
+    let with_path: VolumeSpec = format!("{},journal={}", spec_text(&members), named.display())
+        .parse()
+        .expect("spec");
+    drop(builder.open("array", &with_path).expect("open"));
+    assert!(named.exists());
+    // Another array's journal is refused, naming it.
+    let others = members_n(3);
+    let other_spec = spec_of("raid5", "4K", &others);
+    builder.create_raid(&other_spec, false).expect("create");
+    let reused: VolumeSpec = format!("{},journal={}", spec_text(&others), named.display())
+        .parse()
+        .expect("spec");
+    let e = builder.open("other", &reused).expect_err("refused");
+    let text = sluice_testkit::error_chain(&e);
+    assert!(text.contains("belongs to array"), "{text}");
+    // Off: no file.
+    let off_dir = dir.path().join("off");
+    let off: VolumeSpec = format!("{},journal=off", spec_text(&others))
+        .parse()
+        .expect("spec");
+    drop(
+        builder
+            .clone()
+            .with_journal_dir(&off_dir)
+            .open("other", &off)
+            .expect("open"),
+    );
+    assert!(!off_dir.exists());
+}
+
+fn members_n(n: usize) -> Vec<Member> {
+    members(n, 1 << 20)
+}
+
+fn spec_text(members: &[Member]) -> String {
+    let uris: Vec<String> = members.iter().map(|m| m.server.uri("m")).collect();
+    format!("raid5:unit=4K,members={}", uris.join(","))
+}
