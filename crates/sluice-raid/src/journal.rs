@@ -399,6 +399,9 @@ impl Journal {
             Err(e) => {
                 tracing::error!(journal = %self.name, error = &e as &dyn std::error::Error,
                     "cannot commit the RAID journal; the writes waiting for it fail");
+                // The next commit goes to the slot this one may have torn,
+                // never over the last good one.
+                state.sequence -= 1;
                 state.logged.retain(|_, c| *c != commit);
                 state.failed = Some((commit, Arc::new(e)));
             }
@@ -442,9 +445,10 @@ impl Journal {
         let keep: Vec<u64> = state.in_flight.keys().copied().collect();
         let durable = state.durable;
         state.logged = keep.iter().map(|&s| (s, durable)).collect();
-        state.sequence += 1;
-        let sequence = state.sequence;
-        self.write_slot(sequence, &keep)
+        let sequence = state.sequence + 1;
+        self.write_slot(sequence, &keep)?;
+        state.sequence = sequence;
+        Ok(())
     }
 
     /// The journal's metrics.
