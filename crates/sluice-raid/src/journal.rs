@@ -615,6 +615,33 @@ mod tests {
     }
 
     #[test]
+    fn a_failed_commit_fails_its_writes_and_the_next_commit_recovers() {
+        let memory = Arc::new(MemDevice::new(JOURNAL_BYTES, false));
+        // Writes: the header, two commits, then the third commit fails.
+        let rule = "write:eio:nth=4".parse().expect("rule");
+        let device: Arc<dyn BlockDevice> = Arc::new(sluice_storage::FaultInjectionDevice::new(
+            Arc::clone(&memory) as Arc<dyn BlockDevice>,
+            "journal",
+            vec![rule],
+        ));
+        let array = Uuid::from_bytes([3; 16]);
+        let j = Journal::open(device, "j", array)
+            .expect("new journal")
+            .journal;
+        drop(j.begin(1).expect("begin"));
+        drop(j.begin(2).expect("begin"));
+        let e = j.begin(3).expect_err("the commit fails");
+        let text = sluice_types::error_chain(&e);
+        assert!(
+            text.starts_with("journal j: cannot write a commit"),
+            "{text}"
+        );
+        drop(j.begin(4).expect("the next commit works"));
+        let (_, found) = journal(&memory, array).expect("reopen");
+        assert_eq!(found, [1, 2, 4]);
+    }
+
+    #[test]
     fn a_torn_commit_leaves_the_previous_set() {
         let device = Arc::new(MemDevice::new(JOURNAL_BYTES, false));
         let array = Uuid::from_bytes([3; 16]);
