@@ -36,3 +36,4 @@ mod service;
 mod shutdown;
 mod tls;
 mod tls_keys;
+mod write_hole;

@@ -15,6 +15,7 @@ use thiserror::Error;
 
 use crate::array::{check_members, read_superblocks, write_superblock, MemberError, NamedMember};
 use crate::fan_out::{FanOut, MemberIo, MemberOp, ScopedFanOut};
+use crate::journal::{Journal, JournalError, JournalPlace};
 use crate::layout::{Geometry, GeometryError, Piece, RaidLevel};
 use crate::metrics::{member_metrics, MemberCounters};
 use crate::parity::xor_into;
@@ -58,6 +59,19 @@ pub enum RaidError {
     /// Replacing, rebuilding or scrubbing needs what this array lacks.
     #[error("{0}")]
     Refused(String),
+    /// The write-intent journal cannot be opened or is not this array's.
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    /// The stripes a crash may have left with parity that does not
+    /// match could not be resynced, so the array does not start.
+    #[error("cannot resync stripe {stripe} after an unclean shutdown: member {index} ({name}) failed; the array is not started, since a member rebuilt from that stripe's parity could read wrong data: bring the member back and start the array again")]
+    Resync {
+        stripe: u64,
+        index: usize,
+        name: String,
+        #[source]
+        source: DeviceError,
+    },
     /// A scrub stopped because a member failed or the array could not
     /// be read.
     #[error("scrub stopped at stripe {stripe}")]
@@ -126,6 +140,8 @@ pub struct RaidDevice {
     pub(crate) rebuild: RebuildState,
     /// The running or last scrub's progress.
     pub(crate) scrub: ScrubState,
+    /// The write-intent journal (RAID 5 arrays assembled with one).
+    journal: Option<Journal>,
 }
 
 /// The members of an array as one value, replaced whole.
@@ -286,6 +302,7 @@ impl RaidDevice {
             stripe_locks: (0..STRIPE_LOCKS).map(|_| Mutex::new(())).collect(),
             data_offset: 0,
             superblocks: None,
+            journal: None,
         })
     }
 
@@ -298,6 +315,21 @@ impl RaidDevice {
         geometry: Geometry,
         members: Vec<NamedMember>,
         fan_out: Arc<dyn FanOut>,
+    ) -> Result<Self, RaidError> {
+        Self::assemble_with_journal(geometry, members, fan_out, &JournalPlace::Off)
+    }
+
+    /// [`Self::assemble`] with a write-intent journal at `journal`
+    /// (RAID 5; RAID 0 has no parity and needs none). Every stripe the
+    /// journal holds has its parity recomputed from its data before this
+    /// returns; a member failing then refuses the array
+    /// ([`RaidError::Resync`]). A journal of another array is refused.
+    /// See the `journal` module.
+    pub fn assemble_with_journal(
+        geometry: Geometry,
+        members: Vec<NamedMember>,
+        fan_out: Arc<dyn FanOut>,
+        journal: &JournalPlace,
     ) -> Result<Self, RaidError> {
         let names: Vec<String> = members.iter().map(|m| m.name.clone()).collect();
         let found = read_superblocks(&members)?;
@@ -331,10 +363,6 @@ impl RaidDevice {
             "{} (array {})",
             array.label, assembly.superblocks[0].array_uuid
         );
-        if assembly.state == ArrayState::Dirty {
-            tracing::warn!(array = %array.label,
-                "array was not shut down cleanly: stripes being written then may have parity that does not match");
-        }
         // A member recorded as being rebuilt holds data only below a
         // cursor that was not recorded: it starts over from stripe 0
         // and is never read until rebuilt.
@@ -347,11 +375,80 @@ impl RaidDevice {
             array.rebuild.cursor.store(0, Ordering::SeqCst);
             array.rebuild.member.store(index, Ordering::SeqCst);
         }
+        let array_uuid = assembly.superblocks[0].array_uuid;
         array.superblocks = Some(Mutex::new(assembly.superblocks));
+        if geometry.level() == RaidLevel::Raid5 && !array.capability.read_only {
+            if let Some(opened) = journal.open(array_uuid)? {
+                let (journal, stripes) = (opened.journal, opened.stripes);
+                if opened.created && assembly.state == ArrayState::Dirty {
+                    tracing::warn!(array = %array.label, journal = %journal.name,
+                        "array was not shut down cleanly and its journal is new: stripes being written then may have parity that does not match (`sluice raid scrub --repair` fixes them)");
+                }
+                if !stripes.is_empty() {
+                    tracing::warn!(array = %array.label, journal = %journal.name, stripes = stripes.len(),
+                        "resyncing the stripes being written when the array was last open");
+                }
+                array.resync(&stripes, &journal)?;
+                journal.clear()?;
+                array.journal = Some(journal);
+            }
+        }
+        if assembly.state == ArrayState::Dirty
+            && geometry.level() == RaidLevel::Raid5
+            && array.journal.is_none()
+        {
+            tracing::warn!(array = %array.label,
+                "array was not shut down cleanly and has no journal: stripes being written then may have parity that does not match (`sluice raid scrub --repair` fixes them)");
+        }
         if !array.capability.read_only {
             array.update_superblocks(|s| s.state = ArrayState::Dirty);
         }
         Ok(array)
+    }
+
+    /// Recomputes the parity of `stripes` from their data (every member
+    /// present and alive, at assembly), then flushes every member.
+    fn resync(&self, stripes: &[u64], journal: &Journal) -> Result<(), RaidError> {
+        let set = self.members.load();
+        let unit = self.geometry.unit();
+        let fail = |stripe, index: usize, source| RaidError::Resync {
+            stripe,
+            index,
+            name: set.names[index].clone(),
+            source,
+        };
+        let device = |index: usize| {
+            set.devices[index]
+                .as_deref()
+                .expect("an assembled array has every member")
+        };
+        let mut parity = vec![0u8; unit as usize];
+        let mut chunk = vec![0u8; unit as usize];
+        for &stripe in stripes.iter().filter(|&&s| s < self.stripes()) {
+            let at = self.data_offset + stripe * unit;
+            parity.fill(0);
+            for k in 0..self.geometry.data_members() {
+                let m = self.geometry.data_member(stripe, k);
+                device(m)
+                    .read_at(&mut chunk, at)
+                    .map_err(|e| fail(stripe, m, e))?;
+                xor_into(&mut parity, &chunk);
+            }
+            let p = self
+                .geometry
+                .parity_member(stripe)
+                .expect("RAID 5 has parity");
+            device(p)
+                .write_at(&parity, at, false)
+                .map_err(|e| fail(stripe, p, e))?;
+            journal.counters.resynced.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Some(&last) = stripes.last() {
+            for index in 0..set.devices.len() {
+                device(index).flush().map_err(|e| fail(last, index, e))?;
+            }
+        }
+        Ok(())
     }
 
     /// Applies `change` to the superblock of every member still in use,
@@ -726,6 +823,23 @@ impl RaidDevice {
         while let Some(stripe) = stripes.next() {
             if !is_full(stripe) {
                 let _lock = self.lock_stripe(stripe[0].stripe);
+                // Durably in the journal before any member write of it.
+                let _intent = match &self.journal {
+                    Some(journal) => {
+                        Some(
+                            journal
+                                .begin(stripe[0].stripe)
+                                .map_err(|e| DeviceError::Io {
+                                    device: self.label.clone(),
+                                    op: IoOp::Write,
+                                    offset,
+                                    len: buf.len() as u64,
+                                    source: io::Error::other(e),
+                                })?,
+                        )
+                    }
+                    None => None,
+                };
                 self.retrying(IoOp::Write, offset, buf.len() as u64, || {
                     self.write_stripe(stripe, buf, fua)
                 })?;
@@ -1134,6 +1248,11 @@ impl Drop for RaidDevice {
                 }
             }
         }
+        // Every write is on the members: no stripe needs resyncing.
+        if let Some(Err(e)) = self.journal.as_ref().map(Journal::clear) {
+            tracing::warn!(array = %self.label, error = &e as &dyn std::error::Error,
+                "cannot clear the journal on closing; its stripes are resynced at the next start");
+        }
         self.update_superblocks(|s| s.state = ArrayState::Clean);
     }
 }
@@ -1384,6 +1503,9 @@ impl BlockDevice for RaidDevice {
             out.extend(member_metrics(index, &set.names[index], c));
         }
         out.extend(self.progress_metrics());
+        if let Some(journal) = &self.journal {
+            out.extend(journal.metrics());
+        }
         out
     }
 }

@@ -89,6 +89,16 @@
 //! dropped, and bumps the event counter on the surviving members
 //! whenever a member fails. docs/RAID.md has the byte layout.
 //!
+//! # The write hole
+//!
+//! [`RaidDevice::assemble_with_journal`] gives a RAID 5 array a
+//! write-intent [`journal`] on the serving machine's disk: every
+//! partial-stripe write first makes sure its stripe is durably in it, and
+//! assembly recomputes the parity of every stripe it holds before the
+//! array serves, so a crash between a write's data and parity member
+//! writes cannot leave a stripe whose parity rebuilds a lost member
+//! wrong. docs/design/0007-raid-write-hole.md has the protocol.
+//!
 //! # Replacing, rebuilding and scrubbing
 //!
 //! [`RaidDevice::replace_member`] puts a new device in a failed
@@ -121,6 +131,7 @@
 mod array;
 mod device;
 pub mod fan_out;
+pub mod journal;
 mod layout;
 mod metrics;
 mod parity;
@@ -132,6 +143,7 @@ pub use array::{
 };
 pub use device::{ArrayFailed, MemberStatus, RaidDevice, RaidError, DEFAULT_REBUILD_RATE};
 pub use fan_out::{FanOut, MemberIo, MemberOp, ScopedFanOut};
+pub use journal::{JournalError, JournalPlace};
 pub use layout::{Geometry, GeometryError, Piece, RaidLevel};
 pub use parity::xor_into;
 pub use rebuild::{

@@ -1,10 +1,12 @@
 //! The one place device stacks are built.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use sluice_client::{ClientError, ConnectOptions, NbdUri, Reconnect, RemoteDevice};
 use sluice_raid::{
-    create_array, Geometry, NamedMember, RaidDevice, RaidError, Uuid, DEFAULT_REBUILD_RATE,
+    create_array, Geometry, JournalPlace, NamedMember, RaidDevice, RaidError, Uuid,
+    DEFAULT_REBUILD_RATE,
 };
 use sluice_storage::{
     BlockDevice, CacheConfig, CacheDevice, DeviceError, FaultInjectionDevice, FileDevice,
@@ -13,7 +15,12 @@ use sluice_storage::{
 use thiserror::Error;
 
 use crate::fan_out::BatchFanOut;
-use crate::{BaseSpec, LayerSpec, RaidSpec, RemoteSpec, VolumeSpec};
+use crate::{BaseSpec, JournalSpec, LayerSpec, RaidSpec, RemoteSpec, VolumeSpec};
+
+/// Where RAID 5 arrays keep their write-intent journals unless their
+/// spec says (`journal=`): `sluice serve`'s data folder, beside its
+/// default export and admin socket.
+pub const DEFAULT_JOURNAL_DIR: &str = "./sluice-data";
 
 /// Why a volume could not be opened.
 #[derive(Debug, Error)]
@@ -128,6 +135,9 @@ pub struct VolumeBuilder {
     pub cache: Option<CacheConfig>,
     /// Rebuild and scrub rate of the arrays opened, bytes per second.
     pub rebuild_rate: u64,
+    /// The folder of the journals of RAID 5 arrays whose spec names
+    /// none, each `raid-UUID.journal` (created when missing).
+    pub journal_dir: PathBuf,
 }
 
 impl Default for VolumeBuilder {
@@ -142,6 +152,7 @@ impl VolumeBuilder {
         Self {
             cache,
             rebuild_rate: DEFAULT_REBUILD_RATE,
+            journal_dir: PathBuf::from(DEFAULT_JOURNAL_DIR),
         }
     }
 
@@ -175,6 +186,12 @@ impl VolumeBuilder {
             raid.array.start_rebuild();
         }
         Ok(Volume { device, raid })
+    }
+
+    /// Keeps the journals of arrays whose spec names none in `dir`.
+    pub fn with_journal_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.journal_dir = dir.into();
+        self
     }
 
     /// Sets the rebuild (and scrub) rate limit of the arrays this
@@ -227,7 +244,13 @@ impl VolumeBuilder {
             Geometry::new(raid.level, raid.members.len(), raid.unit).map_err(RaidError::from)?;
         let (members, remotes) = self.open_members(raid)?;
         let fan_out = Arc::new(BatchFanOut::new(remotes));
-        let array = RaidDevice::assemble(geometry, members, fan_out.clone())?;
+        let journal = match &raid.journal {
+            JournalSpec::Default => JournalPlace::Dir(self.journal_dir.clone()),
+            JournalSpec::Off => JournalPlace::Off,
+            JournalSpec::File(path) => JournalPlace::File(path.clone()),
+        };
+        let array =
+            RaidDevice::assemble_with_journal(geometry, members, fan_out.clone(), &journal)?;
         Ok(RaidHandle {
             array: Arc::new(array),
             fan_out,

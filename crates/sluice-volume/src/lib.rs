@@ -15,9 +15,9 @@ mod builder;
 mod fan_out;
 mod spec;
 
-pub use builder::{RaidHandle, Volume, VolumeBuilder, VolumeError};
+pub use builder::{RaidHandle, Volume, VolumeBuilder, VolumeError, DEFAULT_JOURNAL_DIR};
 pub use fan_out::BatchFanOut;
 pub use spec::{
-    BaseSpec, LayerSpec, RaidSpec, RemoteSpec, SpecError, VolumeSpec, DEFAULT_REMOTE_RECONNECT,
-    DEFAULT_REMOTE_TIMEOUT,
+    BaseSpec, JournalSpec, LayerSpec, RaidSpec, RemoteSpec, SpecError, VolumeSpec,
+    DEFAULT_REMOTE_RECONNECT, DEFAULT_REMOTE_TIMEOUT,
 };

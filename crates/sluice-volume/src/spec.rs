@@ -90,6 +90,23 @@ pub struct RaidSpec {
     pub unit: u64,
     /// The members, in array order (member 0 first); each a whole stack.
     pub members: Vec<VolumeSpec>,
+    /// Where RAID 5 keeps its write-intent journal (`journal=PATH|off`).
+    pub journal: JournalSpec,
+}
+
+/// Where an array's write-intent journal lives (see
+/// [`sluice_raid::journal`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum JournalSpec {
+    /// Not written: a file named after the array in the builder's
+    /// journal folder ([`crate::VolumeBuilder::journal_dir`]).
+    #[default]
+    Default,
+    /// `journal=off`: none (a crash during a partial-stripe write can
+    /// leave a stripe whose parity does not match).
+    Off,
+    /// `journal=PATH`: this file.
+    File(PathBuf),
 }
 
 /// A layer over a device.
@@ -120,7 +137,7 @@ pub enum LayerSpec {
 #[non_exhaustive]
 pub enum SpecError {
     /// The spec does not follow the syntax.
-    #[error("bad export spec {spec:?}: {reason} (expected file:PATH[,size=BYTES][,ro][,direct], mem:BYTES[,ro], URI[,ro][,timeout=DURATION][,reconnect=DURATION] with an nbd://, nbds://, nbd+unix:// or nbds+unix:// URI, or raid0|raid5:unit=SIZE,members=URI,URI,...[,ro][,timeout=DURATION][,reconnect=DURATION], and for testing [,fail=OPS:ERRNO:TRIGGER][,power-loss[=SEED]])")]
+    #[error("bad export spec {spec:?}: {reason} (expected file:PATH[,size=BYTES][,ro][,direct], mem:BYTES[,ro], URI[,ro][,timeout=DURATION][,reconnect=DURATION] with an nbd://, nbds://, nbd+unix:// or nbds+unix:// URI, or raid0|raid5:unit=SIZE,members=URI,URI,...[,journal=PATH|off][,timeout=DURATION][,reconnect=DURATION], and for testing [,fail=OPS:ERRNO:TRIGGER][,power-loss[=SEED]])")]
     Syntax {
         /// The whole spec.
         spec: String,
@@ -157,7 +174,8 @@ impl FromStr for VolumeSpec {
     ///   back);
     /// - `raid0:` or `raid5:` with `unit=SIZE` and `members=URI`, every
     ///   further item that is a URI being the next member (so
-    ///   `members=URI,URI,URI`), and `ro`, `timeout=`, `reconnect=`
+    ///   `members=URI,URI,URI`), `journal=PATH` or `journal=off` (RAID
+    ///   5's write-intent journal), and `ro`, `timeout=`, `reconnect=`
     ///   (applied to every member);
     ///
     /// then, for testing, `fail=RULE` and `power-loss[=SEED]`, options in
@@ -184,6 +202,7 @@ impl FromStr for VolumeSpec {
         let mut reconnect = None;
         let mut unit = None;
         let mut members: Option<Vec<String>> = None;
+        let mut journal = None;
         // In a RAID spec the first item is an option like the others.
         let options = is_raid.then_some(first).into_iter().chain(parts);
         for opt in options {
@@ -206,6 +225,9 @@ impl FromStr for VolumeSpec {
                 Some(("timeout", v)) => timeout = Some(sluice_types::parse_duration(v)?),
                 Some(("reconnect", v)) => reconnect = Some(sluice_types::parse_duration(v)?),
                 Some(("unit", v)) if is_raid => unit = Some(sluice_types::parse_size(v)?),
+                Some(("journal", "")) if is_raid => return Err(bad("empty journal path".into())),
+                Some(("journal", "off")) if is_raid => journal = Some(JournalSpec::Off),
+                Some(("journal", v)) if is_raid => journal = Some(JournalSpec::File(v.into())),
                 Some(("members", v)) if is_raid && members.is_none() => {
                     if !is_uri(v) {
                         return Err(bad(format!(
@@ -296,6 +318,7 @@ impl FromStr for VolumeSpec {
                     level: geometry.level(),
                     unit: geometry.unit(),
                     members,
+                    journal: journal.unwrap_or_default(),
                 })
             }
             other => return Err(bad(format!("unknown backend {other:?}"))),
@@ -403,6 +426,11 @@ mod tests {
             ("raid5:members=nbd://a/x,nbd://b/x", "missing unit=SIZE"),
             ("raid5:unit=64K", "missing members=URI"),
             (
+                "raid5:unit=64K,journal=,members=nbd://a/x,nbd://b/x",
+                "empty journal path",
+            ),
+            ("mem:1M,journal=/j", "unknown option \"journal=/j\""),
+            (
                 "raid0:unit=64K,members=/dev/sdb",
                 "member \"/dev/sdb\" is not an nbd://",
             ),
@@ -488,6 +516,7 @@ mod tests {
                     member("nbds://b:10810/y?tls-certificates=/etc/pki"),
                     member("nbd+unix:///z?socket=/s"),
                 ],
+                journal: JournalSpec::Default,
             })
         );
         // The testing layers go over the array.
@@ -502,6 +531,18 @@ mod tests {
         assert_eq!(
             (raid.level, raid.unit, raid.members.len()),
             (RaidLevel::Raid0, 1 << 20, 2)
+        );
+        let journal = |spec: &str| match spec.parse::<VolumeSpec>().expect("spec").base {
+            BaseSpec::Raid(raid) => raid.journal,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            journal("raid5:unit=4K,journal=/var/lib/j,members=nbd://a/x,nbd://b/x"),
+            JournalSpec::File("/var/lib/j".into())
+        );
+        assert_eq!(
+            journal("raid5:unit=4K,members=nbd://a/x,nbd://b/x,journal=off"),
+            JournalSpec::Off
         );
     }
 

@@ -15,6 +15,12 @@ use sluice_testkit::test_server::TestServer;
 use sluice_testkit::GatedDevice;
 use sluice_volume::{VolumeBuilder, VolumeSpec};
 
+/// A builder whose arrays keep their journals under the system's
+/// temporary folder, not the working directory.
+fn builder() -> VolumeBuilder {
+    VolumeBuilder::default().with_journal_dir(std::env::temp_dir().join("sluice-volume-tests"))
+}
+
 /// A member server: memory behind one export `m`.
 struct Member {
     memory: Arc<MemDevice>,
@@ -88,7 +94,7 @@ fn remote_array(level: &'static str, n: usize, unit: &'static str) -> impl Fn(Ac
     move |access| {
         let members = members(n, 4 << 20);
         let writable = spec_of(level, unit, &members);
-        let builder = VolumeBuilder::default();
+        let builder = builder();
         builder
             .create_raid(&writable, false)
             .expect("create the array");
@@ -133,7 +139,7 @@ fn remote_raid5_failing_into(
     }
     members[1].server = serve(failing);
     let spec = spec_of("raid5", "4K", &members);
-    let builder = VolumeBuilder::default();
+    let builder = builder();
     builder.create_raid(&spec, false).expect("create the array");
     let device = builder.open("array", &spec).expect("open the array");
     Subject::new(device).keeping(members)
@@ -172,7 +178,7 @@ fn an_unreachable_member_is_named() {
     let spec: VolumeSpec = format!("raid5:unit=4K,members={}", uris.join(","))
         .parse()
         .expect("spec");
-    let e = VolumeBuilder::default()
+    let e = builder()
         .open("array", &spec)
         .expect_err("member 2 has no such export");
     let text = format!(
@@ -189,7 +195,7 @@ fn an_unreachable_member_is_named() {
 fn members_without_superblocks_are_refused_with_what_to_run() {
     let members = members(3, 1 << 20);
     let spec = spec_of("raid5", "4K", &members);
-    let e = VolumeBuilder::default()
+    let e = builder()
         .open("array", &spec)
         .expect_err("no superblocks")
         .to_string();
@@ -207,7 +213,7 @@ fn writes_land_on_the_members_past_their_superblocks() {
     // on member 1, each past the member's 4 KiB superblock area.
     let members = members(2, 1 << 20);
     let spec = spec_of("raid0", "4K", &members);
-    let builder = VolumeBuilder::default();
+    let builder = builder();
     builder.create_raid(&spec, false).expect("create");
     let array = builder.open("array", &spec).expect("open");
     let mut data = vec![1u8; 8192];
@@ -253,7 +259,7 @@ fn a_member_that_goes_away_is_failed_recorded_and_then_refused_as_stale() {
     };
     let servers: Vec<&TestServer> = members.iter().map(|m| &m.server).collect();
     let spec: VolumeSpec = spec_text(&servers).parse().expect("spec");
-    let builder = VolumeBuilder::default();
+    let builder = builder();
     builder.create_raid(&spec, false).expect("create");
     let array = builder.open("array", &spec).expect("open");
     let data = pattern(64 << 10, 1);
@@ -310,7 +316,7 @@ fn a_member_that_stops_answering_times_out_and_a_second_failure_is_an_error() {
     )
     .parse()
     .expect("spec");
-    let builder = VolumeBuilder::default();
+    let builder = builder();
     builder.create_raid(&spec, false).expect("create");
     let array = builder.open("array", &spec).expect("open");
     let data = pattern(32 << 10, 3);
@@ -341,7 +347,7 @@ fn a_member_that_stops_answering_times_out_and_a_second_failure_is_an_error() {
 fn the_metrics_endpoint_shows_each_member_by_its_uri() {
     let members = members(3, 1 << 20);
     let spec = spec_of("raid5", "4K", &members);
-    let builder = VolumeBuilder::default();
+    let builder = builder();
     builder.create_raid(&spec, false).expect("create");
     let array = builder.open("array", &spec).expect("open");
     // One full stripe (8 KiB of data: a chunk on each data member and
@@ -388,4 +394,60 @@ fn the_metrics_endpoint_shows_each_member_by_its_uri() {
         4096.0
     );
     assert!(text.contains("# TYPE sluice_raid_member_request_duration_seconds histogram"));
+}
+
+#[test]
+fn raid5_journals_go_where_the_spec_or_the_builder_says() {
+    let dir = tempfile::tempdir().expect("temporary folder");
+    let members = members(3, 1 << 20);
+    let spec = spec_of("raid5", "4K", &members);
+    let builder = VolumeBuilder::default().with_journal_dir(dir.path().join("journals"));
+    let uuid = builder.create_raid(&spec, false).expect("create");
+    // Not named in the spec: in the builder's folder, named after the
+    // array.
+    drop(builder.open("array", &spec).expect("open"));
+    let default = dir.path().join(format!("journals/raid-{uuid}.journal"));
+    assert_eq!(
+        std::fs::metadata(&default).expect("default journal").len(),
+        sluice_raid::journal::JOURNAL_BYTES
+    );
+    // Named: there.
+    let named = dir.path().join("vol.journal");
+    let with_path: VolumeSpec = format!("{},journal={}", spec_text(&members), named.display())
+        .parse()
+        .expect("spec");
+    drop(builder.open("array", &with_path).expect("open"));
+    assert!(named.exists());
+    // Another array's journal is refused, naming it.
+    let others = members_n(3);
+    let other_spec = spec_of("raid5", "4K", &others);
+    builder.create_raid(&other_spec, false).expect("create");
+    let reused: VolumeSpec = format!("{},journal={}", spec_text(&others), named.display())
+        .parse()
+        .expect("spec");
+    let e = builder.open("other", &reused).expect_err("refused");
+    let text = sluice_testkit::error_chain(&e);
+    assert!(text.contains("belongs to array"), "{text}");
+    // Off: no file.
+    let off_dir = dir.path().join("off");
+    let off: VolumeSpec = format!("{},journal=off", spec_text(&others))
+        .parse()
+        .expect("spec");
+    drop(
+        builder
+            .clone()
+            .with_journal_dir(&off_dir)
+            .open("other", &off)
+            .expect("open"),
+    );
+    assert!(!off_dir.exists());
+}
+
+fn members_n(n: usize) -> Vec<Member> {
+    members(n, 1 << 20)
+}
+
+fn spec_text(members: &[Member]) -> String {
+    let uris: Vec<String> = members.iter().map(|m| m.server.uri("m")).collect();
+    format!("raid5:unit=4K,members={}", uris.join(","))
 }
