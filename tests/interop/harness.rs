@@ -452,7 +452,13 @@ impl ServerBuilder {
         let stderr_file = File::create(&stderr_path).expect("create server stderr log");
 
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_sluice"));
-        cmd.arg("serve");
+        // What a server writes next to itself (RAID journals by default go
+        // to ./sluice-data/) lands outside the repository, in one folder
+        // shared by every test server so that a restarted head finds its
+        // journal again (journals are named by array id: no collisions).
+        let cwd = std::env::temp_dir().join("sluice-interop-servers");
+        std::fs::create_dir_all(&cwd).expect("create the test servers' working folder");
+        cmd.current_dir(&cwd).arg("serve");
         for l in &listens {
             cmd.arg("--listen").arg(l);
         }
