@@ -14,9 +14,36 @@
 
 use std::collections::BTreeMap;
 
+#[cfg(feature = "conformance")]
+pub mod conformance;
 mod error;
+mod etcd;
+mod record;
+mod sqlite;
 
 pub use error::MetaError;
+pub use etcd::{EtcdConfig, EtcdMetaStore, DEFAULT_PREFIX as DEFAULT_ETCD_PREFIX};
+pub use sqlite::SqliteMetaStore;
+
+/// Longest name, in bytes.
+pub const MAX_NAME_LEN: usize = 1024;
+
+/// Checks a name: non-empty, at most [`MAX_NAME_LEN`] bytes, no NUL.
+pub fn check_name(name: &str) -> Result<(), MetaError> {
+    let why = if name.is_empty() {
+        "it is empty".to_owned()
+    } else if name.len() > MAX_NAME_LEN {
+        format!("it is {} bytes long, more than {MAX_NAME_LEN}", name.len())
+    } else if name.contains('\0') {
+        "it contains a NUL character".to_owned()
+    } else {
+        return Ok(());
+    };
+    Err(MetaError::Invalid {
+        what: format!("object name {name:?}"),
+        why,
+    })
+}
 
 /// Where one piece of a striped object lives: an object on an object
 /// server.
@@ -40,6 +67,32 @@ pub struct Layout {
     pub stripe_unit: u64,
     /// The pieces, in stripe order; never empty.
     pub pieces: Vec<Piece>,
+}
+
+impl Layout {
+    /// Smallest stripe unit.
+    pub const MIN_STRIPE_UNIT: u64 = 4096;
+
+    /// Checks the layout's own rules: a power-of-two stripe unit of at
+    /// least [`Layout::MIN_STRIPE_UNIT`], and at least one piece.
+    pub fn check(&self) -> Result<(), MetaError> {
+        let why = if !self.stripe_unit.is_power_of_two() || self.stripe_unit < Self::MIN_STRIPE_UNIT
+        {
+            format!(
+                "stripe unit {} is not a power of two of at least {}",
+                self.stripe_unit,
+                Self::MIN_STRIPE_UNIT
+            )
+        } else if self.pieces.is_empty() {
+            "it has no pieces".to_owned()
+        } else {
+            return Ok(());
+        };
+        Err(MetaError::Invalid {
+            what: "layout".to_owned(),
+            why,
+        })
+    }
 }
 
 /// What a crash may leave half done; `sluice obj fsck` finishes or undoes it.
@@ -68,11 +121,15 @@ pub struct Entry {
     /// User attributes of the whole object.
     pub attrs: BTreeMap<String, Vec<u8>>,
     /// Changes on every update of this entry; updates compare it
-    /// ([`MetaStore::update`]) so two writers cannot both win.
+    /// ([`MetaStore::update`]) so two writers cannot both win. Drawn from
+    /// a store-wide counter that only grows, so a name deleted and created
+    /// again never repeats an old revision.
     pub revision: u64,
 }
 
-/// One change to an entry, applied atomically with the revision check.
+/// One change to an entry, applied atomically with the revision check, in
+/// this order: state, exact size, size-at-least, set attributes, remove
+/// attributes (a name in both ends up removed).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Update {
     /// A new state, if any.
@@ -86,6 +143,27 @@ pub struct Update {
     pub set_attrs: BTreeMap<String, Vec<u8>>,
     /// Attributes to remove.
     pub remove_attrs: Vec<String>,
+}
+
+impl Update {
+    /// Applies this change to an entry's fields (not its revision).
+    pub fn apply(&self, entry: &mut Entry) {
+        if let Some(state) = self.state {
+            entry.state = state;
+        }
+        if let Some(size) = self.size {
+            entry.size = size;
+        }
+        if let Some(size) = self.size_at_least {
+            entry.size = entry.size.max(size);
+        }
+        for (k, v) in &self.set_attrs {
+            entry.attrs.insert(k.clone(), v.clone());
+        }
+        for k in &self.remove_attrs {
+            entry.attrs.remove(k);
+        }
+    }
 }
 
 /// The metadata service, whatever its backend. All methods are blocking
