@@ -11,8 +11,11 @@ use std::sync::Barrier;
 
 use crate::{Entry, EntryState, Layout, MetaError, MetaStore, Piece, Update};
 
+/// One property, checked on a fresh store.
+pub type Check = fn(&dyn MetaStore);
+
 /// Every check, by name.
-pub const CHECKS: &[(&str, fn(&dyn MetaStore))] = &[
+pub const CHECKS: &[(&str, Check)] = &[
     ("create_then_lookup", create_then_lookup),
     (
         "create_of_an_existing_name_fails",
@@ -94,7 +97,8 @@ macro_rules! meta_conformance_tests {
     };
 }
 
-/// A layout of `n` pieces on servers `s0..`, object ids from `seed`.
+/// A layout of `n` pieces with a 64 KiB stripe unit, on servers
+/// `sluice://server-I.test:10810`, object ids from `seed`.
 pub fn layout(n: usize, seed: u64) -> Layout {
     Layout {
         stripe_unit: 64 << 10,
@@ -119,6 +123,7 @@ fn ok<T>(r: Result<T, MetaError>, what: &str) -> T {
     r.unwrap_or_else(|e| panic!("{what} failed: {e} ({e:?})"))
 }
 
+/// A created entry has the layout and attributes given, state Creating, size 0, and reads back the same.
 pub fn create_then_lookup(store: &dyn MetaStore) {
     let a = attrs(&[("owner", b"ann"), ("bin", &[0, 255, 10, 13])]);
     let created = ok(store.create("dir/obj", &layout(3, 1), &a), "create");
@@ -131,6 +136,7 @@ pub fn create_then_lookup(store: &dyn MetaStore) {
     assert_eq!(ok(store.lookup("dir/obj"), "lookup"), created);
 }
 
+/// A second create of a name fails with Exists and changes nothing.
 pub fn create_of_an_existing_name_fails(store: &dyn MetaStore) {
     let first = ok(store.create("x", &layout(1, 1), &BTreeMap::new()), "create");
     match store.create("x", &layout(2, 2), &BTreeMap::new()) {
@@ -144,6 +150,7 @@ pub fn create_of_an_existing_name_fails(store: &dyn MetaStore) {
     );
 }
 
+/// Every operation on a missing name fails with NotFound.
 pub fn missing_names_are_not_found(store: &dyn MetaStore) {
     let not_found = |r: Result<(), MetaError>, what: &str| match r {
         Err(MetaError::NotFound { name }) => assert_eq!(name, "nope"),
@@ -162,6 +169,7 @@ pub fn missing_names_are_not_found(store: &dyn MetaStore) {
     not_found(store.delete("nope", Some(1)), "delete at a revision");
 }
 
+/// Empty, over-long and NUL-holding names, and layouts without pieces or with a bad stripe unit, are refused as Invalid and leave nothing behind.
 pub fn bad_names_and_layouts_are_refused(store: &dyn MetaStore) {
     let long = "n".repeat(crate::MAX_NAME_LEN + 1);
     for name in ["", "a\0b", long.as_str()] {
@@ -194,6 +202,7 @@ pub fn bad_names_and_layouts_are_refused(store: &dyn MetaStore) {
     );
 }
 
+/// An update applies state, exact size, size-at-least, set and removed attributes in that order, and raises the revision.
 pub fn updates_apply_in_order(store: &dyn MetaStore) {
     let e0 = ok(
         store.create("u", &layout(2, 1), &attrs(&[("a", b"1"), ("b", b"2")])),
@@ -252,6 +261,7 @@ pub fn updates_apply_in_order(store: &dyn MetaStore) {
     assert!(matches!(store.lookup("u"), Err(MetaError::NotFound { .. })));
 }
 
+/// An update or delete at an old revision fails with Conflict naming both revisions, and changes nothing.
 pub fn stale_revisions_conflict(store: &dyn MetaStore) {
     let e0 = ok(store.create("s", &layout(1, 1), &BTreeMap::new()), "create");
     let e1 = ok(
@@ -297,6 +307,7 @@ pub fn stale_revisions_conflict(store: &dyn MetaStore) {
     );
 }
 
+/// A name deleted and created again never gets a revision it had before.
 pub fn revisions_never_repeat(store: &dyn MetaStore) {
     let mut seen = BTreeSet::new();
     for round in 0..3 {
@@ -319,6 +330,7 @@ pub fn revisions_never_repeat(store: &dyn MetaStore) {
     }
 }
 
+/// Listing by prefix returns exactly the names that start with it, in byte order, with names that share prefixes and hold `%`, `_`, `/` and non-ASCII characters (the wildcards of SQL LIKE must not act as wildcards).
 pub fn list_matches_prefixes_exactly(store: &dyn MetaStore) {
     let names = [
         "a",
@@ -385,6 +397,7 @@ pub fn list_matches_prefixes_exactly(store: &dyn MetaStore) {
     }
 }
 
+/// Servers list in the order first added; adding one twice changes nothing.
 pub fn servers_keep_their_order(store: &dyn MetaStore) {
     assert!(ok(store.servers(), "servers").is_empty());
     for s in [
@@ -406,6 +419,7 @@ pub fn servers_keep_their_order(store: &dyn MetaStore) {
     );
 }
 
+/// A server holding pieces cannot be removed (the error counts the objects and names the first); once they are gone it can.
 pub fn servers_in_use_stay(store: &dyn MetaStore) {
     let l = layout(3, 1);
     let busy = l.pieces[1].server.clone();
@@ -446,6 +460,7 @@ pub fn servers_in_use_stay(store: &dyn MetaStore) {
     );
 }
 
+/// The placement counter grows by one per call, also across 8 threads (no number given twice or skipped).
 pub fn placements_count_by_one(store: &dyn MetaStore) {
     let first = ok(store.next_placement(), "next_placement");
     assert_eq!(ok(store.next_placement(), "next_placement"), first + 1);

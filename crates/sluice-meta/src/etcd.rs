@@ -473,7 +473,11 @@ impl MetaStore for EtcdMetaStore {
                         expected,
                         found: kv.mod_revision() as u64,
                     }),
-                    (Some(_), None) => unreachable!("an existing key has a create revision"),
+                    // The compare said the key was absent, the get found it.
+                    (Some(_), None) => Err(MetaError::Invalid {
+                        what: format!("etcd's answer to deleting {name:?}"),
+                        why: "the key both is and is not there".to_owned(),
+                    }),
                 })
             },
         )

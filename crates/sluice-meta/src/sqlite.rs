@@ -338,19 +338,20 @@ fn run_writer(conn: &Connection, path: &Path, queue: &mpsc::Receiver<Job>) {
                 }
                 e.to_string()
             });
+        let mut results = results.drain(..);
         for job in batch.drain(..) {
-            let result = match &committed {
-                Ok(()) => results.remove(0),
-                Err(e) => Err(MetaError::Backend {
+            let result = match (&committed, results.next()) {
+                (Ok(()), Some(r)) => r,
+                (Err(e), _) => Err(MetaError::Backend {
                     backend: describe(path),
                     action: "commit".to_owned(),
                     source: e.clone().into(),
                 }),
+                (Ok(()), None) => unreachable!("a committed batch has a result per job"),
             };
             // A caller that gave up waiting is not an error here.
             let _ = job.reply.send(result);
         }
-        results.clear();
     }
 }
 
