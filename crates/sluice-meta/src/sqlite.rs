@@ -35,6 +35,10 @@ const MAX_BATCH: usize = 256;
 /// holding the database) before failing.
 const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// The entries whose names lie in [?1, ?2), in name order.
+const LIST_RANGE: &str = "SELECT name, revision, record FROM entries
+                          WHERE name >= ?1 AND name < ?2 ORDER BY name";
+
 const SCHEMA: &str = "
     CREATE TABLE IF NOT EXISTS counters (
         name TEXT PRIMARY KEY, value INTEGER NOT NULL) WITHOUT ROWID;
@@ -222,18 +226,13 @@ impl MetaStore for SqliteMetaStore {
                 // Names compare as bytes (SQLite's BINARY collation), so
                 // the names starting with `prefix` are exactly those in
                 // [prefix, end): an index range scan.
-                Some(end) => conn
-                    .prepare_cached(
-                        "SELECT name, revision, record FROM entries
-                         WHERE name >= ?1 AND name < ?2 ORDER BY name",
-                    )
-                    .and_then(|mut s| {
-                        s.query_map(
-                            params![prefix, ToSqlOutput::Borrowed(ValueRef::Text(end))],
-                            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-                        )?
-                        .collect()
-                    }),
+                Some(end) => conn.prepare_cached(LIST_RANGE).and_then(|mut s| {
+                    s.query_map(
+                        params![prefix, ToSqlOutput::Borrowed(ValueRef::Text(end))],
+                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                    )?
+                    .collect()
+                }),
                 None => conn
                     .prepare_cached("SELECT name, revision, record FROM entries ORDER BY name")
                     .and_then(|mut s| {
@@ -524,6 +523,29 @@ fn next_revision(conn: &Connection, path: &Path) -> Result<u64, MetaError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn listing_a_prefix_is_an_index_range_scan() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        drop(SqliteMetaStore::open(dir.path()).expect("open"));
+        let conn = open_connection(&dir.path().join(FILE_NAME)).expect("connect");
+        let end = prefix_end("a/").expect("non-empty");
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {LIST_RANGE}"))
+            .and_then(|mut s| {
+                s.query_map(
+                    params!["a/", ToSqlOutput::Borrowed(ValueRef::Text(&end))],
+                    |r| r.get::<_, String>(3),
+                )?
+                .collect()
+            })
+            .expect("query plan");
+        assert_eq!(
+            plan,
+            ["SEARCH entries USING PRIMARY KEY (name>? AND name<?)"],
+            "not a range scan of the primary key"
+        );
+    }
 
     #[test]
     fn prefix_end_bounds_exactly_the_names_with_the_prefix() {
