@@ -33,6 +33,10 @@ pub const CHECKS: &[(&str, Check)] = &[
         "list_matches_prefixes_exactly",
         list_matches_prefixes_exactly,
     ),
+    (
+        "list_returns_every_name_of_many",
+        list_returns_every_name_of_many,
+    ),
     ("servers_keep_their_order", servers_keep_their_order),
     ("servers_in_use_stay", servers_in_use_stay),
     ("placements_count_by_one", placements_count_by_one),
@@ -78,6 +82,7 @@ macro_rules! meta_conformance_tests {
             stale_revisions_conflict,
             revisions_never_repeat,
             list_matches_prefixes_exactly,
+            list_returns_every_name_of_many,
             servers_keep_their_order,
             servers_in_use_stay,
             placements_count_by_one,
@@ -395,6 +400,53 @@ pub fn list_matches_prefixes_exactly(store: &dyn MetaStore) {
             "list and lookup differ"
         );
     }
+}
+
+/// A listing of 640 names (more than a backend may fetch in one request)
+/// returns every one, in order, and nothing beside the prefix.
+pub fn list_returns_every_name_of_many(store: &dyn MetaStore) {
+    for outside in ["big", "big0", "bif/x"] {
+        ok(
+            store.create(outside, &layout(1, 0), &BTreeMap::new()),
+            "create",
+        );
+    }
+    let mut want: Vec<String> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..16)
+            .map(|t| {
+                s.spawn(move || {
+                    (0..40)
+                        .map(|i| {
+                            let name = format!("big/{t}/{i}");
+                            ok(
+                                store.create(&name, &layout(2, t), &BTreeMap::new()),
+                                "create",
+                            );
+                            name
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        threads
+            .into_iter()
+            .flat_map(|t| t.join().expect("create thread"))
+            .collect()
+    });
+    want.sort_unstable();
+    let got: Vec<String> = ok(store.list("big/"), "list")
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(
+        got.len(),
+        want.len(),
+        "list returned {} of {} names",
+        got.len(),
+        want.len()
+    );
+    assert_eq!(got, want);
+    assert_eq!(ok(store.list(""), "list").len(), want.len() + 3);
 }
 
 /// Servers list in the order first added; adding one twice changes nothing.

@@ -33,7 +33,11 @@ use etcd_client::{
 };
 
 use crate::record::Record;
-use crate::{check_name, Entry, EntryState, Layout, MetaError, MetaStore, Update};
+use crate::{check_name, prefix_end, Entry, EntryState, Layout, MetaError, MetaStore, Update};
+
+/// Keys per range request of a scan: far below gRPC's 4 MiB reply limit
+/// even with large attributes.
+const SCAN_PAGE: i64 = 256;
 
 /// Where the etcd backend keeps its keys unless told otherwise.
 pub const DEFAULT_PREFIX: &str = "/sluice/meta/";
@@ -209,6 +213,61 @@ impl EtcdMetaStore {
         self.runtime.block_on(client.get(key, options))
     }
 
+    /// The error of a compare-and-swap loop that kept losing to other
+    /// writers until the operation's deadline.
+    fn outrun(&self, action: String) -> MetaError {
+        backend(
+            &self.config,
+            action,
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "other writers changed it first on every try for {:?}",
+                    self.config.op_timeout
+                ),
+            ),
+        )
+    }
+
+    /// Every key under `prefix` in key order, read in pages from one
+    /// snapshot, and that snapshot's revision.
+    fn scan(
+        &self,
+        c: &mut Client,
+        prefix: &str,
+    ) -> Result<(Vec<KeyValue>, i64), etcd_client::Error> {
+        let end = prefix_end(prefix).unwrap_or_else(|| vec![0]);
+        let mut from = prefix.as_bytes().to_vec();
+        let mut revision = 0;
+        let mut all = Vec::new();
+        loop {
+            let mut options = GetOptions::new()
+                .with_range(end.clone())
+                .with_limit(SCAN_PAGE);
+            if revision != 0 {
+                options = options.with_revision(revision);
+            }
+            let mut r = self.runtime.block_on(c.get(from.clone(), Some(options)))?;
+            if revision == 0 {
+                revision = r.header().map_or(0, |h| h.revision());
+            }
+            let more = r.more();
+            let page = r.take_kvs();
+            match page.last() {
+                Some(last) if more => {
+                    // The next page starts just past the last key.
+                    from = last.key().to_vec();
+                    from.push(0);
+                }
+                _ => {
+                    all.extend(page);
+                    return Ok((all, revision));
+                }
+            }
+            all.extend(page);
+        }
+    }
+
     /// The entry `name` stored in `kv`, with the id of its writer.
     fn decode(&self, name: &str, kv: &KeyValue) -> Result<(Entry, u64), MetaError> {
         Record::decode(name, kv.mod_revision() as u64, kv.value())
@@ -233,14 +292,17 @@ impl MetaStore for EtcdMetaStore {
     fn remove_server(&self, uri: &str) -> Result<(), MetaError> {
         let names = self.name_key("");
         let key = self.server_key(uri);
+        let give_up = Instant::now() + self.config.op_timeout;
         self.run(
             || format!("remove server {uri}"),
             |c, _| loop {
-                let all = self.get(c, &names, Some(GetOptions::new().with_prefix()))?;
-                let seen_at = all.header().map_or(0, |h| h.revision());
+                if Instant::now() > give_up {
+                    return Ok(Err(self.outrun(format!("remove server {uri}"))));
+                }
+                let (all, seen_at) = self.scan(c, &names)?;
                 let mut objects = 0;
                 let mut example = None;
-                for kv in all.kvs() {
+                for kv in &all {
                     let entry = match name_of(kv, &names).and_then(|n| self.decode(n, kv)) {
                         Ok((e, _)) => e,
                         Err(e) => return Ok(Err(e)),
@@ -375,8 +437,8 @@ impl MetaStore for EtcdMetaStore {
             |c, _| {
                 // etcd returns keys sorted by their bytes, the order of the
                 // names.
-                let r = self.get(c, &key, Some(GetOptions::new().with_prefix()))?;
-                Ok(r.kvs()
+                let (kvs, _) = self.scan(c, &key)?;
+                Ok(kvs
                     .iter()
                     .map(|kv| self.decode(name_of(kv, &names)?, kv).map(|(e, _)| e))
                     .collect())
@@ -395,9 +457,13 @@ impl MetaStore for EtcdMetaStore {
         let not_found = || MetaError::NotFound {
             name: name.to_owned(),
         };
+        let give_up = Instant::now() + self.config.op_timeout;
         self.run(
             || format!("update {name:?}"),
             |c, uncertain| loop {
+                if Instant::now() > give_up {
+                    return Ok(Err(self.outrun(format!("update {name:?}"))));
+                }
                 let r = self.get(c, &key, None)?;
                 let Some(kv) = r.kvs().first() else {
                     return Ok(Err(not_found()));

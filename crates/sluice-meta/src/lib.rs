@@ -69,6 +69,18 @@ pub struct Layout {
     pub pieces: Vec<Piece>,
 }
 
+/// The first string past every string that starts with `prefix`, as bytes
+/// (None: no bound, for the empty prefix): the end of the range that
+/// holds exactly the names with that prefix, in byte order. UTF-8 never
+/// has a 0xFF byte, so the last byte can always be raised by one; the
+/// result may not be UTF-8, which byte-wise comparison does not mind.
+pub(crate) fn prefix_end(prefix: &str) -> Option<Vec<u8>> {
+    let mut end = prefix.as_bytes().to_vec();
+    let last = end.last_mut()?;
+    *last += 1;
+    Some(end)
+}
+
 impl Layout {
     /// Smallest stripe unit.
     pub const MIN_STRIPE_UNIT: u64 = 4096;
@@ -206,4 +218,19 @@ pub trait MetaStore: Send + Sync {
     /// Deletes the entry of `name` (its pieces must already be gone),
     /// compared against `expected_revision` as in [`MetaStore::update`].
     fn delete(&self, name: &str, expected_revision: Option<u64>) -> Result<(), MetaError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_bounds_exactly_the_names_with_the_prefix() {
+        assert_eq!(prefix_end(""), None);
+        assert_eq!(prefix_end("a/").as_deref(), Some(&b"a0"[..]));
+        // The last byte of a multi-byte character.
+        let end = prefix_end("é").expect("non-empty");
+        assert!("é".as_bytes() < &end[..] && "éz".as_bytes() < &end[..]);
+        assert!("ê".as_bytes() >= &end[..]);
+    }
 }

@@ -25,7 +25,7 @@ use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::record::Record;
-use crate::{check_name, Entry, EntryState, Layout, MetaError, MetaStore, Update};
+use crate::{check_name, prefix_end, Entry, EntryState, Layout, MetaError, MetaStore, Update};
 
 /// The database file's name inside the directory.
 const FILE_NAME: &str = "meta.sqlite";
@@ -271,17 +271,6 @@ impl MetaStore for SqliteMetaStore {
         };
         self.write(op).map(|_| ())
     }
-}
-
-/// The first string past every string that starts with `prefix`, as bytes
-/// (None: no bound, for the empty prefix). UTF-8 never has a 0xFF byte, so
-/// the last byte can always be raised by one; the result may not be UTF-8,
-/// which SQLite's byte-wise comparison does not mind.
-fn prefix_end(prefix: &str) -> Option<Vec<u8>> {
-    let mut end = prefix.as_bytes().to_vec();
-    let last = end.last_mut()?;
-    *last += 1;
-    Some(end)
 }
 
 fn describe(path: &Path) -> String {
@@ -545,15 +534,5 @@ mod tests {
             ["SEARCH entries USING PRIMARY KEY (name>? AND name<?)"],
             "not a range scan of the primary key"
         );
-    }
-
-    #[test]
-    fn prefix_end_bounds_exactly_the_names_with_the_prefix() {
-        assert_eq!(prefix_end(""), None);
-        assert_eq!(prefix_end("a/").as_deref(), Some(&b"a0"[..]));
-        // The last byte of a multi-byte character.
-        let end = prefix_end("é").expect("non-empty");
-        assert!("é".as_bytes() < &end[..] && "éz".as_bytes() < &end[..]);
-        assert!("ê".as_bytes() >= &end[..]);
     }
 }
