@@ -45,7 +45,8 @@ pub const DEFAULT_PREFIX: &str = "/sluice/meta/";
 /// How to reach etcd and how long to wait for it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EtcdConfig {
-    /// The cluster's members, as `http://HOST:PORT`.
+    /// The cluster's members, as `http://HOST:PORT` (plain gRPC: the
+    /// client is built without TLS).
     pub endpoints: Vec<String>,
     /// Every key starts with this; ends with `/`.
     pub prefix: String,
@@ -114,7 +115,8 @@ impl EtcdConfig {
     }
 }
 
-/// The metadata service on etcd. See the module documentation.
+/// The metadata service on etcd. See the module documentation; its
+/// methods block, and must not be called from inside an async runtime.
 pub struct EtcdMetaStore {
     config: EtcdConfig,
     /// Dropped before the runtime its background tasks run on.
@@ -236,6 +238,8 @@ impl EtcdMetaStore {
         c: &mut Client,
         prefix: &str,
     ) -> Result<(Vec<KeyValue>, i64), etcd_client::Error> {
+        // For the empty prefix (never used: keys have the store's prefix)
+        // a range end of "\0" means every key from the start on.
         let end = prefix_end(prefix).unwrap_or_else(|| vec![0]);
         let mut from = prefix.as_bytes().to_vec();
         let mut revision = 0;
