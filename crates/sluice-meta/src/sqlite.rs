@@ -9,6 +9,10 @@
 //! and durable when it returns, while 32 concurrent writers share one
 //! fsync instead of queueing for 32 (SQLite serialises writers anyway).
 //! Reads run on a pool of read connections, beside the writer (WAL).
+//! Checkpoints (copying the WAL into the database, with its own fsync)
+//! run on a third thread every 100 ms instead of inside commits, where
+//! SQLite runs them by default: measured with 32 creating threads, that
+//! took a third off each commit's time.
 //!
 //! Tables: `entries(name, revision, record)` (the record as in
 //! [`crate::record`]), `pieces(server, name)` (which entries have a piece
@@ -59,6 +63,9 @@ pub struct SqliteMetaStore {
     path: PathBuf,
     jobs: Option<mpsc::Sender<Job>>,
     writer: Option<JoinHandle<()>>,
+    /// Dropped to stop the checkpointer.
+    stop_checkpoints: Option<mpsc::Sender<()>>,
+    checkpointer: Option<JoinHandle<()>>,
     readers: Mutex<Vec<Connection>>,
 }
 
@@ -109,7 +116,8 @@ impl SqliteMetaStore {
         let path = dir.join(FILE_NAME);
         std::fs::create_dir_all(dir).map_err(|e| backend(&path, "create its directory", e))?;
         let conn = open_connection(&path)?;
-        conn.execute_batch("PRAGMA journal_mode = WAL;")
+        // The checkpointer thread checkpoints; the writer's commits never.
+        conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0;")
             .and_then(|()| conn.execute_batch(SCHEMA))
             .map_err(|e| backend(&path, "create its tables", e))?;
         let (jobs, queue) = mpsc::channel();
@@ -118,10 +126,19 @@ impl SqliteMetaStore {
             .name("meta-sqlite-writer".to_owned())
             .spawn(move || run_writer(&conn, &writer_path, &queue))
             .map_err(|e| backend(&path, "start its writer thread", e))?;
+        let checkpoints = open_connection(&path)?;
+        let (stop_checkpoints, stop) = mpsc::channel();
+        let checkpointer_path = path.clone();
+        let checkpointer = std::thread::Builder::new()
+            .name("meta-sqlite-checkpoint".to_owned())
+            .spawn(move || run_checkpointer(&checkpoints, &checkpointer_path, &stop))
+            .map_err(|e| backend(&path, "start its checkpoint thread", e))?;
         Ok(Self {
             path,
             jobs: Some(jobs),
             writer: Some(writer),
+            stop_checkpoints: Some(stop_checkpoints),
+            checkpointer: Some(checkpointer),
             readers: Mutex::new(Vec::new()),
         })
     }
@@ -164,6 +181,13 @@ impl Drop for SqliteMetaStore {
         if let Some(w) = self.writer.take() {
             if w.join().is_err() {
                 tracing::error!(path = %self.path.display(), "metadata writer thread panicked");
+            }
+        }
+        // Then a last checkpoint of what the writer committed.
+        self.stop_checkpoints = None;
+        if let Some(c) = self.checkpointer.take() {
+            if c.join().is_err() {
+                tracing::error!(path = %self.path.display(), "metadata checkpoint thread panicked");
             }
         }
     }
@@ -295,6 +319,28 @@ fn open_connection(path: &Path) -> Result<Connection, MetaError> {
         .and_then(|()| conn.execute_batch("PRAGMA synchronous = FULL;"))
         .map_err(|e| backend(path, "set up a connection", e))?;
     Ok(conn)
+}
+
+/// How often the checkpointer copies committed WAL frames into the
+/// database.
+const CHECKPOINT_EVERY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The checkpoint thread: a passive checkpoint (never waits for the
+/// writer or the readers) every [`CHECKPOINT_EVERY`], and one more when
+/// told to stop.
+fn run_checkpointer(conn: &Connection, path: &Path, stop: &mpsc::Receiver<()>) {
+    loop {
+        let stopping = !matches!(
+            stop.recv_timeout(CHECKPOINT_EVERY),
+            Err(mpsc::RecvTimeoutError::Timeout)
+        );
+        if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
+            tracing::warn!(path = %path.display(), error = %e, "metadata checkpoint failed");
+        }
+        if stopping {
+            return;
+        }
+    }
 }
 
 /// The writer thread: takes what is queued, runs it as one transaction
@@ -512,6 +558,38 @@ fn next_revision(conn: &Connection, path: &Path) -> Result<u64, MetaError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn commits_reach_the_database_file_while_open() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let store = SqliteMetaStore::open(dir.path()).expect("open");
+        let file = dir.path().join(FILE_NAME);
+        let size = || std::fs::metadata(&file).expect("database file").len();
+        let before = size();
+        let layout = Layout {
+            stripe_unit: 1 << 16,
+            pieces: vec![crate::Piece {
+                server: "sluice://s:1".to_owned(),
+                partition: 1,
+                object: 1,
+            }],
+        };
+        for i in 0..300 {
+            store
+                .create(&format!("n/{i:04}"), &layout, &BTreeMap::new())
+                .expect("create");
+        }
+        // Writes land in the WAL; only a checkpoint copies them into the
+        // database file, and commits never run one.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while size() <= before {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no checkpoint in 10 s: the database file is still {before} bytes"
+            );
+            std::thread::sleep(CHECKPOINT_EVERY);
+        }
+    }
 
     #[test]
     fn listing_a_prefix_is_an_index_range_scan() {
