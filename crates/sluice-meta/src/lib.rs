@@ -14,11 +14,38 @@
 
 use std::collections::BTreeMap;
 
+#[cfg(feature = "conformance")]
+pub mod conformance;
 mod error;
+mod etcd;
 mod memory;
+mod record;
+mod sqlite;
 
 pub use error::MetaError;
+pub use etcd::{EtcdConfig, EtcdMetaStore, DEFAULT_PREFIX as DEFAULT_ETCD_PREFIX};
 pub use memory::MemoryMetaStore;
+pub use sqlite::SqliteMetaStore;
+
+/// Longest name, in bytes.
+pub const MAX_NAME_LEN: usize = 1024;
+
+/// Checks a name: non-empty, at most [`MAX_NAME_LEN`] bytes, no NUL.
+pub fn check_name(name: &str) -> Result<(), MetaError> {
+    let why = if name.is_empty() {
+        "it is empty".to_owned()
+    } else if name.len() > MAX_NAME_LEN {
+        format!("it is {} bytes long, more than {MAX_NAME_LEN}", name.len())
+    } else if name.contains('\0') {
+        "it contains a NUL character".to_owned()
+    } else {
+        return Ok(());
+    };
+    Err(MetaError::Invalid {
+        what: format!("object name {name:?}"),
+        why,
+    })
+}
 
 /// Where one piece of a striped object lives: an object on an object
 /// server.
@@ -42,6 +69,44 @@ pub struct Layout {
     pub stripe_unit: u64,
     /// The pieces, in stripe order; never empty.
     pub pieces: Vec<Piece>,
+}
+
+/// The first string past every string that starts with `prefix`, as bytes
+/// (None: no bound, for the empty prefix): the end of the range that
+/// holds exactly the names with that prefix, in byte order. UTF-8 never
+/// has a 0xFF byte, so the last byte can always be raised by one; the
+/// result may not be UTF-8, which byte-wise comparison does not mind.
+pub(crate) fn prefix_end(prefix: &str) -> Option<Vec<u8>> {
+    let mut end = prefix.as_bytes().to_vec();
+    let last = end.last_mut()?;
+    *last += 1;
+    Some(end)
+}
+
+impl Layout {
+    /// Smallest stripe unit.
+    pub const MIN_STRIPE_UNIT: u64 = 4096;
+
+    /// Checks the layout's own rules: a power-of-two stripe unit of at
+    /// least [`Layout::MIN_STRIPE_UNIT`], and at least one piece.
+    pub fn check(&self) -> Result<(), MetaError> {
+        let why = if !self.stripe_unit.is_power_of_two() || self.stripe_unit < Self::MIN_STRIPE_UNIT
+        {
+            format!(
+                "stripe unit {} is not a power of two of at least {}",
+                self.stripe_unit,
+                Self::MIN_STRIPE_UNIT
+            )
+        } else if self.pieces.is_empty() {
+            "it has no pieces".to_owned()
+        } else {
+            return Ok(());
+        };
+        Err(MetaError::Invalid {
+            what: "layout".to_owned(),
+            why,
+        })
+    }
 }
 
 /// What a crash may leave half done; `sluice obj fsck` finishes or undoes it.
@@ -70,11 +135,15 @@ pub struct Entry {
     /// User attributes of the whole object.
     pub attrs: BTreeMap<String, Vec<u8>>,
     /// Changes on every update of this entry; updates compare it
-    /// ([`MetaStore::update`]) so two writers cannot both win.
+    /// ([`MetaStore::update`]) so two writers cannot both win. Drawn from
+    /// a store-wide counter that only grows, so a name deleted and created
+    /// again never repeats an old revision.
     pub revision: u64,
 }
 
-/// One change to an entry, applied atomically with the revision check.
+/// One change to an entry, applied atomically with the revision check, in
+/// this order: state, exact size, size-at-least, set attributes, remove
+/// attributes (a name in both ends up removed).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Update {
     /// A new state, if any.
@@ -88,6 +157,27 @@ pub struct Update {
     pub set_attrs: BTreeMap<String, Vec<u8>>,
     /// Attributes to remove.
     pub remove_attrs: Vec<String>,
+}
+
+impl Update {
+    /// Applies this change to an entry's fields (not its revision).
+    pub fn apply(&self, entry: &mut Entry) {
+        if let Some(state) = self.state {
+            entry.state = state;
+        }
+        if let Some(size) = self.size {
+            entry.size = size;
+        }
+        if let Some(size) = self.size_at_least {
+            entry.size = entry.size.max(size);
+        }
+        for (k, v) in &self.set_attrs {
+            entry.attrs.insert(k.clone(), v.clone());
+        }
+        for k in &self.remove_attrs {
+            entry.attrs.remove(k);
+        }
+    }
 }
 
 /// The metadata service, whatever its backend. All methods are blocking
@@ -130,4 +220,19 @@ pub trait MetaStore: Send + Sync {
     /// Deletes the entry of `name` (its pieces must already be gone),
     /// compared against `expected_revision` as in [`MetaStore::update`].
     fn delete(&self, name: &str, expected_revision: Option<u64>) -> Result<(), MetaError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_end_bounds_exactly_the_names_with_the_prefix() {
+        assert_eq!(prefix_end(""), None);
+        assert_eq!(prefix_end("a/").as_deref(), Some(&b"a0"[..]));
+        // The last byte of a multi-byte character.
+        let end = prefix_end("é").expect("non-empty");
+        assert!("é".as_bytes() < &end[..] && "éz".as_bytes() < &end[..]);
+        assert!("ê".as_bytes() >= &end[..]);
+    }
 }

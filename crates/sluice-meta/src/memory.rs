@@ -12,9 +12,6 @@ use std::sync::{Mutex, MutexGuard};
 
 use crate::{Entry, EntryState, Layout, MetaError, MetaStore, Update};
 
-/// The smallest stripe unit a layout may have.
-const MIN_STRIPE_UNIT: u64 = 4096;
-
 /// A complete metadata service in memory.
 #[derive(Debug, Default)]
 pub struct MemoryMetaStore {
@@ -70,32 +67,11 @@ impl MemoryMetaStore {
     }
 }
 
-fn invalid(what: &str, why: impl Into<String>) -> MetaError {
-    MetaError::Invalid {
-        what: what.into(),
-        why: why.into(),
-    }
-}
-
-/// Checks what every backend refuses: an empty name, and layouts that
-/// break [`Layout`]'s rules.
+/// Checks what every backend refuses: a bad name, and layouts that break
+/// [`Layout`]'s rules.
 fn check_new(name: &str, layout: &Layout) -> Result<(), MetaError> {
-    if name.is_empty() {
-        return Err(invalid("object name", "it is empty"));
-    }
-    if layout.stripe_unit < MIN_STRIPE_UNIT || !layout.stripe_unit.is_power_of_two() {
-        return Err(invalid(
-            &format!("layout of {name:?}"),
-            format!(
-                "stripe unit {} is not a power of two of at least {MIN_STRIPE_UNIT}",
-                layout.stripe_unit
-            ),
-        ));
-    }
-    if layout.pieces.is_empty() {
-        return Err(invalid(&format!("layout of {name:?}"), "it has no pieces"));
-    }
-    Ok(())
+    crate::check_name(name)?;
+    layout.check()
 }
 
 impl MetaStore for MemoryMetaStore {
@@ -189,23 +165,7 @@ impl MetaStore for MemoryMetaStore {
         let mut s = self.state();
         let revision = s.revision + 1;
         let entry = s.entry_at(name, expected_revision)?;
-        if let Some(state) = update.state {
-            entry.state = state;
-        }
-        // An exact size first (truncation), then growth: both together
-        // set the size to the larger of the two.
-        if let Some(size) = update.size {
-            entry.size = size;
-        }
-        if let Some(at_least) = update.size_at_least {
-            entry.size = entry.size.max(at_least);
-        }
-        for (k, v) in &update.set_attrs {
-            entry.attrs.insert(k.clone(), v.clone());
-        }
-        for k in &update.remove_attrs {
-            entry.attrs.remove(k);
-        }
+        update.apply(entry);
         entry.revision = revision;
         let out = entry.clone();
         s.revision = revision;

@@ -6,11 +6,14 @@
 //! ([`raw_obj`]) a raw client of the native object protocol,
 //! ([`nbd_oracle`]) what an accepted NBD command promises, and with the
 //! `server` feature (on by default) ([`test_server`]) an in-process
-//! server and ([`pki`]) test certificates. A dev-dependency only; nothing
+//! server and ([`pki`]) test certificates, and with the `etcd` feature
+//! ([`etcd`]) a real etcd cluster on loopback ports. A dev-dependency only; nothing
 //! in production links it.
 
 pub mod conformance;
 pub mod crash;
+#[cfg(feature = "etcd")]
+pub mod etcd;
 pub mod nbd_oracle;
 #[cfg(feature = "server")]
 pub mod pki;

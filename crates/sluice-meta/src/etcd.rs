@@ -1,0 +1,634 @@
+//! The etcd backend: the metadata lives in an etcd v3 cluster, so it
+//! survives losing any one host; etcd's transactions make every change a
+//! compare-and-swap on a revision.
+//!
+//! Keys, under the configured prefix (`/sluice/meta/` by default):
+//! `names/<name>` (an entry, its value a [`Record`]), `servers/<uri>`
+//! (ordered by etcd's create revision) and `placement` (the placement
+//! counter is that key's version, which each put raises by one).
+//!
+//! An entry's `revision` is its key's `mod_revision`. `create` is
+//! `txn(create_revision == 0, put)`; `update` and `delete` are
+//! `txn(mod_revision == expected, ...)`, and without an expected revision
+//! a read-modify-write loop around the same transaction.
+//!
+//! Failover: the client is given every member and balances over them;
+//! a request that dies with its member (or times out, or finds no leader)
+//! is retried until [`EtcdConfig::op_timeout`]. Such a request may have
+//! been applied before its reply was lost, so each write carries a random
+//! writer id in its record: a retried create that finds the name taken,
+//! or a retried update that finds a newer revision, succeeded if the
+//! stored record carries its own id; a retried delete that finds the name
+//! gone succeeded.
+//!
+//! The store owns a small tokio runtime and blocks on it: its methods must
+//! not be called from inside an async runtime.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, Txn, TxnOp,
+    TxnOpResponse, TxnResponse,
+};
+
+use crate::record::Record;
+use crate::{check_name, prefix_end, Entry, EntryState, Layout, MetaError, MetaStore, Update};
+
+/// Keys per range request of a scan: far below gRPC's 4 MiB reply limit
+/// even with large attributes.
+const SCAN_PAGE: i64 = 256;
+
+/// Where the etcd backend keeps its keys unless told otherwise.
+pub const DEFAULT_PREFIX: &str = "/sluice/meta/";
+
+/// How to reach etcd and how long to wait for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EtcdConfig {
+    /// The cluster's members, as `http://HOST:PORT` (plain gRPC: the
+    /// client is built without TLS).
+    pub endpoints: Vec<String>,
+    /// Every key starts with this; ends with `/`.
+    pub prefix: String,
+    /// Longest wait for one request's reply.
+    pub request_timeout: Duration,
+    /// Longest wait for a connection to a member.
+    pub connect_timeout: Duration,
+    /// Longest time one operation keeps retrying through failovers
+    /// (a member lost, a leader election) before it fails.
+    pub op_timeout: Duration,
+}
+
+impl EtcdConfig {
+    /// The configuration of these endpoints (`HOST:PORT` or
+    /// `http://HOST:PORT`) with the default prefix and timeouts.
+    pub fn new(endpoints: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self {
+            endpoints: endpoints
+                .into_iter()
+                .map(|e| {
+                    let e = e.into();
+                    if e.contains("://") {
+                        e
+                    } else {
+                        format!("http://{e}")
+                    }
+                })
+                .collect(),
+            prefix: DEFAULT_PREFIX.to_owned(),
+            request_timeout: Duration::from_secs(5),
+            connect_timeout: Duration::from_secs(2),
+            op_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// Parses `etcd://HOST:PORT[,HOST:PORT...][/PREFIX]`; the prefix, if
+    /// given, replaces [`DEFAULT_PREFIX`].
+    pub fn from_uri(uri: &str) -> Result<Self, MetaError> {
+        let invalid = |why: &str| MetaError::Invalid {
+            what: format!("etcd URI {uri:?}"),
+            why: why.to_owned(),
+        };
+        let rest = uri
+            .strip_prefix("etcd://")
+            .ok_or_else(|| invalid("it does not start with etcd://"))?;
+        let (hosts, prefix) = match rest.split_once('/') {
+            Some((hosts, prefix)) => (hosts, Some(prefix)),
+            None => (rest, None),
+        };
+        let mut endpoints = Vec::new();
+        for host in hosts.split(',') {
+            let port = host
+                .rsplit_once(':')
+                .map(|(h, p)| (h, p.parse::<u16>()))
+                .filter(|(h, p)| !h.is_empty() && p.is_ok());
+            if port.is_none() {
+                return Err(invalid(&format!("{host:?} is not HOST:PORT")));
+            }
+            endpoints.push(host);
+        }
+        let mut config = Self::new(endpoints);
+        if let Some(prefix) = prefix.filter(|p| !p.trim_matches('/').is_empty()) {
+            config.prefix = format!("/{}/", prefix.trim_matches('/'));
+        }
+        Ok(config)
+    }
+}
+
+/// The metadata service on etcd. See the module documentation; its
+/// methods block, and must not be called from inside an async runtime.
+pub struct EtcdMetaStore {
+    config: EtcdConfig,
+    /// Dropped before the runtime its background tasks run on.
+    client: Client,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl std::fmt::Debug for EtcdMetaStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdMetaStore")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What one attempt of an operation came to: `Err` is a failure of etcd or
+/// of reaching it, retried if transient; `Ok` holds the operation's own
+/// result.
+type Attempt<T> = Result<Result<T, MetaError>, etcd_client::Error>;
+
+impl EtcdMetaStore {
+    /// Connects to the cluster. The connection is made lazily: an
+    /// unreachable cluster shows on the first operation.
+    pub fn connect(config: EtcdConfig) -> Result<Self, MetaError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("meta-etcd")
+            .enable_all()
+            .build()
+            .map_err(|e| backend(&config, "start its runtime", e))?;
+        let options = ConnectOptions::new()
+            .with_timeout(config.request_timeout)
+            .with_connect_timeout(config.connect_timeout)
+            // A member cut off from the others answers with an error, not
+            // with what it last knew.
+            .with_require_leader(true);
+        let client = runtime
+            .block_on(Client::connect(&config.endpoints, Some(options)))
+            .map_err(|e| backend(&config, "connect", e))?;
+        Ok(Self {
+            config,
+            client,
+            runtime,
+        })
+    }
+
+    /// The configuration this store was opened with.
+    pub fn config(&self) -> &EtcdConfig {
+        &self.config
+    }
+
+    fn name_key(&self, name: &str) -> String {
+        format!("{}names/{name}", self.config.prefix)
+    }
+
+    fn server_key(&self, uri: &str) -> String {
+        format!("{}servers/{uri}", self.config.prefix)
+    }
+
+    /// Runs `attempt` until it reaches etcd and back, retrying transient
+    /// failures until the operation's deadline. `attempt` is told whether
+    /// an earlier attempt may have been applied.
+    fn run<T>(
+        &self,
+        action: impl FnOnce() -> String,
+        mut attempt: impl FnMut(&mut Client, bool) -> Attempt<T>,
+    ) -> Result<T, MetaError> {
+        let deadline = Instant::now() + self.config.op_timeout;
+        let mut uncertain = false;
+        let mut pause = Duration::from_millis(10);
+        let mut client = self.client.clone();
+        loop {
+            match attempt(&mut client, uncertain) {
+                Ok(r) => return r,
+                Err(e) if transient(&e) && Instant::now() + pause < deadline => {
+                    tracing::debug!(error = %e, "etcd request failed; retrying");
+                    uncertain = true;
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(500));
+                }
+                Err(e) => return Err(backend(&self.config, action(), e)),
+            }
+        }
+    }
+
+    fn txn(&self, client: &mut Client, txn: Txn) -> Result<TxnResponse, etcd_client::Error> {
+        self.runtime.block_on(client.txn(txn))
+    }
+
+    fn get(
+        &self,
+        client: &mut Client,
+        key: &str,
+        options: Option<GetOptions>,
+    ) -> Result<etcd_client::GetResponse, etcd_client::Error> {
+        self.runtime.block_on(client.get(key, options))
+    }
+
+    /// The error of a compare-and-swap loop that kept losing to other
+    /// writers until the operation's deadline.
+    fn outrun(&self, action: String) -> MetaError {
+        backend(
+            &self.config,
+            action,
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!(
+                    "other writers changed it first on every try for {:?}",
+                    self.config.op_timeout
+                ),
+            ),
+        )
+    }
+
+    /// Every key under `prefix` in key order, read in pages from one
+    /// snapshot, and that snapshot's revision.
+    fn scan(
+        &self,
+        c: &mut Client,
+        prefix: &str,
+    ) -> Result<(Vec<KeyValue>, i64), etcd_client::Error> {
+        // For the empty prefix (never used: keys have the store's prefix)
+        // a range end of "\0" means every key from the start on.
+        let end = prefix_end(prefix).unwrap_or_else(|| vec![0]);
+        let mut from = prefix.as_bytes().to_vec();
+        let mut revision = 0;
+        let mut all = Vec::new();
+        loop {
+            let mut options = GetOptions::new()
+                .with_range(end.clone())
+                .with_limit(SCAN_PAGE);
+            if revision != 0 {
+                options = options.with_revision(revision);
+            }
+            let mut r = self.runtime.block_on(c.get(from.clone(), Some(options)))?;
+            if revision == 0 {
+                revision = r.header().map_or(0, |h| h.revision());
+            }
+            let more = r.more();
+            let page = r.take_kvs();
+            match page.last() {
+                Some(last) if more => {
+                    // The next page starts just past the last key.
+                    from = last.key().to_vec();
+                    from.push(0);
+                }
+                _ => {
+                    all.extend(page);
+                    return Ok((all, revision));
+                }
+            }
+            all.extend(page);
+        }
+    }
+
+    /// The entry `name` stored in `kv`, with the id of its writer.
+    fn decode(&self, name: &str, kv: &KeyValue) -> Result<(Entry, u64), MetaError> {
+        Record::decode(name, kv.mod_revision() as u64, kv.value())
+    }
+}
+
+impl MetaStore for EtcdMetaStore {
+    fn add_server(&self, uri: &str) -> Result<(), MetaError> {
+        let key = self.server_key(uri);
+        // A put keeps an existing key's create revision, so the order of
+        // the servers stays the order they were first added.
+        self.run(
+            || format!("add server {uri}"),
+            |c, _| {
+                self.runtime
+                    .block_on(c.put(key.as_str(), uri, None))
+                    .map(|_| Ok(()))
+            },
+        )
+    }
+
+    fn remove_server(&self, uri: &str) -> Result<(), MetaError> {
+        let names = self.name_key("");
+        let key = self.server_key(uri);
+        let give_up = Instant::now() + self.config.op_timeout;
+        self.run(
+            || format!("remove server {uri}"),
+            |c, _| loop {
+                if Instant::now() > give_up {
+                    return Ok(Err(self.outrun(format!("remove server {uri}"))));
+                }
+                let (all, seen_at) = self.scan(c, &names)?;
+                let mut objects = 0;
+                let mut example = None;
+                for kv in &all {
+                    let entry = match name_of(kv, &names).and_then(|n| self.decode(n, kv)) {
+                        Ok((e, _)) => e,
+                        Err(e) => return Ok(Err(e)),
+                    };
+                    if entry.layout.pieces.iter().any(|p| p.server == uri) {
+                        objects += 1;
+                        example.get_or_insert(entry.name);
+                    }
+                }
+                if let Some(example) = example {
+                    return Ok(Err(MetaError::ServerInUse {
+                        server: uri.to_owned(),
+                        objects,
+                        example,
+                    }));
+                }
+                // Only if no name was created or changed since the scan
+                // (one could have placed a piece there); else scan again.
+                let txn = Txn::new()
+                    .when([
+                        Compare::mod_revision(names.as_str(), CompareOp::Less, seen_at + 1)
+                            .with_prefix(),
+                    ])
+                    .and_then([TxnOp::delete(key.as_str(), None)]);
+                if self.txn(c, txn)?.succeeded() {
+                    return Ok(Ok(()));
+                }
+            },
+        )
+    }
+
+    fn servers(&self) -> Result<Vec<String>, MetaError> {
+        let servers = self.server_key("");
+        self.run(
+            || "list the servers".to_owned(),
+            |c, _| {
+                let r = self.get(c, &servers, Some(GetOptions::new().with_prefix()))?;
+                let mut kvs: Vec<&KeyValue> = r.kvs().iter().collect();
+                kvs.sort_by_key(|kv| kv.create_revision());
+                Ok(kvs
+                    .into_iter()
+                    .map(|kv| name_of(kv, &servers).map(str::to_owned))
+                    .collect())
+            },
+        )
+    }
+
+    fn next_placement(&self) -> Result<u64, MetaError> {
+        let key = format!("{}placement", self.config.prefix);
+        self.run(
+            || "count placements".to_owned(),
+            |c, _| {
+                let r = self.runtime.block_on(c.put(
+                    key.as_str(),
+                    "",
+                    Some(PutOptions::new().with_prev_key()),
+                ))?;
+                Ok(Ok(r.prev_key().map_or(0, |kv| kv.version() as u64)))
+            },
+        )
+    }
+
+    fn create(
+        &self,
+        name: &str,
+        layout: &Layout,
+        attrs: &BTreeMap<String, Vec<u8>>,
+    ) -> Result<Entry, MetaError> {
+        check_name(name)?;
+        layout.check()?;
+        let key = self.name_key(name);
+        let writer = fastrand::u64(..);
+        let mut entry = Entry {
+            name: name.to_owned(),
+            layout: layout.clone(),
+            state: EntryState::Creating,
+            size: 0,
+            attrs: attrs.clone(),
+            revision: 0,
+        };
+        let value = Record::from_entry(&entry, writer).encode();
+        self.run(
+            || format!("create {name:?}"),
+            |c, uncertain| {
+                let txn = Txn::new()
+                    .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+                    .and_then([TxnOp::put(key.as_str(), value.clone(), None)])
+                    .or_else([TxnOp::get(key.as_str(), None)]);
+                let r = self.txn(c, txn)?;
+                if r.succeeded() {
+                    entry.revision = r.header().map_or(0, |h| h.revision()) as u64;
+                    return Ok(Ok(entry.clone()));
+                }
+                match first_kv(&r) {
+                    Some(kv) if uncertain => Ok(match self.decode(name, &kv) {
+                        // An earlier attempt of ours created it.
+                        Ok((mine, w)) if w == writer => Ok(mine),
+                        Ok(_) => Err(MetaError::Exists {
+                            name: name.to_owned(),
+                        }),
+                        Err(e) => Err(e),
+                    }),
+                    _ => Ok(Err(MetaError::Exists {
+                        name: name.to_owned(),
+                    })),
+                }
+            },
+        )
+    }
+
+    fn lookup(&self, name: &str) -> Result<Entry, MetaError> {
+        let key = self.name_key(name);
+        self.run(
+            || format!("look up {name:?}"),
+            |c, _| {
+                let r = self.get(c, &key, None)?;
+                Ok(match r.kvs().first() {
+                    Some(kv) => self.decode(name, kv).map(|(e, _)| e),
+                    None => Err(MetaError::NotFound {
+                        name: name.to_owned(),
+                    }),
+                })
+            },
+        )
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<Entry>, MetaError> {
+        let names = self.name_key("");
+        let key = self.name_key(prefix);
+        self.run(
+            || format!("list names under {prefix:?}"),
+            |c, _| {
+                // etcd returns keys sorted by their bytes, the order of the
+                // names.
+                let (kvs, _) = self.scan(c, &key)?;
+                Ok(kvs
+                    .iter()
+                    .map(|kv| self.decode(name_of(kv, &names)?, kv).map(|(e, _)| e))
+                    .collect())
+            },
+        )
+    }
+
+    fn update(
+        &self,
+        name: &str,
+        expected_revision: Option<u64>,
+        update: &Update,
+    ) -> Result<Entry, MetaError> {
+        let key = self.name_key(name);
+        let writer = fastrand::u64(..);
+        let not_found = || MetaError::NotFound {
+            name: name.to_owned(),
+        };
+        let give_up = Instant::now() + self.config.op_timeout;
+        self.run(
+            || format!("update {name:?}"),
+            |c, uncertain| loop {
+                if Instant::now() > give_up {
+                    return Ok(Err(self.outrun(format!("update {name:?}"))));
+                }
+                let r = self.get(c, &key, None)?;
+                let Some(kv) = r.kvs().first() else {
+                    return Ok(Err(not_found()));
+                };
+                let (mut entry, stored_writer) = match self.decode(name, kv) {
+                    Ok(d) => d,
+                    Err(e) => return Ok(Err(e)),
+                };
+                if uncertain && stored_writer == writer {
+                    // An earlier attempt of ours applied the update.
+                    return Ok(Ok(entry));
+                }
+                if let Some(expected) = expected_revision {
+                    if expected != entry.revision {
+                        return Ok(Err(MetaError::Conflict {
+                            name: name.to_owned(),
+                            expected,
+                            found: entry.revision,
+                        }));
+                    }
+                }
+                let seen = entry.revision;
+                update.apply(&mut entry);
+                let txn = Txn::new()
+                    .when([Compare::mod_revision(
+                        key.as_str(),
+                        CompareOp::Equal,
+                        seen as i64,
+                    )])
+                    .and_then([TxnOp::put(
+                        key.as_str(),
+                        Record::from_entry(&entry, writer).encode(),
+                        None,
+                    )]);
+                let r = self.txn(c, txn)?;
+                if r.succeeded() {
+                    entry.revision = r.header().map_or(0, |h| h.revision()) as u64;
+                    return Ok(Ok(entry));
+                }
+                // Changed since the read: read again, and with an expected
+                // revision report the conflict from there.
+            },
+        )
+    }
+
+    fn delete(&self, name: &str, expected_revision: Option<u64>) -> Result<(), MetaError> {
+        let key = self.name_key(name);
+        let not_found = || MetaError::NotFound {
+            name: name.to_owned(),
+        };
+        self.run(
+            || format!("delete {name:?}"),
+            |c, uncertain| {
+                let compare = match expected_revision {
+                    Some(rev) => Compare::mod_revision(key.as_str(), CompareOp::Equal, rev as i64),
+                    None => Compare::create_revision(key.as_str(), CompareOp::Greater, 0),
+                };
+                let txn = Txn::new()
+                    .when([compare])
+                    .and_then([TxnOp::delete(key.as_str(), None)])
+                    .or_else([TxnOp::get(key.as_str(), None)]);
+                let r = self.txn(c, txn)?;
+                if r.succeeded() {
+                    return Ok(Ok(()));
+                }
+                Ok(match (first_kv(&r), expected_revision) {
+                    // Gone: deleted by an earlier attempt of ours, or
+                    // never there.
+                    (None, _) if uncertain => Ok(()),
+                    (None, _) => Err(not_found()),
+                    (Some(kv), Some(expected)) => Err(MetaError::Conflict {
+                        name: name.to_owned(),
+                        expected,
+                        found: kv.mod_revision() as u64,
+                    }),
+                    // The compare said the key was absent, the get found it.
+                    (Some(_), None) => Err(MetaError::Invalid {
+                        what: format!("etcd's answer to deleting {name:?}"),
+                        why: "the key both is and is not there".to_owned(),
+                    }),
+                })
+            },
+        )
+    }
+}
+
+/// The first key-value of a transaction's first get (a copy: the
+/// response hands out copies).
+fn first_kv(r: &TxnResponse) -> Option<KeyValue> {
+    r.op_responses().into_iter().find_map(|op| match op {
+        TxnOpResponse::Get(g) => g.kvs().first().cloned(),
+        _ => None,
+    })
+}
+
+/// The part of `kv`'s key after `prefix`.
+fn name_of<'a>(kv: &'a KeyValue, prefix: &str) -> Result<&'a str, MetaError> {
+    let key = kv.key();
+    std::str::from_utf8(key)
+        .ok()
+        .and_then(|k| k.strip_prefix(prefix))
+        .ok_or_else(|| MetaError::Invalid {
+            what: format!("etcd key {}", String::from_utf8_lossy(key)),
+            why: format!("it is not UTF-8 under {prefix:?}"),
+        })
+}
+
+/// Whether a request may succeed if tried again: its member went away,
+/// it timed out, the cluster had no leader.
+fn transient(e: &etcd_client::Error) -> bool {
+    use tonic::Code;
+    match e {
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        etcd_client::Error::GRpcStatus(s) => matches!(
+            s.code(),
+            Code::Unavailable
+                | Code::DeadlineExceeded
+                | Code::Unknown
+                | Code::Cancelled
+                | Code::Aborted
+                | Code::ResourceExhausted
+        ),
+        _ => false,
+    }
+}
+
+fn backend(
+    config: &EtcdConfig,
+    action: impl Into<String>,
+    source: impl std::error::Error + Send + Sync + 'static,
+) -> MetaError {
+    MetaError::Backend {
+        backend: format!("etcd at {}", config.endpoints.join(",")),
+        action: action.into(),
+        source: Box::new(source),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn uris_give_endpoints_and_prefix() {
+        let c = EtcdConfig::from_uri("etcd://a:1,127.0.0.1:2379").expect("valid");
+        assert_eq!(c.endpoints, ["http://a:1", "http://127.0.0.1:2379"]);
+        assert_eq!(c.prefix, DEFAULT_PREFIX);
+        let c = EtcdConfig::from_uri("etcd://a:1/x/y").expect("valid");
+        assert_eq!(c.prefix, "/x/y/");
+        for bad in [
+            "http://a:1",
+            "etcd://",
+            "etcd://a",
+            "etcd://a:1,",
+            "etcd://:1",
+            "etcd://a:x",
+        ] {
+            assert!(
+                matches!(EtcdConfig::from_uri(bad), Err(MetaError::Invalid { .. })),
+                "{bad} accepted"
+            );
+        }
+    }
+}

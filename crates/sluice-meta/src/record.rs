@@ -1,0 +1,119 @@
+//! The stored form of an entry, shared by the backends: serde_json of a
+//! private struct, so the stored bytes never depend on the public types'
+//! layout.
+
+use std::collections::BTreeMap;
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+
+use crate::{Entry, EntryState, Layout, MetaError, Piece};
+
+#[derive(Serialize, Deserialize)]
+struct StoredPiece {
+    server: String,
+    partition: u64,
+    object: u64,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+enum StoredState {
+    Creating,
+    Ready,
+    Removing,
+}
+
+/// Attribute values are bytes; JSON has no bytes, so they are stored as
+/// base64 strings.
+#[derive(Serialize, Deserialize)]
+pub(crate) struct Record {
+    stripe_unit: u64,
+    pieces: Vec<StoredPiece>,
+    state: StoredState,
+    size: u64,
+    attrs: BTreeMap<String, String>,
+    /// A number the writer of this version drew at random: the etcd
+    /// backend tells from it whether a write whose reply was lost landed.
+    #[serde(default)]
+    pub(crate) writer: u64,
+}
+
+impl Record {
+    pub(crate) fn from_entry(entry: &Entry, writer: u64) -> Self {
+        Self {
+            stripe_unit: entry.layout.stripe_unit,
+            pieces: entry
+                .layout
+                .pieces
+                .iter()
+                .map(|p| StoredPiece {
+                    server: p.server.clone(),
+                    partition: p.partition,
+                    object: p.object,
+                })
+                .collect(),
+            state: match entry.state {
+                EntryState::Creating => StoredState::Creating,
+                EntryState::Ready => StoredState::Ready,
+                EntryState::Removing => StoredState::Removing,
+            },
+            size: entry.size,
+            attrs: entry
+                .attrs
+                .iter()
+                .map(|(k, v)| (k.clone(), BASE64.encode(v)))
+                .collect(),
+            writer,
+        }
+    }
+
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a record of strings and numbers always serialises")
+    }
+
+    /// Decodes what a backend stored for `name` at `revision`.
+    pub(crate) fn decode(
+        name: &str,
+        revision: u64,
+        bytes: &[u8],
+    ) -> Result<(Entry, u64), MetaError> {
+        let corrupt = |why: String| MetaError::Invalid {
+            what: format!("stored entry of {name:?}"),
+            why,
+        };
+        let r: Self = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
+        let mut attrs = BTreeMap::new();
+        for (k, v) in r.attrs {
+            let bytes = BASE64
+                .decode(&v)
+                .map_err(|e| corrupt(format!("attribute {k:?} is not base64: {e}")))?;
+            attrs.insert(k, bytes);
+        }
+        let entry = Entry {
+            name: name.to_owned(),
+            layout: Layout {
+                stripe_unit: r.stripe_unit,
+                pieces: r
+                    .pieces
+                    .into_iter()
+                    .map(|p| Piece {
+                        server: p.server,
+                        partition: p.partition,
+                        object: p.object,
+                    })
+                    .collect(),
+            },
+            state: match r.state {
+                StoredState::Creating => EntryState::Creating,
+                StoredState::Ready => EntryState::Ready,
+                StoredState::Removing => EntryState::Removing,
+            },
+            size: r.size,
+            attrs,
+            revision,
+        };
+        Ok((entry, r.writer))
+    }
+}

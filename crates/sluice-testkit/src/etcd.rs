@@ -1,0 +1,277 @@
+//! A real etcd cluster for tests: `n` members of the system's `etcd`
+//! binary (Debian's etcd-server), on loopback ports chosen at run time,
+//! their data in a temporary directory; one member can be killed and
+//! restarted; every member is killed when the cluster is dropped.
+//!
+//! ```ignore
+//! let Some(mut cluster) = EtcdCluster::start_or_skip(3) else { return };
+//! let uri = cluster.uri(); // etcd://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3
+//! cluster.kill(0);
+//! cluster.restart(0);
+//! ```
+
+use std::fs::File;
+use std::io;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long a cluster (or a restarted member) may take to become healthy.
+const HEALTHY_WITHIN: Duration = Duration::from_secs(30);
+
+/// Set (as the test command does once it has installed etcd) to make a
+/// missing etcd fail the tests instead of skipping them.
+pub const REQUIRE_ETCD: &str = "SLUICE_REQUIRE_ETCD";
+
+/// A running etcd cluster; see the module documentation.
+#[derive(Debug)]
+pub struct EtcdCluster {
+    dir: tempfile::TempDir,
+    binary: PathBuf,
+    members: Vec<Member>,
+}
+
+#[derive(Debug)]
+struct Member {
+    name: String,
+    client_port: u16,
+    /// The arguments it was started with, to restart it alike.
+    args: Vec<String>,
+    process: Option<Child>,
+}
+
+impl EtcdCluster {
+    /// The etcd binary: `$SLUICE_ETCD`, else `etcd` on the PATH.
+    pub fn binary() -> Option<PathBuf> {
+        if let Some(p) = std::env::var_os("SLUICE_ETCD") {
+            return Some(PathBuf::from(p));
+        }
+        std::env::var_os("PATH").and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|d| d.join("etcd"))
+                .find(|p| p.is_file())
+        })
+    }
+
+    /// Starts an `n`-member cluster, or, when no etcd binary is installed
+    /// and [`REQUIRE_ETCD`] is not set, says why the test is skipped and
+    /// returns None. Panics if the cluster does not come up.
+    pub fn start_or_skip(n: usize) -> Option<Self> {
+        let Some(binary) = Self::binary() else {
+            assert!(
+                std::env::var_os(REQUIRE_ETCD).is_none(),
+                "etcd is not installed (no etcd on the PATH, SLUICE_ETCD unset) but {REQUIRE_ETCD} is set"
+            );
+            eprintln!("skipped: etcd is not installed (Debian: apt-get install etcd-server)");
+            return None;
+        };
+        match Self::start(&binary, n) {
+            Ok(c) => Some(c),
+            Err(e) => panic!("could not start a {n}-member etcd cluster: {e}"),
+        }
+    }
+
+    /// Starts an `n`-member cluster of `binary` and waits until every
+    /// member reports healthy. Tries three times with new ports, since
+    /// another process may take a port between choosing and binding it.
+    pub fn start(binary: &Path, n: usize) -> io::Result<Self> {
+        let mut last = None;
+        for _ in 0..3 {
+            match Self::try_start(binary, n) {
+                Ok(c) => return Ok(c),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| io::Error::other("no attempt made")))
+    }
+
+    fn try_start(binary: &Path, n: usize) -> io::Result<Self> {
+        let dir = tempfile::Builder::new().prefix("sluice-etcd-").tempdir()?;
+        // Hold every port until all are chosen so no two are the same.
+        let listeners = (0..2 * n)
+            .map(|_| TcpListener::bind("127.0.0.1:0"))
+            .collect::<io::Result<Vec<_>>>()?;
+        let ports = listeners
+            .iter()
+            .map(|l| l.local_addr().map(|a| a.port()))
+            .collect::<io::Result<Vec<_>>>()?;
+        drop(listeners);
+        let peer_url = |i: usize| format!("http://127.0.0.1:{}", ports[2 * i + 1]);
+        let initial_cluster = (0..n)
+            .map(|i| format!("m{i}={}", peer_url(i)))
+            .collect::<Vec<_>>()
+            .join(",");
+        let token = format!("sluice-test-{}", dir.path().display());
+        let members = (0..n)
+            .map(|i| {
+                let client_url = format!("http://127.0.0.1:{}", ports[2 * i]);
+                let data = dir.path().join(format!("m{i}"));
+                Member {
+                    name: format!("m{i}"),
+                    client_port: ports[2 * i],
+                    args: vec![
+                        format!("--name=m{i}"),
+                        format!("--data-dir={}", data.display()),
+                        format!("--listen-client-urls={client_url}"),
+                        format!("--advertise-client-urls={client_url}"),
+                        format!("--listen-peer-urls={}", peer_url(i)),
+                        format!("--initial-advertise-peer-urls={}", peer_url(i)),
+                        format!("--initial-cluster={initial_cluster}"),
+                        "--initial-cluster-state=new".to_owned(),
+                        format!("--initial-cluster-token={token}"),
+                        // Loopback: elect a leader in well under a second.
+                        "--heartbeat-interval=50".to_owned(),
+                        "--election-timeout=500".to_owned(),
+                        "--logger=zap".to_owned(),
+                        "--log-level=warn".to_owned(),
+                    ],
+                    process: None,
+                }
+            })
+            .collect();
+        let mut cluster = Self {
+            dir,
+            binary: binary.to_owned(),
+            members,
+        };
+        for i in 0..n {
+            cluster.spawn(i)?;
+        }
+        for i in 0..n {
+            cluster.wait_healthy(i)?;
+        }
+        Ok(cluster)
+    }
+
+    /// The members' client addresses, `127.0.0.1:PORT`.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .map(|m| format!("127.0.0.1:{}", m.client_port))
+            .collect()
+    }
+
+    /// `etcd://` and every member's client address.
+    pub fn uri(&self) -> String {
+        format!("etcd://{}", self.endpoints().join(","))
+    }
+
+    /// Kills member `i` (SIGKILL) and waits for it to exit.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut p) = self.members[i].process.take() {
+            // Already exited is fine: it is down either way.
+            let _ = p.kill();
+            let _ = p.wait();
+        }
+    }
+
+    /// Starts member `i` again on its data directory (after
+    /// [`kill`](Self::kill)) and waits until it is healthy.
+    pub fn restart(&mut self, i: usize) -> io::Result<()> {
+        self.kill(i);
+        self.spawn(i)?;
+        self.wait_healthy(i)
+    }
+
+    /// The member that is the leader now, if one is up and knows it
+    /// (from the members' metrics, `etcd_server_is_leader`).
+    pub fn leader(&self) -> Option<usize> {
+        let agent = agent();
+        (0..self.members.len()).find(|&i| {
+            self.members[i].process.is_some()
+                && agent
+                    .get(&format!(
+                        "http://127.0.0.1:{}/metrics",
+                        self.members[i].client_port
+                    ))
+                    .call()
+                    .ok()
+                    .and_then(|mut r| r.body_mut().read_to_string().ok())
+                    .is_some_and(|m| m.lines().any(|l| l == "etcd_server_is_leader 1"))
+        })
+    }
+
+    fn log_path(&self, i: usize) -> PathBuf {
+        self.dir
+            .path()
+            .join(format!("{}.log", self.members[i].name))
+    }
+
+    fn spawn(&mut self, i: usize) -> io::Result<()> {
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(self.log_path(i))?;
+        let child = Command::new(&self.binary)
+            .args(&self.members[i].args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| {
+                io::Error::new(e.kind(), format!("start {}: {e}", self.binary.display()))
+            })?;
+        self.members[i].process = Some(child);
+        Ok(())
+    }
+
+    /// Waits until member `i` answers `/health` with a leader.
+    fn wait_healthy(&mut self, i: usize) -> io::Result<()> {
+        let url = format!("http://127.0.0.1:{}/health", self.members[i].client_port);
+        let agent = agent();
+        let deadline = Instant::now() + HEALTHY_WITHIN;
+        loop {
+            if let Some(p) = self.members[i].process.as_mut() {
+                if let Some(status) = p.try_wait()? {
+                    self.members[i].process = None;
+                    return Err(io::Error::other(format!(
+                        "etcd member {} exited ({status}); its log:\n{}",
+                        self.members[i].name,
+                        self.log_tail(i)
+                    )));
+                }
+            }
+            let healthy = agent
+                .get(&url)
+                .call()
+                .ok()
+                .and_then(|mut r| r.body_mut().read_to_string().ok())
+                .is_some_and(|body| body.contains(r#""health":"true""#));
+            if healthy {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(io::Error::other(format!(
+                    "etcd member {} not healthy within {HEALTHY_WITHIN:?}; its log:\n{}",
+                    self.members[i].name,
+                    self.log_tail(i)
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn log_tail(&self, i: usize) -> String {
+        let log = std::fs::read_to_string(self.log_path(i)).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join("\n")
+    }
+}
+
+/// An HTTP client for the members' health and metrics endpoints.
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(1)))
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+}
