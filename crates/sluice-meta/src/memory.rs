@@ -77,7 +77,10 @@ fn check_new(name: &str, layout: &Layout) -> Result<(), MetaError> {
 impl MetaStore for MemoryMetaStore {
     fn add_server(&self, uri: &str) -> Result<(), MetaError> {
         if uri.is_empty() {
-            return Err(invalid("object server URI", "it is empty"));
+            return Err(MetaError::Invalid {
+                what: "object server URI".into(),
+                why: "it is empty".into(),
+            });
         }
         let mut s = self.state();
         if !s.servers.iter().any(|have| have == uri) {
