@@ -10,6 +10,7 @@
 mod execute;
 mod extent;
 mod handshake;
+mod meta;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -22,6 +23,7 @@ use sluice_objstore::ObjectStore;
 use tracing::{debug, info, trace, warn};
 
 use execute::{ObjExecutor, ObjRequest};
+pub(crate) use meta::{open_meta, MetaService};
 pub(crate) use handshake::PartitionPolicy;
 
 use crate::buffer::RecvBuf;
@@ -51,6 +53,8 @@ pub(crate) struct ObjService {
     pub(crate) export_access: Arc<AccessPolicy>,
     /// What the greeting publishes.
     pub(crate) limits: Limits,
+    /// The metadata service of striped objects, if the server runs one.
+    pub(crate) meta: Option<MetaService>,
 }
 
 impl ConnectionHandler for ObjService {
@@ -85,6 +89,7 @@ impl ConnectionHandler for ObjService {
                 session: negotiated,
                 exports,
                 metrics: Arc::clone(&env.metrics),
+                meta: self.meta.clone(),
             }),
         };
         driver::serve(stream, buf, session, env);
