@@ -52,6 +52,7 @@ mod error;
 mod handshake;
 mod link;
 pub mod plan;
+mod remote_meta;
 mod request;
 pub mod stripe_plan;
 mod striped;
@@ -61,6 +62,7 @@ mod striped_links;
 pub use attr::{AttrChange, Attrs, Value};
 pub use client::{ObjClient, ObjOptions};
 pub use error::{Addressee, ObjError, Subject};
+pub use remote_meta::RemoteMetaStore;
 pub use request::{
     open_range, DataOptions, Entry, ObjRequest, ObjResponse, Page, Range, ReadReply, Stat,
     LENGTH_ATTR, SERVER_ATTR_PREFIX,
