@@ -335,6 +335,15 @@ fn execute(args: ObjArgs) -> Outcome {
     if let Some(meta) = &args.meta {
         return striped::execute(meta, args.command);
     }
+    // Ids are checked before connecting, so a name given without
+    // --meta is a usage error whatever the server.
+    match &args.command {
+        ObjCommand::Put { target, .. }
+        | ObjCommand::Get { target, .. }
+        | ObjCommand::Stat { target, .. } => drop(id(target)?),
+        ObjCommand::Rm { targets } => targets.iter().try_for_each(|t| id(t).map(drop))?,
+        _ => {}
+    }
     let mut client = connect(&args.server)?;
     let c = &mut client;
     let fail = |e: ObjError| Failure::from_obj(&e);

@@ -8,6 +8,7 @@
 
 use std::io::Read;
 use std::sync::Arc;
+use std::time::Duration;
 
 use sluice_client::obj::{
     FsckOptions, FsckReport, Pattern, Segment, StripedClient, StripedError, StripedObject,
@@ -152,8 +153,13 @@ pub(super) fn execute(meta: &str, command: ObjCommand) -> Outcome {
             Ok(())
         }
         ObjCommand::Fsck { grace } => {
-            let grace = parse_duration(&grace)
-                .map_err(|e| Failure::Usage(format!("--grace {grace}: {e}")))?;
+            // Zero (no grace: nothing else runs) is a valid answer here,
+            // though not a valid timeout elsewhere.
+            let grace = match grace.trim_end_matches(|c: char| c.is_ascii_alphabetic()) {
+                "0" => Duration::ZERO,
+                _ => parse_duration(&grace)
+                    .map_err(|e| Failure::Usage(format!("--grace {grace}: {e}")))?,
+            };
             let report = client.fsck(&FsckOptions { grace }).map_err(fail)?;
             out(fsck_text(&report).as_bytes())?;
             match report.failures.len() {

@@ -31,6 +31,7 @@ mod raid_admin;
 mod raw_protocol;
 mod reconnect;
 mod safety;
+mod striped_cli;
 mod service;
 mod shutdown;
 mod tls;
