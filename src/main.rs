@@ -13,8 +13,8 @@ use sluice_server::{
 
 mod bench_cmd;
 mod generate_cmd;
-mod model_cmd;
 mod meta_cmd;
+mod model_cmd;
 mod obj_cmd;
 mod raid_cmd;
 mod service;

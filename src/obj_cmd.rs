@@ -328,7 +328,8 @@ fn out(bytes: &[u8]) -> Outcome {
 
 /// An object id argument (striped objects are named with --meta).
 fn id(arg: &str) -> Result<u64, Failure> {
-    parse_id(arg).map_err(|e| Failure::Usage(format!("{e}; striped objects are named with --meta URI")))
+    parse_id(arg)
+        .map_err(|e| Failure::Usage(format!("{e}; striped objects are named with --meta URI")))
 }
 
 fn execute(args: ObjArgs) -> Outcome {
@@ -522,7 +523,10 @@ fn execute(args: ObjArgs) -> Outcome {
             print_entries(&entries, with_attrs, json)
         }
         ObjCommand::Rm { targets } => {
-            let ids = targets.iter().map(|t| id(t)).collect::<Result<Vec<_>, _>>()?;
+            let ids = targets
+                .iter()
+                .map(|t| id(t))
+                .collect::<Result<Vec<_>, _>>()?;
             let results = c.remove_many(&ids, false);
             // Whatever was removed is durable, failures or not.
             c.flush(FlushScope::Partition).map_err(fail)?;

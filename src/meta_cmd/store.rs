@@ -61,7 +61,10 @@ pub(crate) fn open_meta_store(uri: &str) -> anyhow::Result<Arc<dyn MetaStore>> {
         // wired when the SQLite and etcd backends land
         return Err(unavailable("SQLite"));
     }
-    Err(UsageError(format!("--meta {uri}: unknown metadata URI; give one of {FORMS}")).into())
+    Err(UsageError(format!(
+        "--meta {uri}: unknown metadata URI; give one of {FORMS}"
+    ))
+    .into())
 }
 
 #[cfg(test)]
@@ -87,7 +90,9 @@ mod tests {
     #[test]
     fn a_sluice_uri_with_no_server_fails_naming_it() {
         // Port 1 on loopback: nothing listens there.
-        let e = open_meta_store("sluice://127.0.0.1:1").err().expect("refused");
+        let e = open_meta_store("sluice://127.0.0.1:1")
+            .err()
+            .expect("refused");
         assert!(e.downcast_ref::<UsageError>().is_none());
         assert!(format!("{e:#}").contains("sluice://127.0.0.1:1"), "{e:#}");
     }

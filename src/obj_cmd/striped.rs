@@ -72,7 +72,9 @@ pub(super) fn execute(meta: &str, command: ObjCommand) -> Outcome {
             servers,
         } => {
             let unit = match stripe {
-                Some(s) => parse_size(&s).map_err(|e| Failure::Usage(format!("--stripe {s}: {e}")))?,
+                Some(s) => {
+                    parse_size(&s).map_err(|e| Failure::Usage(format!("--stripe {s}: {e}")))?
+                }
                 None => DEFAULT_STRIPE,
             };
             let servers = match servers {
@@ -221,7 +223,10 @@ fn state_name(s: EntryState) -> &'static str {
 fn show_bytes(v: &[u8]) -> String {
     match std::str::from_utf8(v) {
         Ok(t) => t.to_owned(),
-        Err(_) => format!("hex:{}", v.iter().map(|b| format!("{b:02x}")).collect::<String>()),
+        Err(_) => format!(
+            "hex:{}",
+            v.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        ),
     }
 }
 

@@ -29,7 +29,9 @@ struct Deployment {
 }
 
 fn object_server(dir: &Path, i: usize) -> Server {
-    ServerBuilder::new().objects(&dir.join(format!("obj{i}"))).start()
+    ServerBuilder::new()
+        .objects(&dir.join(format!("obj{i}")))
+        .start()
 }
 
 fn deploy() -> Deployment {
@@ -63,7 +65,11 @@ fn assert_fails(out: &CmdOutput, code: i32, needles: &[&str]) {
     let err = out.stderr();
     assert_eq!(err.trim_end().lines().count(), 1, "{}: {err}", out.display);
     for n in needles {
-        assert!(err.contains(n), "{}: stderr lacks {n:?}:\n{err}", out.display);
+        assert!(
+            err.contains(n),
+            "{}: stderr lacks {n:?}:\n{err}",
+            out.display
+        );
     }
 }
 
@@ -117,7 +123,14 @@ fn put_get_round_trips_over_one_to_four_servers() {
         assert_eq!(ok(d.obj(&["get", &name])).output.stdout, data, "{name}");
         // Ranges across stripe and server boundaries, in the order given.
         let got = ok(d.obj(&[
-            "get", &name, "--range", "4000:200", "--range", "0:10", "--range", "299990:11",
+            "get",
+            &name,
+            "--range",
+            "4000:200",
+            "--range",
+            "0:10",
+            "--range",
+            "299990:11",
         ]))
         .output
         .stdout;
@@ -157,7 +170,10 @@ fn put_get_round_trips_over_one_to_four_servers() {
     assert!(text.contains("piece 3: server sluice://"), "{text}");
 
     // ls by prefix, sorted.
-    assert_eq!(ok(d.obj(&["ls", "rt/"])).stdout(), "rt/1\nrt/2\nrt/3\nrt/4\n");
+    assert_eq!(
+        ok(d.obj(&["ls", "rt/"])).stdout(),
+        "rt/1\nrt/2\nrt/3\nrt/4\n"
+    );
     assert_eq!(ok(d.obj(&["ls", "other"])).stdout(), "other/stdin\n");
     assert_eq!(ok(d.obj(&["ls"])).stdout().lines().count(), 5);
     assert_eq!(ok(d.obj(&["ls", "nothing/"])).stdout(), "");
@@ -188,7 +204,10 @@ fn servers_are_added_listed_and_removed_only_when_unused() {
     let d = deploy();
     let uris: Vec<String> = d.servers.iter().map(Server::obj_uri).collect();
     let listed = ok(d.meta_cmd(&["ls-servers"])).stdout();
-    assert_eq!(listed, uris.iter().map(|u| format!("{u}\n")).collect::<String>());
+    assert_eq!(
+        listed,
+        uris.iter().map(|u| format!("{u}\n")).collect::<String>()
+    );
     assert_eq!(d.meta.servers().unwrap(), uris);
 
     ok(d.obj_in(&["put", "x", "--servers", "4"], b"data"));
@@ -206,8 +225,16 @@ fn servers_are_added_listed_and_removed_only_when_unused() {
     // Usage errors exit 2 (with a pointer to --help).
     let bad = d.meta_cmd(&["add-server", "http://x"]);
     bad.assert_code(2);
-    assert!(bad.stderr().contains("object server http://x"), "{}", bad.stderr());
-    assert!(bad.stderr().contains("sluice meta --help"), "{}", bad.stderr());
+    assert!(
+        bad.stderr().contains("object server http://x"),
+        "{}",
+        bad.stderr()
+    );
+    assert!(
+        bad.stderr().contains("sluice meta --help"),
+        "{}",
+        bad.stderr()
+    );
     assert_fails(
         &sluice()
             .args(["obj", "--meta", "etcd://127.0.0.1:2379", "ls"])

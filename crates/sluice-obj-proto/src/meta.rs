@@ -409,7 +409,12 @@ impl MetaRequest {
                 name: name(&mut r, "object name")?,
                 expected_revision: opt(&mut r, "expected revision")?,
             },
-            tag => return Err(MetaDecodeError::BadTag { what: "request", tag }),
+            tag => {
+                return Err(MetaDecodeError::BadTag {
+                    what: "request",
+                    tag,
+                })
+            }
         };
         end(&r)?;
         Ok(req)
@@ -543,7 +548,12 @@ impl MetaReply {
                     FAIL_BACKEND => MetaFailure::Backend {
                         message: message(&mut r, "message")?,
                     },
-                    tag => return Err(MetaDecodeError::BadTag { what: "failure", tag }),
+                    tag => {
+                        return Err(MetaDecodeError::BadTag {
+                            what: "failure",
+                            tag,
+                        })
+                    }
                 },
             ),
             tag => return Err(MetaDecodeError::BadTag { what: "reply", tag }),
@@ -704,8 +714,12 @@ mod tests {
     #[test]
     fn every_message_round_trips() {
         let requests = [
-            MetaRequest::AddServer { uri: "sluice://h:1".into() },
-            MetaRequest::RemoveServer { uri: "sluice://h:1".into() },
+            MetaRequest::AddServer {
+                uri: "sluice://h:1".into(),
+            },
+            MetaRequest::RemoveServer {
+                uri: "sluice://h:1".into(),
+            },
             MetaRequest::Servers,
             MetaRequest::NextPlacement,
             MetaRequest::Create {

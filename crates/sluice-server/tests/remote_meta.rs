@@ -77,7 +77,9 @@ fn calls_reach_the_servers_store_and_errors_keep_their_kind() {
     assert_eq!(m.next_placement().unwrap(), 1);
 
     let attrs: BTreeMap<String, Vec<u8>> = [("k".to_owned(), vec![0, 0xff, 7])].into();
-    let e = m.create("dir/x", &layout(&["sluice://a:1"]), &attrs).unwrap();
+    let e = m
+        .create("dir/x", &layout(&["sluice://a:1"]), &attrs)
+        .unwrap();
     assert_eq!(e.state, EntryState::Creating);
     assert_eq!(e.attrs, attrs);
     assert_eq!(m.lookup("dir/x").unwrap(), s.local.lookup("dir/x").unwrap());
@@ -104,7 +106,10 @@ fn calls_reach_the_servers_store_and_errors_keep_their_kind() {
             name,
             expected,
             found,
-        }) => assert_eq!((name.as_str(), expected, found), ("dir/x", e.revision, e1.revision)),
+        }) => assert_eq!(
+            (name.as_str(), expected, found),
+            ("dir/x", e.revision, e1.revision)
+        ),
         other => panic!("{other:?}"),
     }
     match m.remove_server("sluice://a:1") {
@@ -130,7 +135,10 @@ fn calls_reach_the_servers_store_and_errors_keep_their_kind() {
         Err(MetaError::Conflict { .. })
     ));
     m.delete("dir/x", Some(e1.revision)).unwrap();
-    assert!(matches!(s.local.lookup("dir/x"), Err(MetaError::NotFound { .. })));
+    assert!(matches!(
+        s.local.lookup("dir/x"),
+        Err(MetaError::NotFound { .. })
+    ));
     m.remove_server("sluice://a:1").unwrap();
     assert_eq!(m.servers().unwrap(), ["sluice://b:1"]);
 }
@@ -154,13 +162,14 @@ fn one_of_sixteen_creators_over_the_wire_wins() {
             .collect();
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
-    let winners: Vec<u64> = results.iter().filter_map(|r| r.as_ref().ok()).copied().collect();
+    let winners: Vec<u64> = results
+        .iter()
+        .filter_map(|r| r.as_ref().ok())
+        .copied()
+        .collect();
     assert_eq!(winners.len(), 1, "{results:?}");
     for r in &results {
-        assert!(
-            matches!(r, Ok(_) | Err(MetaError::Exists { .. })),
-            "{r:?}"
-        );
+        assert!(matches!(r, Ok(_) | Err(MetaError::Exists { .. })), "{r:?}");
     }
     // The stored layout is the winner's.
     let entry = s.local.lookup("race").unwrap();
@@ -209,8 +218,8 @@ fn a_server_without_a_metadata_service_says_so() {
     assert!(text.contains(&server.obj_uri()), "{text}");
     // Nothing listens: the error names the server.
     drop(server);
-    let gone = RemoteMetaStore::connect("sluice://127.0.0.1:1".parse().unwrap(), options())
-        .unwrap_err();
+    let gone =
+        RemoteMetaStore::connect("sluice://127.0.0.1:1".parse().unwrap(), options()).unwrap_err();
     assert!(
         sluice_types::error_chain(&gone).contains("127.0.0.1:1"),
         "{gone}"

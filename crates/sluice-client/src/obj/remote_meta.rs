@@ -87,8 +87,9 @@ impl RemoteMetaStore {
         let pooled = self.idle().pop();
         let mut client = match pooled {
             Some(c) => c,
-            None => ObjClient::connect(&self.uri, &self.options)
-                .map_err(|e| self.backend(action, e))?,
+            None => {
+                ObjClient::connect(&self.uri, &self.options).map_err(|e| self.backend(action, e))?
+            }
         };
         let reply = client.meta(request).map_err(|e| self.backend(action, e))?;
         // Only a connection whose call completed goes back to the pool.
@@ -176,7 +177,10 @@ impl MetaStore for RemoteMetaStore {
     }
 
     fn lookup(&self, name: &str) -> Result<Entry, MetaError> {
-        self.entry("look up an entry", &MetaRequest::Lookup { name: name.into() })
+        self.entry(
+            "look up an entry",
+            &MetaRequest::Lookup { name: name.into() },
+        )
     }
 
     fn list(&self, prefix: &str) -> Result<Vec<Entry>, MetaError> {

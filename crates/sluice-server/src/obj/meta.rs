@@ -15,7 +15,8 @@ use std::sync::Arc;
 
 use sluice_meta::{Entry, EntryState, Layout, MetaError, MetaStore, Piece, Update};
 use sluice_obj_proto::{
-    ErrorCode, MetaEntry, MetaFailure, MetaLayout, MetaPiece, MetaReply, MetaRequest, MetaState,};
+    ErrorCode, MetaEntry, MetaFailure, MetaLayout, MetaPiece, MetaReply, MetaRequest, MetaState,
+};
 use sluice_types::error_chain;
 
 use crate::ServerError;
@@ -53,8 +54,7 @@ pub(super) fn run(
     let Some(MetaService(store)) = service else {
         return Err((
             ErrorCode::Invalid,
-            "this server runs no metadata service (start it with 'sluice serve --meta DIR')"
-                .into(),
+            "this server runs no metadata service (start it with 'sluice serve --meta DIR')".into(),
         ));
     };
     let request = MetaRequest::decode(params).map_err(|e| (ErrorCode::Invalid, e.to_string()))?;
@@ -98,11 +98,7 @@ fn call(store: &dyn MetaStore, request: MetaRequest) -> Result<MetaReply, MetaEr
                 set_attrs: update.set_attrs,
                 remove_attrs: update.remove_attrs,
             };
-            MetaReply::Entry(to_wire(store.update(
-                &name,
-                expected_revision,
-                &update,
-            )?))
+            MetaReply::Entry(to_wire(store.update(&name, expected_revision, &update)?))
         }
         MetaRequest::Delete {
             name,
@@ -115,7 +111,12 @@ fn call(store: &dyn MetaStore, request: MetaRequest) -> Result<MetaReply, MetaEr
 }
 
 /// One page of the entries under `prefix` after `after`.
-fn page(store: &dyn MetaStore, prefix: &str, after: &str, max: u32) -> Result<MetaReply, MetaError> {
+fn page(
+    store: &dyn MetaStore,
+    prefix: &str,
+    after: &str,
+    max: u32,
+) -> Result<MetaReply, MetaError> {
     let mut entries = Vec::new();
     let mut bytes = 0;
     let mut more = false;
@@ -127,7 +128,8 @@ fn page(store: &dyn MetaStore, prefix: &str, after: &str, max: u32) -> Result<Me
         let e = to_wire(e);
         let mut encoded = Vec::new();
         MetaReply::Entry(e.clone()).encode(&mut encoded);
-        if entries.len() as u32 == max || (!entries.is_empty() && bytes + encoded.len() > PAGE_BYTES)
+        if entries.len() as u32 == max
+            || (!entries.is_empty() && bytes + encoded.len() > PAGE_BYTES)
         {
             more = true;
             break;

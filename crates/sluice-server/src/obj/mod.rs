@@ -23,8 +23,8 @@ use sluice_objstore::ObjectStore;
 use tracing::{debug, info, trace, warn};
 
 use execute::{ObjExecutor, ObjRequest};
-pub(crate) use meta::{open_meta, MetaService};
 pub(crate) use handshake::PartitionPolicy;
+pub(crate) use meta::{open_meta, MetaService};
 
 use crate::buffer::RecvBuf;
 use crate::driver::{
