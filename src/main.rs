@@ -62,7 +62,8 @@ enum Command {
     /// non-contiguous transfer model.
     Model(model_cmd::ModelArgs),
     /// Objects and their attributes on a sluice object server: create,
-    /// put, get, write, append, attr, ls, query, rm, stat.
+    /// put, get, write, append, attr, ls, query, rm, stat; with --meta,
+    /// striped objects by name: put, get, ls, stat, rm, fsck.
     Obj(obj_cmd::ObjArgs),
     /// The object servers of a striped-object deployment, as its
     /// metadata service lists them: add-server, ls-servers,

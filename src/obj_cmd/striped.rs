@@ -202,7 +202,13 @@ fn put(client: &mut StripedClient, object: &mut StripedObject, input: &mut dyn R
             }]);
             client
                 .write(object, &pattern, &buf[..n], &StripedWrite::default())
-                .map_err(|e| Failure::from_striped(&e))?;
+                .map_err(|e| {
+                    let (Failure::Failed(m) | Failure::Usage(m)) = Failure::from_striped(&e);
+                    Failure::Failed(format!(
+                        "{m}; {:?} holds the first {at} bytes: 'sluice obj --meta URI rm' it and put again",
+                        object.name()
+                    ))
+                })?;
             at += n as u64;
         }
         if n < buf.len() {
