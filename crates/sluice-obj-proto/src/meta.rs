@@ -279,6 +279,13 @@ fn put_entry(e: &MetaEntry, out: &mut Vec<u8>) {
     out.extend_from_slice(&e.revision.to_be_bytes());
 }
 
+impl MetaEntry {
+    /// Appends the entry as a reply carries it (to measure a page).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        put_entry(self, out);
+    }
+}
+
 impl MetaRequest {
     /// Appends the request (the parameters of a `META` request).
     pub fn encode(&self, out: &mut Vec<u8>) {

@@ -118,7 +118,7 @@ fn page(
     max: u32,
 ) -> Result<MetaReply, MetaError> {
     let mut entries = Vec::new();
-    let mut bytes = 0;
+    let mut encoded = Vec::new();
     let mut more = false;
     for e in store
         .list(prefix)?
@@ -126,15 +126,14 @@ fn page(
         .filter(|e| after.is_empty() || e.name.as_str() > after)
     {
         let e = to_wire(e);
-        let mut encoded = Vec::new();
-        MetaReply::Entry(e.clone()).encode(&mut encoded);
-        if entries.len() as u32 == max
-            || (!entries.is_empty() && bytes + encoded.len() > PAGE_BYTES)
-        {
+        let before = encoded.len();
+        e.encode(&mut encoded);
+        // At least one entry per page, so every page advances.
+        if entries.len() as u32 == max || (!entries.is_empty() && encoded.len() > PAGE_BYTES) {
+            encoded.truncate(before);
             more = true;
             break;
         }
-        bytes += encoded.len();
         entries.push(e);
     }
     Ok(MetaReply::Page { entries, more })
