@@ -13,6 +13,7 @@ use sluice_server::{
 
 mod bench_cmd;
 mod generate_cmd;
+mod meta_cmd;
 mod model_cmd;
 mod obj_cmd;
 mod raid_cmd;
@@ -61,8 +62,13 @@ enum Command {
     /// non-contiguous transfer model.
     Model(model_cmd::ModelArgs),
     /// Objects and their attributes on a sluice object server: create,
-    /// put, get, write, append, attr, ls, query, rm, stat.
+    /// put, get, write, append, attr, ls, query, rm, stat; with --meta,
+    /// striped objects by name: put, get, ls, stat, rm, fsck.
     Obj(obj_cmd::ObjArgs),
+    /// The object servers of a striped-object deployment, as its
+    /// metadata service lists them: add-server, ls-servers,
+    /// remove-server.
+    Meta(meta_cmd::MetaArgs),
     /// RAID arrays over NBD members: `create` writes their superblocks;
     /// `status`, `replace` and `scrub` ask a running server.
     Raid(raid_cmd::RaidArgs),
@@ -91,6 +97,11 @@ struct ServeArgs {
     /// (repeatable). Default 127.0.0.1:10810.
     #[arg(long = "object-listen", value_name = "ADDR")]
     object_listen: Vec<ListenAddr>,
+    /// Also serve the metadata service of striped objects, kept in DIR,
+    /// on the object listeners (clients reach it with --meta
+    /// sluice://HOST:PORT). Implies serving objects.
+    #[arg(long = "meta", value_name = "DIR")]
+    meta: Option<PathBuf>,
     /// TOML file with the same settings (command-line flags win).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -442,6 +453,7 @@ fn serve_config(args: ServeArgs, listening: &Listening<'_>) -> Result<(ServerCon
     let defaulted_listen = config.listen.is_empty() && matches!(listening, Listening::Default);
     let inherited_objects = matches!(listening, Listening::Inherited { objects: true });
     if args.objects.is_some()
+        || args.meta.is_some()
         || !args.object_listen.is_empty()
         || defaulted_listen
         || inherited_objects
@@ -454,6 +466,9 @@ fn serve_config(args: ServeArgs, listening: &Listening<'_>) -> Result<(ServerCon
         }
         if !args.object_listen.is_empty() {
             objects.listen = args.object_listen;
+        }
+        if let Some(dir) = args.meta {
+            objects.meta = Some(dir);
         }
     }
     if let (Listening::Inherited { objects: false }, Some(_)) = (listening, &config.objects) {
@@ -542,6 +557,7 @@ fn main() -> ExitCode {
         Command::Bench(_) => "bench",
         Command::Model(_) => "model",
         Command::Obj(_) => "obj",
+        Command::Meta(_) => "meta",
         Command::Raid(_) => "raid",
         Command::Generate(_) => "generate",
     };
@@ -552,6 +568,7 @@ fn main() -> ExitCode {
         Command::Model(args) => model_cmd::run(args),
         // Reports its own failures (one line, exit 1 or 2).
         Command::Obj(args) => return obj_cmd::run(args),
+        Command::Meta(args) => meta_cmd::run(args),
         Command::Raid(args) => raid_cmd::run(args),
         Command::Generate(args) => generate_cmd::run(args, Cli::command()),
     };

@@ -20,6 +20,7 @@ use sluice_client::obj::{
 use sluice_client::{ObjUri, DEFAULT_OBJ_SERVER};
 use sluice_types::error_chain;
 
+mod striped;
 mod values;
 
 use values::{
@@ -34,6 +35,12 @@ pub(crate) struct ObjArgs {
     /// or sluice+unix:///PATH; add ?partition=N for a partition other than the default.
     #[arg(long, value_name = "URI", default_value = DEFAULT_OBJ_SERVER, global = true)]
     server: String,
+    /// Striped objects by NAME instead: the metadata service
+    /// (sluice://HOST[:PORT] of a 'sluice serve --meta' server,
+    /// etcd://HOST:PORT[,...] or sqlite:DIR) names their layouts; see
+    /// 'sluice meta'. Takes put, get, ls, stat, rm and fsck.
+    #[arg(long, value_name = "URI", global = true)]
+    meta: Option<String>,
     #[command(subcommand)]
     command: ObjCommand,
 }
@@ -49,17 +56,24 @@ enum ObjCommand {
         #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
         count: u32,
     },
-    /// Store FILE (or stdin) as the whole object.
+    /// Store FILE (or stdin) as the whole object (with --meta: a new
+    /// striped object NAME).
     Put {
-        #[arg(value_parser = parse_id)]
-        id: u64,
+        #[arg(value_name = "ID|NAME")]
+        target: String,
         file: Option<PathBuf>,
+        /// With --meta: bytes per stripe unit (a power of two, at least 4K).
+        #[arg(long, value_name = "SIZE")]
+        stripe: Option<String>,
+        /// With --meta: spread it over N object servers (default: all).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+        servers: Option<u32>,
     },
     /// Write the object's bytes to stdout: all of it, or the ranges and
     /// the strided pattern given, in order.
     Get {
-        #[arg(value_parser = parse_id)]
-        id: u64,
+        #[arg(value_name = "ID|NAME")]
+        target: String,
         /// OFF:LEN (sizes like 4096, 4K, 1M); repeatable.
         #[arg(long = "range", value_name = "OFF:LEN", value_parser = parse_range)]
         ranges: Vec<Segment>,
@@ -86,8 +100,11 @@ enum ObjCommand {
     /// Get or set attributes.
     #[command(subcommand)]
     Attr(AttrCommand),
-    /// List objects (of the partition, or of one collection).
+    /// List objects (of the partition, or of one collection; with
+    /// --meta: the striped objects whose names start with PREFIX).
     Ls {
+        /// With --meta: only names starting with this.
+        prefix: Option<String>,
         #[arg(long, value_name = "NAME")]
         collection: Option<String>,
         /// Show each object's attributes.
@@ -108,15 +125,23 @@ enum ObjCommand {
     },
     /// Remove objects.
     Rm {
-        #[arg(value_parser = parse_id, required = true)]
-        ids: Vec<u64>,
+        #[arg(value_name = "ID|NAME", required = true)]
+        targets: Vec<String>,
     },
     /// The object's length and the other attributes the server keeps.
     Stat {
-        #[arg(value_parser = parse_id)]
-        id: u64,
+        #[arg(value_name = "ID|NAME")]
+        target: String,
         #[arg(long)]
         json: bool,
+    },
+    /// With --meta: finish or undo creates and removes a crash left half
+    /// done, and remove pieces no striped object names.
+    Fsck {
+        /// Leave pieces younger than this alone (a create may still be
+        /// making them); 0s when nothing else runs.
+        #[arg(long, value_name = "DUR", default_value = "10m")]
+        grace: String,
     },
 }
 
@@ -301,7 +326,25 @@ fn out(bytes: &[u8]) -> Outcome {
         .map_err(|e| Failure::Failed(format!("cannot write to stdout: {e}")))
 }
 
+/// An object id argument (striped objects are named with --meta).
+fn id(arg: &str) -> Result<u64, Failure> {
+    parse_id(arg)
+        .map_err(|e| Failure::Usage(format!("{e}; striped objects are named with --meta URI")))
+}
+
 fn execute(args: ObjArgs) -> Outcome {
+    if let Some(meta) = &args.meta {
+        return striped::execute(meta, args.command);
+    }
+    // Ids are checked before connecting, so a name given without
+    // --meta is a usage error whatever the server.
+    match &args.command {
+        ObjCommand::Put { target, .. }
+        | ObjCommand::Get { target, .. }
+        | ObjCommand::Stat { target, .. } => drop(id(target)?),
+        ObjCommand::Rm { targets } => targets.iter().try_for_each(|t| id(t).map(drop))?,
+        _ => {}
+    }
     let mut client = connect(&args.server)?;
     let c = &mut client;
     let fail = |e: ObjError| Failure::from_obj(&e);
@@ -314,7 +357,18 @@ fn execute(args: ObjArgs) -> Outcome {
             let text: String = ids.iter().map(|id| format!("{id}\n")).collect();
             out(text.as_bytes())
         }
-        ObjCommand::Put { id, file } => {
+        ObjCommand::Put {
+            target,
+            file,
+            stripe,
+            servers,
+        } => {
+            if stripe.is_some() || servers.is_some() {
+                return Err(Failure::Usage(
+                    "--stripe and --servers place striped objects; give --meta URI".into(),
+                ));
+            }
+            let id = id(&target)?;
             let mut input = open_input(file.as_deref())?;
             let before = c.stat(id).map_err(fail)?.length;
             let (_, len) = stream_in(c, id, &mut input, false)?;
@@ -336,7 +390,12 @@ fn execute(args: ObjArgs) -> Outcome {
             }
             c.flush(FlushScope::Object(id)).map_err(fail)
         }
-        ObjCommand::Get { id, ranges, stride } => {
+        ObjCommand::Get {
+            target,
+            ranges,
+            stride,
+        } => {
+            let id = id(&target)?;
             let mut segments = ranges;
             if let Some(s) = stride {
                 segments.extend(s.segments());
@@ -438,10 +497,16 @@ fn execute(args: ObjArgs) -> Outcome {
             }
         }
         ObjCommand::Ls {
+            prefix,
             collection,
             attrs,
             json,
         } => {
+            if prefix.is_some() {
+                return Err(Failure::Usage(
+                    "PREFIX lists striped objects; give --meta URI (or --collection NAME)".into(),
+                ));
+            }
             let want: &[&str] = &[];
             let entries = c
                 .list(collection.as_deref().unwrap_or(""), attrs.then_some(want))
@@ -457,7 +522,11 @@ fn execute(args: ObjArgs) -> Outcome {
             let with_attrs = entries.iter().any(|e| !e.attrs.is_empty());
             print_entries(&entries, with_attrs, json)
         }
-        ObjCommand::Rm { ids } => {
+        ObjCommand::Rm { targets } => {
+            let ids = targets
+                .iter()
+                .map(|t| id(t))
+                .collect::<Result<Vec<_>, _>>()?;
             let results = c.remove_many(&ids, false);
             // Whatever was removed is durable, failures or not.
             c.flush(FlushScope::Partition).map_err(fail)?;
@@ -479,7 +548,8 @@ fn execute(args: ObjArgs) -> Outcome {
                 }
             }
         }
-        ObjCommand::Stat { id, json } => {
+        ObjCommand::Stat { target, json } => {
+            let id = id(&target)?;
             let stat = c.stat(id).map_err(fail)?;
             let fields: Vec<(String, &Value)> = stat
                 .attrs
@@ -508,6 +578,9 @@ fn execute(args: ObjArgs) -> Outcome {
                 out(text.as_bytes())
             }
         }
+        ObjCommand::Fsck { .. } => Err(Failure::Usage(
+            "fsck checks striped objects; give --meta URI".into(),
+        )),
     }
 }
 

@@ -4,13 +4,16 @@
 //! bytes.
 //!
 //! Input layout: a stream of replies (32-byte header, attribute list,
-//! body); a success body is tried as an id list and as a page.
+//! body); a success body is tried as an id list, as a page and as a
+//! metadata reply (which re-encodes to the same bytes when it decodes).
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use sluice_obj_proto::consts::REPLY_HEADER_LEN;
-use sluice_obj_proto::{decode_id_list, encode_id_list, encode_page, AttrOps, Page, ReplyHeader};
+use sluice_obj_proto::{
+    decode_id_list, encode_id_list, encode_page, AttrOps, MetaReply, Page, ReplyHeader,
+};
 
 fuzz_target!(|data: &[u8]| {
     let mut stream = data;
@@ -33,6 +36,11 @@ fuzz_target!(|data: &[u8]| {
                 let mut again = Vec::new();
                 encode_id_list(&ids, &mut again);
                 assert_eq!(again, body);
+            }
+            if let Ok(meta) = MetaReply::decode(body) {
+                let mut again = Vec::new();
+                meta.encode(&mut again);
+                assert_eq!(again, body, "metadata reply does not re-encode");
             }
             if let Ok(page) = Page::decode(body, 1 << 16) {
                 let lists: Vec<Vec<u8>> = page

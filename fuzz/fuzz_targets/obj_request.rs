@@ -4,7 +4,8 @@
 //! accepts keeps the DDT invariants (segment count within the limit,
 //! non-empty segments, no segment end past 2^64, total within the
 //! payload limit, stride at least the length) and carries exactly the
-//! data its DDT describes. Batch frames are split and their members
+//! data its DDT describes; META parameters it accepts decode and
+//! re-encode to the same bytes. Batch frames are split and their members
 //! validated one by one.
 //!
 //! Input layout (so seeds can be written by hand):
@@ -23,7 +24,8 @@
 use libfuzzer_sys::fuzz_target;
 use sluice_obj_proto::consts::*;
 use sluice_obj_proto::{
-    AttachedExport, Command, Ddt, DdtKind, Features, Limits, Negotiated, RequestHeader,
+    AttachedExport, Command, Ddt, DdtKind, Features, Limits, MetaRequest, Negotiated,
+    RequestHeader,
 };
 
 const PREFIX: usize = 6;
@@ -70,6 +72,14 @@ fn run(session: &Negotiated, h: &RequestHeader, payload: &[u8]) {
         | Command::CreateAndWrite { ddt, data, .. }
         | Command::ExtentWrite { ddt, data, .. } => check(&ddt, limits, Some(data)),
         Command::Append { data, .. } => assert!(data.len() as u64 <= u64::from(limits.max_payload)),
+        Command::Meta { params } => {
+            // What validation accepted decodes, and re-encodes to the
+            // same bytes (the encoding is canonical).
+            let meta = MetaRequest::decode(params).expect("validated META parameters decode");
+            let mut again = Vec::new();
+            meta.encode(&mut again);
+            assert_eq!(again, params, "META parameters do not re-encode");
+        }
         _ => {}
     }
     for op in req.attrs.iter() {

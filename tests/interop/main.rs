@@ -34,6 +34,7 @@ mod reconnect;
 mod safety;
 mod service;
 mod shutdown;
+mod striped_cli;
 mod tls;
 mod tls_keys;
 mod write_hole;

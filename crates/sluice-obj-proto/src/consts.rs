@@ -58,6 +58,8 @@ pub const OP_EXTENT_READ: u16 = 13;
 pub const OP_EXTENT_WRITE: u16 = 14;
 pub const OP_BATCH: u16 = 15;
 pub const OP_DISCONNECT: u16 = 16;
+/// A call of the metadata service of striped objects (`meta` module).
+pub const OP_META: u16 = 17;
 
 // Request flags.
 /// Bits 0-1: the data distribution type.

@@ -14,6 +14,7 @@ mod client_handshake;
 pub mod consts;
 mod ddt;
 mod handshake;
+pub mod meta;
 mod reply;
 mod request;
 mod wire;
@@ -29,6 +30,10 @@ pub use ddt::{
 pub use handshake::{
     answer, AttachedExport, HandshakeConfig, HandshakeError, HandshakeStatus, Negotiated,
     PartitionAccess, PartitionCatalog, Refusal, ServerHandshake, TlsPolicy,
+};
+pub use meta::{
+    MetaDecodeError, MetaEntry, MetaFailure, MetaLayout, MetaPiece, MetaReply, MetaRequest,
+    MetaState, MetaUpdate,
 };
 pub use reply::{
     decode_id_list, encode_id_list, encode_page, ErrorCode, Page, PageEntry, ReplyDecodeError,

@@ -10,6 +10,7 @@ use crate::attr::{AttrError, AttrOp, AttrOps, AttrValue};
 use crate::consts::*;
 use crate::ddt::{Ddt, DdtError, DdtKind};
 use crate::handshake::Negotiated;
+use crate::meta::MetaRequest;
 use crate::reply::ErrorCode;
 use crate::wire::{be16, be32, be64, Reader};
 
@@ -139,6 +140,7 @@ pub enum Opcode {
     ExtentWrite,
     Batch,
     Disconnect,
+    Meta,
 }
 
 impl Opcode {
@@ -161,6 +163,7 @@ impl Opcode {
             OP_EXTENT_WRITE => Self::ExtentWrite,
             OP_BATCH => Self::Batch,
             OP_DISCONNECT => Self::Disconnect,
+            OP_META => Self::Meta,
             _ => return None,
         })
     }
@@ -184,6 +187,7 @@ impl Opcode {
             Self::ExtentWrite => OP_EXTENT_WRITE,
             Self::Batch => OP_BATCH,
             Self::Disconnect => OP_DISCONNECT,
+            Self::Meta => OP_META,
         }
     }
 
@@ -323,6 +327,11 @@ pub enum Command<'a> {
     },
     /// Close the connection after the replies in flight; no reply.
     Disconnect,
+    /// A call of the metadata service: `params` decode as a
+    /// [`MetaRequest`](crate::MetaRequest) (checked here).
+    Meta {
+        params: &'a [u8],
+    },
 }
 
 /// A checked list of query ranges, borrowing its bytes.
@@ -627,6 +636,16 @@ impl Negotiated {
             }
             Opcode::GetAttrs => Command::GetAttrs { object },
             Opcode::SetAttrs => Command::SetAttrs { object },
+            Opcode::Meta => {
+                if object != 0 {
+                    return Err(reject(h, ErrorCode::Invalid, "META names no object"));
+                }
+                let params = p.rest();
+                MetaRequest::decode(params)
+                    .map_err(|e| reject(h, ErrorCode::Invalid, e.to_string()))?;
+                p = Reader::new(&[]);
+                Command::Meta { params }
+            }
             Opcode::ExtentRead | Opcode::ExtentWrite => {
                 let Some(export) = self.exports.iter().find(|e| e.handle == object) else {
                     return Err(reject(

@@ -918,3 +918,52 @@ fn wrong_partition_is_refused() {
     );
     assert_eq!(rejected(&b).0, ErrorCode::NoSuchPartition);
 }
+
+// ---------------------------------------------------------------------------
+// Metadata calls
+
+#[test]
+fn meta_call_validates_to_its_parameters() {
+    // META (17), id 9, partition 0x10, LOOKUP "ab" in 5 parameter bytes.
+    let bytes = hex("
+        53524551 0000 0011 0000000000000009 0000000000000010 0000000000000000
+        0000000000000000 0000000000000000 00000000 00000005 00000000 00000000
+        06 0002 6162");
+    let req = validate(&all(), &bytes).unwrap();
+    assert_eq!(req.id, 9);
+    let Command::Meta { params } = req.command else {
+        panic!("{:?}", req.command)
+    };
+    assert_eq!(
+        sluice_obj_proto::MetaRequest::decode(params).unwrap(),
+        sluice_obj_proto::MetaRequest::Lookup { name: "ab".into() }
+    );
+}
+
+#[test]
+fn bad_meta_calls_are_invalid() {
+    let h = RequestHeader {
+        opcode: OP_META,
+        id: 3,
+        partition: 0x10,
+        ..RequestHeader::default()
+    };
+    // Truncated name, an unknown call, trailing bytes, no call at all.
+    for params in [&[6u8, 0, 5, b'a'][..], &[99], &[3, 0], &[]] {
+        let (_, bytes) = frame(h, [&[], params, &[], &[]]);
+        let e = validate(&all(), &bytes).unwrap_err();
+        assert_eq!(e.code, ErrorCode::Invalid, "{params:?}: {e}");
+        assert!(e.message.contains("metadata message"), "{e}");
+    }
+    // An object id, or a length, is refused too.
+    let (_, bytes) = frame(RequestHeader { object: 1, ..h }, [&[], &[3], &[], &[]]);
+    assert_eq!(
+        validate(&all(), &bytes).unwrap_err().code,
+        ErrorCode::Invalid
+    );
+    let (_, bytes) = frame(RequestHeader { length: 1, ..h }, [&[], &[3], &[], &[]]);
+    assert_eq!(
+        validate(&all(), &bytes).unwrap_err().code,
+        ErrorCode::Invalid
+    );
+}

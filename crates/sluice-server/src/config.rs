@@ -393,6 +393,10 @@ pub struct ObjectConfig {
     /// server's `[tls]` credentials.
     #[serde(default)]
     pub allow: BTreeMap<String, Vec<TlsIdentity>>,
+    /// Also serve the metadata service of striped objects, kept in this
+    /// directory (SQLite), to `META` requests on the object listeners.
+    #[serde(default)]
+    pub meta: Option<PathBuf>,
 }
 
 impl ObjectConfig {
@@ -403,6 +407,7 @@ impl ObjectConfig {
             listen,
             partitions: Vec::new(),
             allow: BTreeMap::new(),
+            meta: None,
         }
     }
 

@@ -235,13 +235,15 @@ pub enum ObjCommand {
     Query,
     ExtentRead,
     ExtentWrite,
+    /// Calls of the metadata service.
+    Meta,
     /// Requests refused before execution (unknown opcode, bad flags,
     /// DDT, lengths, attributes; batch frames that cannot be split).
     Invalid,
 }
 
 impl ObjCommand {
-    const ALL: [Self; 15] = [
+    const ALL: [Self; 16] = [
         Self::Create,
         Self::Remove,
         Self::List,
@@ -256,6 +258,7 @@ impl ObjCommand {
         Self::Query,
         Self::ExtentRead,
         Self::ExtentWrite,
+        Self::Meta,
         Self::Invalid,
     ];
 
@@ -275,6 +278,7 @@ impl ObjCommand {
             Self::Query => "query",
             Self::ExtentRead => "extent_read",
             Self::ExtentWrite => "extent_write",
+            Self::Meta => "meta",
             Self::Invalid => "invalid",
         }
     }
@@ -321,7 +325,7 @@ struct BatchSeries {
 /// and batch frames with their members.
 #[derive(Debug)]
 pub struct ObjectMetrics {
-    series: [[ObjSeries; 3]; 15],
+    series: [[ObjSeries; 3]; 16],
     batches: BatchSeries,
 }
 

@@ -58,6 +58,8 @@ pub enum ServerError {
     Accept(io::Error),
     #[error("cannot set up TLS: {0}")]
     Tls(TlsSetupError),
+    #[error("cannot open the metadata service in {dir}: {why}")]
+    OpenMeta { dir: PathBuf, why: String },
     #[error("cannot open the object store in {dir}")]
     OpenObjects {
         dir: PathBuf,
@@ -296,7 +298,7 @@ impl Server {
             return Err(ServerError::NoExports);
         }
         let names = config.export.iter().map(|e| e.name.clone()).collect();
-        Self::bind_then_open(config, names, inherited, |config| {
+        Self::bind_then_open(config, names, inherited, None, |config| {
             // Files the exports would create; removed again if the start fails.
             let new_files: Vec<PathBuf> = config
                 .export
@@ -340,8 +342,19 @@ impl Server {
         config: ServerConfig,
         exports: Vec<Arc<Export>>,
     ) -> Result<Self, ServerError> {
+        Self::bind_exports_with_meta(config, exports, None)
+    }
+
+    /// Like [`bind_exports`](Self::bind_exports), the object listeners
+    /// also serving `meta` as the metadata service of striped objects
+    /// (instead of the one `[objects] meta` names).
+    pub fn bind_exports_with_meta(
+        config: ServerConfig,
+        exports: Vec<Arc<Export>>,
+        meta: Option<Arc<dyn sluice_meta::MetaStore>>,
+    ) -> Result<Self, ServerError> {
         let names = exports.iter().map(|e| e.name.clone()).collect();
-        Self::bind_then_open(config, names, None, move |_| Ok(exports))
+        Self::bind_then_open(config, names, None, meta, move |_| Ok(exports))
     }
 
     /// Everything that can fail without touching the disk (TLS, every
@@ -350,6 +363,7 @@ impl Server {
         config: ServerConfig,
         names: Vec<String>,
         inherited: Option<InheritedListeners>,
+        meta: Option<Arc<dyn sluice_meta::MetaStore>>,
         open: impl FnOnce(&ServerConfig) -> Result<Vec<Arc<Export>>, ServerError>,
     ) -> Result<Self, ServerError> {
         let object_listen = config.objects.as_ref().map_or(0, |o| o.listen.len());
@@ -443,6 +457,12 @@ impl Server {
         let objects = match &config.objects {
             Some(oc) => {
                 let objects = open_objects(oc)?;
+                let meta = match (meta, &oc.meta) {
+                    (Some(given), _) => Some(given),
+                    (None, Some(dir)) => Some(crate::obj::open_meta(dir)?),
+                    (None, None) => None,
+                }
+                .map(crate::obj::MetaService);
                 let partitions =
                     Arc::new(PartitionPolicy::new(partition_allow.unwrap_or_default()));
                 partition_policy = Some(Arc::clone(&partitions));
@@ -454,6 +474,7 @@ impl Server {
                     partitions,
                     export_access,
                     limits: sluice_obj_proto::Limits::default(),
+                    meta,
                 });
                 listeners.extend(object_sockets.into_iter().map(|socket| Listener {
                     socket,

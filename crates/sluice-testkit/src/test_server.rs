@@ -24,6 +24,7 @@ pub struct TestServerBuilder {
     config: ServerConfig,
     metrics: bool,
     exports: Vec<Arc<Export>>,
+    meta: Option<Arc<dyn sluice_meta::MetaStore>>,
 }
 
 impl TestServerBuilder {
@@ -66,6 +67,13 @@ impl TestServerBuilder {
         self
     }
 
+    /// Serves `meta` as the metadata service of striped objects on the
+    /// object listeners (with [`objects`](Self::objects)).
+    pub fn meta(mut self, meta: Arc<dyn sluice_meta::MetaStore>) -> Self {
+        self.meta = Some(meta);
+        self
+    }
+
     /// Also serves metrics on an OS-chosen port.
     pub fn metrics(mut self) -> Self {
         self.metrics = true;
@@ -77,7 +85,7 @@ impl TestServerBuilder {
         if self.metrics {
             self.config.metrics = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
         }
-        let server = Server::bind_exports(self.config, self.exports)?;
+        let server = Server::bind_exports_with_meta(self.config, self.exports, self.meta)?;
         let addr = server
             .local_addrs()
             .iter()
@@ -132,6 +140,7 @@ impl TestServer {
             },
             metrics: false,
             exports: Vec::new(),
+            meta: None,
         }
     }
 

@@ -23,11 +23,14 @@
 
 use std::time::Duration;
 
-use sluice_obj_proto::{AttachedExport, Features, FlushScope, Limits, Negotiated, Opcode, Segment};
+use sluice_obj_proto::{
+    AttachedExport, Features, FlushScope, Limits, MetaReply, MetaRequest, Negotiated, Opcode,
+    Segment,
+};
 
 use super::attr::{AttrChange, Attrs, Value};
 use super::codec::{in_collection, push_name, refused, subject, Codec};
-use super::error::Subject;
+use super::error::{Addressee, Subject};
 use super::handshake::open;
 use super::link::{Link, RawReply, Wire};
 use super::merge::MergePolicy;
@@ -147,6 +150,22 @@ impl ObjClient {
     }
 
     // ---- running requests -------------------------------------------
+
+    /// One call of the server's metadata service (`META`); a refusal of
+    /// the service itself is [`MetaReply::Failed`], not an error.
+    pub fn meta(&mut self, request: &MetaRequest) -> Result<MetaReply, ObjError> {
+        let subject = Subject {
+            op: Opcode::Meta,
+            target: Addressee::Partition(self.link.session.partition),
+        };
+        let mut params = Vec::new();
+        request.encode(&mut params);
+        let wire = Codec::plain_wire(subject, Opcode::Meta, 0, 0, params, Vec::new());
+        let reply = self.exchange(std::slice::from_ref(&wire), false).pop();
+        let reply = reply.unwrap_or_else(|| Err(self.violation("no reply")))?;
+        MetaReply::decode(&reply.body)
+            .map_err(|e| self.violation(format!("undecodable metadata reply: {e}")))
+    }
 
     /// Runs one command, splitting it as the limits require.
     pub fn run(&mut self, req: &ObjRequest<'_>) -> Result<ObjResponse, ObjError> {

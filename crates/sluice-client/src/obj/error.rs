@@ -44,6 +44,7 @@ impl std::fmt::Display for Subject {
             Opcode::ExtentWrite => "extent write",
             Opcode::Batch => "batch",
             Opcode::Disconnect => "disconnect",
+            Opcode::Meta => "metadata call",
         };
         match &self.target {
             Addressee::Object(id) => write!(f, "{op} of object {id}"),

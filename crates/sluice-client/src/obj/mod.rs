@@ -59,6 +59,7 @@ mod handshake;
 mod link;
 mod merge;
 pub mod plan;
+mod remote_meta;
 mod request;
 mod shared;
 pub mod stripe_plan;
@@ -70,6 +71,7 @@ pub use attr::{AttrChange, Attrs, Value};
 pub use client::{ObjClient, ObjOptions};
 pub use error::{Addressee, ObjError, Subject};
 pub use merge::{BadMergePolicy, MergePolicy, MergeStats};
+pub use remote_meta::RemoteMetaStore;
 pub use request::{
     open_range, DataOptions, Entry, ObjRequest, ObjResponse, Page, Range, ReadReply, Stat,
     LENGTH_ATTR, SERVER_ATTR_PREFIX,

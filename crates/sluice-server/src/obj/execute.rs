@@ -68,6 +68,7 @@ impl ObjRequest {
                 (ObjCommand::ExtentWrite, Some(*ddt), Access::Buffered)
             }
             Command::Disconnect => (ObjCommand::Invalid, None, Access::Buffered),
+            Command::Meta { .. } => (ObjCommand::Meta, None, Access::Buffered),
         };
         let access = if req.fua { Access::Durable } else { access };
         Self {
@@ -297,6 +298,8 @@ pub(crate) struct ObjExecutor {
     /// Attached exports by handle - 1.
     pub(crate) exports: Vec<Arc<Export>>,
     pub(crate) metrics: Arc<ServerMetrics>,
+    /// The metadata service `META` requests reach, if the server runs one.
+    pub(crate) meta: Option<super::meta::MetaService>,
 }
 
 impl ObjExecutor {
@@ -573,6 +576,11 @@ impl ObjExecutor {
                 reply_ok(out, id, 0, &[], &[]);
             }
             Command::Disconnect => {}
+            Command::Meta { params } => {
+                let body = super::meta::run(self.meta.as_ref(), params)
+                    .map_err(|(code, message)| Failure::new(code, message))?;
+                reply_ok(out, id, 0, &[], &body);
+            }
         }
         Ok(())
     }

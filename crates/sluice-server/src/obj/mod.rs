@@ -10,6 +10,7 @@
 mod execute;
 mod extent;
 mod handshake;
+mod meta;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,6 +24,7 @@ use tracing::{debug, info, trace, warn};
 
 use execute::{ObjExecutor, ObjRequest};
 pub(crate) use handshake::PartitionPolicy;
+pub(crate) use meta::{open_meta, MetaService};
 
 use crate::buffer::RecvBuf;
 use crate::driver::{
@@ -51,6 +53,8 @@ pub(crate) struct ObjService {
     pub(crate) export_access: Arc<AccessPolicy>,
     /// What the greeting publishes.
     pub(crate) limits: Limits,
+    /// The metadata service of striped objects, if the server runs one.
+    pub(crate) meta: Option<MetaService>,
 }
 
 impl ConnectionHandler for ObjService {
@@ -85,6 +89,7 @@ impl ConnectionHandler for ObjService {
                 session: negotiated,
                 exports,
                 metrics: Arc::clone(&env.metrics),
+                meta: self.meta.clone(),
             }),
         };
         driver::serve(stream, buf, session, env);

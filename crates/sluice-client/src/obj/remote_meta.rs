@@ -1,0 +1,328 @@
+//! [`RemoteMetaStore`]: the metadata service of a sluice server, reached
+//! over the native object protocol (`--meta sluice://HOST:PORT`), as a
+//! [`MetaStore`] like any local backend.
+//!
+//! Each call is one `META` request on a connection taken from a small
+//! pool (made on first use), so calls from many threads run in parallel
+//! and the server settles races between them exactly as the backend
+//! behind it does. The service's own refusals keep their kind
+//! ([`MetaError::Exists`], [`MetaError::NotFound`],
+//! [`MetaError::Conflict`], [`MetaError::ServerInUse`],
+//! [`MetaError::Invalid`]); a failed connection or request is
+//! [`MetaError::Backend`] naming the server, and its connection is
+//! dropped rather than reused. Nothing is retried: a call whose reply
+//! was lost may or may not have happened.
+//!
+//! `sluice-client` holds the one client-side mapping between the
+//! protocol crate's wire types and `sluice-meta`'s.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+
+use sluice_meta::{Entry, EntryState, Layout, MetaError, MetaStore, Piece, Update};
+use sluice_obj_proto::meta::MAX_META_PAGE;
+use sluice_obj_proto::{
+    MetaEntry, MetaFailure, MetaLayout, MetaPiece, MetaReply, MetaRequest, MetaState, MetaUpdate,
+};
+
+use super::client::{ObjClient, ObjOptions};
+use super::ObjError;
+use crate::uri::ObjUri;
+
+/// Most idle connections kept for later calls.
+const IDLE_CONNECTIONS: usize = 8;
+
+/// The metadata service of the sluice server at one URI.
+pub struct RemoteMetaStore {
+    uri: ObjUri,
+    /// The URI as given, for errors.
+    name: String,
+    options: ObjOptions,
+    idle: Mutex<Vec<ObjClient>>,
+}
+
+impl std::fmt::Debug for RemoteMetaStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteMetaStore")
+            .field("server", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RemoteMetaStore {
+    /// The service at `uri`; connects on first use, with `options`.
+    pub fn new(uri: ObjUri, options: ObjOptions) -> Self {
+        Self {
+            name: uri.to_string(),
+            uri,
+            options,
+            idle: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Connects now, so a server that is down or runs no metadata
+    /// service is reported before any other work (one `SERVERS` call).
+    pub fn connect(uri: ObjUri, options: ObjOptions) -> Result<Self, MetaError> {
+        let store = Self::new(uri, options);
+        store.servers()?;
+        Ok(store)
+    }
+
+    fn idle(&self) -> MutexGuard<'_, Vec<ObjClient>> {
+        // The pool is a plain list; a panic elsewhere cannot leave it
+        // half changed.
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn backend(&self, action: &str, source: ObjError) -> MetaError {
+        MetaError::Backend {
+            backend: self.name.clone(),
+            action: action.to_owned(),
+            source: Box::new(source),
+        }
+    }
+
+    /// Runs one call; a refusal of the service becomes its error kind.
+    fn call(&self, action: &str, request: &MetaRequest) -> Result<MetaReply, MetaError> {
+        let pooled = self.idle().pop();
+        let mut client = match pooled {
+            Some(c) => c,
+            None => {
+                ObjClient::connect(&self.uri, &self.options).map_err(|e| self.backend(action, e))?
+            }
+        };
+        let reply = client.meta(request).map_err(|e| self.backend(action, e))?;
+        // Only a connection whose call completed goes back to the pool.
+        let mut idle = self.idle();
+        if idle.len() < IDLE_CONNECTIONS {
+            idle.push(client);
+        }
+        drop(idle);
+        match reply {
+            MetaReply::Failed(f) => Err(from_failure(f, &self.name)),
+            other => Ok(other),
+        }
+    }
+
+    fn unexpected(&self, action: &str, reply: &MetaReply) -> MetaError {
+        self.backend(
+            action,
+            ObjError::Violation {
+                server: self.name.clone(),
+                reason: format!("answered a metadata call with {reply:?}"),
+            },
+        )
+    }
+
+    fn entry(&self, action: &str, request: &MetaRequest) -> Result<Entry, MetaError> {
+        match self.call(action, request)? {
+            MetaReply::Entry(e) => Ok(entry_from_wire(e)),
+            other => Err(self.unexpected(action, &other)),
+        }
+    }
+
+    fn done(&self, action: &str, request: &MetaRequest) -> Result<(), MetaError> {
+        match self.call(action, request)? {
+            MetaReply::Done => Ok(()),
+            other => Err(self.unexpected(action, &other)),
+        }
+    }
+}
+
+impl MetaStore for RemoteMetaStore {
+    fn add_server(&self, uri: &str) -> Result<(), MetaError> {
+        self.done(
+            "add an object server",
+            &MetaRequest::AddServer { uri: uri.into() },
+        )
+    }
+
+    fn remove_server(&self, uri: &str) -> Result<(), MetaError> {
+        self.done(
+            "remove an object server",
+            &MetaRequest::RemoveServer { uri: uri.into() },
+        )
+    }
+
+    fn servers(&self) -> Result<Vec<String>, MetaError> {
+        let action = "list the object servers";
+        match self.call(action, &MetaRequest::Servers)? {
+            MetaReply::Servers(list) => Ok(list),
+            other => Err(self.unexpected(action, &other)),
+        }
+    }
+
+    fn next_placement(&self) -> Result<u64, MetaError> {
+        let action = "choose a placement";
+        match self.call(action, &MetaRequest::NextPlacement)? {
+            MetaReply::Placement(n) => Ok(n),
+            other => Err(self.unexpected(action, &other)),
+        }
+    }
+
+    fn create(
+        &self,
+        name: &str,
+        layout: &Layout,
+        attrs: &BTreeMap<String, Vec<u8>>,
+    ) -> Result<Entry, MetaError> {
+        self.entry(
+            "create an entry",
+            &MetaRequest::Create {
+                name: name.into(),
+                layout: layout_to_wire(layout),
+                attrs: attrs.clone(),
+            },
+        )
+    }
+
+    fn lookup(&self, name: &str) -> Result<Entry, MetaError> {
+        self.entry(
+            "look up an entry",
+            &MetaRequest::Lookup { name: name.into() },
+        )
+    }
+
+    fn list(&self, prefix: &str) -> Result<Vec<Entry>, MetaError> {
+        let action = "list entries";
+        let mut out = Vec::new();
+        let mut after = String::new();
+        loop {
+            let request = MetaRequest::List {
+                prefix: prefix.into(),
+                after: after.clone(),
+                max: MAX_META_PAGE,
+            };
+            let (entries, more) = match self.call(action, &request)? {
+                MetaReply::Page { entries, more } => (entries, more),
+                other => return Err(self.unexpected(action, &other)),
+            };
+            let Some(last) = entries.last() else {
+                return Ok(out);
+            };
+            // Pages must advance, or a broken server could loop us.
+            if !after.is_empty() && last.name <= after {
+                return Err(self.unexpected(action, &MetaReply::Page { entries, more }));
+            }
+            after.clone_from(&last.name);
+            out.extend(entries.into_iter().map(entry_from_wire));
+            if !more {
+                return Ok(out);
+            }
+        }
+    }
+
+    fn update(
+        &self,
+        name: &str,
+        expected_revision: Option<u64>,
+        update: &Update,
+    ) -> Result<Entry, MetaError> {
+        self.entry(
+            "update an entry",
+            &MetaRequest::Update {
+                name: name.into(),
+                expected_revision,
+                update: MetaUpdate {
+                    state: update.state.map(state_to_wire),
+                    size_at_least: update.size_at_least,
+                    size: update.size,
+                    set_attrs: update.set_attrs.clone(),
+                    remove_attrs: update.remove_attrs.clone(),
+                },
+            },
+        )
+    }
+
+    fn delete(&self, name: &str, expected_revision: Option<u64>) -> Result<(), MetaError> {
+        self.done(
+            "delete an entry",
+            &MetaRequest::Delete {
+                name: name.into(),
+                expected_revision,
+            },
+        )
+    }
+}
+
+/// A failure of the service as the error the backend behind it raised.
+fn from_failure(f: MetaFailure, server: &str) -> MetaError {
+    match f {
+        MetaFailure::NotFound { name } => MetaError::NotFound { name },
+        MetaFailure::Exists { name } => MetaError::Exists { name },
+        MetaFailure::Conflict {
+            name,
+            expected,
+            found,
+        } => MetaError::Conflict {
+            name,
+            expected,
+            found,
+        },
+        MetaFailure::ServerInUse {
+            server,
+            objects,
+            example,
+        } => MetaError::ServerInUse {
+            server,
+            objects,
+            example,
+        },
+        MetaFailure::Invalid { what, why } => MetaError::Invalid { what, why },
+        MetaFailure::Backend { message } => MetaError::Backend {
+            backend: server.to_owned(),
+            action: "run a metadata call".into(),
+            source: message.into(),
+        },
+    }
+}
+
+fn state_to_wire(s: EntryState) -> MetaState {
+    match s {
+        EntryState::Creating => MetaState::Creating,
+        EntryState::Ready => MetaState::Ready,
+        EntryState::Removing => MetaState::Removing,
+    }
+}
+
+fn layout_to_wire(l: &Layout) -> MetaLayout {
+    MetaLayout {
+        stripe_unit: l.stripe_unit,
+        pieces: l
+            .pieces
+            .iter()
+            .map(|p| MetaPiece {
+                server: p.server.clone(),
+                partition: p.partition,
+                object: p.object,
+            })
+            .collect(),
+    }
+}
+
+fn entry_from_wire(e: MetaEntry) -> Entry {
+    Entry {
+        name: e.name,
+        layout: Layout {
+            stripe_unit: e.layout.stripe_unit,
+            pieces: e
+                .layout
+                .pieces
+                .into_iter()
+                .map(|p| Piece {
+                    server: p.server,
+                    partition: p.partition,
+                    object: p.object,
+                })
+                .collect(),
+        },
+        state: match e.state {
+            MetaState::Creating => EntryState::Creating,
+            MetaState::Ready => EntryState::Ready,
+            MetaState::Removing => EntryState::Removing,
+        },
+        size: e.size,
+        attrs: e.attrs,
+        revision: e.revision,
+    }
+}

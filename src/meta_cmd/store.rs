@@ -1,0 +1,99 @@
+//! The one place a metadata URI becomes a metadata service
+//! ([`open_meta_store`]), for `sluice meta` and `sluice obj --meta`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use sluice_client::obj::{ObjOptions, RemoteMetaStore};
+use sluice_client::ObjUri;
+use sluice_meta::MetaStore;
+
+use crate::UsageError;
+
+/// The accepted forms, for error messages.
+const FORMS: &str = "sluice://HOST[:PORT] (a 'sluice serve --meta' server), \
+sluices://HOST[:PORT]?tls-certificates=DIR, etcd://HOST:PORT[,HOST:PORT...], \
+sqlite:DIR or a directory path";
+
+/// Timeouts of metadata and object server connections made by the CLI.
+pub(crate) fn cli_options() -> ObjOptions {
+    ObjOptions {
+        connect_timeout: Duration::from_secs(10),
+        request_timeout: Some(Duration::from_secs(60)),
+        ..ObjOptions::default()
+    }
+}
+
+/// The metadata service `uri` names: a sluice server's over the native
+/// protocol (`sluice://`, `sluices://`, `sluice+unix://`), etcd
+/// (`etcd://`), or SQLite in a directory (`sqlite:DIR` or a path).
+pub(crate) fn open_meta_store(uri: &str) -> anyhow::Result<Arc<dyn MetaStore>> {
+    let unavailable = |backend: &str| {
+        anyhow::Error::new(UsageError(format!(
+            "--meta {uri}: the {backend} metadata backend is not available in this build; \
+             use --meta sluice://HOST:PORT (a server started with 'sluice serve --meta DIR')"
+        )))
+    };
+    if uri.starts_with("sluice://")
+        || uri.starts_with("sluices://")
+        || uri.starts_with("sluice+unix://")
+    {
+        let parsed: ObjUri = uri
+            .parse()
+            .map_err(|e| UsageError(format!("--meta {uri}: {e}")))?;
+        let store = RemoteMetaStore::connect(parsed, cli_options()).with_context(|| {
+            format!("cannot reach the metadata service at {uri}; is 'sluice serve --meta DIR' running there?")
+        })?;
+        return Ok(Arc::new(store));
+    }
+    if uri.starts_with("etcd://") {
+        // wired when the SQLite and etcd backends land
+        return Err(unavailable("etcd"));
+    }
+    if uri.starts_with("mem:") {
+        return Err(UsageError(format!(
+            "--meta {uri}: an in-memory metadata service lives only as long as one command; give one of {FORMS}"
+        ))
+        .into());
+    }
+    if uri.starts_with("sqlite:") || !uri.contains("://") {
+        // wired when the SQLite and etcd backends land
+        return Err(unavailable("SQLite"));
+    }
+    Err(UsageError(format!(
+        "--meta {uri}: unknown metadata URI; give one of {FORMS}"
+    ))
+    .into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(uri: &str) -> String {
+        let e = open_meta_store(uri).err().expect("refused");
+        assert!(e.downcast_ref::<UsageError>().is_some(), "{e:#}");
+        format!("{e:#}")
+    }
+
+    #[test]
+    fn unknown_and_unavailable_forms_are_usage_errors() {
+        assert!(usage("mem:").contains("in-memory"));
+        assert!(usage("ftp://x").contains("unknown metadata URI"));
+        assert!(usage("etcd://127.0.0.1:2379").contains("etcd metadata backend"));
+        assert!(usage("sqlite:/tmp/x").contains("SQLite metadata backend"));
+        assert!(usage("/var/lib/sluice/meta").contains("SQLite metadata backend"));
+        assert!(usage("sluice://").contains("--meta sluice://"));
+    }
+
+    #[test]
+    fn a_sluice_uri_with_no_server_fails_naming_it() {
+        // Port 1 on loopback: nothing listens there.
+        let e = open_meta_store("sluice://127.0.0.1:1")
+            .err()
+            .expect("refused");
+        assert!(e.downcast_ref::<UsageError>().is_none());
+        assert!(format!("{e:#}").contains("sluice://127.0.0.1:1"), "{e:#}");
+    }
+}

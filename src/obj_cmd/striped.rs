@@ -1,0 +1,316 @@
+//! `sluice obj --meta URI ...`: striped objects by name, a thin layer
+//! over `sluice_client::obj::StripedClient` and the metadata service
+//! `--meta` names. `put` makes a new striped object and streams the
+//! input into it a chunk at a time; `get` reads it (whole, or the ranges
+//! given); `ls`, `stat`, `rm` and `fsck` are one call each. Like the
+//! single-object commands, what changes data is durable when the
+//! command exits 0.
+
+use std::io::Read;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_client::obj::{
+    FsckOptions, FsckReport, Pattern, Segment, StripedClient, StripedError, StripedObject,
+    StripedWrite,
+};
+use sluice_meta::{Entry, EntryState, MetaError};
+use sluice_types::{error_chain, parse_duration, parse_size};
+
+use super::{open_input, out, read_chunk, Failure, ObjCommand, Outcome, CHUNK};
+use crate::meta_cmd::store::{cli_options, open_meta_store};
+use crate::UsageError;
+
+/// The stripe unit of `put` without `--stripe`.
+const DEFAULT_STRIPE: u64 = 64 << 10;
+
+impl Failure {
+    fn from_striped(e: &StripedError) -> Self {
+        let hint = match e {
+            StripedError::Meta {
+                source: MetaError::Exists { .. },
+                ..
+            } => "; remove it first ('sluice obj --meta URI rm NAME') or choose another name",
+            StripedError::Meta {
+                source: MetaError::NotFound { .. },
+                ..
+            } => "; 'sluice obj --meta URI ls' lists the striped objects",
+            StripedError::NotReady { .. } => {
+                "; a create or remove did not finish: run 'sluice obj --meta URI fsck'"
+            }
+            StripedError::TooFewServers { .. } => {
+                "; add servers with 'sluice meta --meta URI add-server sluice://HOST:PORT' or ask for fewer with --servers N"
+            }
+            _ => "",
+        };
+        Self::Failed(format!("{}{hint}", error_chain(e)))
+    }
+}
+
+fn meta_failure(what: &str, e: &MetaError) -> Failure {
+    Failure::Failed(format!("cannot {what}: {}", error_chain(e)))
+}
+
+/// Runs one command against the deployment the metadata service at
+/// `meta` describes.
+pub(super) fn execute(meta: &str, command: ObjCommand) -> Outcome {
+    let store = open_meta_store(meta).map_err(|e| {
+        let msg = format!("{e:#}");
+        if e.downcast_ref::<UsageError>().is_some() {
+            Failure::Usage(msg)
+        } else {
+            Failure::Failed(msg)
+        }
+    })?;
+    let mut client = StripedClient::new(Arc::clone(&store), cli_options());
+    let fail = |e: StripedError| Failure::from_striped(&e);
+    match command {
+        ObjCommand::Put {
+            target,
+            file,
+            stripe,
+            servers,
+        } => {
+            let unit = match stripe {
+                Some(s) => {
+                    parse_size(&s).map_err(|e| Failure::Usage(format!("--stripe {s}: {e}")))?
+                }
+                None => DEFAULT_STRIPE,
+            };
+            let servers = match servers {
+                Some(n) => n as usize,
+                None => store
+                    .servers()
+                    .map_err(|e| meta_failure("list the object servers", &e))?
+                    .len()
+                    .max(1),
+            };
+            let mut input = open_input(file.as_deref())?;
+            let mut object = client.create(&target, unit, servers).map_err(fail)?;
+            put(&mut client, &mut object, &mut *input)?;
+            client.flush(&object).map_err(fail)
+        }
+        ObjCommand::Get {
+            target,
+            ranges,
+            stride,
+        } => {
+            let mut object = client.open(&target).map_err(fail)?;
+            let mut segments = ranges;
+            if let Some(s) = stride {
+                segments.extend(s.segments());
+            }
+            if segments.is_empty() {
+                let size = object.size();
+                let mut at = 0;
+                while at < size {
+                    let length = (size - at).min(CHUNK as u64);
+                    let read = client
+                        .read(&mut object, &Pattern::Contiguous { offset: at, length })
+                        .map_err(fail)?;
+                    out(&read.data)?;
+                    at += length;
+                }
+                return Ok(());
+            }
+            let total = segments
+                .iter()
+                .try_fold(0u64, |t, s| t.checked_add(s.length))
+                .ok_or_else(|| Failure::Usage("the ranges add up past 2^64 bytes".into()))?;
+            let read = client
+                .read(&mut object, &Pattern::Segments(&segments))
+                .map_err(fail)?;
+            out(&read.data)?;
+            if read.real_bytes < total {
+                eprintln!(
+                    "sluice: note: {} of the {total} bytes lie past the end of {target:?} and read as zeros",
+                    total - read.real_bytes
+                );
+            }
+            Ok(())
+        }
+        ObjCommand::Ls { prefix, json, .. } => {
+            let prefix = prefix.unwrap_or_default();
+            let entries = store
+                .list(&prefix)
+                .map_err(|e| meta_failure("list the striped objects", &e))?;
+            if json {
+                let list: Vec<serde_json::Value> = entries.iter().map(entry_json).collect();
+                return out(format!("{}\n", serde_json::Value::Array(list)).as_bytes());
+            }
+            let text: String = entries.iter().map(|e| format!("{}\n", e.name)).collect();
+            out(text.as_bytes())
+        }
+        ObjCommand::Stat { target, json } => {
+            let entry = client.stat(&target).map_err(fail)?;
+            if json {
+                return out(format!("{}\n", entry_json(&entry)).as_bytes());
+            }
+            out(stat_text(&entry).as_bytes())
+        }
+        ObjCommand::Rm { targets } => {
+            for name in &targets {
+                client.remove(name).map_err(fail)?;
+            }
+            Ok(())
+        }
+        ObjCommand::Fsck { grace } => {
+            // Zero (no grace: nothing else runs) is a valid answer here,
+            // though not a valid timeout elsewhere.
+            let grace = match grace.trim_end_matches(|c: char| c.is_ascii_alphabetic()) {
+                "0" => Duration::ZERO,
+                _ => parse_duration(&grace)
+                    .map_err(|e| Failure::Usage(format!("--grace {grace}: {e}")))?,
+            };
+            let report = client.fsck(&FsckOptions { grace }).map_err(fail)?;
+            out(fsck_text(&report).as_bytes())?;
+            match report.failures.len() {
+                0 => Ok(()),
+                n => Err(Failure::Failed(format!(
+                    "fsck could not check or repair {n} thing(s) (above); run it again once every object server is up"
+                ))),
+            }
+        }
+        other => Err(Failure::Usage(format!(
+            "{} works on single objects; with --meta use put, get, ls, stat, rm or fsck",
+            command_name(&other)
+        ))),
+    }
+}
+
+fn command_name(c: &ObjCommand) -> &'static str {
+    match c {
+        ObjCommand::Create { .. } => "create",
+        ObjCommand::Write { .. } => "write",
+        ObjCommand::Append { .. } => "append",
+        ObjCommand::Attr(_) => "attr",
+        ObjCommand::Query { .. } => "query",
+        _ => "this command",
+    }
+}
+
+/// Streams `input` into `object` from offset 0, a chunk at a time.
+fn put(client: &mut StripedClient, object: &mut StripedObject, input: &mut dyn Read) -> Outcome {
+    let mut buf = vec![0u8; CHUNK];
+    let mut at = 0u64;
+    loop {
+        let n = read_chunk(input, &mut buf)?;
+        if n > 0 {
+            let pattern = Pattern::Segments(&[Segment {
+                offset: at,
+                length: n as u64,
+            }]);
+            client
+                .write(object, &pattern, &buf[..n], &StripedWrite::default())
+                .map_err(|e| {
+                    let (Failure::Failed(m) | Failure::Usage(m)) = Failure::from_striped(&e);
+                    Failure::Failed(format!(
+                        "{m}; {:?} holds the first {at} bytes: 'sluice obj --meta URI rm' it and put again",
+                        object.name()
+                    ))
+                })?;
+            at += n as u64;
+        }
+        if n < buf.len() {
+            return Ok(());
+        }
+    }
+}
+
+fn state_name(s: EntryState) -> &'static str {
+    match s {
+        EntryState::Creating => "creating",
+        EntryState::Ready => "ready",
+        EntryState::Removing => "removing",
+    }
+}
+
+/// An attribute value as text when it is UTF-8, else as hex.
+fn show_bytes(v: &[u8]) -> String {
+    match std::str::from_utf8(v) {
+        Ok(t) => t.to_owned(),
+        Err(_) => format!(
+            "hex:{}",
+            v.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        ),
+    }
+}
+
+/// `stat`: the entry and its layout, one field per line.
+fn stat_text(e: &Entry) -> String {
+    let mut text = format!(
+        "name: {}\nsize: {}\nstate: {}\nrevision: {}\nstripe_unit: {}\npieces: {}\n",
+        e.name,
+        e.size,
+        state_name(e.state),
+        e.revision,
+        e.layout.stripe_unit,
+        e.layout.pieces.len()
+    );
+    for (i, p) in e.layout.pieces.iter().enumerate() {
+        text.push_str(&format!(
+            "piece {i}: server {} partition {} object {}\n",
+            p.server, p.partition, p.object
+        ));
+    }
+    for (k, v) in &e.attrs {
+        text.push_str(&format!("attr {k}: {}\n", show_bytes(v)));
+    }
+    text
+}
+
+fn entry_json(e: &Entry) -> serde_json::Value {
+    let pieces: Vec<serde_json::Value> = e
+        .layout
+        .pieces
+        .iter()
+        .map(|p| {
+            serde_json::json!({
+                "server": p.server,
+                "partition": p.partition,
+                "object": p.object,
+            })
+        })
+        .collect();
+    let attrs: serde_json::Map<String, serde_json::Value> = e
+        .attrs
+        .iter()
+        .map(|(k, v)| (k.clone(), show_bytes(v).into()))
+        .collect();
+    serde_json::json!({
+        "name": e.name,
+        "size": e.size,
+        "state": state_name(e.state),
+        "revision": e.revision,
+        "stripe_unit": e.layout.stripe_unit,
+        "pieces": pieces,
+        "attrs": attrs,
+    })
+}
+
+/// `fsck`: one line per repair and per failure.
+fn fsck_text(r: &FsckReport) -> String {
+    let mut text = String::new();
+    for n in &r.finished {
+        text.push_str(&format!("finished create: {n}\n"));
+    }
+    for n in &r.undone {
+        text.push_str(&format!("undid create: {n}\n"));
+    }
+    for n in &r.removed {
+        text.push_str(&format!("finished remove: {n}\n"));
+    }
+    for o in &r.orphans {
+        text.push_str(&format!(
+            "removed orphan: object {} on {} (partition {}) of {:?}\n",
+            o.piece.object, o.piece.server, o.piece.partition, o.of
+        ));
+    }
+    for f in &r.failures {
+        text.push_str(&format!("failed: {}\n", error_chain(f).replace('\n', " ")));
+    }
+    if r.is_clean() {
+        text.push_str("clean\n");
+    }
+    text
+}
