@@ -1,13 +1,14 @@
 //! The one place a metadata URI becomes a metadata service
 //! ([`open_meta_store`]), for `sluice meta` and `sluice obj --meta`.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use sluice_client::obj::{ObjOptions, RemoteMetaStore};
 use sluice_client::ObjUri;
-use sluice_meta::MetaStore;
+use sluice_meta::{EtcdConfig, EtcdMetaStore, MetaStore, SqliteMetaStore};
 
 use crate::UsageError;
 
@@ -29,12 +30,6 @@ pub(crate) fn cli_options() -> ObjOptions {
 /// protocol (`sluice://`, `sluices://`, `sluice+unix://`), etcd
 /// (`etcd://`), or SQLite in a directory (`sqlite:DIR` or a path).
 pub(crate) fn open_meta_store(uri: &str) -> anyhow::Result<Arc<dyn MetaStore>> {
-    let unavailable = |backend: &str| {
-        anyhow::Error::new(UsageError(format!(
-            "--meta {uri}: the {backend} metadata backend is not available in this build; \
-             use --meta sluice://HOST:PORT (a server started with 'sluice serve --meta DIR')"
-        )))
-    };
     if uri.starts_with("sluice://")
         || uri.starts_with("sluices://")
         || uri.starts_with("sluice+unix://")
@@ -48,8 +43,11 @@ pub(crate) fn open_meta_store(uri: &str) -> anyhow::Result<Arc<dyn MetaStore>> {
         return Ok(Arc::new(store));
     }
     if uri.starts_with("etcd://") {
-        // wired when the SQLite and etcd backends land
-        return Err(unavailable("etcd"));
+        let config =
+            EtcdConfig::from_uri(uri).map_err(|e| UsageError(format!("--meta {uri}: {e}")))?;
+        let store = EtcdMetaStore::connect(config)
+            .with_context(|| format!("cannot reach etcd at {uri}"))?;
+        return Ok(Arc::new(store));
     }
     if uri.starts_with("mem:") {
         return Err(UsageError(format!(
@@ -58,8 +56,10 @@ pub(crate) fn open_meta_store(uri: &str) -> anyhow::Result<Arc<dyn MetaStore>> {
         .into());
     }
     if uri.starts_with("sqlite:") || !uri.contains("://") {
-        // wired when the SQLite and etcd backends land
-        return Err(unavailable("SQLite"));
+        let dir = Path::new(uri.strip_prefix("sqlite:").unwrap_or(uri));
+        let store = SqliteMetaStore::open(dir)
+            .with_context(|| format!("cannot open the metadata service in {}", dir.display()))?;
+        return Ok(Arc::new(store));
     }
     Err(UsageError(format!(
         "--meta {uri}: unknown metadata URI; give one of {FORMS}"
@@ -81,10 +81,23 @@ mod tests {
     fn unknown_and_unavailable_forms_are_usage_errors() {
         assert!(usage("mem:").contains("in-memory"));
         assert!(usage("ftp://x").contains("unknown metadata URI"));
-        assert!(usage("etcd://127.0.0.1:2379").contains("etcd metadata backend"));
-        assert!(usage("sqlite:/tmp/x").contains("SQLite metadata backend"));
-        assert!(usage("/var/lib/sluice/meta").contains("SQLite metadata backend"));
         assert!(usage("sluice://").contains("--meta sluice://"));
+    }
+
+    #[test]
+    fn a_directory_opens_sqlite_and_keeps_what_it_was_given() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let uri = format!("sqlite:{}", dir.path().display());
+        open_meta_store(&uri)
+            .expect("open")
+            .add_server("sluice://127.0.0.1:10810")
+            .expect("add_server");
+        // A bare path is the same store.
+        let again = open_meta_store(&dir.path().display().to_string()).expect("reopen");
+        assert_eq!(
+            again.servers().expect("servers"),
+            ["sluice://127.0.0.1:10810"]
+        );
     }
 
     #[test]

@@ -8,11 +8,9 @@
 //! was written whole, the right bytes once it is back), and fsck on the
 //! states crashes between the metadata and data steps leave.
 //!
-//! `sluice serve --meta DIR` cannot open a metadata backend in this build
-//! (the SQLite backend is not wired in yet: the test below checks that it
-//! says so), so the server running the metadata service here is the
-//! in-process test server given a `MemoryMetaStore`; everything the CLI
-//! does still crosses the wire to it and to the object servers.
+//! The metadata service is a fifth real `sluice serve --meta DIR` (SQLite);
+//! the tests reach it themselves through `RemoteMetaStore` to check what
+//! the CLI left there and to make the states a crash leaves.
 
 use std::io::Write;
 use std::path::Path;
@@ -21,8 +19,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustix::process::Signal;
-use sluice_meta::{MemoryMetaStore, MetaStore};
-use sluice_testkit::test_server::TestServer;
+use sluice_client::obj::{ObjOptions, RemoteMetaStore};
+use sluice_meta::MetaStore;
 use tempfile::TempDir;
 
 use crate::harness::{random_bytes, sluice, tempdir, CmdOutput, Server, ServerBuilder};
@@ -30,8 +28,8 @@ use crate::harness::{random_bytes, sluice, tempdir, CmdOutput, Server, ServerBui
 /// Four object servers and the server running the metadata service.
 struct Deployment {
     servers: Vec<Server>,
-    meta_server: TestServer,
-    meta: Arc<MemoryMetaStore>,
+    meta_server: Server,
+    meta: Arc<dyn MetaStore>,
     dir: TempDir,
 }
 
@@ -44,11 +42,21 @@ fn object_server(dir: &Path, i: usize) -> Server {
 fn deploy() -> Deployment {
     let dir = tempdir();
     let servers: Vec<Server> = (0..4).map(|i| object_server(dir.path(), i)).collect();
-    let meta = Arc::new(MemoryMetaStore::new());
-    let meta_server = TestServer::builder()
-        .objects(dir.path().join("meta-objects"))
-        .meta(Arc::clone(&meta) as Arc<dyn MetaStore>)
+    let meta_server = ServerBuilder::new()
+        .objects(&dir.path().join("meta-objects"))
+        .arg("--meta")
+        .arg(dir.path().join("meta").display().to_string())
         .start();
+    let meta: Arc<dyn MetaStore> = Arc::new(
+        RemoteMetaStore::connect(
+            meta_server
+                .obj_uri()
+                .parse()
+                .expect("the server's object URI"),
+            ObjOptions::default(),
+        )
+        .expect("reach the metadata service"),
+    );
     let d = Deployment {
         servers,
         meta_server,
@@ -380,19 +388,41 @@ fn a_server_killed_mid_put_fails_it_by_name_and_nothing_wrong_reads_back() {
 }
 
 #[test]
-fn serve_meta_says_the_backend_is_not_in_this_build() {
-    let dir = tempdir();
-    let out = sluice()
-        .args(["serve", "--listen", "127.0.0.1:0", "--objects"])
-        .arg(dir.path().join("objects"))
-        .arg("--object-listen")
-        .arg("127.0.0.1:0")
+fn serve_meta_keeps_the_layouts_across_a_restart() {
+    let d = deploy();
+    let data = random_bytes(41, 200_000);
+    let file = d.dir.path().join("kept.bin");
+    std::fs::write(&file, &data).unwrap();
+    ok(d.obj(&[
+        "put",
+        "kept",
+        file.to_str().unwrap(),
+        "--stripe",
+        "16K",
+        "--servers",
+        "3",
+    ]));
+    let Deployment {
+        servers,
+        mut meta_server,
+        meta,
+        dir,
+    } = d;
+    drop(meta);
+    let addr = meta_server.objects[0];
+    meta_server.signal(Signal::TERM);
+    assert!(meta_server.wait_exit(Duration::from_secs(30)).is_some());
+    let meta_server = ServerBuilder::new()
+        .arg("--objects")
+        .arg(dir.path().join("meta-objects").display().to_string())
+        .object_listen(addr.to_string())
         .arg("--meta")
-        .arg(dir.path().join("meta"))
-        .timeout(Duration::from_secs(30))
-        .output();
-    assert_ne!(out.code(), Some(0));
-    let err = out.stderr();
-    assert!(err.contains("metadata service"), "{err}");
-    assert!(err.contains("not available in this build"), "{err}");
+        .arg(dir.path().join("meta").display().to_string())
+        .start();
+    let uri = meta_server.obj_uri();
+    let out = ok(sluice()
+        .args(["obj", "--meta", &uri, "get", "kept"])
+        .output());
+    assert_eq!(out.output.stdout, data);
+    drop(servers);
 }

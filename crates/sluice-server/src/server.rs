@@ -58,8 +58,11 @@ pub enum ServerError {
     Accept(io::Error),
     #[error("cannot set up TLS: {0}")]
     Tls(TlsSetupError),
-    #[error("cannot open the metadata service in {dir}: {why}")]
-    OpenMeta { dir: PathBuf, why: String },
+    #[error("cannot open the metadata service in {dir}")]
+    OpenMeta {
+        dir: PathBuf,
+        source: sluice_meta::MetaError,
+    },
     #[error("cannot open the object store in {dir}")]
     OpenObjects {
         dir: PathBuf,

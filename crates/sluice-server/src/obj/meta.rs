@@ -38,11 +38,13 @@ impl std::fmt::Debug for MetaService {
 /// Opens the metadata service kept in `dir` (`[objects] meta`,
 /// `sluice serve --meta DIR`).
 pub(crate) fn open_meta(dir: &Path) -> Result<Arc<dyn MetaStore>, ServerError> {
-    // wired when the SQLite and etcd backends land
-    Err(ServerError::OpenMeta {
-        dir: dir.to_path_buf(),
-        why: "the SQLite metadata backend is not available in this build".into(),
-    })
+    match sluice_meta::SqliteMetaStore::open(dir) {
+        Ok(store) => Ok(Arc::new(store)),
+        Err(source) => Err(ServerError::OpenMeta {
+            dir: dir.to_path_buf(),
+            source,
+        }),
+    }
 }
 
 /// Runs one `META` request (`params` as validated) against `store` and
