@@ -453,7 +453,7 @@ impl Server {
                     tls,
                     partitions,
                     export_access,
-                    limits: sluice_obj_proto::Limits::default(),
+                    limits: oc.published_limits()?,
                 });
                 listeners.extend(object_sockets.into_iter().map(|socket| Listener {
                     socket,
