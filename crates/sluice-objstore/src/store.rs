@@ -42,7 +42,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rusqlite::types::{Value, ValueRef};
+use rusqlite::types::{ToSqlOutput, Value, ValueRef};
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::error::{MetaContext, ObjStoreError};
@@ -87,6 +87,15 @@ impl AttrValue {
             Self::Integer(v) => Value::Integer(*v),
             Self::Text(v) => Value::Text(v.clone()),
             Self::Bytes(v) => Value::Blob(v.clone()),
+        }
+    }
+
+    /// The value as SQLite takes it, borrowed (no copy of text or bytes).
+    fn as_sql(&self) -> ValueRef<'_> {
+        match self {
+            Self::Integer(v) => ValueRef::Integer(*v),
+            Self::Text(v) => ValueRef::Text(v.as_bytes()),
+            Self::Bytes(v) => ValueRef::Blob(v),
         }
     }
 
@@ -381,11 +390,12 @@ fn read_attrs(
     Ok(out)
 }
 
-fn write_attrs(
+/// Stores user attribute rows; the caller updates `attrs_modified`
+/// (in the statement it runs anyway, where it has one).
+fn put_attrs(
     tx: &Connection,
     object: ObjectRef,
     attrs: &[(String, AttrValue)],
-    at: i64,
 ) -> Result<(), ObjStoreError> {
     if attrs.is_empty() {
         return Ok(());
@@ -397,13 +407,9 @@ fn write_attrs(
         )
         .meta("prepare attribute set")?;
     for (key, value) in attrs {
-        stmt.execute(params![p, o, key, value.to_sql()])
+        stmt.execute(params![p, o, key, ToSqlOutput::Borrowed(value.as_sql())])
             .meta("set attribute")?;
     }
-    tx.prepare_cached("UPDATE objects SET attrs_modified = ?3 WHERE partition = ?1 AND id = ?2")
-        .meta("prepare attribute time")?
-        .execute(params![p, o, at])
-        .meta("update attribute time")?;
     Ok(())
 }
 
@@ -485,7 +491,8 @@ fn insert_objects(
             partition,
             object: ObjectId(id as u64),
         };
-        write_attrs(tx, object, attrs, at)?;
+        // `attrs_modified` is `at` already.
+        put_attrs(tx, object, attrs)?;
         ids.push(object.object);
     }
     Ok(ids)
@@ -1093,18 +1100,22 @@ impl ObjectStore {
         let attrs = opts.attrs.clone();
         let touched_attrs = !attrs.is_empty();
         self.meta.commit(opts.durable, move |tx| {
+            // One statement for the length and both times.
             tx.prepare_cached(
-                "UPDATE objects SET length = ?3, data_modified = ?4 WHERE partition = ?1 AND id = ?2",
+                "UPDATE objects SET length = ?3, data_modified = ?4,
+                 attrs_modified = CASE WHEN ?5 THEN ?4 ELSE attrs_modified END
+                 WHERE partition = ?1 AND id = ?2",
             )
             .meta("prepare length update")?
             .execute(params![
                 object.partition.0 as i64,
                 object.object.0 as i64,
                 length as i64,
-                at
+                at,
+                touched_attrs
             ])
             .meta("update length")?;
-            write_attrs(tx, object, &attrs, at)
+            put_attrs(tx, object, &attrs)
         })?;
         Ok(ObjectInfo {
             length,
@@ -1159,25 +1170,26 @@ impl ObjectStore {
         let sets = attrs.to_vec();
         let removes: Vec<String> = remove.iter().map(|k| (*k).to_owned()).collect();
         let result = self.meta.commit(durable, move |tx| {
-            write_attrs(tx, object, &sets, at)?;
-            if removes.is_empty() {
-                return Ok(());
-            }
+            put_attrs(tx, object, &sets)?;
             let (p, o) = (object.partition.0 as i64, object.object.0 as i64);
-            let mut stmt = tx
-                .prepare_cached(
-                    "DELETE FROM attrs WHERE partition = ?1 AND object = ?2 AND key = ?3",
-                )
-                .meta("prepare attribute removal")?;
-            for key in &removes {
-                stmt.execute(params![p, o, key]).meta("remove attribute")?;
+            if !removes.is_empty() {
+                let mut stmt = tx
+                    .prepare_cached(
+                        "DELETE FROM attrs WHERE partition = ?1 AND object = ?2 AND key = ?3",
+                    )
+                    .meta("prepare attribute removal")?;
+                for key in &removes {
+                    stmt.execute(params![p, o, key]).meta("remove attribute")?;
+                }
             }
-            tx.prepare_cached(
-                "UPDATE objects SET attrs_modified = ?3 WHERE partition = ?1 AND id = ?2",
-            )
-            .meta("prepare attribute time")?
-            .execute(params![p, o, at])
-            .meta("update attribute time")?;
+            if !sets.is_empty() || !removes.is_empty() {
+                tx.prepare_cached(
+                    "UPDATE objects SET attrs_modified = ?3 WHERE partition = ?1 AND id = ?2",
+                )
+                .meta("prepare attribute time")?
+                .execute(params![p, o, at])
+                .meta("update attribute time")?;
+            }
             Ok(())
         });
         match result {
