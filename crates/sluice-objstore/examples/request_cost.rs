@@ -72,14 +72,8 @@ fn run(
                 // Into a reused buffer, as the server reads into its
                 // reply buffer.
                 let mut reply = reply.borrow_mut();
-                reply.clear();
-                reply.resize(64, 0);
-                let at = reply.len();
-                reply.resize(at + MIB as usize, 0);
-                let found =
-                    store.read_into(obj, &[Segment::new((i % 64) * MIB, MIB)], &[], |_| {
-                        &mut reply[at..]
-                    })?;
+                let segment = [Segment::new((i % 64) * MIB, MIB)];
+                let found = store.read_into(obj, &segment, &[], |_| &mut reply[64..])?;
                 std::hint::black_box(found);
             }
             "write-1m" => {
