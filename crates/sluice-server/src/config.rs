@@ -808,7 +808,8 @@ mod tests {
             .published_limits()
             .unwrap();
         assert_eq!(d, sluice_obj_proto::Limits::default());
-        let cases: [(&str, fn(&mut ObjectConfig)); 6] = [
+        type Case = (&'static str, fn(&mut ObjectConfig));
+        let cases: [Case; 6] = [
             ("max_segments", |o| o.max_segments = Some(0)),
             ("max_segments", |o| o.max_segments = Some(65537)),
             ("max_payload", |o| o.max_payload = Some(ByteSize(4095))),
