@@ -102,6 +102,8 @@ struct ServeArgs {
     /// sluice://HOST:PORT). Implies serving objects.
     #[arg(long = "meta", value_name = "DIR")]
     meta: Option<PathBuf>,
+    #[command(flatten)]
+    object_limits: ObjectLimitArgs,
     /// TOML file with the same settings (command-line flags win).
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -216,6 +218,41 @@ impl LimitArgs {
         if let Some(b) = self.max_request_size {
             limits.max_request_size = b.0;
         }
+    }
+}
+
+/// The limits the object handshake publishes (`[objects]` in the file).
+#[derive(Debug, Args)]
+struct ObjectLimitArgs {
+    /// Most segments one object request lists, objects one CREATE makes
+    /// and entries one page holds (1 to 65536; default 4096).
+    #[arg(long, value_name = "N")]
+    object_max_segments: Option<u32>,
+    /// Most payload bytes of one object request (K/M/G suffixes; 4K up
+    /// to 1G; default 32M).
+    #[arg(long, value_name = "BYTES")]
+    object_max_payload: Option<sluice_server::ByteSize>,
+    /// Most members of one batch frame (1 to 65536; default 256).
+    #[arg(long, value_name = "N")]
+    object_max_batch: Option<u32>,
+    /// Most bytes of one attribute value (1 up to 64K; default 64K).
+    #[arg(long, value_name = "BYTES")]
+    object_max_attr_size: Option<sluice_server::ByteSize>,
+}
+
+impl ObjectLimitArgs {
+    fn given(&self) -> bool {
+        self.object_max_segments.is_some()
+            || self.object_max_payload.is_some()
+            || self.object_max_batch.is_some()
+            || self.object_max_attr_size.is_some()
+    }
+
+    fn apply(self, objects: &mut ObjectConfig) {
+        objects.max_segments = self.object_max_segments.or(objects.max_segments);
+        objects.max_payload = self.object_max_payload.or(objects.max_payload);
+        objects.max_batch = self.object_max_batch.or(objects.max_batch);
+        objects.max_attr_size = self.object_max_attr_size.or(objects.max_attr_size);
     }
 }
 
@@ -470,6 +507,16 @@ fn serve_config(args: ServeArgs, listening: &Listening<'_>) -> Result<(ServerCon
         if let Some(dir) = args.meta {
             objects.meta = Some(dir);
         }
+    }
+    match config.objects.as_mut() {
+        Some(objects) => args.object_limits.apply(objects),
+        None if args.object_limits.given() => {
+            return Err(UsageError(
+                "--object-max-* limits need objects to be served (--objects DIR)".into(),
+            )
+            .into())
+        }
+        None => {}
     }
     if let (Listening::Inherited { objects: false }, Some(_)) = (listening, &config.objects) {
         return Err(UsageError(format!(

@@ -23,15 +23,25 @@ const IOV_MAX: usize = 1024;
 const BRIDGE: u64 = 64 * 1024;
 
 /// Reads `segments` (already clamped to the object's logical length) of
-/// `file` into `out`, each at its place in list order; bytes past the
-/// end of the file stay as they are (the caller zeroed them). `lens` are
-/// the unclamped lengths, which decide where each segment sits in `out`.
+/// `file` into `out`, each at its place in list order, and zeroes every
+/// byte of `out` no read fills: past a segment's clamped length, past
+/// the end of the file, and everything when the object has no file. So
+/// `out` may hold anything on entry and no byte is written twice. `lens`
+/// are the unclamped lengths, which decide where each segment sits in
+/// `out`.
 pub(crate) fn read_segments(
-    file: &File,
+    file: Option<&File>,
     clamped: &[Segment],
     lens: &[Segment],
     out: &mut [u8],
 ) -> io::Result<()> {
+    if let ([s], [l], Some(file)) = (clamped, lens, file) {
+        // One segment (the common contiguous read): no plan, no lists.
+        let (real, past) = out.split_at_mut(s.len as usize);
+        past.fill(0);
+        debug_assert_eq!(l.len as usize, real.len() + past.len());
+        return preadv_all(file, &mut [IoSliceMut::new(real)], s.offset);
+    }
     let starts = buffer_offsets(lens);
     // One disjoint chunk of `out` per segment, in list order.
     let mut chunks: Vec<Option<&mut [u8]>> = Vec::with_capacity(clamped.len());
@@ -41,10 +51,18 @@ pub(crate) fn read_segments(
         let skip = starts[i] - at;
         let (_, tail) = rest.split_at_mut(skip);
         let (chunk, tail) = tail.split_at_mut(lens[i].len as usize);
-        chunks.push(Some(&mut chunk[..s.len as usize]));
+        let (real, past) = chunk.split_at_mut(s.len as usize);
+        past.fill(0);
+        chunks.push(Some(real));
         rest = tail;
         at = starts[i] + lens[i].len as usize;
     }
+    let Some(file) = file else {
+        for chunk in chunks.into_iter().flatten() {
+            chunk.fill(0);
+        }
+        return Ok(());
+    };
     for run in plan(clamped, BRIDGE) {
         if run.overlapping {
             let mut buf = vec![0u8; run.len as usize];
@@ -141,11 +159,20 @@ pub(crate) fn punch(file: &File, offset: u64, len: u64) -> io::Result<()> {
     }
 }
 
+/// Fills `bufs` from `offset`; what lies past the end of the file reads
+/// as zeros.
 fn preadv_all(file: &File, mut bufs: &mut [IoSliceMut<'_>], mut offset: u64) -> io::Result<()> {
     while !bufs.is_empty() {
         let k = bufs.len().min(IOV_MAX);
         match rustix::io::preadv(file, &mut bufs[..k], offset) {
-            Ok(0) => break, // end of file: the rest reads as zeros
+            Ok(0) => {
+                // End of file (shorter than the logical length after a
+                // crash or a punch at the end): the rest is zeros.
+                for b in bufs.iter_mut() {
+                    b.fill(0);
+                }
+                break;
+            }
             Ok(n) => {
                 offset += n as u64;
                 IoSliceMut::advance_slices(&mut bufs, n);

@@ -1,5 +1,6 @@
 use std::io;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use thiserror::Error;
 
@@ -87,6 +88,10 @@ pub enum ObjStoreError {
         what: &'static str,
         source: rusqlite::Error,
     },
+    /// The group commit that held this change failed (every change in
+    /// the group gets the one cause).
+    #[error("attribute database: commit failed")]
+    Commit { source: Arc<rusqlite::Error> },
 }
 
 pub(crate) trait MetaContext<T> {

@@ -28,8 +28,8 @@ use std::fmt;
 pub use error::ObjStoreError;
 pub use segments::{buffer_offsets, plan, Run, Segment};
 pub use store::{
-    limits, AttrValue, ListEntry, ListPage, ObjectInfo, ObjectStore, QueryTerm, ReadResult,
-    WriteOptions,
+    limits, AttrValue, ListEntry, ListPage, ObjectInfo, ObjectStore, QueryTerm, ReadFound,
+    ReadResult, WriteOptions,
 };
 
 /// A partition's id.

@@ -1,5 +1,6 @@
-//! The attribute database: schema, connection settings and the one
-//! commit that can be made durable.
+//! The attribute database: schema, connection settings, the one commit
+//! that can be made durable, and the group committer every change goes
+//! through.
 //!
 //! WAL mode with `synchronous = NORMAL`: every commit is atomic (a
 //! transaction is whole or absent after any crash), and survives the
@@ -14,6 +15,7 @@
 //! was not.
 
 use std::path::Path;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use rusqlite::Connection;
 
@@ -67,33 +69,204 @@ pub(crate) fn open(path: &Path) -> Result<Connection, ObjStoreError> {
     Ok(conn)
 }
 
+/// A change to the database, queued for the next group commit.
+pub(crate) type Change<T> = Box<dyn FnOnce(&Connection) -> Result<T, ObjStoreError> + Send>;
+
+/// Commits concurrent changes together: one SQLite transaction and (when
+/// any of them must be durable) one WAL fsync for every change queued
+/// while the previous group committed.
+///
+/// There is no committer thread: the first caller to find no group in
+/// progress commits what is queued (its own change among it) and wakes
+/// the others, whose changes are then committed (or failed) and whose
+/// results are waiting for them; a caller arriving meanwhile queues its
+/// change and waits, and leads the next group if no one else has. So a
+/// lone change costs what a transaction of its own did, and N changes
+/// arriving together cost one commit. Each change runs in its own
+/// savepoint when the group has several, so a failing change is rolled
+/// back alone and the others commit; a failed commit fails them all.
+/// Durability is not weakened: a change returns only once the
+/// transaction holding it committed, durably if it asked to be.
+#[derive(Debug)]
+pub(crate) struct Committer {
+    conn: Mutex<Connection>,
+    queue: Mutex<Queue>,
+    settled: Condvar,
+}
+
+#[derive(Default)]
+struct Queue {
+    changes: Vec<Box<dyn Queued>>,
+    committing: bool,
+}
+
+impl std::fmt::Debug for Queue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queue")
+            .field("changes", &self.changes.len())
+            .field("committing", &self.committing)
+            .finish()
+    }
+}
+
+/// A queued change with the slot its caller waits on.
+trait Queued: Send {
+    fn durable(&self) -> bool;
+    /// Runs the change; `Err` when it failed (its outcome is kept).
+    fn run(&mut self, conn: &Connection) -> Result<(), ()>;
+    /// Publishes the outcome: the change's own, or the group's failure.
+    fn settle(self: Box<Self>, group: Result<(), &Arc<rusqlite::Error>>);
+}
+
+type Slot<T> = Arc<Mutex<Option<Result<T, ObjStoreError>>>>;
+
+struct Pending<T> {
+    change: Option<Change<T>>,
+    durable: bool,
+    outcome: Option<Result<T, ObjStoreError>>,
+    slot: Slot<T>,
+}
+
+impl<T: Send> Queued for Pending<T> {
+    fn durable(&self) -> bool {
+        self.durable
+    }
+
+    fn run(&mut self, conn: &Connection) -> Result<(), ()> {
+        let Some(change) = self.change.take() else {
+            return Ok(());
+        };
+        let outcome = change(conn);
+        let failed = outcome.is_err();
+        self.outcome = Some(outcome);
+        if failed {
+            Err(())
+        } else {
+            Ok(())
+        }
+    }
+
+    fn settle(self: Box<Self>, group: Result<(), &Arc<rusqlite::Error>>) {
+        let outcome = match (group, self.outcome) {
+            (_, Some(Err(e))) => Err(e),
+            (Ok(()), Some(Ok(v))) => Ok(v),
+            (Err(source), _) => Err(ObjStoreError::Commit {
+                source: Arc::clone(source),
+            }),
+            (Ok(()), None) => unreachable!("every change of a committed group ran"),
+        };
+        *lock(&self.slot) = Some(outcome);
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic in a change leaves no half-done transaction behind
+    // (rusqlite rolls back on drop).
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Committer {
+    pub(crate) fn new(conn: Connection) -> Self {
+        Self {
+            conn: Mutex::new(conn),
+            queue: Mutex::new(Queue::default()),
+            settled: Condvar::new(),
+        }
+    }
+
+    /// The connection, for work outside a group (opening, queries while
+    /// nothing commits).
+    pub(crate) fn conn(&self) -> MutexGuard<'_, Connection> {
+        lock(&self.conn)
+    }
+
+    /// Runs `change` in the next group commit and returns its outcome
+    /// once that group committed (with `durable`, once its WAL is
+    /// synced).
+    pub(crate) fn commit<T: Send + 'static>(
+        &self,
+        durable: bool,
+        change: impl FnOnce(&Connection) -> Result<T, ObjStoreError> + Send + 'static,
+    ) -> Result<T, ObjStoreError> {
+        let slot: Slot<T> = Arc::new(Mutex::new(None));
+        let mut queue = lock(&self.queue);
+        queue.changes.push(Box::new(Pending {
+            change: Some(Box::new(change)),
+            durable,
+            outcome: None,
+            slot: Arc::clone(&slot),
+        }));
+        loop {
+            if let Some(outcome) = lock(&slot).take() {
+                return outcome;
+            }
+            if !queue.committing {
+                queue.committing = true;
+                let group = std::mem::take(&mut queue.changes);
+                drop(queue);
+                self.commit_group(group);
+                queue = lock(&self.queue);
+                queue.committing = false;
+                self.settled.notify_all();
+                continue;
+            }
+            queue = self.settled.wait(queue).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    fn commit_group(&self, mut group: Vec<Box<dyn Queued>>) {
+        let durable = group.iter().any(|c| c.durable());
+        let mut conn = self.conn();
+        let result = transact(&mut conn, durable, |tx| {
+            if let [one] = group.as_mut_slice() {
+                // Alone: its failure rolls the transaction back.
+                return one.run(tx).map_err(|()| None);
+            }
+            for change in &mut group {
+                tx.execute_batch("SAVEPOINT change")?;
+                if change.run(tx).is_err() {
+                    tx.execute_batch("ROLLBACK TO change")?;
+                }
+                tx.execute_batch("RELEASE change")?;
+            }
+            Ok(())
+        });
+        drop(conn);
+        match result {
+            // The one change failed (and was rolled back): its own error.
+            Err(None) => group.into_iter().for_each(|c| c.settle(Ok(()))),
+            Ok(()) => group.into_iter().for_each(|c| c.settle(Ok(()))),
+            Err(Some(e)) => {
+                let e = Arc::new(e);
+                group.into_iter().for_each(|c| c.settle(Err(&e)));
+            }
+        }
+    }
+}
+
 /// Runs `body` in one write transaction; with `durable`, the commit
-/// fsyncs the WAL (see the module doc).
-pub(crate) fn transact<T>(
+/// fsyncs the WAL (see the module doc). `Err(None)`: the body failed
+/// and the transaction was rolled back.
+fn transact(
     conn: &mut Connection,
     durable: bool,
-    body: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, ObjStoreError>,
-) -> Result<T, ObjStoreError> {
+    body: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<(), Option<rusqlite::Error>>,
+) -> Result<(), Option<rusqlite::Error>> {
     if durable {
-        conn.pragma_update(None, "synchronous", "FULL")
-            .meta("set synchronous")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
     }
     let result = (|| {
-        let tx = conn
-            .transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)
-            .meta("begin")?;
-        let value = body(&tx)?;
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        body(&tx)?;
         if durable {
             // A durable commit must write a frame so that SQLite syncs.
-            tx.execute("UPDATE store SET flushes = flushes + 1", [])
-                .meta("count flush")?;
+            tx.execute("UPDATE store SET flushes = flushes + 1", [])?;
         }
-        tx.commit().meta("commit")?;
-        Ok(value)
+        tx.commit()?;
+        Ok(())
     })();
     if durable {
-        conn.pragma_update(None, "synchronous", "NORMAL")
-            .meta("set synchronous")?;
+        conn.pragma_update(None, "synchronous", "NORMAL")?;
     }
     result
 }

@@ -1,14 +1,15 @@
 //! The [`ObjectStore`]: the typed API the server calls.
 //!
-//! Concurrency. One SQLite connection behind a mutex, held only for a
-//! metadata statement or transaction and never across data I/O. SQLite
-//! lets one writer in at a time whatever the number of connections, and
-//! the metadata work of a command is microseconds against its data I/O,
-//! so a connection per thread would add open files and WAL readers for
-//! no parallelism the writes could use; a metadata thread would add a
-//! channel hop and a wake-up to every command. (Read-only queries are
-//! where a pool of reader connections would pay; the mutex is the one
-//! place to change for that.)
+//! Concurrency. Changes to the database go through the group
+//! committer (`meta::Committer`): changes arriving while a group commits
+//! are committed together in the next one, one transaction and at most
+//! one WAL fsync for all of them, so concurrent creates and attribute
+//! sets do not queue for a commit each. Metadata reads use a second
+//! connection (WAL lets it read while a group commits). Neither
+//! connection is held across data I/O. Each object's mandatory
+//! attributes and open data file are cached in its stripe (see
+//! `Stripe`), so a read or write of a known object asks SQLite nothing
+//! and opens nothing.
 //!
 //! Atomicity. Each object maps to one of 64 striped reader-writer locks.
 //! A command that changes data takes its stripe for writing, writes the
@@ -17,7 +18,9 @@
 //! stripe. Reads (with or without attributes) take the stripe for
 //! reading around reading the metadata and the data, so no reader sees
 //! a command's data without the attributes set with it. Lock order:
-//! stripe, then connection; never the reverse.
+//! stripe, then its cache or the committer (queue, then connection) or
+//! the read connection; never the reverse, and no change run by the
+//! committer takes a stripe.
 //!
 //! Crash safety. Data is written before the transaction that makes it
 //! visible (a new logical length), so after the process is killed an
@@ -32,19 +35,20 @@
 //! (see the metadata module), so everything acknowledged before it
 //! survives kill -9 and power loss.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rusqlite::types::{Value, ValueRef};
+use rusqlite::types::{ToSqlOutput, Value, ValueRef};
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::error::{MetaContext, ObjStoreError};
+use crate::meta::{self, Committer};
 use crate::segments::Segment;
-use crate::{data, meta, ObjectId, ObjectRef, PartitionId};
+use crate::{data, ObjectId, ObjectRef, PartitionId};
 
 /// Size limits of user attributes.
 pub mod limits {
@@ -64,6 +68,9 @@ pub mod limits {
 }
 
 const STRIPES: usize = 64;
+/// Objects whose state (and open file) each stripe keeps: 512 open data
+/// files at most, well under the usual descriptor limit of 1024.
+const CACHED_PER_STRIPE: usize = 8;
 const DB_FILE: &str = "attributes.sqlite";
 
 /// A typed user attribute value.
@@ -80,6 +87,15 @@ impl AttrValue {
             Self::Integer(v) => Value::Integer(*v),
             Self::Text(v) => Value::Text(v.clone()),
             Self::Bytes(v) => Value::Blob(v.clone()),
+        }
+    }
+
+    /// The value as SQLite takes it, borrowed (no copy of text or bytes).
+    fn as_sql(&self) -> ValueRef<'_> {
+        match self {
+            Self::Integer(v) => ValueRef::Integer(*v),
+            Self::Text(v) => ValueRef::Text(v.as_bytes()),
+            Self::Bytes(v) => ValueRef::Blob(v),
         }
     }
 
@@ -157,13 +173,94 @@ pub struct QueryTerm {
     pub max: Option<AttrValue>,
 }
 
+/// What a read found besides its bytes (see [`ObjectStore::read_into`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadFound {
+    /// Bytes of the read that lie inside the object (the rest are
+    /// zeros past its end).
+    pub real: u64,
+    pub info: ObjectInfo,
+    /// The attributes asked for with the read, in the order asked;
+    /// absent ones are left out.
+    pub attrs: Vec<(String, AttrValue)>,
+}
+
+/// An object's state kept between requests: its mandatory attributes
+/// (the logical length among them) and its open data file (`None`: the
+/// object has none yet and reads as zeros).
+#[derive(Debug, Clone)]
+struct Cached {
+    info: ObjectInfo,
+    file: Option<Arc<File>>,
+}
+
+/// One of the [`STRIPES`] that objects hash to: the reader-writer lock a
+/// request on the object takes, and the cached state of the stripe's
+/// objects. The cache is exact because it changes only under the
+/// stripe's lock: a change to an object holds it for writing and
+/// updates (or forgets) the entry before releasing it, and a reader
+/// holds it for reading, so the state it loads on a miss cannot be
+/// changing meanwhile. Bounded by [`CACHED_PER_STRIPE`] (open files
+/// count against the process's descriptor limit); removing an object
+/// closes its file first.
+#[derive(Debug, Default)]
+struct Stripe {
+    lock: RwLock<()>,
+    cache: Mutex<HashMap<ObjectRef, Cached>>,
+}
+
+impl Stripe {
+    fn read(&self) -> RwLockReadGuard<'_, ()> {
+        self.lock.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, ()> {
+        self.lock.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn cache(&self) -> MutexGuard<'_, HashMap<ObjectRef, Cached>> {
+        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Caches `state` for `object`, evicting another object when full.
+    fn keep(&self, object: ObjectRef, state: Cached) {
+        let mut cache = self.cache();
+        if cache.len() >= CACHED_PER_STRIPE && !cache.contains_key(&object) {
+            // Any other entry: its object is not in use under this lock,
+            // and the next use reloads it.
+            if let Some(&victim) = cache.keys().next() {
+                cache.remove(&victim);
+            }
+        }
+        cache.insert(object, state);
+    }
+
+    fn forget(&self, object: ObjectRef) {
+        self.cache().remove(&object);
+    }
+}
+
+fn check_read_len(object: ObjectRef, total: u64) -> Result<(), ObjStoreError> {
+    if total > limits::READ_BYTES {
+        return Err(ObjStoreError::ReadTooLarge {
+            object,
+            len: total,
+            limit: limits::READ_BYTES,
+        });
+    }
+    Ok(())
+}
+
 /// Objects with attributes in one folder: data files and the attribute
 /// database. `Send + Sync`.
 #[derive(Debug)]
 pub struct ObjectStore {
     root: PathBuf,
-    conn: Mutex<Connection>,
-    stripes: Vec<RwLock<()>>,
+    /// Every change to the database goes through it.
+    meta: Committer,
+    /// Metadata reads (see [`ObjectStore::reader`]).
+    reader: Mutex<Connection>,
+    stripes: Vec<Stripe>,
     /// Objects written since their last fsync.
     dirty: Mutex<HashSet<ObjectRef>>,
     /// Partitions whose folder gained a file since its last fsync.
@@ -293,11 +390,12 @@ fn read_attrs(
     Ok(out)
 }
 
-fn write_attrs(
+/// Stores user attribute rows; the caller updates `attrs_modified`
+/// (in the statement it runs anyway, where it has one).
+fn put_attrs(
     tx: &Connection,
     object: ObjectRef,
     attrs: &[(String, AttrValue)],
-    at: i64,
 ) -> Result<(), ObjStoreError> {
     if attrs.is_empty() {
         return Ok(());
@@ -309,13 +407,9 @@ fn write_attrs(
         )
         .meta("prepare attribute set")?;
     for (key, value) in attrs {
-        stmt.execute(params![p, o, key, value.to_sql()])
+        stmt.execute(params![p, o, key, ToSqlOutput::Borrowed(value.as_sql())])
             .meta("set attribute")?;
     }
-    tx.prepare_cached("UPDATE objects SET attrs_modified = ?3 WHERE partition = ?1 AND id = ?2")
-        .meta("prepare attribute time")?
-        .execute(params![p, o, at])
-        .meta("update attribute time")?;
     Ok(())
 }
 
@@ -397,7 +491,8 @@ fn insert_objects(
             partition,
             object: ObjectId(id as u64),
         };
-        write_attrs(tx, object, attrs, at)?;
+        // `attrs_modified` is `at` already.
+        put_attrs(tx, object, attrs)?;
         ids.push(object.object);
     }
     Ok(ids)
@@ -413,29 +508,58 @@ impl ObjectStore {
             path: root.clone(),
             source,
         })?;
-        let conn = meta::open(&root.join(DB_FILE))?;
+        let path = root.join(DB_FILE);
+        let writer = meta::open(&path)?;
+        let reader = meta::open(&path)?;
         Ok(Self {
             root,
-            conn: Mutex::new(conn),
-            stripes: (0..STRIPES).map(|_| RwLock::new(())).collect(),
+            meta: Committer::new(writer),
+            reader: Mutex::new(reader),
+            stripes: (0..STRIPES).map(|_| Stripe::default()).collect(),
             dirty: Mutex::new(HashSet::new()),
             new_files: Mutex::new(HashSet::new()),
         })
     }
 
-    fn conn(&self) -> MutexGuard<'_, Connection> {
+    /// The connection metadata reads use (changes go through
+    /// [`Committer::commit`]). WAL lets it read while a group commits;
+    /// a read that must see a change made under an object's stripe takes
+    /// that stripe, so the change's commit has returned by then.
+    fn reader(&self) -> MutexGuard<'_, Connection> {
         // A panic while holding the connection leaves no half-done
-        // transaction behind (rusqlite rolls back on drop).
-        self.conn.lock().unwrap_or_else(|e| e.into_inner())
+        // statement behind (rusqlite resets statements on drop).
+        self.reader.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn stripe(&self, object: ObjectRef) -> &RwLock<()> {
+    fn stripe(&self, object: ObjectRef) -> &Stripe {
         let h = object
             .object
             .0
             .wrapping_mul(0x9E37_79B9_7F4A_7C15)
             .wrapping_add(object.partition.0);
         &self.stripes[(h >> 58) as usize % STRIPES]
+    }
+
+    /// The object's cached state, loaded on a miss. The caller holds the
+    /// object's stripe (for reading or writing), so no change to the
+    /// object runs meanwhile and what is loaded stays exact.
+    fn cached(&self, stripe: &Stripe, object: ObjectRef) -> Result<Cached, ObjStoreError> {
+        if let Some(c) = stripe.cache().get(&object) {
+            return Ok(c.clone());
+        }
+        let info = read_info(&self.reader(), object)?;
+        let file = match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(self.data_path(object))
+        {
+            Ok(f) => Some(Arc::new(f)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(self.io_err(object, "open")(e)),
+        };
+        let c = Cached { info, file };
+        stripe.keep(object, c.clone());
+        Ok(c)
     }
 
     fn partition_dir(&self, partition: PartitionId) -> PathBuf {
@@ -510,8 +634,7 @@ impl ObjectStore {
             source,
         })?;
         fsync_dir(&self.root)?;
-        let mut conn = self.conn();
-        meta::transact(&mut conn, true, |tx| {
+        self.meta.commit(true, move |tx| {
             let n = tx
                 .execute(
                     "INSERT OR IGNORE INTO partitions (id) VALUES (?1)",
@@ -531,9 +654,9 @@ impl ObjectStore {
         partition: PartitionId,
         name: &str,
     ) -> Result<(), ObjStoreError> {
-        let mut conn = self.conn();
-        check_partition(&conn, partition)?;
-        meta::transact(&mut conn, false, |tx| {
+        let name = name.to_owned();
+        self.meta.commit(false, move |tx| {
+            check_partition(tx, partition)?;
             let n = tx
                 .execute(
                     "INSERT OR IGNORE INTO collections (partition, name) VALUES (?1, ?2)",
@@ -541,10 +664,7 @@ impl ObjectStore {
                 )
                 .meta("create collection")?;
             if n == 0 {
-                return Err(ObjStoreError::CollectionExists {
-                    partition,
-                    name: name.to_owned(),
-                });
+                return Err(ObjStoreError::CollectionExists { partition, name });
             }
             Ok(())
         })
@@ -552,7 +672,8 @@ impl ObjectStore {
 
     /// Creates `count` empty objects in `partition` (members of
     /// `collection` if given), each with `opts.attrs`, in one
-    /// transaction; returns their ids in increasing order.
+    /// transaction (shared with concurrent changes: see
+    /// [`Committer`]); returns their ids in increasing order.
     pub fn create(
         &self,
         partition: PartitionId,
@@ -568,50 +689,57 @@ impl ObjectStore {
                 limit: limits::CREATE_COUNT,
             });
         }
-        let mut conn = self.conn();
-        match collection {
-            Some(name) => check_collection(&conn, partition, name)?,
-            None => check_partition(&conn, partition)?,
-        }
+        let collection = collection.map(str::to_owned);
+        let attrs = opts.attrs.clone();
         let at = now();
-        meta::transact(&mut conn, opts.durable, |tx| {
+        self.meta.commit(opts.durable, move |tx| {
+            match &collection {
+                Some(name) => check_collection(tx, partition, name)?,
+                None => check_partition(tx, partition)?,
+            }
             let first = allocate_ids(tx, count)?;
-            insert_objects(tx, partition, collection, first, count, 0, &opts.attrs, at)
+            insert_objects(
+                tx,
+                partition,
+                collection.as_deref(),
+                first,
+                count,
+                0,
+                &attrs,
+                at,
+            )
         })
     }
 
     /// Removes an object, its attributes and its data.
     pub fn remove(&self, object: ObjectRef) -> Result<(), ObjStoreError> {
-        let _guard = self
-            .stripe(object)
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
-        {
-            let mut conn = self.conn();
-            meta::transact(&mut conn, false, |tx| {
-                let (p, o) = (object.partition.0 as i64, object.object.0 as i64);
-                let n = tx
-                    .execute(
-                        "DELETE FROM objects WHERE partition = ?1 AND id = ?2",
-                        params![p, o],
-                    )
-                    .meta("remove object")?;
-                if n == 0 {
-                    return Err(ObjStoreError::UnknownObject { object });
-                }
-                tx.execute(
-                    "DELETE FROM attrs WHERE partition = ?1 AND object = ?2",
+        let stripe = self.stripe(object);
+        let _guard = stripe.write();
+        // Closed before the file goes: no cached descriptor outlives it.
+        stripe.forget(object);
+        self.meta.commit(false, move |tx| {
+            let (p, o) = (object.partition.0 as i64, object.object.0 as i64);
+            let n = tx
+                .execute(
+                    "DELETE FROM objects WHERE partition = ?1 AND id = ?2",
                     params![p, o],
                 )
-                .meta("remove attributes")?;
-                tx.execute(
-                    "DELETE FROM members WHERE partition = ?1 AND object = ?2",
-                    params![p, o],
-                )
-                .meta("remove collection memberships")?;
-                Ok(())
-            })?;
-        }
+                .meta("remove object")?;
+            if n == 0 {
+                return Err(ObjStoreError::UnknownObject { object });
+            }
+            tx.execute(
+                "DELETE FROM attrs WHERE partition = ?1 AND object = ?2",
+                params![p, o],
+            )
+            .meta("remove attributes")?;
+            tx.execute(
+                "DELETE FROM members WHERE partition = ?1 AND object = ?2",
+                params![p, o],
+            )
+            .meta("remove collection memberships")?;
+            Ok(())
+        })?;
         self.dirty
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -635,7 +763,7 @@ impl ObjectStore {
         limit: usize,
         with_attrs: bool,
     ) -> Result<ListPage, ObjStoreError> {
-        let conn = self.conn();
+        let conn = self.reader();
         match collection {
             Some(name) => check_collection(&conn, partition, name)?,
             None => check_partition(&conn, partition)?,
@@ -697,47 +825,65 @@ impl ObjectStore {
         attr_keys: &[&str],
     ) -> Result<ReadResult, ObjStoreError> {
         let total = check_segments(object, segments)?;
-        if total > limits::READ_BYTES {
-            return Err(ObjStoreError::ReadTooLarge {
-                object,
-                len: total,
-                limit: limits::READ_BYTES,
-            });
-        }
-        let _guard = self
-            .stripe(object)
-            .read()
-            .unwrap_or_else(|e| e.into_inner());
-        let (info, attrs) = {
-            let conn = self.conn();
-            let info = read_info(&conn, object)?;
-            let attrs = if attr_keys.is_empty() {
-                Vec::new()
-            } else {
-                read_attrs(&conn, object, attr_keys)?
-            };
-            (info, attrs)
-        };
-        let clamped: Vec<Segment> = segments
-            .iter()
-            .map(|s| Segment::new(s.offset, s.len.min(info.length.saturating_sub(s.offset))))
-            .collect();
-        let real = clamped.iter().map(|s| s.len).sum();
+        check_read_len(object, total)?;
         let mut data = vec![0u8; total as usize];
-        if real > 0 {
-            match File::open(self.data_path(object)) {
-                Ok(file) => data::read_segments(&file, &clamped, segments, &mut data)
-                    .map_err(self.io_err(object, "read"))?,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(self.io_err(object, "open")(e)),
-            }
-        }
+        let found = self.read_into(object, segments, attr_keys, |_| &mut data[..])?;
         Ok(ReadResult {
             data,
-            real,
-            info,
-            attrs,
+            real: found.real,
+            info: found.info,
+            attrs: found.attrs,
         })
+    }
+
+    /// Reads `segments` in list order into the buffer `place` returns,
+    /// which is called once the metadata is known (so a caller can put
+    /// a reply header, which carries `real` and the attributes, before
+    /// the bytes) and must return exactly the segments' total length.
+    /// Every byte of that buffer is written (zeros past the object's
+    /// end and in holes), each once; what it held before does not
+    /// matter. `attr_keys` are read with the data, consistently with it.
+    pub fn read_into<'b>(
+        &self,
+        object: ObjectRef,
+        segments: &[Segment],
+        attr_keys: &[&str],
+        place: impl FnOnce(&ReadFound) -> &'b mut [u8],
+    ) -> Result<ReadFound, ObjStoreError> {
+        let total = check_segments(object, segments)?;
+        check_read_len(object, total)?;
+        let stripe = self.stripe(object);
+        let _guard = stripe.read();
+        let cached = self.cached(stripe, object)?;
+        let attrs = if attr_keys.is_empty() {
+            Vec::new()
+        } else {
+            read_attrs(&self.reader(), object, attr_keys)?
+        };
+        let length = cached.info.length;
+        let clamp =
+            |s: &Segment| Segment::new(s.offset, s.len.min(length.saturating_sub(s.offset)));
+        let found = ReadFound {
+            real: segments.iter().map(|s| clamp(s).len).sum(),
+            info: cached.info,
+            attrs,
+        };
+        let out = place(&found);
+        if out.len() as u64 != total {
+            return Err(ObjStoreError::PayloadLength {
+                object,
+                expected: total,
+                got: out.len() as u64,
+            });
+        }
+        let read = if let [s] = segments {
+            data::read_segments(cached.file.as_deref(), &[clamp(s)], segments, out)
+        } else {
+            let clamped: Vec<Segment> = segments.iter().map(clamp).collect();
+            data::read_segments(cached.file.as_deref(), &clamped, segments, out)
+        };
+        read.map_err(self.io_err(object, "read"))?;
+        Ok(found)
     }
 
     /// Writes `data` (the segments' bytes in list order; a later segment
@@ -758,21 +904,20 @@ impl ObjectStore {
             });
         }
         check_attrs(&opts.attrs)?;
-        let _guard = self
-            .stripe(object)
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
-        let before = read_info(&self.conn(), object)?;
         let end = segments
             .iter()
             .filter(|s| s.len > 0)
             .map(Segment::end)
             .max()
             .unwrap_or(0);
-        self.write_data(object, opts.durable, |file| {
-            data::write_segments(file, segments, data)
-        })?;
-        self.commit_data(object, before, end, opts)
+        self.change_data(
+            object,
+            opts,
+            |_| Ok(end),
+            true,
+            |file, _| data::write_segments(file, segments, data),
+        )
+        .map(|(info, _)| info)
     }
 
     /// Appends `data` at the object's logical end; returns the offset it
@@ -784,18 +929,18 @@ impl ObjectStore {
         opts: &WriteOptions,
     ) -> Result<u64, ObjStoreError> {
         check_attrs(&opts.attrs)?;
-        let _guard = self
-            .stripe(object)
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
-        let before = read_info(&self.conn(), object)?;
-        let segment = [Segment::new(before.length, data.len() as u64)];
-        check_segments(object, &segment)?;
-        self.write_data(object, opts.durable, |file| {
-            data::write_segments(file, &segment, data)
-        })?;
-        self.commit_data(object, before, segment[0].end(), opts)?;
-        Ok(before.length)
+        let len = data.len() as u64;
+        let (_, at) = self.change_data(
+            object,
+            opts,
+            |before| {
+                check_segments(object, &[Segment::new(before.length, len)])?;
+                Ok(before.length + len)
+            },
+            true,
+            |file, before| data::write_segments(file, &[Segment::new(before.length, len)], data),
+        )?;
+        Ok(at.length)
     }
 
     /// Creates one object holding `data` from offset 0, with
@@ -811,14 +956,14 @@ impl ObjectStore {
         opts: &WriteOptions,
     ) -> Result<ObjectId, ObjStoreError> {
         check_attrs(&opts.attrs)?;
-        let first = {
-            let mut conn = self.conn();
-            match collection {
-                Some(name) => check_collection(&conn, partition, name)?,
-                None => check_partition(&conn, partition)?,
+        let owned = collection.map(str::to_owned);
+        let first = self.meta.commit(false, move |tx| {
+            match &owned {
+                Some(name) => check_collection(tx, partition, name)?,
+                None => check_partition(tx, partition)?,
             }
-            meta::transact(&mut conn, false, |tx| allocate_ids(tx, 1))?
-        };
+            allocate_ids(tx, 1)
+        })?;
         let object = ObjectRef {
             partition,
             object: ObjectId(first as u64),
@@ -826,21 +971,24 @@ impl ObjectStore {
         let segment = [Segment::new(0, data.len() as u64)];
         check_segments(object, &segment)?;
         if !data.is_empty() {
-            self.write_data(object, opts.durable, |file| {
+            let file = self.open_for_write(object)?;
+            self.write_data(object, &file, opts.durable, |file| {
                 data::write_segments(file, &segment, data)
             })?;
         }
         let at = now();
-        let mut conn = self.conn();
-        meta::transact(&mut conn, opts.durable, |tx| {
+        let collection = collection.map(str::to_owned);
+        let attrs = opts.attrs.clone();
+        let length = data.len() as u64;
+        self.meta.commit(opts.durable, move |tx| {
             insert_objects(
                 tx,
                 partition,
-                collection,
+                collection.as_deref(),
                 first,
                 1,
-                data.len() as u64,
-                &opts.attrs,
+                length,
+                &attrs,
                 at,
             )
         })?;
@@ -858,26 +1006,76 @@ impl ObjectStore {
     ) -> Result<ObjectInfo, ObjStoreError> {
         check_segments(object, &[Segment::new(offset, len)])?;
         check_attrs(&opts.attrs)?;
-        let _guard = self
-            .stripe(object)
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
-        let before = read_info(&self.conn(), object)?;
-        let len = len.min(before.length.saturating_sub(offset));
-        if len > 0 {
-            self.write_data(object, opts.durable, |file| data::punch(file, offset, len))?;
-        }
-        self.commit_data(object, before, 0, opts)
+        self.change_data(
+            object,
+            opts,
+            |_| Ok(0),
+            false,
+            |file, before| {
+                let len = len.min(before.length.saturating_sub(offset));
+                if len > 0 {
+                    data::punch(file, offset, len)?;
+                }
+                Ok(())
+            },
+        )
+        .map(|(info, _)| info)
     }
 
+    /// One change to an object's data under its stripe: `end` gives the
+    /// offset the change reaches from the object's state before it,
+    /// `body` changes the data file, then the new length, times and
+    /// `opts.attrs` commit together and the cached state follows.
+    /// Returns the state after and before.
+    fn change_data(
+        &self,
+        object: ObjectRef,
+        opts: &WriteOptions,
+        end: impl FnOnce(&ObjectInfo) -> Result<u64, ObjStoreError>,
+        create: bool,
+        body: impl FnOnce(&File, &ObjectInfo) -> io::Result<()>,
+    ) -> Result<(ObjectInfo, ObjectInfo), ObjStoreError> {
+        let stripe = self.stripe(object);
+        let _guard = stripe.write();
+        let result = (|| {
+            let mut cached = self.cached(stripe, object)?;
+            let before = cached.info;
+            let end = end(&before)?;
+            let file = match &cached.file {
+                Some(f) => Some(Arc::clone(f)),
+                None if create => {
+                    let f = Arc::new(self.open_for_write(object)?);
+                    cached.file = Some(Arc::clone(&f));
+                    Some(f)
+                }
+                // No file reads as zeros: nothing to punch.
+                None => None,
+            };
+            if let Some(file) = file {
+                self.write_data(object, &file, opts.durable, |f| body(f, &before))?;
+            }
+            cached.info = self.commit_data(object, before, end, opts)?;
+            stripe.keep(object, cached.clone());
+            Ok((cached.info, before))
+        })();
+        if result.is_err() {
+            // Whatever failed, the next use loads the state afresh.
+            stripe.forget(object);
+        }
+        result
+    }
+
+    /// Runs `body` on an object's data file; with `durable`, syncs its
+    /// data (and the partition folder if the file is new) before
+    /// returning, else notes the object for the next flush.
     fn write_data(
         &self,
         object: ObjectRef,
+        file: &File,
         durable: bool,
         body: impl FnOnce(&File) -> io::Result<()>,
     ) -> Result<(), ObjStoreError> {
-        let file = self.open_for_write(object)?;
-        body(&file).map_err(self.io_err(object, "write"))?;
+        body(file).map_err(self.io_err(object, "write"))?;
         if durable {
             file.sync_data().map_err(self.io_err(object, "fsync"))?;
             self.sync_new_files(object.partition)?;
@@ -899,28 +1097,33 @@ impl ObjectStore {
     ) -> Result<ObjectInfo, ObjStoreError> {
         let at = now();
         let length = before.length.max(end);
-        let mut conn = self.conn();
-        meta::transact(&mut conn, opts.durable, |tx| {
+        let attrs = opts.attrs.clone();
+        let touched_attrs = !attrs.is_empty();
+        self.meta.commit(opts.durable, move |tx| {
+            // One statement for the length and both times.
             tx.prepare_cached(
-                "UPDATE objects SET length = ?3, data_modified = ?4 WHERE partition = ?1 AND id = ?2",
+                "UPDATE objects SET length = ?3, data_modified = ?4,
+                 attrs_modified = CASE WHEN ?5 THEN ?4 ELSE attrs_modified END
+                 WHERE partition = ?1 AND id = ?2",
             )
             .meta("prepare length update")?
             .execute(params![
                 object.partition.0 as i64,
                 object.object.0 as i64,
                 length as i64,
-                at
+                at,
+                touched_attrs
             ])
             .meta("update length")?;
-            write_attrs(tx, object, &opts.attrs, at)
+            put_attrs(tx, object, &attrs)
         })?;
         Ok(ObjectInfo {
             length,
             data_modified: at,
-            attrs_modified: if opts.attrs.is_empty() {
-                before.attrs_modified
-            } else {
+            attrs_modified: if touched_attrs {
                 at
+            } else {
+                before.attrs_modified
             },
             ..before
         })
@@ -933,7 +1136,7 @@ impl ObjectStore {
         object: ObjectRef,
         keys: &[&str],
     ) -> Result<(ObjectInfo, Vec<(String, AttrValue)>), ObjStoreError> {
-        let conn = self.conn();
+        let conn = self.reader();
         let info = read_info(&conn, object)?;
         Ok((info, read_attrs(&conn, object, keys)?))
     }
@@ -960,40 +1163,53 @@ impl ObjectStore {
         durable: bool,
     ) -> Result<(), ObjStoreError> {
         check_attrs(attrs)?;
-        let _guard = self
-            .stripe(object)
-            .write()
-            .unwrap_or_else(|e| e.into_inner());
-        let mut conn = self.conn();
-        read_info(&conn, object)?;
-        meta::transact(&mut conn, durable, |tx| {
-            let at = now();
-            write_attrs(tx, object, attrs, at)?;
-            if remove.is_empty() {
-                return Ok(());
-            }
+        let stripe = self.stripe(object);
+        let _guard = stripe.write();
+        let mut cached = self.cached(stripe, object)?;
+        let at = now();
+        let sets = attrs.to_vec();
+        let removes: Vec<String> = remove.iter().map(|k| (*k).to_owned()).collect();
+        let result = self.meta.commit(durable, move |tx| {
+            put_attrs(tx, object, &sets)?;
             let (p, o) = (object.partition.0 as i64, object.object.0 as i64);
-            let mut stmt = tx
-                .prepare_cached(
-                    "DELETE FROM attrs WHERE partition = ?1 AND object = ?2 AND key = ?3",
-                )
-                .meta("prepare attribute removal")?;
-            for key in remove {
-                stmt.execute(params![p, o, key]).meta("remove attribute")?;
+            if !removes.is_empty() {
+                let mut stmt = tx
+                    .prepare_cached(
+                        "DELETE FROM attrs WHERE partition = ?1 AND object = ?2 AND key = ?3",
+                    )
+                    .meta("prepare attribute removal")?;
+                for key in &removes {
+                    stmt.execute(params![p, o, key]).meta("remove attribute")?;
+                }
             }
-            tx.prepare_cached(
-                "UPDATE objects SET attrs_modified = ?3 WHERE partition = ?1 AND id = ?2",
-            )
-            .meta("prepare attribute time")?
-            .execute(params![p, o, at])
-            .meta("update attribute time")?;
+            if !sets.is_empty() || !removes.is_empty() {
+                tx.prepare_cached(
+                    "UPDATE objects SET attrs_modified = ?3 WHERE partition = ?1 AND id = ?2",
+                )
+                .meta("prepare attribute time")?
+                .execute(params![p, o, at])
+                .meta("update attribute time")?;
+            }
             Ok(())
-        })
+        });
+        match result {
+            Ok(()) => {
+                if !attrs.is_empty() || !remove.is_empty() {
+                    cached.info.attrs_modified = at;
+                }
+                stripe.keep(object, cached);
+                Ok(())
+            }
+            Err(e) => {
+                stripe.forget(object);
+                Err(e)
+            }
+        }
     }
 
     /// Makes every acknowledged change to `object` durable.
     pub fn flush_object(&self, object: ObjectRef) -> Result<(), ObjStoreError> {
-        read_info(&self.conn(), object)?;
+        read_info(&self.reader(), object)?;
         self.flush_where(object.partition, |o| o == object)
     }
 
@@ -1005,7 +1221,7 @@ impl ObjectStore {
         name: &str,
     ) -> Result<(), ObjStoreError> {
         let members: HashSet<ObjectId> = {
-            let conn = self.conn();
+            let conn = self.reader();
             check_collection(&conn, partition, name)?;
             let mut stmt = conn
                 .prepare_cached(
@@ -1024,7 +1240,7 @@ impl ObjectStore {
 
     /// Makes every acknowledged change in a partition durable.
     pub fn flush_partition(&self, partition: PartitionId) -> Result<(), ObjStoreError> {
-        check_partition(&self.conn(), partition)?;
+        check_partition(&self.reader(), partition)?;
         self.flush_where(partition, |o| o.partition == partition)
     }
 
@@ -1056,8 +1272,9 @@ impl ObjectStore {
             }
         }
         self.sync_new_files(partition)?;
-        let mut conn = self.conn();
-        meta::transact(&mut conn, true, |_| Ok(()))
+        // A synced commit makes every earlier one durable (see the
+        // metadata module); shared with whatever else commits now.
+        self.meta.commit(true, |_| Ok(()))
     }
 
     /// The members of `collection` whose attributes satisfy every term
@@ -1069,7 +1286,7 @@ impl ObjectStore {
         collection: &str,
         terms: &[QueryTerm],
     ) -> Result<Vec<ObjectId>, ObjStoreError> {
-        let conn = self.conn();
+        let conn = self.reader();
         check_collection(&conn, partition, collection)?;
         let mut values: Vec<Value> = vec![
             Value::Integer(partition.0 as i64),

@@ -47,6 +47,13 @@ pub enum ConfigError {
     NoObjectDir,
     #[error("maximum request size of {0} bytes: it must be between 4 KiB and 4 GiB - 1 (NBD advertises it in 32 bits)")]
     BadMaxRequestSize(u64),
+    #[error("[objects] {name} of {value}: it must be between {min} and {max}")]
+    BadObjectLimit {
+        name: &'static str,
+        value: u64,
+        min: u64,
+        max: u64,
+    },
     #[error("handshake timeout of 0 s: a handshake must have a limit (at least 1 s), or silent clients hold connection slots forever")]
     ZeroHandshakeTimeout,
 }
@@ -397,7 +404,35 @@ pub struct ObjectConfig {
     /// directory (SQLite), to `META` requests on the object listeners.
     #[serde(default)]
     pub meta: Option<PathBuf>,
+    /// Most segments one scatter/gather or strided request lists (and
+    /// most objects one CREATE makes, most entries one LIST or QUERY
+    /// page holds): 1 to 65,536, default 4,096. This and the three
+    /// below are published in the handshake and enforced; clients split
+    /// what is larger.
+    #[serde(default)]
+    pub max_segments: Option<u32>,
+    /// Most payload bytes after one request header (batch frames
+    /// included), and so most data bytes one request moves: 4 KiB to
+    /// 1 GiB, default 32 MiB.
+    #[serde(default)]
+    pub max_payload: Option<ByteSize>,
+    /// Most members in one batch frame: 1 to 65,536, default 256.
+    #[serde(default)]
+    pub max_batch: Option<u32>,
+    /// Most bytes of one attribute value: 1 to 64 KiB (the store's own
+    /// limit), default 64 KiB.
+    #[serde(default)]
+    pub max_attr_size: Option<ByteSize>,
 }
+
+/// The range each published object limit may take: (name as in the
+/// TOML file, least, most).
+const OBJECT_LIMITS: [(&str, u64, u64); 4] = [
+    ("max_segments", 1, 65536),
+    ("max_payload", 4096, 1 << 30),
+    ("max_batch", 1, 65536),
+    ("max_attr_size", 1, 64 << 10),
+];
 
 impl ObjectConfig {
     /// A store in `dir` listening on `listen`.
@@ -408,7 +443,46 @@ impl ObjectConfig {
             partitions: Vec::new(),
             allow: BTreeMap::new(),
             meta: None,
+            max_segments: None,
+            max_payload: None,
+            max_batch: None,
+            max_attr_size: None,
         }
+    }
+
+    /// The limits the object handshake publishes: the configured ones
+    /// (checked against their ranges), the protocol's defaults for the
+    /// rest.
+    pub fn published_limits(&self) -> Result<sluice_obj_proto::Limits, ConfigError> {
+        let d = sluice_obj_proto::Limits::default();
+        let given = [
+            self.max_segments.map(u64::from),
+            self.max_payload.map(|b| b.0),
+            self.max_batch.map(u64::from),
+            self.max_attr_size.map(|b| b.0),
+        ];
+        let defaults = [d.max_segments, d.max_payload, d.max_batch, d.max_attr_size];
+        let mut out = [0u32; 4];
+        for (i, &(name, min, max)) in OBJECT_LIMITS.iter().enumerate() {
+            let value = given[i].unwrap_or(u64::from(defaults[i]));
+            out[i] = match u32::try_from(value) {
+                Ok(v) if (min..=max).contains(&value) => v,
+                _ => {
+                    return Err(ConfigError::BadObjectLimit {
+                        name,
+                        value,
+                        min,
+                        max,
+                    })
+                }
+            };
+        }
+        Ok(sluice_obj_proto::Limits {
+            max_segments: out[0],
+            max_payload: out[1],
+            max_batch: out[2],
+            max_attr_size: out[3],
+        })
     }
 
     /// The per-partition allow-lists keyed by partition id.
@@ -701,6 +775,7 @@ impl ServerConfig {
         }
         self.tls.validate()?;
         if let Some(objects) = &self.objects {
+            objects.published_limits()?;
             let allow = objects.partition_allow()?;
             if !allow.is_empty() && !self.tls.verify_peer {
                 return Err(ConfigError::Tls(
@@ -720,6 +795,42 @@ impl ServerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn object_limits_come_from_objects_and_are_checked() {
+        let c: ServerConfig = toml::from_str(
+            "[objects]\ndir = \"d\"\nmax_segments = 16\nmax_payload = \"1M\"\nmax_batch = 8\nmax_attr_size = \"1K\"",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let l = c.objects.as_ref().unwrap().published_limits().unwrap();
+        assert_eq!(
+            (l.max_segments, l.max_payload, l.max_batch, l.max_attr_size),
+            (16, 1 << 20, 8, 1024)
+        );
+        // Unset: the protocol's defaults.
+        let d = ObjectConfig::new("d", Vec::new())
+            .published_limits()
+            .unwrap();
+        assert_eq!(d, sluice_obj_proto::Limits::default());
+        type Case = (&'static str, fn(&mut ObjectConfig));
+        let cases: [Case; 6] = [
+            ("max_segments", |o| o.max_segments = Some(0)),
+            ("max_segments", |o| o.max_segments = Some(65537)),
+            ("max_payload", |o| o.max_payload = Some(ByteSize(4095))),
+            ("max_payload", |o| o.max_payload = Some(ByteSize(1 << 40))),
+            ("max_batch", |o| o.max_batch = Some(0)),
+            ("max_attr_size", |o| o.max_attr_size = Some(ByteSize(65537))),
+        ];
+        for (name, set) in cases {
+            let mut c = c.clone();
+            set(c.objects.as_mut().unwrap());
+            match c.validate() {
+                Err(ConfigError::BadObjectLimit { name: n, .. }) => assert_eq!(n, name),
+                other => panic!("{name}: {other:?}"),
+            }
+        }
+    }
 
     #[test]
     fn a_max_request_size_must_fit_nbd() {

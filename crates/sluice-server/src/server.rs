@@ -476,7 +476,7 @@ impl Server {
                     tls,
                     partitions,
                     export_access,
-                    limits: sluice_obj_proto::Limits::default(),
+                    limits: oc.published_limits()?,
                     meta,
                 });
                 listeners.extend(object_sockets.into_iter().map(|socket| Listener {

@@ -22,6 +22,9 @@ use crate::transport::Stream;
 
 /// Request and reply bytes the client lets be in flight at once.
 pub(super) const WINDOW_BYTES: u64 = 16 << 20;
+/// Reply bodies this large are received straight into their own buffer
+/// (see [`Link::receive_large`]); smaller ones come many to a read.
+const DIRECT_BODY: u64 = 64 * 1024;
 
 /// One request as it goes on the wire (its id is given when it is sent).
 #[derive(Debug)]
@@ -79,6 +82,10 @@ pub(crate) struct RawReply {
     pub(crate) attrs: Vec<u8>,
     pub(crate) body: Vec<u8>,
 }
+
+/// A reply by its request id: the reply, or the server's refusal (its
+/// code and message).
+type Received = (u64, Result<RawReply, (ErrorCode, String)>);
 
 /// What waits for a reply, by request id.
 enum Pending {
@@ -376,12 +383,7 @@ impl Link {
 
     /// Waits for the next reply; `Err((code, message))` inside is the
     /// server's refusal of that request.
-    #[allow(clippy::type_complexity)] // one private call site
-    fn receive(
-        &mut self,
-        wires: &[Wire<'_>],
-        flight: &InFlight,
-    ) -> Result<(u64, Result<RawReply, (ErrorCode, String)>), ObjError> {
+    fn receive(&mut self, wires: &[Wire<'_>], flight: &InFlight) -> Result<Received, ObjError> {
         loop {
             let data = self.inbuf.data();
             let header = ReplyHeader::decode(data).map_err(|source| ObjError::Protocol {
@@ -418,40 +420,92 @@ impl Link {
                         ),
                     });
                 }
+                if h.status.is_none() && u64::from(h.body_len) >= DIRECT_BODY {
+                    return self.receive_large(&h, wires, flight);
+                }
                 self.inbuf.reserve(need as usize);
             }
             match self.inbuf.fill(&mut self.stream) {
                 Ok(true) => {}
-                Ok(false) => {
-                    return Err(ObjError::Closed {
-                        server: self.server.clone(),
-                    })
-                }
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                    ) =>
-                {
-                    let oldest = flight.oldest().map(|i| wires[i].subject.clone());
-                    return Err(match oldest {
-                        Some(subject) => ObjError::Timeout {
-                            server: self.server.clone(),
-                            subject,
-                            after: self.request_timeout.unwrap_or_default(),
-                        },
-                        None => ObjError::Closed {
-                            server: self.server.clone(),
-                        },
-                    });
-                }
-                Err(source) => {
-                    return Err(ObjError::Io {
-                        server: self.server.clone(),
-                        source,
-                    })
-                }
+                Ok(false) => return Err(self.closed()),
+                Err(e) => return Err(self.read_failed(e, wires, flight)),
             }
+        }
+    }
+
+    /// Receives a successful reply with a large body straight from the
+    /// socket into the body's own buffer (the caller gets that buffer),
+    /// rather than into the receive buffer and then copied out. Only
+    /// part of the reply is in the receive buffer, so no later reply is.
+    fn receive_large(
+        &mut self,
+        h: &ReplyHeader,
+        wires: &[Wire<'_>],
+        flight: &InFlight,
+    ) -> Result<Received, ObjError> {
+        let mut attrs = vec![0u8; h.attr_len as usize];
+        let mut body = vec![0u8; h.body_len as usize];
+        let have = &self.inbuf.data()[REPLY_HEADER_LEN..];
+        let in_attrs = have.len().min(attrs.len());
+        attrs[..in_attrs].copy_from_slice(&have[..in_attrs]);
+        let in_body = have.len() - in_attrs;
+        body[..in_body].copy_from_slice(&have[in_attrs..]);
+        self.inbuf.clear();
+        self.read_exact(&mut attrs[in_attrs..], wires, flight)?;
+        self.read_exact(&mut body[in_body..], wires, flight)?;
+        Ok((
+            h.id,
+            Ok(RawReply {
+                real_bytes: h.real_bytes,
+                attrs,
+                body,
+            }),
+        ))
+    }
+
+    fn read_exact(
+        &mut self,
+        mut into: &mut [u8],
+        wires: &[Wire<'_>],
+        flight: &InFlight,
+    ) -> Result<(), ObjError> {
+        while !into.is_empty() {
+            match self.stream.read(into) {
+                Ok(0) => return Err(self.closed()),
+                Ok(n) => into = &mut into[n..],
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.read_failed(e, wires, flight)),
+            }
+        }
+        Ok(())
+    }
+
+    fn closed(&self) -> ObjError {
+        ObjError::Closed {
+            server: self.server.clone(),
+        }
+    }
+
+    /// The error for a failed receive: a timeout names the oldest request
+    /// still waiting.
+    fn read_failed(&self, e: io::Error, wires: &[Wire<'_>], flight: &InFlight) -> ObjError {
+        if matches!(
+            e.kind(),
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+        ) {
+            let oldest = flight.oldest().map(|i| wires[i].subject.clone());
+            return match oldest {
+                Some(subject) => ObjError::Timeout {
+                    server: self.server.clone(),
+                    subject,
+                    after: self.request_timeout.unwrap_or_default(),
+                },
+                None => self.closed(),
+            };
+        }
+        ObjError::Io {
+            server: self.server.clone(),
+            source: e,
         }
     }
 

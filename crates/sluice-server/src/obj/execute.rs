@@ -122,7 +122,7 @@ fn store_code(e: &ObjStoreError) -> ErrorCode {
         ObjStoreError::OutOfRange { .. } => ErrorCode::OutOfRange,
         ObjStoreError::PayloadLength { .. } => ErrorCode::LengthMismatch,
         ObjStoreError::Io { source, .. } | ObjStoreError::StoreIo { source, .. } => io_code(source),
-        ObjStoreError::Metadata { .. } => ErrorCode::Io,
+        ObjStoreError::Metadata { .. } | ObjStoreError::Commit { .. } => ErrorCode::Io,
         _ => ErrorCode::Invalid,
     }
 }
@@ -409,13 +409,31 @@ impl ObjExecutor {
                     ));
                 }
                 attrs.no_removes("READ")?;
-                let r =
-                    self.store
-                        .read(self.object(object), &segments_of(&ddt), &attrs.user_gets())?;
-                if !attrs.gets.is_empty() {
-                    encode_attrs(&r.info, &r.attrs, &attrs.gets, &mut list);
+                // The store reads straight into the reply buffer, after
+                // the header and attribute list it learns the values of.
+                let total = ddt.total() as usize;
+                let header_at = out.len();
+                let reply = &mut *out;
+                let read = self.store.read_into(
+                    self.object(object),
+                    &segments_of(&ddt),
+                    &attrs.user_gets(),
+                    |found| {
+                        if !attrs.gets.is_empty() {
+                            encode_attrs(&found.info, &found.attrs, &attrs.gets, &mut list);
+                        }
+                        reply.encode(|o| {
+                            ReplyHeader::ok(id, found.real, list.len() as u32, total as u32)
+                                .encode(o);
+                            o.extend_from_slice(&list);
+                        });
+                        reply.tail_mut(total)
+                    },
+                );
+                if let Err(e) = read {
+                    out.truncate(header_at);
+                    return Err(e.into());
                 }
-                reply_ok(out, id, r.real, &list, &r.data);
             }
             Command::Write { object, ddt, data } => {
                 attrs.no_removes("WRITE")?;
