@@ -57,7 +57,7 @@ enum BenchCommand {
     /// sluice, nbdkit, qemu-nbd and local I/O on one image, driven by
     /// sluice's client and by fio, interleaved rounds, ratios to a baseline.
     Compare(CompareArgs),
-    /// Run a named preset: pipelining, scaling, san, filesystem, objects, raid, merge.
+    /// Run a named preset: pipelining, scaling, san, filesystem, objects, raid, striped, merge.
     Preset {
         #[command(subcommand)]
         preset: PresetCommand,
@@ -136,6 +136,14 @@ enum PresetCommand {
         common: PresetArgs,
         #[command(flatten)]
         raid: crate::raid_presets::RaidArgs,
+    },
+    /// One striped object over 1-4 object servers, each behind its own rate-limited link (100
+    /// Mbit/s unless --link-rate): 1 MiB sequential writes and reads against N x one link.
+    Striped {
+        #[command(flatten)]
+        common: PresetArgs,
+        #[command(flatten)]
+        striped: crate::striped::StripedArgs,
     },
     /// Temporal merge in the object client: 4 KiB random object writes from 1-64 threads over one
     /// connection, merge off vs always vs adaptive, and latency at queue depth 1.
@@ -220,7 +228,7 @@ impl PresetArgs {
     fn no_link(&self, preset: &str) -> Result<()> {
         match self.link_rate {
             Some(_) => Err(BenchUsageError(format!(
-                "--link-rate: the {preset} preset does not put its servers behind a link (compare, scaling, san and raid do)"
+                "--link-rate: the {preset} preset does not put its servers behind a link (compare, scaling, san, raid and striped do)"
             ))
             .into()),
             None => Ok(()),
@@ -613,6 +621,15 @@ fn run_preset(p: PresetCommand) -> Result<()> {
             let report = crate::raid_presets::raid(&o, &raid)?;
             if report.rows.is_empty() {
                 bail!("every experiment failed; see the messages above");
+            }
+            Ok(())
+        }
+        PresetCommand::Striped { common, striped } => {
+            let o = common.options(Driver::Own);
+            presets::check_out_dir(&o.out_dir)?;
+            let report = crate::striped::striped(&o, &striped)?;
+            if report.rows.is_empty() {
+                bail!("every server count failed; see the messages above");
             }
             Ok(())
         }
