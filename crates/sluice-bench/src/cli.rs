@@ -774,6 +774,25 @@ mod tests {
         );
         assert!(parse(&["san", "--link-rate", "fast"]).is_err());
         assert!(parse(&["raid", "--cases", "tape"]).is_err());
+        let c = parse(&[
+            "striped",
+            "--quick",
+            "--link-rate",
+            "1G",
+            "--servers",
+            "1,4",
+        ])
+        .unwrap();
+        let Some(BenchCommand::Named(PresetCommand::Striped { common, striped })) = c.command
+        else {
+            panic!("not the striped preset");
+        };
+        assert_eq!(
+            common.options(Driver::Own).link_rate,
+            Some(crate::link::LinkRate(1_000_000_000))
+        );
+        assert_eq!(striped.servers, Some(vec![1, 4]));
+        assert!(parse(&["striped", "--servers", "5"]).is_err());
         // Presets whose servers cannot sit behind a link refuse the
         // option before running anything.
         for preset in ["pipelining", "filesystem", "objects"] {
