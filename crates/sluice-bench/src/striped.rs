@@ -119,13 +119,14 @@ pub struct StripedReport {
 }
 
 /// The object servers, each behind its own link, made as they are first
-/// needed and stopped on drop.
+/// needed and stopped on drop (fields drop in order: the servers before
+/// the namespaces they run in, and both before their folder).
 struct Bed {
-    bin: PathBuf,
-    rate: LinkRate,
+    servers: Vec<PeerServer>,
     links: Vec<Link>,
     measured: Vec<LinkMeasurement>,
-    servers: Vec<PeerServer>,
+    bin: PathBuf,
+    rate: LinkRate,
     dir: tempfile::TempDir,
 }
 
