@@ -57,7 +57,7 @@ enum BenchCommand {
     /// sluice, nbdkit, qemu-nbd and local I/O on one image, driven by
     /// sluice's client and by fio, interleaved rounds, ratios to a baseline.
     Compare(CompareArgs),
-    /// Run a named preset: pipelining, scaling, san, filesystem, objects, raid, merge.
+    /// Run a named preset: pipelining, scaling, san, filesystem, objects, raid, striped, merge.
     Preset {
         #[command(subcommand)]
         preset: PresetCommand,
@@ -136,6 +136,14 @@ enum PresetCommand {
         common: PresetArgs,
         #[command(flatten)]
         raid: crate::raid_presets::RaidArgs,
+    },
+    /// One striped object over 1-4 object servers, each behind its own rate-limited link (100
+    /// Mbit/s unless --link-rate): 1 MiB sequential writes and reads against N x one link.
+    Striped {
+        #[command(flatten)]
+        common: PresetArgs,
+        #[command(flatten)]
+        striped: crate::striped::StripedArgs,
     },
     /// Temporal merge in the object client: 4 KiB random object writes from 1-64 threads over one
     /// connection, merge off vs always vs adaptive, and latency at queue depth 1.
@@ -220,7 +228,7 @@ impl PresetArgs {
     fn no_link(&self, preset: &str) -> Result<()> {
         match self.link_rate {
             Some(_) => Err(BenchUsageError(format!(
-                "--link-rate: the {preset} preset does not put its servers behind a link (compare, scaling, san and raid do)"
+                "--link-rate: the {preset} preset does not put its servers behind a link (compare, scaling, san, raid and striped do)"
             ))
             .into()),
             None => Ok(()),
@@ -616,6 +624,15 @@ fn run_preset(p: PresetCommand) -> Result<()> {
             }
             Ok(())
         }
+        PresetCommand::Striped { common, striped } => {
+            let o = common.options(Driver::Own);
+            presets::check_out_dir(&o.out_dir)?;
+            let report = crate::striped::striped(&o, &striped)?;
+            if report.rows.is_empty() {
+                bail!("every server count failed; see the messages above");
+            }
+            Ok(())
+        }
         PresetCommand::Merge {
             common,
             dir,
@@ -757,6 +774,25 @@ mod tests {
         );
         assert!(parse(&["san", "--link-rate", "fast"]).is_err());
         assert!(parse(&["raid", "--cases", "tape"]).is_err());
+        let c = parse(&[
+            "striped",
+            "--quick",
+            "--link-rate",
+            "1G",
+            "--servers",
+            "1,4",
+        ])
+        .unwrap();
+        let Some(BenchCommand::Named(PresetCommand::Striped { common, striped })) = c.command
+        else {
+            panic!("not the striped preset");
+        };
+        assert_eq!(
+            common.options(Driver::Own).link_rate,
+            Some(crate::link::LinkRate(1_000_000_000))
+        );
+        assert_eq!(striped.servers, Some(vec![1, 4]));
+        assert!(parse(&["striped", "--servers", "5"]).is_err());
         // Presets whose servers cannot sit behind a link refuse the
         // option before running anything.
         for preset in ["pipelining", "filesystem", "objects"] {

@@ -12,6 +12,7 @@
 //!   medians, spread and ratios ([`stats`]).
 //! - [`presets`] and [`fsbench`]: the papers' experiments and `compare`;
 //!   [`raid_presets`]: networked RAID with members behind [`link`]s;
+//!   [`striped`]: one striped object over 1..4 object servers behind links;
 //!   [`objects`]: the native object protocol against its peers (NBD, Ceph);
 //!   [`merge`]: temporal merge in the object client;
 //!   [`report`] and [`plot`]: tables, CSV, JSON, SVG/PNG.
@@ -34,6 +35,7 @@ pub mod raid_presets;
 pub mod report;
 pub mod runner;
 pub mod stats;
+pub mod striped;
 pub mod target;
 pub mod verify;
 pub mod workload;

@@ -166,3 +166,80 @@ fn objects_preset_runs_with_tiny_sizes() {
     };
     assert!(objects(&ceph_less).is_err());
 }
+
+/// The striped preset at its smallest: one and two object servers behind
+/// 100 Mbit/s links, a 4 MiB object, two threads. Needs root, network
+/// namespaces and the `sluice` binary beside the test (`cargo build`);
+/// without them it says so and checks only that bad sizes are refused.
+#[test]
+fn striped_preset_runs_over_one_and_two_servers() {
+    use sluice_bench::matrix::Driver;
+    use sluice_bench::presets::PresetOptions;
+    use sluice_bench::striped::{striped, StripedArgs};
+    use sluice_bench::workload::Size;
+
+    let out = tempfile::tempdir().unwrap();
+    let opts = PresetOptions {
+        quick: true,
+        rounds: 1,
+        duration: None,
+        out_dir: out.path().to_path_buf(),
+        plot_dir: out.path().to_path_buf(),
+        image: None,
+        image_size: None,
+        sluice_bin: None,
+        targets: None,
+        driver: Driver::Own,
+        progress: false,
+        link_rate: None,
+    };
+    let args = StripedArgs {
+        servers: Some(vec![1, 2]),
+        threads: 2,
+        object_size: Some(Size(4 << 20)),
+    };
+    // Less than 1 MiB per thread, and not whole MiB: refused up front.
+    for size in [1 << 20, (4 << 20) + 1] {
+        let bad = StripedArgs {
+            object_size: Some(Size(size)),
+            ..args.clone()
+        };
+        let e = striped(&opts, &bad).unwrap_err();
+        assert!(format!("{e}").contains("--object-size"), "{e}");
+    }
+    if let Err(e) = sluice_bench::peers::resolve_sluice_bin(None) {
+        eprintln!("skipped: {e:#}");
+        return;
+    }
+    if let Some(why) = sluice_bench::link::unavailable() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let report = striped(&opts, &args).unwrap();
+    assert!(report.notes.len() == 1, "{:?}", report.notes);
+    assert_eq!(report.links.len(), 2);
+    let got: Vec<(u32, &str)> = report
+        .rows
+        .iter()
+        .map(|r| (r.servers, r.op.as_str()))
+        .collect();
+    assert_eq!(got, [(1, "write"), (1, "read"), (2, "write"), (2, "read")]);
+    for r in &report.rows {
+        assert!(r.mb_s > 0.0, "{r:?}");
+        // The data went over the shaped links: never much above their
+        // measured rate (loopback would be tens of times faster).
+        assert!(r.of_limit < 2.0, "{r:?}");
+        assert!(r.ratio_to_one.is_some_and(|x| x > 0.0), "{r:?}");
+    }
+    let limit = |n: u32, op: &str| {
+        report
+            .rows
+            .iter()
+            .find(|r| r.servers == n && r.op == op)
+            .map(|r| r.limit_mb_s)
+            .unwrap()
+    };
+    assert!(limit(2, "read") > limit(1, "read") * 1.5);
+    assert!(out.path().join("striped.json").exists());
+    assert!(out.path().join("striped-table.md").exists());
+}
