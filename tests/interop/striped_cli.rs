@@ -453,10 +453,26 @@ fn striped_objects_over_etcd_survive_losing_the_etcd_leader() {
     let file = dir.path().join("in.bin");
     std::fs::write(&file, &data).unwrap();
     let path = file.to_str().unwrap();
-    ok(run(&["put", "e/one", path, "--stripe", "8K", "--servers", "3"]));
+    ok(run(&[
+        "put",
+        "e/one",
+        path,
+        "--stripe",
+        "8K",
+        "--servers",
+        "3",
+    ]));
     let leader = etcd.leader().expect("the cluster has a leader");
     etcd.kill(leader);
-    ok(run(&["put", "e/two", path, "--stripe", "4K", "--servers", "2"]));
+    ok(run(&[
+        "put",
+        "e/two",
+        path,
+        "--stripe",
+        "4K",
+        "--servers",
+        "2",
+    ]));
     for name in ["e/one", "e/two"] {
         assert_eq!(ok(run(&["get", name])).output.stdout, data, "{name}");
     }
