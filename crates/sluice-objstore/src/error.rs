@@ -92,6 +92,10 @@ pub enum ObjStoreError {
     /// the group gets the one cause).
     #[error("attribute database: commit failed")]
     Commit { source: Arc<rusqlite::Error> },
+    /// A change panicked while its group committed (a bug). It was rolled
+    /// back alone; the rest of its group and the store carry on.
+    #[error("attribute database: a change failed unexpectedly and was rolled back")]
+    ChangePanicked,
 }
 
 pub(crate) trait MetaContext<T> {

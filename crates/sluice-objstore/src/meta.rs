@@ -136,7 +136,12 @@ impl<T: Send> Queued for Pending<T> {
         let Some(change) = self.change.take() else {
             return Ok(());
         };
-        let outcome = change(conn);
+        // A change that panics must not take its group down with it: the
+        // other callers of the group wait for their outcomes, and the
+        // queue's leader must hand over. Its savepoint (or, alone, its
+        // transaction) is rolled back like any failed change's.
+        let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| change(conn)))
+            .unwrap_or(Err(ObjStoreError::ChangePanicked));
         let failed = outcome.is_err();
         self.outcome = Some(outcome);
         if failed {
@@ -269,4 +274,61 @@ fn transact(
         conn.pragma_update(None, "synchronous", "NORMAL")?;
     }
     result
+}
+
+#[cfg(test)]
+mod committer_tests {
+    use super::*;
+
+    #[test]
+    fn a_change_that_panics_fails_alone_and_the_committer_carries_on() {
+        let conn = Connection::open_in_memory().expect("open");
+        conn.execute_batch("CREATE TABLE t (v INTEGER)")
+            .expect("schema");
+        let committer = Arc::new(Committer::new(conn));
+        let insert = |v: i64| {
+            move |c: &Connection| {
+                c.execute("INSERT INTO t VALUES (?1)", [v])
+                    .map(|_| ())
+                    .map_err(|e| ObjStoreError::Metadata {
+                        what: "insert",
+                        source: e,
+                    })
+            }
+        };
+        // Alone, then among concurrent changes.
+        let r = committer.commit(false, |_: &Connection| -> Result<(), ObjStoreError> {
+            panic!("a bug in a change")
+        });
+        assert!(matches!(r, Err(ObjStoreError::ChangePanicked)), "{r:?}");
+        let threads: Vec<_> = (0..8)
+            .map(|i| {
+                let committer = Arc::clone(&committer);
+                std::thread::spawn(move || {
+                    if i == 3 {
+                        committer.commit(false, |_: &Connection| -> Result<(), ObjStoreError> {
+                            panic!("another bug")
+                        })
+                    } else {
+                        committer.commit(false, insert(i))
+                    }
+                })
+            })
+            .collect();
+        let results: Vec<_> = threads
+            .into_iter()
+            .map(|t| t.join().expect("no caller panics"))
+            .collect();
+        for (i, r) in results.iter().enumerate() {
+            assert_eq!(r.is_ok(), i != 3, "change {i}: {r:?}");
+        }
+        committer
+            .commit(false, insert(100))
+            .expect("the store still commits");
+        let rows: i64 = committer
+            .conn()
+            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .expect("count");
+        assert_eq!(rows, 8);
+    }
 }

@@ -122,7 +122,9 @@ fn store_code(e: &ObjStoreError) -> ErrorCode {
         ObjStoreError::OutOfRange { .. } => ErrorCode::OutOfRange,
         ObjStoreError::PayloadLength { .. } => ErrorCode::LengthMismatch,
         ObjStoreError::Io { source, .. } | ObjStoreError::StoreIo { source, .. } => io_code(source),
-        ObjStoreError::Metadata { .. } | ObjStoreError::Commit { .. } => ErrorCode::Io,
+        ObjStoreError::Metadata { .. }
+        | ObjStoreError::Commit { .. }
+        | ObjStoreError::ChangePanicked => ErrorCode::Io,
         _ => ErrorCode::Invalid,
     }
 }
