@@ -254,18 +254,32 @@ fn run_plan(opts: &PresetOptions, plan: Plan<'_>) -> Result<PresetReport> {
     Ok(report)
 }
 
+/// The lines under a report's title: the machine, each link (after
+/// `label i` when there are several, e.g. "member 0"), and the notes.
+pub(crate) fn print_context(
+    machine: &Machine,
+    label: Option<&str>,
+    links: &[LinkMeasurement],
+    notes: &[String],
+) {
+    println!("machine: {}", machine.line());
+    for (i, l) in links.iter().enumerate() {
+        match label {
+            Some(label) => println!("{label} {i} {}", l.line()),
+            None => println!("{}", l.line()),
+        }
+    }
+    for n in notes {
+        println!("note: {n}");
+    }
+}
+
 fn print_header(report: &PresetReport) {
     println!(
         "# {} ({} round(s), {:.1} s per run, wall {:.0} s)",
         report.preset, report.rounds, report.duration_s, report.runs.wall_s
     );
-    println!("machine: {}", report.machine.line());
-    if let Some(l) = &report.link {
-        println!("{}", l.line());
-    }
-    for n in &report.notes {
-        println!("note: {n}");
-    }
+    print_context(&report.machine, None, report.link.as_slice(), &report.notes);
     if !report.runs.failures.is_empty() {
         println!("{} run(s) failed:", report.runs.failures.len());
         for f in &report.runs.failures {

@@ -600,13 +600,12 @@ fn print_report(opts: &PresetOptions, report: &RaidReport, wall: Duration) -> Re
         report.duration_s,
         wall.as_secs_f64()
     );
-    println!("machine: {}", report.machine.line());
-    for (i, l) in report.links.iter().enumerate() {
-        println!("member {i} {}", l.line());
-    }
-    for n in &report.notes {
-        println!("note: {n}");
-    }
+    crate::presets::print_context(
+        &report.machine,
+        Some("member"),
+        &report.links,
+        &report.notes,
+    );
     let mut t = Table::new([
         "case",
         "configuration",

@@ -419,13 +419,12 @@ fn print_report(opts: &PresetOptions, report: &StripedReport, wall: Duration) ->
         report.rounds,
         wall.as_secs_f64()
     );
-    println!("machine: {}", report.machine.line());
-    for (i, l) in report.links.iter().enumerate() {
-        println!("server {i} {}", l.line());
-    }
-    for n in &report.notes {
-        println!("note: {n}");
-    }
+    crate::presets::print_context(
+        &report.machine,
+        Some("server"),
+        &report.links,
+        &report.notes,
+    );
     let mut t = Table::new([
         "servers",
         "op",
