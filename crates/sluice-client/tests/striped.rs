@@ -1,7 +1,8 @@
 #![allow(clippy::unwrap_used)]
 //! Striped objects against real in-process object servers (one to four)
 //! and the in-memory metadata service: random reads and writes of every
-//! DDT shape checked against a byte-vector model, one request per server
+//! DDT shape checked against a byte-vector model (also over a real
+//! three-member etcd cluster, its leader killed halfway), one request per server
 //! per operation, a server stopped mid-write, a server that never
 //! answers, a create race, and fsck after a crash at every step of
 //! create and remove.
@@ -15,7 +16,8 @@ use sluice_client::obj::{
     StripedError, StripedObject, StripedWrite, Value, PIECE_COLLECTION, PIECE_OF_ATTR,
 };
 use sluice_client::ObjUri;
-use sluice_meta::{EntryState, MemoryMetaStore, MetaError, MetaStore};
+use sluice_meta::{EntryState, EtcdConfig, EtcdMetaStore, MemoryMetaStore, MetaError, MetaStore};
+use sluice_testkit::etcd::EtcdCluster;
 use sluice_testkit::test_server::TestServer;
 use tempfile::TempDir;
 
@@ -27,7 +29,7 @@ const UNIT: u64 = 4096;
 struct Deployment {
     servers: Vec<Option<TestServer>>,
     uris: Vec<String>,
-    meta: Arc<MemoryMetaStore>,
+    meta: Arc<dyn MetaStore>,
     _dirs: Vec<TempDir>,
 }
 
@@ -40,7 +42,11 @@ fn options() -> ObjOptions {
 }
 
 fn deploy(n: usize) -> Deployment {
-    let meta = Arc::new(MemoryMetaStore::new());
+    deploy_with(n, Arc::new(MemoryMetaStore::new()))
+}
+
+/// `n` object servers named in `meta`.
+fn deploy_with(n: usize, meta: Arc<dyn MetaStore>) -> Deployment {
     let mut servers = Vec::new();
     let mut uris = Vec::new();
     let mut dirs = Vec::new();
@@ -66,7 +72,7 @@ fn deploy(n: usize) -> Deployment {
 
 impl Deployment {
     fn client(&self) -> StripedClient {
-        StripedClient::new(Arc::clone(&self.meta) as Arc<dyn MetaStore>, options())
+        StripedClient::new(Arc::clone(&self.meta), options())
     }
 
     fn obj_client(&self, i: usize) -> ObjClient {
@@ -201,6 +207,7 @@ impl Shape {
 
 mod model {
     use proptest::prelude::*;
+    use proptest::test_runner::TestRunner;
 
     use super::*;
 
@@ -223,51 +230,98 @@ mod model {
         ]
     }
 
+    /// Reads and writes of every shape over `width` servers read back as
+    /// the model says, bytes past the size as zeros not counted real; a
+    /// fresh handle sees the same.
+    fn check_against_model(
+        d: &Deployment,
+        width: usize,
+        ops: &[(bool, Shape)],
+    ) -> Result<(), TestCaseError> {
+        let mut client = d.client();
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("model/{n}");
+        let mut object = client.create(&name, UNIT, width).unwrap();
+        prop_assert_eq!(object.layout().pieces.len(), width);
+        let mut model = Vec::new();
+        for (k, (write, shape)) in ops.iter().enumerate() {
+            let pattern = shape.pattern();
+            if *write {
+                let data = bytes(n * 100 + k as u64, pattern.total().unwrap());
+                client
+                    .write(&mut object, &pattern, &data, &StripedWrite::default())
+                    .unwrap();
+                model_write(&mut model, &pattern, &data);
+                prop_assert_eq!(object.size(), model.len() as u64);
+            } else {
+                let r = client.read(&mut object, &pattern).unwrap();
+                let (want, real) = model_read(&model, &pattern);
+                prop_assert_eq!(r.real_bytes, real, "op {} {:?}", k, shape);
+                prop_assert!(r.data == want, "op {} {:?}: data differs", k, shape);
+            }
+        }
+        // Everything, through a handle opened afresh by another client.
+        let mut other = d.client();
+        let mut fresh = other.open(&name).unwrap();
+        prop_assert_eq!(fresh.size(), model.len() as u64);
+        let all = Pattern::Contiguous {
+            offset: 0,
+            length: model.len() as u64 + UNIT,
+        };
+        let r = other.read(&mut fresh, &all).unwrap();
+        prop_assert_eq!(r.real_bytes, model.len() as u64);
+        prop_assert!(r.data == model_read(&model, &all).0);
+        client.remove(&name).unwrap();
+        Ok(())
+    }
+
+    fn case() -> impl Strategy<Value = (usize, Vec<(bool, Shape)>)> {
+        (
+            1usize..=4,
+            prop::collection::vec((any::<bool>(), shape()), 1..12),
+        )
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(32))]
 
-        /// Reads and writes of every shape over 1..4 servers read back as
-        /// the model says, bytes past the size as zeros not counted real;
-        /// a fresh handle sees the same.
         #[test]
-        fn striped_io_matches_a_model(
-            width in 1usize..=4,
-            ops in prop::collection::vec((any::<bool>(), shape()), 1..12),
-        ) {
-            let d = shared();
-            let mut client = d.client();
-            static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let name = format!("model/{n}");
-            let mut object = client.create(&name, UNIT, width).unwrap();
-            prop_assert_eq!(object.layout().pieces.len(), width);
-            let mut model = Vec::new();
-            for (k, (write, shape)) in ops.iter().enumerate() {
-                let pattern = shape.pattern();
-                if *write {
-                    let data = bytes(n * 100 + k as u64, pattern.total().unwrap());
-                    client
-                        .write(&mut object, &pattern, &data, &StripedWrite::default())
-                        .unwrap();
-                    model_write(&mut model, &pattern, &data);
-                    prop_assert_eq!(object.size(), model.len() as u64);
-                } else {
-                    let r = client.read(&mut object, &pattern).unwrap();
-                    let (want, real) = model_read(&model, &pattern);
-                    prop_assert_eq!(r.real_bytes, real, "op {} {:?}", k, shape);
-                    prop_assert!(r.data == want, "op {} {:?}: data differs", k, shape);
-                }
-            }
-            // Everything, through a handle opened afresh by another client.
-            let mut other = d.client();
-            let mut fresh = other.open(&name).unwrap();
-            prop_assert_eq!(fresh.size(), model.len() as u64);
-            let all = Pattern::Contiguous { offset: 0, length: model.len() as u64 + UNIT };
-            let r = other.read(&mut fresh, &all).unwrap();
-            prop_assert_eq!(r.real_bytes, model.len() as u64);
-            prop_assert!(r.data == model_read(&model, &all).0);
-            client.remove(&name).unwrap();
+        fn striped_io_matches_a_model((width, ops) in case()) {
+            check_against_model(shared(), width, &ops)?;
         }
+    }
+
+    /// The same over a three-member etcd cluster: 16 cases, then its
+    /// leader is killed, then 16 more on the two members left, through
+    /// the same clients' store (which must fail over without an error).
+    #[test]
+    fn striped_io_matches_a_model_over_etcd_through_a_leader_kill() {
+        let Some(mut cluster) = EtcdCluster::start_or_skip(3) else {
+            return;
+        };
+        let mut config = EtcdConfig::new(cluster.endpoints());
+        config.prefix = "/striped-model/".to_owned();
+        let meta = EtcdMetaStore::connect(config).expect("connect to etcd");
+        let d = deploy_with(4, Arc::new(meta));
+        let run = |d: &Deployment| {
+            let mut runner = TestRunner::new(ProptestConfig {
+                cases: 16,
+                // A runner outside `proptest!` has no source file to
+                // record failing cases beside; the panic prints the case.
+                failure_persistence: None,
+                ..ProptestConfig::default()
+            });
+            runner
+                .run(&case(), |(width, ops)| check_against_model(d, width, &ops))
+                .unwrap();
+        };
+        run(&d);
+        let leader = cluster.leader().expect("the cluster has a leader");
+        cluster.kill(leader);
+        run(&d);
+        // Every object was removed by its case; the names are gone.
+        assert!(d.meta.list("").unwrap().is_empty());
     }
 }
 
