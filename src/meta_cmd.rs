@@ -16,7 +16,8 @@ pub(crate) mod store;
 pub(crate) struct MetaArgs {
     /// The metadata service: sluice://HOST[:PORT] (a server started with
     /// 'sluice serve --meta DIR'), sluices://..., etcd://HOST:PORT[,...],
-    /// or sqlite:DIR.
+    /// etcds://HOST:PORT[,...]?tls-certificates=DIR (etcd over TLS; either
+    /// etcd form takes &user=NAME&password-file=PATH), or sqlite:DIR.
     #[arg(long, value_name = "URI", global = true)]
     meta: Option<String>,
     #[command(subcommand)]

@@ -37,7 +37,7 @@ pub(crate) struct ObjArgs {
     server: String,
     /// Striped objects by NAME instead: the metadata service
     /// (sluice://HOST[:PORT] of a 'sluice serve --meta' server,
-    /// etcd://HOST:PORT[,...] or sqlite:DIR) names their layouts; see
+    /// etcd://HOST:PORT[,...], etcds://... for TLS, or sqlite:DIR) names their layouts; see
     /// 'sluice meta'. Takes put, get, ls, stat, rm and fsck.
     #[arg(long, value_name = "URI", global = true)]
     meta: Option<String>,

@@ -15,6 +15,7 @@ use crate::UsageError;
 /// The accepted forms, for error messages.
 const FORMS: &str = "sluice://HOST[:PORT] (a 'sluice serve --meta' server), \
 sluices://HOST[:PORT]?tls-certificates=DIR, etcd://HOST:PORT[,HOST:PORT...], \
+etcds://HOST:PORT[,...]?tls-certificates=DIR (either with &user=NAME&password-file=PATH), \
 sqlite:DIR or a directory path";
 
 /// Timeouts of metadata and object server connections made by the CLI.
@@ -28,7 +29,7 @@ pub(crate) fn cli_options() -> ObjOptions {
 
 /// The metadata service `uri` names: a sluice server's over the native
 /// protocol (`sluice://`, `sluices://`, `sluice+unix://`), etcd
-/// (`etcd://`), or SQLite in a directory (`sqlite:DIR` or a path).
+/// (`etcd://`, `etcds://` with TLS), or SQLite in a directory (`sqlite:DIR` or a path).
 pub(crate) fn open_meta_store(uri: &str) -> anyhow::Result<Arc<dyn MetaStore>> {
     if uri.starts_with("sluice://")
         || uri.starts_with("sluices://")
@@ -42,7 +43,7 @@ pub(crate) fn open_meta_store(uri: &str) -> anyhow::Result<Arc<dyn MetaStore>> {
         })?;
         return Ok(Arc::new(store));
     }
-    if uri.starts_with("etcd://") {
+    if uri.starts_with("etcd://") || uri.starts_with("etcds://") {
         let config =
             EtcdConfig::from_uri(uri).map_err(|e| UsageError(format!("--meta {uri}: {e}")))?;
         let store = EtcdMetaStore::connect(config)
@@ -82,6 +83,8 @@ mod tests {
         assert!(usage("mem:").contains("in-memory"));
         assert!(usage("ftp://x").contains("unknown metadata URI"));
         assert!(usage("sluice://").contains("--meta sluice://"));
+        assert!(usage("etcds://127.0.0.1:2379").contains("tls-certificates=DIR"));
+        assert!(usage("etcd://127.0.0.1:2379?password=x").contains("password-file"));
     }
 
     #[test]

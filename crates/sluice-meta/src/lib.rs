@@ -23,7 +23,9 @@ mod record;
 mod sqlite;
 
 pub use error::MetaError;
-pub use etcd::{EtcdConfig, EtcdMetaStore, DEFAULT_PREFIX as DEFAULT_ETCD_PREFIX};
+pub use etcd::{
+    EtcdConfig, EtcdMetaStore, EtcdTls, EtcdUser, DEFAULT_PREFIX as DEFAULT_ETCD_PREFIX,
+};
 pub use memory::MemoryMetaStore;
 pub use sqlite::SqliteMetaStore;
 

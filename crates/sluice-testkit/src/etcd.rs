@@ -2,6 +2,9 @@
 //! binary (Debian's etcd-server), on loopback ports chosen at run time,
 //! their data in a temporary directory; one member can be killed and
 //! restarted; every member is killed when the cluster is dropped.
+//! [`EtcdCluster::start_tls`] makes one whose clients must use TLS and
+//! show a certificate. Health and leadership are read from each member's
+//! plain-HTTP metrics address, which TLS does not cover.
 //!
 //! ```ignore
 //! let Some(mut cluster) = EtcdCluster::start_or_skip(3) else { return };
@@ -36,6 +39,8 @@ pub struct EtcdCluster {
 struct Member {
     name: String,
     client_port: u16,
+    /// `/health` and `/metrics`, over plain HTTP even with TLS.
+    metrics_port: u16,
     /// The arguments it was started with, to restart it alike.
     args: Vec<String>,
     process: Option<Child>,
@@ -58,27 +63,51 @@ impl EtcdCluster {
     /// and [`REQUIRE_ETCD`] is not set, says why the test is skipped and
     /// returns None. Panics if the cluster does not come up.
     pub fn start_or_skip(n: usize) -> Option<Self> {
-        let Some(binary) = Self::binary() else {
-            assert!(
-                std::env::var_os(REQUIRE_ETCD).is_none(),
-                "etcd is not installed (no etcd on the PATH, SLUICE_ETCD unset) but {REQUIRE_ETCD} is set"
-            );
-            eprintln!("skipped: etcd is not installed (Debian: apt-get install etcd-server)");
-            return None;
-        };
+        let binary = Self::binary_or_skip()?;
         match Self::start(&binary, n) {
             Ok(c) => Some(c),
             Err(e) => panic!("could not start a {n}-member etcd cluster: {e}"),
         }
     }
 
+    /// The etcd binary, or, when none is installed and [`REQUIRE_ETCD`]
+    /// is not set, None after saying why the test is skipped.
+    fn binary_or_skip() -> Option<PathBuf> {
+        let binary = Self::binary();
+        if binary.is_none() {
+            assert!(
+                std::env::var_os(REQUIRE_ETCD).is_none(),
+                "etcd is not installed (no etcd on the PATH, SLUICE_ETCD unset) but {REQUIRE_ETCD} is set"
+            );
+            eprintln!("skipped: etcd is not installed (Debian: apt-get install etcd-server)");
+        }
+        binary
+    }
+
     /// Starts an `n`-member cluster of `binary` and waits until every
     /// member reports healthy. Tries three times with new ports, since
     /// another process may take a port between choosing and binding it.
     pub fn start(binary: &Path, n: usize) -> io::Result<Self> {
+        Self::start_with(binary, n, None)
+    }
+
+    /// Starts an `n`-member cluster whose client addresses speak only
+    /// TLS with the certificates in `server_certificates` (a directory
+    /// with `ca-cert.pem`, `server-cert.pem` and `server-key.pem`, as
+    /// `Pki::server` makes) and require a client certificate signed by
+    /// that CA. Skips as [`start_or_skip`](Self::start_or_skip) does.
+    pub fn start_tls_or_skip(n: usize, server_certificates: &Path) -> Option<Self> {
+        let binary = Self::binary_or_skip()?;
+        match Self::start_with(&binary, n, Some(server_certificates)) {
+            Ok(c) => Some(c),
+            Err(e) => panic!("could not start a {n}-member etcd cluster with TLS: {e}"),
+        }
+    }
+
+    fn start_with(binary: &Path, n: usize, tls: Option<&Path>) -> io::Result<Self> {
         let mut last = None;
         for _ in 0..3 {
-            match Self::try_start(binary, n) {
+            match Self::try_start(binary, n, tls) {
                 Ok(c) => return Ok(c),
                 Err(e) => last = Some(e),
             }
@@ -86,10 +115,10 @@ impl EtcdCluster {
         Err(last.unwrap_or_else(|| io::Error::other("no attempt made")))
     }
 
-    fn try_start(binary: &Path, n: usize) -> io::Result<Self> {
+    fn try_start(binary: &Path, n: usize, tls: Option<&Path>) -> io::Result<Self> {
         let dir = tempfile::Builder::new().prefix("sluice-etcd-").tempdir()?;
         // Hold every port until all are chosen so no two are the same.
-        let listeners = (0..2 * n)
+        let listeners = (0..3 * n)
             .map(|_| TcpListener::bind("127.0.0.1:0"))
             .collect::<io::Result<Vec<_>>>()?;
         let ports = listeners
@@ -97,7 +126,8 @@ impl EtcdCluster {
             .map(|l| l.local_addr().map(|a| a.port()))
             .collect::<io::Result<Vec<_>>>()?;
         drop(listeners);
-        let peer_url = |i: usize| format!("http://127.0.0.1:{}", ports[2 * i + 1]);
+        let peer_url = |i: usize| format!("http://127.0.0.1:{}", ports[3 * i + 1]);
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let initial_cluster = (0..n)
             .map(|i| format!("m{i}={}", peer_url(i)))
             .collect::<Vec<_>>()
@@ -105,27 +135,41 @@ impl EtcdCluster {
         let token = format!("sluice-test-{}", dir.path().display());
         let members = (0..n)
             .map(|i| {
-                let client_url = format!("http://127.0.0.1:{}", ports[2 * i]);
+                let client_url = format!("{scheme}://127.0.0.1:{}", ports[3 * i]);
                 let data = dir.path().join(format!("m{i}"));
+                let mut args = vec![
+                    format!("--name=m{i}"),
+                    format!("--data-dir={}", data.display()),
+                    format!("--listen-client-urls={client_url}"),
+                    format!("--advertise-client-urls={client_url}"),
+                    format!(
+                        "--listen-metrics-urls=http://127.0.0.1:{}",
+                        ports[3 * i + 2]
+                    ),
+                    format!("--listen-peer-urls={}", peer_url(i)),
+                    format!("--initial-advertise-peer-urls={}", peer_url(i)),
+                    format!("--initial-cluster={initial_cluster}"),
+                    "--initial-cluster-state=new".to_owned(),
+                    format!("--initial-cluster-token={token}"),
+                    // Loopback: elect a leader in well under a second.
+                    "--heartbeat-interval=50".to_owned(),
+                    "--election-timeout=500".to_owned(),
+                    "--logger=zap".to_owned(),
+                    "--log-level=warn".to_owned(),
+                ];
+                if let Some(certs) = tls {
+                    args.extend([
+                        format!("--cert-file={}", certs.join("server-cert.pem").display()),
+                        format!("--key-file={}", certs.join("server-key.pem").display()),
+                        format!("--trusted-ca-file={}", certs.join("ca-cert.pem").display()),
+                        "--client-cert-auth".to_owned(),
+                    ]);
+                }
                 Member {
                     name: format!("m{i}"),
-                    client_port: ports[2 * i],
-                    args: vec![
-                        format!("--name=m{i}"),
-                        format!("--data-dir={}", data.display()),
-                        format!("--listen-client-urls={client_url}"),
-                        format!("--advertise-client-urls={client_url}"),
-                        format!("--listen-peer-urls={}", peer_url(i)),
-                        format!("--initial-advertise-peer-urls={}", peer_url(i)),
-                        format!("--initial-cluster={initial_cluster}"),
-                        "--initial-cluster-state=new".to_owned(),
-                        format!("--initial-cluster-token={token}"),
-                        // Loopback: elect a leader in well under a second.
-                        "--heartbeat-interval=50".to_owned(),
-                        "--election-timeout=500".to_owned(),
-                        "--logger=zap".to_owned(),
-                        "--log-level=warn".to_owned(),
-                    ],
+                    client_port: ports[3 * i],
+                    metrics_port: ports[3 * i + 2],
+                    args,
                     process: None,
                 }
             })
@@ -183,7 +227,7 @@ impl EtcdCluster {
                 && agent
                     .get(&format!(
                         "http://127.0.0.1:{}/metrics",
-                        self.members[i].client_port
+                        self.members[i].metrics_port
                     ))
                     .call()
                     .ok()
@@ -218,7 +262,7 @@ impl EtcdCluster {
 
     /// Waits until member `i` answers `/health` with a leader.
     fn wait_healthy(&mut self, i: usize) -> io::Result<()> {
-        let url = format!("http://127.0.0.1:{}/health", self.members[i].client_port);
+        let url = format!("http://127.0.0.1:{}/health", self.members[i].metrics_port);
         let agent = agent();
         let deadline = Instant::now() + HEALTHY_WITHIN;
         loop {

@@ -6,7 +6,8 @@
 //! ([`raw_obj`]) a raw client of the native object protocol,
 //! ([`nbd_oracle`]) what an accepted NBD command promises, and with the
 //! `server` feature (on by default) ([`test_server`]) an in-process
-//! server and ([`pki`]) test certificates, and with the `etcd` feature
+//! server and, with it or the `pki` feature, ([`pki`]) test
+//! certificates, and with the `etcd` feature
 //! ([`etcd`]) a real etcd cluster on loopback ports. A dev-dependency only; nothing
 //! in production links it.
 
@@ -15,7 +16,7 @@ pub mod crash;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 pub mod nbd_oracle;
-#[cfg(feature = "server")]
+#[cfg(feature = "pki")]
 pub mod pki;
 pub mod raw_nbd;
 pub mod raw_obj;
