@@ -131,10 +131,7 @@ fn always_packs_concurrent_writers_into_frames_of_several() {
         members * 2 > writes,
         "{members} of {writes} writes in {frames} frames"
     );
-    assert!(
-        members >= 3 * frames,
-        "{members} writes in {frames} frames"
-    );
+    assert!(members >= 3 * frames, "{members} writes in {frames} frames");
 }
 
 #[test]
