@@ -372,12 +372,12 @@ fn run_one(
 
 /// CPU time of the embedded server's threads (named `sluice-*`), less
 /// the client's reader threads, which share the prefix.
-fn server_cpu() -> std::time::Duration {
+fn server_cpu() -> Duration {
     cpu::own_threads_cpu(SERVER_THREAD_PREFIX).saturating_sub(cpu::own_threads_cpu(READER_THREAD))
 }
 
 /// CPU time of this whole process.
-fn process_cpu() -> std::time::Duration {
+fn process_cpu() -> Duration {
     cpu::process_cpu(std::process::id()).unwrap_or_default()
 }
 
