@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use serde::Serialize;
 use sluice_client::obj::{
-    DataOptions, MergePolicy, ObjClient, ObjOptions, Segment, SharedObjClient,
+    DataOptions, MergePolicy, ObjClient, ObjOptions, Segment, SharedObjClient, READER_THREAD,
 };
 use sluice_model::plot::{Axes, Figure, XAxis};
 use sluice_model::text::{compact, Table};
@@ -24,7 +24,7 @@ use sluice_model::text::{compact, Table};
 use crate::cpu;
 use crate::hist::LatencyHistogram;
 use crate::machine::Machine;
-use crate::objects::{load1, ObjServer};
+use crate::objects::{load1, steal_now, steal_since, ObjServer};
 use crate::plot;
 use crate::presets::PresetOptions;
 use crate::report;
@@ -73,10 +73,15 @@ pub struct MergeSample {
     pub merged: u64,
     /// Where adaptive held merging at the end (fewest outstanding).
     pub threshold: Option<usize>,
-    /// Server CPU per write (µs).
+    /// Server CPU per write (µs): the embedded server's threads.
     pub server_cpu_us_per_op: f64,
+    /// Client CPU per write (µs): the rest of the process (the writer
+    /// threads and the connection's reader thread).
+    pub client_cpu_us_per_op: f64,
     /// 1-minute load average at the end.
     pub load1: f64,
+    /// Share of CPU time stolen by the hypervisor while measuring (%).
+    pub steal_pct: f64,
 }
 
 /// The rounds of one policy at one thread count.
@@ -91,6 +96,10 @@ pub struct MergeSummary {
     /// Share of writes sent inside batch frames.
     pub merged_share: f64,
     pub server_cpu_us_per_op: f64,
+    pub client_cpu_us_per_op: f64,
+    /// Highest 1-minute load average and steal share over the rounds.
+    pub load1_max: f64,
+    pub steal_pct_max: f64,
 }
 
 /// Adaptive against the better fixed policy at one thread count.
@@ -180,7 +189,7 @@ pub fn merge(opts: &MergeOptions) -> Result<MergeReport> {
                     Ok(mut s) => {
                         s.round = round;
                         eprintln!(
-                            "round {round} {:>2} threads {:<8} {:>9.0} writes/s  mean {:>7} us  p99 {:>7} us  merged {:>5.1}%  srv {} us/op  load {:.2}",
+                            "round {round} {:>2} threads {:<8} {:>9.0} writes/s  mean {:>7} us  p99 {:>7} us  merged {:>5.1}%  srv {} us/op  client {} us/op  load {:.2}  steal {:.1}%",
                             s.workers,
                             s.policy,
                             s.ops_s,
@@ -188,7 +197,9 @@ pub fn merge(opts: &MergeOptions) -> Result<MergeReport> {
                             compact(s.p99_us),
                             share(s.merged, s.ops) * 100.0,
                             compact(s.server_cpu_us_per_op),
-                            s.load1
+                            compact(s.client_cpu_us_per_op),
+                            s.load1,
+                            s.steal_pct
                         );
                         samples.push(s);
                     }
@@ -272,7 +283,7 @@ fn run_one(
     let data = vec![0x5au8; BLOCK];
     let (mut ops, mut hist) = (0u64, LatencyHistogram::new());
     let mut first_error = None;
-    let (server0, stats0, wall) = std::thread::scope(|s| -> Result<_> {
+    let (server0, process0, stats0, wall, steal) = std::thread::scope(|s| -> Result<_> {
         let handles: Vec<_> = objects
             .iter()
             .enumerate()
@@ -302,13 +313,15 @@ fn run_one(
             })
             .collect();
         std::thread::sleep(warmup);
-        let server0 = cpu::own_threads_cpu(SERVER_THREAD_PREFIX);
+        let (server0, process0) = (server_cpu(), process_cpu());
+        let steal0 = steal_now();
         let stats0 = client.merge_stats();
         let t_start = Instant::now();
         measuring.store(true, Ordering::Relaxed);
         std::thread::sleep(duration);
         measuring.store(false, Ordering::Relaxed);
         let wall = t_start.elapsed();
+        let steal = steal_since(steal0);
         stop.store(true, Ordering::Relaxed);
         for h in handles {
             match h.join() {
@@ -322,7 +335,7 @@ fn run_one(
                 Err(_) => anyhow::bail!("a writer thread panicked"),
             }
         }
-        Ok((server0, stats0, wall))
+        Ok((server0, process0, stats0, wall, steal))
     })?;
     if let Some(e) = first_error {
         return Err(e).context("a write failed");
@@ -330,7 +343,10 @@ fn run_one(
     // Frames sent while measuring (the last writes after the stop are
     // few against the run's).
     let stats = client.merge_stats();
-    let server_cpu = cpu::own_threads_cpu(SERVER_THREAD_PREFIX).saturating_sub(server0);
+    let server_cpu = server_cpu().saturating_sub(server0);
+    let client_cpu = process_cpu()
+        .saturating_sub(process0)
+        .saturating_sub(server_cpu);
     let lat = hist.summary();
     let secs = wall.as_secs_f64().max(1e-9);
     Ok(MergeSample {
@@ -348,8 +364,21 @@ fn run_one(
         merged: stats.merged - stats0.merged,
         threshold: stats.threshold,
         server_cpu_us_per_op: server_cpu.as_secs_f64() * 1e6 / ops.max(1) as f64,
+        client_cpu_us_per_op: client_cpu.as_secs_f64() * 1e6 / ops.max(1) as f64,
         load1: load1(),
+        steal_pct: steal,
     })
+}
+
+/// CPU time of the embedded server's threads (named `sluice-*`), less
+/// the client's reader threads, which share the prefix.
+fn server_cpu() -> Duration {
+    cpu::own_threads_cpu(SERVER_THREAD_PREFIX).saturating_sub(cpu::own_threads_cpu(READER_THREAD))
+}
+
+/// CPU time of this whole process.
+fn process_cpu() -> Duration {
+    cpu::process_cpu(std::process::id()).unwrap_or_default()
 }
 
 fn share(part: u64, whole: u64) -> f64 {
@@ -389,6 +418,9 @@ pub fn summarise(samples: &[MergeSample]) -> Vec<MergeSummary> {
                 p99_us: median_of(mine.iter().map(|s| s.p99_us)),
                 merged_share: median_of(mine.iter().map(|s| share(s.merged, s.ops))),
                 server_cpu_us_per_op: median_of(mine.iter().map(|s| s.server_cpu_us_per_op)),
+                client_cpu_us_per_op: median_of(mine.iter().map(|s| s.client_cpu_us_per_op)),
+                load1_max: mine.iter().map(|s| s.load1).fold(0.0, f64::max),
+                steal_pct_max: mine.iter().map(|s| s.steal_pct).fold(0.0, f64::max),
                 policy,
                 workers,
             })
@@ -444,6 +476,9 @@ fn throughput_table(report: &MergeReport) -> Table {
         "merged adaptive",
         "srv us/op off",
         "srv us/op always",
+        "client us/op off",
+        "client us/op always",
+        "load / steal max",
     ]);
     let find = |w: usize, p: MergePolicy| {
         report
@@ -477,6 +512,19 @@ fn throughput_table(report: &MergeReport) -> Table {
             cell(find(w, MergePolicy::Always), |s| {
                 compact(s.server_cpu_us_per_op)
             }),
+            cell(find(w, MergePolicy::Off), |s| {
+                compact(s.client_cpu_us_per_op)
+            }),
+            cell(find(w, MergePolicy::Always), |s| {
+                compact(s.client_cpu_us_per_op)
+            }),
+            {
+                let here = report.summaries.iter().filter(|s| s.workers == w);
+                let (load, steal) = here.fold((0.0f64, 0.0f64), |(l, st), s| {
+                    (l.max(s.load1_max), st.max(s.steal_pct_max))
+                });
+                format!("{load:.1} / {steal:.1}%")
+            },
         ]);
     }
     t
@@ -554,7 +602,9 @@ mod tests {
             merged: 100,
             threshold: None,
             server_cpu_us_per_op: 5.0,
+            client_cpu_us_per_op: 4.0,
             load1: 0.0,
+            steal_pct: 0.0,
         }
     }
 

@@ -8,7 +8,7 @@
 use proptest::prelude::*;
 use sluice_client::obj::{
     DataOptions, Features, MergePolicy, ObjClient, ObjOptions, ObjRequest, ObjResponse, Segment,
-    SharedObjClient,
+    SharedObjClient, HOLD_IN_FLIGHT,
 };
 use sluice_client::ObjUri;
 use sluice_testkit::test_server::TestServer;
@@ -111,17 +111,27 @@ fn until_batched(f: &Fixture, rounds: usize, mut round: impl FnMut()) -> u64 {
 }
 
 #[test]
-fn always_packs_concurrent_requests_into_batches() {
+fn always_packs_concurrent_writers_into_frames_of_several() {
     let f = start();
-    let objects = f.objects(16);
+    let objects = f.objects(32);
     let client = f.shared(MergePolicy::Always);
     assert_eq!(client.merge_policy(), MergePolicy::Always);
-    let n = until_batched(&f, 20, || hammer(&client, &objects, 100));
-    assert!(n > 0, "no batch frame formed");
+    let per_thread = 200;
+    hammer(&client, &objects, per_thread);
+    let frames = f.batches();
+    let members = f.metric("sluice_obj_batch_members_sum");
+    let writes = objects.len() as u64 * per_thread;
     // Every frame the client packed is one the server split.
     let stats = client.merge_stats();
-    assert_eq!(stats.frames, f.batches());
-    assert!(stats.merged >= 2 * stats.frames, "{stats:?}");
+    assert_eq!(stats.frames, frames);
+    assert_eq!(stats.merged, members);
+    // Requests that become ready while replies are due are held for the
+    // next send, so most writes go in frames, several to a frame.
+    assert!(
+        members * 2 > writes,
+        "{members} of {writes} writes in {frames} frames"
+    );
+    assert!(members >= 3 * frames, "{members} writes in {frames} frames");
 }
 
 #[test]
@@ -154,24 +164,19 @@ fn off_never_batches() {
 }
 
 #[test]
-fn adaptive_one_request_at_a_time_never_batches() {
-    let f = start();
-    let objects = f.objects(1);
-    let client = f.shared(MergePolicy::Adaptive);
-    assert_eq!(client.merge_policy(), MergePolicy::Adaptive);
-    // Enough requests for many measuring windows.
-    hammer(&client, &objects, 3000);
-    assert_eq!(client.merge_stats().frames, 0);
-    assert_eq!(f.batches(), 0);
-}
-
-#[test]
-fn adaptive_with_many_in_flight_batches() {
+fn adaptive_batches_above_the_hold_threshold_and_not_below_it() {
     let f = start();
     let objects = f.objects(32);
     let client = f.shared(MergePolicy::Adaptive);
-    // Adaptive tries merging at each level of load it sees before it
-    // compares, so a busy connection forms batch frames.
+    assert_eq!(client.merge_policy(), MergePolicy::Adaptive);
+    // Below: one at a time, then just under the threshold; enough
+    // requests for many measuring windows, and not one frame.
+    hammer(&client, &objects[..1], 1000);
+    hammer(&client, &objects[..HOLD_IN_FLIGHT - 1], 1000);
+    assert_eq!(client.merge_stats().frames, 0);
+    assert_eq!(f.batches(), 0);
+    // Above: adaptive tries merging at each level of load it sees
+    // before it compares, so a busy connection forms batch frames.
     let n = until_batched(&f, 30, || hammer(&client, &objects, 100));
     assert!(n > 0, "no batch frame formed");
     assert_eq!(client.merge_stats().frames, f.batches());
@@ -373,7 +378,7 @@ proptest! {
             Just(MergePolicy::Always),
             Just(MergePolicy::Adaptive)
         ],
-        scripts in prop::collection::vec(prop::collection::vec(step(), 1..60), 2..8),
+        scripts in prop::collection::vec(prop::collection::vec(step(), 1..60), 2..16),
     ) {
         let f = start();
         let objects = f.objects(scripts.len() as u32);

@@ -12,7 +12,7 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use sluice_obj_proto::consts::{OP_BATCH, REPLY_HEADER_LEN, REQUEST_HEADER_LEN};
-use sluice_obj_proto::{ErrorCode, Negotiated, ReplyHeader, RequestHeader};
+use sluice_obj_proto::{ErrorCode, Limits, Negotiated, ReplyHeader, RequestHeader};
 
 use super::error::Subject;
 use super::merge::{MergeController, MergePolicy};
@@ -85,7 +85,68 @@ pub(crate) struct RawReply {
 
 /// A reply by its request id: the reply, or the server's refusal (its
 /// code and message).
-type Received = (u64, Result<RawReply, (ErrorCode, String)>);
+pub(super) type Received = (u64, Result<RawReply, (ErrorCode, String)>);
+
+/// What the front of a receive buffer holds.
+pub(super) enum Front {
+    /// A whole reply, taken out of the buffer.
+    Reply(Received),
+    /// Not a whole reply yet; its header when that much is in.
+    Short(Option<ReplyHeader>),
+}
+
+/// Takes the next whole reply out of `inbuf`: the one way both
+/// connection drivers ([`Link`] and the shared client) parse replies.
+/// A reply claiming more than the server's published limit allows (plus
+/// a generous allowance for attributes) is a violation, so a corrupt
+/// length cannot make the client allocate without bound.
+pub(super) fn take_reply(
+    inbuf: &mut RecvBuf,
+    limits: &Limits,
+    server: &str,
+) -> Result<Front, ObjError> {
+    let data = inbuf.data();
+    let header = ReplyHeader::decode(data).map_err(|source| ObjError::Protocol {
+        server: server.to_owned(),
+        source,
+    })?;
+    let Some(h) = header else {
+        return Ok(Front::Short(None));
+    };
+    let limit = u64::from(limits.max_payload) * 2 + (1 << 20);
+    if h.payload_len() > limit {
+        return Err(ObjError::Violation {
+            server: server.to_owned(),
+            reason: format!(
+                "reply {} claims {} bytes, more than the server's own limit",
+                h.id,
+                h.payload_len()
+            ),
+        });
+    }
+    let need = reply_len(&h);
+    if data.len() < need {
+        return Ok(Front::Short(Some(h)));
+    }
+    let payload = &data[REPLY_HEADER_LEN..need];
+    let (attrs, body) = payload.split_at(h.attr_len as usize);
+    let reply = match h.status {
+        None => Ok(RawReply {
+            real_bytes: h.real_bytes,
+            attrs: attrs.to_vec(),
+            body: body.to_vec(),
+        }),
+        Some(code) => Err((code, String::from_utf8_lossy(body).into_owned())),
+    };
+    inbuf.consume(need);
+    Ok(Front::Reply((h.id, reply)))
+}
+
+/// Bytes of the reply `h` heads, header included (bounded by
+/// [`take_reply`]'s check before anything is reserved for it).
+pub(super) fn reply_len(h: &ReplyHeader) -> usize {
+    REPLY_HEADER_LEN + h.payload_len() as usize
+}
 
 /// What waits for a reply, by request id.
 enum Pending {
@@ -385,45 +446,15 @@ impl Link {
     /// server's refusal of that request.
     fn receive(&mut self, wires: &[Wire<'_>], flight: &InFlight) -> Result<Received, ObjError> {
         loop {
-            let data = self.inbuf.data();
-            let header = ReplyHeader::decode(data).map_err(|source| ObjError::Protocol {
-                server: self.server.clone(),
-                source,
-            })?;
-            if let Some(h) = header {
-                let need = REPLY_HEADER_LEN as u64 + h.payload_len();
-                if (data.len() as u64) >= need {
-                    let payload = &data[REPLY_HEADER_LEN..need as usize];
-                    let (attrs, body) = payload.split_at(h.attr_len as usize);
-                    let reply = match h.status {
-                        None => Ok(RawReply {
-                            real_bytes: h.real_bytes,
-                            attrs: attrs.to_vec(),
-                            body: body.to_vec(),
-                        }),
-                        Some(code) => Err((code, String::from_utf8_lossy(body).into_owned())),
-                    };
-                    self.inbuf.consume(need as usize);
-                    return Ok((h.id, reply));
+            match take_reply(&mut self.inbuf, &self.session.limits, &self.server)? {
+                Front::Reply(r) => return Ok(r),
+                Front::Short(None) => {}
+                Front::Short(Some(h)) => {
+                    if h.status.is_none() && u64::from(h.body_len) >= DIRECT_BODY {
+                        return self.receive_large(&h, wires, flight);
+                    }
+                    self.inbuf.reserve(reply_len(&h));
                 }
-                // Bounded by the published limit (plus the header and a
-                // generous allowance for attributes), so a corrupt length
-                // cannot make the client allocate without bound.
-                let limit = u64::from(self.session.limits.max_payload) * 2 + (1 << 20);
-                if h.payload_len() > limit {
-                    return Err(ObjError::Violation {
-                        server: self.server.clone(),
-                        reason: format!(
-                            "reply {} claims {} bytes, more than the server's own limit",
-                            h.id,
-                            h.payload_len()
-                        ),
-                    });
-                }
-                if h.status.is_none() && u64::from(h.body_len) >= DIRECT_BODY {
-                    return self.receive_large(&h, wires, flight);
-                }
-                self.inbuf.reserve(need as usize);
             }
             match self.inbuf.fill(&mut self.stream) {
                 Ok(true) => {}

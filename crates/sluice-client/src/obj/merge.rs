@@ -1,15 +1,25 @@
 //! Temporal merge: when the client packs requests waiting to be sent
 //! into one batch frame (docs/design/0008-temporal-merge.md).
 //!
-//! A batch frame costs the server one frame header and one receive for
-//! many requests, but its members arrive together rather than as each is
-//! ready, and a request issued just after a frame left waits for the next
-//! one. Whether that pays depends on the load, so [`MergePolicy::Adaptive`]
-//! measures it: it keeps, for each level of load (requests outstanding,
-//! in powers of two), the completion rate seen with merging and without,
-//! over short windows, and merges at the levels where merging measured
-//! faster, switching only when the other way is better by a margin and
-//! probing the other way now and then.
+//! Merging has two parts. *Holding*: while [`HOLD_IN_FLIGHT`] or more
+//! requests are in flight, a request that is ready is not sent at once
+//! but left in the send queue for the next send, which the next reply
+//! starts (or the caller that fills the queue to [`HOLD_MAX`]); so
+//! requests gather while the connection is busy. *Packing*: a send that
+//! finds two or more requests waiting puts them in batch frames.
+//!
+//! A batch frame costs the two ends one send, one receive and one wake-up
+//! for many requests, but a held request waits for the next reply, and
+//! the members of a frame reach the server together rather than as each
+//! is ready. Whether that pays depends on the load, so
+//! [`MergePolicy::Adaptive`] measures it: it keeps, for each level of
+//! load (requests outstanding, in powers of two), the time per completion
+//! seen with merging and without, over short windows, and merges at the
+//! levels where merging measured cheaper, switching only when the other
+//! way is better by a margin and probing the other way now and then
+//! (rarely when the two differ much). Below [`HOLD_IN_FLIGHT`]
+//! outstanding it never merges: nothing is held there, so there is
+//! nothing to gain (the paper's sporadic case).
 //!
 //! The controller is a pure state machine: callers pass the time in, so
 //! its rule is tested with made-up clocks.
@@ -23,10 +33,12 @@ use std::time::{Duration, Instant};
 pub enum MergePolicy {
     /// Never: every request in its own frame.
     Off,
-    /// Whenever two or more requests wait to be sent.
+    /// Whenever two or more requests wait to be sent, holding requests
+    /// while [`HOLD_IN_FLIGHT`] or more are in flight.
     Always,
-    /// When two or more wait, requests are already in flight, and
-    /// merging measured faster than not merging at this load.
+    /// As `Always`, at the levels of load (requests outstanding) where
+    /// merging measured faster than not merging; never below
+    /// [`HOLD_IN_FLIGHT`] outstanding.
     #[default]
     Adaptive,
 }
@@ -77,6 +89,16 @@ pub struct MergeStats {
     pub threshold: Option<usize>,
 }
 
+/// Requests in flight from which a merging client holds a ready request
+/// for the next send rather than sending it at once. Below it holding
+/// would starve the server (at two in flight, each request would wait for
+/// the other's reply); from it, a reply is due soon, and requests that
+/// come meanwhile gather into one frame.
+pub const HOLD_IN_FLIGHT: usize = 4;
+/// Requests held at most: the caller that makes this many waiting sends
+/// them itself, so a frame never waits to grow past it.
+pub(crate) const HOLD_MAX: usize = 64;
+
 /// Load levels: level `i` holds a mean of `2^i` to `2^(i+1) - 1`
 /// requests outstanding (the last level everything above).
 const LEVELS: usize = 9;
@@ -87,8 +109,13 @@ const WINDOW_COMPLETIONS: u64 = 32;
 /// The other way must be this much faster before the held one changes.
 const HYSTERESIS: f64 = 0.05;
 /// After this many windows held at a level, one window tries the other
-/// way, so a change in conditions is noticed.
+/// way, so a change in conditions is noticed...
 const PROBE_EVERY: u32 = 8;
+/// ...or after this many when the other way measured [`FAR`] or more
+/// slower, so a clearly worse way costs under 1% of the time.
+const PROBE_FAR: u32 = 32;
+/// A gap this large between the two ways makes probes rare.
+const FAR: f64 = 0.25;
 /// Weight of the newest window in a level's rate.
 const NEWEST: f64 = 0.5;
 
@@ -151,6 +178,21 @@ impl MergeController {
         }
     }
 
+    /// Whether a request just queued, with `queued` waiting (itself
+    /// included) and `in_flight` sent and unanswered, should wait for
+    /// the next send rather than be sent now. Only while a reply is due
+    /// ([`HOLD_IN_FLIGHT`] in flight), so a held request is always sent
+    /// by the thread that handles that reply.
+    #[inline]
+    pub(crate) fn should_hold(&self, in_flight: usize, queued: usize) -> bool {
+        let merging = match self.policy {
+            MergePolicy::Off => return false,
+            MergePolicy::Always => true,
+            MergePolicy::Adaptive => self.merging,
+        };
+        merging && in_flight >= HOLD_IN_FLIGHT && queued < HOLD_MAX
+    }
+
     /// Counts one completion at `now`, with `outstanding` requests
     /// (in flight or waiting to be sent) left after it.
     #[inline]
@@ -184,8 +226,10 @@ impl MergeController {
 
     /// The way of the next window, predicting its load is `level`'s.
     fn choose(&mut self, level: usize) -> bool {
-        if level == 0 {
-            // Under two requests outstanding there is nothing to merge.
+        if level < level_of(HOLD_IN_FLIGHT as u64) {
+            // Nothing is held at so few outstanding, so at most requests
+            // that met during one send could be packed: too little to
+            // measure against the noise, and nothing to gain.
             return false;
         }
         let l = &mut self.levels[level];
@@ -203,7 +247,13 @@ impl MergeController {
             l.held = 0;
         }
         l.held += 1;
-        if l.held > PROBE_EVERY {
+        let (better, worse) = if l.merge { (on, off) } else { (off, on) };
+        let every = if better > worse * (1.0 + FAR) {
+            PROBE_FAR
+        } else {
+            PROBE_EVERY
+        };
+        if l.held > every {
             l.held = 0;
             return !l.merge;
         }
@@ -215,7 +265,7 @@ impl MergeController {
     pub(crate) fn threshold(&self) -> Option<usize> {
         match self.policy {
             MergePolicy::Off => None,
-            MergePolicy::Always => Some(2),
+            MergePolicy::Always => Some(HOLD_IN_FLIGHT),
             MergePolicy::Adaptive => self
                 .levels
                 .iter()
@@ -257,6 +307,47 @@ mod tests {
         let none = MergeController::new(MergePolicy::Always, false);
         assert!(!none.should_merge(64, 64));
         assert_eq!(none.policy(), MergePolicy::Off);
+    }
+
+    #[test]
+    fn requests_are_held_only_while_replies_are_due() {
+        let off = MergeController::new(MergePolicy::Off, true);
+        let always = MergeController::new(MergePolicy::Always, true);
+        for in_flight in 0..HOLD_IN_FLIGHT {
+            assert!(!always.should_hold(in_flight, 1), "{in_flight}");
+        }
+        assert!(always.should_hold(HOLD_IN_FLIGHT, 1));
+        assert!(always.should_hold(64, HOLD_MAX - 1));
+        // A full queue goes out with its last caller.
+        assert!(!always.should_hold(64, HOLD_MAX));
+        assert!(!off.should_hold(64, 1));
+        // Adaptive holds only in a merging window.
+        let mut adaptive = MergeController::new(MergePolicy::Adaptive, true);
+        assert!(!adaptive.should_hold(64, 1));
+        adaptive.merging = true;
+        assert!(adaptive.should_hold(64, 1));
+        assert!(!adaptive.should_hold(HOLD_IN_FLIGHT - 1, 1));
+    }
+
+    #[test]
+    fn adaptive_never_merges_below_the_hold_threshold() {
+        for outstanding in 1..HOLD_IN_FLIGHT {
+            let mut c = MergeController::new(MergePolicy::Adaptive, true);
+            // Even if merging were (impossibly) much faster there.
+            let share = drive(&mut c, outstanding, 10_000.0, 50_000.0, 50);
+            assert_eq!(share, 0.0, "{outstanding} outstanding");
+            assert_eq!(c.threshold(), None);
+        }
+    }
+
+    #[test]
+    fn a_clearly_worse_way_is_probed_rarely() {
+        let mut c = MergeController::new(MergePolicy::Adaptive, true);
+        // Merging twice as slow: after the first two windows, one probe
+        // in every PROBE_FAR + 1.
+        let share = drive(&mut c, 32, 20_000.0, 10_000.0, 200);
+        assert!(share < 0.05, "merged in {share} of the windows");
+        assert!(share > 0.0, "never probed");
     }
 
     #[test]
@@ -342,14 +433,5 @@ mod tests {
         // Merging turns slower: the probes notice and the level turns off.
         drive(&mut c, 64, 10_000.0, 5_000.0, 40);
         assert!(!c.levels[level_of(64)].merge);
-    }
-
-    #[test]
-    fn adaptive_never_merges_one_at_a_time() {
-        let mut c = MergeController::new(MergePolicy::Adaptive, true);
-        // Even if merging were (impossibly) faster at one outstanding.
-        let share = drive(&mut c, 1, 10_000.0, 50_000.0, 50);
-        assert_eq!(share, 0.0);
-        assert_eq!(c.threshold(), None);
     }
 }

@@ -70,13 +70,13 @@ mod striped_links;
 pub use attr::{AttrChange, Attrs, Value};
 pub use client::{ObjClient, ObjOptions};
 pub use error::{Addressee, ObjError, Subject};
-pub use merge::{BadMergePolicy, MergePolicy, MergeStats};
+pub use merge::{BadMergePolicy, MergePolicy, MergeStats, HOLD_IN_FLIGHT};
 pub use remote_meta::RemoteMetaStore;
 pub use request::{
     open_range, DataOptions, Entry, ObjRequest, ObjResponse, Page, Range, ReadReply, Stat,
     LENGTH_ATTR, SERVER_ATTR_PREFIX,
 };
-pub use shared::SharedObjClient;
+pub use shared::{SharedObjClient, READER_THREAD};
 pub use sluice_obj_proto::{
     answer, AttachedExport, ClientHandshakeError, ErrorCode, Features, FlushScope, Limits, Segment,
 };

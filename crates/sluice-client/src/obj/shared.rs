@@ -9,8 +9,12 @@
 //! everything queued that the window allows, packs it into batch frames
 //! if the merge policy says so, and writes it with one call, then looks
 //! again for what was queued meanwhile. A reader thread parses replies,
-//! hands each to its caller, and, when replies made room in the window
-//! for requests left waiting, sends them itself. As in [`ObjClient`]
+//! hands each to its caller, and then sends whatever was left waiting.
+//! When merging is on and [`HOLD_IN_FLIGHT`] or more requests are in
+//! flight, a caller does not send at all: it leaves its request queued
+//! for the reader's next send, so the requests that become ready while
+//! replies are due go out together, in batch frames. Nothing waits on a
+//! timer: a held request goes with the next reply, which is due. As in [`ObjClient`]
 //! (`link`), requests and replies in flight are bounded by a window of
 //! bytes and a count, so a write never waits on a server that waits on
 //! replies no one reads.
@@ -19,6 +23,7 @@
 //! the thread that set `state.writing`, and by `Drop`.
 //!
 //! [`ObjClient`]: super::ObjClient
+//! [`HOLD_IN_FLIGHT`]: super::HOLD_IN_FLIGHT
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,20 +31,25 @@ use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use sluice_obj_proto::consts::{OP_BATCH, OP_DISCONNECT, REPLY_HEADER_LEN, REQUEST_HEADER_LEN};
-use sluice_obj_proto::{ErrorCode, Limits, Negotiated, ReplyHeader, RequestHeader, Segment};
+use sluice_obj_proto::consts::{OP_BATCH, OP_DISCONNECT, REQUEST_HEADER_LEN};
+use sluice_obj_proto::{ErrorCode, Limits, Negotiated, RequestHeader, Segment};
 use tracing::debug;
 
 use super::codec::{refused, Codec};
 use super::error::Subject;
 use super::handshake::open;
-use super::link::{cost, RawReply, WINDOW_BYTES};
+use super::link::{cost, reply_len, take_reply, Front, RawReply, WINDOW_BYTES};
 use super::merge::{MergeController, MergePolicy, MergeStats};
 use super::request::{DataOptions, ObjRequest, ObjResponse, ReadReply};
 use super::{ObjError, ObjOptions};
 use crate::connection::RecvBuf;
 use crate::transport::Stream;
 use crate::uri::ObjUri;
+
+/// The name of each [`SharedObjClient`]'s reader thread (which shares
+/// the `sluice-` prefix of the server's threads: a process that embeds
+/// both tells them apart by it).
+pub const READER_THREAD: &str = "sluice-obj-reader";
 
 /// A connection to an object server for many threads at once (`Sync`):
 /// share it by reference or in an `Arc`. Requests that fit one wire
@@ -152,7 +162,7 @@ impl SharedObjClient {
         });
         let for_reader = Arc::clone(&shared);
         let reader = std::thread::Builder::new()
-            .name("sluice-obj-reader".into())
+            .name(READER_THREAD.into())
             .spawn(move || for_reader.read_replies(reader))
             .map_err(io)?;
         Ok(Self {
@@ -219,7 +229,12 @@ impl SharedObjClient {
                 frame,
                 cost: cost(&wire),
             });
-            self.shared.pump(st);
+            // While replies are due, a merging client leaves the request
+            // for the thread that handles the next one (`read_replies`),
+            // so requests gather into one frame.
+            if !st.merge.should_hold(st.in_flight, st.queue.len()) {
+                self.shared.pump(st);
+            }
         }
         let reply = match self.shared.request_timeout {
             None => rx.recv().map_err(|_| self.closed()),
@@ -478,9 +493,14 @@ impl Shared {
         let mut replies = Vec::new();
         loop {
             let parsed = loop {
-                match next_reply(&mut inbuf, &self.session.limits, &self.server) {
-                    Ok(Some(r)) => replies.push(r),
-                    Ok(None) => break Ok(()),
+                match take_reply(&mut inbuf, &self.session.limits, &self.server) {
+                    Ok(Front::Reply(r)) => replies.push(r),
+                    Ok(Front::Short(h)) => {
+                        if let Some(h) = h {
+                            inbuf.reserve(reply_len(&h));
+                        }
+                        break Ok(());
+                    }
                     Err(e) => break Err(e),
                 }
             };
@@ -580,56 +600,6 @@ impl Shared {
             reason: format!("a reply to request {id}, which is not in flight"),
         })
     }
-}
-
-/// Takes the next whole reply out of `inbuf` (`None`: more bytes
-/// needed, room made for them); `Err((code, message))` inside is the
-/// server's refusal of that request.
-#[allow(clippy::type_complexity)] // one private call site
-fn next_reply(
-    inbuf: &mut RecvBuf,
-    limits: &Limits,
-    server: &str,
-) -> Result<Option<(u64, Result<RawReply, (ErrorCode, String)>)>, ObjError> {
-    let data = inbuf.data();
-    let header = ReplyHeader::decode(data).map_err(|source| ObjError::Protocol {
-        server: server.to_owned(),
-        source,
-    })?;
-    let Some(h) = header else {
-        return Ok(None);
-    };
-    let need = REPLY_HEADER_LEN as u64 + h.payload_len();
-    // Bounded by the published limit (plus a generous allowance for
-    // attributes), so a corrupt length cannot make the client allocate
-    // without bound.
-    let limit = u64::from(limits.max_payload) * 2 + (1 << 20);
-    if h.payload_len() > limit {
-        return Err(ObjError::Violation {
-            server: server.to_owned(),
-            reason: format!(
-                "reply {} claims {} bytes, more than the server's own limit",
-                h.id,
-                h.payload_len()
-            ),
-        });
-    }
-    if (data.len() as u64) < need {
-        inbuf.reserve(need as usize);
-        return Ok(None);
-    }
-    let payload = &data[REPLY_HEADER_LEN..need as usize];
-    let (attrs, body) = payload.split_at(h.attr_len as usize);
-    let reply = match h.status {
-        None => Ok(RawReply {
-            real_bytes: h.real_bytes,
-            attrs: attrs.to_vec(),
-            body: body.to_vec(),
-        }),
-        Some(code) => Err((code, String::from_utf8_lossy(body).into_owned())),
-    };
-    inbuf.consume(need as usize);
-    Ok(Some((h.id, reply)))
 }
 
 /// What a request is about, for refusing it before it is sent.
