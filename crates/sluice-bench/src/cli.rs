@@ -57,7 +57,8 @@ enum BenchCommand {
     /// sluice, nbdkit, qemu-nbd and local I/O on one image, driven by
     /// sluice's client and by fio, interleaved rounds, ratios to a baseline.
     Compare(CompareArgs),
-    /// Run a named preset: pipelining, scaling, san, filesystem, objects, raid, striped, merge.
+    /// Run a named preset: pipelining, scaling, san, filesystem, objects, raid, striped, merge,
+    /// s3asim.
     Preset {
         #[command(subcommand)]
         preset: PresetCommand,
@@ -145,6 +146,16 @@ enum PresetCommand {
         #[command(flatten)]
         striped: crate::striped::StripedArgs,
     },
+    /// An S3aSim-like sequence search (14 workers writing small results into one shared object):
+    /// time vs database size, one write per result vs one SGL write per batch, on one object
+    /// server and on four (striped, and the metadata-less baseline), over loopback and behind
+    /// rate-limited links (800 Mbit/s unless --link-rate).
+    S3asim {
+        #[command(flatten)]
+        common: PresetArgs,
+        #[command(flatten)]
+        s3asim: crate::s3asim::S3aSimArgs,
+    },
     /// Temporal merge in the object client: 4 KiB random object writes from 1-64 threads over one
     /// connection, merge off vs always vs adaptive, and latency at queue depth 1.
     Merge {
@@ -228,7 +239,7 @@ impl PresetArgs {
     fn no_link(&self, preset: &str) -> Result<()> {
         match self.link_rate {
             Some(_) => Err(BenchUsageError(format!(
-                "--link-rate: the {preset} preset does not put its servers behind a link (compare, scaling, san, raid and striped do)"
+                "--link-rate: the {preset} preset does not put its servers behind a link (compare, scaling, san, raid, striped and s3asim do)"
             ))
             .into()),
             None => Ok(()),
@@ -633,6 +644,15 @@ fn run_preset(p: PresetCommand) -> Result<()> {
             }
             Ok(())
         }
+        PresetCommand::S3asim { common, s3asim } => {
+            let o = common.options(Driver::Own);
+            presets::check_out_dir(&o.out_dir)?;
+            let report = crate::s3asim::s3asim(&o, &s3asim)?;
+            if report.samples.is_empty() {
+                bail!("every run failed; see the messages above");
+            }
+            Ok(())
+        }
         PresetCommand::Merge {
             common,
             dir,
@@ -793,6 +813,24 @@ mod tests {
         );
         assert_eq!(striped.servers, Some(vec![1, 4]));
         assert!(parse(&["striped", "--servers", "5"]).is_err());
+        let c = parse(&[
+            "s3asim",
+            "--quick",
+            "--link-rate",
+            "100M",
+            "--setups",
+            "one",
+        ])
+        .unwrap();
+        let Some(BenchCommand::Named(PresetCommand::S3asim { common, s3asim })) = c.command else {
+            panic!("not the s3asim preset");
+        };
+        assert_eq!(
+            common.options(Driver::Own).link_rate,
+            Some(crate::link::LinkRate(100_000_000))
+        );
+        assert_eq!(s3asim.setups, Some(vec![crate::s3asim::Setup::One]));
+        assert!(parse(&["s3asim", "--setups", "two"]).is_err());
         // Presets whose servers cannot sit behind a link refuse the
         // option before running anything.
         for preset in ["pipelining", "filesystem", "objects"] {

@@ -13,6 +13,8 @@
 //! - [`presets`] and [`fsbench`]: the papers' experiments and `compare`;
 //!   [`raid_presets`]: networked RAID with members behind [`link`]s;
 //!   [`striped`]: one striped object over 1..4 object servers behind links;
+//!   [`s3asim`]: an S3aSim-like sequence search, naive vs non-contiguous
+//!   writes, on one object server and on four;
 //!   [`objects`]: the native object protocol against its peers (NBD, Ceph);
 //!   [`merge`]: temporal merge in the object client;
 //!   [`report`] and [`plot`]: tables, CSV, JSON, SVG/PNG.
@@ -34,6 +36,7 @@ pub mod presets;
 pub mod raid_presets;
 pub mod report;
 pub mod runner;
+pub mod s3asim;
 pub mod stats;
 pub mod striped;
 pub mod target;

@@ -118,10 +118,12 @@ pub struct StripedReport {
     pub rows: Vec<StripedRow>,
 }
 
-/// The object servers, each behind its own link, made as they are first
-/// needed and stopped on drop (fields drop in order: the servers before
-/// the namespaces they run in, and both before their folder).
-struct Bed {
+/// Object servers (`sluice serve --objects` processes), each in a
+/// network namespace of its own behind its own link, made as they are
+/// first needed and stopped on drop (fields drop in order: the servers
+/// before the namespaces they run in, and both before their folder).
+/// The striped and s3asim presets share it.
+pub(crate) struct Bed {
     servers: Vec<PeerServer>,
     links: Vec<Link>,
     measured: Vec<LinkMeasurement>,
@@ -131,12 +133,38 @@ struct Bed {
 }
 
 impl Bed {
+    /// No servers yet; each will run `bin` behind a link at `rate`, its
+    /// store in a temporary folder named after `preset`.
+    pub(crate) fn new(bin: PathBuf, rate: LinkRate, preset: &str) -> Result<Self> {
+        Ok(Self {
+            bin,
+            rate,
+            links: Vec::new(),
+            measured: Vec::new(),
+            servers: Vec::new(),
+            dir: tempfile::Builder::new()
+                .prefix(&format!("sluice-bench-{preset}-"))
+                .tempdir()
+                .context("cannot create a temporary folder")?,
+        })
+    }
+
+    /// The rate of every link.
+    pub(crate) fn rate(&self) -> LinkRate {
+        self.rate
+    }
+
+    /// What each link measured when it was made (server i behind link i).
+    pub(crate) fn measured(&self) -> &[LinkMeasurement] {
+        &self.measured
+    }
+
     /// The URIs of servers `0..n`, starting those not yet running.
-    fn uris(&mut self, n: usize) -> Result<Vec<String>> {
+    pub(crate) fn uris(&mut self, n: usize) -> Result<Vec<String>> {
         while self.servers.len() < n {
             let i = self.servers.len();
             let link = Link::create(Some(self.rate)).context(
-                "the striped preset needs root, network namespaces, veth and tc tbf (iproute2)",
+                "object servers behind links need root, network namespaces, veth and tc tbf (iproute2)",
             )?;
             let m = link.measure()?;
             eprintln!(
@@ -300,7 +328,7 @@ fn point(bed: &mut Bed, n: u32, threads: u32, bytes: u64, rounds: u32) -> Result
     if let Err(e) = client.remove(&name) {
         eprintln!("cannot remove {name}: {e:#}");
     }
-    let links = &bed.measured[..n as usize];
+    let links = &bed.measured()[..n as usize];
     Ok(runs
         .into_iter()
         .map(|(op, v)| {
@@ -359,20 +387,10 @@ pub fn striped(opts: &PresetOptions, args: &StripedArgs) -> Result<StripedReport
     let mut counts = args.servers.clone().unwrap_or_else(|| vec![1, 2, 3, 4]);
     counts.sort_unstable();
     counts.dedup();
-    let mut bed = Bed {
-        bin,
-        rate: opts.link_rate.unwrap_or(DEFAULT_RATE),
-        links: Vec::new(),
-        measured: Vec::new(),
-        servers: Vec::new(),
-        dir: tempfile::Builder::new()
-            .prefix("sluice-bench-striped-")
-            .tempdir()
-            .context("cannot create a temporary folder")?,
-    };
+    let mut bed = Bed::new(bin, opts.link_rate.unwrap_or(DEFAULT_RATE), "striped")?;
     let mut notes = vec![format!(
         "object servers: sluice serve --objects, each behind its own {} link; metadata in the bench's memory; {} threads",
-        bed.rate, args.threads
+        bed.rate(), args.threads
     )];
     let t0 = Instant::now();
     let mut rows = Vec::new();
@@ -398,7 +416,7 @@ pub fn striped(opts: &PresetOptions, args: &StripedArgs) -> Result<StripedReport
         request_bytes: REQUEST,
         threads: args.threads,
         rounds: opts.rounds,
-        links: bed.measured.clone(),
+        links: bed.measured().to_vec(),
         notes,
         rows,
     };

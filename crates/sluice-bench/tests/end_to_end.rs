@@ -243,3 +243,85 @@ fn striped_preset_runs_over_one_and_two_servers() {
     assert!(out.path().join("striped.json").exists());
     assert!(out.path().join("striped-table.md").exists());
 }
+
+/// The s3asim preset at its smallest, in process over loopback (no
+/// namespaces, no `sluice` binary): every setup and mode runs and
+/// verifies its result object, the rows pair naive with non-contiguous
+/// at each size, and the report files are written.
+#[test]
+fn s3asim_preset_runs_a_tiny_sweep_in_process() {
+    use sluice_bench::matrix::Driver;
+    use sluice_bench::presets::PresetOptions;
+    use sluice_bench::s3asim::{s3asim, Net, S3aSimArgs};
+    use sluice_bench::workload::Size;
+
+    let out = tempfile::tempdir().unwrap();
+    let opts = PresetOptions {
+        quick: true,
+        rounds: 1,
+        duration: None,
+        out_dir: out.path().to_path_buf(),
+        plot_dir: out.path().to_path_buf(),
+        image: None,
+        image_size: None,
+        sluice_bin: None,
+        targets: None,
+        driver: Driver::Own,
+        progress: false,
+        link_rate: None,
+    };
+    let args = S3aSimArgs {
+        db_sizes: Some(vec![Size(512 << 10), Size(1 << 20)]),
+        scale: 0.25,
+        compute: std::time::Duration::ZERO,
+        workers: 3,
+        setups: None,
+        nets: Some(vec![Net::Loopback]),
+        seed: 11,
+    };
+    let report = s3asim(&opts, &args).unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    // 3 setups x 2 sizes x 2 modes, one round each.
+    assert_eq!(report.samples.len(), 12);
+    for s in &report.samples {
+        assert!(s.time_s > 0.0 && s.verified_bytes > 0, "{s:?}");
+    }
+    // Naive makes a request per result, non-contiguous one per pair (plus
+    // the master's index writes in both).
+    let requests = |setup: &str, mode: &str| {
+        report
+            .samples
+            .iter()
+            .find(|s| s.setup == setup && s.mode == mode && s.db_size == 512 << 10)
+            .unwrap()
+            .requests
+    };
+    for setup in ["one", "striped", "baseline"] {
+        assert!(
+            requests(setup, "naive") > 3 * requests(setup, "noncontig"),
+            "{setup}"
+        );
+    }
+    let rows: Vec<(&str, u64)> = report
+        .rows
+        .iter()
+        .map(|r| (r.setup.as_str(), r.db_size))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("one", 512 << 10),
+            ("one", 1 << 20),
+            ("striped", 512 << 10),
+            ("striped", 1 << 20),
+            ("baseline", 512 << 10),
+            ("baseline", 1 << 20),
+        ]
+    );
+    for r in &report.rows {
+        assert!(r.speedup.is_some(), "{r:?}");
+        assert_eq!(r.target_met.is_some(), r.db_size == 512 << 10, "{r:?}");
+    }
+    assert!(out.path().join("s3asim.json").exists());
+    assert!(out.path().join("s3asim-table.md").exists());
+}
