@@ -228,7 +228,7 @@ pub fn parse_proc_stat_steal(stat: &str) -> Option<(u64, u64)> {
     Some((steal, total))
 }
 
-fn steal_now() -> (u64, u64) {
+pub(crate) fn steal_now() -> (u64, u64) {
     std::fs::read_to_string("/proc/stat")
         .ok()
         .and_then(|s| parse_proc_stat_steal(&s))
@@ -236,7 +236,7 @@ fn steal_now() -> (u64, u64) {
 }
 
 /// Percent of CPU time stolen since `before` (a [`steal_now`] reading).
-fn steal_since(before: (u64, u64)) -> f64 {
+pub(crate) fn steal_since(before: (u64, u64)) -> f64 {
     let (s1, t1) = steal_now();
     if t1 > before.1 {
         s1.saturating_sub(before.0) as f64 * 100.0 / (t1 - before.1) as f64
