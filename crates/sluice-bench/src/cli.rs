@@ -57,8 +57,8 @@ enum BenchCommand {
     /// sluice, nbdkit, qemu-nbd and local I/O on one image, driven by
     /// sluice's client and by fio, interleaved rounds, ratios to a baseline.
     Compare(CompareArgs),
-    /// Run a named preset: pipelining, scaling, san, filesystem, objects, raid, striped, merge,
-    /// s3asim.
+    /// Run a named preset: pipelining, scaling, san, filesystem, pgbench, objects, raid, striped,
+    /// merge, s3asim.
     Preset {
         #[command(subcommand)]
         preset: PresetCommand,
@@ -98,6 +98,22 @@ enum PresetCommand {
     Filesystem {
         #[command(flatten)]
         common: PresetArgs,
+    },
+    /// The SAN paper's real-workload test: PostgreSQL with its data directory on ext4 over the
+    /// export (nbdfuse + loop), pgbench TPC-B-like at 1-16 clients, synchronous_commit off and on;
+    /// sluice vs nbdkit vs local I/O on the same image. Needs root and PostgreSQL.
+    Pgbench {
+        #[command(flatten)]
+        common: PresetArgs,
+        /// pgbench's scale factor (default 20; 5 with --quick).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+        scale: Option<u32>,
+        /// Client counts, comma-separated (default: 1,4,16).
+        #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(u32).range(1..=200))]
+        clients: Option<Vec<u32>>,
+        /// synchronous_commit settings, comma-separated (default: off,on).
+        #[arg(long, value_delimiter = ',', value_enum)]
+        commit: Option<Vec<crate::pgbench::Commit>>,
     },
     /// The native object protocol, each case against its peer: SGL and strided vs contiguous
     /// reads, objects vs the NBD export, attributes riding on writes, creates with attributes,
@@ -594,6 +610,26 @@ fn run_preset(p: PresetCommand) -> Result<()> {
             presets::check_out_dir(&o.out_dir)?;
             crate::fsbench::filesystem(&o).map(drop)
         }
+        PresetCommand::Pgbench {
+            common,
+            scale,
+            clients,
+            commit,
+        } => {
+            common.no_link("pgbench")?;
+            let o = common.options(Driver::Own);
+            presets::check_out_dir(&o.out_dir)?;
+            let report = crate::pgbench::pgbench(&crate::pgbench::PgbenchOptions {
+                preset: o,
+                scale,
+                clients,
+                commits: commit,
+            })?;
+            if report.samples.is_empty() {
+                bail!("every run failed; see the messages above");
+            }
+            Ok(())
+        }
         PresetCommand::Objects {
             common,
             dir,
@@ -833,7 +869,7 @@ mod tests {
         assert!(parse(&["s3asim", "--setups", "two"]).is_err());
         // Presets whose servers cannot sit behind a link refuse the
         // option before running anything.
-        for preset in ["pipelining", "filesystem", "objects"] {
+        for preset in ["pipelining", "filesystem", "objects", "pgbench"] {
             let c = parse(&[preset, "--link-rate", "100M"]).unwrap();
             let Some(BenchCommand::Named(p)) = c.command else {
                 panic!("{preset} did not parse as a preset");
@@ -841,6 +877,47 @@ mod tests {
             let e = run_preset(p).unwrap_err();
             assert!(is_usage_error(&e), "{preset}: {e:#}");
             assert!(format!("{e}").contains("--link-rate"), "{preset}: {e}");
+        }
+    }
+
+    #[test]
+    fn pgbench_options_parse() {
+        let c = parse(&[
+            "pgbench",
+            "--quick",
+            "--scale",
+            "3",
+            "--clients",
+            "1,8",
+            "--commit",
+            "on",
+            "--targets",
+            "sluice,local",
+        ])
+        .unwrap();
+        let Some(BenchCommand::Named(PresetCommand::Pgbench {
+            common,
+            scale,
+            clients,
+            commit,
+        })) = c.command
+        else {
+            panic!("not the pgbench preset");
+        };
+        let o = common.options(Driver::Own);
+        assert!(o.quick);
+        assert_eq!(o.targets, Some(vec!["sluice".into(), "local".into()]));
+        assert_eq!(scale, Some(3));
+        assert_eq!(clients, Some(vec![1, 8]));
+        assert_eq!(commit, Some(vec![crate::pgbench::Commit::On]));
+        for bad in [
+            &["pgbench", "--clients", "0"][..],
+            &["pgbench", "--clients", "4,x"],
+            &["pgbench", "--clients", "201"],
+            &["pgbench", "--scale", "0"],
+            &["pgbench", "--commit", "local"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} was accepted");
         }
     }
 

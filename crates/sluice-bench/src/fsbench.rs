@@ -2,6 +2,7 @@
 //! nbdfuse exposes the export as a file, a loop device carries ext4 on
 //! it, and fio runs file workloads there; the same on nbdkit. Every mount,
 //! loop device and FUSE mount is undone on the way out, also on failure.
+//! The mount stack ([`Ext4Stack`]) is also the `pgbench` preset's.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -101,7 +102,9 @@ fn jobs(quick: bool, runtime: Duration) -> Vec<FsJob> {
     ]
 }
 
-fn run(cmd: &str, args: &[&str]) -> Result<String> {
+/// Runs `cmd args` and returns its standard output, trimmed; a failure
+/// carries the command line, its status and its standard error.
+pub(crate) fn run(cmd: &str, args: &[&str]) -> Result<String> {
     let out = Command::new(cmd)
         .args(args)
         .stdin(Stdio::null())
@@ -120,10 +123,18 @@ fn run(cmd: &str, args: &[&str]) -> Result<String> {
 
 /// Why this machine cannot run the preset, if it cannot.
 fn missing_prerequisite() -> Option<String> {
-    for tool in ["nbdfuse", "losetup", "mkfs.ext4", "mount", "umount", "fio"] {
+    if peers::which("fio").is_none() {
+        return Some("fio is not installed (apt-get install fio)".into());
+    }
+    missing_stack_prerequisite()
+}
+
+/// Why this machine cannot build an [`Ext4Stack`], if it cannot.
+pub(crate) fn missing_stack_prerequisite() -> Option<String> {
+    for tool in ["nbdfuse", "losetup", "mkfs.ext4", "mount", "umount"] {
         if peers::which(tool).is_none() {
             return Some(format!(
-                "{tool} is not installed (apt-get install nbdfuse fio util-linux e2fsprogs)"
+                "{tool} is not installed (apt-get install nbdfuse util-linux e2fsprogs)"
             ));
         }
     }
@@ -140,8 +151,11 @@ fn missing_prerequisite() -> Option<String> {
     None
 }
 
-/// The stack server → nbdfuse → loop → ext4, torn down in reverse on drop.
-struct Stack {
+/// ext4 on a loop device, mounted in a fresh work folder: over an NBD
+/// server (server → nbdfuse → loop → ext4) or, with no server, straight
+/// on the image file (local I/O, the same file, no NBD). Torn down in
+/// reverse on drop, also when building it failed half-way.
+pub(crate) struct Ext4Stack {
     server: Option<PeerServer>,
     workdir: tempfile::TempDir,
     fuse_mounted: bool,
@@ -150,49 +164,64 @@ struct Stack {
     mounted: bool,
 }
 
-impl Stack {
+impl Ext4Stack {
     fn fuse_dir(&self) -> PathBuf {
         self.workdir.path().join("fuse")
     }
 
-    fn mnt(&self) -> PathBuf {
+    /// Where the filesystem is mounted.
+    pub(crate) fn mnt(&self) -> PathBuf {
         self.workdir.path().join("mnt")
     }
 
-    fn build(spec: &PeerSpec, image: &Path) -> Result<Self> {
+    /// The work folder holding the mount point (mode 0700 unless changed).
+    pub(crate) fn workdir(&self) -> &Path {
+        self.workdir.path()
+    }
+
+    /// Builds the stack over `spec` serving `image`, or on `image` itself
+    /// when `spec` is `None`; mkfs each time.
+    pub(crate) fn build(spec: Option<&PeerSpec>, image: &Path) -> Result<Self> {
         let workdir = tempfile::Builder::new()
             .prefix("sluice-bench-fs-")
             .tempdir()
             .context("cannot create a work folder")?;
         let mut s = Self {
-            server: Some(PeerServer::start(spec, image)?),
+            server: spec
+                .map(|spec| PeerServer::start(spec, image))
+                .transpose()?,
             workdir,
             fuse_mounted: false,
             nbdfuse: None,
             loopdev: None,
             mounted: false,
         };
-        std::fs::create_dir_all(s.fuse_dir()).context("cannot create the FUSE mount point")?;
         std::fs::create_dir_all(s.mnt()).context("cannot create the mount point")?;
-        let uri = s
-            .server
-            .as_ref()
-            .map(PeerServer::uri_string)
-            .unwrap_or_default();
-        let disk = s.fuse_dir().join("disk");
+        let disk = match s.server.as_ref().map(PeerServer::uri_string) {
+            Some(uri) => s.expose(&uri)?,
+            None => image.to_path_buf(),
+        };
+        s.attach_and_mount(&disk)?;
+        Ok(s)
+    }
+
+    /// Starts nbdfuse on `uri` and returns the file it exposes.
+    fn expose(&mut self, uri: &str) -> Result<PathBuf> {
+        std::fs::create_dir_all(self.fuse_dir()).context("cannot create the FUSE mount point")?;
+        let disk = self.fuse_dir().join("disk");
         let child = Command::new("nbdfuse")
             .arg(&disk)
-            .arg(&uri)
+            .arg(uri)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
             .context("cannot start nbdfuse")?;
-        s.nbdfuse = Some(child);
-        s.fuse_mounted = true;
+        self.nbdfuse = Some(child);
+        self.fuse_mounted = true;
         let end = Instant::now() + Duration::from_secs(15);
         while !disk.exists() {
-            if let Some(c) = s.nbdfuse.as_mut() {
+            if let Some(c) = self.nbdfuse.as_mut() {
                 if let Ok(Some(status)) = c.try_wait() {
                     bail!(
                         "nbdfuse exited with {status} before {} appeared",
@@ -205,23 +234,41 @@ impl Stack {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+        Ok(disk)
+    }
+
+    /// A loop device on `disk`, ext4 on it, mounted.
+    fn attach_and_mount(&mut self, disk: &Path) -> Result<()> {
         let disk_s = disk.display().to_string();
         // Direct I/O on the loop device, so the backing file's page cache
-        // does not absorb the workload before it reaches the server.
+        // does not absorb the workload before it reaches the server (a
+        // file on tmpfs refuses it: then buffered).
         let dev = run("losetup", &["-f", "--show", "--direct-io=on", &disk_s])
             .or_else(|_| run("losetup", &["-f", "--show", &disk_s]))?;
         if !dev.starts_with("/dev/") {
             bail!("losetup printed {dev:?}, not a device");
         }
-        s.loopdev = Some(dev.clone());
-        run("mkfs.ext4", &["-q", "-F", "-E", "nodiscard", &dev])?;
-        let mnt = s.mnt().display().to_string();
+        self.loopdev = Some(dev.clone());
+        // Inode tables and journal written now, not by ext4's lazy-init
+        // thread in the background of the measured runs.
+        run(
+            "mkfs.ext4",
+            &[
+                "-q",
+                "-F",
+                "-E",
+                "nodiscard,lazy_itable_init=0,lazy_journal_init=0",
+                &dev,
+            ],
+        )?;
+        let mnt = self.mnt().display().to_string();
         run("mount", &["-t", "ext4", &dev, &mnt])?;
-        s.mounted = true;
-        Ok(s)
+        self.mounted = true;
+        Ok(())
     }
 
-    fn server_pid(&self) -> Option<u32> {
+    /// The server's process id (`None` for local I/O).
+    pub(crate) fn server_pid(&self) -> Option<u32> {
         self.server.as_ref().and_then(PeerServer::pid)
     }
 
@@ -268,13 +315,13 @@ impl Stack {
     }
 }
 
-impl Drop for Stack {
+impl Drop for Ext4Stack {
     fn drop(&mut self) {
         self.teardown();
     }
 }
 
-fn run_job(stack: &Stack, job: &FsJob, label: &str) -> Result<RunResult> {
+fn run_job(stack: &Ext4Stack, job: &FsJob, label: &str) -> Result<RunResult> {
     let mnt = stack.mnt();
     let server_before = stack.server_pid().and_then(crate::cpu::process_cpu);
     let client_before = crate::cpu::children_cpu();
@@ -361,7 +408,7 @@ pub fn filesystem(opts: &PresetOptions) -> Result<PresetReport> {
         for round in 0..opts.rounds {
             for k in 0..n {
                 let spec = &targets[(k + round as usize) % n];
-                let stack = match Stack::build(spec, image.path()) {
+                let stack = match Ext4Stack::build(Some(spec), image.path()) {
                     Ok(s) => s,
                     Err(e) => {
                         eprintln!("round {round} {}: {e:#}", spec.label);

@@ -11,6 +11,8 @@
 //! - [`matrix`]: cases × targets × drivers, interleaved over rounds, with
 //!   medians, spread and ratios ([`stats`]).
 //! - [`presets`] and [`fsbench`]: the papers' experiments and `compare`;
+//!   [`pgbench`]: PostgreSQL on ext4 over the export (the SAN paper's
+//!   real-workload test, on [`fsbench`]'s mount stack);
 //!   [`raid_presets`]: networked RAID with members behind [`link`]s;
 //!   [`striped`]: one striped object over 1..4 object servers behind links;
 //!   [`s3asim`]: an S3aSim-like sequence search, naive vs non-contiguous
@@ -31,6 +33,7 @@ pub mod matrix;
 pub mod merge;
 pub mod objects;
 pub mod peers;
+pub mod pgbench;
 pub mod plot;
 pub mod presets;
 pub mod raid_presets;

@@ -158,21 +158,7 @@ pub fn merge(opts: &MergeOptions) -> Result<MergeReport> {
     };
     let server = ObjServer::start(&dir, 1 << 20)?;
     let most = workers.iter().copied().max().unwrap_or(1);
-    let objects = {
-        let mut c = ObjClient::connect(&server.obj_uri, &ObjOptions::default())
-            .with_context(|| format!("cannot connect to {}", server.obj_uri))?;
-        let ids = c.create("merge", most as u32, false)?;
-        // Objects at their full span, so no write extends one.
-        let zeros = vec![0u8; SPAN_BLOCKS as usize * BLOCK];
-        for &id in &ids {
-            let whole = [Segment {
-                offset: 0,
-                length: zeros.len() as u64,
-            }];
-            c.write(id, &whole, &zeros, &DataOptions::default())?;
-        }
-        ids
-    };
+    let objects = prepare_objects(&server, most)?;
     let notes = vec![format!(
         "embedded sluice server, object store in {}/objects; one connection shared by every thread; {} ms warm-up before each run",
         dir.display(),
@@ -264,8 +250,27 @@ pub fn merge(opts: &MergeOptions) -> Result<MergeReport> {
     Ok(report)
 }
 
-/// One policy at one thread count: a warm-up, then `duration` measured.
-fn run_one(
+/// `count` objects of the collection `merge`, each written whole to its
+/// span (so no measured write extends one): one for each thread.
+pub(crate) fn prepare_objects(server: &ObjServer, count: usize) -> Result<Vec<u64>> {
+    let mut c = ObjClient::connect(&server.obj_uri, &ObjOptions::default())
+        .with_context(|| format!("cannot connect to {}", server.obj_uri))?;
+    let ids = c.create("merge", count as u32, false)?;
+    let zeros = vec![0u8; SPAN_BLOCKS as usize * BLOCK];
+    for &id in &ids {
+        let whole = [Segment {
+            offset: 0,
+            length: zeros.len() as u64,
+        }];
+        c.write(id, &whole, &zeros, &DataOptions::default())?;
+    }
+    Ok(ids)
+}
+
+/// One policy at one thread count: a warm-up, then `duration` measured
+/// (a thread per object, 4 KiB random writes through one shared
+/// connection).
+pub(crate) fn run_one(
     server: &ObjServer,
     policy: MergePolicy,
     objects: &[u64],

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
+use sluice_client::obj::MergePolicy;
 use sluice_model::plot::{Axes, Figure, XAxis};
 use sluice_model::text::{compact, scaled, Table};
 use sluice_server::PipelineMode;
@@ -15,9 +16,12 @@ use sluice_types::format_size;
 use crate::link::{Link, LinkMeasurement, LinkRate};
 use crate::machine::Machine;
 use crate::matrix::{self, Driver, Matrix, MatrixRuns, Summary, TargetEntry, TargetKind};
+use crate::merge;
+use crate::objects::ObjServer;
 use crate::peers;
 use crate::plot;
 use crate::report;
+use crate::stats::ratio;
 use crate::target::{Backing, EmbeddedConfig};
 use crate::workload::{Limit, Pattern, Rw, Workload};
 
@@ -659,9 +663,14 @@ pub fn san(opts: &PresetOptions) -> Result<PresetReport> {
         bail!("no target can run here");
     }
     notes.push(
-        "temporal merge: sluice-client has no request merging yet, so only 'off' is measured"
-            .into(),
+        "temporal merge rows: the native protocol's object client (merging lives there), embedded object server with its store on /dev/shm, one shared connection, a thread per object; policies take turns at each worker count".into(),
     );
+    if opts.link_rate.is_some() {
+        notes.push(
+            "the temporal merge rows run against an in-process object server: not behind the link"
+                .into(),
+        );
+    }
     let mut cases = Vec::new();
     for rw in [Rw::Read, Rw::Write] {
         let mut w = Workload::new(Pattern::Rand, rw, 4096, 1);
@@ -744,9 +753,30 @@ pub fn san(opts: &PresetOptions) -> Result<PresetReport> {
     let t3 = matrix::pivot_table(&sweep, &names, false);
     println!("\n4 KiB random writes vs workers: median IOPS (fraction of local)");
     print!("{}", t3.render());
+    let merge = if opts.wants("sluice") {
+        san_merge(opts, duration, &sweep)?
+    } else {
+        SanMergeReport {
+            rows: Vec::new(),
+            checks: Vec::new(),
+            samples: Vec::new(),
+            failures: vec!["temporal merge rows not run: sluice is not among --targets".into()],
+        }
+    };
+    let t4 = san_merge_table(&merge);
+    println!(
+        "\n4 KiB random writes through the object client, temporal merge off / always / adaptive: writes/s (fraction of local)"
+    );
+    print!("{}", t4.render());
     report::write_text(
         &opts.out_dir.join("san-tables.md"),
-        &format!("{}\n{}\n{}", lat.markdown(), t2.markdown(), t3.markdown()),
+        &format!(
+            "{}\n{}\n{}\n{}",
+            lat.markdown(),
+            t2.markdown(),
+            t3.markdown(),
+            t4.markdown()
+        ),
     )?;
     let axes = Axes {
         x_label: "workers".into(),
@@ -791,6 +821,37 @@ pub fn san(opts: &PresetOptions) -> Result<PresetReport> {
             fractions,
         ));
     }
+    let policy_points = |policy: MergePolicy, f: &dyn Fn(&SanMergeRow) -> Option<f64>| {
+        merge
+            .rows
+            .iter()
+            .filter(|r| r.policy == policy.name())
+            .filter_map(|r| f(r).map(|y| (r.workers as f64, y)))
+            .collect::<Vec<_>>()
+    };
+    charts.push(
+        axes.chart(
+            "object client, temporal merge (kIOPS)",
+            merge::POLICIES
+                .iter()
+                .map(|&p| {
+                    (
+                        format!("merge {p}"),
+                        policy_points(p, &|r| Some(r.ops_s / 1000.0)),
+                    )
+                })
+                .collect(),
+        ),
+    );
+    charts.push(
+        axes.chart(
+            "object client, temporal merge, as a fraction of local I/O",
+            merge::POLICIES
+                .iter()
+                .map(|&p| (format!("merge {p}"), policy_points(p, &|r| r.x_local)))
+                .collect(),
+        ),
+    );
     plot::draw_or_warn(
         &Figure {
             title: "SAN: random-write throughput vs workers".into(),
@@ -800,6 +861,182 @@ pub fn san(opts: &PresetOptions) -> Result<PresetReport> {
         &opts.plot_dir.join("bench-san"),
     );
     Ok(report)
+}
+
+/// One point of the san preset's temporal-merge rows: a policy at a
+/// worker count, medians over rounds.
+#[derive(Debug, Clone, Serialize)]
+pub struct SanMergeRow {
+    pub policy: String,
+    pub workers: usize,
+    /// Writes per second, median of rounds.
+    pub ops_s: f64,
+    pub mean_us: f64,
+    /// Share of writes sent inside batch frames.
+    pub merged_share: f64,
+    pub server_cpu_us_per_op: f64,
+    /// The local I/O IOPS of the same workers (own client).
+    pub local_iops: Option<f64>,
+    /// ops_s ÷ local_iops.
+    pub x_local: Option<f64>,
+}
+
+/// What `san-merge.json` holds.
+#[derive(Debug, Serialize)]
+pub struct SanMergeReport {
+    pub rows: Vec<SanMergeRow>,
+    /// Adaptive against the better fixed policy at each worker count.
+    pub checks: Vec<merge::AdaptiveCheck>,
+    pub samples: Vec<merge::MergeSample>,
+    pub failures: Vec<String>,
+}
+
+/// The SAN paper's temporal-merge rows (its figure 5 and the merge bars
+/// of figure 6) on sluice: 4 KiB random writes at each worker count over
+/// the native protocol's object client (where merging lives), merge off /
+/// always / adaptive taking turns, each also as a fraction of the local
+/// I/O measured at the same worker count (`sweep`). Writes
+/// `san-merge.json`.
+fn san_merge(
+    opts: &PresetOptions,
+    duration: Duration,
+    sweep: &[Summary],
+) -> Result<SanMergeReport> {
+    let shm = PathBuf::from("/dev/shm");
+    let mut dir = tempfile::Builder::new();
+    dir.prefix("sluice-bench-san-");
+    let dir = if shm.is_dir() {
+        dir.tempdir_in(&shm)
+    } else {
+        dir.tempdir()
+    }
+    .context("cannot create a folder for the object store")?;
+    let server = ObjServer::start(dir.path(), 1 << 20)?;
+    let most = SAN_WORKERS.iter().copied().max().unwrap_or(1) as usize;
+    let objects = merge::prepare_objects(&server, most)?;
+    let warmup = (duration / 4).min(Duration::from_millis(500));
+    let mut samples = Vec::new();
+    let mut failures = Vec::new();
+    for round in 0..opts.rounds {
+        for w in SAN_WORKERS {
+            let n = w as usize;
+            for k in 0..merge::POLICIES.len() {
+                let policy = merge::POLICIES[(k + round as usize) % merge::POLICIES.len()];
+                match merge::run_one(&server, policy, &objects[..n], warmup, duration) {
+                    Ok(mut s) => {
+                        s.round = round;
+                        eprintln!(
+                            "round {round} object client {n:>2} workers merge {:<8} {:>9} writes/s  merged {:>3.0}%  srv {} us/op",
+                            s.policy,
+                            scaled(s.ops_s),
+                            s.merged as f64 * 100.0 / s.ops.max(1) as f64,
+                            compact(s.server_cpu_us_per_op)
+                        );
+                        samples.push(s);
+                    }
+                    Err(e) => {
+                        let msg = format!(
+                            "round {round} object client {n} workers merge {policy}: {e:#}"
+                        );
+                        eprintln!("{msg}");
+                        failures.push(msg);
+                    }
+                }
+            }
+        }
+    }
+    drop(server);
+    let summaries = merge::summarise(&samples);
+    let local = |w: usize| {
+        let case = format!("randwrite-4k-{w}workers");
+        let mine = |driver: Option<&str>| {
+            sweep.iter().find(|s| {
+                s.case == case && s.target == "local" && driver.is_none_or(|d| s.driver == d)
+            })
+        };
+        mine(Some("own"))
+            .or_else(|| mine(None))
+            .map(|s| s.iops.median)
+    };
+    let rows = summaries
+        .iter()
+        .map(|s| {
+            let local_iops = local(s.workers);
+            SanMergeRow {
+                policy: s.policy.clone(),
+                workers: s.workers,
+                ops_s: s.ops_s.median,
+                mean_us: s.mean_us,
+                merged_share: s.merged_share,
+                server_cpu_us_per_op: s.server_cpu_us_per_op,
+                local_iops,
+                x_local: local_iops.and_then(|l| ratio(s.ops_s.median, l)),
+            }
+        })
+        .collect();
+    let report = SanMergeReport {
+        rows,
+        checks: merge::check_adaptive(&summaries),
+        samples,
+        failures,
+    };
+    report::write_json(&opts.out_dir.join("san-merge.json"), &report)?;
+    Ok(report)
+}
+
+/// The merge rows: one line per worker count, each policy's writes/s with
+/// its fraction of local I/O.
+fn san_merge_table(report: &SanMergeReport) -> Table {
+    let mut t = Table::new([
+        "workers",
+        "local IOPS",
+        "merge off",
+        "merge always",
+        "merge adaptive",
+        "always/off",
+        "adaptive/best",
+        "in batches (always/adaptive)",
+    ]);
+    let find = |w: usize, p: MergePolicy| {
+        report
+            .rows
+            .iter()
+            .find(|r| r.workers == w && r.policy == p.name())
+    };
+    let cell = |r: Option<&SanMergeRow>| {
+        r.map_or_else(
+            || "-".into(),
+            |r| match r.x_local {
+                Some(x) => format!("{} ({x:.2}x)", scaled(r.ops_s)),
+                None => scaled(r.ops_s),
+            },
+        )
+    };
+    for c in &report.checks {
+        let w = c.workers;
+        let share = |p| {
+            find(w, p).map_or_else(|| "-".into(), |r| format!("{:.0}%", r.merged_share * 100.0))
+        };
+        t.row([
+            w.to_string(),
+            find(w, MergePolicy::Off)
+                .and_then(|r| r.local_iops)
+                .map_or_else(|| "-".into(), scaled),
+            cell(find(w, MergePolicy::Off)),
+            cell(find(w, MergePolicy::Always)),
+            cell(find(w, MergePolicy::Adaptive)),
+            c.always_over_off
+                .map_or_else(|| "-".into(), |r| format!("{r:.2}")),
+            c.adaptive_over_best
+                .map_or_else(|| "-".into(), |r| format!("{r:.2} ({})", c.best)),
+            format!(
+                "{} / {}",
+                share(MergePolicy::Always),
+                share(MergePolicy::Adaptive)
+            ),
+        ]);
+    }
+    t
 }
 
 /// Checks that `dir` can be written (fails early, before long runs).
