@@ -15,6 +15,7 @@
 //!   [`striped`]: one striped object over 1..4 object servers behind links;
 //!   [`objects`]: the native object protocol against its peers (NBD, Ceph);
 //!   [`merge`]: temporal merge in the object client;
+//!   [`noncontig`]: iterative vs SGL vs strided against the paper's model;
 //!   [`report`] and [`plot`]: tables, CSV, JSON, SVG/PNG.
 //! - [`cli`]: the command line; the `sluice` binary flattens
 //!   [`cli::BenchCli`] into its `bench` subcommand.
@@ -27,6 +28,7 @@ pub mod link;
 pub mod machine;
 pub mod matrix;
 pub mod merge;
+pub mod noncontig;
 pub mod objects;
 pub mod peers;
 pub mod plot;

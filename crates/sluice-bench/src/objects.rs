@@ -38,6 +38,7 @@ use sluice_volume::{BaseSpec, VolumeSpec};
 
 use crate::cpu;
 use crate::hist::LatencyHistogram;
+use crate::link::NetNamespace;
 use crate::machine::Machine;
 use crate::presets::PresetOptions;
 use crate::report;
@@ -228,7 +229,7 @@ pub fn parse_proc_stat_steal(stat: &str) -> Option<(u64, u64)> {
     Some((steal, total))
 }
 
-fn steal_now() -> (u64, u64) {
+pub(crate) fn steal_now() -> (u64, u64) {
     std::fs::read_to_string("/proc/stat")
         .ok()
         .and_then(|s| parse_proc_stat_steal(&s))
@@ -236,7 +237,7 @@ fn steal_now() -> (u64, u64) {
 }
 
 /// Percent of CPU time stolen since `before` (a [`steal_now`] reading).
-fn steal_since(before: (u64, u64)) -> f64 {
+pub(crate) fn steal_since(before: (u64, u64)) -> f64 {
     let (s1, t1) = steal_now();
     if t1 > before.1 {
         s1.saturating_sub(before.0) as f64 * 100.0 / (t1 - before.1) as f64
@@ -375,8 +376,18 @@ impl ObjServer {
             objects: Some(ObjectConfig::new(dir.join("objects"), vec![any])),
             ..ServerConfig::default()
         };
-        let server = Server::bind(config)
-            .with_context(|| format!("cannot start the object server in {}", dir.display()))?;
+        Self::bind(config, None)
+            .with_context(|| format!("cannot start the object server in {}", dir.display()))
+    }
+
+    /// Starts a server of `config` (whose NBD and object listeners are
+    /// TCP), its sockets bound inside `namespace` when given (the
+    /// `noncontig` preset's server behind a link).
+    pub(crate) fn bind(config: ServerConfig, namespace: Option<&NetNamespace>) -> Result<Self> {
+        let server = match namespace {
+            Some(ns) => ns.enter(move || Server::bind(config))??,
+            None => Server::bind(config)?,
+        };
         let tcp = |a: Option<&ListenAddr>| match a {
             Some(ListenAddr::Tcp(addr)) => Ok(addr.to_string()),
             _ => Err(anyhow!("the embedded server bound no TCP address")),
