@@ -515,6 +515,7 @@ fn slices<'d>(segments: &[Segment], data: &'d [u8]) -> Vec<&'d [u8]> {
 
 /// One transfer's requests: one per segment (iterative) or one for the
 /// whole list (the client splits it if it must).
+#[allow(clippy::too_many_arguments)] // a transfer's parts, borrowed
 fn requests<'a>(
     place: Place,
     op: Op,
@@ -680,11 +681,7 @@ pub fn finish_points(points: &mut [NcPoint], links: &[(LinkKind, LinkMeasurement
         };
         // Iterative in the model is n requests of x bytes; the contiguous
         // part's segments are one request each (n = 1).
-        let x = if p.segments > 0 {
-            p.payload_bytes / p.segments
-        } else {
-            0
-        };
+        let x = p.payload_bytes.checked_div(p.segments).unwrap_or(0);
         if let Ok(t) = transfer_time(&model_params(m, direction), ddt, p.segments, x.max(1)) {
             p.model_time_s = Some(t.time);
             p.model_mb_s = Some(t.throughput / 1e6);
