@@ -58,7 +58,7 @@ enum BenchCommand {
     /// sluice's client and by fio, interleaved rounds, ratios to a baseline.
     Compare(CompareArgs),
     /// Run a named preset: pipelining, scaling, san, filesystem, pgbench, objects, raid, striped,
-    /// merge, s3asim.
+    /// merge, s3asim, noncontig.
     Preset {
         #[command(subcommand)]
         preset: PresetCommand,
@@ -184,6 +184,16 @@ enum PresetCommand {
         #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(usize))]
         workers: Option<Vec<usize>>,
     },
+    /// The object paper's non-contiguous I/O: one-segment transfers by size with each DDT, and
+    /// blocks with 2-byte holes (8 B-64 KiB) iterative vs SGL vs strided on an object and on mem
+    /// and file exports, over an unshaped and an 800 Mbit/s link (--link-rate), beside the model
+    /// T = S/BW + N.
+    Noncontig {
+        #[command(flatten)]
+        common: PresetArgs,
+        #[command(flatten)]
+        noncontig: crate::noncontig::NoncontigArgs,
+    },
 }
 
 #[derive(Debug, Args)]
@@ -255,7 +265,7 @@ impl PresetArgs {
     fn no_link(&self, preset: &str) -> Result<()> {
         match self.link_rate {
             Some(_) => Err(BenchUsageError(format!(
-                "--link-rate: the {preset} preset does not put its servers behind a link (compare, scaling, san, raid, striped and s3asim do)"
+                "--link-rate: the {preset} preset does not put its servers behind a link (compare, scaling, san, raid, striped, s3asim and noncontig do)"
             ))
             .into()),
             None => Ok(()),
@@ -709,6 +719,16 @@ fn run_preset(p: PresetCommand) -> Result<()> {
             }
             Ok(())
         }
+        PresetCommand::Noncontig { common, noncontig } => {
+            let o = common.options(Driver::Own);
+            noncontig.plan(o.quick).map_err(BenchUsageError)?;
+            presets::check_out_dir(&o.out_dir)?;
+            let report = crate::noncontig::noncontig(&o, &noncontig)?;
+            if report.points.is_empty() {
+                bail!("every point failed; see the messages above");
+            }
+            Ok(())
+        }
     }
 }
 
@@ -867,6 +887,31 @@ mod tests {
         );
         assert_eq!(s3asim.setups, Some(vec![crate::s3asim::Setup::One]));
         assert!(parse(&["s3asim", "--setups", "two"]).is_err());
+        let c = parse(&[
+            "noncontig",
+            "--quick",
+            "--link-rate",
+            "800M",
+            "--total",
+            "64K",
+        ])
+        .unwrap();
+        let Some(BenchCommand::Named(PresetCommand::Noncontig { common, noncontig })) = c.command
+        else {
+            panic!("not the noncontig preset");
+        };
+        assert_eq!(
+            common.options(Driver::Own).link_rate,
+            Some(crate::link::LinkRate(800_000_000))
+        );
+        assert_eq!(noncontig.total.map(|s| s.0), Some(64 << 10));
+        // Sizes that cannot run are a usage error before anything runs.
+        let c = parse(&["noncontig", "--total", "4K", "--blocks", "8K"]).unwrap();
+        let Some(BenchCommand::Named(p)) = c.command else {
+            panic!("noncontig did not parse as a preset");
+        };
+        let e = run_preset(p).unwrap_err();
+        assert!(is_usage_error(&e), "{e:#}");
         // Presets whose servers cannot sit behind a link refuse the
         // option before running anything.
         for preset in ["pipelining", "filesystem", "objects", "pgbench"] {

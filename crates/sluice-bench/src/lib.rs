@@ -19,6 +19,7 @@
 //!   writes, on one object server and on four;
 //!   [`objects`]: the native object protocol against its peers (NBD, Ceph);
 //!   [`merge`]: temporal merge in the object client;
+//!   [`noncontig`]: iterative vs SGL vs strided against the paper's model;
 //!   [`report`] and [`plot`]: tables, CSV, JSON, SVG/PNG.
 //! - [`cli`]: the command line; the `sluice` binary flattens
 //!   [`cli::BenchCli`] into its `bench` subcommand.
@@ -31,6 +32,7 @@ pub mod link;
 pub mod machine;
 pub mod matrix;
 pub mod merge;
+pub mod noncontig;
 pub mod objects;
 pub mod peers;
 pub mod pgbench;

@@ -38,6 +38,7 @@ use sluice_volume::{BaseSpec, VolumeSpec};
 
 use crate::cpu;
 use crate::hist::LatencyHistogram;
+use crate::link::NetNamespace;
 use crate::machine::Machine;
 use crate::presets::PresetOptions;
 use crate::report;
@@ -375,8 +376,18 @@ impl ObjServer {
             objects: Some(ObjectConfig::new(dir.join("objects"), vec![any])),
             ..ServerConfig::default()
         };
-        let server = Server::bind(config)
-            .with_context(|| format!("cannot start the object server in {}", dir.display()))?;
+        Self::bind(config, None)
+            .with_context(|| format!("cannot start the object server in {}", dir.display()))
+    }
+
+    /// Starts a server of `config` (whose NBD and object listeners are
+    /// TCP), its sockets bound inside `namespace` when given (the
+    /// `noncontig` preset's server behind a link).
+    pub(crate) fn bind(config: ServerConfig, namespace: Option<&NetNamespace>) -> Result<Self> {
+        let server = match namespace {
+            Some(ns) => ns.enter(move || Server::bind(config))??,
+            None => Server::bind(config)?,
+        };
         let tcp = |a: Option<&ListenAddr>| match a {
             Some(ListenAddr::Tcp(addr)) => Ok(addr.to_string()),
             _ => Err(anyhow!("the embedded server bound no TCP address")),

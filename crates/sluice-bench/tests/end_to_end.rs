@@ -325,3 +325,98 @@ fn s3asim_preset_runs_a_tiny_sweep_in_process() {
     assert!(out.path().join("s3asim.json").exists());
     assert!(out.path().join("s3asim-table.md").exists());
 }
+
+/// The noncontig preset at its smallest, on loopback (no namespace): the
+/// JSON has a point for every part, volume, op, DDT and size, every read
+/// returned the bytes written (the preset compares each one and fails
+/// otherwise) and every point ended with its layout checked.
+#[test]
+fn noncontig_preset_runs_a_tiny_sweep_on_loopback() {
+    use sluice_bench::matrix::Driver;
+    use sluice_bench::noncontig::{noncontig, LinkKind, NoncontigArgs, Volume};
+    use sluice_bench::presets::PresetOptions;
+    use sluice_bench::workload::Size;
+
+    let out = tempfile::tempdir().unwrap();
+    let opts = PresetOptions {
+        quick: true,
+        rounds: 2,
+        duration: Some(std::time::Duration::from_millis(1)),
+        out_dir: out.path().to_path_buf(),
+        plot_dir: out.path().to_path_buf(),
+        image: None,
+        image_size: None,
+        sluice_bin: None,
+        targets: None,
+        driver: Driver::Own,
+        progress: false,
+        link_rate: None,
+    };
+    let args = NoncontigArgs {
+        total: Some(Size(4096)),
+        blocks: Some(vec![Size(8), Size(1000)]),
+        sizes: Some(vec![Size(4096)]),
+        links: Some(vec![LinkKind::Loopback]),
+        volumes: None,
+    };
+    let report = noncontig(&opts, &args).unwrap();
+    assert!(report.failures.is_empty(), "{:?}", report.failures);
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(out.path().join("noncontig.json")).unwrap()).unwrap();
+    assert_eq!(json["preset"], "noncontig");
+    assert_eq!(json["total_bytes"], 4096);
+    assert_eq!(json["hole_bytes"], 2);
+    let points = json["points"].as_array().unwrap();
+    // Contiguous: 1 size x 2 ops x 3 DDTs; view: 3 volumes x 2 blocks x
+    // 2 ops x 3 DDTs.
+    assert_eq!(points.len(), 6 + 36, "{points:#?}");
+    for p in points {
+        let (part, ddt, op) = (
+            p["part"].as_str().unwrap(),
+            p["ddt"].as_str().unwrap(),
+            p["op"].as_str().unwrap(),
+        );
+        assert_eq!(p["link"], "loopback");
+        assert_eq!(p["rounds_s"].as_array().unwrap().len(), 2, "{p}");
+        assert!(p["time_s"].as_f64().unwrap() > 0.0, "{p}");
+        assert!(p["mb_s"].as_f64().unwrap() > 0.0, "{p}");
+        // Loopback measures no link: no model.
+        assert!(
+            p["model_time_s"].is_null() && p["model_error"].is_null(),
+            "{p}"
+        );
+        assert_eq!(p["payload_bytes"], 4096, "{p}");
+        if op == "read" {
+            assert!(p["verified_reads"].as_u64().unwrap() >= 2, "{p}");
+        }
+        let block = p["block_bytes"].as_u64().unwrap();
+        let n = p["segments"].as_u64().unwrap();
+        match part {
+            "contiguous" => {
+                assert!(["contiguous", "sgl", "strided"].contains(&ddt), "{p}");
+                assert_eq!((block, n), (4096, 1), "{p}");
+            }
+            "view" => {
+                assert!(["iterative", "sgl", "strided"].contains(&ddt), "{p}");
+                assert_eq!(n, 4096u64.div_ceil(block), "{p}");
+            }
+            other => panic!("unknown part {other}"),
+        }
+    }
+    for v in [Volume::Object, Volume::Mem, Volume::File] {
+        for block in [8, 1000] {
+            let checked: u64 = report
+                .points
+                .iter()
+                .filter(|p| p.part == "view" && p.volume == v && p.block_bytes == block)
+                .map(|p| p.layout_checks)
+                .sum();
+            assert_eq!(checked, 2, "{v:?} {block}: one layout check per round");
+        }
+    }
+    assert!(
+        report.checks.is_empty(),
+        "targets are judged on the shaped link only"
+    );
+    assert!(out.path().join("noncontig-table.md").exists());
+}

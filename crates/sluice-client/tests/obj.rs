@@ -546,6 +546,54 @@ fn the_client_picks_the_ddt_and_the_number_of_requests() {
     assert_eq!(requests(&server, "read", "sgl"), s0 + 1);
 }
 
+/// `ObjOptions::ddt` pins the DDT: one segment goes as an SGL or a
+/// strided request, a regular list as an SGL; what the pin cannot
+/// describe (an irregular list as strided) keeps the client's pick; the
+/// bytes are the same whichever way they travel.
+#[test]
+fn a_pinned_ddt_goes_on_the_wire_as_pinned() {
+    use sluice_client::obj::DdtKind;
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::builder()
+        .objects(dir.path().join("objects"))
+        .metrics()
+        .start();
+    let uri: ObjUri = server.obj_uri().parse().unwrap();
+    let pinned = |ddt| {
+        let options = ObjOptions {
+            ddt: Some(ddt),
+            ..ObjOptions::default()
+        };
+        ObjClient::connect(&uri, &options).unwrap()
+    };
+    let (mut sgl, mut strided) = (pinned(DdtKind::Sgl), pinned(DdtKind::Strided));
+    let data = pattern(3, 4096);
+    let id = sgl.create("", 1, false).unwrap()[0];
+    let count = |ddt| requests(&server, "write", ddt) + requests(&server, "read", ddt);
+    let (c0, s0, t0) = (count("contiguous"), count("sgl"), count("strided"));
+
+    let one = [seg(0, 4096)];
+    sgl.write(id, &one, &data, &DataOptions::default()).unwrap();
+    assert_eq!(sgl.read(id, &one).unwrap().data, data);
+    assert_eq!(wait_requests(&server, "write", "sgl", 1), 1);
+    assert_eq!(wait_requests(&server, "read", "sgl", 1), 1);
+    assert_eq!(count("sgl"), s0 + 2);
+    assert_eq!(strided.read(id, &one).unwrap().data, data);
+    assert_eq!(wait_requests(&server, "read", "strided", 1), 1);
+    // A regular list as an SGL; an irregular one stays an SGL when
+    // strided is pinned.
+    let regular = [seg(0, 8), seg(10, 8), seg(20, 8)];
+    let r = sgl.read(id, &regular).unwrap().data;
+    assert_eq!(r, [&data[0..8], &data[10..18], &data[20..28]].concat());
+    let irregular = [seg(20, 8), seg(0, 8)];
+    let r = strided.read(id, &irregular).unwrap().data;
+    assert_eq!(r, [&data[20..28], &data[0..8]].concat());
+    assert_eq!(wait_requests(&server, "read", "sgl", 3), 3);
+    assert_eq!(count("strided"), t0 + 1);
+    assert_eq!(count("contiguous"), c0);
+}
+
 mod model {
     use super::*;
     use proptest::prelude::*;

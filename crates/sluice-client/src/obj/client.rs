@@ -24,8 +24,8 @@
 use std::time::Duration;
 
 use sluice_obj_proto::{
-    AttachedExport, Features, FlushScope, Limits, MetaReply, MetaRequest, Negotiated, Opcode,
-    Segment,
+    AttachedExport, DdtKind, Features, FlushScope, Limits, MetaReply, MetaRequest, Negotiated,
+    Opcode, Segment,
 };
 
 use super::attr::{AttrChange, Attrs, Value};
@@ -62,6 +62,13 @@ pub struct ObjOptions {
     /// When requests waiting to be sent are packed into batch frames
     /// (temporal merge); a URI's `?merge=` overrides it.
     pub merge: MergePolicy,
+    /// Pins the DDT of data commands (`None`: the client picks, see
+    /// `plan::choose`): `Sgl` sends every list, a single segment
+    /// included, as a scatter/gather list; `Strided` sends every regular
+    /// list, a single segment included, as a strided request. A list the
+    /// pinned kind cannot describe keeps the client's pick. For
+    /// measuring the DDTs against each other.
+    pub ddt: Option<DdtKind>,
 }
 
 impl Default for ObjOptions {
@@ -73,6 +80,7 @@ impl Default for ObjOptions {
             max_in_flight: 64,
             exports: Vec::new(),
             merge: MergePolicy::default(),
+            ddt: None,
         }
     }
 }
@@ -142,6 +150,7 @@ impl ObjClient {
         Codec {
             session: &self.link.session,
             server: &self.link.server,
+            ddt: self.options.ddt,
         }
     }
 
@@ -397,7 +406,8 @@ impl ObjClient {
             .map(|(i, p)| {
                 // Attributes are read with the first piece.
                 let a = if i == 0 { a.clone() } else { Vec::new() };
-                Codec::data_wire(s.clone(), op, object, p, Vec::new(), a, &[], false)
+                self.codec()
+                    .data_wire(s.clone(), op, object, p, Vec::new(), a, &[], false)
             })
             .collect();
         let total: u64 = merged.iter().map(|s| s.length).sum();
@@ -463,7 +473,7 @@ impl ObjClient {
             };
             at += chunk.len();
             let attrs = if i == last { a.clone() } else { Vec::new() };
-            wires.push(Codec::data_wire(
+            wires.push(self.codec().data_wire(
                 s.clone(),
                 op,
                 object,

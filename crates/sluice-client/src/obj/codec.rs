@@ -6,14 +6,14 @@
 
 use sluice_obj_proto::consts::*;
 use sluice_obj_proto::{
-    decode_id_list, encode_query_range, AttrOp, AttrOps, Features, FlushScope, Limits, Negotiated,
-    Opcode, Page as WirePage, QueryRange, Segment,
+    decode_id_list, encode_query_range, AttrOp, AttrOps, DdtKind, Features, FlushScope, Limits,
+    Negotiated, Opcode, Page as WirePage, QueryRange, Segment,
 };
 
 use super::attr::{AttrChange, Attrs};
 use super::error::{Addressee, Subject};
 use super::link::{RawReply, Wire};
-use super::plan::{choose, coalesce, split, PieceLimits};
+use super::plan::{choose_as, coalesce, split, PieceLimits, PINNED_DDT_BYTES};
 use super::request::{Entry, ObjRequest, ObjResponse, Page, ReadReply};
 use super::ObjError;
 
@@ -73,6 +73,8 @@ pub(super) struct Codec<'s> {
     pub(super) session: &'s Negotiated,
     /// The server, for error messages.
     pub(super) server: &'s str,
+    /// The DDT the caller pinned ([`ObjOptions::ddt`](super::ObjOptions::ddt)).
+    pub(super) ddt: Option<DdtKind>,
 }
 
 impl Codec<'_> {
@@ -177,7 +179,13 @@ impl Codec<'_> {
         let l = self.limits();
         let limits = PieceLimits {
             max_segments: l.max_segments,
-            max_bytes: u64::from(l.max_payload).saturating_sub(extra as u64),
+            max_bytes: u64::from(l.max_payload)
+                .saturating_sub(extra as u64)
+                .saturating_sub(if self.ddt.is_some() {
+                    PINNED_DDT_BYTES
+                } else {
+                    0
+                }),
         };
         split(segments, limits).ok_or_else(|| {
             refused(
@@ -194,6 +202,7 @@ impl Codec<'_> {
     /// piece's segments.
     #[allow(clippy::too_many_arguments)] // the fields of one request
     pub(super) fn data_wire<'a>(
+        &self,
         subject: Subject,
         op: Opcode,
         object: u64,
@@ -203,7 +212,7 @@ impl Codec<'_> {
         data: &'a [u8],
         fua: bool,
     ) -> Wire<'a> {
-        let layout = choose(piece);
+        let layout = choose_as(piece, self.ddt);
         let mut ddt = Vec::new();
         layout.encode(&mut ddt);
         let length = layout.total();
@@ -301,7 +310,7 @@ impl Codec<'_> {
                 let Some(piece) = self.one_piece(&s, segments, a.len())? else {
                     return Ok(None);
                 };
-                Self::data_wire(s, Opcode::Read, object, &piece, Vec::new(), a, &[], false)
+                self.data_wire(s, Opcode::Read, object, &piece, Vec::new(), a, &[], false)
             }
             ObjRequest::Write {
                 object,
@@ -315,7 +324,7 @@ impl Codec<'_> {
                 let Some(piece) = self.one_piece(&s, segments, a.len())? else {
                     return Ok(None);
                 };
-                Self::data_wire(
+                self.data_wire(
                     s,
                     Opcode::Write,
                     object,
@@ -336,7 +345,7 @@ impl Codec<'_> {
                 let Some(piece) = self.one_piece(&s, segments, a.len())? else {
                     return Ok(None);
                 };
-                Self::data_wire(
+                self.data_wire(
                     s,
                     Opcode::Punch,
                     object,
@@ -399,7 +408,7 @@ impl Codec<'_> {
                 let Some(piece) = self.one_piece(&s, &merged, extra)? else {
                     return Ok(None);
                 };
-                Self::data_wire(
+                self.data_wire(
                     s,
                     Opcode::CreateAndWrite,
                     0,
@@ -450,7 +459,7 @@ impl Codec<'_> {
                 let Some(piece) = self.one_piece(&s, segments, 0)? else {
                     return Ok(None);
                 };
-                Self::data_wire(
+                self.data_wire(
                     s,
                     Opcode::ExtentRead,
                     export,
@@ -472,7 +481,7 @@ impl Codec<'_> {
                 let Some(piece) = self.one_piece(&s, segments, 0)? else {
                     return Ok(None);
                 };
-                Self::data_wire(
+                self.data_wire(
                     s,
                     Opcode::ExtentWrite,
                     export,

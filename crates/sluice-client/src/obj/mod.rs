@@ -78,7 +78,8 @@ pub use request::{
 };
 pub use shared::{SharedObjClient, READER_THREAD};
 pub use sluice_obj_proto::{
-    answer, AttachedExport, ClientHandshakeError, ErrorCode, Features, FlushScope, Limits, Segment,
+    answer, AttachedExport, ClientHandshakeError, DdtKind, ErrorCode, Features, FlushScope, Limits,
+    Segment,
 };
 pub use stripe_plan::{Pattern, PiecePlan, PlanError, Run, StripePlan};
 pub use striped::{

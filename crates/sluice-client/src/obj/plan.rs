@@ -137,6 +137,30 @@ pub fn choose(segments: &[Segment]) -> Layout {
     }
 }
 
+/// The layout of `segments` (non-empty, already [`coalesce`]d) when the
+/// caller pins the DDT ([`ObjOptions::ddt`](super::ObjOptions::ddt)): a
+/// scatter/gather list carries any list, a strided request any regular
+/// one (a single segment too, as one stride of its own length). What the
+/// pinned kind cannot describe, and no pin at all, gets [`choose`]'s
+/// pick, so the bytes a request moves never depend on the pin.
+pub fn choose_as(segments: &[Segment], pin: Option<DdtKind>) -> Layout {
+    match (pin, segments) {
+        (Some(DdtKind::Sgl), [_, ..]) => Layout::Sgl(segments.to_vec()),
+        (Some(DdtKind::Strided), [one]) => Layout::Strided {
+            offset: one.offset,
+            stride: one.length,
+            length: one.length,
+            count: 1,
+        },
+        _ => choose(segments),
+    }
+}
+
+/// DDT bytes a pinned DDT may add to a one-segment piece, which
+/// [`split`] counts as free: an SGL of one entry (and a strided header
+/// is no longer).
+pub const PINNED_DDT_BYTES: u64 = 4 + SGL_ENTRY_LEN as u64;
+
 /// What one request may carry, from the server's published limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PieceLimits {
@@ -285,6 +309,39 @@ mod tests {
         let mut ddt = Vec::new();
         choose(&s).encode(&mut ddt);
         assert_eq!(ddt.len(), 20);
+    }
+
+    #[test]
+    fn a_pinned_ddt_carries_what_it_can_describe() {
+        let one = [seg(64, 512)];
+        assert_eq!(choose_as(&one, None), Layout::Contiguous(seg(64, 512)));
+        assert_eq!(choose_as(&one, Some(DdtKind::Contiguous)), choose(&one));
+        assert_eq!(
+            choose_as(&one, Some(DdtKind::Sgl)),
+            Layout::Sgl(one.to_vec())
+        );
+        let strided = choose_as(&one, Some(DdtKind::Strided));
+        assert_eq!(strided.segments(), one.to_vec());
+        assert_eq!(strided.kind(), DdtKind::Strided);
+        let mut ddt = Vec::new();
+        strided.encode(&mut ddt);
+        assert!(ddt.len() as u64 <= PINNED_DDT_BYTES);
+        let regular = [seg(0, 4), seg(6, 4), seg(12, 4)];
+        assert_eq!(
+            choose_as(&regular, Some(DdtKind::Sgl)),
+            Layout::Sgl(regular.to_vec())
+        );
+        assert_eq!(
+            choose_as(&regular, Some(DdtKind::Strided)),
+            choose(&regular)
+        );
+        // Strided cannot describe an irregular list: it stays an SGL.
+        let irregular = [seg(0, 4), seg(20, 4), seg(6, 4)];
+        assert_eq!(
+            choose_as(&irregular, Some(DdtKind::Strided)),
+            Layout::Sgl(irregular.to_vec())
+        );
+        assert_eq!(choose_as(&[], Some(DdtKind::Sgl)), choose(&[]));
     }
 
     #[test]

@@ -73,6 +73,7 @@ impl std::fmt::Debug for SharedObjClient {
 struct Shared {
     server: String,
     session: Negotiated,
+    ddt: Option<sluice_obj_proto::DdtKind>,
     max_in_flight: usize,
     request_timeout: Option<Duration>,
     next_id: AtomicU64,
@@ -140,6 +141,7 @@ impl SharedObjClient {
         let shared = Arc::new(Shared {
             server: server.clone(),
             session,
+            ddt: options.ddt,
             max_in_flight: options.max_in_flight.max(1),
             request_timeout: options.request_timeout,
             next_id: AtomicU64::new(1),
@@ -289,6 +291,7 @@ impl SharedObjClient {
         Codec {
             session: &self.shared.session,
             server: &self.shared.server,
+            ddt: self.shared.ddt,
         }
     }
 

@@ -1,0 +1,1547 @@
+//! `sluice bench noncontig`: the object-storage paper's non-contiguous
+//! I/O experiments (its figures 9 and 10) on sluice, each curve beside
+//! the paper's model T = S/BW + N ([`sluice_model::noncontig`]) evaluated
+//! with the link's measured bandwidth and round trip.
+//!
+//! - **contiguous**: one transfer of each size in one request, sent
+//!   contiguous, as a scatter/gather list of one segment and as a strided
+//!   request of one segment (the client's DDT pinned with
+//!   [`ObjOptions::ddt`]): all three should be equal.
+//! - **view**: an MPI-vector-like file view, blocks of x bytes each
+//!   followed by a 2-byte hole, a fixed payload in all (1 MiB by default,
+//!   `--total`), for x from 8 B to 64 KiB: iterative (one request per
+//!   block, 64 in flight, as an NBD client pipelines), one SGL and one
+//!   strided request (cut where the server's published limits require,
+//!   the pieces pipelined), writes then reads, on an object and on a
+//!   `mem` and a `file` NBD export of the same server (the native
+//!   protocol's extent commands).
+//!
+//! The server is embedded, its sockets bound in a network namespace
+//! behind a veth link ([`crate::link`]): unshaped, and shaped with tc tbf
+//! to 800 Mbit/s as in the paper (`--link-rate`). Where namespaces are
+//! unavailable the run says so and measures on loopback, without a model
+//! (nothing measured the link). DDTs take turns within each point, the
+//! first one moving each round; each timed value is the median transfer
+//! time of its repetitions, then the median over rounds. Every read is
+//! compared with the bytes written, and each point ends with one
+//! contiguous read of the whole span checking every block and that every
+//! hole is still zero.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use sluice_client::obj::{
+    DataOptions, DdtKind, MergePolicy, ObjClient, ObjOptions, ObjRequest, ObjResponse, Segment,
+};
+use sluice_model::noncontig::{transfer_time, Ddt, Direction, NoncontigParams};
+use sluice_model::plot::{Chart, Figure, Legend, LineStyle, Series, XAxis};
+use sluice_model::text::{compact, Table};
+use sluice_server::{ExportConfig, ListenAddr, ObjectConfig, ServerConfig};
+use sluice_volume::{BaseSpec, VolumeSpec};
+
+use crate::link::{Link, LinkMeasurement, LinkRate};
+use crate::machine::Machine;
+use crate::objects::{load1, steal_now, steal_since, ObjServer};
+use crate::plot;
+use crate::presets::PresetOptions;
+use crate::report;
+use crate::stats::{median, ratio};
+use crate::workload::Size;
+
+/// The hole after each block of the view.
+pub const HOLE: u64 = 2;
+/// The shaped link's rate when `--link-rate` is not given: the paper's.
+pub const PAPER_RATE: LinkRate = LinkRate(800_000_000);
+/// Requests the client keeps in flight (iterative blocks, split pieces).
+pub const IN_FLIGHT: usize = 64;
+/// SGL and strided at least this many times iterative on the shaped
+/// link, for blocks of [`TARGET_BLOCKS`] bytes.
+pub const TARGET_SPEEDUP: f64 = 10.0;
+/// ... and within this of the model.
+pub const TARGET_MODEL_ERROR: f64 = 0.15;
+/// The block sizes the targets hold for.
+pub const TARGET_BLOCKS: std::ops::RangeInclusive<u64> = 8..=4096;
+/// sluice's DDT bytes (docs/protocol.md): an SGL is a 4-byte count and
+/// 16 bytes per segment; a strided DDT is stride, length and count.
+const SGL_FIXED_BYTES: f64 = 4.0;
+const SGL_ENTRY_BYTES: f64 = 16.0;
+const STRIDED_BYTES: f64 = 20.0;
+/// The export names.
+const MEM_EXPORT: &str = "mem";
+const FILE_EXPORT: &str = "file";
+
+/// Where the server sits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum LinkKind {
+    /// 127.0.0.1, no namespace (nothing measured: no model).
+    Loopback,
+    /// A veth link without a rate limit.
+    Unshaped,
+    /// A veth link shaped with tc tbf (800 Mbit/s unless --link-rate).
+    Shaped,
+}
+
+impl LinkKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Loopback => "loopback",
+            Self::Unshaped => "unshaped",
+            Self::Shaped => "shaped",
+        }
+    }
+}
+
+/// What the view is read and written on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum Volume {
+    /// An object of the server's store.
+    Object,
+    /// The `mem` NBD export, through extent commands.
+    Mem,
+    /// The `file` NBD export, through extent commands.
+    File,
+}
+
+impl Volume {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Object => "object",
+            Self::Mem => "mem",
+            Self::File => "file",
+        }
+    }
+}
+
+/// Options of `sluice bench noncontig` beyond the presets' common ones.
+#[derive(Debug, Clone, clap::Args)]
+pub struct NoncontigArgs {
+    /// Payload bytes of each view transfer, whatever its block size
+    /// (default 1M; 256K with --quick).
+    #[arg(long)]
+    pub total: Option<Size>,
+    /// Block sizes x of the view, comma-separated (default: powers of two
+    /// from 8 to 64K; with --quick 8,64,512,4K,64K).
+    #[arg(long, value_delimiter = ',')]
+    pub blocks: Option<Vec<Size>>,
+    /// Transfer sizes of the contiguous part, comma-separated (default
+    /// 4K,16K,64K,256K,1M,4M; with --quick 4K,64K,1M).
+    #[arg(long, value_delimiter = ',')]
+    pub sizes: Option<Vec<Size>>,
+    /// Links to run over, comma-separated: loopback, unshaped, shaped
+    /// (default unshaped,shaped, or loopback where network namespaces
+    /// are unavailable).
+    #[arg(long, value_delimiter = ',', value_enum)]
+    pub links: Option<Vec<LinkKind>>,
+    /// Volumes of the view, comma-separated: object, mem, file (default
+    /// all three).
+    #[arg(long, value_delimiter = ',', value_enum)]
+    pub volumes: Option<Vec<Volume>>,
+}
+
+/// The sizes one run uses, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub total: u64,
+    pub blocks: Vec<u64>,
+    pub sizes: Vec<u64>,
+    pub volumes: Vec<Volume>,
+}
+
+/// Largest view payload and contiguous transfer (the exports and the
+/// client's buffers are sized from them).
+const MAX_BYTES: u64 = 64 << 20;
+
+impl NoncontigArgs {
+    /// The sizes to run, defaults filled in; a usage error for sizes that
+    /// cannot run.
+    pub fn plan(&self, quick: bool) -> Result<Plan, String> {
+        let total = self
+            .total
+            .map_or(if quick { 256 << 10 } else { 1 << 20 }, |s| s.0);
+        if !(1..=MAX_BYTES).contains(&total) {
+            return Err(format!(
+                "--total {total}: must be between 1 byte and 64 MiB"
+            ));
+        }
+        let blocks = match &self.blocks {
+            Some(b) => b.iter().map(|s| s.0).collect(),
+            None if quick => vec![8, 64, 512, 4 << 10, 64 << 10],
+            None => (3..=16).map(|p| 1u64 << p).collect(),
+        };
+        if let Some(b) = blocks.iter().find(|&&b| b == 0 || b > total) {
+            return Err(format!(
+                "--blocks {b}: a block must be between 1 byte and --total ({total})"
+            ));
+        }
+        let sizes = match &self.sizes {
+            Some(s) => s.iter().map(|s| s.0).collect(),
+            None if quick => vec![4 << 10, 64 << 10, 1 << 20],
+            None => vec![4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20],
+        };
+        if let Some(s) = sizes.iter().find(|&&s| !(1..=MAX_BYTES).contains(&s)) {
+            return Err(format!("--sizes {s}: must be between 1 byte and 64 MiB"));
+        }
+        let volumes = self
+            .volumes
+            .clone()
+            .unwrap_or_else(|| vec![Volume::Object, Volume::Mem, Volume::File]);
+        Ok(Plan {
+            total,
+            blocks,
+            sizes,
+            volumes,
+        })
+    }
+}
+
+// ---------------------------------------------------------------- the view
+
+/// The view's blocks for a payload of `total` bytes in blocks of `block`
+/// bytes, each followed by a [`HOLE`]: `total / block` whole blocks and,
+/// when `block` does not divide `total`, a shorter last one, so the
+/// payload is always `total`.
+pub fn view_segments(total: u64, block: u64) -> Vec<Segment> {
+    let mut out = Vec::with_capacity(total.div_ceil(block.max(1)) as usize);
+    let (mut offset, mut left) = (0u64, total);
+    while left > 0 && block > 0 {
+        let length = block.min(left);
+        out.push(Segment { offset, length });
+        offset += length + HOLE;
+        left -= length;
+    }
+    out
+}
+
+/// Bytes from the first block's start to the last one's end.
+pub fn span(segments: &[Segment]) -> u64 {
+    segments.last().map_or(0, |s| s.offset + s.length)
+}
+
+/// Checks a contiguous read of the view's span: each block holds its
+/// bytes of `data` (in list order) and each hole is zero. The first
+/// difference, if any.
+pub fn check_layout(segments: &[Segment], data: &[u8], whole: &[u8]) -> Result<(), String> {
+    let mut at = 0usize;
+    let mut end = 0u64;
+    for (i, s) in segments.iter().enumerate() {
+        let hole = whole
+            .get(end as usize..s.offset as usize)
+            .ok_or_else(|| format!("the span read is {} bytes, too short", whole.len()))?;
+        if let Some(k) = hole.iter().position(|&b| b != 0) {
+            return Err(format!(
+                "byte {} (in the hole before block {i}) is {:#04x}, not zero",
+                end as usize + k,
+                hole[k]
+            ));
+        }
+        let len = s.length as usize;
+        let got = whole
+            .get(s.offset as usize..s.offset as usize + len)
+            .ok_or_else(|| format!("the span read is {} bytes, too short", whole.len()))?;
+        if got != &data[at..at + len] {
+            return Err(format!(
+                "block {i} at offset {} does not hold the bytes written to it",
+                s.offset
+            ));
+        }
+        at += len;
+        end = s.offset + s.length;
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------- the model
+
+/// The model's parameters for a transfer over a link measured as `m`:
+/// its RTT, its payload rate in the transfer's direction (writes go up
+/// to the server, reads come down), and sluice's DDT sizes.
+pub fn model_params(m: &LinkMeasurement, direction: Direction) -> NoncontigParams {
+    let mbit = match direction {
+        Direction::Write => m.up_mbit_s,
+        Direction::Read => m.down_mbit_s,
+    };
+    NoncontigParams {
+        rtt: m.rtt_us * 1e-6,
+        bandwidth: mbit * 1e6 / 8.0,
+        direction,
+        sgl_fixed_bytes: SGL_FIXED_BYTES,
+        sgl_entry_bytes: SGL_ENTRY_BYTES,
+        strided_bytes: STRIDED_BYTES,
+    }
+}
+
+/// How far a measured time is from the model's, as a throughput error:
+/// `model_time / measured_time - 1` (negative: slower than the model).
+/// `None` when either time is not a positive number.
+pub fn model_error(measured_s: f64, model_s: f64) -> Option<f64> {
+    (measured_s > 0.0 && model_s > 0.0 && measured_s.is_finite() && model_s.is_finite())
+        .then(|| model_s / measured_s - 1.0)
+}
+
+// ---------------------------------------------------------------- report
+
+/// One measured curve point: a DDT, an op and a size on one volume over
+/// one link, its rounds and the model's prediction.
+#[derive(Debug, Clone, Serialize)]
+pub struct NcPoint {
+    /// "contiguous" (one segment) or "view" (blocks and holes).
+    pub part: String,
+    pub link: LinkKind,
+    pub volume: Volume,
+    /// "write" or "read".
+    pub op: String,
+    /// "iterative", "sgl" or "strided" ("contiguous" for the one-request
+    /// row of the contiguous part).
+    pub ddt: String,
+    /// Block size x (the transfer size in the contiguous part).
+    pub block_bytes: u64,
+    /// Segments n.
+    pub segments: u64,
+    /// Payload bytes of one transfer.
+    pub payload_bytes: u64,
+    /// Median transfer time of each round, seconds.
+    pub rounds_s: Vec<f64>,
+    /// Repetitions timed in each round.
+    pub reps: Vec<u32>,
+    /// Median over rounds, seconds.
+    pub time_s: f64,
+    /// Payload MB/s (10^6 bytes) at that time.
+    pub mb_s: f64,
+    /// T = S/BW + N with the link's measured BW and RTT (none on
+    /// loopback), seconds, and its throughput.
+    pub model_time_s: Option<f64>,
+    pub model_mb_s: Option<f64>,
+    /// `model_time / measured_time - 1`: negative where slower than the
+    /// model.
+    pub model_error: Option<f64>,
+    /// Reads compared with the bytes written, and contiguous reads of the
+    /// span checking blocks and holes.
+    pub verified_reads: u64,
+    pub layout_checks: u64,
+    /// Highest 1-minute load average and steal share (%) seen.
+    pub load1_max: f64,
+    pub steal_pct_max: f64,
+}
+
+/// The paper's claims at one view point of the shaped link.
+#[derive(Debug, Clone, Serialize)]
+pub struct TargetCheck {
+    pub volume: Volume,
+    pub op: String,
+    pub block_bytes: u64,
+    pub sgl_over_iterative: Option<f64>,
+    pub strided_over_iterative: Option<f64>,
+    pub sgl_model_error: Option<f64>,
+    pub strided_model_error: Option<f64>,
+    /// Both at least 10x iterative and within 15% of the model.
+    pub met: bool,
+    /// What missed and why ("" when met).
+    pub why: String,
+}
+
+/// What `sluice bench noncontig` writes to `noncontig.json`.
+#[derive(Debug, Serialize)]
+pub struct NoncontigReport {
+    /// "noncontig".
+    pub preset: String,
+    pub command: String,
+    pub machine: Machine,
+    pub loadavg_end: String,
+    pub quick: bool,
+    pub rounds: u32,
+    /// Least time each value is timed for, per round.
+    pub min_time_s: f64,
+    /// Payload of each view transfer.
+    pub total_bytes: u64,
+    pub hole_bytes: u64,
+    pub in_flight: usize,
+    /// Each link as measured when it was made.
+    pub links: Vec<(LinkKind, LinkMeasurement)>,
+    pub notes: Vec<String>,
+    pub points: Vec<NcPoint>,
+    pub checks: Vec<TargetCheck>,
+    pub failures: Vec<String>,
+}
+
+// ---------------------------------------------------------------- running
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Op {
+    Write,
+    Read,
+}
+
+impl Op {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Write => "write",
+            Self::Read => "read",
+        }
+    }
+}
+
+/// Where a transfer goes.
+#[derive(Debug, Clone, Copy)]
+enum Place {
+    Object(u64),
+    Export(u64),
+}
+
+/// One server over one link, with a client per DDT (the client picks the
+/// layout for iterative and contiguous; SGL and strided are pinned).
+struct Bed {
+    kind: LinkKind,
+    measured: Option<LinkMeasurement>,
+    clients: [ObjClient; 3],
+    mem: u64,
+    file: u64,
+    // Dropped in this order: clients (above), the server, then its link.
+    _server: ObjServer,
+    _link: Option<Link>,
+}
+
+fn client_index(ddt: Ddt) -> usize {
+    match ddt {
+        Ddt::Iterative => 0,
+        Ddt::Sgl => 1,
+        Ddt::Strided => 2,
+    }
+}
+
+impl Bed {
+    fn start(kind: LinkKind, rate: LinkRate, dir: &Path, export_bytes: u64) -> Result<Self> {
+        let (link, measured) = match kind {
+            LinkKind::Loopback => (None, None),
+            LinkKind::Unshaped | LinkKind::Shaped => {
+                let link = Link::create((kind == LinkKind::Shaped).then_some(rate))
+                    .context("the noncontig preset's links need root, network namespaces, veth and tc tbf (iproute2)")?;
+                let m = link.measure()?;
+                eprintln!(
+                    "{} link: {} ({})",
+                    kind.name(),
+                    m.line(),
+                    link.namespace().name()
+                );
+                (Some(link), Some(m))
+            }
+        };
+        let ip = link.as_ref().map_or(IpAddr::V4(Ipv4Addr::LOCALHOST), |l| {
+            IpAddr::V4(l.server_addr())
+        });
+        let any = ListenAddr::Tcp(SocketAddr::new(ip, 0));
+        let here = dir.join(kind.name());
+        std::fs::create_dir_all(&here)
+            .with_context(|| format!("cannot create {}", here.display()))?;
+        let config = ServerConfig {
+            listen: vec![any.clone()],
+            export: vec![
+                ExportConfig {
+                    name: MEM_EXPORT.into(),
+                    spec: VolumeSpec::new(BaseSpec::Memory { size: export_bytes }),
+                    description: "noncontig mem".into(),
+                },
+                ExportConfig {
+                    name: FILE_EXPORT.into(),
+                    spec: VolumeSpec::new(BaseSpec::File {
+                        path: here.join("export.img"),
+                        size: Some(export_bytes),
+                        direct: false,
+                    }),
+                    description: "noncontig file".into(),
+                },
+            ],
+            objects: Some(ObjectConfig::new(here.join("objects"), vec![any])),
+            ..ServerConfig::default()
+        };
+        let server = ObjServer::bind(config, link.as_ref().map(Link::namespace))
+            .with_context(|| format!("cannot start the object server in {}", here.display()))?;
+        let connect = |ddt: Option<DdtKind>| {
+            let options = ObjOptions {
+                max_in_flight: IN_FLIGHT,
+                exports: vec![MEM_EXPORT.into(), FILE_EXPORT.into()],
+                // One request per block, not batch frames: the
+                // iterative baseline is what an NBD client sends.
+                merge: MergePolicy::Off,
+                ddt,
+                ..ObjOptions::default()
+            };
+            ObjClient::connect(&server.obj_uri, &options)
+                .with_context(|| format!("cannot connect to {}", server.obj_uri))
+        };
+        let clients = [
+            connect(None)?,
+            connect(Some(DdtKind::Sgl))?,
+            connect(Some(DdtKind::Strided))?,
+        ];
+        let handle = |name: &str| {
+            clients[0]
+                .exports()
+                .iter()
+                .find(|e| e.name == name)
+                .map(|e| e.handle)
+                .with_context(|| format!("the server did not attach export {name}"))
+        };
+        let (mem, file) = (handle(MEM_EXPORT)?, handle(FILE_EXPORT)?);
+        Ok(Self {
+            kind,
+            measured,
+            clients,
+            mem,
+            file,
+            _server: server,
+            _link: link,
+        })
+    }
+}
+
+/// The bytes of `data` for `segment i` of a list whose segments are laid
+/// end to end in `data`.
+fn slices<'d>(segments: &[Segment], data: &'d [u8]) -> Vec<&'d [u8]> {
+    let mut at = 0usize;
+    segments
+        .iter()
+        .map(|s| {
+            let d = &data[at..at + s.length as usize];
+            at += s.length as usize;
+            d
+        })
+        .collect()
+}
+
+/// One transfer's requests: one per segment (iterative) or one for the
+/// whole list (the client splits it if it must).
+#[allow(clippy::too_many_arguments)] // a transfer's parts, borrowed
+fn requests<'a>(
+    place: Place,
+    op: Op,
+    iterative: bool,
+    segments: &'a [Segment],
+    singles: &'a [[Segment; 1]],
+    pieces: &[&'a [u8]],
+    data: &'a [u8],
+    options: &'a DataOptions,
+) -> Vec<ObjRequest<'a>> {
+    let one = |segments: &'a [Segment], data: &'a [u8]| match (place, op) {
+        (Place::Object(object), Op::Write) => ObjRequest::Write {
+            object,
+            segments,
+            data,
+            options,
+        },
+        (Place::Object(object), Op::Read) => ObjRequest::Read {
+            object,
+            segments,
+            get: &[],
+        },
+        (Place::Export(export), Op::Write) => ObjRequest::ExtentWrite {
+            export,
+            segments,
+            data,
+            fua: false,
+        },
+        (Place::Export(export), Op::Read) => ObjRequest::ExtentRead { export, segments },
+    };
+    if iterative {
+        singles
+            .iter()
+            .zip(pieces)
+            .map(|(s, d)| one(s.as_slice(), d))
+            .collect()
+    } else {
+        vec![one(segments, data)]
+    }
+}
+
+/// Runs one transfer; for a read, the bytes in list order go to `out`.
+fn transfer(c: &mut ObjClient, reqs: &[ObjRequest<'_>], out: &mut Vec<u8>) -> Result<()> {
+    out.clear();
+    let replies = if reqs.len() == 1 {
+        vec![c.run(&reqs[0])]
+    } else {
+        c.pipeline(reqs)
+    };
+    for r in replies {
+        if let ObjResponse::Read(r) = r.context("a request of the transfer failed")? {
+            out.extend_from_slice(&r.data);
+        }
+    }
+    Ok(())
+}
+
+/// Times `one` until `min` has passed (at least once); the median time
+/// and the repetitions.
+fn timed(min: Duration, mut one: impl FnMut() -> Result<()>) -> Result<(f64, u32)> {
+    let t0 = Instant::now();
+    let mut times = Vec::new();
+    while times.is_empty() || t0.elapsed() < min {
+        let t = Instant::now();
+        one()?;
+        times.push(t.elapsed().as_secs_f64());
+    }
+    Ok((median(&times).unwrap_or(0.0), times.len() as u32))
+}
+
+/// Identifies a curve point.
+#[derive(Debug, Clone, PartialEq)]
+struct Key {
+    part: &'static str,
+    link: LinkKind,
+    volume: Volume,
+    op: Op,
+    ddt: &'static str,
+    block: u64,
+}
+
+/// Collects rounds into points.
+struct Points(Vec<NcPoint>);
+
+impl Points {
+    #[allow(clippy::too_many_arguments)] // one measurement's fields
+    fn add(
+        &mut self,
+        key: &Key,
+        segments: u64,
+        payload: u64,
+        time_s: f64,
+        reps: u32,
+        reads: u64,
+        layout: u64,
+        steal0: (u64, u64),
+    ) {
+        let i = match self.0.iter().position(|p| {
+            p.part == key.part
+                && p.link == key.link
+                && p.volume == key.volume
+                && p.op == key.op.name()
+                && p.ddt == key.ddt
+                && p.block_bytes == key.block
+        }) {
+            Some(i) => i,
+            None => {
+                self.0.push(NcPoint {
+                    part: key.part.into(),
+                    link: key.link,
+                    volume: key.volume,
+                    op: key.op.name().into(),
+                    ddt: key.ddt.into(),
+                    block_bytes: key.block,
+                    segments,
+                    payload_bytes: payload,
+                    rounds_s: Vec::new(),
+                    reps: Vec::new(),
+                    time_s: 0.0,
+                    mb_s: 0.0,
+                    model_time_s: None,
+                    model_mb_s: None,
+                    model_error: None,
+                    verified_reads: 0,
+                    layout_checks: 0,
+                    load1_max: 0.0,
+                    steal_pct_max: 0.0,
+                });
+                self.0.len() - 1
+            }
+        };
+        let p = &mut self.0[i];
+        p.rounds_s.push(time_s);
+        p.reps.push(reps);
+        p.verified_reads += reads;
+        p.layout_checks += layout;
+        p.load1_max = p.load1_max.max(load1());
+        p.steal_pct_max = p.steal_pct_max.max(steal_since(steal0));
+    }
+}
+
+/// Sets each point's medians and the model's prediction for it.
+pub fn finish_points(points: &mut [NcPoint], links: &[(LinkKind, LinkMeasurement)]) {
+    for p in points {
+        p.time_s = median(&p.rounds_s).unwrap_or(0.0);
+        p.mb_s = if p.time_s > 0.0 {
+            p.payload_bytes as f64 / p.time_s / 1e6
+        } else {
+            0.0
+        };
+        let Some((_, m)) = links.iter().find(|(k, _)| *k == p.link) else {
+            continue;
+        };
+        let direction = if p.op == "read" {
+            Direction::Read
+        } else {
+            Direction::Write
+        };
+        let ddt = match p.ddt.as_str() {
+            "sgl" => Ddt::Sgl,
+            "strided" => Ddt::Strided,
+            _ => Ddt::Iterative,
+        };
+        // Iterative in the model is n requests of x bytes; the contiguous
+        // part's segments are one request each (n = 1).
+        let x = p.payload_bytes.checked_div(p.segments).unwrap_or(0);
+        if let Ok(t) = transfer_time(&model_params(m, direction), ddt, p.segments, x.max(1)) {
+            p.model_time_s = Some(t.time);
+            p.model_mb_s = Some(t.throughput / 1e6);
+            p.model_error = model_error(p.time_s, t.time);
+        }
+    }
+}
+
+/// The paper's claims at each shaped-link view point with blocks of
+/// [`TARGET_BLOCKS`] bytes.
+pub fn check_targets(points: &[NcPoint]) -> Vec<TargetCheck> {
+    let find = |v: Volume, op: &str, ddt: &str, x: u64| {
+        points.iter().find(|p| {
+            p.part == "view"
+                && p.link == LinkKind::Shaped
+                && p.volume == v
+                && p.op == op
+                && p.ddt == ddt
+                && p.block_bytes == x
+        })
+    };
+    let mut out = Vec::new();
+    for p in points.iter().filter(|p| {
+        p.part == "view"
+            && p.link == LinkKind::Shaped
+            && p.ddt == "iterative"
+            && TARGET_BLOCKS.contains(&p.block_bytes)
+    }) {
+        let (sgl, strided) = (
+            find(p.volume, &p.op, "sgl", p.block_bytes),
+            find(p.volume, &p.op, "strided", p.block_bytes),
+        );
+        let over = |q: Option<&NcPoint>| q.and_then(|q| ratio(q.mb_s, p.mb_s));
+        let err = |q: Option<&NcPoint>| q.and_then(|q| q.model_error);
+        let (so, to) = (over(sgl), over(strided));
+        let (se, te) = (err(sgl), err(strided));
+        let mut why = Vec::new();
+        for (name, r) in [("sgl", so), ("strided", to)] {
+            match r {
+                Some(r) if r >= TARGET_SPEEDUP => {}
+                Some(r) => why.push(format!(
+                    "{name} {r:.1}x (iterative pipelined {IN_FLIGHT} deep)"
+                )),
+                None => why.push(format!("{name}: not measured")),
+            }
+        }
+        for (name, e) in [("sgl", se), ("strided", te)] {
+            match e {
+                Some(e) if e.abs() <= TARGET_MODEL_ERROR => {}
+                Some(e) if e < 0.0 => why.push(format!(
+                    "{name} {:.0}% below model (per-request CPU)",
+                    -e * 100.0
+                )),
+                Some(e) => why.push(format!(
+                    "{name} {:.0}% above model (beat the measured rate)",
+                    e * 100.0
+                )),
+                None => why.push(format!("{name}: no model (link not measured)")),
+            }
+        }
+        out.push(TargetCheck {
+            volume: p.volume,
+            op: p.op.clone(),
+            block_bytes: p.block_bytes,
+            sgl_over_iterative: so,
+            strided_over_iterative: to,
+            sgl_model_error: se,
+            strided_model_error: te,
+            met: why.is_empty(),
+            why: why.join("; "),
+        });
+    }
+    out
+}
+
+/// The DDTs in the order of `round` (the first moves each round).
+fn rotated(round: u32) -> [Ddt; 3] {
+    let k = round as usize % 3;
+    std::array::from_fn(|i| Ddt::ALL[(i + k) % 3])
+}
+
+/// A payload that differs per DDT, round and size, so a read cannot pass
+/// with another transfer's bytes.
+fn payload(bytes: u64, seed: u64) -> Vec<u8> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    (0..bytes).map(|_| rng.u8(..)).collect()
+}
+
+/// Writes then reads `segments` with each DDT at `place`, checking every
+/// read; then checks the span's layout with one contiguous read.
+#[allow(clippy::too_many_arguments)] // one point's coordinates
+fn point(
+    bed: &mut Bed,
+    part: &'static str,
+    volume: Volume,
+    place: Place,
+    segments: &[Segment],
+    round: u32,
+    min: Duration,
+    points: &mut Points,
+) -> Result<()> {
+    let total: u64 = segments.iter().map(|s| s.length).sum();
+    let block = segments.first().map_or(0, |s| s.length);
+    let singles: Vec<[Segment; 1]> = segments.iter().map(|s| [*s]).collect();
+    let options = DataOptions::default();
+    let mut out = Vec::with_capacity(total as usize);
+    let mut last = Vec::new();
+    for ddt in rotated(round) {
+        let data = payload(
+            total,
+            block ^ (u64::from(round) << 32) ^ ((client_index(ddt) as u64) << 48),
+        );
+        let pieces = slices(segments, &data);
+        // One segment: the contiguous part's baseline is one contiguous
+        // request, named so.
+        let name = match (part, ddt) {
+            ("contiguous", Ddt::Iterative) => "contiguous",
+            _ => ddt.name(),
+        };
+        let iterative = ddt == Ddt::Iterative;
+        let c = &mut bed.clients[client_index(ddt)];
+        for op in [Op::Write, Op::Read] {
+            let reqs = requests(
+                place, op, iterative, segments, &singles, &pieces, &data, &options,
+            );
+            let steal0 = steal_now();
+            let mut reads = 0u64;
+            let (t, reps) = timed(min, || {
+                transfer(c, &reqs, &mut out)?;
+                if op == Op::Read {
+                    if out != data {
+                        bail!(
+                            "{} {name} read of {} blocks of {block} bytes on {} did not return the bytes written",
+                            bed.kind.name(),
+                            segments.len(),
+                            volume.name()
+                        );
+                    }
+                    reads += 1;
+                }
+                Ok(())
+            })
+            .with_context(|| {
+                format!(
+                    "{} {name} {} of {} blocks of {block} bytes on {}",
+                    bed.kind.name(),
+                    op.name(),
+                    segments.len(),
+                    volume.name()
+                )
+            })?;
+            let key = Key {
+                part,
+                link: bed.kind,
+                volume,
+                op,
+                ddt: name,
+                block,
+            };
+            points.add(
+                &key,
+                segments.len() as u64,
+                total,
+                t,
+                reps,
+                reads,
+                0,
+                steal0,
+            );
+        }
+        last = data;
+    }
+    // Every block holds the last DDT's bytes and every hole is zero.
+    let whole = [Segment {
+        offset: 0,
+        length: span(segments),
+    }];
+    let reqs = requests(place, Op::Read, false, &whole, &[], &[], &[], &options);
+    transfer(&mut bed.clients[0], &reqs, &mut out)?;
+    check_layout(segments, &last, &out).map_err(|e| {
+        anyhow::anyhow!(
+            "{} {} after {part} writes: {e}",
+            bed.kind.name(),
+            volume.name()
+        )
+    })?;
+    if let Some(p) = points.0.iter_mut().rev().find(|p| {
+        p.part == part && p.link == bed.kind && p.volume == volume && p.block_bytes == block
+    }) {
+        p.layout_checks += 1;
+    }
+    Ok(())
+}
+
+/// Zeroes `bytes` of an export (so holes start zero).
+fn zero_export(c: &mut ObjClient, export: u64, bytes: u64) -> Result<()> {
+    let zeros = vec![0u8; bytes as usize];
+    c.extent_write(
+        export,
+        &[Segment {
+            offset: 0,
+            length: bytes,
+        }],
+        &zeros,
+        false,
+    )
+    .context("cannot zero the export")
+}
+
+/// One round over one bed: the contiguous part on an object, then the
+/// view on each volume.
+fn round(
+    bed: &mut Bed,
+    plan: &Plan,
+    round: u32,
+    min: Duration,
+    points: &mut Points,
+    failures: &mut Vec<String>,
+) {
+    let mut note = |what: String, e: anyhow::Error| {
+        eprintln!("{what}: {e:#}");
+        failures.push(format!("round {round} {what}: {e:#}"));
+    };
+    for &size in &plan.sizes {
+        let segs = [Segment {
+            offset: 0,
+            length: size,
+        }];
+        let what = format!("{} contiguous {size}", bed.kind.name());
+        let r = (|| -> Result<()> {
+            let object = bed.clients[0].create("noncontig", 1, false)?[0];
+            point(
+                bed,
+                "contiguous",
+                Volume::Object,
+                Place::Object(object),
+                &segs,
+                round,
+                min,
+                points,
+            )?;
+            bed.clients[0].remove(object, false)?;
+            Ok(())
+        })();
+        if let Err(e) = r {
+            note(what, e);
+        }
+    }
+    for &volume in &plan.volumes {
+        for &block in &plan.blocks {
+            let segs = view_segments(plan.total, block);
+            let what = format!("{} view {} {block}", bed.kind.name(), volume.name());
+            let r = (|| -> Result<()> {
+                let (place, object) = match volume {
+                    Volume::Object => {
+                        let id = bed.clients[0].create("noncontig", 1, false)?[0];
+                        (Place::Object(id), Some(id))
+                    }
+                    Volume::Mem | Volume::File => {
+                        let export = if volume == Volume::Mem {
+                            bed.mem
+                        } else {
+                            bed.file
+                        };
+                        zero_export(&mut bed.clients[0], export, span(&segs))?;
+                        (Place::Export(export), None)
+                    }
+                };
+                point(bed, "view", volume, place, &segs, round, min, points)?;
+                if let Some(id) = object {
+                    bed.clients[0].remove(id, false)?;
+                }
+                Ok(())
+            })();
+            if let Err(e) = r {
+                note(what, e);
+            }
+        }
+    }
+}
+
+/// The links to run over: the ones asked for, or by default unshaped and
+/// shaped; veth links are left out, with a note, where they cannot be
+/// made (loopback instead when none is left and none was asked for).
+fn choose_links(asked: Option<&[LinkKind]>, notes: &mut Vec<String>) -> Result<Vec<LinkKind>> {
+    let wanted = asked.map_or_else(
+        || vec![LinkKind::Unshaped, LinkKind::Shaped],
+        <[LinkKind]>::to_vec,
+    );
+    if wanted.iter().all(|k| *k == LinkKind::Loopback) {
+        return Ok(wanted);
+    }
+    let Some(why) = crate::link::unavailable() else {
+        return Ok(wanted);
+    };
+    let kept: Vec<LinkKind> = wanted
+        .into_iter()
+        .filter(|k| *k == LinkKind::Loopback)
+        .collect();
+    let msg = format!("unshaped and shaped links skipped: {why}");
+    eprintln!("{msg}");
+    notes.push(msg);
+    match (kept.is_empty(), asked.is_some()) {
+        (false, _) => Ok(kept),
+        (true, false) => {
+            notes.push("measured on loopback instead, without a model (no link to measure)".into());
+            Ok(vec![LinkKind::Loopback])
+        }
+        (true, true) => bail!("sluice bench noncontig skipped: {why}"),
+    }
+}
+
+/// `sluice bench noncontig`: writes `noncontig.json`,
+/// `noncontig-table.md` and the plot `bench-noncontig`.
+pub fn noncontig(opts: &PresetOptions, args: &NoncontigArgs) -> Result<NoncontigReport> {
+    let plan = args.plan(opts.quick).map_err(anyhow::Error::msg)?;
+    let min = opts
+        .duration
+        .unwrap_or(Duration::from_millis(if opts.quick { 15 } else { 100 }));
+    let rate = opts.link_rate.unwrap_or(PAPER_RATE);
+    let mut notes = vec![format!(
+        "embedded sluice server (objects, a mem and a file export); the view: blocks each followed by a {HOLE}-byte hole, {} payload per transfer; iterative keeps {IN_FLIGHT} requests in flight; model T = S/BW + N with the link's measured RTT and rate in the transfer's direction, SGL {SGL_FIXED_BYTES} + {SGL_ENTRY_BYTES} n bytes, strided {STRIDED_BYTES} bytes",
+        sluice_types::format_size(plan.total)
+    )];
+    let kinds = choose_links(args.links.as_deref(), &mut notes)?;
+    let dir = tempfile::Builder::new()
+        .prefix("sluice-bench-noncontig-")
+        .tempdir()
+        .context("cannot create a temporary folder")?;
+    let biggest_view = plan
+        .blocks
+        .iter()
+        .map(|&b| span(&view_segments(plan.total, b)))
+        .max()
+        .unwrap_or(0);
+    let export_bytes = biggest_view.max(1 << 20).next_multiple_of(1 << 20);
+    let t0 = Instant::now();
+    let mut points = Points(Vec::new());
+    let mut failures = Vec::new();
+    let mut links = Vec::new();
+    for kind in kinds {
+        eprintln!("# {} link", kind.name());
+        let mut bed = match Bed::start(kind, rate, dir.path(), export_bytes) {
+            Ok(b) => b,
+            Err(e) => {
+                eprintln!("{} link: {e:#}", kind.name());
+                failures.push(format!("{} link: {e:#}", kind.name()));
+                continue;
+            }
+        };
+        if let Some(m) = bed.measured {
+            links.push((kind, m));
+        }
+        for r in 0..opts.rounds {
+            round(&mut bed, &plan, r, min, &mut points, &mut failures);
+        }
+    }
+    let mut points = points.0;
+    finish_points(&mut points, &links);
+    let checks = check_targets(&points);
+    let report = NoncontigReport {
+        preset: "noncontig".into(),
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        machine: Machine::probe(),
+        loadavg_end: Machine::probe().loadavg,
+        quick: opts.quick,
+        rounds: opts.rounds,
+        min_time_s: min.as_secs_f64(),
+        total_bytes: plan.total,
+        hole_bytes: HOLE,
+        in_flight: IN_FLIGHT,
+        links,
+        notes,
+        points,
+        checks,
+        failures,
+    };
+    let json = opts.out_dir.join("noncontig.json");
+    report::write_json(&json, &report)?;
+    eprintln!("results: {}", json.display());
+    print_report(opts, &report, t0.elapsed())?;
+    Ok(report)
+}
+
+// ---------------------------------------------------------------- output
+
+fn pct(e: Option<f64>) -> String {
+    e.map_or_else(|| "-".into(), |e| format!("{:+.0}%", e * 100.0))
+}
+
+fn times(r: Option<f64>) -> String {
+    r.map_or_else(|| "-".into(), |r| format!("{r:.1}x"))
+}
+
+fn mb(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), compact)
+}
+
+/// The contiguous part: one row per link, op and size.
+fn contiguous_table(points: &[NcPoint]) -> Table {
+    let mut t = Table::new([
+        "link",
+        "op",
+        "size",
+        "contiguous MB/s",
+        "sgl MB/s",
+        "strided MB/s",
+        "sgl/contig",
+        "strided/contig",
+        "model MB/s",
+        "err contig",
+        "err sgl",
+        "err strided",
+    ]);
+    for p in points
+        .iter()
+        .filter(|p| p.part == "contiguous" && p.ddt == "contiguous")
+    {
+        let find = |ddt: &str| {
+            points.iter().find(|q| {
+                q.part == "contiguous"
+                    && q.link == p.link
+                    && q.op == p.op
+                    && q.block_bytes == p.block_bytes
+                    && q.ddt == ddt
+            })
+        };
+        let (s, d) = (find("sgl"), find("strided"));
+        t.row([
+            p.link.name().into(),
+            p.op.clone(),
+            sluice_types::format_size(p.block_bytes),
+            compact(p.mb_s),
+            mb(s.map(|q| q.mb_s)),
+            mb(d.map(|q| q.mb_s)),
+            times(s.and_then(|q| ratio(q.mb_s, p.mb_s))),
+            times(d.and_then(|q| ratio(q.mb_s, p.mb_s))),
+            mb(p.model_mb_s),
+            pct(p.model_error),
+            pct(s.and_then(|q| q.model_error)),
+            pct(d.and_then(|q| q.model_error)),
+        ]);
+    }
+    t
+}
+
+/// The view: one row per link, volume, op and block size.
+fn view_table(points: &[NcPoint], checks: &[TargetCheck]) -> Table {
+    let mut t = Table::new([
+        "link",
+        "volume",
+        "op",
+        "x",
+        "n",
+        "iter MB/s",
+        "sgl MB/s",
+        "strided MB/s",
+        "sgl/iter",
+        "strided/iter",
+        "model iter/sgl/strided MB/s",
+        "err iter/sgl/strided",
+        "targets (10x, 15%)",
+    ]);
+    for p in points
+        .iter()
+        .filter(|p| p.part == "view" && p.ddt == "iterative")
+    {
+        let find = |ddt: &str| {
+            points.iter().find(|q| {
+                q.part == "view"
+                    && q.link == p.link
+                    && q.volume == p.volume
+                    && q.op == p.op
+                    && q.block_bytes == p.block_bytes
+                    && q.ddt == ddt
+            })
+        };
+        let (s, d) = (find("sgl"), find("strided"));
+        let check = checks.iter().find(|c| {
+            p.link == LinkKind::Shaped
+                && c.volume == p.volume
+                && c.op == p.op
+                && c.block_bytes == p.block_bytes
+        });
+        t.row([
+            p.link.name().into(),
+            p.volume.name().into(),
+            p.op.clone(),
+            sluice_types::format_size(p.block_bytes),
+            p.segments.to_string(),
+            compact(p.mb_s),
+            mb(s.map(|q| q.mb_s)),
+            mb(d.map(|q| q.mb_s)),
+            times(s.and_then(|q| ratio(q.mb_s, p.mb_s))),
+            times(d.and_then(|q| ratio(q.mb_s, p.mb_s))),
+            format!(
+                "{} / {} / {}",
+                mb(p.model_mb_s),
+                mb(s.and_then(|q| q.model_mb_s)),
+                mb(d.and_then(|q| q.model_mb_s))
+            ),
+            format!(
+                "{} / {} / {}",
+                pct(p.model_error),
+                pct(s.and_then(|q| q.model_error)),
+                pct(d.and_then(|q| q.model_error))
+            ),
+            match check {
+                Some(c) if c.met => "met".into(),
+                Some(c) => format!("missed: {}", c.why),
+                None => "-".into(),
+            },
+        ]);
+    }
+    t
+}
+
+/// Measured (solid) and model (dashed) lines per DDT, MB/s against x.
+fn chart(points: &[NcPoint], title: String, keep: impl Fn(&NcPoint) -> bool) -> Chart {
+    let mut series = Vec::new();
+    for (color, ddt) in ["iterative", "sgl", "strided"].into_iter().enumerate() {
+        // The contiguous part's one-request row is drawn as iterative's.
+        let mine: Vec<&NcPoint> = points
+            .iter()
+            .filter(|p| keep(p) && (p.ddt == ddt || (ddt == "iterative" && p.ddt == "contiguous")))
+            .collect();
+        let label = mine.first().map_or(ddt, |p| p.ddt.as_str()).to_owned();
+        series.push(Series {
+            points: mine
+                .iter()
+                .map(|p| (p.block_bytes as f64, p.mb_s))
+                .collect(),
+            label: label.clone(),
+            style: LineStyle::Solid,
+            color,
+        });
+        let model: Vec<(f64, f64)> = mine
+            .iter()
+            .filter_map(|p| Some((p.block_bytes as f64, p.model_mb_s?)))
+            .collect();
+        if !model.is_empty() {
+            series.push(Series {
+                label: format!("{label} (model)"),
+                points: model,
+                style: LineStyle::Dashed,
+                color,
+            });
+        }
+    }
+    Chart {
+        title,
+        x_label: "block size x, bytes".into(),
+        y_label: "MB/s".into(),
+        x_axis: XAxis::Log2,
+        y_log: true,
+        series,
+        legend: Legend::LowerRight,
+    }
+}
+
+fn figure(report: &NoncontigReport) -> Figure {
+    let mut kinds: Vec<LinkKind> = report.points.iter().map(|p| p.link).collect();
+    kinds.dedup();
+    let mut volumes: Vec<Volume> = report.points.iter().map(|p| p.volume).collect();
+    volumes.sort_by_key(|v| *v as u8);
+    volumes.dedup();
+    let mut charts = Vec::new();
+    for &k in &kinds {
+        for op in [Op::Write, Op::Read] {
+            for &v in &volumes {
+                charts.push(chart(
+                    &report.points,
+                    format!("{} view, {} ({} link)", v.name(), op.name(), k.name()),
+                    |p| p.part == "view" && p.link == k && p.volume == v && p.op == op.name(),
+                ));
+            }
+            charts.push(chart(
+                &report.points,
+                format!("contiguous, {} ({} link)", op.name(), k.name()),
+                |p| p.part == "contiguous" && p.link == k && p.op == op.name(),
+            ));
+        }
+    }
+    Figure {
+        title: format!(
+            "Non-contiguous I/O: {} in blocks with {HOLE}-byte holes, measured (solid) and T = S/BW + N (dashed)",
+            sluice_types::format_size(report.total_bytes)
+        ),
+        columns: volumes.len() + 1,
+        charts,
+    }
+}
+
+fn print_report(opts: &PresetOptions, report: &NoncontigReport, wall: Duration) -> Result<()> {
+    println!(
+        "# noncontig ({} per view transfer, median of {} round(s), wall {:.0} s)",
+        sluice_types::format_size(report.total_bytes),
+        report.rounds,
+        wall.as_secs_f64()
+    );
+    let measured: Vec<LinkMeasurement> = report.links.iter().map(|(_, m)| *m).collect();
+    crate::presets::print_context(&report.machine, None, &measured, &report.notes);
+    let steal = report
+        .points
+        .iter()
+        .map(|p| p.steal_pct_max)
+        .fold(0.0, f64::max);
+    let load = report
+        .points
+        .iter()
+        .map(|p| p.load1_max)
+        .fold(0.0, f64::max);
+    println!("load: highest 1-minute average {load:.2}, highest steal {steal:.1}%");
+    for f in &report.failures {
+        println!("failed: {f}");
+    }
+    let (contiguous, view) = (
+        contiguous_table(&report.points),
+        view_table(&report.points, &report.checks),
+    );
+    println!("\ncontiguous access, one segment (all DDTs should be equal):");
+    print!("{}", contiguous.render());
+    println!("\nthe view (blocks of x bytes, {HOLE}-byte holes):");
+    print!("{}", view.render());
+    let missed = report.checks.iter().filter(|c| !c.met).count();
+    if !report.checks.is_empty() {
+        println!(
+            "targets on the shaped link (x from 8 B to 4 KiB): {} of {} points met",
+            report.checks.len() - missed,
+            report.checks.len()
+        );
+    }
+    report::write_text(
+        &opts.out_dir.join("noncontig-table.md"),
+        &format!("{}\n{}", contiguous.markdown(), view.markdown()),
+    )?;
+    plot::draw_or_warn(&figure(report), &opts.plot_dir.join("bench-noncontig"));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Top {
+        #[command(flatten)]
+        args: NoncontigArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<NoncontigArgs, clap::Error> {
+        let mut v = vec!["x"];
+        v.extend_from_slice(args);
+        Top::try_parse_from(v).map(|t| t.args)
+    }
+
+    #[test]
+    fn view_blocks_are_separated_by_holes_and_carry_the_total() {
+        let s = view_segments(32, 8);
+        let offsets: Vec<u64> = s.iter().map(|s| s.offset).collect();
+        assert_eq!(offsets, [0, 10, 20, 30]);
+        assert!(s.iter().all(|s| s.length == 8));
+        assert_eq!(span(&s), 38);
+        // A block that does not divide the total: a shorter last block.
+        let s = view_segments(20, 8);
+        let lengths: Vec<u64> = s.iter().map(|s| s.length).collect();
+        assert_eq!(lengths, [8, 8, 4]);
+        assert_eq!(s[2].offset, 20);
+        // One block: the whole total, no hole before it.
+        assert_eq!(
+            view_segments(4096, 4096),
+            [Segment {
+                offset: 0,
+                length: 4096
+            }]
+        );
+        assert!(view_segments(0, 8).is_empty());
+        for (total, block) in [(1 << 20, 8), (1 << 20, 4096), (1000, 7)] {
+            let s = view_segments(total, block);
+            assert_eq!(s.iter().map(|s| s.length).sum::<u64>(), total);
+            assert!(s
+                .windows(2)
+                .all(|w| w[1].offset == w[0].offset + w[0].length + HOLE));
+        }
+    }
+
+    #[test]
+    fn layout_checks_find_wrong_blocks_and_dirty_holes() {
+        let segs = view_segments(12, 4);
+        let data: Vec<u8> = (1..=12).collect();
+        let mut whole = vec![0u8; span(&segs) as usize];
+        for (s, d) in segs.iter().zip(data.chunks(4)) {
+            whole[s.offset as usize..][..4].copy_from_slice(d);
+        }
+        assert_eq!(check_layout(&segs, &data, &whole), Ok(()));
+        let mut dirty = whole.clone();
+        dirty[5] = 9;
+        let e = check_layout(&segs, &data, &dirty).unwrap_err();
+        assert!(e.contains("hole before block 1"), "{e}");
+        let mut wrong = whole.clone();
+        wrong[13] ^= 1;
+        let e = check_layout(&segs, &data, &wrong).unwrap_err();
+        assert!(e.contains("block 2"), "{e}");
+        assert!(check_layout(&segs, &data, &whole[..10]).is_err());
+    }
+
+    fn measured() -> LinkMeasurement {
+        LinkMeasurement {
+            rate_bits: Some(800_000_000),
+            rtt_us: 100.0,
+            down_mbit_s: 760.0,
+            up_mbit_s: 780.0,
+        }
+    }
+
+    #[test]
+    fn the_model_uses_the_links_rate_in_the_transfers_direction() {
+        let m = measured();
+        let w = model_params(&m, Direction::Write);
+        assert_eq!(w.bandwidth, 780e6 / 8.0);
+        assert!((w.rtt - 100e-6).abs() < 1e-12);
+        let r = model_params(&m, Direction::Read);
+        assert_eq!(r.bandwidth, 760e6 / 8.0);
+        assert_eq!(r.direction, Direction::Read);
+        assert_eq!(w.sgl_entry_bytes, 16.0);
+    }
+
+    #[test]
+    fn model_error_is_the_throughput_shortfall() {
+        assert_eq!(model_error(2.0, 1.0), Some(-0.5));
+        assert_eq!(model_error(1.0, 1.5), Some(0.5));
+        assert_eq!(model_error(1.0, 1.0), Some(0.0));
+        assert_eq!(model_error(0.0, 1.0), None);
+        assert_eq!(model_error(1.0, f64::NAN), None);
+    }
+
+    fn nc(ddt: &str, block: u64, segments: u64, time_s: f64) -> NcPoint {
+        NcPoint {
+            part: "view".into(),
+            link: LinkKind::Shaped,
+            volume: Volume::Object,
+            op: "write".into(),
+            ddt: ddt.into(),
+            block_bytes: block,
+            segments,
+            payload_bytes: block * segments,
+            rounds_s: vec![time_s * 1.1, time_s, time_s * 0.9],
+            reps: vec![1, 1, 1],
+            time_s: 0.0,
+            mb_s: 0.0,
+            model_time_s: None,
+            model_mb_s: None,
+            model_error: None,
+            verified_reads: 0,
+            layout_checks: 0,
+            load1_max: 0.0,
+            steal_pct_max: 0.0,
+        }
+    }
+
+    #[test]
+    fn points_get_the_models_prediction_and_the_targets_are_judged() {
+        let links = [(LinkKind::Shaped, measured())];
+        let params = model_params(&measured(), Direction::Write);
+        let t = |d| transfer_time(&params, d, 1024, 8).unwrap().time;
+        let mut points = vec![
+            // Iterative far slower, SGL on the model, strided 30% slow.
+            nc("iterative", 8, 1024, t(Ddt::Sgl) * 20.0),
+            nc("sgl", 8, 1024, t(Ddt::Sgl)),
+            nc("strided", 8, 1024, t(Ddt::Strided) / 0.7),
+            // Another block size: iterative only 2x slower.
+            nc("iterative", 4096, 2, 2e-3),
+            nc("sgl", 4096, 2, 1e-3),
+            nc("strided", 4096, 2, 1e-3),
+        ];
+        finish_points(&mut points, &links);
+        assert!((points[1].time_s - t(Ddt::Sgl)).abs() < 1e-12);
+        assert!(points[1].model_error.unwrap().abs() < 1e-9);
+        assert!((points[2].model_error.unwrap() + 0.3).abs() < 1e-9);
+        assert_eq!(points[0].model_time_s, Some(t(Ddt::Iterative)));
+        let mb = points[1].payload_bytes as f64 / points[1].time_s / 1e6;
+        assert!((points[1].mb_s - mb).abs() < 1e-9);
+        let checks = check_targets(&points);
+        assert_eq!(checks.len(), 2);
+        let c8 = &checks[0];
+        assert_eq!(c8.block_bytes, 8);
+        assert!(c8.sgl_over_iterative.unwrap() >= 19.9);
+        assert!(!c8.met);
+        assert!(c8.why.contains("strided 30% below model"), "{}", c8.why);
+        assert!(!c8.why.contains("sgl"), "{}", c8.why);
+        let c4k = &checks[1];
+        assert!(
+            c4k.why.contains("sgl 2.0x (iterative pipelined"),
+            "{}",
+            c4k.why
+        );
+        // Without a measured link there is no model and no target.
+        let mut loopback = vec![nc("sgl", 8, 1024, 1e-3)];
+        loopback[0].link = LinkKind::Loopback;
+        finish_points(&mut loopback, &links);
+        assert_eq!(loopback[0].model_time_s, None);
+        assert!(check_targets(&loopback).is_empty());
+    }
+
+    #[test]
+    fn arguments_parse_and_bad_sizes_are_refused() {
+        let a = parse(&[]).unwrap();
+        let p = a.plan(true).unwrap();
+        assert_eq!(p.total, 256 << 10);
+        assert_eq!(p.blocks, [8, 64, 512, 4096, 65536]);
+        assert_eq!(p.volumes, [Volume::Object, Volume::Mem, Volume::File]);
+        let p = a.plan(false).unwrap();
+        assert_eq!(p.total, 1 << 20);
+        assert_eq!(p.blocks.first(), Some(&8));
+        assert_eq!(p.blocks.last(), Some(&(64 << 10)));
+        assert_eq!(p.blocks.len(), 14);
+        let a = parse(&[
+            "--total",
+            "64K",
+            "--blocks",
+            "8,1K",
+            "--sizes",
+            "4K",
+            "--links",
+            "loopback,shaped",
+            "--volumes",
+            "mem",
+        ])
+        .unwrap();
+        assert_eq!(a.links, Some(vec![LinkKind::Loopback, LinkKind::Shaped]));
+        let p = a.plan(false).unwrap();
+        assert_eq!(
+            (p.total, p.blocks, p.sizes),
+            (64 << 10, vec![8, 1024], vec![4096])
+        );
+        assert_eq!(p.volumes, [Volume::Mem]);
+        for bad in [
+            &["--links", "wifi"][..],
+            &["--volumes", "tape"],
+            &["--total", "lots"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+        for (bad, flag) in [
+            (&["--total", "0"][..], "--total"),
+            (&["--total", "1G"], "--total"),
+            (&["--blocks", "0"], "--blocks"),
+            (&["--total", "4K", "--blocks", "8K"], "--blocks"),
+            (&["--sizes", "0"], "--sizes"),
+        ] {
+            let e = parse(bad).unwrap().plan(true).unwrap_err();
+            assert!(e.starts_with(flag), "{bad:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn each_round_starts_with_the_next_ddt() {
+        assert_eq!(rotated(0), Ddt::ALL);
+        assert_eq!(rotated(1), [Ddt::Sgl, Ddt::Strided, Ddt::Iterative]);
+        assert_eq!(rotated(3), Ddt::ALL);
+    }
+}
