@@ -257,6 +257,8 @@ impl FileDevice {
         }
         // tmpfs keeps file data in memory: reads, writes and syncs never
         // wait on a device, so requests run on the connection thread.
+        // (`f_type` is an i64 on x86-64 and narrower on other targets.)
+        #[allow(clippy::useless_conversion)]
         let in_memory =
             rustix::fs::fstatfs(&file).is_ok_and(|st| i64::from(st.f_type) == TMPFS_MAGIC);
         let mapped = if options.direct || block_device || size == 0 {
