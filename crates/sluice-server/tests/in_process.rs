@@ -465,6 +465,75 @@ fn deep_queues_of_single_sends_are_coalesced_and_answered_correctly() {
     }
 }
 
+/// A server over a 1 MiB file in `dir` with metrics, and the file's
+/// blocking class.
+fn flush_server(dir: &std::path::Path) -> (TestServer, sluice_storage::BlockingClass) {
+    let device = sluice_storage::FileDevice::open(
+        &dir.join("img"),
+        &sluice_storage::FileOptions {
+            size: Some(1 << 20),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let class = device.capability().blocking;
+    let server = TestServer::builder()
+        .export("default", Arc::new(device))
+        .metrics()
+        .start();
+    (server, class)
+}
+
+/// Sends a 4 KiB write (unless `write` is false) and a FLUSH, waits for
+/// both replies, and returns (hand-offs, syncs) so far.
+fn write_and_flush(c: &mut RawClient, server: &TestServer, write: bool) -> (f64, f64) {
+    if write {
+        c.send(CMD_WRITE, 1, 0, 4096, &[5; 4096]);
+        assert_eq!(c.reply(), (1, 0, Vec::new()));
+    }
+    c.send(CMD_FLUSH, 2, 0, 0, &[]);
+    assert_eq!(c.reply(), (2, 0, Vec::new()));
+    let text = server.scrape();
+    (
+        metric(&text, "sluice_handoffs_total "),
+        metric(&text, "sluice_file_syncs_total{export=\"default\"} "),
+    )
+}
+
+#[test]
+fn a_flush_costs_what_its_dirty_data_costs() {
+    // On a disk-backed file a FLUSH after a write syncs on the I/O pool;
+    // one with nothing written since is answered on the connection
+    // thread with no sync at all.
+    let dir = tempfile::tempdir().unwrap();
+    let (server, class) = flush_server(dir.path());
+    if class == sluice_storage::BlockingClass::PageCache {
+        let mut c = RawClient::connect(server.addr);
+        assert_eq!(write_and_flush(&mut c, &server, true), (1.0, 1.0));
+        assert_eq!(write_and_flush(&mut c, &server, false), (1.0, 1.0));
+        assert_eq!(write_and_flush(&mut c, &server, false), (1.0, 1.0));
+        assert_eq!(write_and_flush(&mut c, &server, true), (2.0, 2.0));
+    } else {
+        eprintln!("skipped the disk case: the temporary directory is {class:?}");
+    }
+    server.stop().unwrap();
+    // A file in memory (tmpfs) never waits: its flushes sync inline.
+    let Ok(shm) = tempfile::tempdir_in("/dev/shm") else {
+        eprintln!("skipped the memory case: no /dev/shm");
+        return;
+    };
+    let (server, class) = flush_server(shm.path());
+    if class == sluice_storage::BlockingClass::Never {
+        let mut c = RawClient::connect(server.addr);
+        assert_eq!(write_and_flush(&mut c, &server, true), (0.0, 1.0));
+        assert_eq!(write_and_flush(&mut c, &server, false), (0.0, 1.0));
+        assert_eq!(write_and_flush(&mut c, &server, true), (0.0, 2.0));
+    } else {
+        eprintln!("skipped the memory case: /dev/shm is {class:?}");
+    }
+    server.stop().unwrap();
+}
+
 #[test]
 fn large_write_payloads_are_spliced_into_the_file_and_read_back() {
     for spliced_writes in [true, false] {

@@ -6,7 +6,8 @@ use std::io::{IoSlice, IoSliceMut};
 use std::num::NonZeroU64;
 use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use rustix::fs::{FallocateFlags, SeekFrom};
 use rustix::io::{Errno, ReadWriteFlags};
@@ -14,8 +15,8 @@ use rustix::pipe::SpliceFlags;
 use thiserror::Error;
 
 use crate::{
-    check_range, BlockDevice, BlockingClass, Capability, DeviceError, Extent, IoOp, MappedBytes,
-    ZeroCopy, ZeroMode,
+    check_range, BlockDevice, BlockingClass, Capability, DeviceError, DeviceMetric, Extent, IoOp,
+    MappedBytes, MetricKind, ZeroCopy, ZeroMode,
 };
 
 /// Alignment used for O_DIRECT buffers, offsets and lengths. 4 KiB
@@ -23,6 +24,8 @@ use crate::{
 const DIRECT_ALIGN: usize = 4096;
 /// Largest chunk written at once when zeroes must be written by hand.
 const ZERO_CHUNK: usize = 1 << 20;
+/// `f_type` of a tmpfs filesystem (statfs(2)).
+const TMPFS_MAGIC: i64 = 0x0102_1994;
 
 /// How to open a [`FileDevice`].
 #[derive(Debug, Clone, Default)]
@@ -96,6 +99,20 @@ pub struct FileDevice {
     /// success, so every later flush fails instead (never a false claim
     /// of durability).
     sync_failed: AtomicBool,
+    /// Writes may have changed data or allocation since the last sync
+    /// started: a flush must sync. Set after each write, trim or zeroing
+    /// (O_DSYNC writes are durable themselves), cleared by the sync that
+    /// covers them, so a FLUSH with nothing written since costs no
+    /// `fdatasync`.
+    unsynced: AtomicBool,
+    /// Held across each sync. A flush that finds nothing unsynced has
+    /// taken it, so every sync that started before it (and may be the one
+    /// covering an earlier write) has ended.
+    sync_lock: Mutex<()>,
+    /// `fdatasync` calls made (for the metrics endpoint and tests).
+    syncs: AtomicU64,
+    /// The file lives in memory (tmpfs): no call ever waits on a device.
+    in_memory: bool,
     /// Shared read-only mapping of a buffered regular file, for sending
     /// reads without copying them into a buffer first.
     mapped: Option<MappedBytes>,
@@ -238,6 +255,12 @@ impl FileDevice {
                 align: DIRECT_ALIGN,
             });
         }
+        // tmpfs keeps file data in memory: reads, writes and syncs never
+        // wait on a device, so requests run on the connection thread.
+        // (`f_type` is an i64 on x86-64 and narrower on other targets.)
+        #[allow(clippy::useless_conversion)]
+        let in_memory =
+            rustix::fs::fstatfs(&file).is_ok_and(|st| i64::from(st.f_type) == TMPFS_MAGIC);
         let mapped = if options.direct || block_device || size == 0 {
             None
         } else {
@@ -255,6 +278,49 @@ impl FileDevice {
             block_device,
             nowait_supported: AtomicBool::new(!options.direct),
             sync_failed: AtomicBool::new(false),
+            unsynced: AtomicBool::new(false),
+            sync_lock: Mutex::new(()),
+            syncs: AtomicU64::new(0),
+            in_memory,
+        })
+    }
+
+    /// Records that a write, trim or zeroing completed: the next flush
+    /// must sync. Called after the change, so a sync that clears the flag
+    /// before this store began after the change was made. Loading first
+    /// keeps the hot path free of a read-modify-write and of writes to a
+    /// line other connections read.
+    #[inline]
+    fn mark_unsynced(&self) {
+        if !self.unsynced.load(Ordering::Acquire) {
+            self.unsynced.store(true, Ordering::Release);
+        }
+    }
+
+    fn lock_sync(&self) -> MutexGuard<'_, ()> {
+        self.sync_lock.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The flush itself, with the sync lock held: fails after any failed
+    /// sync, syncs only when something was written since the last one.
+    fn sync_locked(&self) -> Result<(), DeviceError> {
+        if self.sync_failed.load(Ordering::Acquire) {
+            return Err(self.err(
+                IoOp::Flush,
+                0,
+                self.size,
+                io::Error::other(
+                    "an earlier sync failed, so writes since the last good sync may be lost",
+                ),
+            ));
+        }
+        if !self.unsynced.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.syncs.fetch_add(1, Ordering::Relaxed);
+        self.file.sync_data().map_err(|e| {
+            self.sync_failed.store(true, Ordering::Release);
+            self.err(IoOp::Flush, 0, self.size, e)
         })
     }
 
@@ -300,7 +366,7 @@ impl FileDevice {
         f(&mut storage[skip..skip + len])
     }
 
-    fn zero_by_writing(&self, offset: u64, length: u64, fua: bool) -> Result<(), DeviceError> {
+    fn zero_by_writing(&self, offset: u64, length: u64) -> Result<(), DeviceError> {
         let chunk = length.min(ZERO_CHUNK as u64) as usize;
         Self::with_aligned(chunk, |zeros| {
             let mut done = 0u64;
@@ -311,11 +377,42 @@ impl FileDevice {
                 done += n as u64;
             }
             Ok(())
-        })?;
-        if fua {
-            self.flush()?;
+        })
+    }
+
+    /// Zeroes a range by punching a hole (when allowed), zeroing it in
+    /// the filesystem, or writing zeroes; no sync.
+    fn zero_range(&self, offset: u64, length: u64, mode: ZeroMode) -> Result<(), DeviceError> {
+        let to_err = |e: Errno| self.err(IoOp::WriteZeroes, offset, length, e.into());
+        let mut done = false;
+        if mode.may_trim {
+            done = self
+                .fallocate(
+                    FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
+                    offset,
+                    length,
+                )
+                .map_err(to_err)?;
         }
-        Ok(())
+        if !done {
+            let flags = if self.block_device {
+                FallocateFlags::ZERO_RANGE | FallocateFlags::KEEP_SIZE
+            } else {
+                FallocateFlags::ZERO_RANGE
+            };
+            done = self.fallocate(flags, offset, length).map_err(to_err)?;
+        }
+        if done {
+            return Ok(());
+        }
+        if mode.fast {
+            return Err(DeviceError::Unsupported {
+                device: self.label.clone(),
+                op: IoOp::WriteZeroes,
+                reason: "the filesystem can neither punch holes nor zero ranges",
+            });
+        }
+        self.zero_by_writing(offset, length)
     }
 
     fn fallocate(&self, flags: FallocateFlags, offset: u64, length: u64) -> Result<bool, Errno> {
@@ -371,8 +468,12 @@ impl ZeroCopy for FileDevice {
                     ))
                 }
                 Ok(_) | Err(Errno::INTR) => {}
-                Err(e) => return Err(self.err(IoOp::Write, offset, len as u64, e.into())),
+                Err(e) => {
+                    self.mark_unsynced();
+                    return Err(self.err(IoOp::Write, offset, len as u64, e.into()));
+                }
             }
+            self.mark_unsynced();
         }
         Ok(())
     }
@@ -399,7 +500,9 @@ impl BlockDevice for FileDevice {
             multi_conn: true,
             rotational: false,
             min_block: if self.direct { DIRECT_ALIGN as u32 } else { 1 },
-            blocking: if self.direct {
+            blocking: if self.in_memory {
+                BlockingClass::Never
+            } else if self.direct {
                 BlockingClass::Always
             } else {
                 BlockingClass::PageCache
@@ -469,6 +572,11 @@ impl BlockDevice for FileDevice {
         } else {
             self.pwrite_all(buf, offset, fua)
         };
+        // An O_DSYNC write is durable on return; any other (even a failed
+        // one, which may have written part) leaves something to sync.
+        if !fua || result.is_err() {
+            self.mark_unsynced();
+        }
         result.map_err(|e| {
             let err = self.err(IoOp::Write, offset, len, e);
             // A failed O_DSYNC write is a failed sync (see `sync_failed`),
@@ -484,20 +592,25 @@ impl BlockDevice for FileDevice {
         if self.read_only {
             return Ok(());
         }
-        if self.sync_failed.load(Ordering::Acquire) {
-            return Err(self.err(
-                IoOp::Flush,
-                0,
-                self.size,
-                io::Error::other(
-                    "an earlier sync failed, so writes since the last good sync may be lost",
-                ),
-            ));
+        let _held = self.lock_sync();
+        self.sync_locked()
+    }
+
+    fn flush_nowait(&self) -> Result<bool, DeviceError> {
+        if self.read_only {
+            return Ok(true);
         }
-        self.file.sync_data().map_err(|e| {
-            self.sync_failed.store(true, Ordering::Release);
-            self.err(IoOp::Flush, 0, self.size, e)
-        })
+        // A sync under way may be the one covering an earlier write: wait
+        // for it only where waiting is allowed.
+        let _held = match self.sync_lock.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return Ok(false),
+        };
+        if self.in_memory || !self.unsynced.load(Ordering::Acquire) {
+            return self.sync_locked().map(|()| true);
+        }
+        Ok(false)
     }
 
     fn trim(&self, offset: u64, length: u64, fua: bool) -> Result<(), DeviceError> {
@@ -508,12 +621,13 @@ impl BlockDevice for FileDevice {
         }
         // Trim is advisory: a filesystem without hole punching just keeps
         // the data.
-        self.fallocate(
+        let punched = self.fallocate(
             FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
             offset,
             length,
-        )
-        .map_err(|e| self.err(IoOp::Trim, offset, length, e.into()))?;
+        );
+        self.mark_unsynced();
+        punched.map_err(|e| self.err(IoOp::Trim, offset, length, e.into()))?;
         if fua {
             self.flush()?;
         }
@@ -526,35 +640,10 @@ impl BlockDevice for FileDevice {
         if length == 0 {
             return Ok(());
         }
-        let to_err = |e: Errno| self.err(IoOp::WriteZeroes, offset, length, e.into());
-        let mut done = false;
-        if mode.may_trim {
-            done = self
-                .fallocate(
-                    FallocateFlags::PUNCH_HOLE | FallocateFlags::KEEP_SIZE,
-                    offset,
-                    length,
-                )
-                .map_err(to_err)?;
-        }
-        if !done {
-            let flags = if self.block_device {
-                FallocateFlags::ZERO_RANGE | FallocateFlags::KEEP_SIZE
-            } else {
-                FallocateFlags::ZERO_RANGE
-            };
-            done = self.fallocate(flags, offset, length).map_err(to_err)?;
-        }
-        if !done {
-            if mode.fast {
-                return Err(DeviceError::Unsupported {
-                    device: self.label.clone(),
-                    op: IoOp::WriteZeroes,
-                    reason: "the filesystem can neither punch holes nor zero ranges",
-                });
-            }
-            return self.zero_by_writing(offset, length, mode.fua);
-        }
+        let zeroed = self.zero_range(offset, length, mode);
+        // Whatever the outcome, the range may have changed.
+        self.mark_unsynced();
+        zeroed?;
         if mode.fua {
             self.flush()?;
         }
@@ -622,10 +711,22 @@ impl BlockDevice for FileDevice {
         rustix::fs::fadvise(&self.file, offset, Some(len), rustix::fs::Advice::WillNeed)
             .map_err(|e| self.err(IoOp::Cache, offset, length, e.into()))
     }
+
+    fn metrics(&self) -> Vec<DeviceMetric> {
+        vec![DeviceMetric {
+            name: "file_syncs_total",
+            help: "fdatasync calls made for FLUSH and FUA (none when nothing was written since the last)",
+            kind: MetricKind::Counter,
+            value: self.syncs.load(Ordering::Relaxed) as f64,
+            labels: Vec::new(),
+        }]
+    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::os::fd::AsFd;
+
     use super::*;
 
     fn open_sparse(dir: &tempfile::TempDir, size: u64) -> FileDevice {
@@ -637,6 +738,103 @@ mod tests {
             },
         )
         .expect("open test image")
+    }
+
+    fn syncs(dev: &FileDevice) -> f64 {
+        dev.metrics()
+            .iter()
+            .find(|m| m.name == "file_syncs_total")
+            .expect("the sync counter")
+            .value
+    }
+
+    #[test]
+    fn a_flush_syncs_only_what_was_written_since_the_last_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = open_sparse(&dir, 1 << 20);
+        let zero = |fua| ZeroMode {
+            may_trim: false,
+            fast: false,
+            fua,
+        };
+        dev.flush().unwrap();
+        assert_eq!(syncs(&dev), 0.0, "nothing written yet");
+        dev.write_at(&[1; 4096], 0, false).unwrap();
+        dev.flush().unwrap();
+        assert_eq!(syncs(&dev), 1.0);
+        dev.flush().unwrap();
+        dev.flush().unwrap();
+        assert_eq!(syncs(&dev), 1.0, "clean flushes make no sync");
+        // Every kind of change counts; an O_DSYNC write is its own sync.
+        dev.trim(0, 4096, false).unwrap();
+        dev.flush().unwrap();
+        assert_eq!(syncs(&dev), 2.0, "after a trim");
+        dev.write_zeroes(8192, 4096, zero(false)).unwrap();
+        dev.flush().unwrap();
+        assert_eq!(syncs(&dev), 3.0, "after zeroing");
+        dev.write_at(&[2; 4096], 0, true).unwrap();
+        dev.flush().unwrap();
+        assert_eq!(syncs(&dev), 3.0, "a FUA write leaves nothing to sync");
+        dev.write_zeroes(0, 4096, zero(true)).unwrap();
+        assert_eq!(syncs(&dev), 4.0, "FUA zeroing syncs once");
+        let pipe = filled_pipe(&[3; 4096]);
+        dev.write_from_pipe(pipe.0.as_fd(), 65536, 4096).unwrap();
+        dev.flush().unwrap();
+        assert_eq!(syncs(&dev), 5.0, "after a spliced write");
+        let mut back = [0u8; 4096];
+        dev.read_at(&mut back, 65536).unwrap();
+        assert_eq!(back, [3; 4096]);
+    }
+
+    /// A pipe holding `data`: (read end, write end).
+    fn filled_pipe(data: &[u8]) -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+        let (r, w) = rustix::pipe::pipe().unwrap();
+        assert_eq!(rustix::io::write(&w, data).unwrap(), data.len());
+        (r, w)
+    }
+
+    #[test]
+    fn a_flush_without_waiting_runs_only_when_it_cannot_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = open_sparse(&dir, 1 << 20);
+        if dev.capability().blocking == BlockingClass::Never {
+            eprintln!("skipped: the temporary directory is in memory (tmpfs)");
+            return;
+        }
+        assert!(dev.flush_nowait().unwrap(), "nothing written: done at once");
+        dev.write_at(&[1; 4096], 0, false).unwrap();
+        assert!(!dev.flush_nowait().unwrap(), "a sync to make: not here");
+        assert_eq!(syncs(&dev), 0.0, "and nothing done");
+        dev.flush().unwrap();
+        assert!(dev.flush_nowait().unwrap());
+        assert_eq!(syncs(&dev), 1.0);
+        // A sync under way may be the one an earlier write needs.
+        let held = dev.lock_sync();
+        assert!(!dev.flush_nowait().unwrap(), "a sync is under way");
+        drop(held);
+    }
+
+    #[test]
+    fn files_in_memory_never_block_and_sync_without_waiting() {
+        let Ok(dir) = tempfile::tempdir_in("/dev/shm") else {
+            eprintln!("skipped: no /dev/shm here");
+            return;
+        };
+        let dev = open_sparse(&dir, 1 << 20);
+        if !dev.in_memory {
+            eprintln!("skipped: /dev/shm is not tmpfs here");
+            return;
+        }
+        assert_eq!(dev.capability().blocking, BlockingClass::Never);
+        dev.write_at(&[1; 4096], 0, false).unwrap();
+        assert!(dev.flush_nowait().unwrap());
+        assert_eq!(syncs(&dev), 1.0);
+        // The disk-backed temporary directory is not in memory.
+        let disk = tempfile::tempdir().unwrap();
+        let on_disk = open_sparse(&disk, 4096);
+        if !on_disk.in_memory {
+            assert_eq!(on_disk.capability().blocking, BlockingClass::PageCache);
+        }
     }
 
     #[test]

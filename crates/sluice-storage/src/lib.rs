@@ -118,6 +118,13 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
     fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<(), DeviceError>;
     /// Makes every completed write durable.
     fn flush(&self) -> Result<(), DeviceError>;
+    /// Like [`flush`](Self::flush) where that cannot wait on the device
+    /// (nothing written since the last sync, or a device in memory), and
+    /// then `Ok(true)`; else `Ok(false)` having done nothing, and the
+    /// caller flushes where waiting is allowed. The default cannot tell.
+    fn flush_nowait(&self) -> Result<bool, DeviceError> {
+        Ok(false)
+    }
     /// Discards a range, a hint: afterwards each byte of it reads either
     /// as it did or as zero (NBD promises less; every device here keeps
     /// to this, and the conformance suite checks it).
@@ -185,6 +192,8 @@ pub trait ZeroCopy: Send + Sync {
 /// `LayeredAccess`).
 ///
 /// What a layer does by default, decided once here:
+/// - `flush_nowait` answers `Ok(false)` (cannot tell): a layer that
+///   changes flushes says itself when one cannot wait.
 /// - `size`, `capability`, `write_at`, `flush`, `trim`, `write_zeroes`,
 ///   `extents`, `cache` and `metrics` go to the device beneath unchanged.
 ///   A layer that holds data the device beneath does not have yet (a
@@ -227,6 +236,12 @@ pub trait DeviceLayer: Send + Sync + std::fmt::Debug {
     /// See [`BlockDevice::flush`].
     fn flush(&self) -> Result<(), DeviceError> {
         self.inner().flush()
+    }
+    /// See [`BlockDevice::flush_nowait`]; by default `Ok(false)` (cannot
+    /// tell), since a layer may change what a flush does. A layer that
+    /// leaves flushes alone may forward it.
+    fn flush_nowait(&self) -> Result<bool, DeviceError> {
+        Ok(false)
     }
     /// See [`BlockDevice::trim`].
     fn trim(&self, offset: u64, length: u64, fua: bool) -> Result<(), DeviceError> {
@@ -273,6 +288,9 @@ impl<L: DeviceLayer> BlockDevice for L {
     }
     fn flush(&self) -> Result<(), DeviceError> {
         DeviceLayer::flush(self)
+    }
+    fn flush_nowait(&self) -> Result<bool, DeviceError> {
+        DeviceLayer::flush_nowait(self)
     }
     fn trim(&self, offset: u64, length: u64, fua: bool) -> Result<(), DeviceError> {
         DeviceLayer::trim(self, offset, length, fua)

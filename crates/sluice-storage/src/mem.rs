@@ -156,6 +156,10 @@ impl BlockDevice for MemDevice {
         Ok(())
     }
 
+    fn flush_nowait(&self) -> Result<bool, DeviceError> {
+        Ok(true)
+    }
+
     fn trim(&self, offset: u64, length: u64, _fua: bool) -> Result<(), DeviceError> {
         self.check_writable(IoOp::Trim)?;
         check_range("memory device", IoOp::Trim, self.size, offset, length)?;

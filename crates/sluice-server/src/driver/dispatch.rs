@@ -84,6 +84,9 @@ impl Dispatch {
         }
         match (class, access) {
             (BlockingClass::Never, _) => Placement::Inline,
+            // A flush with nothing to sync answers at once (no hand-off,
+            // no wake-up); one that must wait is handed off.
+            (_, Access::Flush) => Placement::TryInline,
             (BlockingClass::Always, _) => Placement::HandOff,
             (BlockingClass::PageCache, Access::Read) => Placement::TryInline,
             (BlockingClass::PageCache, Access::Durable) => Placement::HandOff,

@@ -202,8 +202,11 @@ pub(crate) enum Access {
     Buffered,
     /// Reads: wait only when the page cache misses.
     Read,
-    /// Waits for stable storage (flush, FUA).
+    /// Waits for stable storage (FUA).
     Durable,
+    /// Makes earlier writes durable (flush): waits only when something
+    /// is left to sync, so it is first tried without waiting.
+    Flush,
 }
 
 /// How [`Execute::execute`] ended.

@@ -62,8 +62,8 @@ impl Execute for NbdExecutor {
     fn access(&self, request: &Request) -> Access {
         match request.cmd {
             Command::Read { .. } => Access::Read,
-            Command::Flush
-            | Command::Write { fua: true, .. }
+            Command::Flush => Access::Flush,
+            Command::Write { fua: true, .. }
             | Command::Trim { fua: true, .. }
             | Command::WriteZeroes { fua: true, .. } => Access::Durable,
             _ => Access::Buffered,
@@ -110,7 +110,7 @@ fn metric_kind(cmd: &Command) -> (CommandKind, u64) {
 
 impl Request {
     /// Runs the command against the device and appends its complete reply
-    /// to `out`. With `nowait`, a read that would block appends nothing
+    /// to `out`. With `nowait`, a read or flush that would block appends nothing
     /// and returns [`Outcome::WouldBlock`].
     fn execute(
         &self,
@@ -126,6 +126,11 @@ impl Request {
                 return self.read(exec, offset, length, nowait, out);
             }
             Command::Write { offset, fua, .. } => device.write_at(payload, offset, fua),
+            Command::Flush if nowait => match device.flush_nowait() {
+                Ok(true) => Ok(()),
+                Ok(false) => return Outcome::WouldBlock,
+                Err(e) => Err(e),
+            },
             Command::Flush => device.flush(),
             Command::Trim {
                 offset,
