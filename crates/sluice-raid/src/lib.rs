@@ -143,7 +143,7 @@ pub use array::{
 };
 pub use device::{ArrayFailed, MemberStatus, RaidDevice, RaidError, DEFAULT_REBUILD_RATE};
 pub use fan_out::{FanOut, MemberIo, MemberOp, ScopedFanOut};
-pub use journal::{JournalError, JournalPlace};
+pub use journal::{JournalError, JournalPlace, JournalReport};
 pub use layout::{Geometry, GeometryError, Piece, RaidLevel};
 pub use parity::xor_into;
 pub use rebuild::{
