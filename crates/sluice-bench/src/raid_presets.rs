@@ -163,6 +163,9 @@ pub struct JobsPoint {
     pub x: f64,
     /// Measured mean response time, seconds.
     pub r: f64,
+    /// N / X, seconds: by Little's law the time of a job's whole cycle,
+    /// R plus the client's own time between requests.
+    pub little_r: f64,
     /// Exact MVA of the calibrated network: X(N), R(N).
     pub mva_x: f64,
     /// See `mva_x`.
@@ -184,6 +187,12 @@ pub struct JobsModel {
     pub completions: u64,
     /// Seconds between the scrapes.
     pub interval_s: f64,
+    /// The clients' time per job outside the server (Z): the mean of
+    /// N/X - R over the sweep, the network's think time. The runner's
+    /// workers spend it between a reply and the next request (on a
+    /// loaded 2-core host, mostly waiting for a CPU); R is measured from
+    /// send to reply and leaves it out, X includes it.
+    pub think_s: f64,
     /// Demands by the utilization law of the stations the model solves:
     /// `head-cpu`, `members-cpu` and `members-link` (the members work on
     /// each job side by side, so each is the largest member's).
@@ -650,8 +659,10 @@ fn print_report(opts: &PresetOptions, report: &RaidReport, wall: Duration) -> Re
             ]);
         }
         println!(
-            "\ncalibrated demands ({} jobs in {:.1} s)",
-            j.completions, j.interval_s
+            "\ncalibrated demands ({} jobs in {:.1} s; client think time Z = mean of N/X - R = {:.2} ms)",
+            j.completions,
+            j.interval_s,
+            j.think_s * 1e3
         );
         print!("{}", d.render());
         md.push('\n');
@@ -684,6 +695,7 @@ fn jobs_table(j: &JobsModel) -> Table {
         "N",
         "X jobs/s",
         "R ms",
+        "N/X ms",
         "MVA R ms",
         "error",
         "BJB R ms",
@@ -695,6 +707,7 @@ fn jobs_table(j: &JobsModel) -> Table {
             p.jobs.to_string(),
             compact(p.x),
             compact(p.r * 1e3),
+            compact(p.little_r * 1e3),
             compact(p.mva_r * 1e3),
             format!("{:+.0} %", p.mva_error * 100.0),
             format!(
@@ -942,7 +955,18 @@ fn jobs_model(
         ],
     };
     let demands = cal.demands().context("calibrating the RAID 5 model")?;
-    let net = cal.network(0.0)?;
+    // Little's law on each point: N = X (R + Z).
+    let mut cycles = Vec::new();
+    for (k, &n) in ns.iter().enumerate() {
+        let measured = rows[k].run.as_ref().ok_or_else(|| anyhow!("no run"))?;
+        cycles.push((f64::from(n) / measured.iops, measured.latency.mean_us / 1e6));
+    }
+    let think = cycles
+        .iter()
+        .map(|&(cycle, r)| (cycle - r).max(0.0))
+        .sum::<f64>()
+        / cycles.len().max(1) as f64;
+    let net = cal.network(think)?;
     let solved = exact_mva_points(&net, ns)?;
     let rate = bed
         .measured
@@ -963,6 +987,7 @@ fn jobs_model(
             jobs: n,
             x: measured.iops,
             r,
+            little_r: cycles[k].0,
             mva_x: s.throughput,
             mva_r: s.response_time,
             mva_error: (s.response_time - r) / r,
@@ -974,6 +999,7 @@ fn jobs_model(
     Ok(JobsModel {
         completions: jobs,
         interval_s: interval,
+        think_s: think,
         demands,
         member_demands,
         paper_params,

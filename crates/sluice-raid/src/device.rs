@@ -13,7 +13,9 @@ use sluice_storage::{
 };
 use thiserror::Error;
 
-use crate::array::{check_present_members, read_superblocks, write_superblock, MemberError, NamedMember};
+use crate::array::{
+    check_present_members, read_superblocks, write_superblock, MemberError, NamedMember,
+};
 use crate::fan_out::{FanOut, MemberIo, MemberOp, ScopedFanOut};
 use crate::journal::{Journal, JournalError, JournalPlace};
 use crate::layout::{Geometry, GeometryError, Piece, RaidLevel};
@@ -444,7 +446,10 @@ impl RaidDevice {
                 .into());
             }
         }
-        let devices = members.into_iter().map(|m| m.ok().map(|m| m.device)).collect();
+        let devices = members
+            .into_iter()
+            .map(|m| m.ok().map(|m| m.device))
+            .collect();
         let mut array = Self::with_fan_out(geometry, devices, fan_out)?;
         array.size = geometry.volume_size(data_size);
         array.members = ArcSwap::from_pointee(MemberSet {
@@ -509,12 +514,19 @@ impl RaidDevice {
                 if let Some(&index) = missing.first() {
                     if !stripes.is_empty() || unknown {
                         let why = if unknown {
-                            format!("the array was not shut down cleanly and its journal {} is new", journal.name)
+                            format!(
+                                "the array was not shut down cleanly and its journal {} is new",
+                                journal.name
+                            )
                         } else {
                             format!("the journal {} holds {} stripes being written when the array was last open", journal.name, stripes.len())
                         };
                         if !start_dirty_degraded {
-                            return Err(RaidError::DirtyDegraded { index, name: names[index].clone(), why });
+                            return Err(RaidError::DirtyDegraded {
+                                index,
+                                name: names[index].clone(),
+                                why,
+                            });
                         }
                         tracing::error!(array = %array.label, member = index, name = %names[index],
                             "starting dirty and degraded as asked: {why}; the missing member's chunks of those stripes may read wrong");
@@ -769,8 +781,7 @@ impl RaidDevice {
     pub(crate) fn generation(&self, stripes: std::ops::Range<u64>) -> u64 {
         stripes
             .map(|s| {
-                self.rebuild.generations[(s % STRIPE_LOCKS as u64) as usize]
-                    .load(Ordering::SeqCst)
+                self.rebuild.generations[(s % STRIPE_LOCKS as u64) as usize].load(Ordering::SeqCst)
             })
             .fold(0, u64::wrapping_add)
     }

@@ -49,10 +49,10 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+use serde::{Deserialize, Serialize};
 use sluice_storage::{
     BlockDevice, DeviceError, DeviceMetric, FileDevice, FileOptions, MetricKind, OpenError,
 };
-use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use uuid::Uuid;
 

@@ -304,7 +304,11 @@ impl RaidDevice {
         self.rebuild.cursor.store(0, Ordering::SeqCst);
         self.rebuild.window_end.store(0, Ordering::SeqCst);
         *self.rebuild.ahead.lock().unwrap_or_else(|p| p.into_inner()) = None;
-        *self.rebuild.recorded.lock().unwrap_or_else(|p| p.into_inner()) = (0, Instant::now());
+        *self
+            .rebuild
+            .recorded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = (0, Instant::now());
         self.rebuild.member.store(index, Ordering::SeqCst);
         self.rebuild.replaced.fetch_add(1, Ordering::SeqCst);
         let old = self.members.load();

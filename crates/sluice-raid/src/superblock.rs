@@ -351,7 +351,11 @@ mod tests {
             data_size: 1 << 20,
             events: 7,
             rebuilt: 9,
-            roles: vec![MemberRole::Active, MemberRole::Active, MemberRole::Rebuilding],
+            roles: vec![
+                MemberRole::Active,
+                MemberRole::Active,
+                MemberRole::Rebuilding,
+            ],
             names: vec!["nbd://a".into(), "m1".into(), String::new()],
         }
     }

@@ -136,7 +136,9 @@ fn a_clean_array_starts_degraded_and_the_missing_member_must_be_replaced() {
     // Writes go on degraded.
     let mut model = model;
     let data = pattern(3, 5000);
-    array.write_at(&data, 12_345, false).expect("write degraded");
+    array
+        .write_at(&data, 12_345, false)
+        .expect("write degraded");
     model[12_345..17_345].copy_from_slice(&data);
     assert_reads(&array, &model);
     drop(array);
@@ -146,7 +148,9 @@ fn a_clean_array_starts_degraded_and_the_missing_member_must_be_replaced() {
         .remove(0)
         .expect("superblock");
     assert_eq!(sb.roles[1], MemberRole::Failed);
-    let e = setup.start(&[], true, false).expect_err("the member missed writes");
+    let e = setup
+        .start(&[], true, false)
+        .expect_err("the member missed writes");
     assert!(e.to_string().contains("member 1 (mem1)"), "{e}");
 }
 
@@ -156,7 +160,9 @@ fn a_dirty_journal_refuses_a_degraded_start_unless_forced() {
     let (array, model) = setup.written(true);
     // The server dies: the journal keeps the stripe it wrote partially.
     std::mem::forget(array);
-    let e = setup.start(&[2], true, false).expect_err("dirty and degraded");
+    let e = setup
+        .start(&[2], true, false)
+        .expect_err("dirty and degraded");
     let text = e.to_string();
     assert!(
         text.starts_with("member 2 (mem2) is missing and the journal journal holds 1 stripes being written when the array was last open"),
@@ -176,7 +182,9 @@ fn an_unclean_shutdown_without_a_journal_refuses_a_degraded_start() {
     let setup = Setup::new();
     let (array, model) = setup.written(false);
     std::mem::forget(array);
-    let e = setup.start(&[0], false, false).expect_err("dirty and degraded");
+    let e = setup
+        .start(&[0], false, false)
+        .expect_err("dirty and degraded");
     assert!(
         e.to_string().starts_with(
             "member 0 (mem0) is missing and the array was not shut down cleanly and has no journal"
@@ -192,5 +200,8 @@ fn two_members_missing_are_refused() {
     let setup = Setup::new();
     drop(setup.written(true).0);
     let e = setup.start(&[0, 2], true, true).expect_err("too many");
-    assert!(matches!(e, RaidError::TooManyMissing { missing: 2, .. }), "{e}");
+    assert!(
+        matches!(e, RaidError::TooManyMissing { missing: 2, .. }),
+        "{e}"
+    );
 }

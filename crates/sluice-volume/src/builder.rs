@@ -248,6 +248,7 @@ impl VolumeBuilder {
         // could not be opened is the error.
         let unreachable = opened.iter().filter(|m| m.is_err()).count();
         let mut members = Vec::with_capacity(opened.len());
+        let mut missing = None;
         for (index, m) in opened.into_iter().enumerate() {
             match m {
                 Ok(m) => members.push(Ok(m)),
@@ -256,6 +257,7 @@ impl VolumeBuilder {
                         error = &e as &dyn std::error::Error,
                         "cannot open the array member; starting the array without it");
                     members.push(Err(name));
+                    missing = Some((index, e));
                 }
                 Err((_, source)) => {
                     return Err(VolumeError::Member {
@@ -271,13 +273,32 @@ impl VolumeBuilder {
             JournalSpec::Off => JournalPlace::Off,
             JournalSpec::File(path) => JournalPlace::File(path.clone()),
         };
-        let array = RaidDevice::assemble_with_missing(
+        let array = match RaidDevice::assemble_with_missing(
             geometry,
             members,
             fan_out.clone(),
             &journal,
             raid.start_dirty_degraded,
-        )?;
+        ) {
+            Ok(array) => array,
+            // Unless the missing member is the reason (a dirty degraded
+            // start), the member that could not be opened is named: it
+            // is the first thing to fix.
+            Err(e) if !matches!(e, RaidError::DirtyDegraded { .. }) && missing.is_some() => {
+                let Some((index, source)) = missing else {
+                    return Err(e.into());
+                };
+                tracing::warn!(
+                    error = &e as &dyn std::error::Error,
+                    "the array cannot start without the member either"
+                );
+                return Err(VolumeError::Member {
+                    index,
+                    source: Box::new(source),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
         Ok(RaidHandle {
             array: Arc::new(array),
             fan_out,

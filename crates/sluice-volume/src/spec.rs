@@ -509,7 +509,9 @@ mod tests {
             BaseSpec::Raid(raid) => raid.start_dirty_degraded,
             other => panic!("not an array: {other:?}"),
         };
-        assert!(raid("raid5:unit=4K,start-dirty-degraded,members=nbd://a/x,nbd://b/x"));
+        assert!(raid(
+            "raid5:unit=4K,start-dirty-degraded,members=nbd://a/x,nbd://b/x"
+        ));
         assert!(!raid("raid5:unit=4K,members=nbd://a/x,nbd://b/x"));
         let e = "mem:1M,start-dirty-degraded"
             .parse::<VolumeSpec>()
