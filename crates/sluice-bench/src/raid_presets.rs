@@ -187,12 +187,12 @@ pub struct JobsModel {
     pub completions: u64,
     /// Seconds between the scrapes.
     pub interval_s: f64,
-    /// The clients' time per job outside the server (Z): the mean of
-    /// N/X - R over the sweep, the network's think time. The runner's
-    /// workers spend it between a reply and the next request (on a
-    /// loaded 2-core host, mostly waiting for a CPU); R is measured from
-    /// send to reply and leaves it out, X includes it.
-    pub think_s: f64,
+    /// The largest (N/X - R) / (N/X) of the sweep: how far the measured
+    /// R and X disagree by Little's law (N = X R with no think time).
+    /// Each run starts with N jobs issued at once into an idle array,
+    /// and those first N see about half the steady response time, so
+    /// the mean R of a short run is low by about N^2 / (2 X ops).
+    pub little_gap: f64,
     /// Demands by the utilization law of the stations the model solves:
     /// `head-cpu`, `members-cpu` and `members-link` (the members work on
     /// each job side by side, so each is the largest member's).
@@ -659,10 +659,10 @@ fn print_report(opts: &PresetOptions, report: &RaidReport, wall: Duration) -> Re
             ]);
         }
         println!(
-            "\ncalibrated demands ({} jobs in {:.1} s; client think time Z = mean of N/X - R = {:.2} ms)",
+            "\ncalibrated demands ({} jobs in {:.1} s; R below N/X by up to {:.1} %: the runs' ramp-up)",
             j.completions,
             j.interval_s,
-            j.think_s * 1e3
+            j.little_gap * 100.0
         );
         print!("{}", d.render());
         md.push('\n');
@@ -955,18 +955,18 @@ fn jobs_model(
         ],
     };
     let demands = cal.demands().context("calibrating the RAID 5 model")?;
-    // Little's law on each point: N = X (R + Z).
+    // Little's law on each point: N = X R (the workers issue the next
+    // request as soon as a reply is in: no think time).
     let mut cycles = Vec::new();
     for (k, &n) in ns.iter().enumerate() {
         let measured = rows[k].run.as_ref().ok_or_else(|| anyhow!("no run"))?;
         cycles.push((f64::from(n) / measured.iops, measured.latency.mean_us / 1e6));
     }
-    let think = cycles
+    let little_gap = cycles
         .iter()
-        .map(|&(cycle, r)| (cycle - r).max(0.0))
-        .sum::<f64>()
-        / cycles.len().max(1) as f64;
-    let net = cal.network(think)?;
+        .map(|&(cycle, r)| (cycle - r) / cycle)
+        .fold(0.0, f64::max);
+    let net = cal.network(0.0)?;
     let solved = exact_mva_points(&net, ns)?;
     let rate = bed
         .measured
@@ -999,7 +999,7 @@ fn jobs_model(
     Ok(JobsModel {
         completions: jobs,
         interval_s: interval,
-        think_s: think,
+        little_gap,
         demands,
         member_demands,
         paper_params,

@@ -334,7 +334,8 @@ impl RaidDevice {
     /// there is one and no rebuild thread runs; returns whether it
     /// started. The thread holds the array only while it works on a run
     /// of stripes, so dropping the array stops it (the superblocks keep
-    /// the member marked rebuilding: the next open starts over).
+    /// the member marked rebuilding and the cursor: the next open
+    /// resumes).
     pub fn start_rebuild(self: &Arc<Self>) -> bool {
         if self.rebuild.member.load(Ordering::SeqCst) == NO_MEMBER
             || self.rebuild.running.swap(true, Ordering::SeqCst)
