@@ -161,20 +161,23 @@ pub struct JobsPoint {
     pub jobs: u32,
     /// Measured throughput, jobs per second.
     pub x: f64,
-    /// Measured mean response time, seconds.
+    /// Measured mean response time, seconds: the mean over the run's
+    /// requests, the first N (issued at once into an idle array, the
+    /// ramp-up) included.
     pub r: f64,
-    /// N / X, seconds: by Little's law the time of a job's whole cycle,
-    /// R plus the client's own time between requests.
+    /// N / X, seconds: the steady-state mean response time by Little's
+    /// law (N jobs always in flight, no think time; X is unbiased by the
+    /// ramp-up, R is not). What the model and bounds are compared with.
     pub little_r: f64,
     /// Exact MVA of the calibrated network: X(N), R(N).
     pub mva_x: f64,
     /// See `mva_x`.
     pub mva_r: f64,
-    /// (R_mva - R) / R.
+    /// (R_mva - N/X) / (N/X).
     pub mva_error: f64,
     /// Balanced job bounds on R(N), [lower, upper], seconds.
     pub bjb_r: [f64; 2],
-    /// Whether the measured R(N) lies inside them.
+    /// Whether the measured steady-state R(N) (N/X) lies inside them.
     pub inside_bounds: bool,
     /// The paper's equations with calibrated inputs: R(N), seconds.
     pub paper_r: Option<f64>,
@@ -191,7 +194,8 @@ pub struct JobsModel {
     /// R and X disagree by Little's law (N = X R with no think time).
     /// Each run starts with N jobs issued at once into an idle array,
     /// and those first N see about half the steady response time, so
-    /// the mean R of a short run is low by about N^2 / (2 X ops).
+    /// the mean R of a short run is low by about N^2 / (2 X ops); the
+    /// model is therefore compared with N/X.
     pub little_gap: f64,
     /// Demands by the utilization law of the stations the model solves:
     /// `head-cpu`, `members-cpu` and `members-link` (the members work on
@@ -738,7 +742,12 @@ fn charts(report: &RaidReport) -> Vec<Chart> {
             j.points.iter().map(|p| (f64::from(p.jobs), f(p))).collect()
         };
         let mut r = vec![
-            series("measured", pts(&|p| p.r * 1e3), LineStyle::Markers, 0),
+            series(
+                "measured, N/X (steady state)",
+                pts(&|p| p.little_r * 1e3),
+                LineStyle::Markers,
+                0,
+            ),
             series(
                 "exact MVA (calibrated)",
                 pts(&|p| p.mva_r * 1e3),
@@ -990,9 +999,9 @@ fn jobs_model(
             little_r: cycles[k].0,
             mva_x: s.throughput,
             mva_r: s.response_time,
-            mva_error: (s.response_time - r) / r,
+            mva_error: (s.response_time - cycles[k].0) / cycles[k].0,
             bjb_r: bjb,
-            inside_bounds: r >= bjb[0] && r <= bjb[1],
+            inside_bounds: cycles[k].0 >= bjb[0] && cycles[k].0 <= bjb[1],
             paper_r: paper.as_ref().map(|c| c.points[k].response_time),
         });
     }
