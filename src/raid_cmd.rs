@@ -160,6 +160,12 @@ fn describe(export: &str, a: &ArrayStatus) -> String {
             r.rate
         ));
     }
+    if let Some(j) = &a.journal {
+        out.push_str(&format!(
+            "  journal {} dirty_stripes {} writing {} commits {} resynced {}\n",
+            j.path, j.dirty_stripes, j.writing_stripes, j.commits, j.resynced
+        ));
+    }
     if let Some(s) = &a.scrub {
         out.push_str(&format!(
             "  scrub {} {:.1}% ({} of {} stripes) mismatches {} repaired {}\n",
@@ -288,6 +294,12 @@ pub(crate) fn run(args: RaidArgs) -> anyhow::Result<()> {
             })?;
             println!(
                 "member {} of {} replaced by {}; rebuilding",
+                args.member, args.export, args.uri
+            );
+            // The superblocks are what a restart checks the member list
+            // against: the serving config must follow them.
+            println!(
+                "change member {} of {} to {} in the serving config (--export or TOML): a restart that names the old member is refused",
                 args.member, args.export, args.uri
             );
             if args.wait {

@@ -161,17 +161,23 @@ pub struct JobsPoint {
     pub jobs: u32,
     /// Measured throughput, jobs per second.
     pub x: f64,
-    /// Measured mean response time, seconds.
+    /// Measured mean response time, seconds: the mean over the run's
+    /// requests, the first N (issued at once into an idle array, the
+    /// ramp-up) included.
     pub r: f64,
+    /// N / X, seconds: the steady-state mean response time by Little's
+    /// law (N jobs always in flight, no think time; X is unbiased by the
+    /// ramp-up, R is not). What the model and bounds are compared with.
+    pub little_r: f64,
     /// Exact MVA of the calibrated network: X(N), R(N).
     pub mva_x: f64,
     /// See `mva_x`.
     pub mva_r: f64,
-    /// (R_mva - R) / R.
+    /// (R_mva - N/X) / (N/X).
     pub mva_error: f64,
     /// Balanced job bounds on R(N), [lower, upper], seconds.
     pub bjb_r: [f64; 2],
-    /// Whether the measured R(N) lies inside them.
+    /// Whether the measured steady-state R(N) (N/X) lies inside them.
     pub inside_bounds: bool,
     /// The paper's equations with calibrated inputs: R(N), seconds.
     pub paper_r: Option<f64>,
@@ -184,6 +190,13 @@ pub struct JobsModel {
     pub completions: u64,
     /// Seconds between the scrapes.
     pub interval_s: f64,
+    /// The largest (N/X - R) / (N/X) of the sweep: how far the measured
+    /// R and X disagree by Little's law (N = X R with no think time).
+    /// Each run starts with N jobs issued at once into an idle array,
+    /// and those first N see about half the steady response time, so
+    /// the mean R of a short run is low by about N^2 / (2 X ops); the
+    /// model is therefore compared with N/X.
+    pub little_gap: f64,
     /// Demands by the utilization law of the stations the model solves:
     /// `head-cpu`, `members-cpu` and `members-link` (the members work on
     /// each job side by side, so each is the largest member's).
@@ -650,8 +663,10 @@ fn print_report(opts: &PresetOptions, report: &RaidReport, wall: Duration) -> Re
             ]);
         }
         println!(
-            "\ncalibrated demands ({} jobs in {:.1} s)",
-            j.completions, j.interval_s
+            "\ncalibrated demands ({} jobs in {:.1} s; R below N/X by up to {:.1} %: the runs' ramp-up)",
+            j.completions,
+            j.interval_s,
+            j.little_gap * 100.0
         );
         print!("{}", d.render());
         md.push('\n');
@@ -684,6 +699,7 @@ fn jobs_table(j: &JobsModel) -> Table {
         "N",
         "X jobs/s",
         "R ms",
+        "N/X ms",
         "MVA R ms",
         "error",
         "BJB R ms",
@@ -695,6 +711,7 @@ fn jobs_table(j: &JobsModel) -> Table {
             p.jobs.to_string(),
             compact(p.x),
             compact(p.r * 1e3),
+            compact(p.little_r * 1e3),
             compact(p.mva_r * 1e3),
             format!("{:+.0} %", p.mva_error * 100.0),
             format!(
@@ -725,7 +742,12 @@ fn charts(report: &RaidReport) -> Vec<Chart> {
             j.points.iter().map(|p| (f64::from(p.jobs), f(p))).collect()
         };
         let mut r = vec![
-            series("measured", pts(&|p| p.r * 1e3), LineStyle::Markers, 0),
+            series(
+                "measured, N/X (steady state)",
+                pts(&|p| p.little_r * 1e3),
+                LineStyle::Markers,
+                0,
+            ),
             series(
                 "exact MVA (calibrated)",
                 pts(&|p| p.mva_r * 1e3),
@@ -942,6 +964,17 @@ fn jobs_model(
         ],
     };
     let demands = cal.demands().context("calibrating the RAID 5 model")?;
+    // Little's law on each point: N = X R (the workers issue the next
+    // request as soon as a reply is in: no think time).
+    let mut cycles = Vec::new();
+    for (k, &n) in ns.iter().enumerate() {
+        let measured = rows[k].run.as_ref().ok_or_else(|| anyhow!("no run"))?;
+        cycles.push((f64::from(n) / measured.iops, measured.latency.mean_us / 1e6));
+    }
+    let little_gap = cycles
+        .iter()
+        .map(|&(cycle, r)| (cycle - r) / cycle)
+        .fold(0.0, f64::max);
     let net = cal.network(0.0)?;
     let solved = exact_mva_points(&net, ns)?;
     let rate = bed
@@ -963,17 +996,19 @@ fn jobs_model(
             jobs: n,
             x: measured.iops,
             r,
+            little_r: cycles[k].0,
             mva_x: s.throughput,
             mva_r: s.response_time,
-            mva_error: (s.response_time - r) / r,
+            mva_error: (s.response_time - cycles[k].0) / cycles[k].0,
             bjb_r: bjb,
-            inside_bounds: r >= bjb[0] && r <= bjb[1],
+            inside_bounds: cycles[k].0 >= bjb[0] && cycles[k].0 <= bjb[1],
             paper_r: paper.as_ref().map(|c| c.points[k].response_time),
         });
     }
     Ok(JobsModel {
         completions: jobs,
         interval_s: interval,
+        little_gap,
         demands,
         member_demands,
         paper_params,

@@ -98,6 +98,16 @@ pub enum MemberError {
         events: u64,
         newest: u64,
     },
+    /// The member given was replaced: the others record another in its
+    /// place.
+    #[error("member {index} ({name}) was replaced{by}: the array's other members record the replacement in its place; give it instead of {name} in the member list")]
+    Replaced {
+        index: usize,
+        name: String,
+        /// " by NAME" when the superblocks recorded the replacement's
+        /// name, else empty.
+        by: String,
+    },
     /// The other members record this one as failed.
     #[error("member {index} ({name}) is recorded as failed by the other members; it must be replaced, not reused")]
     RecordedFailed { index: usize, name: String },
@@ -146,18 +156,56 @@ pub fn check_members(
     names: &[String],
     found: Vec<Result<Superblock, SuperblockError>>,
 ) -> Result<Assembly, MemberError> {
+    let found = found.into_iter().map(Some).collect();
+    let assembly = check_present_members(geometry, names, found)?;
+    Ok(Assembly {
+        superblocks: assembly.superblocks.into_iter().flatten().collect(),
+        state: assembly.state,
+    })
+}
+
+/// What the superblocks of a checked array with members missing say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PartialAssembly {
+    /// Each member's superblock, by index (`None`: missing).
+    pub(crate) superblocks: Vec<Option<Superblock>>,
+    /// Whether the array was shut down cleanly.
+    pub(crate) state: ArrayState,
+}
+
+impl PartialAssembly {
+    /// The superblock with the newest event counter.
+    pub(crate) fn newest(&self) -> Option<&Superblock> {
+        self.superblocks.iter().flatten().max_by_key(|s| s.events)
+    }
+}
+
+/// [`check_members`] with members missing (`None`): the members given
+/// are checked against each other as if the missing ones were not
+/// there.
+pub(crate) fn check_present_members(
+    geometry: Geometry,
+    names: &[String],
+    found: Vec<Option<Result<Superblock, SuperblockError>>>,
+) -> Result<PartialAssembly, MemberError> {
     let name = |i: usize| names.get(i).cloned().unwrap_or_else(|| format!("#{i}"));
+    let total = found.len();
     let mut superblocks = Vec::with_capacity(found.len());
+    let mut slots = Vec::with_capacity(found.len());
     for (index, f) in found.into_iter().enumerate() {
         match f {
-            Ok(s) => superblocks.push(s),
-            Err(SuperblockError::NoMagic) => {
+            None => slots.push(None),
+            Some(Ok(s)) => {
+                slots.push(Some(superblocks.len()));
+                superblocks.push(s);
+            }
+            Some(Err(SuperblockError::NoMagic)) => {
                 return Err(MemberError::NoSuperblock {
                     index,
                     name: name(index),
                 })
             }
-            Err(source) => {
+            Some(Err(source)) => {
                 return Err(MemberError::Damaged {
                     index,
                     name: name(index),
@@ -180,7 +228,12 @@ pub fn check_members(
         .map(|s| s.array_uuid)
         .unwrap_or_default();
     let given = geometry_text(geometry.level(), geometry.members(), geometry.unit());
-    for (index, s) in superblocks.iter().enumerate() {
+    let present: Vec<(usize, &Superblock)> = slots
+        .iter()
+        .enumerate()
+        .filter_map(|(index, slot)| slot.map(|k| (index, &superblocks[k])))
+        .collect();
+    for (k, &(index, s)) in present.iter().enumerate() {
         if s.array_uuid != array {
             return Err(MemberError::Foreign {
                 index,
@@ -189,9 +242,9 @@ pub fn check_members(
                 expected: array,
             });
         }
-        if let Some(first) = superblocks[..index]
+        if let Some(&(first, _)) = present[..k]
             .iter()
-            .position(|o| o.member_uuid == s.member_uuid)
+            .find(|(_, o)| o.member_uuid == s.member_uuid)
         {
             return Err(MemberError::Duplicate {
                 index,
@@ -200,12 +253,12 @@ pub fn check_members(
                 uuid: s.member_uuid,
             });
         }
-        if s.roles.len() != superblocks.len() {
+        if s.roles.len() != total {
             return Err(MemberError::MemberCount {
                 index,
                 name: name(index),
                 recorded: s.roles.len(),
-                given: superblocks.len(),
+                given: total,
             });
         }
         let recorded = geometry_text(s.level, s.roles.len(), s.unit);
@@ -233,7 +286,18 @@ pub fn check_members(
             given: 0,
         });
     };
-    for (index, s) in superblocks.iter().enumerate() {
+    for &(index, s) in &present {
+        let recorded = newest.names.get(index).filter(|n| !n.is_empty());
+        if s.events < newest.events
+            && newest.roles[index] != MemberRole::Failed
+            && recorded.is_some_and(|r| *r != name(index))
+        {
+            return Err(MemberError::Replaced {
+                index,
+                name: name(index),
+                by: recorded.map(|r| format!(" by {r}")).unwrap_or_default(),
+            });
+        }
         if s.events < newest.events {
             return Err(MemberError::Stale {
                 index,
@@ -264,7 +328,12 @@ pub fn check_members(
     } else {
         ArrayState::Clean
     };
-    Ok(Assembly { superblocks, state })
+    let mut superblocks = superblocks.into_iter();
+    let superblocks = slots
+        .iter()
+        .map(|slot| slot.and_then(|_| superblocks.next()))
+        .collect();
+    Ok(PartialAssembly { superblocks, state })
 }
 
 /// Reads the superblock area of every member; an I/O error is the
@@ -378,6 +447,8 @@ pub fn create_array(
             data_offset,
             data_size,
             events: 1,
+            rebuilt: 0,
+            names: members.iter().map(|m| m.name.clone()).collect(),
             roles: vec![MemberRole::Active; members.len()],
         };
         write_superblock(m.device.as_ref(), &superblock)
@@ -406,6 +477,8 @@ mod tests {
                 data_offset: 4096,
                 data_size: 1 << 20,
                 events: 3,
+                rebuilt: 0,
+                names: Vec::new(),
                 roles: vec![MemberRole::Active; n],
             })
             .collect()

@@ -13,7 +13,9 @@ use sluice_storage::{
 };
 use thiserror::Error;
 
-use crate::array::{check_members, read_superblocks, write_superblock, MemberError, NamedMember};
+use crate::array::{
+    check_present_members, read_superblocks, write_superblock, MemberError, NamedMember,
+};
 use crate::fan_out::{FanOut, MemberIo, MemberOp, ScopedFanOut};
 use crate::journal::{Journal, JournalError, JournalPlace};
 use crate::layout::{Geometry, GeometryError, Piece, RaidLevel};
@@ -71,6 +73,14 @@ pub enum RaidError {
         name: String,
         #[source]
         source: DeviceError,
+    },
+    /// A member is missing and stripes may have parity that does not
+    /// match their data.
+    #[error("member {index} ({name}) is missing and {why}: chunks of the missing member rebuilt from those stripes' parity could read wrong, so the array is not started degraded; bring the member back, or start it anyway with start-dirty-degraded in its spec (as md's start_dirty_degraded)")]
+    DirtyDegraded {
+        index: usize,
+        name: String,
+        why: String,
     },
     /// A scrub stopped because a member failed or the array could not
     /// be read.
@@ -141,7 +151,7 @@ pub struct RaidDevice {
     /// The running or last scrub's progress.
     pub(crate) scrub: ScrubState,
     /// The write-intent journal (RAID 5 arrays assembled with one).
-    journal: Option<Journal>,
+    pub(crate) journal: Option<Journal>,
 }
 
 /// The members of an array as one value, replaced whole.
@@ -170,6 +180,33 @@ pub(crate) struct RebuildState {
     pub(crate) replaced: AtomicU64,
     /// A rebuild thread is running.
     pub(crate) running: AtomicBool,
+    /// End of the stripes the rebuild has read ahead of the cursor:
+    /// writes to stripes in `[cursor, window_end)` are counted in
+    /// `generations`, so the rebuild knows a read-ahead went stale.
+    pub(crate) window_end: AtomicU64,
+    /// Writes past the cursor into the read-ahead window, per stripe
+    /// lock (bumped while holding that lock).
+    pub(crate) generations: Box<[AtomicU64]>,
+    /// The run read and reconstructed ahead of the cursor, not yet
+    /// written to the member being rebuilt.
+    pub(crate) ahead: Mutex<Option<ReadAhead>>,
+    /// The cursor as last recorded in the superblocks, and when.
+    pub(crate) recorded: Mutex<(u64, Instant)>,
+}
+
+/// A run of stripes the rebuild read from the other members (under
+/// their locks) and reconstructed, waiting to be written.
+#[derive(Debug)]
+pub(crate) struct ReadAhead {
+    /// First stripe of the run.
+    pub(crate) first: u64,
+    /// One past its last stripe.
+    pub(crate) end: u64,
+    /// The rebuilt member's chunks of the run.
+    pub(crate) rebuilt: Vec<u8>,
+    /// The run's write generation when it was read (see
+    /// `RebuildState::generations`).
+    pub(crate) generation: u64,
 }
 
 /// A scrub's progress, visible while it runs and after.
@@ -286,6 +323,10 @@ impl RaidDevice {
                 rate: AtomicU64::new(DEFAULT_REBUILD_RATE),
                 replaced: AtomicU64::new(0),
                 running: AtomicBool::new(false),
+                window_end: AtomicU64::new(0),
+                generations: (0..STRIPE_LOCKS).map(|_| AtomicU64::new(0)).collect(),
+                ahead: Mutex::new(None),
+                recorded: Mutex::new((0, Instant::now())),
             },
             scrub: ScrubState::default(),
             size: geometry.volume_size(smallest),
@@ -308,7 +349,7 @@ impl RaidDevice {
 
     /// Assembles the array whose superblocks `members` hold, in the order
     /// given, after checking they are one array's members of `geometry`,
-    /// each in its place and current (see [`check_members`]); its data
+    /// each in its place and current (see [`check_members`](crate::check_members)); its data
     /// starts past the superblocks. A writable array is marked dirty
     /// (event counter bumped) until it is dropped.
     pub fn assemble(
@@ -331,15 +372,69 @@ impl RaidDevice {
         fan_out: Arc<dyn FanOut>,
         journal: &JournalPlace,
     ) -> Result<Self, RaidError> {
-        let names: Vec<String> = members.iter().map(|m| m.name.clone()).collect();
-        let found = read_superblocks(&members)?;
-        let assembly = check_members(geometry, &names, found)?;
-        let (data_offset, data_size) = assembly
-            .superblocks
-            .first()
+        let members = members.into_iter().map(Ok).collect();
+        Self::assemble_with_missing(geometry, members, fan_out, journal, false)
+    }
+
+    /// [`Self::assemble_with_journal`] with members that could not be
+    /// reached (`Err(name)`). A RAID 5 array starts degraded without one
+    /// missing member (recorded failed in the others' superblocks, so it
+    /// must be replaced to come back) when the others' superblocks agree,
+    /// no other member is being rebuilt, and it was shut down cleanly or
+    /// its journal holds no stripe. An array whose stripes may have parity
+    /// that does not match their data is refused
+    /// ([`RaidError::DirtyDegraded`], as md refuses a dirty degraded
+    /// start), unless `start_dirty_degraded`: the missing member's
+    /// chunks of those stripes may then read wrong.
+    pub fn assemble_with_missing(
+        geometry: Geometry,
+        members: Vec<Result<NamedMember, String>>,
+        fan_out: Arc<dyn FanOut>,
+        journal: &JournalPlace,
+        start_dirty_degraded: bool,
+    ) -> Result<Self, RaidError> {
+        let names: Vec<String> = members
+            .iter()
+            .map(|m| match m {
+                Ok(m) => m.name.clone(),
+                Err(name) => name.clone(),
+            })
+            .collect();
+        let missing: Vec<usize> = (0..members.len())
+            .filter(|&i| members[i].is_err())
+            .collect();
+        if missing.len() > tolerance(geometry.level()) || missing.len() == members.len() {
+            return Err(RaidError::TooManyMissing {
+                level: geometry.level(),
+                missing: missing.len(),
+                members: members.len(),
+                tolerance: tolerance(geometry.level()),
+            });
+        }
+        let present: Vec<NamedMember> = members.iter().flatten().cloned().collect();
+        let mut read = read_superblocks(&present)?.into_iter();
+        let found = members
+            .iter()
+            .map(|m| m.as_ref().ok().and_then(|_| read.next()))
+            .collect();
+        let assembly = check_present_members(geometry, &names, found)?;
+        let newest = assembly.newest().cloned();
+        let (data_offset, data_size) = newest
+            .as_ref()
             .map(|s| (s.data_offset, s.data_size))
             .unwrap_or_default();
+        if let (Some(&index), Some(newest)) = (missing.first(), &newest) {
+            if let Some(r) = (0..newest.roles.len())
+                .find(|&r| r != index && newest.roles[r] == MemberRole::Rebuilding)
+            {
+                return Err(RaidError::Refused(format!(
+                    "member {index} ({}) is missing and member {r} ({}) is being rebuilt: the array cannot run without both",
+                    names[index], names[r]
+                )));
+            }
+        }
         for (index, m) in members.iter().enumerate() {
+            let Ok(m) = m else { continue };
             let size = m.device.size();
             if size < data_offset + data_size {
                 return Err(MemberError::TooSmall {
@@ -351,32 +446,63 @@ impl RaidDevice {
                 .into());
             }
         }
-        let devices = members.into_iter().map(|m| Some(m.device)).collect();
+        let devices = members
+            .into_iter()
+            .map(|m| m.ok().map(|m| m.device))
+            .collect();
         let mut array = Self::with_fan_out(geometry, devices, fan_out)?;
         array.size = geometry.volume_size(data_size);
         array.members = ArcSwap::from_pointee(MemberSet {
             devices: array.members.load().devices.clone(),
-            names,
+            names: names.clone(),
         });
         array.data_offset = data_offset;
-        array.label = format!(
-            "{} (array {})",
-            array.label, assembly.superblocks[0].array_uuid
-        );
-        // A member recorded as being rebuilt holds data only below a
-        // cursor that was not recorded: it starts over from stripe 0
-        // and is never read until rebuilt.
-        let newest = assembly.superblocks.iter().max_by_key(|s| s.events);
-        if let Some(index) =
-            newest.and_then(|s| s.roles.iter().position(|r| *r == MemberRole::Rebuilding))
+        let Some(newest) = newest else {
+            return Err(RaidError::TooManyMissing {
+                level: geometry.level(),
+                missing: missing.len(),
+                members: names.len(),
+                tolerance: tolerance(geometry.level()),
+            });
+        };
+        array.label = format!("{} (array {})", array.label, newest.array_uuid);
+        // A member recorded as being rebuilt holds data only below the
+        // stripes its superblocks record rebuilt (flushed to it before
+        // they were recorded): its rebuild resumes there, and it is
+        // never read past them until rebuilt.
+        if let Some((index, rebuilt)) = newest
+            .roles
+            .iter()
+            .position(|r| *r == MemberRole::Rebuilding)
+            .filter(|i| !missing.contains(i))
+            .map(|i| (i, newest.rebuilt.min(array.stripes())))
         {
-            tracing::warn!(array = %array.label, member = index,
-                "member was being rebuilt when the array was last open; the rebuild starts over");
-            array.rebuild.cursor.store(0, Ordering::SeqCst);
+            tracing::warn!(array = %array.label, member = index, stripes = rebuilt,
+                "member was being rebuilt when the array was last open; the rebuild resumes");
+            array.rebuild.cursor.store(rebuilt, Ordering::SeqCst);
+            array.rebuild.window_end.store(rebuilt, Ordering::SeqCst);
+            *array
+                .rebuild
+                .recorded
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner()) = (rebuilt, Instant::now());
             array.rebuild.member.store(index, Ordering::SeqCst);
         }
-        let array_uuid = assembly.superblocks[0].array_uuid;
-        array.superblocks = Some(Mutex::new(assembly.superblocks));
+        let array_uuid = newest.array_uuid;
+        // A missing member's superblock is kept as the others record
+        // it, and never written.
+        let superblocks = assembly
+            .superblocks
+            .into_iter()
+            .enumerate()
+            .map(|(index, s)| {
+                s.unwrap_or_else(|| Superblock {
+                    index,
+                    ..newest.clone()
+                })
+            })
+            .collect();
+        array.superblocks = Some(Mutex::new(superblocks));
         if geometry.level() == RaidLevel::Raid5 && !array.capability.read_only {
             if let Some(opened) = journal.open(array_uuid)? {
                 let (journal, stripes) = (opened.journal, opened.stripes);
@@ -384,13 +510,51 @@ impl RaidDevice {
                     tracing::warn!(array = %array.label, journal = %journal.name,
                         "array was not shut down cleanly and its journal is new: stripes being written then may have parity that does not match (`sluice raid scrub --repair` fixes them)");
                 }
-                if !stripes.is_empty() {
-                    tracing::warn!(array = %array.label, journal = %journal.name, stripes = stripes.len(),
-                        "resyncing the stripes being written when the array was last open");
+                let unknown = opened.created && assembly.state == ArrayState::Dirty;
+                if let Some(&index) = missing.first() {
+                    if !stripes.is_empty() || unknown {
+                        let why = if unknown {
+                            format!(
+                                "the array was not shut down cleanly and its journal {} is new",
+                                journal.name
+                            )
+                        } else {
+                            format!("the journal {} holds {} stripes being written when the array was last open", journal.name, stripes.len())
+                        };
+                        if !start_dirty_degraded {
+                            return Err(RaidError::DirtyDegraded {
+                                index,
+                                name: names[index].clone(),
+                                why,
+                            });
+                        }
+                        tracing::error!(array = %array.label, member = index, name = %names[index],
+                            "starting dirty and degraded as asked: {why}; the missing member's chunks of those stripes may read wrong");
+                    }
+                } else {
+                    if !stripes.is_empty() {
+                        tracing::warn!(array = %array.label, journal = %journal.name, stripes = stripes.len(),
+                            "resyncing the stripes being written when the array was last open");
+                    }
+                    array.resync(&stripes, &journal)?;
                 }
-                array.resync(&stripes, &journal)?;
                 journal.clear()?;
                 array.journal = Some(journal);
+            }
+        }
+        if let (Some(&index), ArrayState::Dirty, None, RaidLevel::Raid5) = (
+            missing.first(),
+            assembly.state,
+            &array.journal,
+            geometry.level(),
+        ) {
+            let why = "the array was not shut down cleanly and has no journal".to_owned();
+            if !start_dirty_degraded && !array.capability.read_only {
+                return Err(RaidError::DirtyDegraded {
+                    index,
+                    name: names[index].clone(),
+                    why,
+                });
             }
         }
         if assembly.state == ArrayState::Dirty
@@ -401,7 +565,20 @@ impl RaidDevice {
                 "array was not shut down cleanly and has no journal: stripes being written then may have parity that does not match (`sluice raid scrub --repair` fixes them)");
         }
         if !array.capability.read_only {
-            array.update_superblocks(|s| s.state = ArrayState::Dirty);
+            // The names given now are the ones a restart is checked
+            // against (a member's URI may have changed).
+            let names = array.members.load().names.clone();
+            if let Some(&index) = missing.first() {
+                tracing::warn!(array = %array.label, member = index, name = %names[index],
+                    "member missing at start: running degraded; it must be replaced to come back");
+            }
+            array.update_superblocks(|s| {
+                s.state = ArrayState::Dirty;
+                s.names.clone_from(&names);
+                for &index in &missing {
+                    s.roles[index] = MemberRole::Failed;
+                }
+            });
         }
         Ok(array)
     }
@@ -424,7 +601,18 @@ impl RaidDevice {
         };
         let mut parity = vec![0u8; unit as usize];
         let mut chunk = vec![0u8; unit as usize];
+        let rebuilding = self.rebuild.member.load(Ordering::SeqCst);
+        let cursor = self.rebuild.cursor.load(Ordering::SeqCst);
         for &stripe in stripes.iter().filter(|&&s| s < self.stripes()) {
+            if rebuilding != NO_MEMBER && stripe >= cursor {
+                // The member being rebuilt holds nothing current here:
+                // the rebuild recomputes its chunk (parity, or data from
+                // the parity: a write cut off by the crash in such a
+                // stripe is lost, as on any degraded array).
+                tracing::warn!(array = %self.label, stripe, member = rebuilding,
+                    "stripe being written at the crash is past the rebuild: left to the rebuild");
+                continue;
+            }
             let at = self.data_offset + stripe * unit;
             parity.fill(0);
             for k in 0..self.geometry.data_members() {
@@ -500,6 +688,9 @@ impl RaidDevice {
             if let Some(r) = also {
                 s.roles[r] = MemberRole::Failed;
             }
+            if rebuilding != NO_MEMBER {
+                s.rebuilt = 0;
+            }
         });
         true
     }
@@ -568,6 +759,31 @@ impl RaidDevice {
         self.alive(member)
             && (self.rebuild.member.load(Ordering::SeqCst) != member
                 || stripe < self.rebuild.cursor.load(Ordering::SeqCst))
+    }
+
+    /// Records a write to `stripe` (its lock held) that a read-ahead of
+    /// the rebuild may not have seen: one past the cursor and inside
+    /// the read-ahead window. One atomic load when no rebuild runs.
+    pub(crate) fn note_write(&self, stripe: u64) {
+        if self.rebuild.member.load(Ordering::SeqCst) == NO_MEMBER {
+            return;
+        }
+        if stripe >= self.rebuild.cursor.load(Ordering::SeqCst)
+            && stripe < self.rebuild.window_end.load(Ordering::SeqCst)
+        {
+            self.rebuild.generations[(stripe % STRIPE_LOCKS as u64) as usize]
+                .fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// The write generation of `stripes` (see `note_write`): it changes
+    /// when any of them is written past the cursor.
+    pub(crate) fn generation(&self, stripes: std::ops::Range<u64>) -> u64 {
+        stripes
+            .map(|s| {
+                self.rebuild.generations[(s % STRIPE_LOCKS as u64) as usize].load(Ordering::SeqCst)
+            })
+            .fold(0, u64::wrapping_add)
     }
 
     /// Takes the locks of `stripes`, in lock order (the order every
@@ -823,6 +1039,7 @@ impl RaidDevice {
         while let Some(stripe) = stripes.next() {
             if !is_full(stripe) {
                 let _lock = self.lock_stripe(stripe[0].stripe);
+                self.note_write(stripe[0].stripe);
                 // Durably in the journal before any member write of it.
                 let _intent = match &self.journal {
                     Some(journal) => {
@@ -871,6 +1088,9 @@ impl RaidDevice {
                         .unwrap_or_else(|p| p.into_inner())
                 })
                 .collect();
+            for s in &run {
+                self.note_write(s[0].stripe);
+            }
             self.retrying(IoOp::Write, offset, buf.len() as u64, || {
                 self.write_full_stripes(&run, buf, fua)
             })?;
@@ -1176,6 +1396,9 @@ impl RaidDevice {
             let to = end.min(at + run);
             let _locks = self.lock_stripes(0..STRIPE_LOCKS as u64);
             let cursor = self.rebuild.cursor.load(Ordering::SeqCst);
+            for s in at.max(cursor)..to.min(self.rebuild.window_end.load(Ordering::SeqCst)) {
+                self.note_write(s);
+            }
             self.retrying(io_op, at * unit, (to - at) * unit, || {
                 let mut step = Vec::new();
                 for m in (0..self.counters.len()).filter(|&m| self.alive(m)) {
@@ -1253,7 +1476,17 @@ impl Drop for RaidDevice {
             tracing::warn!(array = %self.label, error = &e as &dyn std::error::Error,
                 "cannot clear the journal on closing; its stripes are resynced at the next start");
         }
-        self.update_superblocks(|s| s.state = ArrayState::Clean);
+        // Flushed above: the rebuild's progress is durable, and the
+        // next open resumes it.
+        let rebuilt = if self.rebuild.member.load(Ordering::SeqCst) == NO_MEMBER {
+            0
+        } else {
+            self.rebuild.cursor.load(Ordering::SeqCst)
+        };
+        self.update_superblocks(|s| {
+            s.state = ArrayState::Clean;
+            s.rebuilt = rebuilt;
+        });
     }
 }
 

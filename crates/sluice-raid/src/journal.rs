@@ -49,6 +49,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+use serde::{Deserialize, Serialize};
 use sluice_storage::{
     BlockDevice, DeviceError, DeviceMetric, FileDevice, FileOptions, MetricKind, OpenError,
 };
@@ -175,6 +176,22 @@ pub enum JournalError {
         #[source]
         source: DeviceError,
     },
+}
+
+/// The journal's state as `sluice raid status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JournalReport {
+    /// Where the journal is (its path).
+    pub path: String,
+    /// Stripes it holds: their parity is recomputed if the server stops
+    /// uncleanly.
+    pub dirty_stripes: u64,
+    /// Of those, stripes with partial-stripe writes under way.
+    pub writing_stripes: u64,
+    /// Commits since the array was opened.
+    pub commits: u64,
+    /// Stripes resynced when the array was opened.
+    pub resynced: u64,
 }
 
 /// The journal's counters, for metrics.
@@ -451,8 +468,21 @@ impl Journal {
         Ok(())
     }
 
+    /// What the journal holds now, for `sluice raid status`.
+    pub(crate) fn report(&self) -> JournalReport {
+        let state = self.lock();
+        JournalReport {
+            path: self.name.clone(),
+            dirty_stripes: state.logged.len() as u64,
+            writing_stripes: state.in_flight.len() as u64,
+            commits: self.counters.commits.load(Ordering::Relaxed),
+            resynced: self.counters.resynced.load(Ordering::Relaxed),
+        }
+    }
+
     /// The journal's metrics.
     pub(crate) fn metrics(&self) -> Vec<DeviceMetric> {
+        let report = self.report();
         let c = &self.counters;
         let counter = |name, help, value: &AtomicU64| DeviceMetric {
             name,
@@ -487,6 +517,20 @@ impl Journal {
                 "Stripes whose parity was recomputed from their data after an unclean shutdown",
                 &c.resynced,
             ),
+            DeviceMetric {
+                name: "raid_journal_dirty_stripes",
+                help: "Stripes the write-intent journal holds: resynced if the server stops uncleanly",
+                kind: MetricKind::Gauge,
+                value: report.dirty_stripes as f64,
+                labels: Vec::new(),
+            },
+            DeviceMetric {
+                name: "raid_journal_writing_stripes",
+                help: "Stripes of the journal with partial-stripe writes under way",
+                kind: MetricKind::Gauge,
+                value: report.writing_stripes as f64,
+                labels: Vec::new(),
+            },
         ]
     }
 }
@@ -495,7 +539,8 @@ fn slot_offset(index: usize) -> u64 {
     HEADER_BYTES + index as u64 * SLOT_BYTES
 }
 
-fn encode_header(array: Uuid) -> Vec<u8> {
+/// A journal header's bytes for `array` (public for the fuzz target).
+pub fn encode_header(array: Uuid) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER_LEN);
     out.extend_from_slice(&HEADER_MAGIC);
     out.extend_from_slice(&VERSION.to_be_bytes());
@@ -519,8 +564,9 @@ fn be_u64(b: &[u8], at: usize) -> u64 {
     u64::from_be_bytes(v)
 }
 
-/// The array a header names, or why it is not a header.
-fn decode_header(b: &[u8]) -> Result<Uuid, String> {
+/// The array a journal header names, or why it is not one (public for
+/// the fuzz target; the journal reads headers itself).
+pub fn decode_header(b: &[u8]) -> Result<Uuid, String> {
     if b.len() < HEADER_LEN {
         return Err(format!("{} bytes, too short", b.len()));
     }
@@ -549,7 +595,9 @@ fn decode_header(b: &[u8]) -> Result<Uuid, String> {
     Ok(Uuid::from_bytes(uuid))
 }
 
-fn encode_slot(sequence: u64, stripes: &[u64]) -> Vec<u8> {
+/// A slot's bytes: `sequence` and the first [`SLOT_CAPACITY`] of
+/// `stripes` (public for the fuzz target).
+pub fn encode_slot(sequence: u64, stripes: &[u64]) -> Vec<u8> {
     let n = stripes.len().min(SLOT_CAPACITY);
     let mut out = Vec::with_capacity(24 + 8 * n);
     out.extend_from_slice(&SLOT_MAGIC);
@@ -564,8 +612,8 @@ fn encode_slot(sequence: u64, stripes: &[u64]) -> Vec<u8> {
 }
 
 /// A slot's sequence number and stripes, or `None` for a slot never
-/// written or torn.
-fn decode_slot(b: &[u8]) -> Option<(u64, Vec<u64>)> {
+/// written or torn (public for the fuzz target).
+pub fn decode_slot(b: &[u8]) -> Option<(u64, Vec<u64>)> {
     if b.len() < 24 || b[..8] != SLOT_MAGIC {
         return None;
     }

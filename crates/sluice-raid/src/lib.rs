@@ -106,7 +106,8 @@
 //! the background while the array serves requests, behind a rebuild
 //! cursor moved under the stripe locks (stripes below it are written to
 //! the new member, stripes past it are written degraded and rebuilt
-//! later); [`RaidDevice::scrub`] checks (and repairs) every stripe's
+//! later), two runs of stripes in flight, its progress recorded in the
+//! superblocks so a restart resumes it; [`RaidDevice::scrub`] checks (and repairs) every stripe's
 //! parity; [`RaidDevice::status`] reports all of it. The rules are in
 //! the `rebuild` module's documentation and docs/RAID.md.
 //!
@@ -143,7 +144,7 @@ pub use array::{
 };
 pub use device::{ArrayFailed, MemberStatus, RaidDevice, RaidError, DEFAULT_REBUILD_RATE};
 pub use fan_out::{FanOut, MemberIo, MemberOp, ScopedFanOut};
-pub use journal::{JournalError, JournalPlace};
+pub use journal::{JournalError, JournalPlace, JournalReport};
 pub use layout::{Geometry, GeometryError, Piece, RaidLevel};
 pub use parity::xor_into;
 pub use rebuild::{

@@ -28,9 +28,24 @@
 //! Reads of the new member's chunks below the cursor go to it; at or
 //! past the cursor they are rebuilt from the others, under the stripe
 //! lock. When the cursor reaches the end the member becomes active and
-//! the superblocks record it (event counter bumped). The cursor is not
-//! recorded: an array opened with a member marked rebuilding starts the
-//! rebuild over from stripe 0 and never reads that member until then.
+//! the superblocks record it (event counter bumped).
+//!
+//! The rebuild is pipelined: while the run at the cursor is written to
+//! the new member, the next run is read from the others (under its
+//! stripe locks) and reconstructed, so both links are busy at once and
+//! memory stays at one run per member. The written run's locks are no
+//! longer held from its read to its write, so the last point above is
+//! kept another way: a writer that writes a stripe past the cursor but
+//! inside the read-ahead counts it in a write generation (under that
+//! stripe's lock), and the rebuild takes the run's locks, compares its
+//! generation with the one it read under, and reads and writes the run
+//! again (under the locks) if it changed, before the cursor passes it.
+//!
+//! Progress is recorded: at most every [`RECORD_EVERY`] the new member
+//! is flushed and the cursor written to every superblock (`rebuilt`),
+//! and closing the array records it too. An array opened with a member
+//! marked rebuilding resumes from the recorded cursor and never reads
+//! that member past it until rebuilt there.
 //!
 //! If another member fails during the rebuild, the new member is
 //! marked failed first: stripes past the cursor can no longer be
@@ -44,6 +59,7 @@
 //! counts the stripes that differ; with `repair` it rewrites their
 //! parity from the data. It needs every member active.
 
+use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -53,8 +69,9 @@ use sluice_storage::{DeviceMetric, MetricKind};
 use uuid::Uuid;
 
 use crate::array::{MemberError, NamedMember};
-use crate::device::{MemberSet, Outcome, RaidDevice, RaidError, NO_MEMBER};
+use crate::device::{MemberSet, Outcome, RaidDevice, RaidError, ReadAhead, NO_MEMBER};
 use crate::fan_out::{MemberIo, MemberOp};
+use crate::journal::{Journal, JournalReport};
 use crate::layout::RaidLevel;
 use crate::parity::xor_into;
 use crate::superblock::MemberRole;
@@ -64,6 +81,9 @@ use crate::superblock::MemberRole;
 const RUN_BYTES: u64 = 1 << 20;
 /// Most stripes one rebuild or scrub step covers.
 const MAX_RUN: u64 = 64;
+/// How often a rebuild records its progress in the superblocks (a
+/// flush of the new member and a superblock write on every member).
+const RECORD_EVERY: Duration = Duration::from_secs(1);
 
 /// The array's condition as a whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -166,6 +186,9 @@ pub struct ArrayStatus {
     pub rebuild: Option<RebuildProgress>,
     /// The running or last scrub, if any ran.
     pub scrub: Option<ScrubProgress>,
+    /// The write-intent journal, if the array has one.
+    #[serde(default)]
+    pub journal: Option<JournalReport>,
 }
 
 /// What a finished scrub found.
@@ -279,6 +302,13 @@ impl RaidDevice {
         // Rebuilding from stripe 0 before the member is alive again, so
         // no writer ever sees it usable for a stripe not rebuilt.
         self.rebuild.cursor.store(0, Ordering::SeqCst);
+        self.rebuild.window_end.store(0, Ordering::SeqCst);
+        *self.rebuild.ahead.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        *self
+            .rebuild
+            .recorded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = (0, Instant::now());
         self.rebuild.member.store(index, Ordering::SeqCst);
         self.rebuild.replaced.fetch_add(1, Ordering::SeqCst);
         let old = self.members.load();
@@ -290,7 +320,13 @@ impl RaidDevice {
             "member replaced; rebuilding it");
         self.members.store(Arc::new(MemberSet { devices, names }));
         self.counters[index].failed.store(false, Ordering::SeqCst);
-        self.update_superblocks(|s| s.roles[index] = MemberRole::Rebuilding);
+        let name = self.members.load().names[index].clone();
+        self.update_superblocks(|s| {
+            s.roles[index] = MemberRole::Rebuilding;
+            s.rebuilt = 0;
+            s.names.resize(s.roles.len(), String::new());
+            s.names[index].clone_from(&name);
+        });
         Ok(())
     }
 
@@ -298,7 +334,8 @@ impl RaidDevice {
     /// there is one and no rebuild thread runs; returns whether it
     /// started. The thread holds the array only while it works on a run
     /// of stripes, so dropping the array stops it (the superblocks keep
-    /// the member marked rebuilding: the next open starts over).
+    /// the member marked rebuilding and the cursor: the next open
+    /// resumes).
     pub fn start_rebuild(self: &Arc<Self>) -> bool {
         if self.rebuild.member.load(Ordering::SeqCst) == NO_MEMBER
             || self.rebuild.running.swap(true, Ordering::SeqCst)
@@ -337,30 +374,116 @@ impl RaidDevice {
     /// Rebuilds the next run of stripes; returns the bytes written, or
     /// `None` once the rebuild has ended (done, or stopped by a failure).
     /// The rebuild thread calls this in a loop; tests drive it directly.
+    ///
+    /// Pipelined: one fan-out step writes the run at the cursor to the
+    /// new member while it reads the next run from the others (under
+    /// the next run's stripe locks), so the new member's link and the
+    /// others' are busy at once. The next run, reconstructed, waits for
+    /// the following call (memory: one run per member). Since the write
+    /// of a run read earlier no longer holds its stripe locks from read
+    /// to write, the run's write generation (writes past the cursor
+    /// into the read-ahead, counted under the stripe locks) is checked
+    /// under its locks before the cursor passes it; a run written in
+    /// between is read and written again there.
     pub fn rebuild_step(&self) -> Option<u64> {
+        let mut ahead = self.rebuild.ahead.lock().unwrap_or_else(|p| p.into_inner());
+        let stepped = self.pipelined_step(&mut ahead);
+        if stepped.is_none() {
+            *ahead = None;
+        }
+        stepped
+    }
+
+    fn pipelined_step(&self, ahead: &mut Option<ReadAhead>) -> Option<u64> {
         let target = self.rebuild.member.load(Ordering::SeqCst);
         if target == NO_MEMBER {
             return None;
         }
         let stripes = self.stripes();
-        let unit = self.geometry.unit();
         let first = self.rebuild.cursor.load(Ordering::SeqCst);
         if first >= stripes {
             self.finish_rebuild(target);
             return None;
         }
-        let end = stripes.min(first + self.run_stripes());
-        let _locks = self.lock_stripes(first..end);
+        let current = match ahead.take() {
+            Some(a) if a.first == first => a,
+            _ => {
+                let range = first..stripes.min(first + self.run_stripes());
+                self.rebuild
+                    .window_end
+                    .fetch_max(range.end, Ordering::SeqCst);
+                let _locks = self.lock_stripes(range.clone());
+                self.read_locked(target, range, None)?
+            }
+        };
+        let next_end = stripes.min(current.end + self.run_stripes());
+        let next = self.read_ahead(target, current.end..next_end, &current)?;
+        // The run is on the new member; it is current there unless a
+        // write past the cursor reached it since it was read.
+        let range = current.first..current.end;
+        let locks = self.lock_stripes(range.clone());
         if self.rebuild.member.load(Ordering::SeqCst) != target || !self.alive(target) {
             return None;
         }
-        let len = ((end - first) * unit) as usize;
-        let others: Vec<usize> = (0..self.counters.len()).filter(|&m| m != target).collect();
-        if others.iter().any(|&m| !self.alive(m)) {
-            tracing::error!(array = %self.label, member = target,
-                "rebuild stopped: another member has failed");
-            return None;
+        if self.generation(range.clone()) != current.generation {
+            let again = self.read_locked(target, range.clone(), None)?;
+            if !self.rebuild_ran(&mut [self.rebuilt_write(target, &again)], target) {
+                return None;
+            }
         }
+        self.rebuild.cursor.store(range.end, Ordering::SeqCst);
+        drop(locks);
+        *ahead = next;
+        self.record_progress(target);
+        Some(current.rebuilt.len() as u64)
+    }
+
+    /// Reads `range` from every member but `target` under its stripe
+    /// locks and reconstructs `target`'s chunks of it, writing `write`
+    /// (an earlier read-ahead) to `target` in the same fan-out step.
+    /// Returns the read-ahead (`None` for an empty range), or `None` if
+    /// the rebuild must stop.
+    fn read_ahead(
+        &self,
+        target: usize,
+        range: Range<u64>,
+        write: &ReadAhead,
+    ) -> Option<Option<ReadAhead>> {
+        if range.is_empty() {
+            let written = self.rebuild_ran(&mut [self.rebuilt_write(target, write)], target);
+            return written.then_some(None);
+        }
+        self.rebuild
+            .window_end
+            .fetch_max(range.end, Ordering::SeqCst);
+        let _locks = self.lock_stripes(range.clone());
+        self.read_locked(target, range, Some(write)).map(Some)
+    }
+
+    /// The write of a reconstructed run to `target`.
+    fn rebuilt_write<'a>(&self, target: usize, run: &'a ReadAhead) -> MemberIo<'a> {
+        MemberIo::new(
+            target,
+            MemberOp::Write {
+                buf: &run.rebuilt,
+                offset: run.first * self.geometry.unit(),
+                fua: false,
+            },
+        )
+    }
+
+    /// Reads `range` (its stripe locks held by the caller) from every
+    /// member but `target`, with `write` to `target` in the same step,
+    /// and reconstructs `target`'s chunks.
+    fn read_locked(
+        &self,
+        target: usize,
+        range: Range<u64>,
+        write: Option<&ReadAhead>,
+    ) -> Option<ReadAhead> {
+        let unit = self.geometry.unit();
+        let len = ((range.end - range.start) * unit) as usize;
+        let others = self.rebuild_sources(target)?;
         let mut bufs = vec![vec![0u8; len]; others.len()];
         let mut step: Vec<MemberIo<'_>> = others
             .iter()
@@ -370,32 +493,42 @@ impl RaidDevice {
                     m,
                     MemberOp::Read {
                         buf,
-                        offset: first * unit,
+                        offset: range.start * unit,
                     },
                 )
             })
             .collect();
+        step.extend(write.map(|w| self.rebuilt_write(target, w)));
         if !self.rebuild_ran(&mut step, target) {
             return None;
         }
         drop(step);
-        let (rebuilt, rest) = bufs.split_first_mut()?;
-        for b in rest.iter() {
-            xor_into(rebuilt, b);
+        let mut bufs = bufs.into_iter();
+        let mut rebuilt = bufs.next()?;
+        for b in bufs {
+            xor_into(&mut rebuilt, &b);
         }
-        let mut step = [MemberIo::new(
-            target,
-            MemberOp::Write {
-                buf: rebuilt,
-                offset: first * unit,
-                fua: false,
-            },
-        )];
-        if !self.rebuild_ran(&mut step, target) {
+        Some(ReadAhead {
+            first: range.start,
+            end: range.end,
+            generation: self.generation(range),
+            rebuilt,
+        })
+    }
+
+    /// The members a rebuild of `target` reads: every other one, all
+    /// alive (`None`, logged, if one has failed).
+    fn rebuild_sources(&self, target: usize) -> Option<Vec<usize>> {
+        if self.rebuild.member.load(Ordering::SeqCst) != target || !self.alive(target) {
             return None;
         }
-        self.rebuild.cursor.store(end, Ordering::SeqCst);
-        Some(len as u64)
+        let others: Vec<usize> = (0..self.counters.len()).filter(|&m| m != target).collect();
+        if others.iter().any(|&m| !self.alive(m)) {
+            tracing::error!(array = %self.label, member = target,
+                "rebuild stopped: another member has failed");
+            return None;
+        }
+        Some(others)
     }
 
     /// Runs a rebuild step; false (logged) if the rebuild must stop.
@@ -413,6 +546,39 @@ impl RaidDevice {
                 false
             }
         }
+    }
+
+    /// Records the cursor in the superblocks (after flushing the member
+    /// being rebuilt, so what they say is rebuilt is durable on it) if
+    /// [`RECORD_EVERY`] has passed since it was last recorded. A
+    /// restart resumes the rebuild there (closing the array records
+    /// the cursor too).
+    fn record_progress(&self, target: usize) {
+        if self.superblocks.is_none() {
+            return;
+        }
+        let mut recorded = self
+            .rebuild
+            .recorded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let cursor = self.rebuild.cursor.load(Ordering::SeqCst);
+        if cursor == recorded.0 || recorded.1.elapsed() < RECORD_EVERY {
+            return;
+        }
+        let Some(device) = self.members.load().devices[target].clone() else {
+            return;
+        };
+        if let Err(e) = device.flush() {
+            tracing::warn!(array = %self.label, member = target, error = %e,
+                "cannot flush the member being rebuilt; its progress is not recorded");
+            return;
+        }
+        if self.rebuild.member.load(Ordering::SeqCst) != target {
+            return;
+        }
+        self.update_superblocks(|s| s.rebuilt = cursor);
+        *recorded = (cursor, Instant::now());
     }
 
     /// Makes the rebuilt member active and records it.
@@ -434,7 +600,10 @@ impl RaidDevice {
                     "cannot flush the rebuilt member");
             }
         }
-        self.update_superblocks(|s| s.roles[target] = MemberRole::Active);
+        self.update_superblocks(|s| {
+            s.roles[target] = MemberRole::Active;
+            s.rebuilt = 0;
+        });
         tracing::info!(array = %self.label, member = target, "rebuild finished; member active");
     }
 
@@ -646,6 +815,7 @@ impl RaidDevice {
                 mismatches: scrub.mismatches.load(Ordering::SeqCst),
                 repaired: scrub.repaired.load(Ordering::SeqCst),
             }),
+            journal: self.journal.as_ref().map(Journal::report),
         }
     }
 

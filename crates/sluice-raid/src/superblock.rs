@@ -15,9 +15,16 @@
 //! 48  level (u8)  49 state (u8)  50 reserved (u16)   52  members (u32)
 //! 56  index (u32)             60  reserved (u32)     64  unit (u64)
 //! 72  data offset (u64)       80  data size (u64)    88  events (u64)
-//! 96  roles: one byte per member (0 active, 1 failed, 2 rebuilding)
-//! 96+members  crc32 (u32) of bytes [0, 96+members)
+//! 96  rebuilt (u64)
+//! 104 roles: one byte per member (0 active, 1 failed, 2 rebuilding)
+//! 104+members  names: per member, a length (u16) and that many bytes
+//!     of UTF-8 (every length 0 when they do not all fit in the area)
+//! length-4  crc32 (u32) of bytes [0, length-4)
 //! ```
+//!
+//! Version 1 (written by earlier builds, still read) has no `rebuilt`
+//! field and no names: its roles start at byte 96 and the checksum
+//! follows them; it reads as `rebuilt` 0 and empty names.
 
 use thiserror::Error;
 use uuid::Uuid;
@@ -26,12 +33,14 @@ use crate::layout::RaidLevel;
 
 /// First bytes of every superblock.
 pub const MAGIC: [u8; 8] = *b"SLUICERD";
-/// The format version this code writes and reads.
-pub const VERSION: u32 = 1;
+/// The format version this code writes (it also reads version 1).
+pub const VERSION: u32 = 2;
 /// Bytes at the start of each member reserved for the superblock.
 pub const SUPERBLOCK_AREA: u64 = 4096;
 /// Bytes of a superblock before the role list.
-pub const ENCODED_MIN: usize = 96;
+pub const ENCODED_MIN: usize = 104;
+/// Bytes of a version 1 superblock before the role list.
+const ENCODED_MIN_V1: usize = 96;
 /// Most members an array may have (the roles and checksum must fit in
 /// the area).
 pub const MAX_MEMBERS: usize = 256;
@@ -55,9 +64,9 @@ pub enum MemberRole {
     /// Marked failed: never read or written again.
     Failed,
     /// A replacement being rebuilt: written as stripes are rebuilt,
-    /// never read as if it held data until the rebuild ends (it then
-    /// becomes active). An array opened with one rebuilds it again from
-    /// the start.
+    /// never read as if it held data past the stripes recorded rebuilt
+    /// until the rebuild ends (it then becomes active). An array opened
+    /// with one resumes its rebuild from the stripes recorded rebuilt.
     Rebuilding,
 }
 
@@ -84,9 +93,17 @@ pub struct Superblock {
     /// open and shut down): a member whose counter is behind the
     /// others' missed changes.
     pub events: u64,
+    /// Stripes (from the first) of the member marked rebuilding that
+    /// hold current data and are durable on it: where an interrupted
+    /// rebuild resumes. 0 when no member is rebuilding.
+    pub rebuilt: u64,
     /// What the array records about each member, by index; its length
     /// is the member count.
     pub roles: Vec<MemberRole>,
+    /// What each member was called (its URI) when the superblocks were
+    /// last written, by index (empty: not recorded). A restart whose
+    /// member list names a replaced member is told the replacement's.
+    pub names: Vec<String>,
 }
 
 /// Why bytes are not a superblock.
@@ -121,19 +138,36 @@ fn level_code(level: RaidLevel) -> u8 {
 }
 
 impl Superblock {
-    /// Bytes [`Self::encode`] writes for `members` members.
+    /// Bytes [`Self::encode`] writes for `members` members with no
+    /// names.
     pub fn encoded_len(members: usize) -> usize {
-        ENCODED_MIN + members + 4
+        ENCODED_MIN + 3 * members + 4
+    }
+
+    /// The names as written: every one, or none if they do not all fit
+    /// in the superblock area.
+    fn names_written(&self) -> impl Iterator<Item = &[u8]> {
+        let n = self.roles.len();
+        let bytes: usize = (0..n)
+            .map(|i| self.names.get(i).map_or(0, |s| s.len()))
+            .sum();
+        let fit = Self::encoded_len(n) + bytes <= SUPERBLOCK_AREA as usize
+            && self.names.iter().all(|s| s.len() <= usize::from(u16::MAX));
+        (0..n).map(move |i| match self.names.get(i) {
+            Some(name) if fit => name.as_bytes(),
+            _ => &[][..],
+        })
     }
 
     /// The superblock as bytes (the rest of the area is left to the
     /// caller, which writes zeroes).
     pub fn encode(&self) -> Vec<u8> {
         let n = self.roles.len();
-        let mut out = Vec::with_capacity(Self::encoded_len(n));
+        let length = Self::encoded_len(n) + self.names_written().map(<[u8]>::len).sum::<usize>();
+        let mut out = Vec::with_capacity(length);
         out.extend_from_slice(&MAGIC);
         out.extend_from_slice(&VERSION.to_be_bytes());
-        out.extend_from_slice(&(Self::encoded_len(n) as u32).to_be_bytes());
+        out.extend_from_slice(&(length as u32).to_be_bytes());
         out.extend_from_slice(self.array_uuid.as_bytes());
         out.extend_from_slice(self.member_uuid.as_bytes());
         out.push(level_code(self.level));
@@ -149,11 +183,16 @@ impl Superblock {
         out.extend_from_slice(&self.data_offset.to_be_bytes());
         out.extend_from_slice(&self.data_size.to_be_bytes());
         out.extend_from_slice(&self.events.to_be_bytes());
+        out.extend_from_slice(&self.rebuilt.to_be_bytes());
         out.extend(self.roles.iter().map(|r| match r {
             MemberRole::Active => 0u8,
             MemberRole::Failed => 1,
             MemberRole::Rebuilding => 2,
         }));
+        for name in self.names_written() {
+            out.extend_from_slice(&(name.len() as u16).to_be_bytes());
+            out.extend_from_slice(name);
+        }
         let crc = crc32fast::hash(&out);
         out.extend_from_slice(&crc.to_be_bytes());
         out
@@ -169,7 +208,7 @@ impl Superblock {
         if bytes[..8] != MAGIC {
             return Err(SuperblockError::NoMagic);
         }
-        if bytes.len() < ENCODED_MIN {
+        if bytes.len() < ENCODED_MIN_V1 {
             return Err(SuperblockError::Truncated(bytes.len()));
         }
         let u32_at = |at: usize| {
@@ -177,16 +216,28 @@ impl Superblock {
         };
         let u64_at = |at: usize| (u64::from(u32_at(at)) << 32) | u64::from(u32_at(at + 4));
         let version = u32_at(8);
-        if version != VERSION {
-            return Err(SuperblockError::Version(version));
-        }
+        let roles_at = match version {
+            1 => ENCODED_MIN_V1,
+            VERSION => ENCODED_MIN,
+            _ => return Err(SuperblockError::Version(version)),
+        };
         let length = u32_at(12);
         let members = u32_at(52);
         let n = members as usize;
-        if n == 0 || n > MAX_MEMBERS || length as usize != Self::encoded_len(n) {
+        let least = if version == 1 {
+            roles_at + n + 4
+        } else {
+            Self::encoded_len(n)
+        };
+        let fits = if version == 1 {
+            length as usize == least
+        } else {
+            (least..=SUPERBLOCK_AREA as usize).contains(&(length as usize))
+        };
+        if n == 0 || n > MAX_MEMBERS || !fits {
             return Err(SuperblockError::Length { length, members });
         }
-        let end = ENCODED_MIN + n;
+        let end = length as usize - 4;
         if bytes.len() < end + 4 {
             return Err(SuperblockError::Truncated(bytes.len()));
         }
@@ -232,7 +283,8 @@ impl Superblock {
         if data_size % unit != 0 || data_offset.checked_add(data_size).is_none() {
             return Err(field("data size", data_size));
         }
-        let roles = bytes[ENCODED_MIN..end]
+        let rebuilt = if version == 1 { 0 } else { u64_at(96) };
+        let roles = bytes[roles_at..roles_at + n]
             .iter()
             .map(|&b| match b {
                 0 => Ok(MemberRole::Active),
@@ -244,6 +296,28 @@ impl Superblock {
         if level == RaidLevel::Raid5 && n < 2 {
             return Err(field("members", n as u64));
         }
+        let mut names = Vec::with_capacity(n);
+        let mut at = roles_at + n;
+        if version != 1 {
+            for _ in 0..n {
+                let Some(&[hi, lo]) = bytes.get(at..at + 2).filter(|_| at + 2 <= end) else {
+                    return Err(SuperblockError::Length { length, members });
+                };
+                let len = usize::from(u16::from_be_bytes([hi, lo]));
+                at += 2;
+                let Some(name) = bytes.get(at..at + len).filter(|_| at + len <= end) else {
+                    return Err(field("name length", len as u64));
+                };
+                let Ok(name) = std::str::from_utf8(name) else {
+                    return Err(field("name", at as u64));
+                };
+                names.push(name.to_owned());
+                at += len;
+            }
+            if at != end {
+                return Err(SuperblockError::Length { length, members });
+            }
+        }
         Ok(Self {
             array_uuid: uuid_at(16),
             member_uuid: uuid_at(32),
@@ -254,7 +328,9 @@ impl Superblock {
             data_offset,
             data_size,
             events: u64_at(88),
+            rebuilt,
             roles,
+            names,
         })
     }
 }
@@ -274,7 +350,13 @@ mod tests {
             data_offset: 4096,
             data_size: 1 << 20,
             events: 7,
-            roles: vec![MemberRole::Active, MemberRole::Active, MemberRole::Failed],
+            rebuilt: 9,
+            roles: vec![
+                MemberRole::Active,
+                MemberRole::Active,
+                MemberRole::Rebuilding,
+            ],
+            names: vec!["nbd://a".into(), "m1".into(), String::new()],
         }
     }
 
@@ -282,8 +364,8 @@ mod tests {
     fn sample_bytes() -> Vec<u8> {
         let mut b = Vec::new();
         b.extend_from_slice(b"SLUICERD");
-        b.extend_from_slice(&[0, 0, 0, 1]); // version
-        b.extend_from_slice(&[0, 0, 0, 103]); // length: 96 + 3 + 4
+        b.extend_from_slice(&[0, 0, 0, 2]); // version
+        b.extend_from_slice(&[0, 0, 0, 126]); // length: 104 + 3 + 15 + 4
         b.extend_from_slice(&[0xa0; 16]);
         b.extend_from_slice(&[0x11; 16]);
         b.extend_from_slice(&[5, 1, 0, 0]); // raid5, dirty, reserved
@@ -294,21 +376,72 @@ mod tests {
         b.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0x10, 0]); // data offset 4096
         b.extend_from_slice(&[0, 0, 0, 0, 0, 0x10, 0, 0]); // data size 1 MiB
         b.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 7]); // events
-        b.extend_from_slice(&[0, 0, 1]); // roles
+        b.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 9]); // rebuilt
+        b.extend_from_slice(&[0, 0, 2]); // roles
+        b.extend_from_slice(b"\x00\x07nbd://a\x00\x02m1\x00\x00"); // names
         let crc = crc32fast::hash(&b);
         b.extend_from_slice(&crc.to_be_bytes());
         b
     }
 
     #[test]
+    fn reads_version_1_without_the_rebuilt_field() {
+        let mut b = sample_bytes();
+        b[11] = 1;
+        b[15] = 103;
+        b.truncate(b.len() - 4 - 15);
+        b.drain(96..104);
+        b.extend_from_slice(&[0; 4]);
+        let end = b.len() - 4;
+        let crc = crc32fast::hash(&b[..end]);
+        b[end..].copy_from_slice(&crc.to_be_bytes());
+        let got = Superblock::decode(&b).expect("version 1");
+        assert_eq!(
+            got,
+            Superblock {
+                rebuilt: 0,
+                names: Vec::new(),
+                ..sample()
+            }
+        );
+    }
+
+    #[test]
     fn encodes_to_the_documented_bytes_and_back() {
         let bytes = sample().encode();
         assert_eq!(bytes, sample_bytes());
-        assert_eq!(bytes.len(), Superblock::encoded_len(3));
+        assert_eq!(bytes.len(), Superblock::encoded_len(3) + 9);
         // Decoding reads from an area with zeroes after the superblock.
         let mut area = bytes.clone();
         area.resize(SUPERBLOCK_AREA as usize, 0);
         assert_eq!(Superblock::decode(&area), Ok(sample()));
+    }
+
+    #[test]
+    fn names_that_do_not_fit_are_left_out() {
+        let long = Superblock {
+            names: vec!["x".repeat(2000); 3],
+            ..sample()
+        };
+        let bytes = long.encode();
+        assert_eq!(bytes.len(), Superblock::encoded_len(3));
+        assert_eq!(
+            Superblock::decode(&bytes).map(|s| s.names),
+            Ok(vec![String::new(); 3])
+        );
+        // A name running past the end is refused, not read past it.
+        let mut bad = sample_bytes();
+        bad[108] = 0x40;
+        let end = bad.len() - 4;
+        let crc = crc32fast::hash(&bad[..end]);
+        bad[end..].copy_from_slice(&crc.to_be_bytes());
+        assert!(matches!(
+            Superblock::decode(&bad),
+            Err(SuperblockError::Field {
+                field: "name length",
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -350,7 +483,7 @@ mod tests {
             b[end..].copy_from_slice(&crc.to_be_bytes());
             Superblock::decode(&b)
         };
-        assert_eq!(resigned(11, 2), Err(SuperblockError::Version(2)));
+        assert_eq!(resigned(11, 3), Err(SuperblockError::Version(3)));
         assert_eq!(
             resigned(48, 1),
             Err(SuperblockError::Field {
@@ -366,15 +499,15 @@ mod tests {
             })
         );
         assert_eq!(
-            resigned(98, 3),
+            resigned(106, 3),
             Err(SuperblockError::Field {
                 field: "role",
                 value: 3
             })
         );
         assert!(matches!(
-            resigned(15, 104),
-            Err(SuperblockError::Length { length: 104, .. })
+            resigned(15, 112),
+            Err(SuperblockError::Length { length: 112, .. })
         ));
         let e = Superblock::decode(&{
             let mut b = good.clone();

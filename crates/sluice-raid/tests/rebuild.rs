@@ -260,32 +260,76 @@ fn a_rebuild_under_concurrent_writes_matches_the_model() {
 }
 
 #[test]
-fn an_array_opened_with_a_member_rebuilding_starts_over() {
+fn an_array_closed_during_a_rebuild_resumes_it() {
     let (array, devices, model) = filled_array();
     array.fail_member(0).expect("fail");
     let new = garbage_member();
     replace(&array, 0, &new);
     array.rebuild_step().expect("a step");
+    array.rebuild_step().expect("a step");
     drop(array);
+    assert_eq!(superblock(&new).rebuilt, 128, "closing records the cursor");
     let members = [new.clone(), devices[1].clone(), devices[2].clone()];
     let array = assemble(&members);
     let status = array.status();
     assert_eq!(status.state, ArrayCondition::Rebuilding);
     assert_eq!(
         status.rebuild.as_ref().map(|r| (r.member, r.done_bytes)),
-        Some((0, 0))
+        Some((0, 128 * UNIT))
     );
     assert_reads(&array, &model);
     // The old member is refused: it missed the changes.
     let old = [devices[0].clone(), devices[1].clone(), devices[2].clone()];
     let refused = RaidDevice::assemble(geometry(), named(&old), Arc::new(ScopedFanOut));
     assert!(refused.is_err(), "the replaced member is refused");
-    while array.rebuild_step().is_some() {}
+    let mut steps = 0;
+    while array.rebuild_step().is_some() {
+        steps += 1;
+    }
+    let runs = (array.size() / (2 * UNIT)).div_ceil(64);
+    assert_eq!(steps, runs - 2, "resumed past the two runs rebuilt");
     assert_eq!(array.status().state, ArrayCondition::Clean);
     drop(array);
     let array = assemble(&members);
     assert_eq!(array.status().state, ArrayCondition::Clean);
     array.fail_member(1).expect("fail 1");
+    assert_reads(&array, &model);
+}
+
+#[test]
+fn a_crash_during_a_rebuild_resumes_from_the_progress_recorded() {
+    let (array, devices, mut model) = filled_array();
+    array.fail_member(2).expect("fail");
+    let new = garbage_member();
+    replace(&array, 2, &new);
+    array.rebuild_step().expect("a step");
+    // Progress is recorded at most once a second.
+    std::thread::sleep(Duration::from_millis(1100));
+    array.rebuild_step().expect("a step");
+    assert_eq!(superblock(&new).rebuilt, 128, "recorded after a second");
+    array.rebuild_step().expect("a step");
+    assert_eq!(superblock(&new).rebuilt, 128, "not recorded again so soon");
+    // Writes after the record, below the live cursor (so on the new
+    // member) and past it.
+    for (i, stripe) in [150u64, 400].into_iter().enumerate() {
+        let at = stripe * 2 * UNIT;
+        let data = pattern(50 + i as u64, 2 * UNIT as usize);
+        array.write_at(&data, at, false).expect("write");
+        model[at as usize..(at + 2 * UNIT) as usize].copy_from_slice(&data);
+    }
+    // The server dies: nothing of the array's shutdown runs.
+    std::mem::forget(array);
+    let members = [devices[0].clone(), devices[1].clone(), new.clone()];
+    let array = assemble(&members);
+    assert_eq!(
+        array.status().rebuild.map(|r| r.done_bytes),
+        Some(128 * UNIT),
+        "resumes where the superblocks say"
+    );
+    assert_reads(&array, &model);
+    while array.rebuild_step().is_some() {}
+    assert_eq!(array.scrub(false).expect("scrub").mismatches, 0);
+    array.fail_member(0).expect("fail 0");
     assert_reads(&array, &model);
 }
 
@@ -411,5 +455,130 @@ fn zeroing_whole_stripes_across_the_cursor_keeps_the_new_member_right() {
     while array.rebuild_step().is_some() {}
     assert_eq!(array.scrub(false).expect("scrub").mismatches, 0);
     array.fail_member(2).expect("fail 2");
+    assert_reads(&array, &model);
+}
+
+#[test]
+fn a_write_into_the_read_ahead_is_not_lost() {
+    let (array, _devices, mut model) = filled_array();
+    array.fail_member(1).expect("fail");
+    let new = garbage_member();
+    replace(&array, 1, &new);
+    // Writes the first run and reads the second one ahead.
+    array.rebuild_step().expect("a step");
+    assert_eq!(
+        array.status().rebuild.map(|r| r.done_bytes),
+        Some(64 * UNIT)
+    );
+    // Written (degraded, past the cursor) after the rebuild read them:
+    // a partial write of member 1's chunk, a whole stripe, and zeroes.
+    let (at, member) = (64..128)
+        .map(|s| chunk(s, 0))
+        .find(|&(_, m)| m == 1)
+        .expect("a chunk of member 1");
+    assert_eq!(member, 1);
+    let data = pattern(5, 1000);
+    array.write_at(&data, at + 100, false).expect("write");
+    model[(at + 100) as usize..(at + 1100) as usize].copy_from_slice(&data);
+    let whole = 90 * 2 * UNIT;
+    let data = pattern(6, 2 * UNIT as usize);
+    array.write_at(&data, whole, false).expect("write");
+    model[whole as usize..(whole + 2 * UNIT) as usize].copy_from_slice(&data);
+    let zeroed = 100 * 2 * UNIT;
+    array
+        .write_zeroes(
+            zeroed,
+            4 * 2 * UNIT,
+            sluice_storage::ZeroMode {
+                may_trim: false,
+                fast: false,
+                fua: false,
+            },
+        )
+        .expect("zero");
+    model[zeroed as usize..(zeroed + 8 * UNIT) as usize].fill(0);
+    while array.rebuild_step().is_some() {}
+    assert_eq!(array.status().state, ArrayCondition::Clean);
+    // Member 1 is read directly now: a stale read-ahead written to it
+    // would show here.
+    assert_reads(&array, &model);
+    assert_eq!(array.scrub(false).expect("scrub").mismatches, 0);
+}
+
+#[test]
+fn writes_racing_a_pipelined_rebuild_match_the_model() {
+    let (array, _devices, model) = filled_array();
+    array.fail_member(0).expect("fail");
+    let new = garbage_member();
+    replace(&array, 0, &new);
+    array.set_rebuild_rate(0);
+    let stop = Arc::new(AtomicBool::new(false));
+    let stripes = array.size() / (2 * UNIT);
+    // One writer, always just past the cursor: in the run being
+    // written or the one read ahead, the stripes the pipeline has read
+    // but not yet made current on the new member.
+    let writer = {
+        let array = array.clone();
+        let stop = stop.clone();
+        let mut model = model.clone();
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                i += 1;
+                let cursor = array.status().rebuild.map_or(0, |r| r.done_bytes / UNIT);
+                let stripe = (cursor + (i * 37) % 128).min(stripes - 1);
+                let len = 512 * (1 + (i * 7919) % 24);
+                let at = stripe * 2 * UNIT + (i * 512) % (2 * UNIT);
+                let at = at.min(array.size() - len);
+                let data = pattern(1000 + i, len as usize);
+                array.write_at(&data, at, false).expect("write");
+                model[at as usize..(at + len) as usize].copy_from_slice(&data);
+            }
+            (model, i)
+        })
+    };
+    let mut steps = 0;
+    while array.rebuild_step().is_some() {
+        steps += 1;
+        // Give the writer time to land in the read-ahead.
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    stop.store(true, Ordering::SeqCst);
+    let (model, writes) = writer.join().expect("writer");
+    assert!(steps > 1 && writes > 10, "{steps} steps, {writes} writes");
+    assert_eq!(array.status().state, ArrayCondition::Clean);
+    assert_reads(&array, &model);
+    assert_eq!(array.scrub(false).expect("scrub").mismatches, 0);
+    // The rebuilt member holds its part: lose another and read.
+    array.fail_member(1).expect("fail 1");
+    assert_reads(&array, &model);
+}
+
+#[test]
+fn a_restart_naming_the_replaced_member_is_told_the_replacement() {
+    let (array, devices, model) = filled_array();
+    array.fail_member(1).expect("fail");
+    let new = garbage_member();
+    replace(&array, 1, &new);
+    while array.rebuild_step().is_some() {}
+    drop(array);
+    // The member list still names the old member (as `--export` would
+    // after `sluice raid replace`): refused, naming the replacement.
+    let old = [devices[0].clone(), devices[1].clone(), devices[2].clone()];
+    let e = RaidDevice::assemble(geometry(), named(&old), Arc::new(ScopedFanOut))
+        .expect_err("the replaced member is refused");
+    assert!(
+        e.to_string()
+            .contains("member 1 (mem1) was replaced by new1: the array's other members record the replacement in its place; give it instead of mem1"),
+        "{e}"
+    );
+    // Named as the superblocks say, it starts.
+    let members = [devices[0].clone(), new.clone(), devices[2].clone()];
+    let mut given = named(&members);
+    given[1].name = "new1".into();
+    let array = Arc::new(
+        RaidDevice::assemble(geometry(), given, Arc::new(ScopedFanOut)).expect("assemble"),
+    );
+    assert_eq!(array.status().state, ArrayCondition::Clean);
     assert_reads(&array, &model);
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use sluice_client::{ClientError, ConnectOptions, NbdUri, Reconnect, RemoteDevice};
 use sluice_raid::{
-    create_array, Geometry, JournalPlace, NamedMember, RaidDevice, RaidError, Uuid,
+    create_array, Geometry, JournalPlace, NamedMember, RaidDevice, RaidError, RaidLevel, Uuid,
     DEFAULT_REBUILD_RATE,
 };
 use sluice_storage::{
@@ -242,15 +242,63 @@ impl VolumeBuilder {
     fn open_raid_handle(&self, raid: &RaidSpec) -> Result<RaidHandle, VolumeError> {
         let geometry =
             Geometry::new(raid.level, raid.members.len(), raid.unit).map_err(RaidError::from)?;
-        let (members, remotes) = self.open_members(raid)?;
+        let (opened, remotes) = self.open_members(raid);
+        // RAID 5 starts without one member it cannot reach (the array
+        // decides whether that is safe); otherwise the first member that
+        // could not be opened is the error.
+        let unreachable = opened.iter().filter(|m| m.is_err()).count();
+        let mut members = Vec::with_capacity(opened.len());
+        let mut missing = None;
+        for (index, m) in opened.into_iter().enumerate() {
+            match m {
+                Ok(m) => members.push(Ok(m)),
+                Err((name, e)) if raid.level == RaidLevel::Raid5 && unreachable == 1 => {
+                    tracing::warn!(member = index, name = %name,
+                        error = &e as &dyn std::error::Error,
+                        "cannot open the array member; starting the array without it");
+                    members.push(Err(name));
+                    missing = Some((index, e));
+                }
+                Err((_, source)) => {
+                    return Err(VolumeError::Member {
+                        index,
+                        source: Box::new(source),
+                    })
+                }
+            }
+        }
         let fan_out = Arc::new(BatchFanOut::new(remotes));
         let journal = match &raid.journal {
             JournalSpec::Default => JournalPlace::Dir(self.journal_dir.clone()),
             JournalSpec::Off => JournalPlace::Off,
             JournalSpec::File(path) => JournalPlace::File(path.clone()),
         };
-        let array =
-            RaidDevice::assemble_with_journal(geometry, members, fan_out.clone(), &journal)?;
+        let array = match RaidDevice::assemble_with_missing(
+            geometry,
+            members,
+            fan_out.clone(),
+            &journal,
+            raid.start_dirty_degraded,
+        ) {
+            Ok(array) => array,
+            // Unless the missing member is the reason (a dirty degraded
+            // start), the member that could not be opened is named: it
+            // is the first thing to fix.
+            Err(e) if !matches!(e, RaidError::DirtyDegraded { .. }) && missing.is_some() => {
+                let Some((index, source)) = missing else {
+                    return Err(e.into());
+                };
+                tracing::warn!(
+                    error = &e as &dyn std::error::Error,
+                    "the array cannot start without the member either"
+                );
+                return Err(VolumeError::Member {
+                    index,
+                    source: Box::new(source),
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
         Ok(RaidHandle {
             array: Arc::new(array),
             fan_out,
@@ -268,42 +316,57 @@ impl VolumeBuilder {
         };
         let geometry =
             Geometry::new(raid.level, raid.members.len(), raid.unit).map_err(RaidError::from)?;
-        let (members, _) = self.open_members(raid)?;
+        let members = self
+            .open_members(raid)
+            .0
+            .into_iter()
+            .enumerate()
+            .map(|(index, m)| {
+                m.map_err(|(_, e)| VolumeError::Member {
+                    index,
+                    source: Box::new(e),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(create_array(geometry, &members, force).map_err(RaidError::from)?)
     }
 
     /// Opens an array's members, named by their URIs (or their place),
     /// with the remote device of each plain remote member for the
-    /// fan-out.
-    fn open_members(&self, raid: &RaidSpec) -> Result<OpenedMembers, VolumeError> {
+    /// fan-out; a member that cannot be opened is its name and why.
+    fn open_members(&self, raid: &RaidSpec) -> OpenedMembers {
         let mut members = Vec::new();
         let mut remotes = Vec::new();
         for (index, spec) in raid.members.iter().enumerate() {
-            let member_error = |e| VolumeError::Member {
-                index,
-                source: Box::new(e),
+            let name = match &spec.base {
+                BaseSpec::Remote(remote) => remote.uri.clone(),
+                _ => format!("member {index}"),
             };
             match (&spec.base, spec.layers.is_empty()) {
-                (BaseSpec::Remote(remote), true) => {
-                    let device = Arc::new(connect_remote(remote).map_err(member_error)?);
-                    members.push(NamedMember {
-                        name: remote.uri.clone(),
-                        device: device.clone(),
+                (BaseSpec::Remote(remote), true) => match connect_remote(remote) {
+                    Ok(device) => {
+                        let device = Arc::new(device);
+                        members.push(Ok(NamedMember {
+                            name,
+                            device: device.clone(),
+                        }));
+                        remotes.push(Some(device));
+                    }
+                    Err(e) => {
+                        members.push(Err((name, e)));
+                        remotes.push(None);
+                    }
+                },
+                _ => {
+                    members.push(match self.open_stack(&name, spec) {
+                        Ok(device) => Ok(NamedMember { name, device }),
+                        Err(e) => Err((name, e)),
                     });
-                    remotes.push(Some(device));
-                }
-                (base, _) => {
-                    let name = match base {
-                        BaseSpec::Remote(remote) => remote.uri.clone(),
-                        _ => format!("member {index}"),
-                    };
-                    let device = self.open_stack(&name, spec).map_err(member_error)?;
-                    members.push(NamedMember { name, device });
                     remotes.push(None);
                 }
             }
         }
-        Ok((members, remotes))
+        (members, remotes)
     }
 }
 
@@ -313,9 +376,13 @@ impl From<RaidError> for VolumeError {
     }
 }
 
-/// An array's members, named, and the remote device of each plain remote
-/// one (for the fan-out), by index.
-type OpenedMembers = (Vec<NamedMember>, Vec<Option<Arc<RemoteDevice>>>);
+/// An array's members, named (or the name of one that could not be
+/// opened and why), and the remote device of each plain remote one (for
+/// the fan-out), by index.
+type OpenedMembers = (
+    Vec<Result<NamedMember, (String, VolumeError)>>,
+    Vec<Option<Arc<RemoteDevice>>>,
+);
 
 /// Connects to a remote export with the spec's timeout and reconnect
 /// window.

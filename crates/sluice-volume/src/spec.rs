@@ -92,6 +92,10 @@ pub struct RaidSpec {
     pub members: Vec<VolumeSpec>,
     /// Where RAID 5 keeps its write-intent journal (`journal=PATH|off`).
     pub journal: JournalSpec,
+    /// `start-dirty-degraded`: start a RAID 5 array with a member
+    /// missing even when stripes may have parity that does not match
+    /// their data (md's `start_dirty_degraded`); refused otherwise.
+    pub start_dirty_degraded: bool,
 }
 
 /// Where an array's write-intent journal lives (see
@@ -137,7 +141,7 @@ pub enum LayerSpec {
 #[non_exhaustive]
 pub enum SpecError {
     /// The spec does not follow the syntax.
-    #[error("bad export spec {spec:?}: {reason} (expected file:PATH[,size=BYTES][,ro][,direct], mem:BYTES[,ro], URI[,ro][,timeout=DURATION][,reconnect=DURATION] with an nbd://, nbds://, nbd+unix:// or nbds+unix:// URI, or raid0|raid5:unit=SIZE,members=URI,URI,...[,journal=PATH|off][,timeout=DURATION][,reconnect=DURATION], and for testing [,fail=OPS:ERRNO:TRIGGER][,power-loss[=SEED]])")]
+    #[error("bad export spec {spec:?}: {reason} (expected file:PATH[,size=BYTES][,ro][,direct], mem:BYTES[,ro], URI[,ro][,timeout=DURATION][,reconnect=DURATION] with an nbd://, nbds://, nbd+unix:// or nbds+unix:// URI, or raid0|raid5:unit=SIZE,members=URI,URI,...[,journal=PATH|off][,start-dirty-degraded][,timeout=DURATION][,reconnect=DURATION], and for testing [,fail=OPS:ERRNO:TRIGGER][,power-loss[=SEED]])")]
     Syntax {
         /// The whole spec.
         spec: String,
@@ -175,7 +179,9 @@ impl FromStr for VolumeSpec {
     /// - `raid0:` or `raid5:` with `unit=SIZE` and `members=URI`, every
     ///   further item that is a URI being the next member (so
     ///   `members=URI,URI,URI`), `journal=PATH` or `journal=off` (RAID
-    ///   5's write-intent journal), and `ro`, `timeout=`, `reconnect=`
+    ///   5's write-intent journal), `start-dirty-degraded` (start with a
+    ///   member missing even after an unclean shutdown), and `ro`,
+    ///   `timeout=`, `reconnect=`
     ///   (applied to every member);
     ///
     /// then, for testing, `fail=RULE` and `power-loss[=SEED]`, options in
@@ -203,6 +209,7 @@ impl FromStr for VolumeSpec {
         let mut unit = None;
         let mut members: Option<Vec<String>> = None;
         let mut journal = None;
+        let mut start_dirty_degraded = false;
         // In a RAID spec the first item is an option like the others.
         let options = is_raid.then_some(first).into_iter().chain(parts);
         for opt in options {
@@ -214,6 +221,7 @@ impl FromStr for VolumeSpec {
                 None if opt == "ro" => read_only = true,
                 None if opt == "direct" => direct = true,
                 None if opt == "power-loss" => power_loss_seed = Some(1),
+                None if opt == "start-dirty-degraded" && is_raid => start_dirty_degraded = true,
                 Some(("size", v)) => size = Some(sluice_types::parse_size(v)?),
                 Some(("fail", v)) => rules.push(v.parse().map_err(|e| bad(format!("{e}")))?),
                 Some(("power-loss", v)) => {
@@ -319,6 +327,7 @@ impl FromStr for VolumeSpec {
                     unit: geometry.unit(),
                     members,
                     journal: journal.unwrap_or_default(),
+                    start_dirty_degraded,
                 })
             }
             other => return Err(bad(format!("unknown backend {other:?}"))),
@@ -495,6 +504,22 @@ mod tests {
     }
 
     #[test]
+    fn start_dirty_degraded_is_an_array_flag() {
+        let raid = |spec: &str| match spec.parse::<VolumeSpec>().expect("spec").base {
+            BaseSpec::Raid(raid) => raid.start_dirty_degraded,
+            other => panic!("not an array: {other:?}"),
+        };
+        assert!(raid(
+            "raid5:unit=4K,start-dirty-degraded,members=nbd://a/x,nbd://b/x"
+        ));
+        assert!(!raid("raid5:unit=4K,members=nbd://a/x,nbd://b/x"));
+        let e = "mem:1M,start-dirty-degraded"
+            .parse::<VolumeSpec>()
+            .expect_err("not an array");
+        assert!(e.to_string().contains("unknown option"), "{e}");
+    }
+
+    #[test]
     fn raid_members_are_the_uris_after_members() {
         let s: VolumeSpec =
             "raid5:unit=16K,members=nbd://a/x,nbds://b:10810/y?tls-certificates=/etc/pki,nbd+unix:///z?socket=/s,timeout=3s,fail=read:eio:nth=9"
@@ -517,6 +542,7 @@ mod tests {
                     member("nbd+unix:///z?socket=/s"),
                 ],
                 journal: JournalSpec::Default,
+                start_dirty_degraded: false,
             })
         );
         // The testing layers go over the array.

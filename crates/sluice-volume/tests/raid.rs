@@ -451,3 +451,27 @@ fn spec_text(members: &[Member]) -> String {
     let uris: Vec<String> = members.iter().map(|m| m.server.uri("m")).collect();
     format!("raid5:unit=4K,members={}", uris.join(","))
 }
+
+#[test]
+fn an_array_starts_degraded_without_a_member_it_cannot_reach() {
+    let members = members_n(3);
+    let spec = spec_of("raid5", "4K", &members);
+    builder().create_raid(&spec, false).expect("create");
+    let data = pattern(20_000, 7);
+    {
+        let array = builder().open("array", &spec).expect("open");
+        array.write_at(&data, 4096, false).expect("write");
+        array.flush().expect("flush");
+    }
+    // Member 1's server goes away before the array starts again.
+    let [m0, m1, m2]: [Member; 3] = members.try_into().ok().expect("three");
+    drop(m1.server);
+    let array = builder().open("array", &spec).expect("starts degraded");
+    assert_eq!(failed_members(array.as_ref()), 1.0);
+    let mut got = vec![0u8; data.len()];
+    array.read_at(&mut got, 4096).expect("read degraded");
+    assert_eq!(got, data);
+    drop(array);
+    assert_eq!(superblock_of(&m0.memory).roles[1], MemberRole::Failed);
+    assert_eq!(superblock_of(&m2.memory).roles[1], MemberRole::Failed);
+}
