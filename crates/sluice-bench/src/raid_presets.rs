@@ -26,7 +26,9 @@
 //! - `full-stripe`: 1 MiB sequential writes (32 full stripes) over RAID 5,
 //!   against one member served straight to the client over its link.
 //! - `small-writes`: 4 KiB random writes over RAID 5, with the member
-//!   requests per write counted from the head's metrics.
+//!   requests per write counted from the head's metrics, and the
+//!   throughput the jobs sweep's calibrated network (calibrated again
+//!   over this run) predicts at its requests in flight.
 //! - `degraded`: 1 MiB sequential reads over RAID 5, healthy, then with
 //!   one member's link cut by an nftables rule (the head marks it failed
 //!   after its request timeout and reconstructs from parity).
@@ -149,6 +151,11 @@ pub struct RaidRow {
     /// Member requests per client write (`small-writes`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub member_ios_per_write: Option<f64>,
+    /// Throughput the calibrated model predicts for this run
+    /// (`small-writes`: exact MVA of the head and members at the run's
+    /// requests in flight), operations per second.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub model_iops: Option<f64>,
     /// The run, when the bench's client made it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run: Option<RunResult>,
@@ -198,10 +205,11 @@ pub struct JobsModel {
     /// model is therefore compared with N/X.
     pub little_gap: f64,
     /// Demands by the utilization law of the stations the model solves:
-    /// `head-cpu`, `members-cpu` and `members-link` (the members work on
-    /// each job side by side, so each is the largest member's).
+    /// `head-cpu`, `members-cpu`, `members-link-up` and
+    /// `members-link-down` (the members work on each job side by side,
+    /// so each is the largest member's).
     pub demands: Vec<CalibratedDemand>,
-    /// The same per member (`mN-cpu`, `mN-link`).
+    /// The same per member (`mN-cpu`, `mN-link-up`, `mN-link-down`).
     pub member_demands: Vec<CalibratedDemand>,
     /// The paper's parameters with the calibrated CPU times and the
     /// measured link rate (`None` when they could not be derived).
@@ -515,6 +523,7 @@ fn row(case: RaidCase, config: &str, members: u32, r: RunResult) -> RaidRow {
         ratio: None,
         ratio_to: String::new(),
         member_ios_per_write: None,
+        model_iops: None,
         run: Some(r),
     }
 }
@@ -645,6 +654,21 @@ fn print_report(opts: &PresetOptions, report: &RaidReport, wall: Duration) -> Re
     println!();
     print!("{}", t.render());
     let mut md = t.markdown();
+    for r in &report.rows {
+        if let Some(model) = r.model_iops {
+            let line = format!(
+                "{}: {} IOPS measured, {} IOPS predicted by the calibrated model (exact MVA, {} in flight): {:+.0} %\n",
+                r.case,
+                scaled(r.iops),
+                scaled(model),
+                SMALL_WRITES_IN_FLIGHT,
+                (r.iops - model) / model * 100.0
+            );
+            print!("{line}");
+            md.push('\n');
+            md.push_str(&line);
+        }
+    }
     if let Some(j) = &report.jobs {
         let jt = jobs_table(j);
         println!(
@@ -916,53 +940,17 @@ fn jobs_model(
         .total_requests()
         .saturating_sub(head_before.counters.total_requests());
     let interval = head_after.at.duration_since(head_before.at).as_secs_f64();
-    let station = |name: String, busy_seconds: f64| StationObservation {
-        name,
-        busy_seconds,
-        servers: 1,
-        delay: false,
-    };
-    let head_cpu = cpu_delta(head_before, head_after)?;
-    let mut each = vec![station("head-cpu".into(), head_cpu)];
-    let mut member_cpu = Vec::new();
-    let mut link_busy = Vec::new();
-    for (i, (a, b)) in members_before.iter().zip(members_after).enumerate() {
-        let cpu = cpu_delta(a, b)?;
-        member_cpu.push(cpu);
-        each.push(station(format!("m{i}-cpu"), cpu));
-        // A link is busy while it carries the member's payload: writes
-        // go up to the member, reads come down from it.
-        let m = bed.measured[i];
-        let up = bytes_delta(a, b, "write");
-        let down = bytes_delta(a, b, "read");
-        let busy = up / (m.up_mbit_s * 1e6 / 8.0) + down / (m.down_mbit_s * 1e6 / 8.0);
-        link_busy.push(busy);
-        each.push(station(format!("m{i}-link"), busy));
-    }
-    let per_member = Calibration {
-        interval_seconds: interval,
-        completions: jobs,
-        stations: each,
-    };
-    let mut member_demands = per_member
-        .demands()
-        .context("calibrating the RAID 5 model")?;
-    member_demands.retain(|d| d.name != "head-cpu");
-    // Each job's member I/O goes to every member at once and the job
-    // waits for all of them (a fork-join), which a product-form network
-    // cannot express: a network of a station per member would add up
-    // work that happens side by side. The members' CPUs are one station
-    // and their links another, each with the largest member's demand.
-    let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
-    let cal = Calibration {
-        interval_seconds: interval,
-        completions: jobs,
-        stations: vec![
-            station("head-cpu".into(), head_cpu),
-            station("members-cpu".into(), max(&member_cpu)),
-            station("members-link".into(), max(&link_busy)),
-        ],
-    };
+    let ForkJoin {
+        head_cpu,
+        member_cpu,
+        member_demands,
+        network: cal,
+    } = fork_join_calibration(
+        bed,
+        jobs,
+        (head_before, head_after),
+        (members_before, members_after),
+    )?;
     let demands = cal.demands().context("calibrating the RAID 5 model")?;
     // Little's law on each point: N = X R (the workers issue the next
     // request as soon as a reply is in: no think time).
@@ -1013,6 +1001,88 @@ fn jobs_model(
         member_demands,
         paper_params,
         points,
+    })
+}
+
+/// The RAID 5 head and members as a closed network, calibrated from
+/// metrics scraped around a run of `completions` client requests.
+struct ForkJoin {
+    /// The head's CPU seconds over the run.
+    head_cpu: f64,
+    /// Each member's CPU seconds over the run.
+    member_cpu: Vec<f64>,
+    /// Per-member demands (`mI-cpu`, `mI-link`), for the report.
+    member_demands: Vec<CalibratedDemand>,
+    /// Stations `head-cpu`, `members-cpu`, `members-link-up` and
+    /// `members-link-down`.
+    network: Calibration,
+}
+
+fn fork_join_calibration(
+    bed: &Bed<'_>,
+    completions: u64,
+    (head_before, head_after): (&Snapshot, &Snapshot),
+    (members_before, members_after): (&[Snapshot], &[Snapshot]),
+) -> Result<ForkJoin> {
+    let interval = head_after.at.duration_since(head_before.at).as_secs_f64();
+    let jobs = completions;
+    let station = |name: String, busy_seconds: f64| StationObservation {
+        name,
+        busy_seconds,
+        servers: 1,
+        delay: false,
+    };
+    let head_cpu = cpu_delta(head_before, head_after)?;
+    let mut each = vec![station("head-cpu".into(), head_cpu)];
+    let mut member_cpu = Vec::new();
+    let (mut up_busy, mut down_busy) = (Vec::new(), Vec::new());
+    for (i, (a, b)) in members_before.iter().zip(members_after).enumerate() {
+        let cpu = cpu_delta(a, b)?;
+        member_cpu.push(cpu);
+        each.push(station(format!("m{i}-cpu"), cpu));
+        // A link is busy while it carries the member's payload: writes
+        // go up to the member, reads come down from it. The two
+        // directions of a veth pair carry data at once, so each is a
+        // station of its own (a small write reads from one member while
+        // it writes to the others).
+        let m = bed.measured[i];
+        let up = bytes_delta(a, b, "write") / (m.up_mbit_s * 1e6 / 8.0);
+        let down = bytes_delta(a, b, "read") / (m.down_mbit_s * 1e6 / 8.0);
+        up_busy.push(up);
+        down_busy.push(down);
+        each.push(station(format!("m{i}-link-up"), up));
+        each.push(station(format!("m{i}-link-down"), down));
+    }
+    let per_member = Calibration {
+        interval_seconds: interval,
+        completions: jobs,
+        stations: each,
+    };
+    let mut member_demands = per_member
+        .demands()
+        .context("calibrating the RAID 5 model")?;
+    member_demands.retain(|d| d.name != "head-cpu");
+    // Each job's member I/O goes to every member at once and the job
+    // waits for all of them (a fork-join), which a product-form network
+    // cannot express: a network of a station per member would add up
+    // work that happens side by side. The members' CPUs are one station
+    // and their links another, each with the largest member's demand.
+    let max = |v: &[f64]| v.iter().copied().fold(0.0, f64::max);
+    let cal = Calibration {
+        interval_seconds: interval,
+        completions: jobs,
+        stations: vec![
+            station("head-cpu".into(), head_cpu),
+            station("members-cpu".into(), max(&member_cpu)),
+            station("members-link-up".into(), max(&up_busy)),
+            station("members-link-down".into(), max(&down_busy)),
+        ],
+    };
+    Ok(ForkJoin {
+        head_cpu,
+        member_cpu,
+        member_demands,
+        network: cal,
     })
 }
 
@@ -1104,6 +1174,9 @@ fn full_stripe(bed: &mut Bed<'_>) -> Result<Vec<RaidRow>> {
     Ok(vec![one, five])
 }
 
+/// Client requests in flight in the `small-writes` case (one worker).
+const SMALL_WRITES_IN_FLIGHT: u32 = 16;
+
 fn small_writes(bed: &mut Bed<'_>) -> Result<Vec<RaidRow>> {
     let array = bed.array("raid5", &[0, 1, 2])?;
     let ep = array.head.endpoint();
@@ -1119,13 +1192,39 @@ fn small_writes(bed: &mut Bed<'_>) -> Result<Vec<RaidRow>> {
             &[("export", "vol"), ("op", "write")],
         )?)
     };
+    let members = |a: &Array| {
+        a.members
+            .iter()
+            .map(|m| snapshot(m.metrics, "m"))
+            .collect::<Result<Vec<_>>>()
+    };
     let before = ios(&scrape(array.head.metrics)?)?;
-    let w = bed.workload(Pattern::Rand, Rw::Write, 4096, 16, 1);
+    let (head_before, members_before) = (snapshot(array.head.metrics, "vol")?, members(&array)?);
+    let w = bed.workload(Pattern::Rand, Rw::Write, 4096, SMALL_WRITES_IN_FLIGHT, 1);
     let r = bed.run(&ep, &w, "raid5 over 3")?;
+    let (head_after, members_after) = (snapshot(array.head.metrics, "vol")?, members(&array)?);
     let after = ios(&scrape(array.head.metrics)?)?;
     let writes = r.writes as f64;
     let mut out = row(RaidCase::SmallWrites, "raid5 over 3, 4 KiB", 3, r);
     out.member_ios_per_write = (writes > 0.0).then(|| (after - before) / writes);
+    // The same calibration as the jobs sweep, over this run: the closed
+    // network at the run's requests in flight predicts its throughput.
+    let completions = head_after
+        .counters
+        .total_requests()
+        .saturating_sub(head_before.counters.total_requests());
+    let model = fork_join_calibration(
+        bed,
+        completions,
+        (&head_before, &head_after),
+        (&members_before, &members_after),
+    )
+    .and_then(|f| Ok(f.network.network(0.0)?))
+    .and_then(|net| Ok(exact_mva_points(&net, &[SMALL_WRITES_IN_FLIGHT])?));
+    match model {
+        Ok(points) => out.model_iops = points.first().map(|p| p.throughput),
+        Err(e) => eprintln!("warning: small-writes: no model prediction: {e:#}"),
+    }
     Ok(vec![out])
 }
 
@@ -1207,6 +1306,7 @@ fn rebuild(bed: &mut Bed<'_>) -> Result<Vec<RaidRow>> {
         ratio: None,
         ratio_to: String::new(),
         member_ios_per_write: None,
+        model_iops: None,
         run: None,
     };
     set_ratio(&mut r, link, "the new member's link");
