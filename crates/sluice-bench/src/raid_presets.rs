@@ -1011,7 +1011,8 @@ struct ForkJoin {
     head_cpu: f64,
     /// Each member's CPU seconds over the run.
     member_cpu: Vec<f64>,
-    /// Per-member demands (`mI-cpu`, `mI-link`), for the report.
+    /// Per-member demands (`mI-cpu`, `mI-link-up`, `mI-link-down`), for
+    /// the report.
     member_demands: Vec<CalibratedDemand>,
     /// Stations `head-cpu`, `members-cpu`, `members-link-up` and
     /// `members-link-down`.
