@@ -693,16 +693,6 @@ pub fn finish_points(points: &mut [NcPoint], links: &[(LinkKind, LinkMeasurement
 /// The paper's claims at each shaped-link view point with blocks of
 /// [`TARGET_BLOCKS`] bytes.
 pub fn check_targets(points: &[NcPoint]) -> Vec<TargetCheck> {
-    let find = |v: Volume, op: &str, ddt: &str, x: u64| {
-        points.iter().find(|p| {
-            p.part == "view"
-                && p.link == LinkKind::Shaped
-                && p.volume == v
-                && p.op == op
-                && p.ddt == ddt
-                && p.block_bytes == x
-        })
-    };
     let mut out = Vec::new();
     for p in points.iter().filter(|p| {
         p.part == "view"
@@ -710,10 +700,7 @@ pub fn check_targets(points: &[NcPoint]) -> Vec<TargetCheck> {
             && p.ddt == "iterative"
             && TARGET_BLOCKS.contains(&p.block_bytes)
     }) {
-        let (sgl, strided) = (
-            find(p.volume, &p.op, "sgl", p.block_bytes),
-            find(p.volume, &p.op, "strided", p.block_bytes),
-        );
+        let (sgl, strided) = (sibling(points, p, "sgl"), sibling(points, p, "strided"));
         let over = |q: Option<&NcPoint>| q.and_then(|q| ratio(q.mb_s, p.mb_s));
         let err = |q: Option<&NcPoint>| q.and_then(|q| q.model_error);
         let (so, to) = (over(sgl), over(strided));
@@ -1100,15 +1087,7 @@ fn contiguous_table(points: &[NcPoint]) -> Table {
         .iter()
         .filter(|p| p.part == "contiguous" && p.ddt == "contiguous")
     {
-        let find = |ddt: &str| {
-            points.iter().find(|q| {
-                q.part == "contiguous"
-                    && q.link == p.link
-                    && q.op == p.op
-                    && q.block_bytes == p.block_bytes
-                    && q.ddt == ddt
-            })
-        };
+        let find = |ddt: &str| sibling(points, p, ddt);
         let (s, d) = (find("sgl"), find("strided"));
         t.row([
             p.link.name().into(),
@@ -1126,6 +1105,19 @@ fn contiguous_table(points: &[NcPoint]) -> Table {
         ]);
     }
     t
+}
+
+/// The point measured like `p` (same part, link, volume, op and block
+/// size) but with `ddt`.
+fn sibling<'a>(points: &'a [NcPoint], p: &NcPoint, ddt: &str) -> Option<&'a NcPoint> {
+    points.iter().find(|q| {
+        q.part == p.part
+            && q.link == p.link
+            && q.volume == p.volume
+            && q.op == p.op
+            && q.block_bytes == p.block_bytes
+            && q.ddt == ddt
+    })
 }
 
 /// The view: one row per link, volume, op and block size.
@@ -1149,16 +1141,7 @@ fn view_table(points: &[NcPoint], checks: &[TargetCheck]) -> Table {
         .iter()
         .filter(|p| p.part == "view" && p.ddt == "iterative")
     {
-        let find = |ddt: &str| {
-            points.iter().find(|q| {
-                q.part == "view"
-                    && q.link == p.link
-                    && q.volume == p.volume
-                    && q.op == p.op
-                    && q.block_bytes == p.block_bytes
-                    && q.ddt == ddt
-            })
-        };
+        let find = |ddt: &str| sibling(points, p, ddt);
         let (s, d) = (find("sgl"), find("strided"));
         let check = checks.iter().find(|c| {
             p.link == LinkKind::Shaped
