@@ -14,23 +14,14 @@ use sluice_raid::{
 };
 use sluice_storage::{BlockDevice, MemDevice};
 
+mod common;
+use common::pattern;
+
 const UNIT: u64 = 4096;
 const MEMBER: u64 = 1 << 20;
 
 fn geometry() -> Geometry {
     Geometry::new(RaidLevel::Raid5, 3, UNIT).expect("geometry")
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 struct Setup {

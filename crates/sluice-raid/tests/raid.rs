@@ -11,6 +11,9 @@ use sluice_storage::{
 };
 use sluice_testkit::error_chain;
 
+mod common;
+use common::pattern;
+
 fn mem_members(n: usize, size: u64) -> Vec<Arc<MemDevice>> {
     (0..n)
         .map(|_| Arc::new(MemDevice::new(size, false)))
@@ -28,18 +31,6 @@ fn raid5(n: usize, unit: u64, member_size: u64) -> (RaidDevice, Vec<Arc<MemDevic
     let geometry = Geometry::new(RaidLevel::Raid5, n, unit).expect("geometry");
     let array = RaidDevice::new(geometry, as_members(&members)).expect("assemble");
     (array, members)
-}
-
-fn pattern(seed: u64, len: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// (reads, writes) summed over members since `before`.
