@@ -24,6 +24,25 @@ fn workload(pattern: Pattern, rw: Rw, qd: u32, workers: u32, ops: u64) -> Worklo
     w
 }
 
+/// A preset's options at its quick scale, one round, writing into `out`,
+/// with the bench's own client and no progress output.
+fn quick_options(out: &std::path::Path) -> sluice_bench::presets::PresetOptions {
+    sluice_bench::presets::PresetOptions {
+        quick: true,
+        rounds: 1,
+        duration: None,
+        out_dir: out.to_path_buf(),
+        plot_dir: out.to_path_buf(),
+        image: None,
+        image_size: None,
+        sluice_bin: None,
+        targets: None,
+        driver: sluice_bench::matrix::Driver::Own,
+        progress: false,
+        link_rate: None,
+    }
+}
+
 #[test]
 fn mixed_verified_run_against_an_embedded_server() {
     let s = server();
@@ -99,7 +118,6 @@ fn bad_workloads_fail_with_a_reason() {
 /// are written.
 #[test]
 fn objects_preset_runs_with_tiny_sizes() {
-    use sluice_bench::matrix::Driver;
     use sluice_bench::objects::{objects, ObjectsOptions};
     use sluice_bench::presets::PresetOptions;
 
@@ -107,18 +125,10 @@ fn objects_preset_runs_with_tiny_sizes() {
     let store = tempfile::tempdir().unwrap();
     let opts = ObjectsOptions {
         preset: PresetOptions {
-            quick: true,
             rounds: 2,
             duration: Some(std::time::Duration::from_millis(30)),
-            out_dir: out.path().to_path_buf(),
-            plot_dir: out.path().to_path_buf(),
-            image: None,
             image_size: Some(4 << 20),
-            sluice_bin: None,
-            targets: None,
-            driver: Driver::Own,
-            progress: false,
-            link_rate: None,
+            ..quick_options(out.path())
         },
         dir: Some(store.path().to_path_buf()),
         query_objects: Some(300),
@@ -173,26 +183,11 @@ fn objects_preset_runs_with_tiny_sizes() {
 /// without them it says so and checks only that bad sizes are refused.
 #[test]
 fn striped_preset_runs_over_one_and_two_servers() {
-    use sluice_bench::matrix::Driver;
-    use sluice_bench::presets::PresetOptions;
     use sluice_bench::striped::{striped, StripedArgs};
     use sluice_bench::workload::Size;
 
     let out = tempfile::tempdir().unwrap();
-    let opts = PresetOptions {
-        quick: true,
-        rounds: 1,
-        duration: None,
-        out_dir: out.path().to_path_buf(),
-        plot_dir: out.path().to_path_buf(),
-        image: None,
-        image_size: None,
-        sluice_bin: None,
-        targets: None,
-        driver: Driver::Own,
-        progress: false,
-        link_rate: None,
-    };
+    let opts = quick_options(out.path());
     let args = StripedArgs {
         servers: Some(vec![1, 2]),
         threads: 2,
@@ -250,26 +245,11 @@ fn striped_preset_runs_over_one_and_two_servers() {
 /// at each size, and the report files are written.
 #[test]
 fn s3asim_preset_runs_a_tiny_sweep_in_process() {
-    use sluice_bench::matrix::Driver;
-    use sluice_bench::presets::PresetOptions;
     use sluice_bench::s3asim::{s3asim, Net, S3aSimArgs};
     use sluice_bench::workload::Size;
 
     let out = tempfile::tempdir().unwrap();
-    let opts = PresetOptions {
-        quick: true,
-        rounds: 1,
-        duration: None,
-        out_dir: out.path().to_path_buf(),
-        plot_dir: out.path().to_path_buf(),
-        image: None,
-        image_size: None,
-        sluice_bin: None,
-        targets: None,
-        driver: Driver::Own,
-        progress: false,
-        link_rate: None,
-    };
+    let opts = quick_options(out.path());
     let args = S3aSimArgs {
         db_sizes: Some(vec![Size(512 << 10), Size(1 << 20)]),
         scale: 0.25,
@@ -332,25 +312,15 @@ fn s3asim_preset_runs_a_tiny_sweep_in_process() {
 /// otherwise) and every point ended with its layout checked.
 #[test]
 fn noncontig_preset_runs_a_tiny_sweep_on_loopback() {
-    use sluice_bench::matrix::Driver;
     use sluice_bench::noncontig::{noncontig, LinkKind, NoncontigArgs, Volume};
     use sluice_bench::presets::PresetOptions;
     use sluice_bench::workload::Size;
 
     let out = tempfile::tempdir().unwrap();
     let opts = PresetOptions {
-        quick: true,
         rounds: 2,
         duration: Some(std::time::Duration::from_millis(1)),
-        out_dir: out.path().to_path_buf(),
-        plot_dir: out.path().to_path_buf(),
-        image: None,
-        image_size: None,
-        sluice_bin: None,
-        targets: None,
-        driver: Driver::Own,
-        progress: false,
-        link_rate: None,
+        ..quick_options(out.path())
     };
     let args = NoncontigArgs {
         total: Some(Size(4096)),
