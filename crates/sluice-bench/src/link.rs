@@ -151,6 +151,66 @@ fn run(program: &str, args: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// The standard output of `program args`, failing as [`run`] does.
+fn output(program: &str, args: &[&str]) -> Result<Vec<u8>> {
+    let out = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run {program} (is iproute2 installed?)"))?;
+    if !out.status.success() {
+        bail!(
+            "`{program} {}` failed ({}): {}",
+            args.join(" "),
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(out.stdout)
+}
+
+/// What the two shapers of a link have charged against their rate since
+/// it was made: the bytes each sent (headers included, counted as `tbf`
+/// counts them), the rate it charges them at and its bucket. Bytes over
+/// rate is the time a direction was busy, the link's own utilization
+/// counter, less up to one bucket per idle spell.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ShaperStats {
+    /// Towards the server (the root namespace's end): what writes carry.
+    pub up: u64,
+    /// Towards the client (the namespace's end): what reads carry.
+    pub down: u64,
+    /// The rate both ends charge, bytes per second.
+    pub rate_bytes_s: f64,
+    /// The bucket's size, bytes: after an idle spell this much passes at
+    /// once, without costing its time at the rate.
+    pub burst_bytes: f64,
+}
+
+/// One root `tbf` qdisc as `tc -s -j qdisc show` prints it.
+#[derive(serde::Deserialize)]
+struct TbfStats {
+    kind: String,
+    bytes: u64,
+    options: TbfOptions,
+}
+
+#[derive(serde::Deserialize)]
+struct TbfOptions {
+    rate: f64,
+    burst: f64,
+}
+
+/// The `tbf` qdisc among `tc -s -j qdisc show`'s output.
+fn tbf_stats(json: &[u8], dev: &str) -> Result<TbfStats> {
+    let all: Vec<serde_json::Value> = serde_json::from_slice(json)
+        .with_context(|| format!("cannot parse tc's statistics of {dev}"))?;
+    all.into_iter()
+        .filter_map(|q| serde_json::from_value::<TbfStats>(q).ok())
+        .find(|q| q.kind == "tbf")
+        .ok_or_else(|| anyhow!("{dev} has no tbf qdisc (the link is not shaped)"))
+}
+
 /// A named network namespace (`ip netns add`), deleted on drop.
 #[derive(Debug)]
 pub struct NetNamespace {
@@ -335,6 +395,29 @@ impl Link {
             run("tc", &ns_tc)?;
         }
         Ok(())
+    }
+
+    /// The bytes both shapers have sent so far (`tc -s qdisc`); an
+    /// unshaped link has none to report.
+    pub fn shaper_stats(&self) -> Result<ShaperStats> {
+        let (h, n) = (self.host_if(), self.ns_if());
+        let host = tbf_stats(
+            &output("tc", &["-s", "-j", "qdisc", "show", "dev", &h])?,
+            &h,
+        )?;
+        let ns = tbf_stats(
+            &output(
+                "tc",
+                &["-n", self.ns.name(), "-s", "-j", "qdisc", "show", "dev", &n],
+            )?,
+            &n,
+        )?;
+        Ok(ShaperStats {
+            up: host.bytes,
+            down: ns.bytes,
+            rate_bytes_s: host.options.rate,
+            burst_bytes: host.options.burst,
+        })
     }
 
     /// A TCP listener on the server's address inside the namespace
@@ -597,6 +680,17 @@ mod tests {
         }
         assert!(m.rtt_us > 0.0 && m.rtt_us < 20_000.0, "{m:?}");
         assert!(m.line().contains("20 Mbit/s"), "{}", m.line());
+        // The probe moved 1.25 MB each way (half a second at the rate):
+        // both shapers counted it, with TCP/IP headers on top.
+        let shaped = link.shaper_stats().unwrap();
+        assert_eq!(shaped.rate_bytes_s, 2_500_000.0, "{shaped:?}");
+        assert!(
+            (65_000.0..66_000.0).contains(&shaped.burst_bytes),
+            "{shaped:?}"
+        );
+        for sent in [shaped.up, shaped.down] {
+            assert!((1_250_000..1_500_000).contains(&sent), "{shaped:?}");
+        }
         let host_if = link.host_if();
         drop(link);
         assert!(!ns_path.exists(), "namespace {name} left behind");

@@ -390,3 +390,65 @@ fn noncontig_preset_runs_a_tiny_sweep_on_loopback() {
     );
     assert!(out.path().join("noncontig-table.md").exists());
 }
+
+/// The RAID preset's `jobs` sweep at its smallest (N = 1, 2 over three
+/// members behind 100 Mbit/s links): the links are calibrated from their
+/// shapers' own counters, so a job's demand on a member's link is its
+/// share of the job (64 KiB of a 128 KiB full-stripe write) plus the
+/// headers, and the model's pieces keep their order: the fork-join
+/// estimate is the slowest branch, inside the bounds and never above the
+/// stations in series. Needs root, network namespaces and the `sluice`
+/// binary beside the test; without them it says so.
+#[test]
+fn raid_jobs_sweep_calibrates_links_from_their_shapers() {
+    use sluice_bench::raid_presets::{raid, RaidArgs, RaidCase};
+
+    if let Err(e) = sluice_bench::peers::resolve_sluice_bin(None) {
+        eprintln!("skipped: {e:#}");
+        return;
+    }
+    if let Some(why) = sluice_bench::link::unavailable() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let out = tempfile::tempdir().unwrap();
+    let opts = quick_options(out.path());
+    let args = RaidArgs {
+        cases: Some(vec![RaidCase::Jobs]),
+        max_jobs: 2,
+        member_size: None,
+    };
+    let report = raid(&opts, &args).unwrap();
+    let jobs = report.jobs.expect("the jobs sweep has a model");
+    let demand = |name: &str| {
+        jobs.demands
+            .iter()
+            .find(|d| d.name == name)
+            .unwrap_or_else(|| panic!("no {name} in {:?}", jobs.demands))
+            .demand
+    };
+    // 100 Mbit/s charges 12.5 MB/s: 64 KiB and its TCP/IP headers.
+    let up_bytes = demand("members-link-up") * 12.5e6;
+    assert!((65_536.0..72_000.0).contains(&up_bytes), "{up_bytes}");
+    // Coming down: only acknowledgements and replies.
+    assert!(demand("members-link-down") * 12.5e6 < 8_000.0);
+    assert_eq!(
+        jobs.points.iter().map(|p| p.jobs).collect::<Vec<_>>(),
+        [1, 2]
+    );
+    for p in &jobs.points {
+        let [lower, upper] = p.bjb_r;
+        assert!(lower <= p.fork_join_r * (1.0 + 1e-9), "{p:?}");
+        assert!(p.fork_join_r <= p.mva_r * (1.0 + 1e-9), "{p:?}");
+        assert!(p.mva_r <= upper * (1.0 + 1e-9), "{p:?}");
+        assert!(p.x > 0.0 && p.little_r > 0.0, "{p:?}");
+    }
+    // Alone, a job's lower bound is its link time, not every demand.
+    let one = &jobs.points[0];
+    assert!(
+        (one.bjb_r[0] - demand("members-link-up")).abs() < 1e-9,
+        "{one:?}"
+    );
+    assert!(jobs.bound_slack > 0.0 && jobs.bound_slack < 0.05);
+    assert!(out.path().join("raid.json").exists());
+}

@@ -20,6 +20,10 @@
 //! R(N) <= D + (N-1) D_max / (1 + Z/(N D))
 //! ```
 //!
+//! [`fork_join_bounds`] widens them for jobs whose stations work side by
+//! side (a RAID request's link transfers and CPU work): the lower edge of
+//! the slowest branch, the upper edge of every station in series.
+//!
 //! Delay stations inside the network are folded into the think time for
 //! the throughput bounds (a product-form network's throughput depends on
 //! delay centres only through their total demand), and response-time
@@ -129,6 +133,58 @@ pub fn bounds(net: &ClosedNetwork, customers: u32) -> Result<Bounds> {
     })
 }
 
+/// Bounds for a job that forks into `branches` that run side by side and
+/// joins when the last one is done: a RAID request's transfers on the
+/// members' links while the head's and the members' CPUs work on what
+/// has already arrived. A product-form network visits its stations one
+/// after another, so its lower bound at N = 1 is the sum of every demand,
+/// which such a job beats.
+///
+/// The response-time lower bound is the largest of the branches' own
+/// lower bounds, each branch taken as a network of its own with the N
+/// jobs (a job is never done before its slowest branch). The upper bound
+/// is the one of all the stations in series, [`bounds`] of the network
+/// the branches make together: overlap only ever shortens a job. With
+/// one branch these are exactly [`bounds`]. Throughput bounds follow from
+/// Little's law, X = N / (R + Z). Every branch must have the same think
+/// time (the job's).
+pub fn fork_join_bounds(branches: &[ClosedNetwork], customers: u32) -> Result<Bounds> {
+    let first = branches.first().ok_or(ModelError::NoStations)?;
+    let z = first.think_time();
+    if let Some(other) = branches.iter().find(|b| b.think_time() != z) {
+        return Err(ModelError::Unsupported {
+            what: format!(
+                "fork-join branches with different think times ({z} s and {} s)",
+                other.think_time()
+            ),
+        });
+    }
+    let serial = ClosedNetwork::new(
+        branches
+            .iter()
+            .flat_map(|b| b.stations().iter().cloned())
+            .collect(),
+        z,
+    )?;
+    let whole = bounds(&serial, customers)?;
+    let mut lower = [0.0_f64; 2];
+    for branch in branches {
+        let b = bounds(branch, customers)?;
+        lower[0] = lower[0].max(b.asymptotic.response_time[0]);
+        lower[1] = lower[1].max(b.balanced_job.response_time[0]);
+    }
+    let n = f64::from(customers);
+    let perf = |r_lower: f64, r_upper: f64| PerfBounds {
+        throughput: [n / (r_upper + z), n / (r_lower + z)],
+        response_time: [r_lower, r_upper],
+    };
+    Ok(Bounds {
+        customers,
+        asymptotic: perf(lower[0], whole.asymptotic.response_time[1]),
+        balanced_job: perf(lower[1], whole.balanced_job.response_time[1]),
+    })
+}
+
 /// The population N* = (D + Z)/D_max where the two asymptotes meet: below
 /// it the network is latency-bound, above it the bottleneck saturates.
 /// `None` when there is no queueing demand.
@@ -140,6 +196,7 @@ pub fn saturation_point(net: &ClosedNetwork) -> Result<Option<f64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::network::Station;
 
     #[test]
     fn zero_think_time_is_the_papers_equation_1() {
@@ -151,6 +208,54 @@ mod tests {
         assert_eq!(b.balanced_job.response_time[1], 15.0);
         assert_eq!(b.asymptotic.response_time, [12.0, 24.0]);
         assert_eq!(saturation_point(&net).unwrap(), Some(2.0));
+    }
+
+    #[test]
+    fn one_branch_fork_join_is_the_plain_bounds() {
+        let net = ClosedNetwork::from_demands(&[1.0, 2.0, 3.0], &[0.5], 0.25).unwrap();
+        for n in [1, 2, 5, 40] {
+            let plain = bounds(&net, n).unwrap();
+            let fj = fork_join_bounds(std::slice::from_ref(&net), n).unwrap();
+            for (a, b) in [
+                (plain.balanced_job, fj.balanced_job),
+                (plain.asymptotic, fj.asymptotic),
+            ] {
+                for k in 0..2 {
+                    assert!((a.response_time[k] - b.response_time[k]).abs() < 1e-12);
+                    assert!((a.throughput[k] - b.throughput[k]).abs() < 1e-9);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn fork_join_lower_bound_is_the_slowest_branch() {
+        let links = ClosedNetwork::new(vec![Station::queueing("link", 5.0)], 0.0).unwrap();
+        let cpus = ClosedNetwork::new(
+            vec![
+                Station::queueing("head", 0.6),
+                Station::queueing("member", 0.2),
+            ],
+            0.0,
+        )
+        .unwrap();
+        let b = fork_join_bounds(&[links.clone(), cpus.clone()], 1).unwrap();
+        // Alone, a job takes at least its slowest branch and at most
+        // every station in turn.
+        assert_eq!(b.balanced_job.response_time[0], 5.0);
+        assert!((b.balanced_job.response_time[1] - 5.8).abs() < 1e-12);
+        // Saturated, the bottleneck bounds it as in any network.
+        let b = fork_join_bounds(&[links, cpus], 10).unwrap();
+        assert_eq!(b.balanced_job.response_time[0], 50.0);
+        assert!((b.balanced_job.throughput[1] - 0.2).abs() < 1e-12);
+    }
+
+    #[test]
+    fn fork_join_branches_must_share_the_think_time() {
+        let a = ClosedNetwork::from_demands(&[1.0], &[], 0.0).unwrap();
+        let b = ClosedNetwork::from_demands(&[1.0], &[], 1.0).unwrap();
+        assert!(fork_join_bounds(&[a, b], 2).is_err());
+        assert!(fork_join_bounds(&[], 2).is_err());
     }
 
     #[test]

@@ -39,7 +39,7 @@ pub mod report;
 pub mod text;
 pub mod validation;
 
-pub use bounds::{bounds, Bounds, PerfBounds};
+pub use bounds::{bounds, fork_join_bounds, Bounds, PerfBounds};
 pub use calibration::{
     server_calibration, CalibratedDemand, Calibration, ClientStation, ServerCalibration,
     ServerLayout, ServerModelOptions, StationObservation,
@@ -50,8 +50,8 @@ pub use multiclass::{
     MulticlassSolution, MulticlassStation,
 };
 pub use mva::{
-    approximate_mva, exact_mva, exact_mva_curve, exact_mva_points, ApproxOptions, Approximation,
-    Solution, StationResult,
+    approximate_mva, exact_mva, exact_mva_curve, exact_mva_points, fork_join_mva_points,
+    ApproxOptions, Approximation, ForkJoinSolution, Solution, StationResult,
 };
 pub use network::{ClosedNetwork, Station, StationKind};
 pub use prometheus::ServerCounters;

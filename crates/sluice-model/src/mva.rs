@@ -241,6 +241,62 @@ pub fn exact_mva_points(net: &ClosedNetwork, customers: &[u32]) -> Result<Vec<So
         .collect()
 }
 
+/// One population of a fork-join estimate ([`fork_join_mva_points`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ForkJoinSolution {
+    /// Number of jobs N.
+    pub customers: u32,
+    /// Jobs per second, N / (R + Z).
+    pub throughput: f64,
+    /// The job's response time: the largest of its branches', seconds.
+    pub response_time: f64,
+    /// Each branch solved on its own with the N jobs, in the order given.
+    pub branches: Vec<Solution>,
+}
+
+/// Exact MVA of jobs that fork into `branches` run side by side and join
+/// when the last is done (a RAID request's transfers on the members'
+/// links beside the CPU work on what has arrived). Each branch is solved
+/// on its own with the N jobs and a job's response time is the largest of
+/// the branches'. It is exact when one branch dominates; when branches
+/// are close it leans low (the mean of a maximum is at least the maximum
+/// of the means), and it is never above the exact MVA of every station in
+/// series (a product-form network with more stations is no faster). Every
+/// branch must have the job's think time.
+pub fn fork_join_mva_points(
+    branches: &[ClosedNetwork],
+    customers: &[u32],
+) -> Result<Vec<ForkJoinSolution>> {
+    let first = branches.first().ok_or(ModelError::NoStations)?;
+    let z = first.think_time();
+    if let Some(other) = branches.iter().find(|b| b.think_time() != z) {
+        return Err(ModelError::Unsupported {
+            what: format!(
+                "fork-join branches with different think times ({z} s and {} s)",
+                other.think_time()
+            ),
+        });
+    }
+    let solved = branches
+        .iter()
+        .map(|b| exact_mva_points(b, customers))
+        .collect::<Result<Vec<_>>>()?;
+    Ok(customers
+        .iter()
+        .enumerate()
+        .map(|(k, &n)| {
+            let each: Vec<Solution> = solved.iter().map(|b| b[k].clone()).collect();
+            let r = each.iter().map(|s| s.response_time).fold(0.0, f64::max);
+            ForkJoinSolution {
+                customers: n,
+                throughput: f64::from(n) / (r + z),
+                response_time: r,
+                branches: each,
+            }
+        })
+        .collect())
+}
+
 /// Which approximation of the queue seen on arrival, Q_k(N-1), to use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]

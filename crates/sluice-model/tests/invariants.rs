@@ -4,9 +4,9 @@
 
 use proptest::prelude::*;
 use sluice_model::{
-    approximate_mva, bounds, exact_mva, exact_mva_curve, exact_mva_multiclass, ApproxOptions,
-    Approximation, Calibration, ClosedNetwork, CustomerClass, MulticlassNetwork, MulticlassStation,
-    Station, StationObservation,
+    approximate_mva, bounds, exact_mva, exact_mva_curve, exact_mva_multiclass, fork_join_bounds,
+    fork_join_mva_points, ApproxOptions, Approximation, Calibration, ClosedNetwork, CustomerClass,
+    MulticlassNetwork, MulticlassStation, Station, StationObservation,
 };
 
 /// Relative slack for comparisons of independently rounded quantities.
@@ -65,6 +65,46 @@ proptest! {
         prop_assert!(contains(b.asymptotic.response_time, b.balanced_job.response_time), "{b:?}");
         prop_assert!(within(s.throughput, b.balanced_job.throughput), "X = {} {b:?}", s.throughput);
         prop_assert!(within(s.response_time, b.balanced_job.response_time), "R = {} {b:?}", s.response_time);
+    }
+
+    #[test]
+    fn fork_join_bounds_contain_the_serial_network(net in network(), split in 0usize..10, n in 1u32..80) {
+        // The stations split into two branches that run side by side: the
+        // bounds keep the serial network's upper edge (overlap can only
+        // help) and still hold its exact solution (adding stations never
+        // raises a product-form network's throughput, so the serial
+        // network is no faster than either branch alone), and each
+        // branch's own solution reaches their lower edge.
+        let stations = net.stations();
+        let k = 1 + split % stations.len();
+        prop_assume!(k < stations.len());
+        let z = net.think_time();
+        let branches = [
+            ClosedNetwork::new(stations[..k].to_vec(), z),
+            ClosedNetwork::new(stations[k..].to_vec(), z),
+        ];
+        prop_assume!(branches.iter().all(|b| b.is_ok()));
+        let branches: Vec<ClosedNetwork> = branches.into_iter().map(|b| b.unwrap()).collect();
+        let fj = fork_join_bounds(&branches, n).unwrap();
+        let serial = bounds(&net, n).unwrap();
+        prop_assert_eq!(fj.balanced_job.response_time[1], serial.balanced_job.response_time[1]);
+        prop_assert_eq!(fj.asymptotic.response_time[1], serial.asymptotic.response_time[1]);
+        prop_assert!(contains(fj.asymptotic.response_time, fj.balanced_job.response_time), "{fj:?}");
+        let s = exact_mva(&net, n).unwrap();
+        prop_assert!(within(s.response_time, fj.balanced_job.response_time), "R = {} {fj:?}", s.response_time);
+        prop_assert!(within(s.throughput, fj.balanced_job.throughput), "X = {} {fj:?}", s.throughput);
+        let slowest = branches
+            .iter()
+            .map(|b| exact_mva(b, n).unwrap().response_time)
+            .fold(0.0, f64::max);
+        prop_assert!(le(fj.balanced_job.response_time[0], slowest), "slowest branch R = {slowest} {fj:?}");
+        // The fork-join estimate is that slowest branch, inside the bounds
+        // and never above the stations in series.
+        let est = &fork_join_mva_points(&branches, &[n]).unwrap()[0];
+        prop_assert!((est.response_time - slowest).abs() <= 1e-12 * slowest);
+        prop_assert!(le(est.response_time, s.response_time), "{} > {}", est.response_time, s.response_time);
+        prop_assert!(within(est.response_time, fj.balanced_job.response_time), "R = {} {fj:?}", est.response_time);
+        prop_assert!((est.throughput * (est.response_time + z) - f64::from(n)).abs() <= 1e-9 * f64::from(n));
     }
 
     #[test]
