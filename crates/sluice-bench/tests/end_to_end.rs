@@ -338,8 +338,8 @@ fn noncontig_preset_runs_a_tiny_sweep_on_loopback() {
     assert_eq!(json["hole_bytes"], 2);
     let points = json["points"].as_array().unwrap();
     // Contiguous: 1 size x 2 ops x 3 DDTs; view: 3 volumes x 2 blocks x
-    // 2 ops x 3 DDTs.
-    assert_eq!(points.len(), 6 + 36, "{points:#?}");
+    // 2 ops x 4 (iterative one at a time and pipelined, SGL, strided).
+    assert_eq!(points.len(), 6 + 48, "{points:#?}");
     for p in points {
         let (part, ddt, op) = (
             p["part"].as_str().unwrap(),
@@ -367,7 +367,10 @@ fn noncontig_preset_runs_a_tiny_sweep_on_loopback() {
                 assert_eq!((block, n), (4096, 1), "{p}");
             }
             "view" => {
-                assert!(["iterative", "sgl", "strided"].contains(&ddt), "{p}");
+                assert!(
+                    ["iterative", "iterative-qd1", "sgl", "strided"].contains(&ddt),
+                    "{p}"
+                );
                 assert_eq!(n, 4096u64.div_ceil(block), "{p}");
             }
             other => panic!("unknown part {other}"),
