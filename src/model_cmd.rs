@@ -209,6 +209,10 @@ struct NoncontigArgs {
     /// Model a read (adds RTT/2 for the request message).
     #[arg(long)]
     read: bool,
+    /// The link carries both directions at the bandwidth at once: a read's
+    /// list goes up while its data comes down (the paper: one stream).
+    #[arg(long)]
+    full_duplex: bool,
     /// SGL overhead independent of the segment count, bytes (16 in section
     /// 4.1; the figure 6 header has 8).
     #[arg(long, default_value_t = 16.0)]

@@ -224,6 +224,7 @@ pub(super) fn noncontig(a: &NoncontigArgs, out: &mut dyn Write) -> Result<()> {
             Direction::Write
         },
         sgl_fixed_bytes: a.sgl_fixed_bytes,
+        full_duplex: a.full_duplex,
         ..NoncontigParams::paper()
     };
     let sizes = if a.sizes.is_empty() {

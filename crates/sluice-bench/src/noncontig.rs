@@ -277,6 +277,8 @@ pub fn model_params(m: &LinkMeasurement, direction: Direction) -> NoncontigParam
         sgl_fixed_bytes: SGL_FIXED_BYTES,
         sgl_entry_bytes: SGL_ENTRY_BYTES,
         strided_bytes: STRIDED_BYTES,
+        // A veth pair shapes each direction on its own.
+        full_duplex: true,
     }
 }
 

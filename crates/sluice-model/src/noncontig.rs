@@ -12,6 +12,13 @@
 //! S = x n + O,  T = S / BW + N   (+ RTT/2 for a read: the request message)
 //! ```
 //!
+//! The paper's link is shared by both directions ("the same number and
+//! size of data transfers happen" for a read). On a full-duplex link
+//! ([`NoncontigParams::full_duplex`]) a read's description goes up while
+//! the data comes down, so a read takes max(x n, O)/BW + N instead: the
+//! larger of the two streams, with the pieces of a long list pipelined.
+//! Writes are unchanged (list and data share the upward direction).
+//!
 //! The paper prints three slips, which this code does not copy:
 //! `O_strided = x n + 16` (its own `S_strided = x n + 16` shows the
 //! overhead is 16 bytes), `T_sgl = (x n + 16 n + 15)/BW + RTT` (15 for 16)
@@ -77,6 +84,10 @@ pub struct NoncontigParams {
     pub sgl_entry_bytes: f64,
     /// Strided header (stride + length), bytes.
     pub strided_bytes: f64,
+    /// Each direction carries `bandwidth` at once (a switched or veth
+    /// link): a read's description and its data overlap. `false` is the
+    /// paper's model, one stream for both.
+    pub full_duplex: bool,
 }
 
 impl Default for NoncontigParams {
@@ -95,6 +106,7 @@ impl NoncontigParams {
             sgl_fixed_bytes: 16.0,
             sgl_entry_bytes: 16.0,
             strided_bytes: 16.0,
+            full_duplex: false,
         }
     }
 
@@ -135,7 +147,8 @@ pub struct TransferTime {
     pub overhead_bytes: f64,
     /// Round trips paid.
     pub round_trips: f64,
-    /// T = S/BW + N (+ RTT/2 for reads), seconds.
+    /// T = S/BW + N (+ RTT/2 for reads; on a full-duplex link a read's
+    /// S is the larger of payload and description), seconds.
     pub time: f64,
     /// Payload / T, bytes per second.
     pub throughput: f64,
@@ -172,7 +185,11 @@ pub fn transfer_time(
         Direction::Write => 0.0,
         Direction::Read => params.rtt / 2.0,
     };
-    let time = (payload + overhead) / params.bandwidth + round_trips * params.rtt + request;
+    let bytes = match params.direction {
+        Direction::Read if params.full_duplex => payload.max(overhead),
+        _ => payload + overhead,
+    };
+    let time = bytes / params.bandwidth + round_trips * params.rtt + request;
     Ok(TransferTime {
         ddt,
         payload_bytes: payload,

@@ -32,6 +32,34 @@ fn formulas_at_one_point() {
     }
 }
 
+/// On a full-duplex link a read's list goes up while its data comes down:
+/// the larger stream counts, not their sum; writes are unchanged.
+#[test]
+fn full_duplex_reads_overlap_the_list_with_the_data() {
+    let paper = NoncontigParams::paper();
+    let duplex = NoncontigParams {
+        full_duplex: true,
+        ..paper
+    };
+    let read = |p: NoncontigParams| NoncontigParams {
+        direction: Direction::Read,
+        ..p
+    };
+    // 8-byte segments: the 16-byte entries outweigh the data.
+    let sgl = transfer_time(&read(duplex), Ddt::Sgl, 1000, 8).unwrap();
+    assert!(close(sgl.time, (16_000.0 + 16.0) / 1e8 + 30e-6 + 15e-6));
+    let shared = transfer_time(&read(paper), Ddt::Sgl, 1000, 8).unwrap();
+    assert!(close(shared.time, (8_000.0 + 16_016.0) / 1e8 + 45e-6));
+    // 4 KiB segments: the data outweighs the list.
+    let sgl = transfer_time(&read(duplex), Ddt::Sgl, 10, 4096).unwrap();
+    assert!(close(sgl.time, 40_960.0 / 1e8 + 45e-6));
+    for d in Ddt::ALL {
+        let a = transfer_time(&paper, d, 1000, 8).unwrap();
+        let b = transfer_time(&duplex, d, 1000, 8).unwrap();
+        assert_eq!(a, b, "writes do not change");
+    }
+}
+
 /// Figure 8's findings: strided is best at every segment size, throughput
 /// grows with segment size and all three approach the link rate.
 #[test]
