@@ -226,7 +226,8 @@ struct PresetArgs {
     sluice_bin: Option<PathBuf>,
     /// Targets to include, comma-separated (sluice, nbdkit, qemu-nbd,
     /// local, and LABEL=PATH for another sluice binary, e.g. an older
-    /// build; for pipelining: off, fixed, flexible).
+    /// build, or a script that runs one with other options; for
+    /// pipelining: off, fixed, flexible).
     #[arg(long, value_delimiter = ',')]
     targets: Option<Vec<String>>,
     /// Which client drives the load: own, fio or both.

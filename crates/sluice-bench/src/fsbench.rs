@@ -372,14 +372,11 @@ pub fn filesystem(opts: &PresetOptions) -> Result<PresetReport> {
         notes.push(msg);
         Vec::new()
     } else {
-        let names: Vec<&str> = ["sluice", "nbdkit", "qemu-nbd"]
-            .into_iter()
-            .filter(|n| {
-                opts.targets
-                    .as_ref()
-                    .map_or(*n != "qemu-nbd", |t| t.iter().any(|x| x == n))
-            })
-            .collect();
+        let names = peers::requested_servers(
+            opts.targets.as_deref(),
+            &["sluice", "nbdkit", "qemu-nbd"],
+            &["sluice", "nbdkit"],
+        );
         let (found, skipped) = peers::available_peers(&names, opts.sluice_bin.as_deref());
         for s in skipped {
             eprintln!("{s}");

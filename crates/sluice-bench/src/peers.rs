@@ -123,6 +123,33 @@ pub fn resolve_sluice_bin(explicit: Option<&Path>) -> Result<PathBuf> {
     )
 }
 
+/// The servers a preset's `--targets` names among `known` (without
+/// `--targets`: `defaults`), then each `LABEL=PATH` it names (another
+/// sluice binary, or a script that runs one with other options), for
+/// [`available_peers`].
+pub fn requested_servers<'a>(
+    targets: Option<&'a [String]>,
+    known: &[&'a str],
+    defaults: &[&'a str],
+) -> Vec<&'a str> {
+    let mut names: Vec<&str> = match targets {
+        None => defaults.to_vec(),
+        Some(t) => known
+            .iter()
+            .copied()
+            .filter(|n| t.iter().any(|x| x == n))
+            .collect(),
+    };
+    names.extend(
+        targets
+            .into_iter()
+            .flatten()
+            .filter(|t| t.contains('='))
+            .map(String::as_str),
+    );
+    names
+}
+
 /// The peers among `names` (sluice, nbdkit, qemu-nbd, or `LABEL=PATH`
 /// for another sluice binary) that can run here, and a message for each
 /// that cannot.
@@ -551,6 +578,21 @@ pub fn parse_fio_json(text: &str) -> Result<RunResult> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requested_servers_keep_the_named_ones_and_every_label_path() {
+        let known = ["sluice", "nbdkit", "qemu-nbd"];
+        let defaults = ["sluice", "nbdkit"];
+        assert_eq!(requested_servers(None, &known, &defaults), defaults);
+        let t: Vec<String> = ["nbdkit", "local", "sluice-wb=/tmp/wb", "qemu-nbd"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(
+            requested_servers(Some(&t), &known, &defaults),
+            ["nbdkit", "qemu-nbd", "sluice-wb=/tmp/wb"]
+        );
+        assert!(requested_servers(Some(&[]), &known, &defaults).is_empty());
+    }
 
     #[test]
     fn peer_command_lines() {

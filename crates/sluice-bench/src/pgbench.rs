@@ -791,10 +791,11 @@ pub fn pgbench(opts: &PgbenchOptions) -> Result<PgbenchReport> {
         .unwrap_or_else(|| vec![Commit::Off, Commit::On]);
     let wants = |t: &str| p.targets.as_ref().is_none_or(|v| v.iter().any(|x| x == t));
     let mut notes = Vec::new();
-    let names: Vec<&str> = ["sluice", "nbdkit"]
-        .into_iter()
-        .filter(|n| wants(n))
-        .collect();
+    let names = peers::requested_servers(
+        p.targets.as_deref(),
+        &["sluice", "nbdkit"],
+        &["sluice", "nbdkit"],
+    );
     let (found, skipped) = peers::available_peers(&names, p.sluice_bin.as_deref());
     for s in skipped {
         eprintln!("{s}");
@@ -808,7 +809,7 @@ pub fn pgbench(opts: &PgbenchOptions) -> Result<PgbenchReport> {
         targets.push(("local".into(), None));
     }
     if targets.is_empty() {
-        bail!("no target can run here (targets are sluice, nbdkit and local)");
+        bail!("no target can run here (targets are sluice, nbdkit, local and LABEL=PATH)");
     }
     let image = Image::prepare(p.image.as_deref(), None, "pgbench", size)?;
     notes.push(format!(

@@ -162,19 +162,10 @@ fn command_line() -> String {
 
 /// Peers (and local) as targets; messages for those skipped.
 fn peer_targets(opts: &PresetOptions, with_local: bool) -> (Vec<TargetEntry>, Vec<String>) {
-    let mut names: Vec<&str> = ["sluice", "nbdkit", "qemu-nbd"]
-        .into_iter()
-        .filter(|n| opts.wants(n))
-        .collect();
-    // Other sluice builds, as LABEL=PATH (an old and a new binary
+    // Other sluice builds come as LABEL=PATH (an old and a new binary
     // interleaved in one run).
-    names.extend(
-        opts.targets
-            .iter()
-            .flatten()
-            .filter(|t| t.contains('='))
-            .map(String::as_str),
-    );
+    let servers = ["sluice", "nbdkit", "qemu-nbd"];
+    let names = peers::requested_servers(opts.targets.as_deref(), &servers, &servers);
     let (found, skipped) = peers::available_peers(&names, opts.sluice_bin.as_deref());
     for s in &skipped {
         eprintln!("{s}");
