@@ -690,6 +690,11 @@ pub fn finish_points(points: &mut [NcPoint], links: &[(LinkKind, LinkMeasurement
         let Some((_, m)) = links.iter().find(|(k, _)| *k == p.link) else {
             continue;
         };
+        // The model's iterative is one request per round trip; it has no
+        // form for requests pipelined 64 deep.
+        if p.ddt == "iterative" {
+            continue;
+        }
         let direction = if p.op == "read" {
             Direction::Read
         } else {
@@ -1257,9 +1262,7 @@ fn chart(points: &[NcPoint], title: String, keep: impl Fn(&NcPoint) -> bool) -> 
             .iter()
             .filter_map(|p| Some((p.block_bytes as f64, p.model_mb_s?)))
             .collect();
-        // The model's iterative is one request at a time: drawn once, with
-        // the measured line it describes.
-        if !model.is_empty() && label != "iterative" {
+        if !model.is_empty() {
             series.push(Series {
                 label: format!("{label} (model)"),
                 points: model,
@@ -1502,6 +1505,7 @@ mod tests {
         assert!(points[1].model_error.unwrap().abs() < 1e-9);
         assert!((points[2].model_error.unwrap() + 0.3).abs() < 1e-9);
         assert_eq!(points[0].model_time_s, Some(t(Ddt::Iterative)));
+        assert_eq!(points[3].model_time_s, None, "no model for pipelining");
         let mb = points[1].payload_bytes as f64 / points[1].time_s / 1e6;
         assert!((points[1].mb_s - mb).abs() < 1e-9);
         let checks = check_targets(&points);
