@@ -217,9 +217,9 @@ pub struct JobsModel {
     /// model is therefore compared with N/X.
     pub little_gap: f64,
     /// How far below the bounds' lower edge a point may lie and still be
-    /// inside: one shaper bucket over a run's length at the link's rate,
-    /// the time the demands charge for bytes a full bucket lets through
-    /// at once.
+    /// inside: the resolution of a run's throughput, (one shaper bucket's
+    /// time at the link's rate + one job's time at the bottleneck) over
+    /// the run's length. At saturation the measurement is the edge.
     pub bound_slack: f64,
     /// Demands by the utilization law of the stations the model solves:
     /// `head-cpu`, `members-cpu`, `members-link-up` and
@@ -727,7 +727,7 @@ fn print_report(opts: &PresetOptions, report: &RaidReport, wall: Duration) -> Re
         }
         println!(
             "\ncalibrated demands ({} jobs in {:.1} s; R below N/X by up to {:.1} %: the runs' ramp-up; \
-             inside the bounds allowing {:.2} % below the lower edge: a shaper's bucket per run)",
+             inside the bounds allowing {:.2} % below the lower edge: a run's resolution, a bucket and a job over its length)",
             j.completions,
             j.interval_s,
             j.little_gap * 100.0,
@@ -1005,16 +1005,22 @@ fn jobs_model(
         .iter()
         .map(|&(cycle, r)| (cycle - r) / cycle)
         .fold(0.0, f64::max);
-    // Every run starts on full buckets: after the idle spell between runs
-    // a shaper passes its bucket at once, which the demand (bytes over
-    // rate) charges as time. So a run's X can beat the bottleneck's 1/D
-    // by up to one bucket over the run's length; the lower edges are
+    // At saturation N/X is N D_max, the bounds' lower edge itself, so a
+    // measurement sits on the edge and its resolution decides the side.
+    // A run's X counts whole jobs over T: the bottleneck finishes T/D_max
+    // of them, give or take one, and every run starts on full buckets
+    // (after the idle spell between runs a shaper passes its bucket at
+    // once, which the demand, bytes over rate, charges as time). So X can
+    // beat 1/D_max by (bucket time + D_max) / T; the lower edges are
     // judged with that slack.
-    let bound_slack = members_after
+    let run_s = bed.duration.as_secs_f64();
+    let bucket_s = members_after
         .iter()
         .filter_map(|m| m.shaped)
-        .map(|s| s.burst_bytes / (s.rate_bytes_s * bed.duration.as_secs_f64()))
+        .map(|s| s.burst_bytes / s.rate_bytes_s)
         .fold(0.0, f64::max);
+    let d_max = demands.iter().map(|d| d.demand).fold(0.0, f64::max);
+    let bound_slack = (bucket_s + d_max) / run_s;
     let net = cal.network(0.0)?;
     let branches = overlapping_branches(&net)?;
     let solved = exact_mva_points(&net, ns)?;
