@@ -18,6 +18,7 @@
 //!   ordering that makes them atomic to readers and after a crash.
 
 mod data;
+mod inline;
 mod error;
 mod meta;
 mod segments;
@@ -29,7 +30,7 @@ pub use error::ObjStoreError;
 pub use segments::{buffer_offsets, plan, Run, Segment};
 pub use store::{
     limits, AttrValue, ListEntry, ListPage, ObjectInfo, ObjectStore, QueryTerm, ReadFound,
-    ReadResult, WriteOptions,
+    ReadResult, StoreOptions, WriteOptions,
 };
 
 /// A partition's id.

@@ -73,7 +73,7 @@ proptest! {
                     model.extend_from_slice(&data);
                 }
                 Op::Punch(o, n) => {
-                    store.punch(obj, o, n, &WriteOptions::default()).unwrap();
+                    store.punch(obj, &[Segment::new(o, n)], &WriteOptions::default()).unwrap();
                     let end = ((o + n) as usize).min(model.len());
                     let start = (o as usize).min(end);
                     model[start..end].fill(0);
