@@ -18,8 +18,8 @@
 //!   ordering that makes them atomic to readers and after a crash.
 
 mod data;
-mod inline;
 mod error;
+mod inline;
 mod meta;
 mod segments;
 mod store;

@@ -607,7 +607,11 @@ enum RowsDone {
 
 /// Commits a change's inline bytes, inline row removal, journal rows or
 /// journal retirement.
-fn put_rows(tx: &Connection, object: ObjectRef, rows: &DataRows) -> Result<RowsDone, ObjStoreError> {
+fn put_rows(
+    tx: &Connection,
+    object: ObjectRef,
+    rows: &DataRows,
+) -> Result<RowsDone, ObjStoreError> {
     let (p, o) = (object.partition.0 as i64, object.object.0 as i64);
     match rows {
         DataRows::None => Ok(RowsDone::Other),
@@ -667,7 +671,11 @@ fn written_end(segments: &[Segment]) -> u64 {
 }
 
 /// Checks a write's segments and that `data` is exactly their bytes.
-fn check_payload(object: ObjectRef, segments: &[Segment], data: &[u8]) -> Result<(), ObjStoreError> {
+fn check_payload(
+    object: ObjectRef,
+    segments: &[Segment],
+    data: &[u8],
+) -> Result<(), ObjStoreError> {
     let total = check_segments(object, segments)?;
     if total != data.len() as u64 {
         return Err(ObjStoreError::PayloadLength {
@@ -749,7 +757,9 @@ impl ObjectStore {
                 .prepare("SELECT partition, object, offset, len, data FROM journal ORDER BY seq")
                 .meta("prepare journal replay")?;
             let rows = stmt
-                .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?)))
+                .query_map([], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                })
                 .meta("read journal")?
                 .collect::<Result<Vec<Row>, _>>()
                 .meta("read journal")?;
@@ -783,7 +793,11 @@ impl ObjectStore {
         for p in partitions {
             self.sync_new_files(p)?;
         }
-        tracing::info!(rows = rows.len(), objects = files.len(), "replayed the object store's journal");
+        tracing::info!(
+            rows = rows.len(),
+            objects = files.len(),
+            "replayed the object store's journal"
+        );
         self.meta.commit(true, |tx| {
             tx.execute("DELETE FROM journal", [])
                 .meta("retire replayed journal")?;
@@ -1527,8 +1541,8 @@ impl ObjectStore {
                 }
             }
             None => {
-                let punched =
-                    punch_runs(file, before.length, segments).map_err(self.io_err(object, "punch"))?;
+                let punched = punch_runs(file, before.length, segments)
+                    .map_err(self.io_err(object, "punch"))?;
                 if journal {
                     DataRows::Journal {
                         bytes: Vec::new(),
