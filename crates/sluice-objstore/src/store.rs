@@ -39,6 +39,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -246,16 +247,19 @@ enum DataRows {
     Inline(Arc<Vec<u8>>),
     /// The object moved to its file (synced): its inline row goes.
     Uninline,
-    /// Journal rows, in order: `(offset, len, Some(range of bytes))` for
-    /// a write, `None` for a punch.
+    /// Journal rows, in order.
     Journal {
         bytes: Vec<u8>,
-        rows: Vec<(u64, u64, Option<(usize, usize)>)>,
+        rows: Vec<JournalRow>,
     },
     /// The object's file was synced: its journal rows up to this
     /// sequence number are retired.
     Retire(i64),
 }
+
+/// One journal row: `(offset, len, Some(range of the change's bytes))`
+/// for a write, `None` for a punch.
+type JournalRow = (u64, u64, Option<(usize, usize)>);
 
 /// A change to an object's data, as `ObjectStore::change_data` takes it.
 #[derive(Clone, Copy)]
@@ -360,7 +364,12 @@ pub struct ObjectStore {
     /// a later change replaced.
     journaled: Mutex<HashMap<ObjectRef, Journaled>>,
     /// The bytes `journaled` rows hold, all objects together.
-    journal_bytes: std::sync::atomic::AtomicU64,
+    journal_bytes: AtomicU64,
+    /// How many objects `journaled` holds, kept beside it so that a
+    /// write to a store with none takes no lock to learn so (a write
+    /// to an object that has rows follows, under the object's stripe,
+    /// the write that added them and so sees a count above zero).
+    journaled_objects: AtomicUsize,
     ids: Mutex<Ids>,
     /// Partitions and collections known to exist (neither is ever
     /// removed), so creates check them without a query.
@@ -734,7 +743,8 @@ impl ObjectStore {
             dirty: Mutex::new(HashSet::new()),
             new_files: Mutex::new(HashSet::new()),
             journaled: Mutex::new(HashMap::new()),
-            journal_bytes: std::sync::atomic::AtomicU64::new(0),
+            journal_bytes: AtomicU64::new(0),
+            journaled_objects: AtomicUsize::new(0),
             ids: Mutex::new(Ids {
                 next: next as u64,
                 reserved: next as u64,
@@ -774,11 +784,12 @@ impl ObjectStore {
                 partition: PartitionId(*p as u64),
                 object: ObjectId(*o as u64),
             };
-            if !files.contains_key(&object) {
-                let f = self.open_for_write(object, false)?;
-                files.insert(object, f);
-            }
-            let file = &files[&object];
+            let file = match files.entry(object) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(self.open_for_write(object, false)?)
+                }
+            };
             let (offset, len) = (*offset as u64, *len as u64);
             match bytes {
                 Some(b) => data::write_segments(file, &[Segment::new(offset, len)], b),
@@ -1068,10 +1079,7 @@ impl ObjectStore {
         let _guard = stripe.write();
         // Closed before the file goes: no cached descriptor outlives it.
         stripe.forget(object);
-        let journaled = lock(&self.journaled).remove(&object);
-        if let Some(j) = journaled {
-            self.journal_sub(j.bytes);
-        }
+        self.forget_journaled(object);
         self.meta.commit(false, move |tx| {
             let (p, o) = (object.partition.0 as i64, object.object.0 as i64);
             let n = tx
@@ -1382,9 +1390,7 @@ impl ObjectStore {
             }
             result
         };
-        let outstanding = self
-            .journal_bytes
-            .load(std::sync::atomic::Ordering::Relaxed);
+        let outstanding = self.journal_bytes.load(Ordering::Relaxed);
         if result.is_ok() && outstanding > self.options.journal_retire {
             // Outside the stripe: retiring syncs other objects' files.
             self.retire_journal()?;
@@ -1448,14 +1454,12 @@ impl ObjectStore {
                     .or_insert(Journaled { seq, bytes: 0 });
                 j.seq = seq;
                 j.bytes += journal_bytes;
+                self.journaled_objects
+                    .store(journaled.len(), Ordering::Relaxed);
                 self.journal_bytes
-                    .fetch_add(journal_bytes, std::sync::atomic::Ordering::Relaxed);
+                    .fetch_add(journal_bytes, Ordering::Relaxed);
             }
-            RowsDone::Retired => {
-                if let Some(j) = lock(&self.journaled).remove(&object) {
-                    self.journal_sub(j.bytes);
-                }
-            }
+            RowsDone::Retired => self.forget_journaled(object),
             RowsDone::Other => {}
         }
         cached.info = info;
@@ -1505,12 +1509,12 @@ impl ObjectStore {
         data: Option<&[u8]>,
         opts: &WriteOptions,
     ) -> Result<DataRows, ObjStoreError> {
-        // Lock order: journaled, then dirty (as `retire_journal`).
-        let (journaled, unsynced) = {
-            let j = lock(&self.journaled);
-            let seq = j.get(&object).map(|j| j.seq);
-            (seq, seq.is_none() && lock(&self.dirty).contains(&object))
+        let journaled = if self.journaled_objects.load(Ordering::Relaxed) == 0 {
+            None
+        } else {
+            lock(&self.journaled).get(&object).map(|j| j.seq)
         };
+        let unsynced = opts.durable && journaled.is_none() && lock(&self.dirty).contains(&object);
         let total = data.map_or(0, |d| d.len() as u64);
         // An object with unjournaled writes not yet synced takes the
         // sync instead: a durable change then covers the object's earlier
@@ -1819,6 +1823,8 @@ impl ObjectStore {
             if now.seq == j.seq {
                 let gone = now.bytes;
                 journaled.remove(&object);
+                self.journaled_objects
+                    .store(journaled.len(), Ordering::Relaxed);
                 self.journal_sub(gone);
             } else {
                 // Newer rows remain; the covered ones are gone.
@@ -1830,12 +1836,26 @@ impl ObjectStore {
         Ok(())
     }
 
+    /// Drops an object's journal state (its rows were retired or
+    /// removed with it).
+    fn forget_journaled(&self, object: ObjectRef) {
+        if self.journaled_objects.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut journaled = lock(&self.journaled);
+        if let Some(j) = journaled.remove(&object) {
+            self.journaled_objects
+                .store(journaled.len(), Ordering::Relaxed);
+            self.journal_sub(j.bytes);
+        }
+    }
+
     fn journal_sub(&self, bytes: u64) {
-        let _ = self.journal_bytes.fetch_update(
-            std::sync::atomic::Ordering::Relaxed,
-            std::sync::atomic::Ordering::Relaxed,
-            |b| Some(b.saturating_sub(bytes)),
-        );
+        let _ = self
+            .journal_bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                Some(b.saturating_sub(bytes))
+            });
     }
 
     /// The members of `collection` whose attributes satisfy every term
