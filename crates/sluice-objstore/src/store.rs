@@ -18,22 +18,32 @@
 //! stripe. Reads (with or without attributes) take the stripe for
 //! reading around reading the metadata and the data, so no reader sees
 //! a command's data without the attributes set with it. Lock order:
-//! stripe, then its cache or the committer (queue, then connection) or
-//! the read connection; never the reverse, and no change run by the
-//! committer takes a stripe.
+//! stripe, then its cache, the journal state (then the dirty set), the
+//! id block, the committer (queue, then connection) or the read
+//! connection; never the reverse (the id block is held across its
+//! reservation's commit), and no change run by the committer takes a
+//! stripe.
 //!
 //! Crash safety. Data is written before the transaction that makes it
 //! visible (a new logical length), so after the process is killed an
 //! unflushed append is whole or absent; attribute sets are whole or
 //! absent after any crash (one transaction). After a power loss an
-//! unflushed append may come back with its length and attributes but
-//! zeros for its data, since only an fsync orders data before metadata
-//! on disk. An unflushed overwrite inside the old length may leave new
-//! bytes under old attributes, as on any block device. FLUSH (and
-//! `durable` commands) fsync the data files first, then the partition
-//! folder if a file was created in it, then commit with a synced WAL
-//! (see the metadata module), so everything acknowledged before it
-//! survives kill -9 and power loss.
+//! unflushed append to an object file may come back with its length and
+//! attributes but zeros for its data, since only an fsync orders data
+//! before metadata on disk. An unflushed overwrite inside the old length
+//! may leave new bytes under old attributes, as on any block device.
+//! Inline objects have neither gap: their bytes commit with their length.
+//! FLUSH fsyncs the dirty object files, then the partition folder if a
+//! file was created in it, then commits with a synced WAL (see the
+//! metadata module), so everything acknowledged before it survives kill
+//! -9 and power loss. A durable command on an inline object is its
+//! synced commit; on an object file it either syncs the file first (a
+//! large write, or a file with unjournaled writes not yet synced) or
+//! journals its bytes in the synced commit (see `change_file`): the rows
+//! are replayed in order on open, retired by the flush or sync that
+//! covers them, and deleted with the object, and while an object has
+//! rows every change to it is journaled too, so a replay never writes
+//! back bytes a later change replaced.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};

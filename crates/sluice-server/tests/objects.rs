@@ -262,6 +262,43 @@ fn every_object_command() {
 }
 
 /// A model of one object's bytes.
+/// PUNCH over several separate runs is one change: a reader never sees
+/// one run punched and another not.
+#[test]
+fn a_punch_of_several_runs_is_seen_whole_or_not_at_all() {
+    let (server, _dir, _) = start();
+    let mut c = client(&server);
+    let id = c.create(1, "")[0];
+    // Many separate runs: a reader waiting on the object finds any gap
+    // between them.
+    let runs: Vec<(u64, u64)> = (0..32u64).map(|k| (8 + k * 1250, 8)).collect();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let mut r = client(&server);
+            let mut torn = 0;
+            let mut k = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                k += 1;
+                let got = r.call(&Req::new(OP_READ, k).object(id).sgl(&runs)).ok();
+                let punched: Vec<bool> = got.body.chunks(8).map(|b| b == [0; 8]).collect();
+                if got.real > 0 && punched.iter().any(|&p| p != punched[0]) {
+                    torn += 1;
+                }
+            }
+            (torn, k)
+        });
+        for round in 0..300u64 {
+            c.write(id, 0, &[0xaa; 40_016]);
+            c.call(&Req::new(OP_PUNCH, round).object(id).sgl(&runs))
+                .ok();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (torn, reads) = reader.join().unwrap();
+        assert_eq!(torn, 0, "{torn} of {reads} reads saw one run punched and not the other");
+    });
+}
+
 fn model_write(model: &mut Vec<u8>, segments: &[(u64, u64)], data: &[u8]) {
     let mut at = 0;
     for &(off, len) in segments {
