@@ -7,7 +7,8 @@
 //! flight) and the process's CPU time. Numbers are in
 //! docs/design/0005-object-layout.md.
 //!
-//! `cargo run --release -p sluice-objstore --example layout [N]`
+//! `cargo run --release -p sluice-objstore --example layout [N [ONLY]]`
+//! (ONLY: run the lines whose label contains it).
 
 use std::error::Error;
 use std::sync::Barrier;
@@ -50,6 +51,12 @@ fn measure(
     n: u64,
     op: impl Fn(u64, u64) -> Result<(), String> + Sync,
 ) -> Result<(), Box<dyn Error>> {
+    if std::env::args()
+        .nth(2)
+        .is_some_and(|only| !label.contains(&only))
+    {
+        return Ok(());
+    }
     let start = Barrier::new(THREADS as usize);
     let (t, cpu) = (Instant::now(), cpu_seconds());
     std::thread::scope(|s| -> Result<(), String> {
