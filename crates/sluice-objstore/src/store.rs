@@ -636,10 +636,15 @@ fn put_rows(
         DataRows::None => Ok(RowsDone::Other),
         DataRows::Inline(bytes) if bytes.is_empty() => Ok(RowsDone::Other),
         DataRows::Inline(bytes) => {
-            tx.prepare_cached("INSERT OR REPLACE INTO inline_data (object, data) VALUES (?1, ?2)")
-                .meta("prepare inline data")?
-                .execute(params![o, bytes.as_slice()])
-                .meta("store inline data")?;
+            // An upsert updates the row in place (REPLACE would delete
+            // and insert it).
+            tx.prepare_cached(
+                "INSERT INTO inline_data (object, data) VALUES (?1, ?2)
+                 ON CONFLICT (object) DO UPDATE SET data = excluded.data",
+            )
+            .meta("prepare inline data")?
+            .execute(params![o, bytes.as_slice()])
+            .meta("store inline data")?;
             Ok(RowsDone::Other)
         }
         DataRows::Uninline => {
