@@ -304,8 +304,20 @@ impl LoopFs {
     }
 
     fn unmount(&self) {
-        let status = Command::new("umount").arg(&self.mount).status().unwrap();
-        assert!(status.success(), "umount {}", self.mount.display());
+        // A moment after a mount, udev may still be probing the device
+        // (EBUSY): try again briefly.
+        for _ in 0..50 {
+            let status = Command::new("umount")
+                .arg(&self.mount)
+                .stderr(Stdio::null())
+                .status()
+                .unwrap();
+            if status.success() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("umount {} kept failing", self.mount.display());
     }
 }
 
