@@ -1094,7 +1094,6 @@ impl ObjectStore {
         let _guard = stripe.write();
         // Closed before the file goes: no cached descriptor outlives it.
         stripe.forget(object);
-        self.forget_journaled(object);
         self.meta.commit(false, move |tx| {
             let (p, o) = (object.partition.0 as i64, object.object.0 as i64);
             let n = tx
@@ -1127,6 +1126,9 @@ impl ObjectStore {
             .meta("remove journal rows")?;
             Ok(())
         })?;
+        // Only once its rows are gone: until then its later changes
+        // must still be journaled.
+        self.forget_journaled(object);
         self.dirty
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -1408,7 +1410,11 @@ impl ObjectStore {
         let outstanding = self.journal_bytes.load(Ordering::Relaxed);
         if result.is_ok() && outstanding > self.options.journal_retire {
             // Outside the stripe: retiring syncs other objects' files.
-            self.retire_journal()?;
+            // This change is done and durable as asked whatever happens
+            // here; a failed retirement leaves the rows to the next one.
+            if let Err(e) = self.retire_journal() {
+                tracing::warn!(error = %e, "syncing journaled object files failed; the journal keeps its rows");
+            }
         }
         result
     }
