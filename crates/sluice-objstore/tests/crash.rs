@@ -3,7 +3,11 @@
 //! again) appends to objects with attributes riding on each append,
 //! flushes now and then and reports what it flushed; the parent kills it
 //! with SIGKILL, reopens the store and checks that every flushed byte
-//! and attribute is there and that every attribute set is whole.
+//! and attribute is there and that every attribute set is whole. A
+//! second child makes durable overwrites, punches and appends over
+//! objects that start inline (the journal and the move to a file), held
+//! to exactly what it acknowledged. Both also run under a simulated
+//! power loss (a loop-mounted image copied at the kill).
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
