@@ -69,6 +69,26 @@ fn run(
     let plain = WriteOptions::default();
     let small = vec![7u8; 4096];
     let big = vec![9u8; MIB as usize];
+    let smalls: Vec<ObjectRef> = if case == "write-4k-small" {
+        (0..1024)
+            .map(|_| {
+                store
+                    .create_and_write(
+                        obj.partition,
+                        None,
+                        &[Segment::new(0, 4096)],
+                        &small,
+                        &plain,
+                    )
+                    .map(|object| ObjectRef {
+                        partition: obj.partition,
+                        object,
+                    })
+            })
+            .collect::<Result<_, _>>()?
+    } else {
+        Vec::new()
+    };
     // A reply buffer grown once and reused (header room, then the body).
     let reply = std::cell::RefCell::new(vec![0u8; 64 + MIB as usize]);
     let one = |i: u64| -> Result<(), Box<dyn Error>> {
@@ -98,6 +118,15 @@ fn run(
                     durable: false,
                 };
                 store.write(obj, &[Segment::new((i % 1024) * 4096, 4096)], &small, &opts)?;
+            }
+            "write-4k-small" => {
+                // 4 KiB objects (inline in the database by default).
+                store.write(
+                    smalls[(i % 1024) as usize],
+                    &[Segment::new(0, 4096)],
+                    &small,
+                    &plain,
+                )?;
             }
             "write-4k-fua" => {
                 let opts = WriteOptions {

@@ -12,7 +12,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store = ObjectStore::open(dir.path())?;
     let p = PartitionId(1);
     store.create_partition(p)?;
-    let id = store.create_and_write(p, None, &vec![1u8; 1 << 21], &WriteOptions::default())?;
+    let id = store.create_and_write(
+        p,
+        None,
+        &[Segment::new(0, 1 << 21)],
+        &vec![1u8; 1 << 21],
+        &WriteOptions::default(),
+    )?;
     let obj = ObjectRef {
         partition: p,
         object: id,

@@ -5,11 +5,18 @@
 //! - **Ids.** A partition is a 64-bit id chosen by its creator; objects
 //!   get 64-bit ids from the store (never reused). A collection is a
 //!   named set of objects in one partition.
-//! - **Data.** One file per object under the store's folder (see
+//! - **Data.** Objects up to [`StoreOptions::inline_max`] (16 KiB) keep
+//!   their bytes in the attribute database, so creating one with data is
+//!   one transaction; larger ones are one file per object under the
+//!   store's folder, written lazily (see
 //!   `docs/design/0005-object-layout.md` for the measurements that chose
-//!   it), written lazily: an object never written has no file and reads
-//!   as zeros. Segments of one request are sorted, merged where they
-//!   touch, and issued as `preadv`/`pwritev`, one call per merged run.
+//!   both). Segments of one request are sorted, merged where they touch,
+//!   and issued as `preadv`/`pwritev`, one call per merged run.
+//! - **Durable small writes.** A durable write of up to
+//!   [`StoreOptions::journal_max`] bytes to an object file is journaled
+//!   in the database's synced group commit instead of syncing the file;
+//!   a flush syncs the file and retires the rows, and opening the store
+//!   replays rows a crash left.
 //! - **Attributes.** The mandatory ones ([`ObjectInfo`]: logical length,
 //!   created, data modified, attributes modified) and typed user ones
 //!   ([`AttrValue`], limits in [`limits`]) live in SQLite (WAL). A data
@@ -19,6 +26,7 @@
 
 mod data;
 mod error;
+mod inline;
 mod meta;
 mod segments;
 mod store;
@@ -29,7 +37,7 @@ pub use error::ObjStoreError;
 pub use segments::{buffer_offsets, plan, Run, Segment};
 pub use store::{
     limits, AttrValue, ListEntry, ListPage, ObjectInfo, ObjectStore, QueryTerm, ReadFound,
-    ReadResult, WriteOptions,
+    ReadResult, StoreOptions, WriteOptions,
 };
 
 /// A partition's id.

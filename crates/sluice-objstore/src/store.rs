@@ -18,27 +18,38 @@
 //! stripe. Reads (with or without attributes) take the stripe for
 //! reading around reading the metadata and the data, so no reader sees
 //! a command's data without the attributes set with it. Lock order:
-//! stripe, then its cache or the committer (queue, then connection) or
-//! the read connection; never the reverse, and no change run by the
-//! committer takes a stripe.
+//! stripe, then its cache, the journal state (then the dirty set), the
+//! id block, the committer (queue, then connection) or the read
+//! connection; never the reverse (the id block is held across its
+//! reservation's commit), and no change run by the committer takes a
+//! stripe.
 //!
 //! Crash safety. Data is written before the transaction that makes it
 //! visible (a new logical length), so after the process is killed an
 //! unflushed append is whole or absent; attribute sets are whole or
 //! absent after any crash (one transaction). After a power loss an
-//! unflushed append may come back with its length and attributes but
-//! zeros for its data, since only an fsync orders data before metadata
-//! on disk. An unflushed overwrite inside the old length may leave new
-//! bytes under old attributes, as on any block device. FLUSH (and
-//! `durable` commands) fsync the data files first, then the partition
-//! folder if a file was created in it, then commit with a synced WAL
-//! (see the metadata module), so everything acknowledged before it
-//! survives kill -9 and power loss.
+//! unflushed append to an object file may come back with its length and
+//! attributes but zeros for its data, since only an fsync orders data
+//! before metadata on disk. An unflushed overwrite inside the old length
+//! may leave new bytes under old attributes, as on any block device.
+//! Inline objects have neither gap: their bytes commit with their length.
+//! FLUSH fsyncs the dirty object files, then the partition folder if a
+//! file was created in it, then commits with a synced WAL (see the
+//! metadata module), so everything acknowledged before it survives kill
+//! -9 and power loss. A durable command on an inline object is its
+//! synced commit; on an object file it either syncs the file first (a
+//! large write, or a file with unjournaled writes not yet synced) or
+//! journals its bytes in the synced commit (see `change_file`): the rows
+//! are replayed in order on open, retired by the flush or sync that
+//! covers them, and deleted with the object, and while an object has
+//! rows every change to it is journaled too, so a replay never writes
+//! back bytes a later change replaced.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -47,8 +58,8 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::error::{MetaContext, ObjStoreError};
 use crate::meta::{self, Committer};
-use crate::segments::Segment;
-use crate::{data, ObjectId, ObjectRef, PartitionId};
+use crate::segments::{plan, Segment};
+use crate::{data, inline, ObjectId, ObjectRef, PartitionId};
 
 /// Size limits of user attributes.
 pub mod limits {
@@ -72,6 +83,40 @@ const STRIPES: usize = 64;
 /// files at most, well under the usual descriptor limit of 1024.
 const CACHED_PER_STRIPE: usize = 8;
 const DB_FILE: &str = "attributes.sqlite";
+/// Object ids reserved in the database at a time: ids are handed out
+/// from memory, and the reservation (one synced commit per block) keeps
+/// them from being reused after any crash.
+const ID_BLOCK: u64 = 4096;
+
+/// How the store lays out small objects and durable small writes (see
+/// `docs/design/0005-object-layout.md` for the measurements behind the
+/// defaults).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// Objects no longer than this keep their bytes in the database
+    /// (no file; a create with data is one transaction); an object that
+    /// grows past it moves to a file for good.
+    pub inline_max: u64,
+    /// Durable writes to object files of at most this many bytes (and
+    /// durable punches) are journaled in the database's synced commit
+    /// instead of syncing the file; the file is synced and the journal
+    /// retired by the next flush, or once [`Self::journal_retire`] bytes
+    /// are outstanding.
+    pub journal_max: u64,
+    /// Journaled bytes outstanding that make the store sync the
+    /// journaled files and retire their rows.
+    pub journal_retire: u64,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        Self {
+            inline_max: 16 << 10,
+            journal_max: 64 << 10,
+            journal_retire: 16 << 20,
+        }
+    }
+}
 
 /// A typed user attribute value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,13 +230,70 @@ pub struct ReadFound {
     pub attrs: Vec<(String, AttrValue)>,
 }
 
+/// Where an object's bytes are.
+#[derive(Debug, Clone)]
+enum Body {
+    /// In the database (`inline_data`), from offset 0; past the vector's
+    /// end the object reads as zeros (empty: never written).
+    Inline(Arc<Vec<u8>>),
+    /// In its data file, open.
+    File(Arc<File>),
+}
+
 /// An object's state kept between requests: its mandatory attributes
-/// (the logical length among them) and its open data file (`None`: the
-/// object has none yet and reads as zeros).
+/// (the logical length among them) and its bytes (inline, or its open
+/// data file).
 #[derive(Debug, Clone)]
 struct Cached {
     info: ObjectInfo,
-    file: Option<Arc<File>>,
+    body: Body,
+}
+
+/// What a data change commits besides the length, times and attribute
+/// sets.
+enum DataRows {
+    None,
+    /// The object's new inline bytes.
+    Inline(Arc<Vec<u8>>),
+    /// The object moved to its file (synced): its inline row goes.
+    Uninline,
+    /// Journal rows, in order.
+    Journal {
+        bytes: Vec<u8>,
+        rows: Vec<JournalRow>,
+    },
+    /// The object's file was synced: its journal rows up to this
+    /// sequence number are retired.
+    Retire(i64),
+}
+
+/// One journal row: `(offset, len, Some(range of the change's bytes))`
+/// for a write, `None` for a punch.
+type JournalRow = (u64, u64, Option<(usize, usize)>);
+
+/// A change to an object's data, as `ObjectStore::change_data` takes it.
+#[derive(Clone, Copy)]
+enum Edit<'a> {
+    Write(&'a [Segment], &'a [u8]),
+    /// At the logical end, known only under the object's lock.
+    Append(&'a [u8]),
+    Punch(&'a [Segment]),
+}
+
+/// An object with journal rows outstanding: the newest row's sequence
+/// number and the bytes its rows hold.
+#[derive(Debug, Clone, Copy)]
+struct Journaled {
+    seq: i64,
+    bytes: u64,
+}
+
+/// Ids handed out from memory: `next..reserved` are reserved in the
+/// database and unused.
+#[derive(Debug)]
+struct Ids {
+    next: u64,
+    reserved: u64,
 }
 
 /// One of the [`STRIPES`] that objects hash to: the reader-writer lock a
@@ -256,6 +358,7 @@ fn check_read_len(object: ObjectRef, total: u64) -> Result<(), ObjStoreError> {
 #[derive(Debug)]
 pub struct ObjectStore {
     root: PathBuf,
+    options: StoreOptions,
     /// Every change to the database goes through it.
     meta: Committer,
     /// Metadata reads (see [`ObjectStore::reader`]).
@@ -265,6 +368,22 @@ pub struct ObjectStore {
     dirty: Mutex<HashSet<ObjectRef>>,
     /// Partitions whose folder gained a file since its last fsync.
     new_files: Mutex<HashSet<PartitionId>>,
+    /// Objects with journal rows not yet retired. While an object has
+    /// some, each of its file changes is journaled too (or syncs the
+    /// file and retires them), so replay in order never puts back bytes
+    /// a later change replaced.
+    journaled: Mutex<HashMap<ObjectRef, Journaled>>,
+    /// The bytes `journaled` rows hold, all objects together.
+    journal_bytes: AtomicU64,
+    /// How many objects `journaled` holds, kept beside it so that a
+    /// write to a store with none takes no lock to learn so (a write
+    /// to an object that has rows follows, under the object's stripe,
+    /// the write that added them and so sees a count above zero).
+    journaled_objects: AtomicUsize,
+    ids: Mutex<Ids>,
+    /// Partitions and collections known to exist (neither is ever
+    /// removed), so creates check them without a query.
+    known: RwLock<HashMap<PartitionId, HashSet<String>>>,
 }
 
 fn now() -> i64 {
@@ -443,17 +562,16 @@ fn check_collection(
     })
 }
 
-/// Takes `count` fresh object ids; returns the first.
-fn allocate_ids(tx: &Connection, count: u32) -> Result<i64, ObjStoreError> {
-    let first: i64 = tx
-        .query_row("SELECT next_object FROM store", [], |r| r.get(0))
-        .meta("read next object id")?;
-    tx.execute(
-        "UPDATE store SET next_object = next_object + ?1",
-        [i64::from(count)],
-    )
-    .meta("advance next object id")?;
-    Ok(first)
+fn read_inline(conn: &Connection, object: ObjectRef) -> Result<Option<Vec<u8>>, ObjStoreError> {
+    conn.prepare_cached("SELECT data FROM inline_data WHERE object = ?1")
+        .meta("prepare inline data lookup")?
+        .query_row([object.object.0 as i64], |r| r.get(0))
+        .optional()
+        .meta("look up inline data")
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Inserts objects `first..first + count` with `length` and `attrs`.
@@ -498,10 +616,127 @@ fn insert_objects(
     Ok(ids)
 }
 
+/// What committing a change's [`DataRows`] did to the journal.
+enum RowsDone {
+    Other,
+    /// Rows added; the newest one's sequence number.
+    Journaled(i64),
+    Retired,
+}
+
+/// Commits a change's inline bytes, inline row removal, journal rows or
+/// journal retirement.
+fn put_rows(
+    tx: &Connection,
+    object: ObjectRef,
+    rows: &DataRows,
+) -> Result<RowsDone, ObjStoreError> {
+    let (p, o) = (object.partition.0 as i64, object.object.0 as i64);
+    match rows {
+        DataRows::None => Ok(RowsDone::Other),
+        DataRows::Inline(bytes) if bytes.is_empty() => Ok(RowsDone::Other),
+        DataRows::Inline(bytes) => {
+            // An upsert updates the row in place (REPLACE would delete
+            // and insert it).
+            tx.prepare_cached(
+                "INSERT INTO inline_data (object, data) VALUES (?1, ?2)
+                 ON CONFLICT (object) DO UPDATE SET data = excluded.data",
+            )
+            .meta("prepare inline data")?
+            .execute(params![o, bytes.as_slice()])
+            .meta("store inline data")?;
+            Ok(RowsDone::Other)
+        }
+        DataRows::Uninline => {
+            tx.prepare_cached("DELETE FROM inline_data WHERE object = ?1")
+                .meta("prepare inline data removal")?
+                .execute([o])
+                .meta("remove inline data")?;
+            Ok(RowsDone::Other)
+        }
+        DataRows::Journal { bytes, rows } => {
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT INTO journal (partition, object, offset, len, data)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                )
+                .meta("prepare journal row")?;
+            for &(offset, len, range) in rows {
+                let data = range.map(|(a, b)| &bytes[a..b]);
+                stmt.execute(params![p, o, offset as i64, len as i64, data])
+                    .meta("journal a write")?;
+            }
+            if rows.is_empty() {
+                Ok(RowsDone::Other)
+            } else {
+                Ok(RowsDone::Journaled(tx.last_insert_rowid()))
+            }
+        }
+        DataRows::Retire(seq) => {
+            tx.prepare_cached(
+                "DELETE FROM journal WHERE partition = ?1 AND object = ?2 AND seq <= ?3",
+            )
+            .meta("prepare journal retirement")?
+            .execute(params![p, o, seq])
+            .meta("retire journal rows")?;
+            Ok(RowsDone::Retired)
+        }
+    }
+}
+
+/// The offset just past the furthest non-empty segment (0 for none).
+fn written_end(segments: &[Segment]) -> u64 {
+    segments
+        .iter()
+        .filter(|s| s.len > 0)
+        .map(Segment::end)
+        .max()
+        .unwrap_or(0)
+}
+
+/// Checks a write's segments and that `data` is exactly their bytes.
+fn check_payload(
+    object: ObjectRef,
+    segments: &[Segment],
+    data: &[u8],
+) -> Result<(), ObjStoreError> {
+    let total = check_segments(object, segments)?;
+    if total != data.len() as u64 {
+        return Err(ObjStoreError::PayloadLength {
+            object,
+            expected: total,
+            got: data.len() as u64,
+        });
+    }
+    Ok(())
+}
+
+/// Punches the segments' merged runs, clipped to the logical `length`
+/// (past it the object reads as zeros already); returns what it
+/// punched.
+fn punch_runs(file: &File, length: u64, segments: &[Segment]) -> io::Result<Vec<(u64, u64)>> {
+    let mut punched = Vec::new();
+    for run in plan(segments, 0) {
+        let len = run.len.min(length.saturating_sub(run.offset));
+        if len > 0 {
+            data::punch(file, run.offset, len)?;
+            punched.push((run.offset, len));
+        }
+    }
+    Ok(punched)
+}
+
 impl ObjectStore {
-    /// Opens the store in `root`, creating the folder and database if
-    /// missing.
+    /// Opens the store in `root` with the default [`StoreOptions`],
+    /// creating the folder and database if missing.
     pub fn open(root: impl AsRef<Path>) -> Result<Self, ObjStoreError> {
+        Self::open_with(root, StoreOptions::default())
+    }
+
+    /// Opens the store in `root`, creating the folder and database if
+    /// missing, and replays the journal of durable small writes into
+    /// the object files a crash left unsynced.
+    pub fn open_with(root: impl AsRef<Path>, options: StoreOptions) -> Result<Self, ObjStoreError> {
         let root = root.as_ref().to_owned();
         std::fs::create_dir_all(&root).map_err(|source| ObjStoreError::StoreIo {
             op: "create",
@@ -511,14 +746,139 @@ impl ObjectStore {
         let path = root.join(DB_FILE);
         let writer = meta::open(&path)?;
         let reader = meta::open(&path)?;
-        Ok(Self {
+        let next: i64 = writer
+            .query_row("SELECT next_object FROM store", [], |r| r.get(0))
+            .meta("read next object id")?;
+        let store = Self {
             root,
+            options,
             meta: Committer::new(writer),
             reader: Mutex::new(reader),
             stripes: (0..STRIPES).map(|_| Stripe::default()).collect(),
             dirty: Mutex::new(HashSet::new()),
             new_files: Mutex::new(HashSet::new()),
+            journaled: Mutex::new(HashMap::new()),
+            journal_bytes: AtomicU64::new(0),
+            journaled_objects: AtomicUsize::new(0),
+            ids: Mutex::new(Ids {
+                next: next as u64,
+                reserved: next as u64,
+            }),
+            known: RwLock::new(HashMap::new()),
+        };
+        store.replay_journal()?;
+        Ok(store)
+    }
+
+    /// Applies the journal's rows to the object files in order, syncs
+    /// the files, then deletes the rows in a synced commit. A crash
+    /// meanwhile replays again: applying a row twice leaves what
+    /// applying it once does.
+    fn replay_journal(&self) -> Result<(), ObjStoreError> {
+        type Row = (i64, i64, i64, i64, Option<Vec<u8>>);
+        let rows: Vec<Row> = {
+            let conn = self.reader();
+            let mut stmt = conn
+                .prepare("SELECT partition, object, offset, len, data FROM journal ORDER BY seq")
+                .meta("prepare journal replay")?;
+            let rows = stmt
+                .query_map([], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+                })
+                .meta("read journal")?
+                .collect::<Result<Vec<Row>, _>>()
+                .meta("read journal")?;
+            rows
+        };
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut files: HashMap<ObjectRef, File> = HashMap::new();
+        for (p, o, offset, len, bytes) in &rows {
+            let object = ObjectRef {
+                partition: PartitionId(*p as u64),
+                object: ObjectId(*o as u64),
+            };
+            let file = match files.entry(object) {
+                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                std::collections::hash_map::Entry::Vacant(e) => {
+                    e.insert(self.open_for_write(object, false)?)
+                }
+            };
+            let (offset, len) = (*offset as u64, *len as u64);
+            match bytes {
+                Some(b) => data::write_segments(file, &[Segment::new(offset, len)], b),
+                None => data::punch(file, offset, len),
+            }
+            .map_err(self.io_err(object, "replay journal into"))?;
+        }
+        for (&object, file) in &files {
+            file.sync_data().map_err(self.io_err(object, "fsync"))?;
+        }
+        let partitions: HashSet<PartitionId> = files.keys().map(|o| o.partition).collect();
+        for p in partitions {
+            self.sync_new_files(p)?;
+        }
+        tracing::info!(
+            rows = rows.len(),
+            objects = files.len(),
+            "replayed the object store's journal"
+        );
+        self.meta.commit(true, |tx| {
+            tx.execute("DELETE FROM journal", [])
+                .meta("retire replayed journal")?;
+            Ok(())
         })
+    }
+
+    /// Takes `count` fresh object ids; returns the first.
+    fn allocate_ids(&self, count: u32) -> Result<u64, ObjStoreError> {
+        let mut ids = lock(&self.ids);
+        let count = u64::from(count);
+        if ids.reserved - ids.next < count {
+            let reserved = ids.next + count.max(ID_BLOCK);
+            // Synced: an id handed out must never come back after a
+            // crash (a file of the object it named may be left).
+            self.meta.commit(true, move |tx| {
+                tx.execute("UPDATE store SET next_object = ?1", [reserved as i64])
+                    .meta("reserve object ids")?;
+                Ok(())
+            })?;
+            ids.reserved = reserved;
+        }
+        let first = ids.next;
+        ids.next += count;
+        Ok(first)
+    }
+
+    /// Checks that `partition` (and `collection` in it) exist, from
+    /// memory once seen.
+    fn check_exists(
+        &self,
+        partition: PartitionId,
+        collection: Option<&str>,
+    ) -> Result<(), ObjStoreError> {
+        {
+            let known = self.known.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(names) = known.get(&partition) {
+                if collection.is_none_or(|c| names.contains(c)) {
+                    return Ok(());
+                }
+            }
+        }
+        {
+            let conn = self.reader();
+            match collection {
+                Some(name) => check_collection(&conn, partition, name)?,
+                None => check_partition(&conn, partition)?,
+            }
+        }
+        let mut known = self.known.write().unwrap_or_else(|e| e.into_inner());
+        let names = known.entry(partition).or_default();
+        if let Some(c) = collection {
+            names.insert(c.to_owned());
+        }
+        Ok(())
     }
 
     /// The connection metadata reads use (changes go through
@@ -547,17 +907,24 @@ impl ObjectStore {
         if let Some(c) = stripe.cache().get(&object) {
             return Ok(c.clone());
         }
-        let info = read_info(&self.reader(), object)?;
-        let file = match OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(self.data_path(object))
-        {
-            Ok(f) => Some(Arc::new(f)),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
-            Err(e) => return Err(self.io_err(object, "open")(e)),
+        let (info, bytes) = {
+            let conn = self.reader();
+            (read_info(&conn, object)?, read_inline(&conn, object)?)
         };
-        let c = Cached { info, file };
+        let body = match bytes {
+            Some(b) => Body::Inline(Arc::new(b)),
+            None => match OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(self.data_path(object))
+            {
+                Ok(f) => Body::File(Arc::new(f)),
+                // Never written: inline, empty.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Body::Inline(Arc::default()),
+                Err(e) => return Err(self.io_err(object, "open")(e)),
+            },
+        };
+        let c = Cached { info, body };
         stripe.keep(object, c.clone());
         Ok(c)
     }
@@ -582,10 +949,17 @@ impl ObjectStore {
     }
 
     /// Opens an object's data file for writing, creating it (and noting
-    /// that its folder needs an fsync) on first write.
-    fn open_for_write(&self, object: ObjectRef) -> Result<File, ObjStoreError> {
+    /// that its folder needs an fsync) on first write; with `empty`,
+    /// truncated (a file an interrupted move or create left behind
+    /// holds nothing the object names).
+    fn open_for_write(&self, object: ObjectRef, empty: bool) -> Result<File, ObjStoreError> {
         let path = self.data_path(object);
-        match OpenOptions::new().read(true).write(true).open(&path) {
+        match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .truncate(empty)
+            .open(&path)
+        {
             Ok(f) => Ok(f),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 let f = OpenOptions::new()
@@ -645,7 +1019,13 @@ impl ObjectStore {
                 return Err(ObjStoreError::PartitionExists { partition });
             }
             Ok(())
-        })
+        })?;
+        self.known
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(partition)
+            .or_default();
+        Ok(())
     }
 
     /// Makes a new, empty collection in `partition`.
@@ -689,15 +1069,12 @@ impl ObjectStore {
                 limit: limits::CREATE_COUNT,
             });
         }
+        self.check_exists(partition, collection)?;
+        let first = self.allocate_ids(count)? as i64;
         let collection = collection.map(str::to_owned);
         let attrs = opts.attrs.clone();
         let at = now();
         self.meta.commit(opts.durable, move |tx| {
-            match &collection {
-                Some(name) => check_collection(tx, partition, name)?,
-                None => check_partition(tx, partition)?,
-            }
-            let first = allocate_ids(tx, count)?;
             insert_objects(
                 tx,
                 partition,
@@ -738,8 +1115,20 @@ impl ObjectStore {
                 params![p, o],
             )
             .meta("remove collection memberships")?;
+            tx.execute("DELETE FROM inline_data WHERE object = ?1", params![o])
+                .meta("remove inline data")?;
+            // In the removal's transaction: a replay never writes a
+            // removed object's bytes back.
+            tx.execute(
+                "DELETE FROM journal WHERE partition = ?1 AND object = ?2",
+                params![p, o],
+            )
+            .meta("remove journal rows")?;
             Ok(())
         })?;
+        // Only once its rows are gone: until then its later changes
+        // must still be journaled.
+        self.forget_journaled(object);
         self.dirty
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -876,11 +1265,21 @@ impl ObjectStore {
                 got: out.len() as u64,
             });
         }
-        let read = if let [s] = segments {
-            data::read_segments(cached.file.as_deref(), &[clamp(s)], segments, out)
-        } else {
-            let clamped: Vec<Segment> = segments.iter().map(clamp).collect();
-            data::read_segments(cached.file.as_deref(), &clamped, segments, out)
+        let read = match (&cached.body, segments) {
+            (Body::File(file), [s]) => data::read_segments(Some(file), &[clamp(s)], segments, out),
+            (Body::File(file), _) => {
+                let clamped: Vec<Segment> = segments.iter().map(clamp).collect();
+                data::read_segments(Some(file), &clamped, segments, out)
+            }
+            (Body::Inline(bytes), [s]) => {
+                inline::read_segments(bytes, &[clamp(s)], segments, out);
+                Ok(())
+            }
+            (Body::Inline(bytes), _) => {
+                let clamped: Vec<Segment> = segments.iter().map(clamp).collect();
+                inline::read_segments(bytes, &clamped, segments, out);
+                Ok(())
+            }
         };
         read.map_err(self.io_err(object, "read"))?;
         Ok(found)
@@ -895,29 +1294,10 @@ impl ObjectStore {
         data: &[u8],
         opts: &WriteOptions,
     ) -> Result<ObjectInfo, ObjStoreError> {
-        let total = check_segments(object, segments)?;
-        if total != data.len() as u64 {
-            return Err(ObjStoreError::PayloadLength {
-                object,
-                expected: total,
-                got: data.len() as u64,
-            });
-        }
+        check_payload(object, segments, data)?;
         check_attrs(&opts.attrs)?;
-        let end = segments
-            .iter()
-            .filter(|s| s.len > 0)
-            .map(Segment::end)
-            .max()
-            .unwrap_or(0);
-        self.change_data(
-            object,
-            opts,
-            |_| Ok(end),
-            true,
-            |file, _| data::write_segments(file, segments, data),
-        )
-        .map(|(info, _)| info)
+        self.change_data(object, opts, Edit::Write(segments, data))
+            .map(|(info, _)| info)
     }
 
     /// Appends `data` at the object's logical end; returns the offset it
@@ -929,177 +1309,308 @@ impl ObjectStore {
         opts: &WriteOptions,
     ) -> Result<u64, ObjStoreError> {
         check_attrs(&opts.attrs)?;
-        let len = data.len() as u64;
-        let (_, at) = self.change_data(
-            object,
-            opts,
-            |before| {
-                check_segments(object, &[Segment::new(before.length, len)])?;
-                Ok(before.length + len)
-            },
-            true,
-            |file, before| data::write_segments(file, &[Segment::new(before.length, len)], data),
-        )?;
-        Ok(at.length)
+        let (_, before) = self.change_data(object, opts, Edit::Append(data))?;
+        Ok(before.length)
     }
 
-    /// Creates one object holding `data` from offset 0, with
-    /// `opts.attrs`, whole or not at all: the id is taken first, the data
-    /// written to the new object's file, and then the object, its length
-    /// and its attributes appear in one transaction. (A crash before that
-    /// transaction leaves a file no object names; ids are never reused.)
+    /// Creates one object holding `data` (the segments' bytes in list
+    /// order) with `opts.attrs`, whole or not at all: the object, its
+    /// length, its bytes and its attributes appear in one transaction.
+    /// An object that ends inside [`StoreOptions::inline_max`] keeps its
+    /// bytes in that transaction; a larger one's file is written first
+    /// (synced first with `durable`). A crash before the transaction
+    /// leaves at most a file no object names; ids are never reused, and
+    /// a file found under a new id is emptied first.
     pub fn create_and_write(
         &self,
         partition: PartitionId,
         collection: Option<&str>,
+        segments: &[Segment],
         data: &[u8],
         opts: &WriteOptions,
     ) -> Result<ObjectId, ObjStoreError> {
         check_attrs(&opts.attrs)?;
-        let owned = collection.map(str::to_owned);
-        let first = self.meta.commit(false, move |tx| {
-            match &owned {
-                Some(name) => check_collection(tx, partition, name)?,
-                None => check_partition(tx, partition)?,
-            }
-            allocate_ids(tx, 1)
-        })?;
+        self.check_exists(partition, collection)?;
+        let probe = ObjectRef {
+            partition,
+            object: ObjectId(0),
+        };
+        check_payload(probe, segments, data)?;
+        let first = self.allocate_ids(1)?;
         let object = ObjectRef {
             partition,
-            object: ObjectId(first as u64),
+            object: ObjectId(first),
         };
-        let segment = [Segment::new(0, data.len() as u64)];
-        check_segments(object, &segment)?;
-        if !data.is_empty() {
-            let file = self.open_for_write(object)?;
-            self.write_data(object, &file, opts.durable, |file| {
-                data::write_segments(file, &segment, data)
-            })?;
-        }
+        let length = written_end(segments);
+        let rows = if length <= self.options.inline_max {
+            let mut bytes = Vec::with_capacity(length as usize);
+            inline::write_segments(&mut bytes, segments, data);
+            DataRows::Inline(Arc::new(bytes))
+        } else {
+            let file = self.open_for_write(object, true)?;
+            data::write_segments(&file, segments, data).map_err(self.io_err(object, "write"))?;
+            self.settle_file(object, &file, opts.durable)?;
+            DataRows::None
+        };
         let at = now();
         let collection = collection.map(str::to_owned);
         let attrs = opts.attrs.clone();
-        let length = data.len() as u64;
         self.meta.commit(opts.durable, move |tx| {
             insert_objects(
                 tx,
                 partition,
                 collection.as_deref(),
-                first,
+                first as i64,
                 1,
                 length,
                 &attrs,
                 at,
-            )
+            )?;
+            put_rows(tx, object, &rows).map(|_| ())
         })?;
         Ok(object.object)
     }
 
-    /// Deallocates `[offset, offset + len)`: it reads as zeros after.
-    /// The logical length does not change.
+    /// Deallocates the segments' ranges: they read as zeros after. The
+    /// logical length does not change. All ranges and `opts.attrs` apply
+    /// in one change: no reader sees some ranges punched and not others.
     pub fn punch(
         &self,
         object: ObjectRef,
-        offset: u64,
-        len: u64,
+        segments: &[Segment],
         opts: &WriteOptions,
     ) -> Result<ObjectInfo, ObjStoreError> {
-        check_segments(object, &[Segment::new(offset, len)])?;
+        check_segments(object, segments)?;
         check_attrs(&opts.attrs)?;
-        self.change_data(
-            object,
-            opts,
-            |_| Ok(0),
-            false,
-            |file, before| {
-                let len = len.min(before.length.saturating_sub(offset));
-                if len > 0 {
-                    data::punch(file, offset, len)?;
-                }
-                Ok(())
-            },
-        )
-        .map(|(info, _)| info)
+        self.change_data(object, opts, Edit::Punch(segments))
+            .map(|(info, _)| info)
     }
 
-    /// One change to an object's data under its stripe: `end` gives the
-    /// offset the change reaches from the object's state before it,
-    /// `body` changes the data file, then the new length, times and
-    /// `opts.attrs` commit together and the cached state follows.
-    /// Returns the state after and before.
+    /// One change to an object's data under its stripe: the bytes change
+    /// (inline, moved to the file, or in the file), then the new length,
+    /// times, `opts.attrs` and the rows the change needs commit
+    /// together, and the cached state follows. Returns the state after
+    /// and before.
     fn change_data(
         &self,
         object: ObjectRef,
         opts: &WriteOptions,
-        end: impl FnOnce(&ObjectInfo) -> Result<u64, ObjStoreError>,
-        create: bool,
-        body: impl FnOnce(&File, &ObjectInfo) -> io::Result<()>,
+        edit: Edit<'_>,
     ) -> Result<(ObjectInfo, ObjectInfo), ObjStoreError> {
         let stripe = self.stripe(object);
-        let _guard = stripe.write();
-        let result = (|| {
-            let mut cached = self.cached(stripe, object)?;
-            let before = cached.info;
-            let end = end(&before)?;
-            let file = match &cached.file {
-                Some(f) => Some(Arc::clone(f)),
-                None if create => {
-                    let f = Arc::new(self.open_for_write(object)?);
-                    cached.file = Some(Arc::clone(&f));
-                    Some(f)
-                }
-                // No file reads as zeros: nothing to punch.
-                None => None,
-            };
-            if let Some(file) = file {
-                self.write_data(object, &file, opts.durable, |f| body(f, &before))?;
+        let result = {
+            let _guard = stripe.write();
+            let result = self.change_locked(stripe, object, opts, edit);
+            if result.is_err() {
+                // Whatever failed, the next use loads the state afresh.
+                stripe.forget(object);
             }
-            cached.info = self.commit_data(object, before, end, opts)?;
-            stripe.keep(object, cached.clone());
-            Ok((cached.info, before))
-        })();
-        if result.is_err() {
-            // Whatever failed, the next use loads the state afresh.
-            stripe.forget(object);
+            result
+        };
+        let outstanding = self.journal_bytes.load(Ordering::Relaxed);
+        if result.is_ok() && outstanding > self.options.journal_retire {
+            // Outside the stripe: retiring syncs other objects' files.
+            // This change is done and durable as asked whatever happens
+            // here; a failed retirement leaves the rows to the next one.
+            if let Err(e) = self.retire_journal() {
+                tracing::warn!(error = %e, "syncing journaled object files failed; the journal keeps its rows");
+            }
         }
         result
     }
 
-    /// Runs `body` on an object's data file; with `durable`, syncs its
-    /// data (and the partition folder if the file is new) before
-    /// returning, else notes the object for the next flush.
-    fn write_data(
+    fn change_locked(
+        &self,
+        stripe: &Stripe,
+        object: ObjectRef,
+        opts: &WriteOptions,
+        edit: Edit<'_>,
+    ) -> Result<(ObjectInfo, ObjectInfo), ObjStoreError> {
+        let mut cached = self.cached(stripe, object)?;
+        let before = cached.info;
+        let appended;
+        let (segments, data) = match edit {
+            Edit::Write(s, d) => (s, Some(d)),
+            Edit::Append(d) => {
+                appended = [Segment::new(before.length, d.len() as u64)];
+                check_segments(object, &appended)?;
+                (&appended[..], Some(d))
+            }
+            Edit::Punch(s) => (s, None),
+        };
+        let end = if data.is_some() {
+            written_end(segments)
+        } else {
+            0
+        };
+        let length = before.length.max(end);
+        let rows = match &cached.body {
+            Body::Inline(bytes) if length <= self.options.inline_max => {
+                let mut bytes = Vec::clone(bytes);
+                match data {
+                    Some(d) => inline::write_segments(&mut bytes, segments, d),
+                    None => inline::punch_segments(&mut bytes, segments),
+                }
+                let bytes = Arc::new(bytes);
+                cached.body = Body::Inline(Arc::clone(&bytes));
+                DataRows::Inline(bytes)
+            }
+            Body::Inline(bytes) => {
+                let file = self.move_to_file(object, bytes, &before, segments, data, opts)?;
+                cached.body = Body::File(Arc::new(file));
+                DataRows::Uninline
+            }
+            Body::File(file) => self.change_file(object, file, &before, segments, data, opts)?,
+        };
+        let journal_bytes = match &rows {
+            DataRows::Journal { bytes, .. } => bytes.len() as u64,
+            _ => 0,
+        };
+        let (info, seq) = self.commit_data(object, before, length, opts, rows)?;
+        match seq {
+            RowsDone::Journaled(seq) => {
+                let mut journaled = lock(&self.journaled);
+                let j = journaled
+                    .entry(object)
+                    .or_insert(Journaled { seq, bytes: 0 });
+                j.seq = seq;
+                j.bytes += journal_bytes;
+                self.journaled_objects
+                    .store(journaled.len(), Ordering::Relaxed);
+                self.journal_bytes
+                    .fetch_add(journal_bytes, Ordering::Relaxed);
+            }
+            RowsDone::Retired => self.forget_journaled(object),
+            RowsDone::Other => {}
+        }
+        cached.info = info;
+        stripe.keep(object, cached);
+        Ok((info, before))
+    }
+
+    /// Moves an inline object that grows past the inline limit to its
+    /// file: its bytes, then the change, written to a fresh file. The
+    /// file is synced before the commit that drops the inline row (its
+    /// bytes may have been flushed inline), except when there were none.
+    fn move_to_file(
+        &self,
+        object: ObjectRef,
+        bytes: &[u8],
+        before: &ObjectInfo,
+        segments: &[Segment],
+        data: Option<&[u8]>,
+        opts: &WriteOptions,
+    ) -> Result<File, ObjStoreError> {
+        let file = self.open_for_write(object, true)?;
+        let write = || -> io::Result<()> {
+            data::write_segments(&file, &[Segment::new(0, bytes.len() as u64)], bytes)?;
+            match data {
+                Some(d) => data::write_segments(&file, segments, d),
+                None => punch_runs(&file, before.length, segments).map(|_| ()),
+            }
+        };
+        write().map_err(self.io_err(object, "write"))?;
+        self.settle_file(object, &file, opts.durable || !bytes.is_empty())?;
+        Ok(file)
+    }
+
+    /// Changes an object's file. A durable change of at most
+    /// [`StoreOptions::journal_max`] bytes to a synced file (or any such
+    /// change while the object has journal rows) is journaled: the file
+    /// is written but not synced, the rows commit with the change. Other
+    /// durable changes (and large ones on a journaled object) sync the
+    /// file, which retires the object's rows; the rest only mark the
+    /// object dirty.
+    fn change_file(
         &self,
         object: ObjectRef,
         file: &File,
-        durable: bool,
-        body: impl FnOnce(&File) -> io::Result<()>,
-    ) -> Result<(), ObjStoreError> {
-        body(file).map_err(self.io_err(object, "write"))?;
-        if durable {
-            file.sync_data().map_err(self.io_err(object, "fsync"))?;
-            self.sync_new_files(object.partition)?;
+        before: &ObjectInfo,
+        segments: &[Segment],
+        data: Option<&[u8]>,
+        opts: &WriteOptions,
+    ) -> Result<DataRows, ObjStoreError> {
+        let journaled = if self.journaled_objects.load(Ordering::Relaxed) == 0 {
+            None
         } else {
-            self.dirty
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(object);
+            lock(&self.journaled).get(&object).map(|j| j.seq)
+        };
+        let unsynced = opts.durable && journaled.is_none() && lock(&self.dirty).contains(&object);
+        let total = data.map_or(0, |d| d.len() as u64);
+        // An object with unjournaled writes not yet synced takes the
+        // sync instead: a durable change then covers the object's earlier
+        // writes too, as a synced file does, and from then on every
+        // write is journaled until the file is synced again.
+        let journal = total <= self.options.journal_max
+            && (journaled.is_some() || (opts.durable && !unsynced));
+        let rows = match data {
+            Some(d) => {
+                data::write_segments(file, segments, d).map_err(self.io_err(object, "write"))?;
+                if journal {
+                    let mut at = 0usize;
+                    let rows = segments
+                        .iter()
+                        .filter(|s| s.len > 0)
+                        .map(|s| {
+                            let range = (at, at + s.len as usize);
+                            at = range.1;
+                            (s.offset, s.len, Some(range))
+                        })
+                        .collect();
+                    DataRows::Journal {
+                        bytes: d.to_vec(),
+                        rows,
+                    }
+                } else {
+                    DataRows::None
+                }
+            }
+            None => {
+                let punched = punch_runs(file, before.length, segments)
+                    .map_err(self.io_err(object, "punch"))?;
+                if journal {
+                    DataRows::Journal {
+                        bytes: Vec::new(),
+                        rows: punched.into_iter().map(|(o, l)| (o, l, None)).collect(),
+                    }
+                } else {
+                    DataRows::None
+                }
+            }
+        };
+        if journal {
+            lock(&self.dirty).insert(object);
+            return Ok(rows);
         }
-        Ok(())
+        self.settle_file(object, file, opts.durable || journaled.is_some())?;
+        Ok(journaled.map_or(DataRows::None, DataRows::Retire))
+    }
+
+    /// After writing an object's file: with `sync`, syncs its data (and
+    /// the partition folder if the file is new), else notes the object
+    /// for the next flush.
+    fn settle_file(&self, object: ObjectRef, file: &File, sync: bool) -> Result<(), ObjStoreError> {
+        if sync {
+            file.sync_data().map_err(self.io_err(object, "fsync"))?;
+            self.sync_new_files(object.partition)
+        } else {
+            lock(&self.dirty).insert(object);
+            Ok(())
+        }
     }
 
     fn commit_data(
         &self,
         object: ObjectRef,
         before: ObjectInfo,
-        end: u64,
+        length: u64,
         opts: &WriteOptions,
-    ) -> Result<ObjectInfo, ObjStoreError> {
+        rows: DataRows,
+    ) -> Result<(ObjectInfo, RowsDone), ObjStoreError> {
         let at = now();
-        let length = before.length.max(end);
         let attrs = opts.attrs.clone();
         let touched_attrs = !attrs.is_empty();
-        self.meta.commit(opts.durable, move |tx| {
+        let done = self.meta.commit(opts.durable, move |tx| {
             // One statement for the length and both times.
             tx.prepare_cached(
                 "UPDATE objects SET length = ?3, data_modified = ?4,
@@ -1115,9 +1626,10 @@ impl ObjectStore {
                 touched_attrs
             ])
             .meta("update length")?;
-            put_attrs(tx, object, &attrs)
+            put_attrs(tx, object, &attrs)?;
+            put_rows(tx, object, &rows)
         })?;
-        Ok(ObjectInfo {
+        let info = ObjectInfo {
             length,
             data_modified: at,
             attrs_modified: if touched_attrs {
@@ -1126,7 +1638,8 @@ impl ObjectStore {
                 before.attrs_modified
             },
             ..before
-        })
+        };
+        Ok((info, done))
     }
 
     /// The mandatory attributes and the user attributes `keys` (all of
@@ -1250,12 +1763,47 @@ impl ObjectStore {
         pick: impl Fn(ObjectRef) -> bool,
     ) -> Result<(), ObjStoreError> {
         let picked: Vec<ObjectRef> = {
-            let mut dirty = self.dirty.lock().unwrap_or_else(|e| e.into_inner());
+            let mut dirty = lock(&self.dirty);
             let picked: Vec<ObjectRef> = dirty.iter().copied().filter(|&o| pick(o)).collect();
             for o in &picked {
                 dirty.remove(o);
             }
             picked
+        };
+        self.sync_objects(&picked, Some(partition))
+    }
+
+    /// Syncs every journaled object's file and retires its rows (run
+    /// once the journal holds [`StoreOptions::journal_retire`] bytes).
+    fn retire_journal(&self) -> Result<(), ObjStoreError> {
+        let picked: Vec<ObjectRef> = {
+            let journaled = lock(&self.journaled);
+            let mut dirty = lock(&self.dirty);
+            let picked: Vec<ObjectRef> = journaled.keys().copied().collect();
+            for o in &picked {
+                dirty.remove(o);
+            }
+            picked
+        };
+        self.sync_objects(&picked, None)
+    }
+
+    /// Syncs the files of `picked` (taken out of the dirty set by the
+    /// caller) and the folders that gained files, then commits with a
+    /// synced WAL, retiring the journal rows the syncs covered: those
+    /// committed before the syncs began (a row commits after its bytes
+    /// were written to the file).
+    fn sync_objects(
+        &self,
+        picked: &[ObjectRef],
+        partition: Option<PartitionId>,
+    ) -> Result<(), ObjStoreError> {
+        let covered: Vec<(ObjectRef, Journaled)> = {
+            let journaled = lock(&self.journaled);
+            picked
+                .iter()
+                .filter_map(|o| journaled.get(o).map(|j| (*o, *j)))
+                .collect()
         };
         for (k, &object) in picked.iter().enumerate() {
             let synced = match File::open(self.data_path(object)) {
@@ -1266,15 +1814,69 @@ impl ObjectStore {
             };
             if let Err(e) = synced {
                 // Still dirty: a later flush tries again.
-                let mut dirty = self.dirty.lock().unwrap_or_else(|e| e.into_inner());
-                dirty.extend(picked[k..].iter().copied());
+                lock(&self.dirty).extend(picked[k..].iter().copied());
                 return Err(e);
             }
         }
-        self.sync_new_files(partition)?;
+        let partitions: HashSet<PartitionId> = picked
+            .iter()
+            .map(|o| o.partition)
+            .chain(partition)
+            .collect();
+        for p in partitions {
+            self.sync_new_files(p)?;
+        }
         // A synced commit makes every earlier one durable (see the
         // metadata module); shared with whatever else commits now.
-        self.meta.commit(true, |_| Ok(()))
+        let retire: Vec<(ObjectRef, i64)> = covered.iter().map(|(o, j)| (*o, j.seq)).collect();
+        self.meta.commit(true, move |tx| {
+            for (object, seq) in retire {
+                put_rows(tx, object, &DataRows::Retire(seq))?;
+            }
+            Ok(())
+        })?;
+        let mut journaled = lock(&self.journaled);
+        for (object, j) in covered {
+            let Some(now) = journaled.get_mut(&object) else {
+                // Retired meanwhile by a change that synced the file.
+                continue;
+            };
+            if now.seq == j.seq {
+                let gone = now.bytes;
+                journaled.remove(&object);
+                self.journaled_objects
+                    .store(journaled.len(), Ordering::Relaxed);
+                self.journal_sub(gone);
+            } else {
+                // Newer rows remain; the covered ones are gone.
+                let gone = j.bytes.min(now.bytes);
+                now.bytes -= gone;
+                self.journal_sub(gone);
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops an object's journal state (its rows were retired or
+    /// removed with it).
+    fn forget_journaled(&self, object: ObjectRef) {
+        if self.journaled_objects.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let mut journaled = lock(&self.journaled);
+        if let Some(j) = journaled.remove(&object) {
+            self.journaled_objects
+                .store(journaled.len(), Ordering::Relaxed);
+            self.journal_sub(j.bytes);
+        }
+    }
+
+    fn journal_sub(&self, bytes: u64) {
+        let _ = self
+            .journal_bytes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                Some(b.saturating_sub(bytes))
+            });
     }
 
     /// The members of `collection` whose attributes satisfy every term

@@ -33,7 +33,9 @@ fn attributes_ride_on_writes_and_keep_their_types() {
         ]),
         durable: false,
     };
-    let id = store.create_and_write(p, None, b"abcdef", &opts).unwrap();
+    let id = store
+        .create_and_write(p, None, &[Segment::new(0, 6)], b"abcdef", &opts)
+        .unwrap();
     let obj = ObjectRef {
         partition: p,
         object: id,
@@ -142,7 +144,13 @@ fn bad_input_gets_typed_errors_naming_what_failed() {
         .unwrap_err();
     assert!(matches!(e, ObjStoreError::CreateCount { .. }), "{e}");
     let e = store
-        .create_and_write(PartitionId(9), None, b"x", &WriteOptions::default())
+        .create_and_write(
+            PartitionId(9),
+            None,
+            &[Segment::new(0, 1)],
+            b"x",
+            &WriteOptions::default(),
+        )
         .unwrap_err();
     assert!(matches!(e, ObjStoreError::UnknownPartition { .. }), "{e}");
     let e = store.create_partition(p).unwrap_err();

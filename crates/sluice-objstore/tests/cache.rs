@@ -167,7 +167,9 @@ fn cached_state_matches_a_model_under_concurrent_changes() {
                         }
                         3 => {
                             let (off, len) = (rng.u64(0..25_000), rng.u64(0..8000));
-                            store.punch(o, off, len, &WriteOptions::default()).unwrap();
+                            store
+                                .punch(o, &[Segment::new(off, len)], &WriteOptions::default())
+                                .unwrap();
                             let from = (off as usize).min(m.bytes.len());
                             let to = ((off + len) as usize).min(m.bytes.len());
                             m.bytes[from..to].fill(0);

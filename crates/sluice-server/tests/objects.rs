@@ -262,6 +262,101 @@ fn every_object_command() {
 }
 
 /// A model of one object's bytes.
+/// CREATE_AND_WRITE with data away from offset 0 is one change: a
+/// reader never finds the new object with its attributes but not its
+/// data.
+#[test]
+fn create_and_write_anywhere_appears_whole() {
+    let (server, _dir, _) = start();
+    let mut c = client(&server);
+    let base = c.create(1, "")[0];
+    const MADE: u64 = 200;
+    std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let mut r = client(&server);
+            let mut torn = 0;
+            let mut k = 0u64;
+            for id in base + 1..=base + MADE {
+                // Poll until the object exists, then check what it held
+                // when first seen.
+                loop {
+                    k += 1;
+                    let got = r.call(
+                        &Req::new(OP_READ, k)
+                            .object(id)
+                            .range(100, 8)
+                            .attrs(&[AttrOp::Get("n")]),
+                    );
+                    if got.status.is_some() {
+                        continue;
+                    }
+                    let has_attr = got.attr_ops() == vec![AttrOp::Set("n", AttrValue::Integer(7))];
+                    if !has_attr || got.body != [0xbb; 8] {
+                        torn += 1;
+                    }
+                    break;
+                }
+            }
+            torn
+        });
+        for round in 0..MADE {
+            c.call(
+                &Req::new(OP_CREATE_AND_WRITE, round)
+                    .sgl(&[(100, 8)])
+                    .params(&name_param(""))
+                    .data(&[0xbb; 8])
+                    .attrs(&[AttrOp::Set("n", AttrValue::Integer(7))]),
+            )
+            .ok();
+        }
+        let torn = reader.join().unwrap();
+        assert_eq!(
+            torn, 0,
+            "{torn} of {MADE} objects were seen before their data"
+        );
+    });
+}
+
+/// PUNCH over several separate runs is one change: a reader never sees
+/// one run punched and another not.
+#[test]
+fn a_punch_of_several_runs_is_seen_whole_or_not_at_all() {
+    let (server, _dir, _) = start();
+    let mut c = client(&server);
+    let id = c.create(1, "")[0];
+    // Many separate runs: a reader waiting on the object finds any gap
+    // between them.
+    let runs: Vec<(u64, u64)> = (0..32u64).map(|k| (8 + k * 1250, 8)).collect();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let mut r = client(&server);
+            let mut torn = 0;
+            let mut k = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                k += 1;
+                let got = r.call(&Req::new(OP_READ, k).object(id).sgl(&runs)).ok();
+                let punched: Vec<bool> = got.body.chunks(8).map(|b| b == [0; 8]).collect();
+                if got.real > 0 && punched.iter().any(|&p| p != punched[0]) {
+                    torn += 1;
+                }
+            }
+            (torn, k)
+        });
+        for round in 0..300u64 {
+            c.write(id, 0, &[0xaa; 40_016]);
+            c.call(&Req::new(OP_PUNCH, round).object(id).sgl(&runs))
+                .ok();
+        }
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let (torn, reads) = reader.join().unwrap();
+        assert_eq!(
+            torn, 0,
+            "{torn} of {reads} reads saw one run punched and not the other"
+        );
+    });
+}
+
 fn model_write(model: &mut Vec<u8>, segments: &[(u64, u64)], data: &[u8]) {
     let mut at = 0;
     for &(off, len) in segments {

@@ -459,61 +459,21 @@ impl ObjExecutor {
             } => {
                 attrs.no_removes("CREATE_AND_WRITE")?;
                 let c = collection(c);
-                let from_zero = matches!(ddt, Ddt::Contiguous(s) if s.offset == 0);
-                let new = if from_zero && data.is_empty() {
-                    // No data: an object with its attributes, made in
-                    // one metadata transaction (create_and_write takes
-                    // two, one to allocate the id).
-                    let ids = self.in_collection(c, || {
-                        self.store.create(self.partition(), c, 1, &opts(&attrs))
-                    })?;
-                    ids[0]
-                } else if from_zero {
-                    // Whole or absent: the object appears with its data
-                    // and attributes in one commit.
-                    self.in_collection(c, || {
-                        self.store
-                            .create_and_write(self.partition(), c, data, &opts(&attrs))
-                    })?
-                } else {
-                    // Data elsewhere than from offset 0: the object is
-                    // made with its attributes, then written.
-                    let ids = self.in_collection(c, || {
-                        self.store.create(self.partition(), c, 1, &opts(&attrs))
-                    })?;
-                    let new = ids[0];
-                    self.store.write(
-                        self.object(new.0),
-                        &segments_of(&ddt),
-                        data,
-                        &WriteOptions {
-                            attrs: Vec::new(),
-                            durable: req.fua,
-                        },
-                    )?;
-                    new
-                };
+                // Whole or absent, whatever the DDT: the object appears
+                // with its data and attributes in one commit.
+                let segments = segments_of(&ddt);
+                let new = self.in_collection(c, || {
+                    self.store
+                        .create_and_write(self.partition(), c, &segments, data, &opts(&attrs))
+                })?;
                 self.attrs_after(self.object(new.0), &attrs, &mut list)?;
                 reply_ok(out, id, 0, &list, &new.0.to_be_bytes());
             }
             Command::Punch { object, ddt } => {
                 attrs.no_removes("PUNCH")?;
                 let o = self.object(object);
-                let segments = segments_of(&ddt);
-                let runs = sluice_objstore::plan(&segments, 0);
-                let last = runs.len().saturating_sub(1);
-                for (k, run) in runs.iter().enumerate() {
-                    // The attributes commit with the last run.
-                    let run_opts = if k == last {
-                        opts(&attrs)
-                    } else {
-                        WriteOptions {
-                            attrs: Vec::new(),
-                            durable: req.fua,
-                        }
-                    };
-                    self.store.punch(o, run.offset, run.len, &run_opts)?;
-                }
+                // Every run and the attributes in one store change.
+                self.store.punch(o, &segments_of(&ddt), &opts(&attrs))?;
                 self.attrs_after(o, &attrs, &mut list)?;
                 reply_ok(out, id, 0, &list, &[]);
             }
