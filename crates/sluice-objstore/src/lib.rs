@@ -20,6 +20,7 @@
 mod data;
 mod error;
 mod meta;
+mod page_cache;
 mod segments;
 mod store;
 

@@ -886,6 +886,39 @@ impl ObjectStore {
         Ok(found)
     }
 
+    /// The object's open data file, lent so that a caller can send
+    /// `[offset, offset + len)` of it without copying it here (the
+    /// server's `sendfile`), when that range reads as the file's bytes
+    /// and reading it now cannot wait: the object's state is cached (no
+    /// SQLite, no open), no change to the object holds its stripe (the
+    /// stripe is tried, never waited for), the range lies inside the
+    /// object's logical length, and every page of it is in the page
+    /// cache. `None` otherwise; [`read_into`](Self::read_into) then
+    /// reads it.
+    ///
+    /// The length is checked under the stripe, but the caller reads the
+    /// bytes after it is released, so unlike `read_into` a change to the
+    /// range made meanwhile may show through, byte by byte old or new (a
+    /// write's, or a punch's zeros); a removal leaves the lent file's
+    /// bytes as they were. What was inside the length stays inside it
+    /// (only a removal shortens an object), so no byte past the end is
+    /// ever lent.
+    pub fn lend_resident(&self, object: ObjectRef, offset: u64, len: u64) -> Option<Arc<File>> {
+        let stripe = self.stripe(object);
+        let _guard = match stripe.lock.try_read() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+        };
+        let (length, file) = {
+            let cache = stripe.cache();
+            let c = cache.get(&object)?;
+            (c.info.length, Arc::clone(c.file.as_ref()?))
+        };
+        let end = offset.checked_add(len)?;
+        (end <= length && crate::page_cache::resident(&file, offset, len)).then_some(file)
+    }
+
     /// Writes `data` (the segments' bytes in list order; a later segment
     /// wins where they overlap) and applies `opts.attrs` with it.
     pub fn write(
