@@ -229,6 +229,10 @@ pub(crate) struct Link {
     /// [`recycle`](Self::recycle)), and their bytes of capacity.
     spare: Vec<Vec<u8>>,
     spare_bytes: usize,
+    /// The last reply was received straight into its own buffer: the
+    /// next is likely large too, so only its header is read into the
+    /// receive buffer (its body would be copied out of there).
+    after_large: bool,
 }
 
 impl Link {
@@ -252,6 +256,7 @@ impl Link {
             broken: None,
             spare: Vec::new(),
             spare_bytes: 0,
+            after_large: false,
         }
     }
 
@@ -487,17 +492,26 @@ impl Link {
     /// server's refusal of that request.
     fn receive(&mut self, wires: &[Wire<'_>], flight: &InFlight) -> Result<Received, ObjError> {
         loop {
+            let mut max = usize::MAX;
             match take_reply(&mut self.inbuf, &self.session.limits, &self.server)? {
-                Front::Reply(r) => return Ok(r),
-                Front::Short(None) => {}
+                Front::Reply(r) => {
+                    self.after_large = false;
+                    return Ok(r);
+                }
+                Front::Short(None) => {
+                    if self.after_large {
+                        max = REPLY_HEADER_LEN - self.inbuf.data().len();
+                    }
+                }
                 Front::Short(Some(h)) => {
                     if h.status.is_none() && u64::from(h.body_len) >= DIRECT_BODY {
+                        self.after_large = true;
                         return self.receive_large(&h, wires, flight);
                     }
                     self.inbuf.reserve(reply_len(&h));
                 }
             }
-            match self.inbuf.fill(&mut self.stream) {
+            match self.inbuf.fill_at_most(&mut self.stream, max) {
                 Ok(true) => {}
                 Ok(false) => return Err(self.closed()),
                 Err(e) => return Err(self.read_failed(e, wires, flight)),
