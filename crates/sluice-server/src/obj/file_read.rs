@@ -22,7 +22,30 @@ use crate::metrics::ObjCommand;
 /// mapped reads draw the line at the same length).
 const FILE_READ_MIN: u64 = 128 * 1024;
 
+/// A READ without attribute entries (whose data may be read without
+/// its attributes: docs/protocol.md, section 6).
+fn plain_read(request: &ObjRequest) -> bool {
+    request.command == ObjCommand::Read && request.head.attr_len == 0
+}
+
 impl ObjSession {
+    /// Whether [`file_read`](Self::file_read) may answer `request`.
+    fn may_send_from_file(request: &ObjRequest, d: &Dispatch) -> bool {
+        plain_read(request)
+            && request.ddt == DdtKind::Contiguous
+            && request.bytes >= FILE_READ_MIN
+            && d.pipeline() == PipelineMode::Flexible
+            && d.is_plain()
+    }
+
+    /// Whether `request` is a READ to try on the connection thread, read
+    /// into the reply batch if the store can answer it without waiting
+    /// (else it goes to the pool): plain reads the file path does not
+    /// take (scatter/gather, strided, small).
+    pub(super) fn reads_inline(&self, request: &ObjRequest, d: &Dispatch) -> bool {
+        plain_read(request) && !Self::may_send_from_file(request, d)
+    }
+
     /// Answers a READ of one contiguous range with no attribute entries
     /// by sending it straight from the object's file, when the store
     /// lends the file (the object is cached, unchanged at the moment,
@@ -36,13 +59,7 @@ impl ObjSession {
         d: &mut Dispatch,
     ) -> bool {
         let h = &request.head;
-        if request.command != ObjCommand::Read
-            || request.ddt != DdtKind::Contiguous
-            || h.attr_len != 0
-            || request.bytes < FILE_READ_MIN
-            || d.pipeline() != PipelineMode::Flexible
-            || !d.is_plain()
-        {
+        if !Self::may_send_from_file(request, d) {
             return false;
         }
         let object = ObjectRef {

@@ -28,6 +28,7 @@ pub(crate) use handshake::PartitionPolicy;
 pub(crate) use meta::{open_meta, MetaService};
 
 use crate::buffer::RecvBuf;
+use crate::config::PipelineMode;
 use crate::driver::{
     self, handshake_outcome, ConnectionHandler, Decoded, Dispatch, DriverEnv, Frame, Placement,
     Protocol, ProtocolViolation, Start,
@@ -259,6 +260,18 @@ impl Protocol for ObjSession {
             };
         }
         match self.validate(h, payload, received, d) {
+            Some(request) if self.reads_inline(&request, d) => {
+                // Run here if the store can answer without waiting (see
+                // `ObjExecutor::read_nowait`), else on the pool.
+                let seq = d.take_seq();
+                let placement = if d.pipeline() == PipelineMode::Off {
+                    Placement::Inline
+                } else {
+                    Placement::TryInline
+                };
+                d.run(&self.exec, seq, request, payload, placement, received);
+                Start::Answered
+            }
             Some(request) => Start::Run(request),
             None => Start::Answered,
         }
