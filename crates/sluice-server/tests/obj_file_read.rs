@@ -37,7 +37,10 @@ fn client(server: &TestServer) -> RawObjClient<std::net::TcpStream> {
 fn metric(server: &TestServer, line_prefix: &str) -> u64 {
     let text = server.scrape();
     text.lines()
-        .find_map(|l| l.strip_prefix(line_prefix).map(|v| v.trim().parse().unwrap()))
+        .find_map(|l| {
+            l.strip_prefix(line_prefix)
+                .map(|v| v.trim().parse().unwrap())
+        })
         .unwrap_or(0)
 }
 
@@ -68,7 +71,11 @@ fn large_plain_reads_go_out_from_the_file_and_return_the_same_bytes() {
     assert!(got == data[4099..4099 + MIB as usize], "bytes differ");
     let (got, _) = c.read(id, 0, 2 * MIB);
     assert!(got == data, "whole object differs");
-    assert_eq!(handoffs(&server), before, "both reads were sent from the file");
+    assert_eq!(
+        handoffs(&server),
+        before,
+        "both reads were sent from the file"
+    );
 
     // Each of these goes the copying way, read on the connection thread
     // (small and strided reads of a cached object in memory) or through
@@ -77,7 +84,10 @@ fn large_plain_reads_go_out_from_the_file_and_return_the_same_bytes() {
     let r = c.read(id, MIB, 2 * MIB);
     assert_eq!(r.1, MIB, "half of it past the end");
     assert!(r.0[..MIB as usize] == data[MIB as usize..], "bytes differ");
-    assert!(r.0[MIB as usize..].iter().all(|&b| b == 0), "zeros past the end");
+    assert!(
+        r.0[MIB as usize..].iter().all(|&b| b == 0),
+        "zeros past the end"
+    );
     let small = c.read(id, 100, 4096).0;
     assert!(small == data[100..4196], "small read differs");
     let with_attrs = c
@@ -142,9 +152,7 @@ fn a_read_racing_writes_sees_old_or_new_bytes_never_an_error() {
     let mut mixed = 0u64;
     while Instant::now() < deadline && done.load(Ordering::SeqCst) < 249 {
         let lo = done.load(Ordering::SeqCst);
-        let reply = r
-            .call(&Req::new(OP_READ, 20).object(id).range(0, MIB))
-            .ok();
+        let reply = r.call(&Req::new(OP_READ, 20).object(id).range(0, MIB)).ok();
         let hi = started.load(Ordering::SeqCst);
         assert_eq!(reply.real, MIB);
         assert_eq!(reply.body.len(), MIB as usize);
@@ -194,19 +202,25 @@ fn a_read_racing_a_removal_gets_the_old_data_or_no_such_object() {
         for n in 0..4 {
             reader.send(&read(n));
         }
-        owner
-            .call(&Req::new(OP_REMOVE, 50).object(id))
-            .ok();
+        owner.call(&Req::new(OP_REMOVE, 50).object(id)).ok();
         for _ in 0..4 {
             let r = reader.reply();
             match r.status {
                 None => {
                     assert_eq!(r.real, MIB);
-                    assert!(r.body == data, "a read of a removed object returned other bytes");
+                    assert!(
+                        r.body == data,
+                        "a read of a removed object returned other bytes"
+                    );
                     whole += 1;
                 }
                 Some(code) => {
-                    assert_eq!(code, ErrorCode::NoSuchObject, "{}", String::from_utf8_lossy(&r.body));
+                    assert_eq!(
+                        code,
+                        ErrorCode::NoSuchObject,
+                        "{}",
+                        String::from_utf8_lossy(&r.body)
+                    );
                     gone += 1;
                 }
             }
@@ -216,5 +230,8 @@ fn a_read_racing_a_removal_gets_the_old_data_or_no_such_object() {
             .call(&Req::new(OP_READ, 99).object(id).range(0, 1))
             .err(ErrorCode::NoSuchObject);
     }
-    assert!(whole > 0, "no read got in before a removal ({gone} refused)");
+    assert!(
+        whole > 0,
+        "no read got in before a removal ({gone} refused)"
+    );
 }

@@ -168,8 +168,7 @@ impl ReplySink {
         debug_assert!(matches!(st.order, Order::Completion));
         st.sending = true;
         drop(st);
-        let result =
-            lock(&self.stream).send_file_until(header, file, offset, len, self.deadline());
+        let result = lock(&self.stream).send_file_until(header, file, offset, len, self.deadline());
         self.finish(result)
     }
 
@@ -370,4 +369,3 @@ impl ReplySink {
         let _ = stream.shutdown(Shutdown::Both);
     }
 }
-
