@@ -128,7 +128,7 @@ fn read_into_nowait_reads_like_read_into_when_it_reads() {
         object: empty,
     };
     store.read(empty, &[Segment::new(0, 1)], &[]).unwrap();
-    let mut out = vec![1u8; 100];
+    let mut out = [1u8; 100];
     let found = store
         .read_into_nowait(empty, &[Segment::new(0, 100)], |_| &mut out[..])
         .unwrap()
