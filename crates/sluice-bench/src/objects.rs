@@ -502,6 +502,21 @@ fn check_all(results: Vec<Result<ObjResponse, sluice_client::obj::ObjError>>) ->
     Ok(())
 }
 
+/// [`check_all`] for reads: each read's buffer goes back to the client
+/// for a later read to be received into, as a streaming reader does (the
+/// NBD rows' client reads into buffers it reuses too).
+fn check_reads(
+    c: &mut ObjClient,
+    results: Vec<Result<ObjResponse, sluice_client::obj::ObjError>>,
+) -> Result<()> {
+    for r in results {
+        if let ObjResponse::Read(r) = r.context("a pipelined read failed")? {
+            c.recycle(r.data);
+        }
+    }
+    Ok(())
+}
+
 /// Runs `one` (which records what it did in the meter) until `duration`
 /// has passed.
 fn timed(duration: Duration, mut one: impl FnMut(&mut Meter) -> Result<()>) -> Result<Meter> {
@@ -684,7 +699,12 @@ fn nbd_group(ctx: &Ctx<'_>, round: u32, out: &mut Vec<ObjSample>) -> Result<()> 
                     }
                 })
                 .collect();
-            check_all(c.pipeline(&reqs))?;
+            let results = c.pipeline(&reqs);
+            if write {
+                check_all(results)?;
+            } else {
+                check_reads(&mut c, results)?;
+            }
             // Latency per request is not seen through a pipeline: record
             // the mean (elapsed × depth / count).
             let each = t.elapsed() * NBD_QD as u32 / chunk as u32;
@@ -1070,7 +1090,8 @@ fn sluice_ceph_rows(ctx: &Ctx<'_>, round: u32, out: &mut Vec<ObjSample>) -> Resu
                         .collect();
                     at += chunk;
                     let t = Instant::now();
-                    check_all(c.pipeline(&reqs))?;
+                    let results = c.pipeline(&reqs);
+                    check_reads(&mut c, results)?;
                     let each = t.elapsed() * 8 / chunk as u32;
                     m.record(chunk as u64, (chunk * MIB) as u64, each);
                     Ok(())

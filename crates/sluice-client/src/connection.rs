@@ -131,11 +131,17 @@ impl RecvBuf {
 
     /// One read from `stream`; `Ok(false)` at the end of the stream.
     pub(crate) fn fill(&mut self, stream: &mut Stream) -> io::Result<bool> {
+        self.fill_at_most(stream, usize::MAX)
+    }
+
+    /// [`fill`](Self::fill), reading at most `max` bytes (at least 1).
+    pub(crate) fn fill_at_most(&mut self, stream: &mut Stream, max: usize) -> io::Result<bool> {
         if self.end == self.buf.len() {
             self.reserve(self.end - self.start + 4096);
         }
+        let end = self.buf.len().min(self.end.saturating_add(max.max(1)));
         loop {
-            match stream.read(&mut self.buf[self.end..]) {
+            match stream.read(&mut self.buf[self.end..end]) {
                 Ok(0) => return Ok(false),
                 Ok(n) => {
                     self.end += n;

@@ -690,3 +690,51 @@ fn extents_of_an_attached_export_read_and_write_as_one_request() {
 fn the_default_partition_is_the_one_the_server_always_has() {
     assert_eq!(DEFAULT_PARTITION, sluice_server::DEFAULT_PARTITION);
 }
+
+#[test]
+fn large_reads_are_received_into_buffers_handed_back() {
+    let f = start();
+    let mut c = f.client();
+    let mib = 1u64 << 20;
+    let data = pattern(9, 4 * mib as usize);
+    let id = c
+        .create_and_write("", &[seg(0, 4 * mib)], &data, &DataOptions::default())
+        .unwrap();
+    let first = c.read(id, &[seg(0, mib)]).unwrap().data;
+    assert!(first == data[..mib as usize]);
+    let at = first.as_ptr();
+    c.recycle(first);
+    // Pipelined large reads with small ones between them (whose replies
+    // are read whole into the receive buffer): every byte right, and the
+    // first large body lands in the buffer handed back.
+    let segs: Vec<[Segment; 1]> = (0..8u64)
+        .map(|i| {
+            if i % 2 == 0 {
+                [seg(i * mib / 2, mib)]
+            } else {
+                [seg(i * 1000, 100)]
+            }
+        })
+        .collect();
+    let reqs: Vec<ObjRequest<'_>> = segs
+        .iter()
+        .map(|s| ObjRequest::Read {
+            object: id,
+            segments: s,
+            get: &[],
+        })
+        .collect();
+    let mut reused = false;
+    for (r, s) in c.pipeline(&reqs).into_iter().zip(&segs) {
+        let ObjResponse::Read(r) = r.unwrap() else {
+            panic!("a read answered otherwise");
+        };
+        let (from, len) = (s[0].offset as usize, s[0].length as usize);
+        assert!(r.data == data[from..from + len], "bytes of {s:?} differ");
+        reused |= r.data.as_ptr() == at;
+    }
+    assert!(reused, "no reply was received into the buffer handed back");
+    // A buffer smaller than a large body is not kept; reads still work.
+    c.recycle(vec![1u8; 10]);
+    assert!(c.read(id, &[seg(0, mib)]).unwrap().data == data[..mib as usize]);
+}

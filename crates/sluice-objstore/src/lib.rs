@@ -28,6 +28,7 @@ mod data;
 mod error;
 mod inline;
 mod meta;
+mod page_cache;
 mod segments;
 mod store;
 

@@ -316,6 +316,15 @@ impl Stripe {
         self.lock.read().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// The lock for reading if no change holds it.
+    fn try_read(&self) -> Option<RwLockReadGuard<'_, ()>> {
+        match self.lock.try_read() {
+            Ok(g) => Some(g),
+            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+
     fn write(&self) -> RwLockWriteGuard<'_, ()> {
         self.lock.write().unwrap_or_else(|e| e.into_inner())
     }
@@ -1249,6 +1258,57 @@ impl ObjectStore {
         } else {
             read_attrs(&self.reader(), object, attr_keys)?
         };
+        self.read_cached(object, segments, total, &cached, attrs, place)
+    }
+
+    /// [`read_into`](Self::read_into) without attributes, when it would
+    /// not wait: the object's state is cached, no change to the object
+    /// holds its stripe (tried, not waited for), and the span of the
+    /// segments inside the object's length is all in the page cache.
+    /// `Ok(None)`, with `place` not called, otherwise. As atomic as
+    /// `read_into`: the stripe is held across the read.
+    pub fn read_into_nowait<'b>(
+        &self,
+        object: ObjectRef,
+        segments: &[Segment],
+        place: impl FnOnce(&ReadFound) -> &'b mut [u8],
+    ) -> Result<Option<ReadFound>, ObjStoreError> {
+        let total = check_segments(object, segments)?;
+        check_read_len(object, total)?;
+        let stripe = self.stripe(object);
+        let Some(_guard) = stripe.try_read() else {
+            return Ok(None);
+        };
+        let Some(cached) = stripe.cache().get(&object).cloned() else {
+            return Ok(None);
+        };
+        let start = segments.iter().map(|s| s.offset).min().unwrap_or(0);
+        let end = segments
+            .iter()
+            .map(|s| s.offset.saturating_add(s.len))
+            .max()
+            .unwrap_or(0)
+            .min(cached.info.length);
+        if let Some(file) = &cached.file {
+            if start < end && !crate::page_cache::resident(file, start, end - start) {
+                return Ok(None);
+            }
+        }
+        self.read_cached(object, segments, total, &cached, Vec::new(), place)
+            .map(Some)
+    }
+
+    /// The part of a read after its object's state (and attributes) are
+    /// known, under its stripe.
+    fn read_cached<'b>(
+        &self,
+        object: ObjectRef,
+        segments: &[Segment],
+        total: u64,
+        cached: &Cached,
+        attrs: Vec<(String, AttrValue)>,
+        place: impl FnOnce(&ReadFound) -> &'b mut [u8],
+    ) -> Result<ReadFound, ObjStoreError> {
         let length = cached.info.length;
         let clamp =
             |s: &Segment| Segment::new(s.offset, s.len.min(length.saturating_sub(s.offset)));
@@ -1283,6 +1343,35 @@ impl ObjectStore {
         };
         read.map_err(self.io_err(object, "read"))?;
         Ok(found)
+    }
+
+    /// The object's open data file, lent so that a caller can send
+    /// `[offset, offset + len)` of it without copying it here (the
+    /// server's `sendfile`), when that range reads as the file's bytes
+    /// and reading it now cannot wait: the object's state is cached (no
+    /// SQLite, no open), no change to the object holds its stripe (the
+    /// stripe is tried, never waited for), the range lies inside the
+    /// object's logical length, and every page of it is in the page
+    /// cache. `None` otherwise; [`read_into`](Self::read_into) then
+    /// reads it.
+    ///
+    /// The length is checked under the stripe, but the caller reads the
+    /// bytes after it is released, so unlike `read_into` a change to the
+    /// range made meanwhile may show through, byte by byte old or new (a
+    /// write's, or a punch's zeros); a removal leaves the lent file's
+    /// bytes as they were. What was inside the length stays inside it
+    /// (only a removal shortens an object), so no byte past the end is
+    /// ever lent.
+    pub fn lend_resident(&self, object: ObjectRef, offset: u64, len: u64) -> Option<Arc<File>> {
+        let stripe = self.stripe(object);
+        let _guard = stripe.try_read()?;
+        let (length, file) = {
+            let cache = stripe.cache();
+            let c = cache.get(&object)?;
+            (c.info.length, Arc::clone(c.file.as_ref()?))
+        };
+        let end = offset.checked_add(len)?;
+        (end <= length && crate::page_cache::resident(&file, offset, len)).then_some(file)
     }
 
     /// Writes `data` (the segments' bytes in list order; a later segment

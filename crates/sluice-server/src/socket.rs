@@ -157,6 +157,60 @@ impl Socket {
         }
         Ok(())
     }
+
+    /// Sends `header` (marked as having more to come, so it leaves in one
+    /// segment with the data), then `len` bytes of `file` from `offset`
+    /// with `sendfile` (the kernel takes them from the page cache; Rust
+    /// never sees them), then zeros for any of them past the file's end,
+    /// which read as zeros. Each call waits at most the socket's send
+    /// timeout, the whole no later than `deadline`.
+    pub(crate) fn send_file_until(
+        &mut self,
+        mut header: &[u8],
+        file: BorrowedFd<'_>,
+        mut offset: u64,
+        mut len: usize,
+        deadline: Option<Instant>,
+    ) -> io::Result<()> {
+        use rustix::io::Errno;
+        use rustix::net::SendFlags;
+        const ZEROS: [u8; 4096] = [0; 4096];
+        let socket = self.fd();
+        let late = || deadline.is_some_and(|d| Instant::now() >= d);
+        while !header.is_empty() {
+            match rustix::net::send(socket, header, SendFlags::MORE | SendFlags::NOSIGNAL) {
+                Ok(n) => header = &header[n..],
+                Err(Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+            if !header.is_empty() && late() {
+                return Err(send_timed_out());
+            }
+        }
+        while len > 0 {
+            match rustix::fs::sendfile(socket, file, Some(&mut offset), len) {
+                // The file ends early: the rest is zeros.
+                Ok(0) => break,
+                Ok(n) => len -= n,
+                Err(Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+            if len > 0 && late() {
+                return Err(send_timed_out());
+            }
+        }
+        while len > 0 {
+            match rustix::net::send(socket, &ZEROS[..len.min(ZEROS.len())], SendFlags::NOSIGNAL) {
+                Ok(n) => len -= n,
+                Err(Errno::INTR) => {}
+                Err(e) => return Err(e.into()),
+            }
+            if len > 0 && late() {
+                return Err(send_timed_out());
+            }
+        }
+        Ok(())
+    }
 }
 
 fn send_timed_out() -> io::Error {

@@ -141,6 +141,24 @@ impl Stream {
         matches!(self, Self::Plain(_))
     }
 
+    /// See [`Socket::send_file_until`]. Plain sockets only.
+    pub(crate) fn send_file_until(
+        &mut self,
+        header: &[u8],
+        file: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+        deadline: Option<Instant>,
+    ) -> io::Result<()> {
+        match self {
+            Self::Plain(s) => s.send_file_until(header, file, offset, len, deadline),
+            Self::Tls(_) => Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "sendfile is for plaintext sockets",
+            )),
+        }
+    }
+
     /// See [`Socket::write_all_raw_until`]. Plain sockets only.
     pub(crate) fn write_all_raw_until(
         &mut self,

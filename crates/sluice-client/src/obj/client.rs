@@ -651,6 +651,14 @@ impl ObjClient {
         }
     }
 
+    /// Hands back a read's data once it is no longer needed, so that a
+    /// later large read is received into it: a stream of large reads
+    /// then allocates and faults in no fresh memory per read (the
+    /// client keeps up to 64 MiB of such buffers; the rest are dropped).
+    pub fn recycle(&mut self, data: Vec<u8>) {
+        self.link.recycle(data);
+    }
+
     /// Writes `data` over `segments` (in list order; a later segment wins
     /// where they overlap).
     pub fn write(

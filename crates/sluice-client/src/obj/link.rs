@@ -25,6 +25,10 @@ pub(super) const WINDOW_BYTES: u64 = 16 << 20;
 /// Reply bodies this large are received straight into their own buffer
 /// (see [`Link::receive_large`]); smaller ones come many to a read.
 const DIRECT_BODY: u64 = 64 * 1024;
+/// Most bytes of buffers handed back ([`Link::recycle`]) kept for the
+/// next large bodies: four windows' worth of replies (a caller that
+/// pipelines many reads holds their results until the last arrives).
+const SPARE_BYTES: usize = 4 * WINDOW_BYTES as usize;
 
 /// One request as it goes on the wire (its id is given when it is sent).
 #[derive(Debug)]
@@ -221,6 +225,14 @@ pub(crate) struct Link {
     broken: Option<ObjError>,
     /// When requests waiting to be sent go in batch frames.
     merge: MergeController,
+    /// Buffers handed back for large bodies to be received into (see
+    /// [`recycle`](Self::recycle)), and their bytes of capacity.
+    spare: Vec<Vec<u8>>,
+    spare_bytes: usize,
+    /// The last reply was received straight into its own buffer: the
+    /// next is likely large too, so only its header is read into the
+    /// receive buffer (its body would be copied out of there).
+    after_large: bool,
 }
 
 impl Link {
@@ -242,6 +254,40 @@ impl Link {
             out: Vec::with_capacity(64 * 1024),
             inbuf: RecvBuf::new(),
             broken: None,
+            spare: Vec::new(),
+            spare_bytes: 0,
+            after_large: false,
+        }
+    }
+
+    /// Keeps `buf` (a large read's data, done with) for a later large
+    /// body to be received into: no allocation, no page faults on fresh
+    /// memory and no zero-filling for that body. Buffers too small to be
+    /// used, or past [`SPARE_BYTES`] in all, are dropped.
+    pub(crate) fn recycle(&mut self, buf: Vec<u8>) {
+        let bytes = buf.capacity();
+        if (bytes as u64) < DIRECT_BODY || self.spare_bytes + bytes > SPARE_BYTES {
+            return;
+        }
+        self.spare_bytes += bytes;
+        self.spare.push(buf);
+    }
+
+    /// A buffer of exactly `len` bytes for a body that will overwrite
+    /// all of them: a spare one if there is one (its old bytes are left
+    /// in place, not zeroed), else a new one.
+    fn body_buffer(&mut self, len: usize) -> Vec<u8> {
+        match self.spare.pop() {
+            Some(mut buf) => {
+                self.spare_bytes -= buf.capacity();
+                if buf.len() >= len {
+                    buf.truncate(len);
+                } else {
+                    buf.resize(len, 0);
+                }
+                buf
+            }
+            None => vec![0u8; len],
         }
     }
 
@@ -446,17 +492,26 @@ impl Link {
     /// server's refusal of that request.
     fn receive(&mut self, wires: &[Wire<'_>], flight: &InFlight) -> Result<Received, ObjError> {
         loop {
+            let mut max = usize::MAX;
             match take_reply(&mut self.inbuf, &self.session.limits, &self.server)? {
-                Front::Reply(r) => return Ok(r),
-                Front::Short(None) => {}
+                Front::Reply(r) => {
+                    self.after_large = false;
+                    return Ok(r);
+                }
+                Front::Short(None) => {
+                    if self.after_large {
+                        max = REPLY_HEADER_LEN - self.inbuf.data().len();
+                    }
+                }
                 Front::Short(Some(h)) => {
                     if h.status.is_none() && u64::from(h.body_len) >= DIRECT_BODY {
+                        self.after_large = true;
                         return self.receive_large(&h, wires, flight);
                     }
                     self.inbuf.reserve(reply_len(&h));
                 }
             }
-            match self.inbuf.fill(&mut self.stream) {
+            match self.inbuf.fill_at_most(&mut self.stream, max) {
                 Ok(true) => {}
                 Ok(false) => return Err(self.closed()),
                 Err(e) => return Err(self.read_failed(e, wires, flight)),
@@ -475,7 +530,8 @@ impl Link {
         flight: &InFlight,
     ) -> Result<Received, ObjError> {
         let mut attrs = vec![0u8; h.attr_len as usize];
-        let mut body = vec![0u8; h.body_len as usize];
+        // Every byte of it is read into below, or it is dropped.
+        let mut body = self.body_buffer(h.body_len as usize);
         let have = &self.inbuf.data()[REPLY_HEADER_LEN..];
         let in_attrs = have.len().min(attrs.len());
         attrs[..in_attrs].copy_from_slice(&have[..in_attrs]);

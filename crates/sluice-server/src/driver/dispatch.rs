@@ -185,6 +185,25 @@ impl Dispatch {
         result
     }
 
+    /// Sends one reply whose data the kernel takes from a file (see
+    /// [`ReplySink::send_file`]), after the queued ones. Completion
+    /// order only.
+    pub(crate) fn send_file(
+        &mut self,
+        header: &[u8],
+        file: std::os::fd::BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<()> {
+        // A send error resurfaces below (the sink is broken) and on the
+        // next batch.
+        let _ = self.flush();
+        let started = Instant::now();
+        let result = self.sink.send_file(header, file, offset, len);
+        self.metrics.add_busy(Stage::Send, started.elapsed());
+        result
+    }
+
     /// Runs a request where `placement` says: on this thread, its reply
     /// queued in the batch, or on the pool.
     #[inline]

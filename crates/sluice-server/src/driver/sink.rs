@@ -12,6 +12,7 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::io::{self, IoSlice};
 use std::net::Shutdown;
+use std::os::fd::BorrowedFd;
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -139,6 +140,35 @@ impl ReplySink {
             data,
         ];
         let result = lock(&self.stream).write_all_raw_until(&mut iov, self.deadline());
+        self.finish(result)
+    }
+
+    /// Sends one read reply whose data the kernel takes straight from
+    /// `file`'s page cache (`sendfile`: no copy in this process, and on
+    /// a socket that takes pages none in the kernel either): `header`,
+    /// then `len` bytes of `file` from `offset`, and zeros for any of
+    /// them past the file's end (which read as zeros). For completion
+    /// order and plain sockets only.
+    pub(crate) fn send_file(
+        &self,
+        header: &[u8],
+        file: BorrowedFd<'_>,
+        offset: u64,
+        len: usize,
+    ) -> io::Result<()> {
+        let mut st = lock(&self.state);
+        while st.sending && !st.broken {
+            st.waiters += 1;
+            st = self.released.wait(st).unwrap_or_else(|p| p.into_inner());
+            st.waiters -= 1;
+        }
+        if st.broken {
+            return Err(io::ErrorKind::BrokenPipe.into());
+        }
+        debug_assert!(matches!(st.order, Order::Completion));
+        st.sending = true;
+        drop(st);
+        let result = lock(&self.stream).send_file_until(header, file, offset, len, self.deadline());
         self.finish(result)
     }
 

@@ -565,6 +565,36 @@ impl ObjExecutor {
         Ok(())
     }
 
+    /// A READ without attribute entries run where it must not wait
+    /// (the connection thread): `None`, with nothing appended, when the
+    /// store would wait for it (see `ObjectStore::read_into_nowait`) or
+    /// the request is anything else.
+    fn read_nowait(&self, req: &Request<'_>, out: &mut ReplyBuf) -> Option<Result<(), Failure>> {
+        let Command::Read { object, ddt } = req.command else {
+            return None;
+        };
+        if !req.attrs.is_empty() {
+            return None;
+        }
+        let total = ddt.total() as usize;
+        let header_at = out.len();
+        let reply = &mut *out;
+        let read = self
+            .store
+            .read_into_nowait(self.object(object), &segments_of(&ddt), |found| {
+                reply.encode(|o| ReplyHeader::ok(req.id, found.real, 0, total as u32).encode(o));
+                reply.tail_mut(total)
+            });
+        match read {
+            Ok(Some(_)) => Some(Ok(())),
+            Ok(None) => None,
+            Err(e) => {
+                out.truncate(header_at);
+                Some(Err(e.into()))
+            }
+        }
+    }
+
     /// GET entries riding on a command that changes data return the
     /// values after it.
     fn attrs_after(
@@ -621,11 +651,15 @@ impl Execute for ObjExecutor {
         &self,
         request: &ObjRequest,
         payload: &[u8],
-        _nowait: bool,
+        nowait: bool,
         out: &mut ReplyBuf,
     ) -> Outcome {
         let h = &request.head;
         let result = match self.session.validate(h, payload) {
+            Ok(req) if nowait => match self.read_nowait(&req, out) {
+                Some(result) => result,
+                None => return Outcome::WouldBlock,
+            },
             Ok(req) => self.run(&req, out),
             Err(rejected) => Err(Failure::new(rejected.code, rejected.message)),
         };

@@ -9,13 +9,14 @@
 
 mod execute;
 mod extent;
+mod file_read;
 mod handshake;
 mod meta;
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use sluice_obj_proto::consts::REQUEST_HEADER_LEN;
+use sluice_obj_proto::consts::{REPLY_HEADER_LEN, REQUEST_HEADER_LEN};
 use sluice_obj_proto::{
     Command, DdtKind, Limits, Opcode, Rejected, ReplyHeader, RequestHeader, TlsPolicy,
 };
@@ -27,9 +28,10 @@ pub(crate) use handshake::PartitionPolicy;
 pub(crate) use meta::{open_meta, MetaService};
 
 use crate::buffer::RecvBuf;
+use crate::config::PipelineMode;
 use crate::driver::{
-    self, handshake_outcome, ConnectionHandler, Decoded, Dispatch, DriverEnv, Frame, Protocol,
-    ProtocolViolation, Start,
+    self, handshake_outcome, ConnectionHandler, Decoded, Dispatch, DriverEnv, Frame, Placement,
+    Protocol, ProtocolViolation, Start,
 };
 use crate::export::ExportRegistry;
 use crate::metrics::ObjCommand;
@@ -84,6 +86,7 @@ impl ConnectionHandler for ObjService {
             "object protocol transmission started"
         );
         let session = ObjSession {
+            reply_header: Vec::with_capacity(REPLY_HEADER_LEN),
             exec: Arc::new(ObjExecutor {
                 store: Arc::clone(&self.store),
                 session: negotiated,
@@ -109,6 +112,8 @@ pub(crate) fn tls_policy(nbd: sluice_nbd_proto::TlsPolicy) -> TlsPolicy {
 /// One object protocol connection in transmission.
 pub(crate) struct ObjSession {
     exec: Arc<ObjExecutor>,
+    /// The header of a reply sent from a file, kept to be reused.
+    reply_header: Vec<u8>,
 }
 
 impl ObjSession {
@@ -255,6 +260,18 @@ impl Protocol for ObjSession {
             };
         }
         match self.validate(h, payload, received, d) {
+            Some(request) if self.reads_inline(&request, d) => {
+                // Run here if the store can answer without waiting (see
+                // `ObjExecutor::read_nowait`), else on the pool.
+                let seq = d.take_seq();
+                let placement = if d.pipeline() == PipelineMode::Off {
+                    Placement::Inline
+                } else {
+                    Placement::TryInline
+                };
+                d.run(&self.exec, seq, request, payload, placement, received);
+                Start::Answered
+            }
             Some(request) => Start::Run(request),
             None => Start::Answered,
         }
@@ -263,5 +280,20 @@ impl Protocol for ObjSession {
     #[inline]
     fn executor(&self) -> &Arc<ObjExecutor> {
         &self.exec
+    }
+
+    /// Large plain READs of files in the page cache are sent from the
+    /// file on this thread (`file_read.rs`); everything else runs where
+    /// placement says.
+    #[inline]
+    fn dispatch(
+        &mut self,
+        request: &ObjRequest,
+        _seq: driver::sink::Seq,
+        _placement: Placement,
+        received: Instant,
+        d: &mut Dispatch,
+    ) -> bool {
+        self.file_read(request, received, d)
     }
 }
