@@ -172,8 +172,9 @@ impl ObjSession {
             .metrics
             .objects
             .record_batch(members.count() as u64);
-        // Run together only where replies go out as they complete (in
-        // request order a group would add nothing but waiting).
+        // Run together only where replies go out as they complete: in
+        // request order the sink places each reply by its own sequence
+        // number, and a shared job's replies travel as one buffer.
         let mut together =
             (d.pipeline() == PipelineMode::Flexible).then(|| Together::for_frame(payload.len()));
         for (mh, member_payload) in members {
