@@ -318,6 +318,10 @@ struct BatchSeries {
     buckets: [AtomicU64; 11],
     overflow: AtomicU64,
     members: AtomicU64,
+    /// Pool jobs that ran several small members of one frame, and the
+    /// members they ran.
+    groups: AtomicU64,
+    grouped: AtomicU64,
 }
 
 /// Metrics of the native object protocol, per command and per data
@@ -378,6 +382,14 @@ impl ObjectMetrics {
             Some(i) => b.buckets[i].fetch_add(1, Ordering::Relaxed),
             None => b.overflow.fetch_add(1, Ordering::Relaxed),
         };
+    }
+
+    /// Records `members` small members of one batch frame run together
+    /// in one pool job.
+    pub fn record_batch_group(&self, members: u64) {
+        let b = &self.batches;
+        b.groups.fetch_add(1, Ordering::Relaxed);
+        b.grouped.fetch_add(members, Ordering::Relaxed);
     }
 
     /// Batch frames split so far.
@@ -463,6 +475,18 @@ impl ObjectMetrics {
         let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
         let _ = writeln!(out, "{name}_sum {}", b.members.load(Ordering::Relaxed));
         let _ = writeln!(out, "{name}_count {cumulative}");
+        let name = "sluice_obj_batch_groups_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Pool jobs that each ran several small members of one batch frame.\n# TYPE {name} counter\n{name} {}",
+            b.groups.load(Ordering::Relaxed)
+        );
+        let name = "sluice_obj_batch_grouped_members_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Batch members run in such shared pool jobs.\n# TYPE {name} counter\n{name} {}",
+            b.grouped.load(Ordering::Relaxed)
+        );
     }
 }
 
@@ -547,7 +571,7 @@ impl ServerMetrics {
             (
                 "sluice_handoffs_total",
                 "counter",
-                "Requests handed to the I/O pool.",
+                "Jobs handed to the I/O pool (a request, or the small members of a batch frame run together).",
                 load(&self.handoffs),
             ),
             (
@@ -890,6 +914,17 @@ mod tests {
         assert!(text.contains("\nsluice_obj_batch_members_bucket{le=\"4\"} 2\n"));
         assert!(text.contains("\nsluice_obj_batch_members_bucket{le=\"1024\"} 2\n"));
         assert!(text.contains("\nsluice_obj_batch_members_bucket{le=\"+Inf\"} 3\n"));
+        assert!(
+            text.contains("\nsluice_obj_batch_groups_total 0\n"),
+            "{text}"
+        );
+        s.objects.record_batch_group(5);
+        let text = s.render(std::iter::empty());
+        assert!(
+            text.contains("\nsluice_obj_batch_groups_total 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("\nsluice_obj_batch_grouped_members_total 5\n"));
         assert!(text.contains("\nsluice_obj_batch_members_sum 4005\n"));
         assert!(text.contains("\nsluice_obj_batch_members_count 3\n"));
     }

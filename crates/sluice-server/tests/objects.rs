@@ -838,6 +838,179 @@ fn batch_members_run_in_parallel_and_are_answered_as_each_completes() {
     assert_eq!(c.reply().ok().id, 1);
 }
 
+/// The value of the series `name` on `server` (0 if absent).
+fn metric(server: &TestServer, name: &str) -> u64 {
+    server
+        .scrape()
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// `(pool hand-offs, shared jobs, members run in them)` so far.
+fn pool_counts(server: &TestServer) -> [u64; 3] {
+    [
+        metric(server, "sluice_handoffs_total"),
+        metric(server, "sluice_obj_batch_groups_total"),
+        metric(server, "sluice_obj_batch_grouped_members_total"),
+    ]
+}
+
+/// Sends `members` as one batch frame and returns their replies by id.
+fn run_batch(c: &mut RawObjClient<std::net::TcpStream>, id: u64, members: &[Req]) -> Vec<Reply> {
+    let body: Vec<u8> = members.iter().flat_map(|m| c.encode(m)).collect();
+    c.send(&Req::new(OP_BATCH, id).data(&body));
+    let mut replies: Vec<Reply> = (0..members.len()).map(|_| c.reply()).collect();
+    replies.sort_by_key(|r| r.id);
+    replies
+}
+
+#[test]
+fn a_batch_of_small_writes_is_one_pool_hand_off_with_a_reply_for_each() {
+    let (server, _dir, _) = start();
+    let mut c = client(&server);
+    let ids = c.create(8, "");
+    let members: Vec<Req> = (0..8u64)
+        .map(|k| {
+            Req::new(OP_WRITE, 10 + k)
+                .object(ids[k as usize])
+                .range(k * 4096, 4096)
+                .data(&[k as u8 + 1; 4096])
+        })
+        .collect();
+    let before = pool_counts(&server);
+    let replies = run_batch(&mut c, 9, &members);
+    let after = pool_counts(&server);
+    assert_eq!(
+        replies.iter().map(|r| r.id).collect::<Vec<_>>(),
+        (10..18).collect::<Vec<_>>(),
+        "one reply per member, each with its own id"
+    );
+    for r in replies {
+        r.ok();
+    }
+    assert_eq!(
+        [
+            after[0] - before[0],
+            after[1] - before[1],
+            after[2] - before[2]
+        ],
+        [1, 1, 8],
+        "eight small writes: one hand-off, one shared job of eight"
+    );
+    for (k, &id) in ids.iter().enumerate() {
+        let k = k as u64;
+        assert_eq!(c.read(id, k * 4096, 4096).0, vec![k as u8 + 1; 4096]);
+    }
+}
+
+#[test]
+fn a_bad_member_of_a_shared_job_is_answered_and_the_others_still_run() {
+    let (server, _dir, _) = start();
+    let mut c = client(&server);
+    let ids = c.create(2, "");
+    let members = [
+        Req::new(OP_WRITE, 21)
+            .object(ids[0])
+            .range(0, 3)
+            .data(b"one"),
+        // No such object: fails when it runs, inside the shared job.
+        Req::new(OP_WRITE, 22).object(777).range(0, 3).data(b"bad"),
+        Req::new(OP_WRITE, 23)
+            .object(ids[1])
+            .range(0, 3)
+            .data(b"two"),
+    ];
+    let before = pool_counts(&server);
+    let replies = run_batch(&mut c, 20, &members);
+    let after = pool_counts(&server);
+    assert_eq!(after[0] - before[0], 1, "the three ran in one job");
+    assert_eq!(
+        replies.iter().map(|r| r.id).collect::<Vec<_>>(),
+        [21, 22, 23]
+    );
+    let mut replies = replies.into_iter();
+    replies.next().unwrap().ok();
+    let msg = replies.next().unwrap().err(ErrorCode::NoSuchObject);
+    assert!(msg.contains("0x309"), "{msg}");
+    replies.next().unwrap().ok();
+    assert_eq!(c.read(ids[0], 0, 3).0, b"one");
+    assert_eq!(c.read(ids[1], 0, 3).0, b"two");
+    still_usable(&mut c, ids[1]);
+}
+
+#[test]
+fn large_members_of_a_batch_are_handed_off_one_each() {
+    let (server, _dir, _) = start();
+    let mut c = client(&server);
+    let ids = c.create(2, "");
+    let big = vec![7u8; 256 * 1024];
+    let members = [
+        Req::new(OP_WRITE, 31)
+            .object(ids[0])
+            .range(0, big.len() as u64)
+            .data(&big),
+        Req::new(OP_WRITE, 32)
+            .object(ids[1])
+            .range(0, big.len() as u64)
+            .data(&big),
+    ];
+    let before = pool_counts(&server);
+    for r in run_batch(&mut c, 30, &members) {
+        r.ok();
+    }
+    let after = pool_counts(&server);
+    assert_eq!(
+        [after[0] - before[0], after[1] - before[1]],
+        [2, 0],
+        "two large writes: two jobs, free to run in parallel"
+    );
+    assert_eq!(c.read(ids[1], 1000, 3).0, [7, 7, 7]);
+}
+
+#[test]
+fn small_members_are_answered_while_a_slow_member_of_their_frame_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let gated = Arc::new(sluice_testkit::GatedDevice::new(1 << 20, vec![0]));
+    let server = TestServer::builder()
+        .export("gated", Arc::clone(&gated) as Arc<dyn BlockDevice>)
+        .objects(dir.path())
+        .config(|c| c.io_threads = 4)
+        .metrics()
+        .start();
+    let mut c = RawObjClient::connect(server.obj_addr.unwrap());
+    c.hello(ALL).unwrap();
+    let (h, _, _) = c.attach("gated").unwrap();
+    c.select(1).unwrap();
+    let ids = c.create(4, "");
+    let mut members = vec![Req::new(OP_EXTENT_READ, 1).object(h).range(0, 512)];
+    members.extend(
+        ids.iter()
+            .zip(2u64..)
+            .map(|(&o, id)| Req::new(OP_WRITE, id).object(o).range(0, 2).data(b"ok")),
+    );
+    let before = pool_counts(&server);
+    let body: Vec<u8> = members.iter().flat_map(|m| c.encode(m)).collect();
+    c.send(&Req::new(OP_BATCH, 9).data(&body));
+    // The four writes (one shared job) come back while the read waits.
+    let mut first: Vec<u64> = (0..4).map(|_| c.reply().ok().id).collect();
+    first.sort_unstable();
+    assert_eq!(first, [2, 3, 4, 5]);
+    let after = pool_counts(&server);
+    assert_eq!(
+        [
+            after[0] - before[0],
+            after[1] - before[1],
+            after[2] - before[2]
+        ],
+        [2, 1, 4],
+        "the gated read on its own job, the writes in one"
+    );
+    gated.open_gate();
+    assert_eq!(c.reply().ok().id, 1);
+}
+
 #[test]
 fn truncated_frames_bad_magic_and_oversized_payloads_end_only_that_connection() {
     use std::io::Write;

@@ -19,7 +19,10 @@
 //! way is better by a margin and probing the other way now and then
 //! (rarely when the two differ much). Below [`HOLD_IN_FLIGHT`]
 //! outstanding it never merges: nothing is held there, so there is
-//! nothing to gain (the paper's sporadic case).
+//! nothing to gain (the paper's sporadic case); nor at a level where a
+//! merging window sent under a quarter of its requests in batch frames
+//! (batches do not form there, so holding costs and packing saves
+//! nothing), but for a probe every ninth window.
 //!
 //! The controller is a pure state machine: callers pass the time in, so
 //! its rule is tested with made-up clocks.
@@ -118,6 +121,9 @@ const PROBE_FAR: u32 = 32;
 const FAR: f64 = 0.25;
 /// Weight of the newest window in a level's rate.
 const NEWEST: f64 = 0.5;
+/// A merging window that sent fewer than `1 / FORMED` of its requests
+/// inside batch frames found no batches to form.
+const FORMED: u64 = 4;
 
 /// What one level of load has measured.
 #[derive(Debug, Clone, Copy, Default)]
@@ -128,6 +134,10 @@ struct Level {
     merge: bool,
     /// Windows since the last probe.
     held: u32,
+    /// The last merging window here formed no batches: the level counts
+    /// as off (probed every [`PROBE_EVERY`] windows, so one unlucky
+    /// window costs little).
+    barren: bool,
 }
 
 /// The window being measured.
@@ -137,6 +147,9 @@ struct Window {
     completions: u64,
     /// Sum over completions of the requests outstanding at each.
     outstanding: u64,
+    /// Requests sent, and those of them sent inside batch frames.
+    sent: u64,
+    packed: u64,
 }
 
 /// Decides, for each send, whether to pack the waiting requests into
@@ -193,6 +206,17 @@ impl MergeController {
         merging && in_flight >= HOLD_IN_FLIGHT && queued < HOLD_MAX
     }
 
+    /// Counts one send of `requests` requests, `packed` of them inside
+    /// batch frames.
+    #[inline]
+    pub(crate) fn sent(&mut self, requests: usize, packed: usize) {
+        if self.policy != MergePolicy::Adaptive {
+            return;
+        }
+        self.window.sent += requests as u64;
+        self.window.packed += packed as u64;
+    }
+
     /// Counts one completion at `now`, with `outstanding` requests
     /// (in flight or waiting to be sent) left after it.
     #[inline]
@@ -211,12 +235,24 @@ impl MergeController {
         let rate = w.completions as f64 / elapsed.as_secs_f64();
         let mean = w.outstanding / w.completions;
         let level = level_of(mean);
+        let formed = w.sent == 0 || w.packed * FORMED >= w.sent;
         let l = &mut self.levels[level];
         let way = usize::from(self.merging);
-        l.rate[way] = Some(match l.rate[way] {
-            Some(old) => old * (1.0 - NEWEST) + rate * NEWEST,
-            None => rate,
-        });
+        if self.merging && !formed {
+            // Merging found nothing to pack: its rate says nothing about
+            // merging, and the level counts as off.
+            l.barren = true;
+            l.merge = false;
+            l.held = 0;
+        } else {
+            if self.merging {
+                l.barren = false;
+            }
+            l.rate[way] = Some(match l.rate[way] {
+                Some(old) => old * (1.0 - NEWEST) + rate * NEWEST,
+                None => rate,
+            });
+        }
         self.window = Window {
             started: Some(now),
             ..Window::default()
@@ -233,6 +269,14 @@ impl MergeController {
             return false;
         }
         let l = &mut self.levels[level];
+        if l.barren {
+            l.held += 1;
+            if l.held > PROBE_EVERY {
+                l.held = 0;
+                return true;
+            }
+            return false;
+        }
         let (off, on) = match l.rate {
             // Measure each way once before comparing.
             [None, _] => return false,
@@ -371,7 +415,21 @@ mod tests {
         rate_on: f64,
         windows: usize,
     ) -> f64 {
+        drive_packing(c, outstanding, rate_off, rate_on, 1.0, windows)
+    }
+
+    /// As [`drive`], with each request sent before its completion, a
+    /// `packed` share of them inside batch frames when merging.
+    fn drive_packing(
+        c: &mut MergeController,
+        outstanding: usize,
+        rate_off: f64,
+        rate_on: f64,
+        packed: f64,
+        windows: usize,
+    ) -> f64 {
         let mut now = Instant::now();
+        let mut share = 0.0;
         let mut merged = 0;
         for _ in 0..windows {
             let merging = c.merging;
@@ -382,6 +440,13 @@ mod tests {
             // Complete requests until the window closes.
             loop {
                 now += step;
+                // Every request sent once; `packed` of them in frames.
+                share += packed;
+                let in_frame = merging && share >= 1.0;
+                if share >= 1.0 {
+                    share -= 1.0;
+                }
+                c.sent(1, usize::from(in_frame));
                 c.completed(now, outstanding - 1);
                 if c.window.completions == 0 && c.window.started != before {
                     break;
@@ -423,6 +488,24 @@ mod tests {
         let share = drive(&mut c, 16, 10_000.0, 10_200.0, 90);
         let expect = if held { share > 0.8 } else { share < 0.2 };
         assert!(expect, "held {held}, merged in {share} of the windows");
+    }
+
+    #[test]
+    fn a_level_where_batches_do_not_form_counts_as_off() {
+        let mut c = MergeController::new(MergePolicy::Adaptive, true);
+        // Merging "faster", but its windows pack a tenth of the
+        // requests: it is not merging that made them faster, so the
+        // level stays off but for a probe every ninth window.
+        let share = drive_packing(&mut c, 16, 10_000.0, 12_000.0, 0.1, 200);
+        assert!(share < 0.15, "merged in {share} of the windows");
+        assert!(share > 0.0, "never probed");
+        assert!(c.levels[level_of(16)].barren);
+        assert_eq!(c.threshold(), None);
+        // Once batches form (and pay), the next probe turns it on.
+        let share = drive_packing(&mut c, 16, 10_000.0, 12_000.0, 0.9, 200);
+        assert!(share > 0.7, "merged in {share} of the windows");
+        assert!(!c.levels[level_of(16)].barren);
+        assert_eq!(c.threshold(), Some(16));
     }
 
     #[test]

@@ -372,7 +372,7 @@ impl Shared {
             // Frame ids, and each member's frame, before anything is sent
             // (a reply may come before this thread locks the state again).
             let mut heads = Vec::with_capacity(groups.len());
-            let mut at = 0;
+            let (mut at, mut packed) = (0, 0);
             for &n in &groups {
                 if n > 1 {
                     let frame = self.fresh_id();
@@ -384,12 +384,14 @@ impl Shared {
                     }
                     st.stats.frames += 1;
                     st.stats.merged += n as u64;
+                    packed += n;
                     heads.push(Some(frame));
                 } else {
                     heads.push(None);
                 }
                 at += n;
             }
+            st.merge.sent(take, packed);
             drop(st);
             let sent = {
                 let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());

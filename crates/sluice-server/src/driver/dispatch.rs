@@ -330,4 +330,11 @@ impl PoolJob {
         let _sending = self.sends.sending();
         self.sink.send_owned(seq, reply, self.guard.take())
     }
+
+    /// Sends (or queues) replies that are not the job's last: the
+    /// in-flight slot stays with the job for the replies still to come.
+    pub(crate) fn send_early(&mut self, seq: Seq, reply: Vec<u8>) -> io::Result<()> {
+        let _sending = self.sends.sending();
+        self.sink.send_owned(seq, reply, None)
+    }
 }

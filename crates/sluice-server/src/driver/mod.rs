@@ -36,7 +36,7 @@ use std::time::{Duration, Instant};
 use sluice_storage::BlockingClass;
 use tracing::{error, info};
 
-pub(crate) use dispatch::{Dispatch, Placement};
+pub(crate) use dispatch::{Dispatch, Placement, PoolJob};
 pub(crate) use receive::PayloadIo;
 
 use crate::buffer::{RecvBuf, ReplyBuf};

@@ -4,9 +4,11 @@
 //! validated once on the connection thread ([`ObjSession`] is the
 //! driver's [`Protocol`]) and run against the object store or an
 //! attached NBD export on the I/O pool ([`ObjExecutor`]). A batch frame
-//! is split here and each member runs (in parallel, on the pool) and is
-//! answered on its own.
+//! is split here; its small store changes run together in one pool job
+//! (`batch.rs`), every other member on its own, in parallel, and each
+//! member is answered with its own reply.
 
+mod batch;
 mod execute;
 mod extent;
 mod file_read;
@@ -23,6 +25,7 @@ use sluice_obj_proto::{
 use sluice_objstore::ObjectStore;
 use tracing::{debug, info, trace, warn};
 
+use batch::{runs_together, Together};
 use execute::{ObjExecutor, ObjRequest};
 pub(crate) use handshake::PartitionPolicy;
 pub(crate) use meta::{open_meta, MetaService};
@@ -155,9 +158,12 @@ impl ObjSession {
         }
     }
 
-    /// Splits a batch frame and runs each member on its own: every member
-    /// gets one reply with its own id, in completion order; a bad member
-    /// is answered with its error and the others still run.
+    /// Splits a batch frame and runs its members: every member gets one
+    /// reply with its own id, in completion order; a bad member is
+    /// answered with its error and the others still run. The small store
+    /// changes among them run together, one pool job for up to 16 of
+    /// them, their replies sent with one write (`batch.rs`); every other
+    /// member is handed on as it is split, to run in parallel.
     fn batch(&self, h: &RequestHeader, payload: &[u8], received: Instant, d: &mut Dispatch) {
         let members = match self.exec.session.split_batch(h, payload) {
             Ok(m) => m,
@@ -170,8 +176,11 @@ impl ObjSession {
             .metrics
             .objects
             .record_batch(members.count() as u64);
-        // Every member is handed on as it is split (to the pool, where
-        // they run in parallel); nothing here waits for one to finish.
+        // Run together only where replies go out as they complete: in
+        // request order the sink places each reply by its own sequence
+        // number, and a shared job's replies travel as one buffer.
+        let mut together =
+            (d.pipeline() == PipelineMode::Flexible).then(|| Together::for_frame(payload.len()));
         for (mh, member_payload) in members {
             if mh.opcode == Opcode::Disconnect.wire() {
                 // Closing from inside a batch would cut off its siblings'
@@ -191,15 +200,26 @@ impl ObjSession {
                 continue;
             };
             let seq = d.take_seq();
-            let placement = d.placement(driver::Execute::blocking(&*self.exec), request.access);
-            d.run(
-                &self.exec,
-                seq,
-                request,
-                member_payload,
-                placement,
-                received,
-            );
+            match &mut together {
+                Some(group) if runs_together(&request) => {
+                    group.push(seq, request, member_payload, &self.exec, received, d);
+                }
+                _ => {
+                    let placement =
+                        d.placement(driver::Execute::blocking(&*self.exec), request.access);
+                    d.run(
+                        &self.exec,
+                        seq,
+                        request,
+                        member_payload,
+                        placement,
+                        received,
+                    );
+                }
+            }
+        }
+        if let Some(group) = together {
+            group.start(&self.exec, received, d);
         }
     }
 }

@@ -1,0 +1,198 @@
+//! The small members of a batch frame, run together: one pool hand-off
+//! for several members instead of one each, and their replies sent with
+//! one write (docs/design/0008-temporal-merge.md, "The server side").
+//!
+//! A hand-off costs the server a job, a queue and, on a machine with few
+//! cores, a worker's wake-up, and a reply sent on its own costs a
+//! `write`; for a 4 KiB write into the page cache those cost more than
+//! the write. So the members that only change the page cache and the
+//! metadata database, and move little data, run one after another in
+//! one job ([`Together`]). Everything else in the frame (reads, which may
+//! wait for the disk; durable changes; extent and metadata calls, whose
+//! device or service the store does not control; large transfers) is
+//! still handed off on its own, so such members run in parallel as
+//! before, and a slow one holds up nothing else of its frame.
+
+use std::ops::Range;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tracing::debug;
+
+use super::execute::{ObjExecutor, ObjRequest};
+use crate::buffer::ReplyBuf;
+use crate::driver::sink::Seq;
+use crate::driver::{Access, Dispatch, Execute, Outcome, PoolJob};
+use crate::metrics::{ObjCommand, Stage};
+
+/// A member this large or larger runs on its own job: its copy alone
+/// outweighs a hand-off, and two of them gain from running in parallel.
+const SMALL_MEMBER: u64 = 64 * 1024;
+/// Members of one job at most...
+const MAX_MEMBERS: usize = 16;
+/// ...and data bytes, so one job's members finish within about the time
+/// of one large request, and a frame of many members still spreads over
+/// several workers.
+const MAX_BYTES: u64 = 256 * 1024;
+/// Replies that have waited this long are sent before the job runs its
+/// next member, so a member that turns out slow does not hold back the
+/// replies of those before it by more than this.
+const SEND_READY_AFTER: Duration = Duration::from_micros(200);
+
+/// Whether `request` may run in a job with other members of its frame:
+/// a small change that lands in the page cache and the metadata
+/// database without waiting for a device.
+pub(super) fn runs_together(request: &ObjRequest) -> bool {
+    request.access == Access::Buffered
+        && request.bytes < SMALL_MEMBER
+        && matches!(
+            request.command,
+            ObjCommand::Create
+                | ObjCommand::Remove
+                | ObjCommand::Write
+                | ObjCommand::Append
+                | ObjCommand::CreateAndWrite
+                | ObjCommand::Punch
+                | ObjCommand::SetAttrs
+        )
+}
+
+/// One member of a [`Together`].
+struct Member {
+    seq: Seq,
+    request: ObjRequest,
+    /// Its payload in [`Together::data`].
+    payload: Range<usize>,
+    failed: bool,
+}
+
+/// Small members of one batch frame gathered to run in one pool job, in
+/// frame order, each answered with its own reply.
+pub(super) struct Together {
+    members: Vec<Member>,
+    /// The members' payloads, back to back (one copy of each, as a
+    /// hand-off makes).
+    data: Vec<u8>,
+    bytes: u64,
+    /// Payload bytes of the frame not yet split: room to reserve once.
+    frame_left: usize,
+}
+
+impl Together {
+    /// An empty group for a frame of `payload` bytes (nothing is
+    /// allocated until a member joins).
+    pub(super) fn for_frame(payload: usize) -> Self {
+        Self {
+            members: Vec::new(),
+            data: Vec::new(),
+            bytes: 0,
+            frame_left: payload,
+        }
+    }
+
+    /// Adds a member that [`runs_together`]; first starts the members
+    /// gathered so far if it would take the group past its limits.
+    pub(super) fn push(
+        &mut self,
+        seq: Seq,
+        request: ObjRequest,
+        payload: &[u8],
+        exec: &Arc<ObjExecutor>,
+        received: Instant,
+        d: &mut Dispatch,
+    ) {
+        if self.members.len() >= MAX_MEMBERS
+            || (!self.members.is_empty() && self.bytes + request.bytes > MAX_BYTES)
+        {
+            let rest = Self::for_frame(self.frame_left);
+            std::mem::replace(self, rest).start(exec, received, d);
+        }
+        if self.members.is_empty() {
+            self.members.reserve(MAX_MEMBERS);
+            self.data
+                .reserve(self.frame_left.min(MAX_BYTES as usize) + 4096);
+        }
+        self.frame_left = self.frame_left.saturating_sub(payload.len());
+        let at = self.data.len();
+        self.data.extend_from_slice(payload);
+        self.bytes += request.bytes;
+        self.members.push(Member {
+            seq,
+            request,
+            payload: at..self.data.len(),
+            failed: false,
+        });
+    }
+
+    /// Hands the group to the I/O pool as one job (a lone member as the
+    /// request it is).
+    pub(super) fn start(mut self, exec: &Arc<ObjExecutor>, received: Instant, d: &mut Dispatch) {
+        match self.members.len() {
+            0 => {}
+            1 => {
+                let Member {
+                    seq,
+                    request,
+                    payload,
+                    ..
+                } = self.members.remove(0);
+                let placement = d.placement(exec.blocking(), request.access);
+                d.run(exec, seq, request, &self.data[payload], placement, received);
+            }
+            n => {
+                exec.metrics.objects.record_batch_group(n as u64);
+                let exec = Arc::clone(exec);
+                d.spawn(self.bytes, move |job| self.run(&exec, received, job));
+            }
+        }
+    }
+
+    /// Runs the members one after another on a pool worker. Their replies
+    /// go out together when the last is done, or earlier once the oldest
+    /// unsent one has waited [`SEND_READY_AFTER`].
+    fn run(mut self, exec: &ObjExecutor, received: Instant, mut job: PoolJob) {
+        let count = self.members.len();
+        let n = count as i64;
+        job.metrics.inflight.fetch_add(n, Ordering::Relaxed);
+        let mut out = ReplyBuf::with_capacity(0);
+        // Members [unsent..] have replies in `out` (up to the one running).
+        let mut unsent = 0;
+        let mut oldest: Option<Instant> = None;
+        let mut started = Instant::now();
+        for i in 0..count {
+            let m = &mut self.members[i];
+            let payload = &self.data[m.payload.clone()];
+            m.failed = match exec.execute(&m.request, payload, false, &mut out) {
+                Outcome::Done { failed } => failed,
+                Outcome::WouldBlock => true,
+            };
+            let done = Instant::now();
+            let first = *oldest.get_or_insert(done);
+            let last = i + 1 == count;
+            if !last && done - first < SEND_READY_AFTER {
+                continue;
+            }
+            job.metrics.add_busy(Stage::ExecutePool, done - started);
+            let reply = std::mem::take(&mut out).into_vec();
+            let seq = m.seq;
+            let sent = if last {
+                job.send(seq, reply)
+            } else {
+                job.send_early(seq, reply)
+            };
+            if let Err(e) = sent {
+                debug!(error = %e, "replies not sent: connection gone");
+            }
+            let now = Instant::now();
+            job.metrics.add_busy(Stage::Send, now - done);
+            for m in &self.members[unsent..=i] {
+                exec.completed(&m.request, m.failed, now - received);
+            }
+            unsent = i + 1;
+            oldest = None;
+            started = now;
+        }
+        job.metrics.inflight.fetch_sub(n, Ordering::Relaxed);
+    }
+}
