@@ -1289,7 +1289,7 @@ impl ObjectStore {
             .max()
             .unwrap_or(0)
             .min(cached.info.length);
-        if let Some(file) = &cached.file {
+        if let Body::File(file) = &cached.body {
             if start < end && !crate::page_cache::resident(file, start, end - start) {
                 return Ok(None);
             }
@@ -1368,7 +1368,11 @@ impl ObjectStore {
         let (length, file) = {
             let cache = stripe.cache();
             let c = cache.get(&object)?;
-            (c.info.length, Arc::clone(c.file.as_ref()?))
+            // Inline objects have no file to lend.
+            let Body::File(file) = &c.body else {
+                return None;
+            };
+            (c.info.length, Arc::clone(file))
         };
         let end = offset.checked_add(len)?;
         (end <= length && crate::page_cache::resident(&file, offset, len)).then_some(file)
