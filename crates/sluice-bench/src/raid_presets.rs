@@ -13,13 +13,15 @@
 //!   128 KiB write, four full stripes; N workers at queue depth 1). The
 //!   head's and members' metrics are scraped around the sweep and give
 //!   each station's demand by the utilization law (`sluice-model`'s
-//!   [`Calibration`]): the head's CPU, the members' CPUs and the
-//!   members' links (the bytes a member moved over its link's measured
-//!   rate); the members work on each job side by side, so those two
-//!   stations take the largest member's demand. Exact MVA and
-//!   the balanced job bounds of that network (the lower edge taken over
-//!   the job's two overlapping branches, links and CPUs, the upper edge
-//!   over all stations in series) are drawn beside the
+//!   [`Calibration`]): the head's CPU, the members' CPUs and each
+//!   direction of the members' links (the bytes its `tbf` shaper sent
+//!   over the rate it charges); the members work on each job side by
+//!   side, so those stations take the largest member's demand. A job's
+//!   link transfers and CPU work overlap, so exact MVA is drawn both
+//!   ways (each overlapping branch on its own with the job as slow as
+//!   the slowest, and every station in series), and the balanced job
+//!   bounds take their lower edge from the slowest branch and their
+//!   upper edge from the stations in series. They are drawn beside the
 //!   measurement, with the paper's equations (2)-(10) ([`raid_curve`])
 //!   evaluated with the calibrated per-unit CPU times and the link's
 //!   measured rate.
