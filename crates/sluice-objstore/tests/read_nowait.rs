@@ -22,7 +22,13 @@ fn lend_resident_lends_cached_ranges_inside_the_length_only() {
     store.create_partition(P).unwrap();
     let bytes = data();
     let id = store
-        .create_and_write(P, None, &bytes, &WriteOptions::default())
+        .create_and_write(
+            P,
+            None,
+            &[Segment::new(0, bytes.len() as u64)],
+            &bytes,
+            &WriteOptions::default(),
+        )
         .unwrap();
     let obj = ObjectRef {
         partition: P,
@@ -70,7 +76,13 @@ fn lend_resident_lends_cached_ranges_inside_the_length_only() {
     // A store opened afresh has nothing cached: nothing is lent (that
     // would ask SQLite) until a read has loaded the object.
     let id = store
-        .create_and_write(P, None, &bytes, &WriteOptions::default())
+        .create_and_write(
+            P,
+            None,
+            &[Segment::new(0, bytes.len() as u64)],
+            &bytes,
+            &WriteOptions::default(),
+        )
         .unwrap();
     drop(store);
     let store = ObjectStore::open(dir.path()).unwrap();
@@ -99,7 +111,13 @@ fn read_into_nowait_reads_like_read_into_when_it_reads() {
     store.create_partition(P).unwrap();
     let bytes = data();
     let id = store
-        .create_and_write(P, None, &bytes, &WriteOptions::default())
+        .create_and_write(
+            P,
+            None,
+            &[Segment::new(0, bytes.len() as u64)],
+            &bytes,
+            &WriteOptions::default(),
+        )
         .unwrap();
     let obj = ObjectRef {
         partition: P,
