@@ -110,6 +110,66 @@ fn large_plain_reads_go_out_from_the_file_and_return_the_same_bytes() {
     );
 }
 
+/// Reads sent from a shared mapping of the object's file so far.
+fn mapped_reads(server: &TestServer) -> u64 {
+    metric(server, "sluice_mapped_reads_total ")
+}
+
+#[test]
+fn large_scatter_gather_reads_go_out_from_a_mapping_in_list_order() {
+    let (server, _dir) = start();
+    let mut c = client(&server);
+    let id = c.create(1, "")[0];
+    let data = pattern(2 * MIB, 11);
+    c.write(id, 0, &data);
+    let bytes_of = |segments: &[(u64, u64)]| -> Vec<u8> {
+        segments
+            .iter()
+            .flat_map(|&(o, l)| data[o as usize..(o + l) as usize].iter().copied())
+            .collect()
+    };
+
+    // 64 segments of 4 KiB with 2-byte holes, listed backwards, one
+    // overlapping its neighbour and one repeated: 260 KiB in list order.
+    let mut sgl: Vec<(u64, u64)> = (0..64u64).rev().map(|i| (i * 4098, 4096)).collect();
+    sgl.push((10 * 4098 + 100, 8000));
+    sgl.push((0, 4096));
+    let before = (mapped_reads(&server), handoffs(&server));
+    let got = c.call(&Req::new(OP_READ, 20).object(id).sgl(&sgl)).ok();
+    assert!(got.body == bytes_of(&sgl), "SGL bytes differ");
+    // Strided: 64 blocks of 4 KiB every 12 KiB from 100.
+    let strided: Vec<(u64, u64)> = (0..64u64).map(|i| (100 + i * 12288, 4096)).collect();
+    let got = c
+        .call(
+            &Req::new(OP_READ, 21)
+                .object(id)
+                .strided(100, 12288, 4096, 64),
+        )
+        .ok();
+    assert!(got.body == bytes_of(&strided), "strided bytes differ");
+    assert_eq!(
+        (mapped_reads(&server), handoffs(&server)),
+        (before.0 + 2, before.1),
+        "both sent from a mapping, neither handed off"
+    );
+
+    // A segment past the object's end, or a list under 128 KiB, takes the
+    // copying way and returns what it always did.
+    let past = [(MIB, 4096), (2 * MIB - 100, 200_000)];
+    let got = c.call(&Req::new(OP_READ, 22).object(id).sgl(&past)).ok();
+    assert_eq!(got.body.len(), 204_096);
+    assert!(got.body[..4096] == data[MIB as usize..MIB as usize + 4096]);
+    assert!(got.body[4096..4196] == data[2 * MIB as usize - 100..]);
+    assert!(
+        got.body[4196..].iter().all(|&b| b == 0),
+        "zeros past the end"
+    );
+    let small = [(5, 1000), (3, 10)];
+    let got = c.call(&Req::new(OP_READ, 23).object(id).sgl(&small)).ok();
+    assert!(got.body == bytes_of(&small));
+    assert_eq!(mapped_reads(&server), before.0 + 2, "neither was mapped");
+}
+
 #[test]
 fn a_read_racing_writes_sees_old_or_new_bytes_never_an_error() {
     let (server, _dir) = start();

@@ -40,7 +40,7 @@ fn page_size() -> usize {
 
 impl MappedBytes {
     /// Maps the first `len` bytes of `file` read-only and shared.
-    pub(crate) fn map(file: &File, len: u64) -> io::Result<Self> {
+    pub fn map(file: &File, len: u64) -> io::Result<Self> {
         let len = usize::try_from(len)
             .ok()
             .filter(|&l| l > 0)

@@ -185,6 +185,23 @@ impl Dispatch {
         result
     }
 
+    /// Sends one reply whose data is several ranges of shared file
+    /// mappings (see [`ReplySink::send_mapped_pieces`]), after the queued
+    /// ones. Completion order only.
+    pub(crate) fn send_mapped_pieces(
+        &mut self,
+        header: &[u8],
+        data: &[libc::iovec],
+    ) -> io::Result<()> {
+        // A send error resurfaces below (the sink is broken) and on the
+        // next batch.
+        let _ = self.flush();
+        let started = Instant::now();
+        let result = self.sink.send_mapped_pieces(header, data);
+        self.metrics.add_busy(Stage::Send, started.elapsed());
+        result
+    }
+
     /// Sends one reply whose data the kernel takes from a file (see
     /// [`ReplySink::send_file`]), after the queued ones. Completion
     /// order only.

@@ -143,6 +143,32 @@ impl ReplySink {
         self.finish(result)
     }
 
+    /// Sends one read reply whose data is several ranges of shared file
+    /// mappings (`data`, in reply order), after its `header`: as
+    /// [`send_mapped`](Self::send_mapped), one `writev` per 1,024 pieces.
+    pub(crate) fn send_mapped_pieces(&self, header: &[u8], data: &[libc::iovec]) -> io::Result<()> {
+        let mut st = lock(&self.state);
+        while st.sending && !st.broken {
+            st.waiters += 1;
+            st = self.released.wait(st).unwrap_or_else(|p| p.into_inner());
+            st.waiters -= 1;
+        }
+        if st.broken {
+            return Err(io::ErrorKind::BrokenPipe.into());
+        }
+        debug_assert!(matches!(st.order, Order::Completion));
+        st.sending = true;
+        drop(st);
+        let mut iov = Vec::with_capacity(data.len() + 1);
+        iov.push(libc::iovec {
+            iov_base: header.as_ptr().cast_mut().cast(),
+            iov_len: header.len(),
+        });
+        iov.extend_from_slice(data);
+        let result = lock(&self.stream).write_all_raw_until(&mut iov, self.deadline());
+        self.finish(result)
+    }
+
     /// Sends one read reply whose data the kernel takes straight from
     /// `file`'s page cache (`sendfile`: no copy in this process, and on
     /// a socket that takes pages none in the kernel either): `header`,

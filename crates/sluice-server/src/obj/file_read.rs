@@ -1,15 +1,19 @@
 //! Large plain READs answered on the connection thread from the
 //! object's file: the reply's data goes from the page cache to the
-//! socket with `sendfile`, with no hand-off to the I/O pool and no copy
-//! into a reply buffer (NBD's mapped reads do the same for exports; see
-//! docs/design/0006-object-server.md for what a reader may see while a
-//! write to the same range runs).
+//! socket, with no hand-off to the I/O pool and no copy into a reply
+//! buffer: one range with `sendfile`, a scatter/gather or strided list
+//! with one `writev` of a piece of a shared mapping of the file per
+//! segment (NBD's mapped reads do the same for one range of an export;
+//! see docs/design/0006-object-server.md for what a reader may see while
+//! a write to the same range runs).
 
 use std::os::fd::AsFd;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use sluice_obj_proto::{DdtKind, ReplyHeader};
+use sluice_obj_proto::{Command, DdtKind, ReplyHeader, RequestHeader};
 use sluice_objstore::{ObjectId, ObjectRef, PartitionId};
+use sluice_storage::MappedBytes;
 
 use super::execute::ObjRequest;
 use super::ObjSession;
@@ -41,9 +45,85 @@ impl ObjSession {
     /// Whether `request` is a READ to try on the connection thread, read
     /// into the reply batch if the store can answer it without waiting
     /// (else it goes to the pool): plain reads the file path does not
-    /// take (scatter/gather, strided, small).
+    /// take (scatter/gather and strided reads the mapped path declined,
+    /// small reads).
     pub(super) fn reads_inline(&self, request: &ObjRequest, d: &Dispatch) -> bool {
         plain_read(request) && !Self::may_send_from_file(request, d)
+    }
+
+    /// Answers a large scatter/gather or strided READ with no attribute
+    /// entries from a shared mapping of the object's file, one piece per
+    /// segment in list order, when the store lends the file for the
+    /// segments' whole span (as [`file_read`](Self::file_read) does for
+    /// one range) on a plain socket in completion order. Returns false,
+    /// having sent nothing, otherwise (the caller then runs it as
+    /// before).
+    pub(super) fn mapped_read(
+        &mut self,
+        h: &RequestHeader,
+        request: &ObjRequest,
+        payload: &[u8],
+        received: Instant,
+        d: &mut Dispatch,
+    ) -> bool {
+        if !(plain_read(request)
+            && request.ddt != DdtKind::Contiguous
+            && request.bytes >= FILE_READ_MIN
+            && d.pipeline() == PipelineMode::Flexible
+            && d.is_plain())
+        {
+            return false;
+        }
+        // Validated once already; this borrows the segment list.
+        let Ok(parsed) = self.exec.session.validate(h, payload) else {
+            return false;
+        };
+        let Command::Read { ddt, .. } = parsed.command else {
+            return false;
+        };
+        let mut span: Option<(u64, u64)> = None;
+        for s in ddt.segments() {
+            let Some(end) = s.offset.checked_add(s.length) else {
+                return false;
+            };
+            span = Some(span.map_or((s.offset, end), |(a, b)| (a.min(s.offset), b.max(end))));
+        }
+        let Some((start, end)) = span else {
+            return false;
+        };
+        let object = ObjectRef {
+            partition: PartitionId(self.exec.session.partition),
+            object: ObjectId(h.object),
+        };
+        // Every segment lies inside the object's length and the page
+        // cache: no zeros to add, nothing to wait for.
+        let Some(file) = self.exec.store.lend_resident(object, start, end - start) else {
+            return false;
+        };
+        let Ok(map) = MappedBytes::map(&file, end) else {
+            return false;
+        };
+        let mut pieces = Vec::with_capacity(request.segments as usize);
+        for s in ddt.segments() {
+            let Some(piece) = usize::try_from(s.length)
+                .ok()
+                .and_then(|len| map.iovec(s.offset, len))
+            else {
+                return false;
+            };
+            pieces.push(piece);
+        }
+        // Validated: a READ's total is within the published payload
+        // limit (a `u32`).
+        let len = request.bytes as u32;
+        self.reply_header.clear();
+        ReplyHeader::ok(h.id, request.bytes, 0, len).encode(&mut self.reply_header);
+        // `map` stays mapped until after the send.
+        let failed = d.send_mapped_pieces(&self.reply_header, &pieces).is_err();
+        drop(map);
+        d.metrics().mapped_reads.fetch_add(1, Ordering::Relaxed);
+        self.exec.completed(request, failed, received.elapsed());
+        true
     }
 
     /// Answers a READ of one contiguous range with no attribute entries

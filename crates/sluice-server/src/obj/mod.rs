@@ -280,6 +280,7 @@ impl Protocol for ObjSession {
             };
         }
         match self.validate(h, payload, received, d) {
+            Some(request) if self.mapped_read(h, &request, payload, received, d) => Start::Answered,
             Some(request) if self.reads_inline(&request, d) => {
                 // Run here if the store can answer without waiting (see
                 // `ObjExecutor::read_nowait`), else on the pool.
