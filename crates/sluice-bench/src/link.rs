@@ -135,20 +135,7 @@ impl LinkMeasurement {
 
 /// Runs `program args` to completion; an error with its stderr if it fails.
 fn run(program: &str, args: &[&str]) -> Result<()> {
-    let out = Command::new(program)
-        .args(args)
-        .stdin(Stdio::null())
-        .output()
-        .with_context(|| format!("cannot run {program} (is iproute2/nftables installed?)"))?;
-    if !out.status.success() {
-        bail!(
-            "`{program} {}` failed ({}): {}",
-            args.join(" "),
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
-        );
-    }
-    Ok(())
+    output(program, args).map(drop)
 }
 
 /// The standard output of `program args`, failing as [`run`] does.
@@ -157,7 +144,7 @@ fn output(program: &str, args: &[&str]) -> Result<Vec<u8>> {
         .args(args)
         .stdin(Stdio::null())
         .output()
-        .with_context(|| format!("cannot run {program} (is iproute2 installed?)"))?;
+        .with_context(|| format!("cannot run {program} (is iproute2/nftables installed?)"))?;
     if !out.status.success() {
         bail!(
             "`{program} {}` failed ({}): {}",

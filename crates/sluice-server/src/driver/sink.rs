@@ -115,11 +115,10 @@ impl ReplySink {
         self.plain
     }
 
-    /// Sends one read reply whose data the kernel copies straight from a
-    /// shared file mapping (`data`, see `sluice_storage::MappedBytes`),
-    /// after its `header`. For completion order only; the caller keeps
-    /// the mapping alive for the call.
-    pub(crate) fn send_mapped(&self, header: &[u8], data: libc::iovec) -> io::Result<()> {
+    /// Waits until no other thread sends, then takes the socket for a
+    /// reply sent outside the batch (completion order only); `finish`
+    /// gives it back.
+    fn claim_send(&self) -> io::Result<()> {
         let mut st = lock(&self.state);
         while st.sending && !st.broken {
             st.waiters += 1;
@@ -131,7 +130,15 @@ impl ReplySink {
         }
         debug_assert!(matches!(st.order, Order::Completion));
         st.sending = true;
-        drop(st);
+        Ok(())
+    }
+
+    /// Sends one read reply whose data the kernel copies straight from a
+    /// shared file mapping (`data`, see `sluice_storage::MappedBytes`),
+    /// after its `header`. For completion order only; the caller keeps
+    /// the mapping alive for the call.
+    pub(crate) fn send_mapped(&self, header: &[u8], data: libc::iovec) -> io::Result<()> {
+        self.claim_send()?;
         let mut iov = [
             libc::iovec {
                 iov_base: header.as_ptr().cast_mut().cast(),
@@ -147,18 +154,7 @@ impl ReplySink {
     /// mappings (`data`, in reply order), after its `header`: as
     /// [`send_mapped`](Self::send_mapped), one `writev` per 1,024 pieces.
     pub(crate) fn send_mapped_pieces(&self, header: &[u8], data: &[libc::iovec]) -> io::Result<()> {
-        let mut st = lock(&self.state);
-        while st.sending && !st.broken {
-            st.waiters += 1;
-            st = self.released.wait(st).unwrap_or_else(|p| p.into_inner());
-            st.waiters -= 1;
-        }
-        if st.broken {
-            return Err(io::ErrorKind::BrokenPipe.into());
-        }
-        debug_assert!(matches!(st.order, Order::Completion));
-        st.sending = true;
-        drop(st);
+        self.claim_send()?;
         let mut iov = Vec::with_capacity(data.len() + 1);
         iov.push(libc::iovec {
             iov_base: header.as_ptr().cast_mut().cast(),
@@ -182,18 +178,7 @@ impl ReplySink {
         offset: u64,
         len: usize,
     ) -> io::Result<()> {
-        let mut st = lock(&self.state);
-        while st.sending && !st.broken {
-            st.waiters += 1;
-            st = self.released.wait(st).unwrap_or_else(|p| p.into_inner());
-            st.waiters -= 1;
-        }
-        if st.broken {
-            return Err(io::ErrorKind::BrokenPipe.into());
-        }
-        debug_assert!(matches!(st.order, Order::Completion));
-        st.sending = true;
-        drop(st);
+        self.claim_send()?;
         let result = lock(&self.stream).send_file_until(header, file, offset, len, self.deadline());
         self.finish(result)
     }
