@@ -26,7 +26,9 @@
 //!
 //! Crash safety. Data is written before the transaction that makes it
 //! visible (a new logical length), so after the process is killed an
-//! unflushed append is whole or absent; attribute sets are whole or
+//! unflushed append is whole or absent (the bytes of one whose length
+//! never committed are cut off when the object is next loaded, so no
+//! later extension exposes them); attribute sets are whole or
 //! absent after any crash (one transaction). After a power loss an
 //! unflushed append to an object file may come back with its length and
 //! attributes but zeros for its data, since only an fsync orders data
@@ -720,6 +722,20 @@ fn check_payload(
     Ok(())
 }
 
+/// Cuts an object's file back to its logical `length` when it holds
+/// bytes past it: the data of a write whose length commit never happened
+/// (the process was killed or the power lost between the two, or the
+/// commit failed). Past the length they read as zeros, but a later write
+/// further out would extend the length over them and expose them, so
+/// they go before the object's state is cached. The caller holds the
+/// object's stripe, so no change is between its data and its commit.
+fn drop_stale_tail(file: &File, length: u64) -> io::Result<()> {
+    if file.metadata()?.len() > length {
+        file.set_len(length)?;
+    }
+    Ok(())
+}
+
 /// Punches the segments' merged runs, clipped to the logical `length`
 /// (past it the object reads as zeros already); returns what it
 /// punched.
@@ -927,7 +943,10 @@ impl ObjectStore {
                 .write(true)
                 .open(self.data_path(object))
             {
-                Ok(f) => Body::File(Arc::new(f)),
+                Ok(f) => {
+                    drop_stale_tail(&f, info.length).map_err(self.io_err(object, "truncate"))?;
+                    Body::File(Arc::new(f))
+                }
                 // Never written: inline, empty.
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Body::Inline(Arc::default()),
                 Err(e) => return Err(self.io_err(object, "open")(e)),

@@ -697,3 +697,69 @@ fn acknowledged_overwrites_and_punches_survive_power_loss() {
     };
     overwrite_cycles(&fs.mount.join("store"), 16, 0xb1e55, Some(&fs));
 }
+
+/// A process killed between a write's data and the commit of its new
+/// length leaves the data in the object's file past the committed
+/// length. This writes such bytes straight into the file (the object's
+/// file is `p<partition>/<object>`, both 16 hex digits), then reopens
+/// the store and extends the object past them with a write further out:
+/// the gap must read as zeros, as it did before the lost write, and the
+/// object's length must be the new write's end.
+#[test]
+fn bytes_of_a_lost_length_commit_never_show_through_a_later_extension() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions {
+        inline_max: 0,
+        ..StoreOptions::default()
+    };
+    let obj = {
+        let store = ObjectStore::open_with(dir.path(), options).unwrap();
+        store.create_partition(PARTITION).unwrap();
+        let id = store
+            .create(PARTITION, None, 1, &WriteOptions::default())
+            .unwrap()[0];
+        let obj = ObjectRef {
+            partition: PARTITION,
+            object: id,
+        };
+        store
+            .write(
+                obj,
+                &[Segment::new(0, 100)],
+                &[7; 100],
+                &WriteOptions::default(),
+            )
+            .unwrap();
+        store.flush_partition(PARTITION).unwrap();
+        obj
+    };
+    let path = dir
+        .path()
+        .join(format!("p{:016x}", PARTITION.0))
+        .join(format!("{:016x}", obj.object.0));
+    {
+        use std::os::unix::fs::FileExt;
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        assert_eq!(file.metadata().unwrap().len(), 100, "{}", path.display());
+        file.write_all_at(&[0xee; 400], 150).unwrap();
+    }
+    let store = ObjectStore::open_with(dir.path(), options).unwrap();
+    let before = store.read(obj, &[Segment::new(0, 1000)], &[]).unwrap();
+    assert_eq!(before.real, 100);
+    assert!(before.data[100..].iter().all(|&b| b == 0));
+    let info = store
+        .write(
+            obj,
+            &[Segment::new(1000, 10)],
+            &[9; 10],
+            &WriteOptions::default(),
+        )
+        .unwrap();
+    assert_eq!(info.length, 1010);
+    let after = store.read(obj, &[Segment::new(0, 1010)], &[]).unwrap();
+    assert_eq!(after.real, 1010);
+    assert!(after.data[..100].iter().all(|&b| b == 7));
+    let stale = after.data[100..1000].iter().filter(|&&b| b != 0).count();
+    assert_eq!(stale, 0, "bytes 100..1000 must read as zeros");
+    assert!(after.data[1000..].iter().all(|&b| b == 9));
+}
