@@ -1,6 +1,10 @@
 //! `sluice`: the one binary. Subcommands parse arguments, build the
 //! libraries' configuration and report errors with context.
 
+// The argument structs' doc comments are clap's --help text, written for
+// a terminal (`HOST[:PORT]`, `,ro`), not rustdoc links.
+#![allow(rustdoc::broken_intra_doc_links)]
+
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 

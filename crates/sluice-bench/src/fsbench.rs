@@ -2,7 +2,7 @@
 //! nbdfuse exposes the export as a file, a loop device carries ext4 on
 //! it, and fio runs file workloads there; the same on nbdkit. Every mount,
 //! loop device and FUSE mount is undone on the way out, also on failure.
-//! The mount stack ([`Ext4Stack`]) is also the `pgbench` preset's.
+//! The mount stack (`Ext4Stack`) is also the `pgbench` preset's.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

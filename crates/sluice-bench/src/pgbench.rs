@@ -1,6 +1,6 @@
 //! The `pgbench` preset: the SAN paper's real-workload test on sluice.
 //! PostgreSQL (Debian's packages) keeps its data directory on ext4 over
-//! the export (the `filesystem` preset's mount stack, [`Ext4Stack`]:
+//! the export (the `filesystem` preset's mount stack, `fsbench::Ext4Stack`:
 //! nbdfuse and a loop device), and `pgbench` runs its TPC-B-like script
 //! at several client counts, with `synchronous_commit` off and on (on:
 //! every commit waits for its WAL fsync, so every commit is an NBD

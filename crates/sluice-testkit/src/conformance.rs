@@ -1,10 +1,10 @@
 //! One behaviour suite for every device: the checks a [`BlockDevice`] must
 //! pass whatever it is (memory, file, a cache over either, a testing
 //! layer, a remote NBD volume, a RAID), gated by the device's
-//! [`Capability`] the way opendal's behaviour tests are gated by its
+//! [`Capability`](sluice_storage::Capability) the way opendal's behaviour tests are gated by its
 //! capabilities.
 //!
-//! A test file names each device stack once with [`conformance_tests!`],
+//! A test file names each device stack once with [`conformance_tests!`](crate::conformance_tests),
 //! which generates one `#[test]` per check in a module named after the
 //! stack, so a failure reads `file_direct::extents_cover_the_range`. Each
 //! check is also a plain function returning a [`Result`], so a test can
@@ -137,7 +137,7 @@ fn op<T>(what: impl fmt::Display, r: Result<T, DeviceError>) -> Result<T, Failur
 
 /// Runs `check` over `factory`, panicking with the check's and the
 /// stack's names if it fails and saying loudly when it was skipped. The
-/// body of every test [`conformance_tests!`] generates.
+/// body of every test [`conformance_tests!`](crate::conformance_tests) generates.
 pub fn run(stack: &str, name: &str, check: fn(Factory<'_>) -> CheckResult, factory: Factory<'_>) {
     match check(factory) {
         Ok(Outcome::Passed) => {}

@@ -8,7 +8,7 @@
 //! `server` feature (on by default) ([`test_server`]) an in-process
 //! server and, with it or the `pki` feature, ([`pki`]) test
 //! certificates, and with the `etcd` feature
-//! ([`etcd`]) a real etcd cluster on loopback ports. A dev-dependency only; nothing
+//! (`etcd`, with the `etcd` feature) a real etcd cluster on loopback ports. A dev-dependency only; nothing
 //! in production links it.
 
 pub mod conformance;
