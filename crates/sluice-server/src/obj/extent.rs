@@ -2,11 +2,20 @@
 //! (EXTENT_READ, EXTENT_WRITE): the same device stack, cache included,
 //! that NBD clients of the export use. Segments are sorted and merged
 //! into runs with the object store's planner, and each run is one
-//! device call, never one per segment. Ranges were checked against the
-//! export when the request was validated.
+//! device call, never one per segment; reads also bridge small gaps
+//! (see [`READ_BRIDGE`]). Ranges were checked against the export when
+//! the request was validated.
 
 use sluice_objstore::{buffer_offsets, plan, Segment};
 use sluice_storage::{BlockDevice, DeviceError};
+
+/// Segments of a read at most this far apart are read as one span, the
+/// gaps into scratch space: a view of small blocks separated by small
+/// holes is then one device read instead of one per block. A gap this
+/// small costs a device about what a second request would (one page),
+/// and nothing at all in the page cache. Writes never bridge: writing a
+/// gap back would undo a concurrent client's write to it.
+const READ_BRIDGE: u64 = 4096;
 
 /// Reads `segments` (in list order) into `out`, which is exactly their
 /// total length.
@@ -16,18 +25,21 @@ pub(super) fn read(
     out: &mut [u8],
 ) -> Result<(), DeviceError> {
     let starts = buffer_offsets(segments);
-    for run in plan(segments, 0) {
+    let mut scratch = Vec::new();
+    for run in plan(segments, READ_BRIDGE) {
         // A run whose members follow each other in the list as they do
-        // on the device lands in one piece of `out`: read it in place.
+        // on the device, with no gap, lands in one piece of `out`: read
+        // it in place.
         let first = run.members[0];
-        let in_place =
-            !run.overlapping && run.members.iter().enumerate().all(|(k, &i)| i == first + k);
+        let in_place = !run.overlapping
+            && !run.gapped
+            && run.members.iter().enumerate().all(|(k, &i)| i == first + k);
         if in_place {
             let at = starts[first];
             device.read_at(&mut out[at..at + run.len as usize], run.offset)?;
             continue;
         }
-        let mut scratch = vec![0u8; run.len as usize];
+        scratch.resize(run.len as usize, 0);
         device.read_at(&mut scratch, run.offset)?;
         for &i in &run.members {
             let s = segments[i];
@@ -112,7 +124,7 @@ mod tests {
     }
 
     #[test]
-    fn adjacent_segments_are_one_call_and_overlaps_let_the_later_win() {
+    fn adjacent_and_nearby_segments_are_one_read_writes_never_bridge_and_overlaps_let_the_later_win() {
         let d = device();
         let pattern: Vec<u8> = (0..=255u8).cycle().take(8192).collect();
         d.inner.write_at(&pattern, 0, false).unwrap();
@@ -135,6 +147,25 @@ mod tests {
         assert_eq!(d.reads.load(Ordering::Relaxed), 3);
         assert_eq!(&out[..4], &pattern[20..24]);
         assert_eq!(&out[4..], &pattern[..22]);
+        // A view of 8-byte blocks behind 2-byte holes, in reverse list
+        // order: one read across the holes, each block in its place.
+        let segs: Vec<Segment> = (0..100u64).rev().map(|k| Segment::new(k * 10, 8)).collect();
+        let mut out = vec![0u8; 800];
+        read(&d, &segs, &mut out).unwrap();
+        assert_eq!(d.reads.load(Ordering::Relaxed), 4);
+        for (j, k) in (0..100usize).rev().enumerate() {
+            assert_eq!(
+                &out[j * 8..j * 8 + 8],
+                &pattern[k * 10..k * 10 + 8],
+                "block {k}"
+            );
+        }
+        // A gap wider than the bridge is a second read.
+        let segs = [Segment::new(0, 8), Segment::new(8 + READ_BRIDGE + 1, 8)];
+        let mut out = vec![0u8; 16];
+        read(&d, &segs, &mut out).unwrap();
+        assert_eq!(d.reads.load(Ordering::Relaxed), 6);
+        assert_eq!(&out[8..], &pattern[(8 + READ_BRIDGE + 1) as usize..][..8]);
         // Overlapping writes: one device write, the later entry wins.
         let segs = [Segment::new(0, 4), Segment::new(2, 4)];
         write(&d, &segs, b"aaaabbbb", false).unwrap();
@@ -142,5 +173,17 @@ mod tests {
         let mut got = [0u8; 6];
         d.inner.read_at(&mut got, 0).unwrap();
         assert_eq!(&got, b"aabbbb");
+        // Writes never bridge a gap: two blocks apart are two writes,
+        // and the gap keeps its bytes.
+        write(
+            &d,
+            &[Segment::new(0, 2), Segment::new(4, 2)],
+            b"xxyy",
+            false,
+        )
+        .unwrap();
+        assert_eq!(d.writes.load(Ordering::Relaxed), 1 + 2);
+        d.inner.read_at(&mut got, 0).unwrap();
+        assert_eq!(&got, b"xxbbyy");
     }
 }
