@@ -31,9 +31,9 @@ use crate::metrics::ObjCommand;
 const FILE_READ_MIN: u64 = 128 * 1024;
 
 /// The shared mapping of the object file a connection last sent a list
-/// read from, kept for its next one: a fresh mapping per request cost a
-/// `mmap`, a page fault per 16 pages sent and an `munmap` (with its TLB
-/// flush) each time. Which bytes a reply carries does not depend on it:
+/// read from, kept for its next one: a fresh mapping per request cost an
+/// `mmap`, page faults as the kernel copied from it and an `munmap`
+/// (with its TLB flush) each time. Which bytes a reply carries does not depend on it:
 /// each read is lent the file by the store first, under the same rule
 /// as a fresh mapping, and only then sent from this one if the file is
 /// the same. Holding it keeps the file open, so a removed object's
