@@ -505,6 +505,7 @@ pub struct ServerMetrics {
     pub(crate) handshakes_failed: AtomicU64,
     pub(crate) handoffs: AtomicU64,
     pub(crate) mapped_reads: AtomicU64,
+    pub(crate) kept_mapping_reads: AtomicU64,
     pub(crate) spliced_writes: AtomicU64,
     pub(crate) coalesced_waits: AtomicU64,
     pub(crate) coalesce_timeouts: AtomicU64,
@@ -549,7 +550,7 @@ impl ServerMetrics {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         };
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
-        let scalars: [(&str, &str, &str, f64); 9] = [
+        let scalars: [(&str, &str, &str, f64); 10] = [
             (
                 "sluice_connections_total",
                 "counter",
@@ -579,6 +580,12 @@ impl ServerMetrics {
                 "counter",
                 "Reads sent straight from a shared mapping of the file.",
                 load(&self.mapped_reads),
+            ),
+            (
+                "sluice_kept_mapping_reads_total",
+                "counter",
+                "Scatter/gather and strided object reads sent from the mapping the connection kept from its previous one.",
+                load(&self.kept_mapping_reads),
             ),
             (
                 "sluice_spliced_writes_total",

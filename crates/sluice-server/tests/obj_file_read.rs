@@ -115,29 +115,46 @@ fn mapped_reads(server: &TestServer) -> u64 {
     metric(server, "sluice_mapped_reads_total ")
 }
 
+/// List reads sent from the mapping the connection kept so far.
+fn kept_mapping_reads(server: &TestServer) -> u64 {
+    metric(server, "sluice_kept_mapping_reads_total ")
+}
+
+/// (mapped reads, of them from the kept mapping, hand-offs to the pool).
+fn read_paths(server: &TestServer) -> (u64, u64, u64) {
+    (
+        mapped_reads(server),
+        kept_mapping_reads(server),
+        handoffs(server),
+    )
+}
+
+/// The bytes of `segments` of `data`, in list order.
+fn bytes_of(data: &[u8], segments: &[(u64, u64)]) -> Vec<u8> {
+    segments
+        .iter()
+        .flat_map(|&(o, l)| data[o as usize..(o + l) as usize].iter().copied())
+        .collect()
+}
+
 #[test]
-fn large_scatter_gather_reads_go_out_from_a_mapping_in_list_order() {
+fn large_scatter_gather_reads_go_out_from_a_kept_mapping_in_list_order() {
     let (server, _dir) = start();
     let mut c = client(&server);
     let id = c.create(1, "")[0];
-    let data = pattern(2 * MIB, 11);
+    let mut data = pattern(2 * MIB, 11);
     c.write(id, 0, &data);
-    let bytes_of = |segments: &[(u64, u64)]| -> Vec<u8> {
-        segments
-            .iter()
-            .flat_map(|&(o, l)| data[o as usize..(o + l) as usize].iter().copied())
-            .collect()
-    };
 
     // 64 segments of 4 KiB with 2-byte holes, listed backwards, one
     // overlapping its neighbour and one repeated: 260 KiB in list order.
     let mut sgl: Vec<(u64, u64)> = (0..64u64).rev().map(|i| (i * 4098, 4096)).collect();
     sgl.push((10 * 4098 + 100, 8000));
     sgl.push((0, 4096));
-    let before = (mapped_reads(&server), handoffs(&server));
+    let before = read_paths(&server);
     let got = c.call(&Req::new(OP_READ, 20).object(id).sgl(&sgl)).ok();
-    assert!(got.body == bytes_of(&sgl), "SGL bytes differ");
-    // Strided: 64 blocks of 4 KiB every 12 KiB from 100.
+    assert!(got.body == bytes_of(&data, &sgl), "SGL bytes differ");
+    // Strided: 64 blocks of 4 KiB every 12 KiB from 100, sent from the
+    // mapping the first read made.
     let strided: Vec<(u64, u64)> = (0..64u64).map(|i| (100 + i * 12288, 4096)).collect();
     let got = c
         .call(
@@ -146,28 +163,74 @@ fn large_scatter_gather_reads_go_out_from_a_mapping_in_list_order() {
                 .strided(100, 12288, 4096, 64),
         )
         .ok();
-    assert!(got.body == bytes_of(&strided), "strided bytes differ");
+    assert!(
+        got.body == bytes_of(&data, &strided),
+        "strided bytes differ"
+    );
     assert_eq!(
-        (mapped_reads(&server), handoffs(&server)),
-        (before.0 + 2, before.1),
-        "both sent from a mapping, neither handed off"
+        read_paths(&server),
+        (before.0 + 2, before.1 + 1, before.2),
+        "both sent from a mapping, the second from the kept one, neither handed off"
+    );
+
+    // A write to the listed range shows through the kept mapping (it is
+    // the file's shared page cache, not a copy).
+    let fresh = pattern(64 * 4098, 99);
+    c.write(id, 0, &fresh);
+    data[..fresh.len()].copy_from_slice(&fresh);
+    let before = read_paths(&server);
+    let got = c.call(&Req::new(OP_READ, 22).object(id).sgl(&sgl)).ok();
+    assert!(got.body == bytes_of(&data, &sgl), "the write did not show");
+
+    // The object grows past the mapping: the list that reaches the new
+    // part is sent from a new mapping of the longer file.
+    let tail = pattern(MIB, 55);
+    c.write(id, 2 * MIB, &tail);
+    data.extend_from_slice(&tail);
+    let far: Vec<(u64, u64)> = (0..40u64)
+        .map(|i| (3 * MIB - 4096 - i * 8194, 4096))
+        .collect();
+    let got = c.call(&Req::new(OP_READ, 23).object(id).sgl(&far)).ok();
+    assert!(
+        got.body == bytes_of(&data, &far),
+        "bytes past the old end differ"
+    );
+    // Another object's list maps its own file.
+    let other = c.create(1, "")[0];
+    let other_data = pattern(MIB, 3);
+    c.write(other, 0, &other_data);
+    let got = c.call(&Req::new(OP_READ, 24).object(other).sgl(&sgl)).ok();
+    assert!(
+        got.body == bytes_of(&other_data, &sgl),
+        "other object's bytes differ"
+    );
+    assert_eq!(
+        read_paths(&server),
+        (before.0 + 3, before.1 + 1, before.2 + 3),
+        "three mapped reads (only the first from the kept mapping); the three writes handed off"
     );
 
     // A segment past the object's end, or a list under 128 KiB, takes the
     // copying way and returns what it always did.
-    let past = [(MIB, 4096), (2 * MIB - 100, 200_000)];
-    let got = c.call(&Req::new(OP_READ, 22).object(id).sgl(&past)).ok();
+    let before = read_paths(&server);
+    let past = [(MIB, 4096), (3 * MIB - 100, 200_000)];
+    let got = c.call(&Req::new(OP_READ, 25).object(id).sgl(&past)).ok();
     assert_eq!(got.body.len(), 204_096);
     assert!(got.body[..4096] == data[MIB as usize..MIB as usize + 4096]);
-    assert!(got.body[4096..4196] == data[2 * MIB as usize - 100..]);
+    assert!(got.body[4096..4196] == data[3 * MIB as usize - 100..]);
     assert!(
         got.body[4196..].iter().all(|&b| b == 0),
         "zeros past the end"
     );
     let small = [(5, 1000), (3, 10)];
-    let got = c.call(&Req::new(OP_READ, 23).object(id).sgl(&small)).ok();
-    assert!(got.body == bytes_of(&small));
-    assert_eq!(mapped_reads(&server), before.0 + 2, "neither was mapped");
+    let got = c.call(&Req::new(OP_READ, 26).object(id).sgl(&small)).ok();
+    assert!(got.body == bytes_of(&data, &small));
+    let after = read_paths(&server);
+    assert_eq!(
+        (after.0, after.1),
+        (before.0, before.1),
+        "neither was mapped"
+    );
 }
 
 #[test]

@@ -5,10 +5,14 @@
 //! with one `writev` of a piece of a shared mapping of the file per
 //! segment (NBD's mapped reads do the same for one range of an export;
 //! see docs/design/0006-object-server.md for what a reader may see while
-//! a write to the same range runs).
+//! a write to the same range runs, and why a list is copied into the
+//! socket rather than spliced). A connection keeps the mapping of the
+//! file it last sent a list from ([`ListMapping`]).
 
+use std::fs::File;
 use std::os::fd::AsFd;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::Instant;
 
 use sluice_obj_proto::{Command, DdtKind, ReplyHeader, RequestHeader};
@@ -25,6 +29,41 @@ use crate::metrics::ObjCommand;
 /// shorter ones cost less copied and batched with other replies (NBD's
 /// mapped reads draw the line at the same length).
 const FILE_READ_MIN: u64 = 128 * 1024;
+
+/// The shared mapping of the object file a connection last sent a list
+/// read from, kept for its next one: a fresh mapping per request cost an
+/// `mmap`, page faults as the kernel copied from it and an `munmap`
+/// (with its TLB flush) each time. Which bytes a reply carries does not depend on it:
+/// each read is lent the file by the store first, under the same rule
+/// as a fresh mapping, and only then sent from this one if the file is
+/// the same. Holding it keeps the file open, so a removed object's
+/// space is given back once the connection reads a list of another
+/// object, or closes.
+#[derive(Debug)]
+pub(super) struct ListMapping {
+    file: Arc<File>,
+    map: MappedBytes,
+}
+
+impl ListMapping {
+    /// `held` (and true) if it maps `file` at least up to `end`, else a
+    /// new mapping of `file` (the old one unmapped first); `None` if the
+    /// file cannot be mapped.
+    fn covering(held: Option<Self>, file: Arc<File>, end: u64) -> Option<(Self, bool)> {
+        if let Some(m) = held {
+            if Arc::ptr_eq(&m.file, &file) && m.map.len() as u64 >= end {
+                return Some((m, true));
+            }
+        }
+        // Up to the file's end (at least to `end`), so a list of another
+        // part of the same object finds it mapped too. Pages past the
+        // file's end are never sent: the store lends only ranges inside
+        // the object's length.
+        let len = file.metadata().map_or(end, |m| m.len().max(end));
+        let map = MappedBytes::map(&file, len).ok()?;
+        Some((Self { file, map }, false))
+    }
+}
 
 /// A READ without attribute entries (whose data may be read without
 /// its attributes: docs/protocol.md, section 6).
@@ -52,10 +91,11 @@ impl ObjSession {
     }
 
     /// Answers a large scatter/gather or strided READ with no attribute
-    /// entries from a shared mapping of the object's file, one piece per
-    /// segment in list order, when the store lends the file for the
-    /// segments' whole span (as [`file_read`](Self::file_read) does for
-    /// one range) on a plain socket in completion order. Returns false,
+    /// entries from a shared mapping of the object's file (the one the
+    /// connection kept, if it is of the same file and long enough), one
+    /// piece per segment in list order, when the store lends the file for
+    /// the segments' whole span (as [`file_read`](Self::file_read) does
+    /// for one range) on a plain socket in completion order. Returns false,
     /// having sent nothing, otherwise (the caller then runs it as
     /// before).
     pub(super) fn mapped_read(
@@ -100,9 +140,10 @@ impl ObjSession {
         let Some(file) = self.exec.store.lend_resident(object, start, end - start) else {
             return false;
         };
-        let Ok(map) = MappedBytes::map(&file, end) else {
+        let Some((mapping, kept)) = ListMapping::covering(self.list_map.take(), file, end) else {
             return false;
         };
+        let map = &self.list_map.insert(mapping).map;
         let mut pieces = Vec::with_capacity(request.segments as usize);
         for s in ddt.segments() {
             let Some(piece) = usize::try_from(s.length)
@@ -118,10 +159,15 @@ impl ObjSession {
         let len = request.bytes as u32;
         self.reply_header.clear();
         ReplyHeader::ok(h.id, request.bytes, 0, len).encode(&mut self.reply_header);
-        // `map` stays mapped until after the send.
+        // `map` stays mapped until after the send (it is kept for the
+        // next list read).
         let failed = d.send_mapped_pieces(&self.reply_header, &pieces).is_err();
-        drop(map);
         d.metrics().mapped_reads.fetch_add(1, Ordering::Relaxed);
+        if kept {
+            d.metrics()
+                .kept_mapping_reads
+                .fetch_add(1, Ordering::Relaxed);
+        }
         self.exec.completed(request, failed, received.elapsed());
         true
     }

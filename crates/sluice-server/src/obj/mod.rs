@@ -90,6 +90,7 @@ impl ConnectionHandler for ObjService {
         );
         let session = ObjSession {
             reply_header: Vec::with_capacity(REPLY_HEADER_LEN),
+            list_map: None,
             exec: Arc::new(ObjExecutor {
                 store: Arc::clone(&self.store),
                 session: negotiated,
@@ -117,6 +118,8 @@ pub(crate) struct ObjSession {
     exec: Arc<ObjExecutor>,
     /// The header of a reply sent from a file, kept to be reused.
     reply_header: Vec<u8>,
+    /// The mapping the last list read was sent from (`file_read.rs`).
+    list_map: Option<file_read::ListMapping>,
 }
 
 impl ObjSession {
