@@ -37,7 +37,7 @@ use std::fmt;
 pub use error::ObjStoreError;
 pub use segments::{buffer_offsets, plan, Run, Segment};
 pub use store::{
-    limits, AttrValue, ListEntry, ListPage, ObjectInfo, ObjectStore, QueryTerm, ReadFound,
+    limits, AttrValue, ListEntry, ListPage, NewObjects, ObjectInfo, ObjectStore, QueryTerm, ReadFound,
     ReadResult, StoreOptions, WriteOptions,
 };
 

@@ -9,6 +9,7 @@
 //! member is answered with its own reply.
 
 mod batch;
+mod creates;
 mod execute;
 mod extent;
 mod file_read;
@@ -26,6 +27,7 @@ use sluice_objstore::ObjectStore;
 use tracing::{debug, info, trace, warn};
 
 use batch::{runs_together, Together};
+use creates::Creates;
 use execute::{ObjExecutor, ObjRequest};
 pub(crate) use handshake::PartitionPolicy;
 pub(crate) use meta::{open_meta, MetaService};
@@ -90,6 +92,8 @@ impl ConnectionHandler for ObjService {
         );
         let session = ObjSession {
             reply_header: Vec::with_capacity(REPLY_HEADER_LEN),
+            creates: Creates::default(),
+            more: false,
             exec: Arc::new(ObjExecutor {
                 store: Arc::clone(&self.store),
                 session: negotiated,
@@ -117,6 +121,12 @@ pub(crate) struct ObjSession {
     exec: Arc<ObjExecutor>,
     /// The header of a reply sent from a file, kept to be reused.
     reply_header: Vec<u8>,
+    /// Creates gathered from the frames of this receive (`creates.rs`).
+    creates: Creates,
+    /// Whether another whole frame follows the one being handled (set
+    /// by `decode` while creates are about): gathered creates start
+    /// when none does.
+    more: bool,
 }
 
 impl ObjSession {
@@ -249,6 +259,10 @@ impl Protocol for ObjSession {
             header_len: REQUEST_HEADER_LEN,
             len: REQUEST_HEADER_LEN + payload_len as usize,
         };
+        self.more = (creates::is_create(head.opcode) || !self.creates.is_empty())
+            && data
+                .get(frame.len..)
+                .is_some_and(|rest| self.whole_frame(rest));
         Ok(if data.len() >= frame.len {
             Decoded::Complete(frame)
         } else {
@@ -258,6 +272,58 @@ impl Protocol for ObjSession {
 
     #[inline]
     fn start(
+        &mut self,
+        h: &RequestHeader,
+        payload: &[u8],
+        received: Instant,
+        d: &mut Dispatch,
+    ) -> Start<ObjRequest> {
+        let start = self.start_frame(h, payload, received, d);
+        if !self.more || matches!(start, Start::Close) {
+            // The last whole frame of this receive (or the last of the
+            // connection): the creates gathered so far go.
+            self.creates.start(&self.exec, d);
+        }
+        start
+    }
+
+    #[inline]
+    fn executor(&self) -> &Arc<ObjExecutor> {
+        &self.exec
+    }
+
+    /// Large plain READs of files in the page cache are sent from the
+    /// file on this thread (`file_read.rs`); everything else runs where
+    /// placement says.
+    #[inline]
+    fn dispatch(
+        &mut self,
+        request: &ObjRequest,
+        _seq: driver::sink::Seq,
+        _placement: Placement,
+        received: Instant,
+        d: &mut Dispatch,
+    ) -> bool {
+        self.file_read(request, received, d)
+    }
+}
+
+impl ObjSession {
+    /// Whether `data` starts with a whole frame (one `decode` would
+    /// take as complete).
+    fn whole_frame(&self, data: &[u8]) -> bool {
+        match RequestHeader::decode(data) {
+            Ok(Some(h)) => h
+                .check_frame(&self.exec.session.limits)
+                .is_ok_and(|len| data.len() >= REQUEST_HEADER_LEN + len as usize),
+            _ => false,
+        }
+    }
+
+    /// [`Protocol::start`] of one frame; small creates are gathered
+    /// (`creates.rs`) rather than run.
+    #[inline]
+    fn start_frame(
         &mut self,
         h: &RequestHeader,
         payload: &[u8],
@@ -280,6 +346,14 @@ impl Protocol for ObjSession {
             };
         }
         match self.validate(h, payload, received, d) {
+            Some(request)
+                if d.pipeline() == PipelineMode::Flexible && creates::gathers(&request) =>
+            {
+                let seq = d.take_seq();
+                self.creates
+                    .push(seq, request, payload, received, &self.exec, d);
+                Start::Answered
+            }
             Some(request) if self.mapped_read(h, &request, payload, received, d) => Start::Answered,
             Some(request) if self.reads_inline(&request, d) => {
                 // Run here if the store can answer without waiting (see
@@ -296,25 +370,5 @@ impl Protocol for ObjSession {
             Some(request) => Start::Run(request),
             None => Start::Answered,
         }
-    }
-
-    #[inline]
-    fn executor(&self) -> &Arc<ObjExecutor> {
-        &self.exec
-    }
-
-    /// Large plain READs of files in the page cache are sent from the
-    /// file on this thread (`file_read.rs`); everything else runs where
-    /// placement says.
-    #[inline]
-    fn dispatch(
-        &mut self,
-        request: &ObjRequest,
-        _seq: driver::sink::Seq,
-        _placement: Placement,
-        received: Instant,
-        d: &mut Dispatch,
-    ) -> bool {
-        self.file_read(request, received, d)
     }
 }
