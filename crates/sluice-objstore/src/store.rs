@@ -1291,12 +1291,12 @@ impl ObjectStore {
             }
             let mut made = Vec::with_capacity(inserts.len());
             for insert in &inserts {
-                savepoint(tx, "SAVEPOINT create")?;
+                savepoint(tx, "SAVEPOINT new_object")?;
                 let result = insert.apply(tx, partition, at);
                 if result.is_err() {
-                    savepoint(tx, "ROLLBACK TO create")?;
+                    savepoint(tx, "ROLLBACK TO new_object")?;
                 }
-                savepoint(tx, "RELEASE create")?;
+                savepoint(tx, "RELEASE new_object")?;
                 made.push(result);
             }
             Ok(made)
