@@ -4,7 +4,11 @@
 //! committer (`meta::Committer`): changes arriving while a group commits
 //! are committed together in the next one, one transaction and at most
 //! one WAL fsync for all of them, so concurrent creates and attribute
-//! sets do not queue for a commit each. Metadata reads use a second
+//! sets do not queue for a commit each; [`ObjectStore::create_many`]
+//! puts several creates into one change (one savepoint each, so each is
+//! still whole or absent on its own), for a caller that has them at
+//! once and need not wait in the queue once per create. Metadata reads
+//! use a second
 //! connection (WAL lets it read while a group commits). Neither
 //! connection is held across data I/O. Each object's mandatory
 //! attributes and open data file are cached in its stripe (see
