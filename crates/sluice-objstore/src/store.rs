@@ -8,9 +8,8 @@
 //! puts several creates into one change (one savepoint each, so each is
 //! still whole or absent on its own), for a caller that has them at
 //! once and need not wait in the queue once per create. Metadata reads
-//! use a second
-//! connection (WAL lets it read while a group commits). Neither
-//! connection is held across data I/O. Each object's mandatory
+//! use a second connection (WAL lets it read while a group commits).
+//! Neither connection is held across data I/O. Each object's mandatory
 //! attributes and open data file are cached in its stripe (see
 //! `Stripe`), so a read or write of a known object asks SQLite nothing
 //! and opens nothing.
