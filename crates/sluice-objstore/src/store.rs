@@ -1250,9 +1250,8 @@ impl ObjectStore {
         let mut first = match self.allocate_ids(total) {
             Ok(first) => first,
             Err(e) => {
-                let indices: Vec<usize> = (0..results.len())
-                    .filter(|&i| results[i].is_ok())
-                    .collect();
+                let indices: Vec<usize> =
+                    (0..results.len()).filter(|&i| results[i].is_ok()).collect();
                 fail_each(&mut results, &indices, e);
                 return results;
             }
@@ -1695,13 +1694,11 @@ impl ObjectStore {
             opts,
         };
         let ids = one(self.create_many(partition, std::slice::from_ref(&new)))?;
-        ids.first()
-            .copied()
-            .ok_or(ObjStoreError::CreateCount {
-                partition,
-                count: 0,
-                limit: 1,
-            })
+        ids.first().copied().ok_or(ObjStoreError::CreateCount {
+            partition,
+            count: 0,
+            limit: 1,
+        })
     }
 
     /// Deallocates the segments' ranges: they read as zeros after. The

@@ -227,11 +227,11 @@ fn a_create_failing_inside_the_shared_commit_is_rolled_back_alone() {
     let next = next_id(dir.path());
     plant(dir.path(), next);
     let store = ObjectStore::open(dir.path()).unwrap();
-    let e = store.create_and_write(P, None, &seg, &data, &o1).unwrap_err();
+    let e = store
+        .create_and_write(P, None, &seg, &data, &o1)
+        .unwrap_err();
     assert!(matches!(e, ObjStoreError::Metadata { .. }), "{e:?}");
-    let (info, user) = store
-        .get_attrs(object(ObjectId(next as u64)), &[])
-        .unwrap();
+    let (info, user) = store.get_attrs(object(ObjectId(next as u64)), &[]).unwrap();
     assert_eq!(info.length, 7);
     assert!(user.is_empty(), "{user:?}");
     // Ids are not reused: the next create gets a fresh one.

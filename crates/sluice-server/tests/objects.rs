@@ -1157,6 +1157,10 @@ fn creates_received_together_are_one_hand_off_with_a_reply_for_each() {
     let listing = c
         .call(&Req::new(OP_LIST, 300).params(&page_params(0, 100, "made")))
         .ok();
-    let listed: Vec<u64> = page(&listing.body).entries.iter().map(|e| e.object).collect();
+    let listed: Vec<u64> = page(&listing.body)
+        .entries
+        .iter()
+        .map(|e| e.object)
+        .collect();
     assert_eq!(listed, [made[0], made[3], made[6]]);
 }

@@ -147,8 +147,7 @@ impl Creates {
         let mut out = ReplyBuf::with_capacity(0);
         let failed = exec.run_creates(&requests, &mut out);
         let executed = Instant::now();
-        job.metrics
-            .add_busy(Stage::ExecutePool, executed - started);
+        job.metrics.add_busy(Stage::ExecutePool, executed - started);
         let last = self.members.last().map_or(0, |m| m.seq);
         if let Err(e) = job.send(last, out.into_vec()) {
             debug!(error = %e, "replies not sent: connection gone");

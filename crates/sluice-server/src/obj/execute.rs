@@ -322,7 +322,9 @@ impl<'a> CreateWork<'a> {
     fn new(req: &Request<'a>) -> Result<Self, Failure> {
         let mut attrs = AttrWork::split(&req.attrs)?;
         let (collection, count, segments, data, with_data) = match req.command {
-            Command::Create { count, collection } => (collection, count, Vec::new(), &[][..], false),
+            Command::Create { count, collection } => {
+                (collection, count, Vec::new(), &[][..], false)
+            }
             Command::CreateAndWrite {
                 collection,
                 ddt,
