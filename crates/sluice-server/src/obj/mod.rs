@@ -6,7 +6,9 @@
 //! attached NBD export on the I/O pool ([`ObjExecutor`]). A batch frame
 //! is split here; its small store changes run together in one pool job
 //! (`batch.rs`), every other member on its own, in parallel, and each
-//! member is answered with its own reply.
+//! member is answered with its own reply. Small creates among the whole
+//! frames of one receive are made together, in one pool job and one
+//! store call (`creates.rs`).
 
 mod batch;
 mod creates;
@@ -232,6 +234,69 @@ impl ObjSession {
             group.start(&self.exec, received, d);
         }
     }
+
+    /// Whether `data` starts with a whole frame (one `decode` would
+    /// take as complete).
+    fn whole_frame(&self, data: &[u8]) -> bool {
+        match RequestHeader::decode(data) {
+            Ok(Some(h)) => h
+                .check_frame(&self.exec.session.limits)
+                .is_ok_and(|len| data.len() >= REQUEST_HEADER_LEN + len as usize),
+            _ => false,
+        }
+    }
+
+    /// [`Protocol::start`] of one frame; small creates are gathered
+    /// (`creates.rs`) rather than run.
+    #[inline]
+    fn start_frame(
+        &mut self,
+        h: &RequestHeader,
+        payload: &[u8],
+        received: Instant,
+        d: &mut Dispatch,
+    ) -> Start<ObjRequest> {
+        if h.opcode == Opcode::Batch.wire() {
+            self.batch(h, payload, received, d);
+            return Start::Answered;
+        }
+        if h.opcode == Opcode::Disconnect.wire() {
+            // Validated like any request, so bad flags are still refused.
+            return match self.exec.session.validate(h, payload) {
+                Ok(req) if matches!(req.command, Command::Disconnect) => Start::Close,
+                Ok(_) => Start::Answered,
+                Err(rejected) => {
+                    self.reject(&rejected, received, d);
+                    Start::Answered
+                }
+            };
+        }
+        match self.validate(h, payload, received, d) {
+            Some(request)
+                if d.pipeline() == PipelineMode::Flexible && creates::gathers(&request) =>
+            {
+                let seq = d.take_seq();
+                self.creates
+                    .push(seq, request, payload, received, &self.exec, d);
+                Start::Answered
+            }
+            Some(request) if self.mapped_read(h, &request, payload, received, d) => Start::Answered,
+            Some(request) if self.reads_inline(&request, d) => {
+                // Run here if the store can answer without waiting (see
+                // `ObjExecutor::read_nowait`), else on the pool.
+                let seq = d.take_seq();
+                let placement = if d.pipeline() == PipelineMode::Off {
+                    Placement::Inline
+                } else {
+                    Placement::TryInline
+                };
+                d.run(&self.exec, seq, request, payload, placement, received);
+                Start::Answered
+            }
+            Some(request) => Start::Run(request),
+            None => Start::Answered,
+        }
+    }
 }
 
 impl Protocol for ObjSession {
@@ -305,70 +370,5 @@ impl Protocol for ObjSession {
         d: &mut Dispatch,
     ) -> bool {
         self.file_read(request, received, d)
-    }
-}
-
-impl ObjSession {
-    /// Whether `data` starts with a whole frame (one `decode` would
-    /// take as complete).
-    fn whole_frame(&self, data: &[u8]) -> bool {
-        match RequestHeader::decode(data) {
-            Ok(Some(h)) => h
-                .check_frame(&self.exec.session.limits)
-                .is_ok_and(|len| data.len() >= REQUEST_HEADER_LEN + len as usize),
-            _ => false,
-        }
-    }
-
-    /// [`Protocol::start`] of one frame; small creates are gathered
-    /// (`creates.rs`) rather than run.
-    #[inline]
-    fn start_frame(
-        &mut self,
-        h: &RequestHeader,
-        payload: &[u8],
-        received: Instant,
-        d: &mut Dispatch,
-    ) -> Start<ObjRequest> {
-        if h.opcode == Opcode::Batch.wire() {
-            self.batch(h, payload, received, d);
-            return Start::Answered;
-        }
-        if h.opcode == Opcode::Disconnect.wire() {
-            // Validated like any request, so bad flags are still refused.
-            return match self.exec.session.validate(h, payload) {
-                Ok(req) if matches!(req.command, Command::Disconnect) => Start::Close,
-                Ok(_) => Start::Answered,
-                Err(rejected) => {
-                    self.reject(&rejected, received, d);
-                    Start::Answered
-                }
-            };
-        }
-        match self.validate(h, payload, received, d) {
-            Some(request)
-                if d.pipeline() == PipelineMode::Flexible && creates::gathers(&request) =>
-            {
-                let seq = d.take_seq();
-                self.creates
-                    .push(seq, request, payload, received, &self.exec, d);
-                Start::Answered
-            }
-            Some(request) if self.mapped_read(h, &request, payload, received, d) => Start::Answered,
-            Some(request) if self.reads_inline(&request, d) => {
-                // Run here if the store can answer without waiting (see
-                // `ObjExecutor::read_nowait`), else on the pool.
-                let seq = d.take_seq();
-                let placement = if d.pipeline() == PipelineMode::Off {
-                    Placement::Inline
-                } else {
-                    Placement::TryInline
-                };
-                d.run(&self.exec, seq, request, payload, placement, received);
-                Start::Answered
-            }
-            Some(request) => Start::Run(request),
-            None => Start::Answered,
-        }
     }
 }
