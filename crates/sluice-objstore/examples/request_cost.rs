@@ -13,12 +13,16 @@
 //! a reused reply buffer, as the server reads),
 //! `write-1m`, `write-4k`, `write-4k+attr`, `write-4k-fua`,
 //! `create+3attrs` (32 threads creating at once, as 32 requests in
-//! flight do on the server's pool).
+//! flight do on the server's pool), `create16+3attrs` (two threads,
+//! each making 16 creates per `create_many` call, as the server makes
+//! 32 creates in flight that arrive together).
 
 use std::error::Error;
 use std::sync::Barrier;
 
-use sluice_objstore::{AttrValue, ObjectRef, ObjectStore, PartitionId, Segment, WriteOptions};
+use sluice_objstore::{
+    AttrValue, NewObjects, ObjectRef, ObjectStore, PartitionId, Segment, WriteOptions,
+};
 
 const MIB: u64 = 1 << 20;
 const THREADS: u64 = 32;
@@ -139,15 +143,54 @@ fn run(
         }
         Ok(())
     };
-    if case == "create+3attrs" {
-        let opts = WriteOptions {
-            attrs: vec![
-                ("a".to_owned(), AttrValue::Integer(1)),
-                ("b".to_owned(), AttrValue::Text("two".to_owned())),
-                ("c".to_owned(), AttrValue::Integer(3)),
-            ],
-            durable: false,
+    let opts = WriteOptions {
+        attrs: vec![
+            ("a".to_owned(), AttrValue::Integer(1)),
+            ("b".to_owned(), AttrValue::Text("two".to_owned())),
+            ("c".to_owned(), AttrValue::Integer(3)),
+        ],
+        durable: false,
+    };
+    if case == "create16+3attrs" {
+        const GROUP: u64 = 16;
+        let new = NewObjects {
+            collection: None,
+            count: 1,
+            segments: &[],
+            data: &[],
+            opts: &opts,
         };
+        let group = vec![new; GROUP as usize];
+        let start = Barrier::new(2);
+        return std::thread::scope(|s| {
+            let workers: Vec<_> = (0..2)
+                .map(|_| {
+                    s.spawn(|| -> Result<(), String> {
+                        start.wait();
+                        let create = || {
+                            store
+                                .create_many(obj.partition, &group)
+                                .into_iter()
+                                .try_for_each(|r| r.map(drop))
+                        };
+                        for _ in 0..n / (2 * GROUP) {
+                            if counted {
+                                measured(create).map_err(|e| e.to_string())?;
+                            } else {
+                                create().map_err(|e| e.to_string())?;
+                            }
+                        }
+                        Ok(())
+                    })
+                })
+                .collect();
+            for w in workers {
+                w.join().map_err(|_| "a creating thread panicked")??;
+            }
+            Ok(())
+        });
+    }
+    if case == "create+3attrs" {
         let start = Barrier::new(THREADS as usize);
         return std::thread::scope(|s| {
             let workers: Vec<_> = (0..THREADS)

@@ -4,9 +4,12 @@
 //! committer (`meta::Committer`): changes arriving while a group commits
 //! are committed together in the next one, one transaction and at most
 //! one WAL fsync for all of them, so concurrent creates and attribute
-//! sets do not queue for a commit each. Metadata reads use a second
-//! connection (WAL lets it read while a group commits). Neither
-//! connection is held across data I/O. Each object's mandatory
+//! sets do not queue for a commit each; [`ObjectStore::create_many`]
+//! puts several creates into one change (one savepoint each, so each is
+//! still whole or absent on its own), for a caller that has them at
+//! once and need not wait in the queue once per create. Metadata reads
+//! use a second connection (WAL lets it read while a group commits).
+//! Neither connection is held across data I/O. Each object's mandatory
 //! attributes and open data file are cached in its stripe (see
 //! `Stripe`), so a read or write of a known object asks SQLite nothing
 //! and opens nothing.
@@ -180,6 +183,19 @@ pub struct ObjectInfo {
 pub struct WriteOptions {
     pub attrs: Vec<(String, AttrValue)>,
     pub durable: bool,
+}
+
+/// One create of [`ObjectStore::create_many`]: `count` empty objects
+/// or, with `segments` and `data` (the segments' bytes in list order),
+/// one object holding them; each with `opts.attrs`, in `collection` if
+/// given.
+#[derive(Debug, Clone, Copy)]
+pub struct NewObjects<'a> {
+    pub collection: Option<&'a str>,
+    pub count: u32,
+    pub segments: &'a [Segment],
+    pub data: &'a [u8],
+    pub opts: &'a WriteOptions,
 }
 
 /// The bytes of a read, in segment-list order, with how many of them lie
@@ -520,25 +536,44 @@ fn read_attrs(
     Ok(out)
 }
 
+/// `INSERT OR REPLACE` of 1 to 4 attribute rows of one object (`?1`
+/// partition, `?2` object, then key and value of each row): rows go
+/// four to a statement, so a create with three attributes runs one
+/// statement for them, not three (its cursors on the table and the
+/// value index opened once).
+const ATTRS_INSERT: [&str; 4] = [
+    "INSERT OR REPLACE INTO attrs (partition, object, key, value) VALUES (?1, ?2, ?3, ?4)",
+    "INSERT OR REPLACE INTO attrs (partition, object, key, value) VALUES (?1, ?2, ?3, ?4),
+     (?1, ?2, ?5, ?6)",
+    "INSERT OR REPLACE INTO attrs (partition, object, key, value) VALUES (?1, ?2, ?3, ?4),
+     (?1, ?2, ?5, ?6), (?1, ?2, ?7, ?8)",
+    "INSERT OR REPLACE INTO attrs (partition, object, key, value) VALUES (?1, ?2, ?3, ?4),
+     (?1, ?2, ?5, ?6), (?1, ?2, ?7, ?8), (?1, ?2, ?9, ?10)",
+];
+
 /// Stores user attribute rows; the caller updates `attrs_modified`
-/// (in the statement it runs anyway, where it has one).
+/// (in the statement it runs anyway, where it has one). Rows of one
+/// statement apply in order, so a key given twice keeps its last value,
+/// as one statement per row did.
 fn put_attrs(
     tx: &Connection,
     object: ObjectRef,
     attrs: &[(String, AttrValue)],
 ) -> Result<(), ObjStoreError> {
-    if attrs.is_empty() {
-        return Ok(());
-    }
     let (p, o) = (object.partition.0 as i64, object.object.0 as i64);
-    let mut stmt = tx
-        .prepare_cached(
-            "INSERT OR REPLACE INTO attrs (partition, object, key, value) VALUES (?1, ?2, ?3, ?4)",
-        )
-        .meta("prepare attribute set")?;
-    for (key, value) in attrs {
-        stmt.execute(params![p, o, key, ToSqlOutput::Borrowed(value.as_sql())])
-            .meta("set attribute")?;
+    for rows in attrs.chunks(ATTRS_INSERT.len()) {
+        let mut stmt = tx
+            .prepare_cached(ATTRS_INSERT[rows.len() - 1])
+            .meta("prepare attribute set")?;
+        stmt.raw_bind_parameter(1, p).meta("set attribute")?;
+        stmt.raw_bind_parameter(2, o).meta("set attribute")?;
+        for (i, (key, value)) in rows.iter().enumerate() {
+            stmt.raw_bind_parameter(3 + 2 * i, key.as_str())
+                .meta("set attribute")?;
+            stmt.raw_bind_parameter(4 + 2 * i, ToSqlOutput::Borrowed(value.as_sql()))
+                .meta("set attribute")?;
+        }
+        stmt.raw_execute().meta("set attribute")?;
     }
     Ok(())
 }
@@ -625,6 +660,93 @@ fn insert_objects(
         ids.push(object.object);
     }
     Ok(ids)
+}
+
+/// One create of a [`ObjectStore::create_many`] group, as its commit
+/// makes it.
+struct Insert {
+    /// Its place in the group.
+    index: usize,
+    first: i64,
+    count: u32,
+    collection: Option<String>,
+    length: u64,
+    attrs: Vec<(String, AttrValue)>,
+    rows: DataRows,
+}
+
+impl Insert {
+    fn apply(
+        &self,
+        tx: &Connection,
+        partition: PartitionId,
+        at: i64,
+    ) -> Result<Vec<ObjectId>, ObjStoreError> {
+        let ids = insert_objects(
+            tx,
+            partition,
+            self.collection.as_deref(),
+            self.first,
+            self.count,
+            self.length,
+            &self.attrs,
+            at,
+        )?;
+        let object = ObjectRef {
+            partition,
+            object: ObjectId(self.first as u64),
+        };
+        put_rows(tx, object, &self.rows)?;
+        Ok(ids)
+    }
+}
+
+/// Runs one of the savepoint statements around a create of a group
+/// (prepared once per connection, as the committer's own are).
+fn savepoint(tx: &Connection, sql: &'static str) -> Result<(), ObjStoreError> {
+    tx.prepare_cached(sql)
+        .and_then(|mut s| s.execute([]))
+        .map(drop)
+        .meta("savepoint of a create")
+}
+
+/// Gives the failure of a group's commit to each create of it (at
+/// `indices`); the cause is shared, not copied.
+fn fail_each(
+    results: &mut [Result<Vec<ObjectId>, ObjStoreError>],
+    indices: &[usize],
+    e: ObjStoreError,
+) {
+    let source = match e {
+        ObjStoreError::Commit { source } => source,
+        ObjStoreError::Metadata { source, .. } if indices.len() > 1 => Arc::new(source),
+        ObjStoreError::ChangePanicked => {
+            for &i in indices {
+                results[i] = Err(ObjStoreError::ChangePanicked);
+            }
+            return;
+        }
+        // A lone create's own failure (a group's creates fail inside
+        // it, each on its own).
+        other => {
+            if let Some(&i) = indices.first() {
+                results[i] = Err(other);
+            }
+            return;
+        }
+    };
+    for &i in indices {
+        results[i] = Err(ObjStoreError::Commit {
+            source: Arc::clone(&source),
+        });
+    }
+}
+
+/// The one result of a group of one create.
+fn one(
+    mut results: Vec<Result<Vec<ObjectId>, ObjStoreError>>,
+) -> Result<Vec<ObjectId>, ObjStoreError> {
+    results.pop().unwrap_or(Ok(Vec::new()))
 }
 
 /// What committing a change's [`DataRows`] did to the journal.
@@ -857,9 +979,8 @@ impl ObjectStore {
     }
 
     /// Takes `count` fresh object ids; returns the first.
-    fn allocate_ids(&self, count: u32) -> Result<u64, ObjStoreError> {
+    fn allocate_ids(&self, count: u64) -> Result<u64, ObjStoreError> {
         let mut ids = lock(&self.ids);
-        let count = u64::from(count);
         if ids.reserved - ids.next < count {
             let reserved = ids.next + count.max(ID_BLOCK);
             // Synced: an id handed out must never come back after a
@@ -1089,31 +1210,155 @@ impl ObjectStore {
         count: u32,
         opts: &WriteOptions,
     ) -> Result<Vec<ObjectId>, ObjStoreError> {
-        check_attrs(&opts.attrs)?;
-        if count > limits::CREATE_COUNT {
+        let new = NewObjects {
+            collection,
+            count,
+            segments: &[],
+            data: &[],
+            opts,
+        };
+        one(self.create_many(partition, std::slice::from_ref(&new)))
+    }
+
+    /// Makes every create of `creates` (each as [`Self::create`] or, with
+    /// data, [`Self::create_and_write`] makes it) in one metadata change:
+    /// one group commit, durable if any of them asks to be, instead of
+    /// one each. Each create is whole or absent on its own (its own
+    /// savepoint), and one that fails (bad attributes, unknown
+    /// collection, its file's I/O) fails alone: the others are made.
+    /// Returns each create's ids (increasing) or error, in order.
+    pub fn create_many(
+        &self,
+        partition: PartitionId,
+        creates: &[NewObjects<'_>],
+    ) -> Vec<Result<Vec<ObjectId>, ObjStoreError>> {
+        let mut results: Vec<Result<Vec<ObjectId>, ObjStoreError>> = creates
+            .iter()
+            .map(|c| self.check_new(partition, c).map(|()| Vec::new()))
+            .collect();
+        let total: u64 = creates
+            .iter()
+            .zip(&results)
+            .filter(|(_, r)| r.is_ok())
+            .map(|(c, _)| u64::from(c.count))
+            .sum();
+        if total == 0 {
+            // Nothing to make (every create failed or asked for none):
+            // the empty successes stay empty.
+            return results;
+        }
+        let mut first = match self.allocate_ids(total) {
+            Ok(first) => first,
+            Err(e) => {
+                let indices: Vec<usize> =
+                    (0..results.len()).filter(|&i| results[i].is_ok()).collect();
+                fail_each(&mut results, &indices, e);
+                return results;
+            }
+        };
+        let at = now();
+        let mut inserts = Vec::with_capacity(creates.len());
+        for (i, c) in creates.iter().enumerate() {
+            if results[i].is_err() {
+                continue;
+            }
+            let object = ObjectRef {
+                partition,
+                object: ObjectId(first),
+            };
+            first += u64::from(c.count);
+            match self.new_rows(object, c) {
+                Ok((length, rows)) => inserts.push(Insert {
+                    index: i,
+                    first: object.object.0 as i64,
+                    count: c.count,
+                    collection: c.collection.map(str::to_owned),
+                    length,
+                    attrs: c.opts.attrs.clone(),
+                    rows,
+                }),
+                Err(e) => results[i] = Err(e),
+            }
+        }
+        if inserts.is_empty() {
+            return results;
+        }
+        let durable = creates.iter().any(|c| c.opts.durable);
+        let indices: Vec<usize> = inserts.iter().map(|i| i.index).collect();
+        let made = self.meta.commit(durable, move |tx| {
+            if let [insert] = inserts.as_slice() {
+                // Alone, its failure is the change's: the transaction (or
+                // the committer's savepoint for it) rolls it back.
+                return insert.apply(tx, partition, at).map(|ids| vec![Ok(ids)]);
+            }
+            let mut made = Vec::with_capacity(inserts.len());
+            for insert in &inserts {
+                savepoint(tx, "SAVEPOINT new_object")?;
+                let result = insert.apply(tx, partition, at);
+                if result.is_err() {
+                    savepoint(tx, "ROLLBACK TO new_object")?;
+                }
+                savepoint(tx, "RELEASE new_object")?;
+                made.push(result);
+            }
+            Ok(made)
+        });
+        match made {
+            Ok(made) => {
+                for (i, result) in indices.into_iter().zip(made) {
+                    results[i] = result;
+                }
+            }
+            Err(e) => fail_each(&mut results, &indices, e),
+        }
+        results
+    }
+
+    /// The checks a create passes before it is given ids.
+    fn check_new(&self, partition: PartitionId, c: &NewObjects<'_>) -> Result<(), ObjStoreError> {
+        check_attrs(&c.opts.attrs)?;
+        if c.count > limits::CREATE_COUNT {
             return Err(ObjStoreError::CreateCount {
                 partition,
-                count,
+                count: c.count,
                 limit: limits::CREATE_COUNT,
             });
         }
-        self.check_exists(partition, collection)?;
-        let first = self.allocate_ids(count)? as i64;
-        let collection = collection.map(str::to_owned);
-        let attrs = opts.attrs.clone();
-        let at = now();
-        self.meta.commit(opts.durable, move |tx| {
-            insert_objects(
-                tx,
+        let probe = ObjectRef {
+            partition,
+            object: ObjectId(0),
+        };
+        check_payload(probe, c.segments, c.data)?;
+        if c.count != 1 && !c.data.is_empty() {
+            return Err(ObjStoreError::CreateCount {
                 partition,
-                collection.as_deref(),
-                first,
-                count,
-                0,
-                &attrs,
-                at,
-            )
-        })
+                count: c.count,
+                limit: 1,
+            });
+        }
+        self.check_exists(partition, c.collection)
+    }
+
+    /// A create's length and bytes: inline rows for the commit, or its
+    /// file written (and with `durable` synced) before it.
+    fn new_rows(
+        &self,
+        object: ObjectRef,
+        c: &NewObjects<'_>,
+    ) -> Result<(u64, DataRows), ObjStoreError> {
+        let length = written_end(c.segments);
+        if length == 0 {
+            return Ok((0, DataRows::None));
+        }
+        if length <= self.options.inline_max {
+            let mut bytes = Vec::with_capacity(length as usize);
+            inline::write_segments(&mut bytes, c.segments, c.data);
+            return Ok((length, DataRows::Inline(Arc::new(bytes))));
+        }
+        let file = self.open_for_write(object, true)?;
+        data::write_segments(&file, c.segments, c.data).map_err(self.io_err(object, "write"))?;
+        self.settle_file(object, &file, c.opts.durable)?;
+        Ok((length, DataRows::None))
     }
 
     /// Removes an object, its attributes and its data.
@@ -1441,46 +1686,19 @@ impl ObjectStore {
         data: &[u8],
         opts: &WriteOptions,
     ) -> Result<ObjectId, ObjStoreError> {
-        check_attrs(&opts.attrs)?;
-        self.check_exists(partition, collection)?;
-        let probe = ObjectRef {
+        let new = NewObjects {
+            collection,
+            count: 1,
+            segments,
+            data,
+            opts,
+        };
+        let ids = one(self.create_many(partition, std::slice::from_ref(&new)))?;
+        ids.first().copied().ok_or(ObjStoreError::CreateCount {
             partition,
-            object: ObjectId(0),
-        };
-        check_payload(probe, segments, data)?;
-        let first = self.allocate_ids(1)?;
-        let object = ObjectRef {
-            partition,
-            object: ObjectId(first),
-        };
-        let length = written_end(segments);
-        let rows = if length <= self.options.inline_max {
-            let mut bytes = Vec::with_capacity(length as usize);
-            inline::write_segments(&mut bytes, segments, data);
-            DataRows::Inline(Arc::new(bytes))
-        } else {
-            let file = self.open_for_write(object, true)?;
-            data::write_segments(&file, segments, data).map_err(self.io_err(object, "write"))?;
-            self.settle_file(object, &file, opts.durable)?;
-            DataRows::None
-        };
-        let at = now();
-        let collection = collection.map(str::to_owned);
-        let attrs = opts.attrs.clone();
-        self.meta.commit(opts.durable, move |tx| {
-            insert_objects(
-                tx,
-                partition,
-                collection.as_deref(),
-                first as i64,
-                1,
-                length,
-                &attrs,
-                at,
-            )?;
-            put_rows(tx, object, &rows).map(|_| ())
-        })?;
-        Ok(object.object)
+            count: 0,
+            limit: 1,
+        })
     }
 
     /// Deallocates the segments' ranges: they read as zeros after. The

@@ -331,6 +331,10 @@ struct BatchSeries {
 pub struct ObjectMetrics {
     series: [[ObjSeries; 3]; 16],
     batches: BatchSeries,
+    /// Pool jobs that made several creates of one receive with one store
+    /// call, and the creates they made.
+    create_groups: AtomicU64,
+    grouped_creates: AtomicU64,
 }
 
 impl Default for ObjectMetrics {
@@ -338,6 +342,8 @@ impl Default for ObjectMetrics {
         Self {
             series: std::array::from_fn(|_| std::array::from_fn(|_| ObjSeries::default())),
             batches: BatchSeries::default(),
+            create_groups: AtomicU64::new(0),
+            grouped_creates: AtomicU64::new(0),
         }
     }
 }
@@ -390,6 +396,13 @@ impl ObjectMetrics {
         let b = &self.batches;
         b.groups.fetch_add(1, Ordering::Relaxed);
         b.grouped.fetch_add(members, Ordering::Relaxed);
+    }
+
+    /// Records `members` creates of one receive made together in one
+    /// pool job.
+    pub fn record_create_group(&self, members: u64) {
+        self.create_groups.fetch_add(1, Ordering::Relaxed);
+        self.grouped_creates.fetch_add(members, Ordering::Relaxed);
     }
 
     /// Batch frames split so far.
@@ -486,6 +499,18 @@ impl ObjectMetrics {
             out,
             "# HELP {name} Batch members run in such shared pool jobs.\n# TYPE {name} counter\n{name} {}",
             b.grouped.load(Ordering::Relaxed)
+        );
+        let name = "sluice_obj_create_groups_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Pool jobs that each made several creates received together with one store call.\n# TYPE {name} counter\n{name} {}",
+            self.create_groups.load(Ordering::Relaxed)
+        );
+        let name = "sluice_obj_grouped_creates_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Creates made in those jobs.\n# TYPE {name} counter\n{name} {}",
+            self.grouped_creates.load(Ordering::Relaxed)
         );
     }
 }

@@ -1055,3 +1055,112 @@ fn truncated_frames_bad_magic_and_oversized_payloads_end_only_that_connection() 
     let mut again = client(&server);
     assert_eq!(again.read(id, 0, 5).0, b"alive");
 }
+
+/// `(pool hand-offs, create groups, creates made in them)` so far.
+fn create_counts(server: &TestServer) -> [u64; 3] {
+    [
+        metric(server, "sluice_handoffs_total"),
+        metric(server, "sluice_obj_create_groups_total"),
+        metric(server, "sluice_obj_grouped_creates_total"),
+    ]
+}
+
+/// Creates that arrive in one receive are made with one pool hand-off
+/// (one store call, one commit) and each is answered on its own; a bad
+/// one among them fails alone.
+#[test]
+fn creates_received_together_are_one_hand_off_with_a_reply_for_each() {
+    use std::io::Write;
+
+    let (server, _dir, _) = start();
+    let mut c = client(&server);
+    let mut frames = Vec::new();
+    for k in 0..8u64 {
+        // Even ones with data and a GET of the length riding on them.
+        let mut req = Req::new(OP_CREATE_AND_WRITE, 100 + k)
+            .params(&name_param(if k % 3 == 0 { "made" } else { "" }))
+            .attrs(&[
+                AttrOp::Set("owner", AttrValue::Text("t")),
+                AttrOp::Set("serial", AttrValue::Integer(k as i64)),
+                AttrOp::Set("tag", AttrValue::Bytes(&[0xab; 32])),
+            ]);
+        if k % 2 == 0 {
+            req = req.range(0, 3).data(b"abc");
+        }
+        frames.extend(c.encode(&req));
+    }
+    // A plain CREATE of two, and one refused by the store: a key the
+    // server keeps.
+    frames.extend(c.encode(&Req::new(OP_CREATE, 108).params(&create_params(2, ""))));
+    frames.extend(
+        c.encode(
+            &Req::new(OP_CREATE_AND_WRITE, 109)
+                .params(&name_param(""))
+                .attrs(&[AttrOp::Set("sluice.length", AttrValue::Integer(1))]),
+        ),
+    );
+    let before = create_counts(&server);
+    c.s.write_all(&frames).unwrap();
+    let mut replies: Vec<Reply> = (0..10).map(|_| c.reply()).collect();
+    let after = create_counts(&server);
+    replies.sort_by_key(|r| r.id);
+    assert_eq!(
+        replies.iter().map(|r| r.id).collect::<Vec<_>>(),
+        (100..110).collect::<Vec<_>>(),
+        "one reply per create, each with its own id"
+    );
+    assert_eq!(
+        [
+            after[0] - before[0],
+            after[1] - before[1],
+            after[2] - before[2]
+        ],
+        [1, 1, 10],
+        "ten creates received together: one hand-off, one group of ten"
+    );
+    let refused = replies.pop().unwrap();
+    refused.err(ErrorCode::Permission);
+    let pair = replies.pop().unwrap().ok();
+    let pair = sluice_obj_proto::decode_id_list(&pair.body).unwrap();
+    assert_eq!(pair.len(), 2);
+    let mut made = Vec::new();
+    for (k, r) in replies.into_iter().enumerate() {
+        let id = u64::from_be_bytes(r.ok().body.try_into().unwrap());
+        let attrs = c
+            .call(&Req::new(OP_GET_ATTRS, 200).object(id).attrs(&[
+                AttrOp::Get("serial"),
+                AttrOp::Get("tag"),
+                AttrOp::Get("sluice.length"),
+            ]))
+            .ok();
+        let len = if k % 2 == 0 { 3 } else { 0 };
+        assert_eq!(
+            attrs.attr_ops(),
+            [
+                AttrOp::Set("serial", AttrValue::Integer(k as i64)),
+                AttrOp::Set("tag", AttrValue::Bytes(&[0xab; 32])),
+                AttrOp::Set("sluice.length", AttrValue::Integer(len)),
+            ],
+            "create {k}"
+        );
+        if k % 2 == 0 {
+            assert_eq!(c.read(id, 0, 3).0, b"abc");
+        }
+        made.push(id);
+    }
+    let ids = [made.clone(), pair].concat();
+    let mut sorted = ids.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 10, "every create got its own ids: {ids:?}");
+    // The collection came into being with its first member.
+    let listing = c
+        .call(&Req::new(OP_LIST, 300).params(&page_params(0, 100, "made")))
+        .ok();
+    let listed: Vec<u64> = page(&listing.body)
+        .entries
+        .iter()
+        .map(|e| e.object)
+        .collect();
+    assert_eq!(listed, [made[0], made[3], made[6]]);
+}

@@ -336,9 +336,16 @@ impl Link {
                     next += 1;
                 }
             }
-            if let Err(e) = self.send() {
-                self.fail(e, &mut results);
-                break;
+            // While a whole reply waits in the receive buffer, taking it
+            // costs no read: the requests its answer lets out are queued
+            // first and go with those of the replies after it, in one
+            // write, rather than one write (and one server receive) per
+            // reply.
+            if !self.reply_waiting() {
+                if let Err(e) = self.send() {
+                    self.fail(e, &mut results);
+                    break;
+                }
             }
             if flight.count == 0 {
                 // Only frame ids are left: every member was answered, so
@@ -488,6 +495,16 @@ impl Link {
         })
     }
 
+    /// Whether a whole reply is in the receive buffer (the next
+    /// [`receive`](Self::receive) takes it without reading).
+    fn reply_waiting(&self) -> bool {
+        let data = self.inbuf.data();
+        matches!(
+            ReplyHeader::decode(data),
+            Ok(Some(h)) if data.len() >= reply_len(&h)
+        )
+    }
+
     /// Waits for the next reply; `Err((code, message))` inside is the
     /// server's refusal of that request.
     fn receive(&mut self, wires: &[Wire<'_>], flight: &InFlight) -> Result<Received, ObjError> {
@@ -616,4 +633,122 @@ impl Link {
 /// What a wire weighs in the window: its bytes out and its reply's in.
 pub(super) fn cost(w: &Wire<'_>) -> u64 {
     w.frame_len() + REPLY_HEADER_LEN as u64 + w.reply_len
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::io::{Read, Write};
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::net::UnixStream;
+
+    use sluice_obj_proto::{Features, Opcode};
+
+    use super::*;
+    use crate::obj::codec::Codec;
+    use crate::obj::error::Addressee;
+    use crate::transport::Socket;
+
+    /// A connected pair of Unix sockets that keep message boundaries
+    /// (`SOCK_SEQPACKET`): each read on one end returns exactly what one
+    /// write on the other sent, so the test sees how the link wrote.
+    fn packet_pair() -> (UnixStream, UnixStream) {
+        let mut fds = [0; 2];
+        // SAFETY: `fds` has room for the two descriptors socketpair
+        // writes; on success both are open and owned by nothing else, so
+        // each is given to one `OwnedFd`.
+        let rc =
+            unsafe { libc::socketpair(libc::AF_UNIX, libc::SOCK_SEQPACKET, 0, fds.as_mut_ptr()) };
+        assert_eq!(rc, 0, "socketpair: {}", io::Error::last_os_error());
+        // SAFETY: as above, each descriptor is open and owned once.
+        let (a, b) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        (UnixStream::from(a), UnixStream::from(b))
+    }
+
+    fn session() -> Negotiated {
+        Negotiated {
+            version: 1,
+            features: Features(0),
+            limits: Limits {
+                max_segments: 1024,
+                max_payload: 1 << 20,
+                max_batch: 64,
+                max_attr_size: 65536,
+            },
+            partition: 1,
+            tls: false,
+            exports: Vec::new(),
+        }
+    }
+
+    /// The ids of the request frames in one packet.
+    fn request_ids(packet: &[u8]) -> Vec<u64> {
+        let mut ids = Vec::new();
+        let mut rest = packet;
+        while let Some(h) = RequestHeader::decode(rest).unwrap() {
+            ids.push(h.id);
+            let len = REQUEST_HEADER_LEN + h.payload_len() as usize;
+            rest = &rest[len..];
+        }
+        assert!(rest.is_empty(), "whole frames only");
+        ids
+    }
+
+    /// Replies that arrive together free their requests' places in the
+    /// window; the requests that fill them go out in one write, not one
+    /// write per reply.
+    #[test]
+    fn requests_freed_by_replies_read_together_go_out_in_one_write() {
+        let (client_end, mut server) = packet_pair();
+        let mut link = Link::new(
+            Stream::plain(Socket::Unix(client_end)),
+            "test".into(),
+            session(),
+            Some(Duration::from_secs(10)),
+            MergePolicy::Off,
+        );
+        let wires: Vec<Wire<'_>> = (0..8)
+            .map(|o| {
+                Codec::plain_wire(
+                    Subject {
+                        op: Opcode::Remove,
+                        target: Addressee::Object(o),
+                    },
+                    Opcode::Remove,
+                    0,
+                    o,
+                    Vec::new(),
+                    Vec::new(),
+                )
+            })
+            .collect();
+        let fake = std::thread::spawn(move || {
+            let mut packets = Vec::new();
+            let mut buf = vec![0u8; 64 * 1024];
+            // Answers every request of a packet with one packet of
+            // replies, until eight were answered.
+            let mut answered = 0;
+            while answered < 8 {
+                let n = server.read(&mut buf).unwrap();
+                let ids = request_ids(&buf[..n]);
+                let mut replies = Vec::new();
+                for &id in &ids {
+                    ReplyHeader::ok(id, 0, 0, 0).encode(&mut replies);
+                }
+                answered += ids.len();
+                packets.push(ids);
+                server.write_all(&replies).unwrap();
+            }
+            packets
+        });
+        let results = link.exchange(&wires, false, 4);
+        assert!(results.iter().all(Result::is_ok), "{results:?}");
+        let packets = fake.join().unwrap();
+        assert_eq!(
+            packets.iter().map(Vec::len).collect::<Vec<_>>(),
+            [4, 4],
+            "four requests, then the four that the four replies let out, each in one write: {packets:?}"
+        );
+    }
 }

@@ -10,8 +10,8 @@ use sluice_obj_proto::{
     FlushScope, Negotiated, Opcode, ReplyHeader, Request, RequestHeader,
 };
 use sluice_objstore::{
-    AttrValue as StoreValue, ObjStoreError, ObjectId, ObjectInfo, ObjectRef, ObjectStore,
-    PartitionId, QueryTerm, Segment, WriteOptions,
+    AttrValue as StoreValue, NewObjects, ObjStoreError, ObjectId, ObjectInfo, ObjectRef,
+    ObjectStore, PartitionId, QueryTerm, Segment, WriteOptions,
 };
 use sluice_storage::{BlockingClass, DeviceError};
 use tracing::debug;
@@ -291,6 +291,84 @@ fn collection(name: &str) -> Option<&str> {
     (!name.is_empty()).then_some(name)
 }
 
+/// Appends the error reply of a request that failed.
+fn encode_failure(h: &RequestHeader, f: &Failure, out: &mut ReplyBuf) {
+    debug!(id = h.id, opcode = ?Opcode::from_wire(h.opcode), error = %f.message, "request failed");
+    out.encode(|o| ReplyHeader::encode_error(h.id, f.code, &f.message, o));
+}
+
+/// The ids of a store call of one create.
+fn one_create(
+    mut made: Vec<Result<Vec<ObjectId>, ObjStoreError>>,
+) -> Result<Vec<ObjectId>, ObjStoreError> {
+    made.pop().unwrap_or(Ok(Vec::new()))
+}
+
+/// A CREATE or CREATE_AND_WRITE as the store takes it
+/// ([`NewObjects`] borrows from it).
+struct CreateWork<'a> {
+    collection: Option<&'a str>,
+    count: u32,
+    segments: Vec<Segment>,
+    data: &'a [u8],
+    opts: WriteOptions,
+    /// Its attribute entries (GETs answer with the values after it).
+    attrs: AttrWork<'a>,
+    /// CREATE_AND_WRITE: answered with the one new id.
+    with_data: bool,
+}
+
+impl<'a> CreateWork<'a> {
+    fn new(req: &Request<'a>) -> Result<Self, Failure> {
+        let mut attrs = AttrWork::split(&req.attrs)?;
+        let (collection, count, segments, data, with_data) = match req.command {
+            Command::Create { count, collection } => {
+                (collection, count, Vec::new(), &[][..], false)
+            }
+            Command::CreateAndWrite {
+                collection,
+                ddt,
+                data,
+            } => {
+                attrs.no_removes("CREATE_AND_WRITE")?;
+                // Whole or absent, whatever the DDT: the object appears
+                // with its data and attributes in one commit.
+                (collection, 1, segments_of(&ddt), data, true)
+            }
+            _ => {
+                return Err(Failure::new(
+                    ErrorCode::Invalid,
+                    "not a create (a server bug: only creates run as creates)",
+                ))
+            }
+        };
+        Ok(Self {
+            collection: self::collection(collection),
+            count,
+            segments,
+            data,
+            opts: WriteOptions {
+                // The sets move into the store's options: nothing else
+                // reads them.
+                attrs: std::mem::take(&mut attrs.sets),
+                durable: req.fua,
+            },
+            attrs,
+            with_data,
+        })
+    }
+
+    fn new_objects(&self) -> NewObjects<'_> {
+        NewObjects {
+            collection: self.collection,
+            count: self.count,
+            segments: &self.segments,
+            data: self.data,
+            opts: &self.opts,
+        }
+    }
+}
+
 /// What running one session's requests needs: shared with the I/O pool.
 #[derive(Debug)]
 pub(crate) struct ObjExecutor {
@@ -341,6 +419,16 @@ impl ObjExecutor {
     /// Runs one validated request and appends its success reply; on
     /// failure appends nothing.
     fn run(&self, req: &Request<'_>, out: &mut ReplyBuf) -> Result<(), Failure> {
+        if let Command::Create { .. } | Command::CreateAndWrite { .. } = req.command {
+            let work = CreateWork::new(req)?;
+            let ids = self.in_collection(work.collection, || {
+                one_create(
+                    self.store
+                        .create_many(self.partition(), std::slice::from_ref(&work.new_objects())),
+                )
+            })?;
+            return self.created(req, &work, &ids, out);
+        }
         let id = req.id;
         let attrs = AttrWork::split(&req.attrs)?;
         let opts = |attrs: &AttrWork<'_>| WriteOptions {
@@ -349,19 +437,8 @@ impl ObjExecutor {
         };
         let mut list = Vec::new();
         match req.command {
-            Command::Create {
-                count,
-                collection: c,
-            } => {
-                let c = collection(c);
-                let ids = self.in_collection(c, || {
-                    self.store.create(self.partition(), c, count, &opts(&attrs))
-                })?;
-                let ids: Vec<u64> = ids.iter().map(|o| o.0).collect();
-                let mut body = Vec::with_capacity(4 + 8 * ids.len());
-                encode_id_list(&ids, &mut body);
-                reply_ok(out, id, 0, &[], &body);
-            }
+            // Run above.
+            Command::Create { .. } | Command::CreateAndWrite { .. } => {}
             Command::Remove { object } => {
                 self.store.remove(self.object(object))?;
                 if req.fua {
@@ -451,23 +528,6 @@ impl ObjExecutor {
                 let at = self.store.append(o, data, &opts(&attrs))?;
                 self.attrs_after(o, &attrs, &mut list)?;
                 reply_ok(out, id, 0, &list, &at.to_be_bytes());
-            }
-            Command::CreateAndWrite {
-                collection: c,
-                ddt,
-                data,
-            } => {
-                attrs.no_removes("CREATE_AND_WRITE")?;
-                let c = collection(c);
-                // Whole or absent, whatever the DDT: the object appears
-                // with its data and attributes in one commit.
-                let segments = segments_of(&ddt);
-                let new = self.in_collection(c, || {
-                    self.store
-                        .create_and_write(self.partition(), c, &segments, data, &opts(&attrs))
-                })?;
-                self.attrs_after(self.object(new.0), &attrs, &mut list)?;
-                reply_ok(out, id, 0, &list, &new.0.to_be_bytes());
             }
             Command::Punch { object, ddt } => {
                 attrs.no_removes("PUNCH")?;
@@ -561,6 +621,90 @@ impl ObjExecutor {
                     .map_err(|(code, message)| Failure::new(code, message))?;
                 reply_ok(out, id, 0, &[], &body);
             }
+        }
+        Ok(())
+    }
+
+    /// Runs the CREATE and CREATE_AND_WRITE requests `members` (headers
+    /// with their payloads) with one store call, so they share one
+    /// metadata commit, and appends each one's reply (success or error)
+    /// to `out` in order; returns which failed. A member that fails does
+    /// so alone; one whose collection does not exist yet makes it and
+    /// runs again on its own, as [`Self::run`] would.
+    pub(crate) fn run_creates(
+        &self,
+        members: &[(RequestHeader, &[u8])],
+        out: &mut ReplyBuf,
+    ) -> Vec<bool> {
+        let works: Vec<Result<(Request<'_>, CreateWork<'_>), Failure>> = members
+            .iter()
+            .map(|(h, payload)| {
+                let req = self
+                    .session
+                    .validate(h, payload)
+                    .map_err(|r| Failure::new(r.code, r.message))?;
+                let work = CreateWork::new(&req)?;
+                Ok((req, work))
+            })
+            .collect();
+        let news: Vec<NewObjects<'_>> = works
+            .iter()
+            .filter_map(|w| w.as_ref().ok())
+            .map(|(_, w)| w.new_objects())
+            .collect();
+        let mut made = self.store.create_many(self.partition(), &news).into_iter();
+        members
+            .iter()
+            .zip(works)
+            .map(|((h, _), work)| {
+                let result = work.and_then(|(req, work)| {
+                    let ids = match made.next() {
+                        Some(Err(ObjStoreError::UnknownCollection { .. })) => {
+                            self.in_collection(work.collection, || {
+                                one_create(self.store.create_many(
+                                    self.partition(),
+                                    std::slice::from_ref(&work.new_objects()),
+                                ))
+                            })
+                        }
+                        Some(r) => r,
+                        None => Err(ObjStoreError::CreateCount {
+                            partition: self.partition(),
+                            count: work.count,
+                            limit: 0,
+                        }),
+                    }?;
+                    self.created(&req, &work, &ids, out)
+                });
+                match result {
+                    Ok(()) => false,
+                    Err(f) => {
+                        encode_failure(h, &f, out);
+                        true
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// Appends the reply of a create that made `ids`.
+    fn created(
+        &self,
+        req: &Request<'_>,
+        work: &CreateWork<'_>,
+        ids: &[ObjectId],
+        out: &mut ReplyBuf,
+    ) -> Result<(), Failure> {
+        if work.with_data {
+            let new = ids.first().map_or(0, |o| o.0);
+            let mut list = Vec::new();
+            self.attrs_after(self.object(new), &work.attrs, &mut list)?;
+            reply_ok(out, req.id, 0, &list, &new.to_be_bytes());
+        } else {
+            let ids: Vec<u64> = ids.iter().map(|o| o.0).collect();
+            let mut body = Vec::with_capacity(4 + 8 * ids.len());
+            encode_id_list(&ids, &mut body);
+            reply_ok(out, req.id, 0, &[], &body);
         }
         Ok(())
     }
@@ -666,8 +810,7 @@ impl Execute for ObjExecutor {
         match result {
             Ok(()) => Outcome::Done { failed: false },
             Err(f) => {
-                debug!(id = h.id, opcode = ?Opcode::from_wire(h.opcode), error = %f.message, "request failed");
-                out.encode(|o| ReplyHeader::encode_error(h.id, f.code, &f.message, o));
+                encode_failure(h, &f, out);
                 Outcome::Done { failed: true }
             }
         }

@@ -6,9 +6,12 @@
 //! attached NBD export on the I/O pool ([`ObjExecutor`]). A batch frame
 //! is split here; its small store changes run together in one pool job
 //! (`batch.rs`), every other member on its own, in parallel, and each
-//! member is answered with its own reply.
+//! member is answered with its own reply. Small creates among the whole
+//! frames of one receive are made together, in one pool job and one
+//! store call (`creates.rs`).
 
 mod batch;
+mod creates;
 mod execute;
 mod extent;
 mod file_read;
@@ -26,6 +29,7 @@ use sluice_objstore::ObjectStore;
 use tracing::{debug, info, trace, warn};
 
 use batch::{runs_together, Together};
+use creates::Creates;
 use execute::{ObjExecutor, ObjRequest};
 pub(crate) use handshake::PartitionPolicy;
 pub(crate) use meta::{open_meta, MetaService};
@@ -91,6 +95,8 @@ impl ConnectionHandler for ObjService {
         let session = ObjSession {
             reply_header: Vec::with_capacity(REPLY_HEADER_LEN),
             list_map: None,
+            creates: Creates::default(),
+            more: false,
             exec: Arc::new(ObjExecutor {
                 store: Arc::clone(&self.store),
                 session: negotiated,
@@ -120,6 +126,12 @@ pub(crate) struct ObjSession {
     reply_header: Vec<u8>,
     /// The mapping the last list read was sent from (`file_read.rs`).
     list_map: Option<file_read::ListMapping>,
+    /// Creates gathered from the frames of this receive (`creates.rs`).
+    creates: Creates,
+    /// Whether another whole frame follows the one being handled (set
+    /// by `decode` while creates are about): gathered creates start
+    /// when none does.
+    more: bool,
 }
 
 impl ObjSession {
@@ -225,6 +237,69 @@ impl ObjSession {
             group.start(&self.exec, received, d);
         }
     }
+
+    /// Whether `data` starts with a whole frame (one `decode` would
+    /// take as complete).
+    fn whole_frame(&self, data: &[u8]) -> bool {
+        match RequestHeader::decode(data) {
+            Ok(Some(h)) => h
+                .check_frame(&self.exec.session.limits)
+                .is_ok_and(|len| data.len() >= REQUEST_HEADER_LEN + len as usize),
+            _ => false,
+        }
+    }
+
+    /// [`Protocol::start`] of one frame; small creates are gathered
+    /// (`creates.rs`) rather than run.
+    #[inline]
+    fn start_frame(
+        &mut self,
+        h: &RequestHeader,
+        payload: &[u8],
+        received: Instant,
+        d: &mut Dispatch,
+    ) -> Start<ObjRequest> {
+        if h.opcode == Opcode::Batch.wire() {
+            self.batch(h, payload, received, d);
+            return Start::Answered;
+        }
+        if h.opcode == Opcode::Disconnect.wire() {
+            // Validated like any request, so bad flags are still refused.
+            return match self.exec.session.validate(h, payload) {
+                Ok(req) if matches!(req.command, Command::Disconnect) => Start::Close,
+                Ok(_) => Start::Answered,
+                Err(rejected) => {
+                    self.reject(&rejected, received, d);
+                    Start::Answered
+                }
+            };
+        }
+        match self.validate(h, payload, received, d) {
+            Some(request)
+                if d.pipeline() == PipelineMode::Flexible && creates::gathers(&request) =>
+            {
+                let seq = d.take_seq();
+                self.creates
+                    .push(seq, request, payload, received, &self.exec, d);
+                Start::Answered
+            }
+            Some(request) if self.mapped_read(h, &request, payload, received, d) => Start::Answered,
+            Some(request) if self.reads_inline(&request, d) => {
+                // Run here if the store can answer without waiting (see
+                // `ObjExecutor::read_nowait`), else on the pool.
+                let seq = d.take_seq();
+                let placement = if d.pipeline() == PipelineMode::Off {
+                    Placement::Inline
+                } else {
+                    Placement::TryInline
+                };
+                d.run(&self.exec, seq, request, payload, placement, received);
+                Start::Answered
+            }
+            Some(request) => Start::Run(request),
+            None => Start::Answered,
+        }
+    }
 }
 
 impl Protocol for ObjSession {
@@ -252,6 +327,10 @@ impl Protocol for ObjSession {
             header_len: REQUEST_HEADER_LEN,
             len: REQUEST_HEADER_LEN + payload_len as usize,
         };
+        self.more = (creates::is_create(head.opcode) || !self.creates.is_empty())
+            && data
+                .get(frame.len..)
+                .is_some_and(|rest| self.whole_frame(rest));
         Ok(if data.len() >= frame.len {
             Decoded::Complete(frame)
         } else {
@@ -267,38 +346,13 @@ impl Protocol for ObjSession {
         received: Instant,
         d: &mut Dispatch,
     ) -> Start<ObjRequest> {
-        if h.opcode == Opcode::Batch.wire() {
-            self.batch(h, payload, received, d);
-            return Start::Answered;
+        let start = self.start_frame(h, payload, received, d);
+        if !self.more || matches!(start, Start::Close) {
+            // The last whole frame of this receive (or the last of the
+            // connection): the creates gathered so far go.
+            self.creates.start(&self.exec, d);
         }
-        if h.opcode == Opcode::Disconnect.wire() {
-            // Validated like any request, so bad flags are still refused.
-            return match self.exec.session.validate(h, payload) {
-                Ok(req) if matches!(req.command, Command::Disconnect) => Start::Close,
-                Ok(_) => Start::Answered,
-                Err(rejected) => {
-                    self.reject(&rejected, received, d);
-                    Start::Answered
-                }
-            };
-        }
-        match self.validate(h, payload, received, d) {
-            Some(request) if self.mapped_read(h, &request, payload, received, d) => Start::Answered,
-            Some(request) if self.reads_inline(&request, d) => {
-                // Run here if the store can answer without waiting (see
-                // `ObjExecutor::read_nowait`), else on the pool.
-                let seq = d.take_seq();
-                let placement = if d.pipeline() == PipelineMode::Off {
-                    Placement::Inline
-                } else {
-                    Placement::TryInline
-                };
-                d.run(&self.exec, seq, request, payload, placement, received);
-                Start::Answered
-            }
-            Some(request) => Start::Run(request),
-            None => Start::Answered,
-        }
+        start
     }
 
     #[inline]
