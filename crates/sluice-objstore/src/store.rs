@@ -1845,9 +1845,11 @@ impl ObjectStore {
                     staged.push((i, s));
                 }
                 Err(e) => {
-                    // The changes staged so far commit first, so what
-                    // reloads this object's state sees theirs.
-                    commits += self.commit_staged(&mut staged, &mut results);
+                    // Changes to this object staged before commit first,
+                    // so what reloads its state sees theirs.
+                    if staged.iter().any(|(_, s)| s.row.object == c.object) {
+                        commits += self.commit_staged(&mut staged, &mut results);
+                    }
                     stripe.forget(c.object);
                     results[i] = Some(Err(e));
                 }
