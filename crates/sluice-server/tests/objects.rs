@@ -969,10 +969,14 @@ fn a_shared_jobs_writes_appends_and_punches_commit_once_and_keep_their_replies()
     let ids = c.create(3, "");
     c.write(ids[2], 0, &[9u8; 64]);
     let members = [
-        Req::new(OP_APPEND, 41).object(ids[0]).data(b"abc"),
+        Req::new(OP_APPEND, 41)
+            .object(ids[0])
+            .range(0, 3)
+            .data(b"abc"),
         // The same object again: appended after the first.
         Req::new(OP_APPEND, 42)
             .object(ids[0])
+            .range(0, 2)
             .data(b"de")
             .attrs(&[
                 AttrOp::Set("n", AttrValue::Integer(5)),
