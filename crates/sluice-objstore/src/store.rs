@@ -1654,7 +1654,7 @@ impl ObjectStore {
             before,
             after,
             journal_bytes,
-        } = self.stage(stripe, object, opts, edit)?;
+        } = self.stage(stripe, object, None, opts, edit)?;
         let done = self.meta.commit(opts.durable, move |tx| put_change(tx, &row))?;
         let info = after.info;
         self.settle_change(stripe, object, after, done, journal_bytes);
@@ -1663,15 +1663,21 @@ impl ObjectStore {
 
     /// The data half of a change under its object's stripe: the bytes
     /// change (inline, moved to the file, or in the file) and the
-    /// metadata to commit is returned with the state after it.
+    /// metadata to commit is returned with the state after it. `start`:
+    /// the object's state after a change staged before this one and not
+    /// committed yet (else its committed state, from the stripe's cache).
     fn stage(
         &self,
         stripe: &Stripe,
         object: ObjectRef,
+        start: Option<&Cached>,
         opts: &WriteOptions,
         edit: Edit<'_>,
     ) -> Result<Staged, ObjStoreError> {
-        let mut cached = self.cached(stripe, object)?;
+        let mut cached = match start {
+            Some(c) => c.clone(),
+            None => self.cached(stripe, object)?,
+        };
         let before = cached.info;
         let appended;
         let (segments, data) = match edit {
@@ -1837,17 +1843,20 @@ impl ObjectStore {
                 results[i] = Some(r.map(|(info, before)| Changed { info, before }));
                 continue;
             }
-            match self.stage(stripe, c.object, c.opts, c.edit) {
-                Ok(s) => {
-                    // The next change to this object in the batch starts
-                    // from here (the stripe is held, no reader sees it).
-                    stripe.keep(c.object, s.after.clone());
-                    staged.push((i, s));
-                }
+            // A change to an object changed earlier in the batch starts
+            // from that change's state: not from the stripe's cache, which
+            // holds committed states only (and may have evicted it).
+            let start = staged
+                .iter()
+                .rev()
+                .find(|(_, s)| s.row.object == c.object)
+                .map(|(_, s)| &s.after);
+            match self.stage(stripe, c.object, start, c.opts, c.edit) {
+                Ok(s) => staged.push((i, s)),
                 Err(e) => {
                     // Changes to this object staged before commit first,
                     // so what reloads its state sees theirs.
-                    if staged.iter().any(|(_, s)| s.row.object == c.object) {
+                    if start.is_some() {
                         commits += self.commit_staged(&mut staged, &mut results);
                     }
                     stripe.forget(c.object);

@@ -337,3 +337,44 @@ fn readers_never_see_a_batch_members_data_without_its_attributes() {
         assert!(seen > 0, "the readers read something");
     });
 }
+
+/// A change to an object changed earlier in the same batch starts from
+/// that change, however many other objects the batch changes meanwhile
+/// (more than the store caches per stripe: a state kept in the cache
+/// before its commit could be evicted and reloaded without it).
+#[test]
+fn a_later_change_to_an_object_starts_from_its_earlier_one_in_a_large_batch() {
+    let (_dir, store) = store();
+    let ids = store.create(P, None, 1024, &WriteOptions::default()).unwrap();
+    let objs: Vec<ObjectRef> = ids
+        .into_iter()
+        .map(|object| ObjectRef {
+            partition: P,
+            object,
+        })
+        .collect();
+    let opts = WriteOptions::default();
+    let mut changes = vec![BatchChange {
+        object: objs[0],
+        edit: Edit::Append(b"a"),
+        opts: &opts,
+    }];
+    changes.extend(objs[1..].iter().map(|&object| BatchChange {
+        object,
+        edit: Edit::Append(b"x"),
+        opts: &opts,
+    }));
+    changes.push(BatchChange {
+        object: objs[0],
+        edit: Edit::Append(b"b"),
+        opts: &opts,
+    });
+    let outcome = store.change_batch(&changes);
+    assert_eq!(outcome.commits, 1);
+    let last = outcome.results.last().unwrap().as_ref().unwrap();
+    assert_eq!(last.before.length, 1, "appended after the first");
+    assert_eq!(read(&store, objs[0], 0, 2).0, b"ab");
+    for &o in &objs[1..] {
+        assert_eq!(store.get_attrs(o, &[]).unwrap().0.length, 1);
+    }
+}

@@ -7,7 +7,10 @@
 //! `write`; for a 4 KiB write into the page cache those cost more than
 //! the write. So the members that only change the page cache and the
 //! metadata database, and move little data, run one after another in
-//! one job ([`Together`]). Everything else in the frame (reads, which may
+//! one job ([`Together`]), and their data changes (WRITE, APPEND, PUNCH)
+//! go to the store in one call that commits their metadata once
+//! (`ObjectStore::change_batch`), where one after another each waited for
+//! a commit of its own. Everything else in the frame (reads, which may
 //! wait for the disk; durable changes; extent and metadata calls, whose
 //! device or service the store does not control; large transfers) is
 //! still handed off on its own, so such members run in parallel as
