@@ -1074,12 +1074,18 @@ impl ObjectStore {
             .join(format!("{:016x}", object.object.0))
     }
 
-    fn io_err(&self, object: ObjectRef, op: &'static str) -> impl Fn(io::Error) -> ObjStoreError {
-        let path = self.data_path(object);
+    /// The error of `op` failing on `object`'s file. The path is built
+    /// only when it fails: formatting it for every write cost a tenth of
+    /// a small write's instructions (callgrind).
+    fn io_err(
+        &self,
+        object: ObjectRef,
+        op: &'static str,
+    ) -> impl Fn(io::Error) -> ObjStoreError + '_ {
         move |source| ObjStoreError::Io {
             object,
             op,
-            path: path.clone(),
+            path: self.data_path(object),
             source,
         }
     }
@@ -1895,6 +1901,23 @@ impl ObjectStore {
         }
         let objects: Vec<ObjectRef> = rows.iter().map(|r| r.object).collect();
         let committed = self.meta.commit(false, move |tx| {
+            let sql = |e| ObjStoreError::Commit {
+                source: Arc::new(e),
+            };
+            // All in one savepoint first: three statements for the batch
+            // instead of three per change (a savepoint cost a sixth of a
+            // change's rows). Should any change fail, that is rolled back
+            // and each change runs in a savepoint of its own, so only
+            // the failing one (and later changes to its object) are lost.
+            let all = meta::in_savepoint(tx, |tx| {
+                rows.iter()
+                    .map(|row| put_change(tx, row))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .map_err(sql)?;
+            if let Ok(done) = all {
+                return Ok(done.into_iter().map(Ok).collect());
+            }
             let mut failed: Vec<ObjectRef> = Vec::new();
             let mut done = Vec::with_capacity(rows.len());
             for row in &rows {
@@ -1902,11 +1925,7 @@ impl ObjectStore {
                     done.push(Err(ObjStoreError::RolledBackWith { object: row.object }));
                     continue;
                 }
-                let r = meta::in_savepoint(tx, |tx| put_change(tx, row)).map_err(|e| {
-                    ObjStoreError::Commit {
-                        source: Arc::new(e),
-                    }
-                })?;
+                let r = meta::in_savepoint(tx, |tx| put_change(tx, row)).map_err(sql)?;
                 if r.is_err() {
                     failed.push(row.object);
                 }
