@@ -1661,7 +1661,9 @@ impl ObjectStore {
             after,
             journal_bytes,
         } = self.stage(stripe, object, None, opts, edit)?;
-        let done = self.meta.commit(opts.durable, move |tx| put_change(tx, &row))?;
+        let done = self
+            .meta
+            .commit(opts.durable, move |tx| put_change(tx, &row))?;
         let info = after.info;
         self.settle_change(stripe, object, after, done, journal_bytes);
         Ok((info, before))
@@ -1821,8 +1823,10 @@ impl ObjectStore {
     /// Changes apply in the order given, so two changes to one object
     /// land as the same two calls in that order would.
     pub fn change_batch(&self, changes: &[BatchChange<'_>]) -> BatchOutcome {
-        let mut results: Vec<Option<Result<Changed, ObjStoreError>>> =
-            changes.iter().map(|c| check_change(c).err().map(Err)).collect();
+        let mut results: Vec<Option<Result<Changed, ObjStoreError>>> = changes
+            .iter()
+            .map(|c| check_change(c).err().map(Err))
+            .collect();
         let mut stripes: Vec<usize> = changes
             .iter()
             .zip(&results)
@@ -1953,8 +1957,11 @@ impl ObjectStore {
                 }
             }
             Err(e) => {
-                let members: Vec<(ObjectRef, usize)> =
-                    objects.into_iter().zip(rest).map(|(o, (i, ..))| (o, i)).collect();
+                let members: Vec<(ObjectRef, usize)> = objects
+                    .into_iter()
+                    .zip(rest)
+                    .map(|(o, (i, ..))| (o, i))
+                    .collect();
                 // Whatever failed, the next use loads the state afresh.
                 for &(object, i) in members.iter().skip(1) {
                     self.stripe(object).forget(object);

@@ -24,7 +24,9 @@ fn store() -> (tempfile::TempDir, ObjectStore) {
 /// `count` new objects: the even ones files of [`FILE_LEN`] zeros, the
 /// odd ones empty (inline).
 fn objects(store: &ObjectStore, count: u32) -> Vec<ObjectRef> {
-    let ids = store.create(P, None, count, &WriteOptions::default()).unwrap();
+    let ids = store
+        .create(P, None, count, &WriteOptions::default())
+        .unwrap();
     ids.into_iter()
         .enumerate()
         .map(|(k, object)| {
@@ -35,7 +37,12 @@ fn objects(store: &ObjectStore, count: u32) -> Vec<ObjectRef> {
             if k % 2 == 0 {
                 let zeros = vec![0u8; FILE_LEN as usize];
                 store
-                    .write(o, &[Segment::new(0, FILE_LEN)], &zeros, &WriteOptions::default())
+                    .write(
+                        o,
+                        &[Segment::new(0, FILE_LEN)],
+                        &zeros,
+                        &WriteOptions::default(),
+                    )
                     .unwrap();
             }
             o
@@ -51,7 +58,9 @@ fn tagged(tag: i64) -> WriteOptions {
 }
 
 fn read(store: &ObjectStore, o: ObjectRef, offset: u64, len: u64) -> (Vec<u8>, Option<i64>) {
-    let r = store.read(o, &[Segment::new(offset, len)], &["tag"]).unwrap();
+    let r = store
+        .read(o, &[Segment::new(offset, len)], &["tag"])
+        .unwrap();
     let tag = r.attrs.iter().find_map(|(k, v)| match v {
         AttrValue::Integer(t) if k == "tag" => Some(*t),
         _ => None,
@@ -103,7 +112,11 @@ fn several_changes_to_several_objects_commit_once() {
     ];
     let before = store.commits();
     let outcome = store.change_batch(&changes);
-    assert_eq!(store.commits() - before, 1, "one transaction for six changes");
+    assert_eq!(
+        store.commits() - before,
+        1,
+        "one transaction for six changes"
+    );
     assert_eq!(outcome.commits, 1);
     let done: Vec<_> = outcome.results.into_iter().map(Result::unwrap).collect();
     assert_eq!(done[0].info.length, FILE_LEN);
@@ -189,10 +202,26 @@ fn a_failing_change_fails_alone_and_the_others_apply() {
     let outcome = store.change_batch(&changes);
     let r = &outcome.results;
     assert!(r[0].is_ok(), "{:?}", r[0]);
-    assert!(matches!(r[1], Err(ObjStoreError::UnknownObject { .. })), "{:?}", r[1]);
-    assert!(matches!(r[2], Err(ObjStoreError::PayloadLength { .. })), "{:?}", r[2]);
-    assert!(matches!(r[3], Err(ObjStoreError::OutOfRange { .. })), "{:?}", r[3]);
-    assert!(matches!(r[4], Err(ObjStoreError::BadAttributeKey { .. })), "{:?}", r[4]);
+    assert!(
+        matches!(r[1], Err(ObjStoreError::UnknownObject { .. })),
+        "{:?}",
+        r[1]
+    );
+    assert!(
+        matches!(r[2], Err(ObjStoreError::PayloadLength { .. })),
+        "{:?}",
+        r[2]
+    );
+    assert!(
+        matches!(r[3], Err(ObjStoreError::OutOfRange { .. })),
+        "{:?}",
+        r[3]
+    );
+    assert!(
+        matches!(r[4], Err(ObjStoreError::BadAttributeKey { .. })),
+        "{:?}",
+        r[4]
+    );
     assert!(r[5].is_ok(), "{:?}", r[5]);
     assert_eq!(read(&store, objs[0], 0, 4), (b"good".to_vec(), Some(7)));
     // objs[1] is inline and was empty: only the append landed.
@@ -345,7 +374,9 @@ fn readers_never_see_a_batch_members_data_without_its_attributes() {
 #[test]
 fn a_later_change_to_an_object_starts_from_its_earlier_one_in_a_large_batch() {
     let (_dir, store) = store();
-    let ids = store.create(P, None, 1024, &WriteOptions::default()).unwrap();
+    let ids = store
+        .create(P, None, 1024, &WriteOptions::default())
+        .unwrap();
     let objs: Vec<ObjectRef> = ids
         .into_iter()
         .map(|object| ObjectRef {

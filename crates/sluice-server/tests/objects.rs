@@ -910,7 +910,10 @@ fn a_batch_of_small_writes_is_one_pool_hand_off_with_a_reply_for_each() {
     );
     let commits = commit_counts(&server);
     assert_eq!(
-        [commits[0] - before_commits[0], commits[1] - before_commits[1]],
+        [
+            commits[0] - before_commits[0],
+            commits[1] - before_commits[1]
+        ],
         [1, 8],
         "eight small writes: one metadata commit"
     );
@@ -1000,7 +1003,10 @@ fn a_shared_jobs_writes_appends_and_punches_commit_once_and_keep_their_replies()
     let commits = commit_counts(&server);
     assert_eq!([after[1] - before[1], after[2] - before[2]], [1, 5]);
     assert_eq!(
-        [commits[0] - before_commits[0], commits[1] - before_commits[1]],
+        [
+            commits[0] - before_commits[0],
+            commits[1] - before_commits[1]
+        ],
         [1, 4],
         "four data changes: one commit"
     );

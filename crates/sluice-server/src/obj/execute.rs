@@ -624,7 +624,9 @@ impl ObjExecutor {
                 (ChangeKind::Write, object, segments_of(&ddt), data)
             }
             Command::Append { object, data } => (ChangeKind::Append, object, Vec::new(), data),
-            Command::Punch { object, ddt } => (ChangeKind::Punch, object, segments_of(&ddt), &[][..]),
+            Command::Punch { object, ddt } => {
+                (ChangeKind::Punch, object, segments_of(&ddt), &[][..])
+            }
             _ => return None,
         };
         let attrs = AttrWork::split(&req.attrs).ok()?;
