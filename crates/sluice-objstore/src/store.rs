@@ -61,7 +61,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuar
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::types::{ToSqlOutput, Value, ValueRef};
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, CachedStatement, Connection, OptionalExtension};
 
 use crate::error::{MetaContext, ObjStoreError};
 use crate::meta::{self, Committer};
@@ -652,24 +652,37 @@ fn stripe_index(object: ObjectRef) -> usize {
     (h >> 58) as usize % STRIPES
 }
 
+/// The statement that sets a data change's length and both times.
+const UPDATE_LENGTH: &str = "UPDATE objects SET length = ?3, data_modified = ?4,
+     attrs_modified = CASE WHEN ?5 THEN ?4 ELSE attrs_modified END
+     WHERE partition = ?1 AND id = ?2";
+
+/// [`UPDATE_LENGTH`], prepared (once per connection; a batch takes it
+/// once for all its changes: fetching it from rusqlite's cache and
+/// handing it back cost a fifth of a change's rows).
+fn prepare_length_update(tx: &Connection) -> Result<CachedStatement<'_>, ObjStoreError> {
+    tx.prepare_cached(UPDATE_LENGTH)
+        .meta("prepare length update")
+}
+
 /// Commits a data change's row: the length and both times in one
-/// statement, the attribute sets, and its data rows.
-fn put_change(tx: &Connection, row: &ChangeRow) -> Result<RowsDone, ObjStoreError> {
+/// statement (`update`, from [`prepare_length_update`]), the attribute
+/// sets, and its data rows.
+fn put_change(
+    tx: &Connection,
+    update: &mut CachedStatement<'_>,
+    row: &ChangeRow,
+) -> Result<RowsDone, ObjStoreError> {
     let object = row.object;
-    tx.prepare_cached(
-        "UPDATE objects SET length = ?3, data_modified = ?4,
-         attrs_modified = CASE WHEN ?5 THEN ?4 ELSE attrs_modified END
-         WHERE partition = ?1 AND id = ?2",
-    )
-    .meta("prepare length update")?
-    .execute(params![
-        object.partition.0 as i64,
-        object.object.0 as i64,
-        row.length as i64,
-        row.at,
-        !row.attrs.is_empty()
-    ])
-    .meta("update length")?;
+    update
+        .execute(params![
+            object.partition.0 as i64,
+            object.object.0 as i64,
+            row.length as i64,
+            row.at,
+            !row.attrs.is_empty()
+        ])
+        .meta("update length")?;
     put_attrs(tx, object, &row.attrs)?;
     put_rows(tx, object, &row.rows)
 }
@@ -1661,9 +1674,9 @@ impl ObjectStore {
             after,
             journal_bytes,
         } = self.stage(stripe, object, None, opts, edit)?;
-        let done = self
-            .meta
-            .commit(opts.durable, move |tx| put_change(tx, &row))?;
+        let done = self.meta.commit(opts.durable, move |tx| {
+            put_change(tx, &mut prepare_length_update(tx)?, &row)
+        })?;
         let info = after.info;
         self.settle_change(stripe, object, after, done, journal_bytes);
         Ok((info, before))
@@ -1913,9 +1926,10 @@ impl ObjectStore {
             // change's rows). Should any change fail, that is rolled back
             // and each change runs in a savepoint of its own, so only
             // the failing one (and later changes to its object) are lost.
+            let mut update = prepare_length_update(tx)?;
             let all = meta::in_savepoint(tx, |tx| {
                 rows.iter()
-                    .map(|row| put_change(tx, row))
+                    .map(|row| put_change(tx, &mut update, row))
                     .collect::<Result<Vec<_>, _>>()
             })
             .map_err(sql)?;
@@ -1929,7 +1943,8 @@ impl ObjectStore {
                     done.push(Err(ObjStoreError::RolledBackWith { object: row.object }));
                     continue;
                 }
-                let r = meta::in_savepoint(tx, |tx| put_change(tx, row)).map_err(sql)?;
+                let r =
+                    meta::in_savepoint(tx, |tx| put_change(tx, &mut update, row)).map_err(sql)?;
                 if r.is_err() {
                     failed.push(row.object);
                 }
