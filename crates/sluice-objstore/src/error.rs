@@ -92,6 +92,11 @@ pub enum ObjStoreError {
     /// the group gets the one cause).
     #[error("attribute database: commit failed")]
     Commit { source: Arc<rusqlite::Error> },
+    /// A change of a batch rolled back with another that failed: a later
+    /// change to the same object (computed on top of the failed one), or
+    /// any change of a batch whose commit failed on another's error.
+    #[error("{object}: not changed, rolled back with another change of its batch that failed")]
+    RolledBackWith { object: ObjectRef },
     /// A change panicked while its group committed (a bug). It was rolled
     /// back alone; the rest of its group and the store carry on.
     #[error("attribute database: a change failed unexpectedly and was rolled back")]

@@ -37,8 +37,8 @@ use std::fmt;
 pub use error::ObjStoreError;
 pub use segments::{buffer_offsets, plan, Run, Segment};
 pub use store::{
-    limits, AttrValue, ListEntry, ListPage, NewObjects, ObjectInfo, ObjectStore, QueryTerm,
-    ReadFound, ReadResult, StoreOptions, WriteOptions,
+    limits, AttrValue, BatchChange, BatchOutcome, Changed, Edit, ListEntry, ListPage, NewObjects,
+    ObjectInfo, ObjectStore, QueryTerm, ReadFound, ReadResult, StoreOptions, WriteOptions,
 };
 
 /// A partition's id.

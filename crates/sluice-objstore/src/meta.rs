@@ -15,6 +15,7 @@
 //! was not.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use rusqlite::Connection;
@@ -112,6 +113,8 @@ pub(crate) struct Committer {
     conn: Mutex<Connection>,
     queue: Mutex<Queue>,
     settled: Condvar,
+    /// Transactions committed (each a group), for tests and metrics.
+    commits: AtomicU64,
 }
 
 #[derive(Default)]
@@ -196,7 +199,14 @@ impl Committer {
             conn: Mutex::new(conn),
             queue: Mutex::new(Queue::default()),
             settled: Condvar::new(),
+            commits: AtomicU64::new(0),
         }
+    }
+
+    /// Transactions committed so far: one per group, however many
+    /// changes it held.
+    pub(crate) fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
     }
 
     /// The connection, for work outside a group (opening, queries while
@@ -247,17 +257,15 @@ impl Committer {
                 // Alone: its failure rolls the transaction back.
                 return one.run(tx).map_err(|()| None);
             }
-            // Prepared once per connection: parsing the three
-            // statements per change cost more than the changes' own rows.
             for change in &mut group {
-                tx.prepare_cached("SAVEPOINT change")?.execute([])?;
-                if change.run(tx).is_err() {
-                    tx.prepare_cached("ROLLBACK TO change")?.execute([])?;
-                }
-                tx.prepare_cached("RELEASE change")?.execute([])?;
+                // A failed change keeps its own outcome (see `run`).
+                let _ = in_savepoint(tx, |tx| change.run(tx))?;
             }
             Ok(())
         });
+        if result.is_ok() {
+            self.commits.fetch_add(1, Ordering::Relaxed);
+        }
         drop(conn);
         match result {
             // The one change failed (and was rolled back): its own error.
@@ -269,6 +277,25 @@ impl Committer {
             }
         }
     }
+}
+
+/// Runs `body` inside a transaction in a savepoint of its own: when it
+/// fails, what it did is rolled back and the rest of the transaction
+/// stands. Its outcome is returned; `Err` only when SQLite could not
+/// open, roll back or release the savepoint. The statements are
+/// prepared once per connection: parsing them per change cost more than
+/// the changes' own rows.
+pub(crate) fn in_savepoint<T, E>(
+    tx: &Connection,
+    body: impl FnOnce(&Connection) -> Result<T, E>,
+) -> Result<Result<T, E>, rusqlite::Error> {
+    tx.prepare_cached("SAVEPOINT change")?.execute([])?;
+    let outcome = body(tx);
+    if outcome.is_err() {
+        tx.prepare_cached("ROLLBACK TO change")?.execute([])?;
+    }
+    tx.prepare_cached("RELEASE change")?.execute([])?;
+    Ok(outcome)
 }
 
 /// Runs `body` in one write transaction; with `durable`, the commit

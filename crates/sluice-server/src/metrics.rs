@@ -322,6 +322,10 @@ struct BatchSeries {
     /// members they ran.
     groups: AtomicU64,
     grouped: AtomicU64,
+    /// Metadata commits made for such jobs' data changes, and the
+    /// changes.
+    commits: AtomicU64,
+    committed: AtomicU64,
 }
 
 /// Metrics of the native object protocol, per command and per data
@@ -403,6 +407,14 @@ impl ObjectMetrics {
     pub fn record_create_group(&self, members: u64) {
         self.create_groups.fetch_add(1, Ordering::Relaxed);
         self.grouped_creates.fetch_add(members, Ordering::Relaxed);
+    }
+
+    /// Records the data changes (`changes`) of one shared job applied by
+    /// one store call, and the metadata commits (`commits`) it made.
+    pub fn record_batch_commits(&self, changes: u64, commits: u64) {
+        let b = &self.batches;
+        b.commits.fetch_add(commits, Ordering::Relaxed);
+        b.committed.fetch_add(changes, Ordering::Relaxed);
     }
 
     /// Batch frames split so far.
@@ -511,6 +523,18 @@ impl ObjectMetrics {
             out,
             "# HELP {name} Creates made in those jobs.\n# TYPE {name} counter\n{name} {}",
             self.grouped_creates.load(Ordering::Relaxed)
+        );
+        let name = "sluice_obj_batch_commits_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Metadata commits made for the data changes of shared pool jobs (one per job, plus one for each durable or journaled change).\n# TYPE {name} counter\n{name} {}",
+            b.commits.load(Ordering::Relaxed)
+        );
+        let name = "sluice_obj_batch_committed_changes_total";
+        let _ = writeln!(
+            out,
+            "# HELP {name} Data changes (WRITE, APPEND, PUNCH) of shared pool jobs applied by those commits' store calls.\n# TYPE {name} counter\n{name} {}",
+            b.committed.load(Ordering::Relaxed)
         );
     }
 }
@@ -957,6 +981,11 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("\nsluice_obj_batch_grouped_members_total 5\n"));
+        assert!(text.contains("\nsluice_obj_batch_commits_total 0\n"));
+        s.objects.record_batch_commits(5, 1);
+        let text = s.render(std::iter::empty());
+        assert!(text.contains("\nsluice_obj_batch_commits_total 1\n"));
+        assert!(text.contains("\nsluice_obj_batch_committed_changes_total 5\n"));
         assert!(text.contains("\nsluice_obj_batch_members_sum 4005\n"));
         assert!(text.contains("\nsluice_obj_batch_members_count 3\n"));
     }

@@ -857,6 +857,14 @@ fn pool_counts(server: &TestServer) -> [u64; 3] {
     ]
 }
 
+/// `(metadata commits of shared jobs' data changes, the changes)` so far.
+fn commit_counts(server: &TestServer) -> [u64; 2] {
+    [
+        metric(server, "sluice_obj_batch_commits_total"),
+        metric(server, "sluice_obj_batch_committed_changes_total"),
+    ]
+}
+
 /// Sends `members` as one batch frame and returns their replies by id.
 fn run_batch(c: &mut RawObjClient<std::net::TcpStream>, id: u64, members: &[Req]) -> Vec<Reply> {
     let body: Vec<u8> = members.iter().flat_map(|m| c.encode(m)).collect();
@@ -880,6 +888,7 @@ fn a_batch_of_small_writes_is_one_pool_hand_off_with_a_reply_for_each() {
         })
         .collect();
     let before = pool_counts(&server);
+    let before_commits = commit_counts(&server);
     let replies = run_batch(&mut c, 9, &members);
     let after = pool_counts(&server);
     assert_eq!(
@@ -898,6 +907,15 @@ fn a_batch_of_small_writes_is_one_pool_hand_off_with_a_reply_for_each() {
         ],
         [1, 1, 8],
         "eight small writes: one hand-off, one shared job of eight"
+    );
+    let commits = commit_counts(&server);
+    assert_eq!(
+        [
+            commits[0] - before_commits[0],
+            commits[1] - before_commits[1]
+        ],
+        [1, 8],
+        "eight small writes: one metadata commit"
     );
     for (k, &id) in ids.iter().enumerate() {
         let k = k as u64;
@@ -923,9 +941,16 @@ fn a_bad_member_of_a_shared_job_is_answered_and_the_others_still_run() {
             .data(b"two"),
     ];
     let before = pool_counts(&server);
+    let before_commits = commit_counts(&server);
     let replies = run_batch(&mut c, 20, &members);
     let after = pool_counts(&server);
     assert_eq!(after[0] - before[0], 1, "the three ran in one job");
+    let commits = commit_counts(&server);
+    assert_eq!(
+        commits[0] - before_commits[0],
+        1,
+        "the two good writes share one commit"
+    );
     assert_eq!(
         replies.iter().map(|r| r.id).collect::<Vec<_>>(),
         [21, 22, 23]
@@ -937,6 +962,67 @@ fn a_bad_member_of_a_shared_job_is_answered_and_the_others_still_run() {
     replies.next().unwrap().ok();
     assert_eq!(c.read(ids[0], 0, 3).0, b"one");
     assert_eq!(c.read(ids[1], 0, 3).0, b"two");
+    still_usable(&mut c, ids[1]);
+}
+
+#[test]
+fn a_shared_jobs_writes_appends_and_punches_commit_once_and_keep_their_replies() {
+    let (server, _dir, _) = start();
+    let mut c = client(&server);
+    let ids = c.create(3, "");
+    c.write(ids[2], 0, &[9u8; 64]);
+    let members = [
+        Req::new(OP_APPEND, 41)
+            .object(ids[0])
+            .range(0, 3)
+            .data(b"abc"),
+        // The same object again: appended after the first.
+        Req::new(OP_APPEND, 42)
+            .object(ids[0])
+            .range(0, 2)
+            .data(b"de")
+            .attrs(&[
+                AttrOp::Set("n", AttrValue::Integer(5)),
+                AttrOp::Get("n"),
+                AttrOp::Get("sluice.length"),
+            ]),
+        Req::new(OP_WRITE, 43)
+            .object(ids[1])
+            .sgl(&[(0, 2), (10, 2)])
+            .data(b"xyzw"),
+        Req::new(OP_PUNCH, 44).object(ids[2]).range(8, 8),
+        // Not a data change: runs after them in the same job.
+        Req::new(OP_SET_ATTRS, 45)
+            .object(ids[1])
+            .attrs(&[AttrOp::Set("k", AttrValue::Integer(1))]),
+    ];
+    let before = pool_counts(&server);
+    let before_commits = commit_counts(&server);
+    let replies = run_batch(&mut c, 40, &members);
+    let after = pool_counts(&server);
+    let commits = commit_counts(&server);
+    assert_eq!([after[1] - before[1], after[2] - before[2]], [1, 5]);
+    assert_eq!(
+        [
+            commits[0] - before_commits[0],
+            commits[1] - before_commits[1]
+        ],
+        [1, 4],
+        "four data changes: one commit"
+    );
+    let replies: Vec<Reply> = replies.into_iter().map(Reply::ok).collect();
+    assert_eq!(replies[0].body, 0u64.to_be_bytes());
+    assert_eq!(replies[1].body, 3u64.to_be_bytes());
+    assert_eq!(
+        replies[1].attr_ops(),
+        [
+            AttrOp::Set("n", AttrValue::Integer(5)),
+            AttrOp::Set("sluice.length", AttrValue::Integer(5)),
+        ]
+    );
+    assert_eq!(c.read(ids[0], 0, 5).0, b"abcde");
+    assert_eq!(c.read(ids[1], 10, 2).0, b"zw");
+    assert_eq!(c.read(ids[2], 6, 4).0, [9, 9, 0, 0]);
     still_usable(&mut c, ids[1]);
 }
 

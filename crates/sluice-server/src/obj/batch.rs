@@ -7,7 +7,10 @@
 //! `write`; for a 4 KiB write into the page cache those cost more than
 //! the write. So the members that only change the page cache and the
 //! metadata database, and move little data, run one after another in
-//! one job ([`Together`]). Everything else in the frame (reads, which may
+//! one job ([`Together`]), and their data changes (WRITE, APPEND, PUNCH)
+//! go to the store in one call that commits their metadata once
+//! (`ObjectStore::change_batch`), where one after another each waited for
+//! a commit of its own. Everything else in the frame (reads, which may
 //! wait for the disk; durable changes; extent and metadata calls, whose
 //! device or service the store does not control; large transfers) is
 //! still handed off on its own, so such members run in parallel as
@@ -148,50 +151,90 @@ impl Together {
         }
     }
 
-    /// Runs the members one after another on a pool worker. Their replies
-    /// go out together when the last is done, or earlier once the oldest
-    /// unsent one has waited [`SEND_READY_AFTER`].
+    /// Runs the members on a pool worker: the data changes (WRITE,
+    /// APPEND, PUNCH) first, in one store call that commits their
+    /// metadata once for all of them, then the others one after
+    /// another. The data changes are answered as that commit returns;
+    /// the replies go out together when the last member is done, or
+    /// earlier once the oldest unsent one has waited
+    /// [`SEND_READY_AFTER`].
     fn run(mut self, exec: &ObjExecutor, received: Instant, mut job: PoolJob) {
         let count = self.members.len();
         let n = count as i64;
         job.metrics.inflight.fetch_add(n, Ordering::Relaxed);
         let mut out = ReplyBuf::with_capacity(0);
-        // Members [unsent..] have replies in `out` (up to the one running).
-        let mut unsent = 0;
-        let mut oldest: Option<Instant> = None;
-        let mut started = Instant::now();
+        let started = Instant::now();
+        let Self { members, data, .. } = &mut self;
+        // Members in the order they run: the data changes, then the rest.
+        let mut order: Vec<usize> = Vec::with_capacity(count);
+        let mut changes = Vec::with_capacity(count);
+        for (i, m) in members.iter().enumerate() {
+            if let Some(c) = exec.data_change(&m.request, &data[m.payload.clone()]) {
+                order.push(i);
+                changes.push(c);
+            }
+        }
+        let batched = changes.len();
+        if batched > 0 {
+            let store_changes: Vec<_> = changes.iter().map(|c| c.change()).collect();
+            let outcome = exec.store.change_batch(&store_changes);
+            exec.metrics
+                .objects
+                .record_batch_commits(batched as u64, outcome.commits as u64);
+            for ((&i, change), result) in order.iter().zip(&changes).zip(outcome.results) {
+                let m = &mut members[i];
+                m.failed = exec.answer_change(&m.request, change, result, &mut out);
+            }
+        }
+        drop(changes);
         for i in 0..count {
-            let m = &mut self.members[i];
-            let payload = &self.data[m.payload.clone()];
-            m.failed = match exec.execute(&m.request, payload, false, &mut out) {
+            // order[..batched] is ascending.
+            if order[..batched].binary_search(&i).is_err() {
+                order.push(i);
+            }
+        }
+        // The members order[..ran] have run; the replies of
+        // order[unsent..ran] are in `out`, the oldest ready since `oldest`.
+        let mut ran = batched;
+        let mut unsent = 0;
+        let mut oldest = (batched > 0).then(Instant::now);
+        let mut busy_from = started;
+        loop {
+            let last = ran == count;
+            let done = Instant::now();
+            let due = oldest.is_some_and(|t| done - t >= SEND_READY_AFTER);
+            if ran > unsent && (last || due) {
+                job.metrics.add_busy(Stage::ExecutePool, done - busy_from);
+                let reply = std::mem::take(&mut out).into_vec();
+                let seq = members[order[ran - 1]].seq;
+                let sent = if last {
+                    job.send(seq, reply)
+                } else {
+                    job.send_early(seq, reply)
+                };
+                if let Err(e) = sent {
+                    debug!(error = %e, "replies not sent: connection gone");
+                }
+                let now = Instant::now();
+                job.metrics.add_busy(Stage::Send, now - done);
+                for &i in &order[unsent..ran] {
+                    let m = &members[i];
+                    exec.completed(&m.request, m.failed, now - received);
+                }
+                unsent = ran;
+                oldest = None;
+                busy_from = now;
+            }
+            if last {
+                break;
+            }
+            let m = &mut members[order[ran]];
+            m.failed = match exec.execute(&m.request, &data[m.payload.clone()], false, &mut out) {
                 Outcome::Done { failed } => failed,
                 Outcome::WouldBlock => true,
             };
-            let done = Instant::now();
-            let first = *oldest.get_or_insert(done);
-            let last = i + 1 == count;
-            if !last && done - first < SEND_READY_AFTER {
-                continue;
-            }
-            job.metrics.add_busy(Stage::ExecutePool, done - started);
-            let reply = std::mem::take(&mut out).into_vec();
-            let seq = m.seq;
-            let sent = if last {
-                job.send(seq, reply)
-            } else {
-                job.send_early(seq, reply)
-            };
-            if let Err(e) = sent {
-                debug!(error = %e, "replies not sent: connection gone");
-            }
-            let now = Instant::now();
-            job.metrics.add_busy(Stage::Send, now - done);
-            for m in &self.members[unsent..=i] {
-                exec.completed(&m.request, m.failed, now - received);
-            }
-            unsent = i + 1;
-            oldest = None;
-            started = now;
+            ran += 1;
+            oldest.get_or_insert_with(Instant::now);
         }
         job.metrics.inflight.fetch_sub(n, Ordering::Relaxed);
     }

@@ -10,8 +10,8 @@ use sluice_obj_proto::{
     FlushScope, Negotiated, Opcode, ReplyHeader, Request, RequestHeader,
 };
 use sluice_objstore::{
-    AttrValue as StoreValue, NewObjects, ObjStoreError, ObjectId, ObjectInfo, ObjectRef,
-    ObjectStore, PartitionId, QueryTerm, Segment, WriteOptions,
+    AttrValue as StoreValue, BatchChange, Changed, Edit, NewObjects, ObjStoreError, ObjectId,
+    ObjectInfo, ObjectRef, ObjectStore, PartitionId, QueryTerm, Segment, WriteOptions,
 };
 use sluice_storage::{BlockingClass, DeviceError};
 use tracing::debug;
@@ -124,6 +124,7 @@ fn store_code(e: &ObjStoreError) -> ErrorCode {
         ObjStoreError::Io { source, .. } | ObjStoreError::StoreIo { source, .. } => io_code(source),
         ObjStoreError::Metadata { .. }
         | ObjStoreError::Commit { .. }
+        | ObjStoreError::RolledBackWith { .. }
         | ObjStoreError::ChangePanicked => ErrorCode::Io,
         _ => ErrorCode::Invalid,
     }
@@ -291,12 +292,6 @@ fn collection(name: &str) -> Option<&str> {
     (!name.is_empty()).then_some(name)
 }
 
-/// Appends the error reply of a request that failed.
-fn encode_failure(h: &RequestHeader, f: &Failure, out: &mut ReplyBuf) {
-    debug!(id = h.id, opcode = ?Opcode::from_wire(h.opcode), error = %f.message, "request failed");
-    out.encode(|o| ReplyHeader::encode_error(h.id, f.code, &f.message, o));
-}
-
 /// The ids of a store call of one create.
 fn one_create(
     mut made: Vec<Result<Vec<ObjectId>, ObjStoreError>>,
@@ -367,6 +362,49 @@ impl<'a> CreateWork<'a> {
             opts: &self.opts,
         }
     }
+}
+
+/// Which data change a [`DataChange`] is.
+#[derive(Clone, Copy)]
+enum ChangeKind {
+    Write,
+    Append,
+    Punch,
+}
+
+/// A WRITE, APPEND or PUNCH member of a batch frame, validated, waiting
+/// to join the one store call that applies its job's changes
+/// (`ObjectStore::change_batch`), and then to be answered.
+pub(crate) struct DataChange<'a> {
+    id: u64,
+    object: ObjectRef,
+    kind: ChangeKind,
+    segments: Vec<Segment>,
+    data: &'a [u8],
+    opts: WriteOptions,
+    attrs: AttrWork<'a>,
+}
+
+impl DataChange<'_> {
+    /// The change as the store takes it.
+    pub(crate) fn change(&self) -> BatchChange<'_> {
+        let edit = match self.kind {
+            ChangeKind::Write => Edit::Write(&self.segments, self.data),
+            ChangeKind::Append => Edit::Append(self.data),
+            ChangeKind::Punch => Edit::Punch(&self.segments),
+        };
+        BatchChange {
+            object: self.object,
+            edit,
+            opts: &self.opts,
+        }
+    }
+}
+
+/// Appends the error reply for a failed request.
+fn reply_failure(h: &RequestHeader, f: &Failure, out: &mut ReplyBuf) {
+    debug!(id = h.id, opcode = ?Opcode::from_wire(h.opcode), error = %f.message, "request failed");
+    out.encode(|o| ReplyHeader::encode_error(h.id, f.code, &f.message, o));
 }
 
 /// What running one session's requests needs: shared with the I/O pool.
@@ -679,7 +717,7 @@ impl ObjExecutor {
                 match result {
                     Ok(()) => false,
                     Err(f) => {
-                        encode_failure(h, &f, out);
+                        reply_failure(h, &f, out);
                         true
                     }
                 }
@@ -707,6 +745,78 @@ impl ObjExecutor {
             reply_ok(out, req.id, 0, &[], &body);
         }
         Ok(())
+    }
+
+    /// `request` as a [`DataChange`] when it is a WRITE, APPEND or PUNCH
+    /// that validates; `None` for anything else (an invalid one too:
+    /// [`Execute::execute`] answers it with its error). What it does then
+    /// is what [`Self::run`] does with it, with the store call shared.
+    pub(crate) fn data_change<'a>(
+        &self,
+        request: &ObjRequest,
+        payload: &'a [u8],
+    ) -> Option<DataChange<'a>> {
+        let req = self.session.validate(&request.head, payload).ok()?;
+        let (kind, object, segments, data) = match req.command {
+            Command::Write { object, ddt, data } => {
+                (ChangeKind::Write, object, segments_of(&ddt), data)
+            }
+            Command::Append { object, data } => (ChangeKind::Append, object, Vec::new(), data),
+            Command::Punch { object, ddt } => {
+                (ChangeKind::Punch, object, segments_of(&ddt), &[][..])
+            }
+            _ => return None,
+        };
+        let attrs = AttrWork::split(&req.attrs).ok()?;
+        if !attrs.removes.is_empty() {
+            return None;
+        }
+        Some(DataChange {
+            id: req.id,
+            object: self.object(object),
+            kind,
+            segments,
+            data,
+            opts: WriteOptions {
+                attrs: attrs.sets.clone(),
+                durable: req.fua,
+            },
+            attrs,
+        })
+    }
+
+    /// Appends the reply of a [`DataChange`] the store applied with
+    /// `result`; returns whether it failed.
+    pub(crate) fn answer_change(
+        &self,
+        request: &ObjRequest,
+        change: &DataChange<'_>,
+        result: Result<Changed, ObjStoreError>,
+        out: &mut ReplyBuf,
+    ) -> bool {
+        let mut list = Vec::new();
+        let answered = result.map_err(Failure::from).and_then(|changed| {
+            self.attrs_after(change.object, &change.attrs, &mut list)?;
+            Ok(changed)
+        });
+        match answered {
+            Ok(changed) => {
+                let at;
+                let body: &[u8] = match change.kind {
+                    ChangeKind::Append => {
+                        at = changed.before.length.to_be_bytes();
+                        &at
+                    }
+                    ChangeKind::Write | ChangeKind::Punch => &[],
+                };
+                reply_ok(out, change.id, 0, &list, body);
+                false
+            }
+            Err(f) => {
+                reply_failure(&request.head, &f, out);
+                true
+            }
+        }
     }
 
     /// A READ without attribute entries run where it must not wait
@@ -810,7 +920,7 @@ impl Execute for ObjExecutor {
         match result {
             Ok(()) => Outcome::Done { failed: false },
             Err(f) => {
-                encode_failure(h, &f, out);
+                reply_failure(h, &f, out);
                 Outcome::Done { failed: true }
             }
         }
