@@ -1154,7 +1154,7 @@ impl ObjectStore {
     }
 
     /// The connection metadata reads use (changes go through
-    /// [`Committer::commit`]). WAL lets it read while a group commits;
+    /// `meta::Committer::commit`). WAL lets it read while a group commits;
     /// a read that must see a change made under an object's stripe takes
     /// that stripe, so the change's commit has returned by then.
     fn reader(&self) -> MutexGuard<'_, Connection> {
@@ -1329,7 +1329,7 @@ impl ObjectStore {
     /// Creates `count` empty objects in `partition` (members of
     /// `collection` if given), each with `opts.attrs`, in one
     /// transaction (shared with concurrent changes: see
-    /// [`Committer`]); returns their ids in increasing order.
+    /// `meta::Committer`); returns their ids in increasing order.
     pub fn create(
         &self,
         partition: PartitionId,
