@@ -124,7 +124,7 @@ mod tests {
     }
 
     #[test]
-    fn adjacent_and_nearby_segments_are_one_read_writes_never_bridge_and_overlaps_let_the_later_win() {
+    fn runs_are_one_call_reads_bridge_small_gaps_later_overlaps_win() {
         let d = device();
         let pattern: Vec<u8> = (0..=255u8).cycle().take(8192).collect();
         d.inner.write_at(&pattern, 0, false).unwrap();
