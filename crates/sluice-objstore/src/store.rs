@@ -827,15 +827,6 @@ impl Insert {
     }
 }
 
-/// Runs one of the savepoint statements around a create of a group
-/// (prepared once per connection, as the committer's own are).
-fn savepoint(tx: &Connection, sql: &'static str) -> Result<(), ObjStoreError> {
-    tx.prepare_cached(sql)
-        .and_then(|mut s| s.execute([]))
-        .map(drop)
-        .meta("savepoint of a create")
-}
-
 /// Gives the failure of a group's commit to each create of it (at
 /// `indices`); the cause is shared, not copied.
 fn fail_each(
@@ -1420,12 +1411,8 @@ impl ObjectStore {
             }
             let mut made = Vec::with_capacity(inserts.len());
             for insert in &inserts {
-                savepoint(tx, "SAVEPOINT new_object")?;
-                let result = insert.apply(tx, partition, at);
-                if result.is_err() {
-                    savepoint(tx, "ROLLBACK TO new_object")?;
-                }
-                savepoint(tx, "RELEASE new_object")?;
+                let result = meta::in_savepoint(tx, |tx| insert.apply(tx, partition, at))
+                    .meta("savepoint of a create")?;
                 made.push(result);
             }
             Ok(made)
