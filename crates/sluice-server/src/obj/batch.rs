@@ -16,7 +16,6 @@
 //! still handed off on its own, so such members run in parallel as
 //! before, and a slow one holds up nothing else of its frame.
 
-use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,6 +23,7 @@ use std::time::{Duration, Instant};
 use tracing::debug;
 
 use super::execute::{ObjExecutor, ObjRequest};
+use super::gathered::Gathered;
 use crate::buffer::ReplyBuf;
 use crate::driver::sink::Seq;
 use crate::driver::{Access, Dispatch, Execute, Outcome, PoolJob};
@@ -61,22 +61,10 @@ pub(super) fn runs_together(request: &ObjRequest) -> bool {
         )
 }
 
-/// One member of a [`Together`].
-struct Member {
-    seq: Seq,
-    request: ObjRequest,
-    /// Its payload in [`Together::data`].
-    payload: Range<usize>,
-    failed: bool,
-}
-
 /// Small members of one batch frame gathered to run in one pool job, in
 /// frame order, each answered with its own reply.
 pub(super) struct Together {
-    members: Vec<Member>,
-    /// The members' payloads, back to back (one copy of each, as a
-    /// hand-off makes).
-    data: Vec<u8>,
+    gathered: Gathered,
     bytes: u64,
     /// Payload bytes of the frame not yet split: room to reserve once.
     frame_left: usize,
@@ -87,8 +75,7 @@ impl Together {
     /// allocated until a member joins).
     pub(super) fn for_frame(payload: usize) -> Self {
         Self {
-            members: Vec::new(),
-            data: Vec::new(),
+            gathered: Gathered::default(),
             bytes: 0,
             frame_left: payload,
         }
@@ -105,44 +92,30 @@ impl Together {
         received: Instant,
         d: &mut Dispatch,
     ) {
-        if self.members.len() >= MAX_MEMBERS
-            || (!self.members.is_empty() && self.bytes + request.bytes > MAX_BYTES)
+        let members = &self.gathered.members;
+        if members.len() >= MAX_MEMBERS
+            || (!members.is_empty() && self.bytes + request.bytes > MAX_BYTES)
         {
             let rest = Self::for_frame(self.frame_left);
             std::mem::replace(self, rest).start(exec, received, d);
         }
-        if self.members.is_empty() {
-            self.members.reserve(MAX_MEMBERS);
-            self.data
+        if self.gathered.members.is_empty() {
+            self.gathered.members.reserve(MAX_MEMBERS);
+            self.gathered
+                .data
                 .reserve(self.frame_left.min(MAX_BYTES as usize) + 4096);
         }
         self.frame_left = self.frame_left.saturating_sub(payload.len());
-        let at = self.data.len();
-        self.data.extend_from_slice(payload);
         self.bytes += request.bytes;
-        self.members.push(Member {
-            seq,
-            request,
-            payload: at..self.data.len(),
-            failed: false,
-        });
+        self.gathered.push(seq, request, payload, received);
     }
 
     /// Hands the group to the I/O pool as one job (a lone member as the
     /// request it is).
     pub(super) fn start(mut self, exec: &Arc<ObjExecutor>, received: Instant, d: &mut Dispatch) {
-        match self.members.len() {
+        match self.gathered.members.len() {
             0 => {}
-            1 => {
-                let Member {
-                    seq,
-                    request,
-                    payload,
-                    ..
-                } = self.members.remove(0);
-                let placement = d.placement(exec.blocking(), request.access);
-                d.run(exec, seq, request, &self.data[payload], placement, received);
-            }
+            1 => self.gathered.run_alone(exec, d),
             n => {
                 exec.metrics.objects.record_batch_group(n as u64);
                 let exec = Arc::clone(exec);
@@ -159,12 +132,12 @@ impl Together {
     /// earlier once the oldest unsent one has waited
     /// [`SEND_READY_AFTER`].
     fn run(mut self, exec: &ObjExecutor, received: Instant, mut job: PoolJob) {
-        let count = self.members.len();
+        let count = self.gathered.members.len();
         let n = count as i64;
         job.metrics.inflight.fetch_add(n, Ordering::Relaxed);
         let mut out = ReplyBuf::with_capacity(0);
         let started = Instant::now();
-        let Self { members, data, .. } = &mut self;
+        let Gathered { members, data } = &mut self.gathered;
         // Members in the order they run: the data changes, then the rest.
         let mut order: Vec<usize> = Vec::with_capacity(count);
         let mut changes = Vec::with_capacity(count);

@@ -17,7 +17,6 @@
 //! sequence number), and only creates that wait for no device: no FUA,
 //! data no larger than the store keeps inline by default.
 
-use std::ops::Range;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
@@ -26,6 +25,7 @@ use sluice_obj_proto::{Opcode, RequestHeader};
 use tracing::debug;
 
 use super::execute::{ObjExecutor, ObjRequest};
+use super::gathered::Gathered;
 use crate::buffer::ReplyBuf;
 use crate::driver::sink::Seq;
 use crate::driver::{Access, Dispatch, Execute, PoolJob};
@@ -57,27 +57,13 @@ pub(super) fn is_create(opcode: u16) -> bool {
     opcode == Opcode::Create.wire() || opcode == Opcode::CreateAndWrite.wire()
 }
 
-/// One create of a [`Creates`].
-struct Member {
-    seq: Seq,
-    request: ObjRequest,
-    /// Its payload in [`Creates::data`].
-    payload: Range<usize>,
-    received: Instant,
-}
-
 /// Creates gathered on the connection thread, to run in one pool job.
 #[derive(Default)]
-pub(super) struct Creates {
-    members: Vec<Member>,
-    /// The members' payloads, back to back (one copy each, as a
-    /// hand-off makes).
-    data: Vec<u8>,
-}
+pub(super) struct Creates(Gathered);
 
 impl Creates {
     pub(super) fn is_empty(&self) -> bool {
-        self.members.is_empty()
+        self.0.members.is_empty()
     }
 
     /// Adds a create that [`gathers`]; first starts those gathered so
@@ -91,72 +77,55 @@ impl Creates {
         exec: &Arc<ObjExecutor>,
         d: &mut Dispatch,
     ) {
-        if self.members.len() >= MAX_CREATES {
+        if self.0.members.len() >= MAX_CREATES {
             self.start(exec, d);
         }
-        let at = self.data.len();
-        self.data.extend_from_slice(payload);
-        self.members.push(Member {
-            seq,
-            request,
-            payload: at..self.data.len(),
-            received,
-        });
+        self.0.push(seq, request, payload, received);
     }
 
     /// Hands the gathered creates to the I/O pool as one job (a lone one
     /// as the request it is).
     pub(super) fn start(&mut self, exec: &Arc<ObjExecutor>, d: &mut Dispatch) {
-        match self.members.len() {
+        match self.0.members.len() {
             0 => {}
-            1 => {
-                let Member {
-                    seq,
-                    request,
-                    payload,
-                    received,
-                } = self.members.remove(0);
-                let placement = d.placement(exec.blocking(), request.access);
-                d.run(exec, seq, request, &self.data[payload], placement, received);
-                self.data.clear();
-            }
+            1 => self.0.run_alone(exec, d),
             n => {
                 exec.metrics.objects.record_create_group(n as u64);
-                let group = Self {
-                    members: std::mem::replace(&mut self.members, Vec::with_capacity(n)),
-                    data: std::mem::take(&mut self.data),
+                let group = Gathered {
+                    members: std::mem::replace(&mut self.0.members, Vec::with_capacity(n)),
+                    data: std::mem::take(&mut self.0.data),
                 };
                 let bytes = group.members.iter().map(|m| m.request.bytes).sum();
                 let exec = Arc::clone(exec);
-                d.spawn(bytes, move |job| group.run(&exec, job));
+                d.spawn(bytes, move |job| run(group, &exec, job));
             }
         }
     }
+}
 
-    /// Makes the creates with one store call on a pool worker and sends
-    /// their replies with one write.
-    fn run(self, exec: &ObjExecutor, mut job: PoolJob) {
-        let n = self.members.len() as i64;
-        job.metrics.inflight.fetch_add(n, Ordering::Relaxed);
-        let started = Instant::now();
-        let requests: Vec<(RequestHeader, &[u8])> = self
-            .members
-            .iter()
-            .map(|m| (m.request.head, &self.data[m.payload.clone()]))
-            .collect();
-        let mut out = ReplyBuf::with_capacity(0);
-        let failed = exec.run_creates(&requests, &mut out);
-        let executed = Instant::now();
-        job.metrics.add_busy(Stage::ExecutePool, executed - started);
-        let last = self.members.last().map_or(0, |m| m.seq);
-        if let Err(e) = job.send(last, out.into_vec()) {
-            debug!(error = %e, "replies not sent: connection gone");
-        }
-        let sent = Instant::now();
-        job.metrics.add_busy(Stage::Send, sent - executed);
-        for (m, failed) in self.members.iter().zip(failed) {
-            exec.completed(&m.request, failed, sent - m.received);
-        }
-        job.metrics.inflight.fetch_sub(n, Ordering::Relaxed);
+/// Makes the gathered creates with one store call on a pool worker and
+/// sends their replies with one write.
+fn run(group: Gathered, exec: &ObjExecutor, mut job: PoolJob) {
+    let n = group.members.len() as i64;
+    job.metrics.inflight.fetch_add(n, Ordering::Relaxed);
+    let started = Instant::now();
+    let requests: Vec<(RequestHeader, &[u8])> = group
+        .members
+        .iter()
+        .map(|m| (m.request.head, group.payload(m)))
+        .collect();
+    let mut out = ReplyBuf::with_capacity(0);
+    let failed = exec.run_creates(&requests, &mut out);
+    let executed = Instant::now();
+    job.metrics.add_busy(Stage::ExecutePool, executed - started);
+    let last = group.members.last().map_or(0, |m| m.seq);
+    if let Err(e) = job.send(last, out.into_vec()) {
+        debug!(error = %e, "replies not sent: connection gone");
     }
+    let sent = Instant::now();
+    job.metrics.add_busy(Stage::Send, sent - executed);
+    for (m, failed) in group.members.iter().zip(failed) {
+        exec.completed(&m.request, failed, sent - m.received);
+    }
+    job.metrics.inflight.fetch_sub(n, Ordering::Relaxed);
 }

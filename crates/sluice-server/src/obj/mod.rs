@@ -15,6 +15,7 @@ mod creates;
 mod execute;
 mod extent;
 mod file_read;
+mod gathered;
 mod handshake;
 mod meta;
 
