@@ -500,42 +500,44 @@ impl ObjectMetrics {
         let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cumulative}");
         let _ = writeln!(out, "{name}_sum {}", b.members.load(Ordering::Relaxed));
         let _ = writeln!(out, "{name}_count {cumulative}");
-        let name = "sluice_obj_batch_groups_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Pool jobs that each ran several small members of one batch frame.\n# TYPE {name} counter\n{name} {}",
-            b.groups.load(Ordering::Relaxed)
-        );
-        let name = "sluice_obj_batch_grouped_members_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Batch members run in such shared pool jobs.\n# TYPE {name} counter\n{name} {}",
-            b.grouped.load(Ordering::Relaxed)
-        );
-        let name = "sluice_obj_create_groups_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Pool jobs that each made several creates received together with one store call.\n# TYPE {name} counter\n{name} {}",
-            self.create_groups.load(Ordering::Relaxed)
-        );
-        let name = "sluice_obj_grouped_creates_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Creates made in those jobs.\n# TYPE {name} counter\n{name} {}",
-            self.grouped_creates.load(Ordering::Relaxed)
-        );
-        let name = "sluice_obj_batch_commits_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Metadata commits made for the data changes of shared pool jobs (one per job, plus one for each durable or journaled change).\n# TYPE {name} counter\n{name} {}",
-            b.commits.load(Ordering::Relaxed)
-        );
-        let name = "sluice_obj_batch_committed_changes_total";
-        let _ = writeln!(
-            out,
-            "# HELP {name} Data changes (WRITE, APPEND, PUNCH) of shared pool jobs applied by those commits' store calls.\n# TYPE {name} counter\n{name} {}",
-            b.committed.load(Ordering::Relaxed)
-        );
+        let counters = [
+            (
+                "sluice_obj_batch_groups_total",
+                "Pool jobs that each ran several small members of one batch frame.",
+                b.groups.load(Ordering::Relaxed),
+            ),
+            (
+                "sluice_obj_batch_grouped_members_total",
+                "Batch members run in such shared pool jobs.",
+                b.grouped.load(Ordering::Relaxed),
+            ),
+            (
+                "sluice_obj_create_groups_total",
+                "Pool jobs that each made several creates received together with one store call.",
+                self.create_groups.load(Ordering::Relaxed),
+            ),
+            (
+                "sluice_obj_grouped_creates_total",
+                "Creates made in those jobs.",
+                self.grouped_creates.load(Ordering::Relaxed),
+            ),
+            (
+                "sluice_obj_batch_commits_total",
+                "Metadata commits made for the data changes of shared pool jobs (one per job, plus one for each durable or journaled change).",
+                b.commits.load(Ordering::Relaxed),
+            ),
+            (
+                "sluice_obj_batch_committed_changes_total",
+                "Data changes (WRITE, APPEND, PUNCH) of shared pool jobs applied by those commits' store calls.",
+                b.committed.load(Ordering::Relaxed),
+            ),
+        ];
+        for (name, help, value) in counters {
+            let _ = writeln!(
+                out,
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
+            );
+        }
     }
 }
 
