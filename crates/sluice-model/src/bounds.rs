@@ -149,16 +149,7 @@ pub fn bounds(net: &ClosedNetwork, customers: u32) -> Result<Bounds> {
 /// Little's law, X = N / (R + Z). Every branch must have the same think
 /// time (the job's).
 pub fn fork_join_bounds(branches: &[ClosedNetwork], customers: u32) -> Result<Bounds> {
-    let first = branches.first().ok_or(ModelError::NoStations)?;
-    let z = first.think_time();
-    if let Some(other) = branches.iter().find(|b| b.think_time() != z) {
-        return Err(ModelError::Unsupported {
-            what: format!(
-                "fork-join branches with different think times ({z} s and {} s)",
-                other.think_time()
-            ),
-        });
-    }
+    let z = ClosedNetwork::fork_join_think_time(branches)?;
     let serial = ClosedNetwork::new(
         branches
             .iter()

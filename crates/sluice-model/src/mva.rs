@@ -267,16 +267,7 @@ pub fn fork_join_mva_points(
     branches: &[ClosedNetwork],
     customers: &[u32],
 ) -> Result<Vec<ForkJoinSolution>> {
-    let first = branches.first().ok_or(ModelError::NoStations)?;
-    let z = first.think_time();
-    if let Some(other) = branches.iter().find(|b| b.think_time() != z) {
-        return Err(ModelError::Unsupported {
-            what: format!(
-                "fork-join branches with different think times ({z} s and {} s)",
-                other.think_time()
-            ),
-        });
-    }
+    let z = ClosedNetwork::fork_join_think_time(branches)?;
     let solved = branches
         .iter()
         .map(|b| exact_mva_points(b, customers))

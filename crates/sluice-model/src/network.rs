@@ -218,6 +218,22 @@ impl ClosedNetwork {
         self.think_time
     }
 
+    /// The think time every branch of a fork-join job shares (the
+    /// job's): an error when there is no branch or two differ.
+    pub(crate) fn fork_join_think_time(branches: &[Self]) -> Result<f64> {
+        let first = branches.first().ok_or(ModelError::NoStations)?;
+        let z = first.think_time();
+        if let Some(other) = branches.iter().find(|b| b.think_time() != z) {
+            return Err(ModelError::Unsupported {
+                what: format!(
+                    "fork-join branches with different think times ({z} s and {} s)",
+                    other.think_time()
+                ),
+            });
+        }
+        Ok(z)
+    }
+
     /// A copy with another think time.
     pub fn with_think_time(&self, think_time: f64) -> Result<Self> {
         Self::new(self.stations.clone(), think_time)
