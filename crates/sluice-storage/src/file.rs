@@ -113,9 +113,12 @@ pub struct FileDevice {
     syncs: AtomicU64,
     /// The file lives in memory (tmpfs): no call ever waits on a device.
     in_memory: bool,
-    /// Shared read-only mapping of a buffered regular file, for sending
-    /// reads without copying them into a buffer first.
+    /// Shared mapping of a buffered regular file, for sending reads
+    /// without copying them into a buffer first, and (writable files)
+    /// for writes of many small pieces.
     mapped: Option<MappedBytes>,
+    /// Pieces written through the mapping.
+    mapped_pieces: AtomicU64,
 }
 
 fn io_err(label: &str, op: IoOp, offset: u64, len: u64, source: io::Error) -> DeviceError {
@@ -264,7 +267,11 @@ impl FileDevice {
         let mapped = if options.direct || block_device || size == 0 {
             None
         } else {
-            MappedBytes::map(&file, size)
+            if read_only {
+                MappedBytes::map(&file, size)
+            } else {
+                MappedBytes::map_writable(&file, size)
+            }
                 .map_err(|e| tracing::debug!(path = %path.display(), error = %e, "cannot map the file; reads are copied"))
                 .ok()
         };
@@ -281,6 +288,7 @@ impl FileDevice {
             unsynced: AtomicBool::new(false),
             sync_lock: Mutex::new(()),
             syncs: AtomicU64::new(0),
+            mapped_pieces: AtomicU64::new(0),
             in_memory,
         })
     }
@@ -476,6 +484,33 @@ impl ZeroCopy for FileDevice {
             self.mark_unsynced();
         }
         Ok(())
+    }
+
+    fn write_pieces(&self, pieces: &[(u64, &[u8])], fua: bool) -> Result<bool, DeviceError> {
+        let Some(map) = self.mapped.as_ref().filter(|m| m.is_writable()) else {
+            return Ok(false);
+        };
+        self.check_writable(IoOp::Write)?;
+        for &(offset, bytes) in pieces {
+            check_range(
+                &self.label,
+                IoOp::Write,
+                self.size,
+                offset,
+                bytes.len() as u64,
+            )?;
+        }
+        if let Err(e) = map.write_pieces(pieces) {
+            tracing::debug!(device = %self.label, error = %e, "cannot write through the mapping; writing with pwrite");
+            return Ok(false);
+        }
+        self.mapped_pieces
+            .fetch_add(pieces.len() as u64, Ordering::Relaxed);
+        self.mark_unsynced();
+        if fua {
+            self.flush()?;
+        }
+        Ok(true)
     }
 }
 
@@ -713,13 +748,22 @@ impl BlockDevice for FileDevice {
     }
 
     fn metrics(&self) -> Vec<DeviceMetric> {
-        vec![DeviceMetric {
-            name: "file_syncs_total",
-            help: "fdatasync calls made for FLUSH and FUA (none when nothing was written since the last)",
-            kind: MetricKind::Counter,
-            value: self.syncs.load(Ordering::Relaxed) as f64,
-            labels: Vec::new(),
-        }]
+        vec![
+            DeviceMetric {
+                name: "file_syncs_total",
+                help: "fdatasync calls made for FLUSH and FUA (none when nothing was written since the last)",
+                kind: MetricKind::Counter,
+                value: self.syncs.load(Ordering::Relaxed) as f64,
+                labels: Vec::new(),
+            },
+            DeviceMetric {
+                name: "file_mapped_write_pieces_total",
+                help: "pieces of many-piece writes copied into the file's shared mapping instead of written one pwrite each",
+                kind: MetricKind::Counter,
+                value: self.mapped_pieces.load(Ordering::Relaxed) as f64,
+                labels: Vec::new(),
+            },
+        ]
     }
 }
 
@@ -944,6 +988,71 @@ mod tests {
                 "{ext:?}"
             );
         }
+    }
+
+    #[test]
+    fn many_small_pieces_are_copied_into_the_mapping_in_list_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = open_sparse(&dir, 1 << 20);
+        d.write_at(&[0xee; 8192], 0, false).expect("write");
+        let z = d.zero_copy().expect("a buffered file has zero-copy paths");
+        // 8-byte blocks behind 2-byte holes, the last one overlapping the
+        // first (it wins), and one far away in a hole of the sparse file.
+        let blocks: Vec<Vec<u8>> = (0..100u8).map(|k| vec![k; 8]).collect();
+        let mut pieces: Vec<(u64, &[u8])> = blocks
+            .iter()
+            .enumerate()
+            .map(|(k, b)| (k as u64 * 10, b.as_slice()))
+            .collect();
+        pieces.push((4, b"ZZZZ"));
+        pieces.push((900_000, b"far"));
+        let syncs_before = syncs(&d);
+        assert!(z.write_pieces(&pieces, true).expect("mapped write"));
+        assert_eq!(syncs(&d), syncs_before + 1.0, "FUA syncs once");
+        let mut got = vec![0u8; 1000];
+        d.read_at(&mut got, 0).expect("read");
+        for k in 0..100usize {
+            let want: &[u8] = if k == 0 { b"\0\0\0\0ZZZZ" } else { &blocks[k] };
+            assert_eq!(&got[k * 10..k * 10 + 8], want, "block {k}");
+            assert_eq!(&got[k * 10 + 8..k * 10 + 10], [0xee, 0xee], "hole {k}");
+        }
+        let mut far = [0u8; 3];
+        d.read_at(&mut far, 900_000).expect("read");
+        assert_eq!(&far, b"far");
+        let counted = d
+            .metrics()
+            .into_iter()
+            .find(|m| m.name == "file_mapped_write_pieces_total")
+            .map(|m| m.value);
+        assert_eq!(counted, Some(102.0));
+        // Out of range: refused before anything is written.
+        let err = z.write_pieces(&[(1 << 20, b"x")], false).unwrap_err();
+        assert!(matches!(err, DeviceError::OutOfRange { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_page_the_mapping_cannot_write_is_declined_not_a_sigbus() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = open_sparse(&dir, 1 << 20);
+        let z = d.zero_copy().expect("zero-copy");
+        // Someone truncates the file under the server: a store to a page
+        // past the file's new end would raise SIGBUS and kill the process.
+        OpenOptions::new()
+            .write(true)
+            .open(dir.path().join("img"))
+            .and_then(|f| f.set_len(4096))
+            .expect("truncate");
+        let pieces: Vec<(u64, &[u8])> = (0..32u64)
+            .map(|k| (500_000 + k * 10, &b"12345678"[..]))
+            .collect();
+        assert!(!z
+            .write_pieces(&pieces, false)
+            .expect("declined, not an error"));
+        // What fits the file still goes through the mapping.
+        assert!(z.write_pieces(&[(100, b"ok")], false).expect("mapped"));
+        let mut got = [0u8; 2];
+        d.read_at(&mut got, 100).expect("read");
+        assert_eq!(&got, b"ok");
     }
 
     #[test]

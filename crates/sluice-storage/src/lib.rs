@@ -182,6 +182,16 @@ pub trait ZeroCopy: Send + Sync {
         offset: u64,
         len: usize,
     ) -> Result<(), DeviceError>;
+    /// Writes each `(offset, bytes)` piece in order, like a
+    /// [`BlockDevice::write_at`] per piece (a later piece that overlaps an
+    /// earlier one wins; `fua` makes them all durable before it returns),
+    /// by copying them into the device's shared mapping: for writes of
+    /// many small pieces, which a system call each would cost far more.
+    /// `Ok(false)`: not possible here (no writable mapping, or the kernel
+    /// could not make a page writable, e.g. no space for a hole), and
+    /// nothing was written: the caller writes them with `write_at`, which
+    /// reports why.
+    fn write_pieces(&self, pieces: &[(u64, &[u8])], fua: bool) -> Result<bool, DeviceError>;
 }
 
 /// A device that wraps another and changes only part of what it does:

@@ -3,7 +3,8 @@
 //! that NBD clients of the export use. Segments are sorted and merged
 //! into runs with the object store's planner, and each run is one
 //! device call, never one per segment; reads also bridge small gaps
-//! (see [`READ_BRIDGE`]). Ranges were checked against the export when
+//! (see [`READ_BRIDGE`]). Writes of many small segments to a buffered
+//! file go through its shared mapping instead (see [`MAPPED_WRITE_MIN`]). Ranges were checked against the export when
 //! the request was validated.
 
 use sluice_objstore::{buffer_offsets, plan, Segment};
@@ -16,6 +17,17 @@ use sluice_storage::{BlockDevice, DeviceError};
 /// and nothing at all in the page cache. Writes never bridge: writing a
 /// gap back would undo a concurrent client's write to it.
 const READ_BRIDGE: u64 = 4096;
+
+/// Writes of at least this many segments, averaging under
+/// [`MAPPED_WRITE_BELOW`] bytes, are copied into a buffered file's shared
+/// mapping when the device has one: a view of small blocks behind small
+/// holes cannot be merged into runs (a write must not touch the holes),
+/// so otherwise each block costs a `pwrite` (0.7 µs for 8 bytes here,
+/// against 0.005 µs to copy it).
+const MAPPED_WRITE_MIN: usize = 16;
+/// See [`MAPPED_WRITE_MIN`]: larger segments are written as runs, where
+/// a system call per run costs little beside the bytes.
+const MAPPED_WRITE_BELOW: usize = 4096;
 
 /// Reads `segments` (in list order) into `out`, which is exactly their
 /// total length.
@@ -60,6 +72,18 @@ pub(super) fn write(
     fua: bool,
 ) -> Result<(), DeviceError> {
     let starts = buffer_offsets(segments);
+    if segments.len() >= MAPPED_WRITE_MIN && data.len() / segments.len() < MAPPED_WRITE_BELOW {
+        if let Some(z) = device.zero_copy() {
+            let pieces: Vec<(u64, &[u8])> = segments
+                .iter()
+                .zip(&starts)
+                .map(|(s, &at)| (s.offset, &data[at..at + s.len as usize]))
+                .collect();
+            if z.write_pieces(&pieces, fua)? {
+                return Ok(());
+            }
+        }
+    }
     for run in plan(segments, 0) {
         let first = run.members[0];
         let in_place =
@@ -185,5 +209,42 @@ mod tests {
         assert_eq!(d.writes.load(Ordering::Relaxed), 1 + 2);
         d.inner.read_at(&mut got, 0).unwrap();
         assert_eq!(&got, b"xxbbyy");
+    }
+
+    #[test]
+    fn a_view_of_small_blocks_on_a_file_is_copied_into_its_mapping() {
+        use sluice_storage::{FileDevice, FileOptions};
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let d = FileDevice::open(
+            &dir.path().join("img"),
+            &FileOptions {
+                size: Some(1 << 20),
+                ..FileOptions::default()
+            },
+        )
+        .expect("open");
+        d.write_at(&[0xee; 4096], 0, false).expect("write");
+        let pieces = |d: &FileDevice| {
+            d.metrics()
+                .into_iter()
+                .find(|m| m.name == "file_mapped_write_pieces_total")
+                .map(|m| m.value)
+        };
+        // 300 blocks of 8 bytes behind 2-byte holes, in reverse list order.
+        let segs: Vec<Segment> = (0..300u64).rev().map(|k| Segment::new(k * 10, 8)).collect();
+        let data: Vec<u8> = (0..300u32).flat_map(|j| [j as u8; 8]).collect();
+        write(&d, &segs, &data, false).expect("write");
+        assert_eq!(pieces(&d), Some(300.0));
+        let mut got = vec![0u8; 3000];
+        d.read_at(&mut got, 0).expect("read");
+        for (j, k) in (0..300usize).rev().enumerate() {
+            assert_eq!(&got[k * 10..k * 10 + 8], &[j as u8; 8], "block {k}");
+            assert_eq!(&got[k * 10 + 8..k * 10 + 10], &[0xee, 0xee], "hole {k}");
+        }
+        // A few large segments are written as runs.
+        let segs = [Segment::new(0, 8192), Segment::new(16384, 8192)];
+        write(&d, &segs, &[1u8; 16384], false).expect("write");
+        assert_eq!(pieces(&d), Some(300.0));
     }
 }
