@@ -19,10 +19,10 @@
 //! way is better by a margin and probing the other way now and then
 //! (rarely when the two differ much). Below [`HOLD_IN_FLIGHT`]
 //! outstanding it never merges: nothing is held there, so there is
-//! nothing to gain (the paper's sporadic case); nor at a level where a
-//! merging window sent under a quarter of its requests in batch frames
-//! (batches do not form there, so holding costs and packing saves
-//! nothing), but for a probe every ninth window.
+//! nothing to gain (the paper's sporadic case); nor at a level where
+//! merging windows send under a quarter of their requests in batch
+//! frames, on average (batches do not form there, so holding costs and
+//! packing saves nothing), but for a probe every ninth window.
 //!
 //! The controller is a pure state machine: callers pass the time in, so
 //! its rule is tested with made-up clocks.
@@ -121,9 +121,10 @@ const PROBE_FAR: u32 = 32;
 const FAR: f64 = 0.25;
 /// Weight of the newest window in a level's rate.
 const NEWEST: f64 = 0.5;
-/// A merging window that sent fewer than `1 / FORMED` of its requests
-/// inside batch frames found no batches to form.
-const FORMED: u64 = 4;
+/// A level whose merging windows send fewer than `1 / FORMED` of their
+/// requests inside batch frames (a moving average, weighted as the
+/// rates are) finds no batches to form.
+const FORMED: f64 = 4.0;
 
 /// What one level of load has measured.
 #[derive(Debug, Clone, Copy, Default)]
@@ -134,9 +135,12 @@ struct Level {
     merge: bool,
     /// Windows since the last probe.
     held: u32,
-    /// The last merging window here formed no batches: the level counts
-    /// as off (probed every [`PROBE_EVERY`] windows, so one unlucky
-    /// window costs little).
+    /// Share of requests its merging windows sent inside batch frames
+    /// (a moving average, so one window that found little to pack among
+    /// many that found plenty does not decide).
+    packing: Option<f64>,
+    /// Merging windows here form no batches ([`FORMED`]): the level
+    /// counts as off (probed every [`PROBE_EVERY`] windows).
     barren: bool,
 }
 
@@ -235,12 +239,18 @@ impl MergeController {
         let rate = w.completions as f64 / elapsed.as_secs_f64();
         let mean = w.outstanding / w.completions;
         let level = level_of(mean);
-        let formed = w.sent == 0 || w.packed * FORMED >= w.sent;
         let l = &mut self.levels[level];
         let way = usize::from(self.merging);
-        if self.merging && !formed {
-            // Merging found nothing to pack: its rate says nothing about
-            // merging, and the level counts as off.
+        if self.merging && w.sent > 0 {
+            let share = w.packed as f64 / w.sent as f64;
+            l.packing = Some(match l.packing {
+                Some(old) => old * (1.0 - NEWEST) + share * NEWEST,
+                None => share,
+            });
+        }
+        if self.merging && l.packing.is_some_and(|p| p * FORMED < 1.0) {
+            // Merging finds (almost) nothing to pack here: its rate says
+            // nothing about merging, and the level counts as off.
             l.barren = true;
             l.merge = false;
             l.held = 0;
@@ -506,6 +516,23 @@ mod tests {
         assert!(share > 0.7, "merged in {share} of the windows");
         assert!(!c.levels[level_of(16)].barren);
         assert_eq!(c.threshold(), Some(16));
+    }
+
+    #[test]
+    fn one_window_that_packs_little_does_not_turn_merging_off() {
+        let mut c = MergeController::new(MergePolicy::Adaptive, true);
+        drive_packing(&mut c, 48, 10_000.0, 15_000.0, 0.9, 20);
+        assert!(c.levels[level_of(48)].merge);
+        while !c.merging {
+            drive_packing(&mut c, 48, 10_000.0, 15_000.0, 0.9, 1);
+        }
+        // A window in which requests happened to go out one by one (a
+        // scheduling hiccup) among windows that pack nine in ten.
+        drive_packing(&mut c, 48, 10_000.0, 15_000.0, 0.05, 1);
+        assert!(!c.levels[level_of(48)].barren);
+        assert!(c.merging, "one poor window turned merging off");
+        let share = drive_packing(&mut c, 48, 10_000.0, 15_000.0, 0.9, 60);
+        assert!(share > 0.9, "merged in {share} of the windows");
     }
 
     #[test]
