@@ -117,6 +117,10 @@ const PROBE_EVERY: u32 = 8;
 /// ...or after this many when the other way measured [`FAR`] or more
 /// slower, so a clearly worse way costs under 1% of the time.
 const PROBE_FAR: u32 = 32;
+/// After the held way changes, the way given up is probed after this
+/// many windows (not [`PROBE_EVERY`]), so a change that one freak
+/// window caused is undone quickly.
+const CONFIRM_AFTER: u32 = 2;
 /// A gap this large between the two ways makes probes rare.
 const FAR: f64 = 0.25;
 /// Weight of the newest window in a level's rate.
@@ -293,20 +297,29 @@ impl MergeController {
             [Some(_), None] => return true,
             [Some(off), Some(on)] => (off, on),
         };
-        if l.merge && off > on * (1.0 + HYSTERESIS) {
+        let switched = if l.merge && off > on * (1.0 + HYSTERESIS) {
             l.merge = false;
-            l.held = 0;
+            true
         } else if !l.merge && on > off * (1.0 + HYSTERESIS) {
             l.merge = true;
-            l.held = 0;
-        }
-        l.held += 1;
+            true
+        } else {
+            false
+        };
         let (better, worse) = if l.merge { (on, off) } else { (off, on) };
         let every = if better > worse * (1.0 + FAR) {
             PROBE_FAR
         } else {
             PROBE_EVERY
         };
+        if switched {
+            // The way given up is probed again soon: one freak window
+            // (a stall of the machine) can tip the comparison, and the
+            // way given up is otherwise measured again only after
+            // `every` windows.
+            l.held = every - CONFIRM_AFTER;
+        }
+        l.held += 1;
         if l.held > every {
             l.held = 0;
             return !l.merge;
@@ -438,7 +451,8 @@ mod tests {
         packed: f64,
         windows: usize,
     ) -> f64 {
-        let mut now = Instant::now();
+        // Simulated time goes on from where the last call left it.
+        let mut now = c.window.started.unwrap_or_else(Instant::now);
         let mut share = 0.0;
         let mut merged = 0;
         for _ in 0..windows {
@@ -533,6 +547,34 @@ mod tests {
         assert!(c.merging, "one poor window turned merging off");
         let share = drive_packing(&mut c, 48, 10_000.0, 15_000.0, 0.9, 60);
         assert!(share > 0.9, "merged in {share} of the windows");
+    }
+
+    #[test]
+    fn a_switch_one_freak_window_caused_is_undone_within_a_few_windows() {
+        let mut c = MergeController::new(MergePolicy::Adaptive, true);
+        drive(&mut c, 48, 10_000.0, 15_000.0, 20);
+        while !c.merging {
+            drive(&mut c, 48, 10_000.0, 15_000.0, 1);
+        }
+        // One merging window stalls (the machine was busy elsewhere):
+        // the level turns off...
+        drive(&mut c, 48, 10_000.0, 3_000.0, 1);
+        assert!(!c.levels[level_of(48)].merge);
+        // ...and merges again within a few windows, not after the
+        // PROBE_EVERY windows of an ordinary probe.
+        let mut back = None;
+        for k in 1..=PROBE_EVERY as usize {
+            drive(&mut c, 48, 10_000.0, 15_000.0, 1);
+            if c.levels[level_of(48)].merge {
+                back = Some(k);
+                break;
+            }
+        }
+        let back = back.expect("still off after PROBE_EVERY windows");
+        assert!(
+            back <= CONFIRM_AFTER as usize + 1,
+            "back after {back} windows"
+        );
     }
 
     #[test]
