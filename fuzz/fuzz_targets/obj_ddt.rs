@@ -1,6 +1,7 @@
 //! DDT bytes alone: an SGL or strided DDT parsed against fuzzed limits
 //! never panics, and one it accepts re-encodes to the same bytes and
-//! keeps its invariants.
+//! keeps its invariants; where it has a span (ascending segments), a
+//! span body gathers back to exactly the segments' bytes.
 //!
 //! Input layout:
 //!
@@ -48,4 +49,22 @@ fuzz_target!(|data: &[u8]| {
     }
     assert_eq!(total, length);
     assert!(ddt.segment_count() >= 1 && ddt.segment_count() <= limits.max_segments);
+    if let Some(span) = ddt.span() {
+        assert!(span.length >= total);
+        // A span body whose byte i is (span offset + i) mod 251: each
+        // gathered segment must start with its own offset's value.
+        if span.length <= 1 << 22 {
+            let body: Vec<u8> = (0..span.length)
+                .map(|i| ((span.offset.wrapping_add(i)) % 251) as u8)
+                .collect();
+            let list = ddt.gather_span(&body).expect("a body of the span's length");
+            assert_eq!(list.len() as u64, total);
+            let mut at = 0usize;
+            for s in ddt.segments() {
+                assert_eq!(list[at], (s.offset % 251) as u8);
+                at += s.length as usize;
+            }
+            assert_eq!(ddt.gather_span(&body[1..]), None);
+        }
+    }
 });

@@ -4,7 +4,8 @@
 //! ratios):
 //!
 //! - `ddt`: 1 MiB read as 256 segments of 4 KiB separated by 2-byte
-//!   holes, strided and as a scatter/gather list, against a contiguous
+//!   holes, strided and as a scatter/gather list (the same ascending
+//!   segments, the client's DDT pinned), against a contiguous
 //!   1 MiB read of the same object and one request per segment
 //!   (pipelined, as an NBD client must);
 //! - `nbd`: contiguous 1 MiB object reads and writes against the same on
@@ -28,8 +29,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 use sluice_client::obj::{
-    AttrChange, DataOptions, MergePolicy, ObjClient, ObjOptions, ObjRequest, ObjResponse, Segment,
-    Value,
+    AttrChange, DataOptions, DdtKind, MergePolicy, ObjClient, ObjOptions, ObjRequest, ObjResponse,
+    Segment, Value,
 };
 use sluice_client::{NbdUri, ObjUri, Target};
 use sluice_model::text::{compact, Table};
@@ -183,18 +184,6 @@ pub fn holed_segments(count: u64, length: u64, hole: u64) -> Vec<Segment> {
             length,
         })
         .collect()
-}
-
-/// The same segments with the last two listed in reverse order: the
-/// same bytes, but no longer a regular pattern, so the client sends a
-/// scatter/gather list instead of a strided request.
-pub fn as_sgl(segments: &[Segment]) -> Vec<Segment> {
-    let mut v = segments.to_vec();
-    let n = v.len();
-    if n >= 2 {
-        v.swap(n - 2, n - 1);
-    }
-    v
 }
 
 /// `count` distinct `block`-aligned extents of `block` bytes within
@@ -408,11 +397,18 @@ impl ObjServer {
     }
 
     fn client(&self, in_flight: usize) -> Result<ObjClient> {
+        self.client_sending(in_flight, None)
+    }
+
+    /// A client whose requests carry `ddt` where it can describe them
+    /// (`ObjOptions::ddt`), else the DDT the client picks.
+    fn client_sending(&self, in_flight: usize, ddt: Option<DdtKind>) -> Result<ObjClient> {
         let options = ObjOptions {
             max_in_flight: in_flight.max(1),
             // The rows here compare DDTs and one request per segment:
             // no temporal merge behind them.
             merge: MergePolicy::Off,
+            ddt,
             ..ObjOptions::default()
         };
         ObjClient::connect(&self.obj_uri, &options)
@@ -550,7 +546,9 @@ fn ddt_group(ctx: &Ctx<'_>, round: u32, out: &mut Vec<ObjSample>) -> Result<()> 
         &data,
         &DataOptions::default(),
     )?;
-    let sgl = as_sgl(&segs);
+    // The same segments as a scatter/gather list (the client would send
+    // their regular pattern as a strided request).
+    let mut as_sgl = ctx.server.client_sending(64, Some(DdtKind::Sgl))?;
     let contiguous = [Segment {
         offset: 0,
         length: MIB as u64,
@@ -560,10 +558,18 @@ fn ddt_group(ctx: &Ctx<'_>, round: u32, out: &mut Vec<ObjSample>) -> Result<()> 
     for row in rows {
         let m = timed(ctx.duration, |m| {
             let t = Instant::now();
+            // A single read's buffer goes back to its client for the next
+            // one, as a streaming reader does (see `check_reads`).
+            let one = |c: &mut ObjClient, segments: &[Segment]| -> Result<usize> {
+                let data = c.read(obj, segments)?.data;
+                let n = data.len();
+                c.recycle(data);
+                Ok(n)
+            };
             let bytes = match row {
-                "contiguous" => c.read(obj, &contiguous)?.data.len(),
-                "strided" => c.read(obj, &segs)?.data.len(),
-                "sgl" => c.read(obj, &sgl)?.data.len(),
+                "contiguous" => one(&mut c, &contiguous)?,
+                "strided" => one(&mut c, &segs)?,
+                "sgl" => one(&mut as_sgl, &segs)?,
                 _ => {
                     let reqs: Vec<ObjRequest<'_>> = singles
                         .iter()
@@ -1334,7 +1340,7 @@ mod tests {
     use sluice_client::obj::plan::{choose, coalesce, Layout};
 
     #[test]
-    fn holed_segments_are_strided_and_the_swapped_list_is_not() {
+    fn holed_segments_are_strided() {
         let segs = holed_segments(256, 4096, 2);
         assert_eq!(segs.len(), 256);
         assert_eq!(segs[1].offset, 4098);
@@ -1347,11 +1353,6 @@ mod tests {
                 ..
             }
         ));
-        let sgl = as_sgl(&segs);
-        assert!(matches!(choose(&coalesce(&sgl)), Layout::Sgl(ref l) if l.len() == 256));
-        let mut sorted = sgl.clone();
-        sorted.sort_by_key(|s| s.offset);
-        assert_eq!(sorted, segs);
         // No hole: one contiguous range.
         assert!(matches!(
             choose(&coalesce(&holed_segments(4, 10, 0))),

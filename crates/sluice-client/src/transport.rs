@@ -116,6 +116,13 @@ impl Read for Socket {
             Self::Unix(s) => s.read(buf),
         }
     }
+
+    fn read_vectored(&mut self, bufs: &mut [io::IoSliceMut<'_>]) -> io::Result<usize> {
+        match self {
+            Self::Tcp(s) => s.read_vectored(bufs),
+            Self::Unix(s) => s.read_vectored(bufs),
+        }
+    }
 }
 
 impl Write for Socket {
@@ -250,6 +257,19 @@ impl Stream {
             }
             self.cipher_start = 0;
             self.cipher_end = n;
+        }
+    }
+
+    /// Reads some plaintext into `bufs` in order (one `readv` on a plain
+    /// socket; into the first non-empty buffer under TLS); `Ok(0)` at the
+    /// end of the stream.
+    pub(crate) fn read_vectored(&mut self, bufs: &mut [io::IoSliceMut<'_>]) -> io::Result<usize> {
+        if self.tls.is_none() {
+            return self.socket.read_vectored(bufs);
+        }
+        match bufs.iter_mut().find(|b| !b.is_empty()) {
+            Some(first) => self.read(first),
+            None => Ok(0),
         }
     }
 

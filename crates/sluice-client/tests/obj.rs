@@ -738,3 +738,92 @@ fn large_reads_are_received_into_buffers_handed_back() {
     c.recycle(vec![1u8; 10]);
     assert!(c.read(id, &[seg(0, mib)]).unwrap().data == data[..mib as usize]);
 }
+
+/// `sluice_obj_span_reads_total` from the server.
+fn span_reads(server: &TestServer) -> u64 {
+    server
+        .scrape()
+        .lines()
+        .find_map(|l| l.strip_prefix("sluice_obj_span_reads_total ")?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Large reads of ascending blocks with small holes between them ask for
+/// a span reply and get one (sent from the object's file), and the
+/// caller sees the blocks' bytes in list order, whether pipelined with
+/// small reads or read into a buffer handed back; the shared client does
+/// not ask, and reads the same bytes in list order.
+#[test]
+fn dense_list_reads_come_back_as_spans_in_list_order() {
+    use sluice_client::obj::SharedObjClient;
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::builder()
+        .objects(dir.path().join("objects"))
+        .metrics()
+        .start();
+    let uri: ObjUri = server.obj_uri().parse().unwrap();
+    let mut c = ObjClient::connect(&uri, &ObjOptions::default()).unwrap();
+    assert!(c.session().features.contains(Features::SPAN_READS));
+    let mib = 1usize << 20;
+    let data = pattern(21, 2 * mib);
+    let id = c
+        .create_and_write(
+            "",
+            &[seg(0, 2 * mib as u64)],
+            &data,
+            &DataOptions::default(),
+        )
+        .unwrap();
+    let model = |segments: &[Segment]| model_read(&data, segments).0;
+    // The server sends from the file only what it has the object's state
+    // cached for, which a first read (not the create) loads.
+    assert!(c.read(id, &[seg(0, 1)]).unwrap().data == data[..1]);
+    // Strided: 256 blocks of 4 KiB behind 2-byte holes. SGL: 100 blocks
+    // of 3,000 bytes behind holes of 1 to 9 bytes, from 7.
+    let strided: Vec<Segment> = (0..256u64).map(|i| seg(i * 4098, 4096)).collect();
+    let mut at = 7;
+    let sgl: Vec<Segment> = (0..100u64)
+        .map(|i| {
+            let s = seg(at, 3000);
+            at += 3000 + 1 + i % 9;
+            s
+        })
+        .collect();
+    let before = span_reads(&server);
+    let r = c.read(id, &strided).unwrap();
+    assert!(r.data == model(&strided), "strided bytes differ");
+    assert_eq!(r.real_bytes, 256 * 4096);
+    c.recycle(r.data);
+    let r = c.read(id, &sgl).unwrap();
+    assert!(r.data == model(&sgl), "SGL bytes differ");
+    let small = [seg(5, 10)];
+    let lists: [&[Segment]; 4] = [&strided, &small, &sgl, &small];
+    let reqs: Vec<ObjRequest<'_>> = lists
+        .iter()
+        .map(|s| ObjRequest::Read {
+            object: id,
+            segments: s,
+            get: &[],
+        })
+        .collect();
+    for (r, s) in c.pipeline(&reqs).into_iter().zip(lists) {
+        let ObjResponse::Read(r) = r.unwrap() else {
+            panic!("a read answered otherwise");
+        };
+        assert!(r.data == model(s), "pipelined bytes differ");
+    }
+    assert_eq!(
+        span_reads(&server),
+        before + 4,
+        "each large list was a span"
+    );
+
+    let shared = SharedObjClient::connect(&uri, &ObjOptions::default()).unwrap();
+    assert!(shared.read(id, &strided).unwrap().data == model(&strided));
+    assert_eq!(
+        span_reads(&server),
+        before + 4,
+        "the shared client asks for none"
+    );
+}

@@ -72,6 +72,14 @@ pub const FLAG_WITH_ATTRS: u16 = 0x0008;
 pub const FLAG_SCOPE_MASK: u16 = 0x0030;
 /// FLUSH scope shift.
 pub const FLAG_SCOPE_SHIFT: u16 = 4;
+/// READ and EXTENT_READ of a scatter/gather or strided list: the client
+/// accepts a span reply (needs `SPAN_READS`).
+pub const FLAG_SPAN_OK: u16 = 0x0040;
+
+// Reply flags.
+/// The body is the span of the request's segments, holes included, not
+/// the segments' bytes in list order.
+pub const REPLY_FLAG_SPAN: u16 = 0x0001;
 
 /// DDT values of the flag bits.
 pub const DDT_CONTIGUOUS: u16 = 0;
@@ -109,8 +117,10 @@ impl Features {
     pub const BATCH: Self = Self(1 << 2);
     /// Attribute lists on data commands (negotiated).
     pub const ATTRS_ON_DATA: Self = Self(1 << 3);
+    /// Span replies to list reads that ask for one (negotiated).
+    pub const SPAN_READS: Self = Self(1 << 4);
     /// Bits a client may ask for in HELLO.
-    pub const NEGOTIABLE: Self = Self(Self::BATCH.0 | Self::ATTRS_ON_DATA.0);
+    pub const NEGOTIABLE: Self = Self(Self::BATCH.0 | Self::ATTRS_ON_DATA.0 | Self::SPAN_READS.0);
     /// Bits only the greeting carries.
     pub const SERVER_ONLY: Self = Self(Self::TLS_AVAILABLE.0 | Self::TLS_REQUIRED.0);
 

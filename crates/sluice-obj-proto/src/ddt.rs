@@ -228,6 +228,62 @@ impl<'a> Ddt<'a> {
         }
     }
 
+    /// The range a span reply to a read of these segments carries: from
+    /// the first segment's start to the last one's end, when the segments
+    /// ascend without overlapping (a strided DDT always does); `None` for
+    /// any other list, and for a contiguous range (which needs no span).
+    /// The body of a span reply is exactly this range's bytes, holes
+    /// between segments included (docs/protocol.md, "Span replies").
+    pub fn span(&self) -> Option<Segment> {
+        match self {
+            Self::Contiguous(_) => None,
+            Self::Strided(s) => Some(Segment {
+                offset: s.offset,
+                length: s.stride * u64::from(s.count - 1) + s.length,
+            }),
+            Self::Sgl(_) => {
+                let mut segments = self.segments();
+                let first = segments.next()?;
+                let mut end = first.offset + first.length;
+                for s in segments {
+                    if s.offset < end {
+                        return None;
+                    }
+                    end = s.offset + s.length;
+                }
+                Some(Segment {
+                    offset: first.offset,
+                    length: end - first.offset,
+                })
+            }
+        }
+    }
+
+    /// [`span`](Self::span) when its holes add at most an eighth to the
+    /// bytes the segments hold: the rule by which sluice's client asks
+    /// for a span reply and its server sends one, so a span never costs
+    /// the link much more than the list it replaces.
+    pub fn dense_span(&self) -> Option<Segment> {
+        self.span()
+            .filter(|span| span.length - self.total() <= self.total() / 8)
+    }
+
+    /// The segments' bytes in list order, taken out of `body`, a span
+    /// reply's body ([`span`](Self::span)'s range); `None` if the DDT has
+    /// no span or `body` is not exactly as long as it.
+    pub fn gather_span(&self, body: &[u8]) -> Option<Vec<u8>> {
+        let span = self.span()?;
+        if body.len() as u64 != span.length {
+            return None;
+        }
+        let mut out = Vec::with_capacity(self.total() as usize);
+        for s in self.segments() {
+            let at = (s.offset - span.offset) as usize;
+            out.extend_from_slice(&body[at..at + s.length as usize]);
+        }
+        Some(out)
+    }
+
     /// The master offset the header carries with this DDT.
     pub const fn master_offset(&self) -> u64 {
         match self {

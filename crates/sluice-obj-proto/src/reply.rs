@@ -100,6 +100,10 @@ pub struct ReplyHeader {
     pub attr_len: u32,
     /// Body bytes after the attribute list.
     pub body_len: u32,
+    /// The body is the span of the request's segments, holes included
+    /// ([`Ddt::span`](crate::Ddt::span)), not their bytes in list order:
+    /// only in answer to a read that asked for it (`FLAG_SPAN_OK`).
+    pub span: bool,
 }
 
 /// A reply that cannot be framed: the connection is out of sync.
@@ -110,6 +114,8 @@ pub enum ReplyDecodeError {
     BadMagic(u32),
     #[error("reply {0} has reserved bits set")]
     Reserved(u64),
+    #[error("error reply {0} is marked as a span")]
+    SpanOnError(u64),
     #[error("error reply {id} carries {attr_len} attribute bytes")]
     AttrsOnError { id: u64, attr_len: u32 },
     #[error("error reply {id} has a {len}-byte message, longer than {MAX_MESSAGE_LEN}")]
@@ -129,7 +135,13 @@ impl ReplyHeader {
             real_bytes,
             attr_len,
             body_len,
+            span: false,
         }
+    }
+
+    /// This header, marked as a span reply.
+    pub const fn spanned(self) -> Self {
+        Self { span: true, ..self }
     }
 
     /// Appends an error reply: header and message (cut at a character
@@ -146,6 +158,7 @@ impl ReplyHeader {
             real_bytes: 0,
             attr_len: 0,
             body_len: msg.len() as u32,
+            span: false,
         }
         .encode(out);
         out.extend_from_slice(msg);
@@ -155,7 +168,8 @@ impl ReplyHeader {
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(&REPLY_MAGIC.to_be_bytes());
         out.extend_from_slice(&self.status.map_or(0, ErrorCode::wire).to_be_bytes());
-        out.extend_from_slice(&0u16.to_be_bytes());
+        let flags = if self.span { REPLY_FLAG_SPAN } else { 0 };
+        out.extend_from_slice(&flags.to_be_bytes());
         out.extend_from_slice(&self.id.to_be_bytes());
         out.extend_from_slice(&self.real_bytes.to_be_bytes());
         out.extend_from_slice(&self.attr_len.to_be_bytes());
@@ -173,7 +187,8 @@ impl ReplyHeader {
             return Err(ReplyDecodeError::BadMagic(magic));
         }
         let id = be64(b, 8);
-        if be16(b, 6) != 0 {
+        let flags = be16(b, 6);
+        if flags & !REPLY_FLAG_SPAN != 0 {
             return Err(ReplyDecodeError::Reserved(id));
         }
         let status = match be16(b, 4) {
@@ -186,8 +201,12 @@ impl ReplyHeader {
             real_bytes: be64(b, 16),
             attr_len: be32(b, 24),
             body_len: be32(b, 28),
+            span: flags & REPLY_FLAG_SPAN != 0,
         };
         if h.status.is_some() {
+            if h.span {
+                return Err(ReplyDecodeError::SpanOnError(id));
+            }
             if h.attr_len != 0 {
                 return Err(ReplyDecodeError::AttrsOnError {
                     id,

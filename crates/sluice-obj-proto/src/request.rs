@@ -204,6 +204,7 @@ impl Opcode {
             | Self::ExtentWrite => FLAG_FUA,
             Self::List => FLAG_WITH_ATTRS,
             Self::Flush => FLAG_SCOPE_MASK,
+            Self::Read | Self::ExtentRead => FLAG_SPAN_OK,
             _ => 0,
         }
     }
@@ -368,6 +369,9 @@ pub struct Request<'a> {
     pub attrs: AttrOps<'a>,
     /// Durable before the reply.
     pub fua: bool,
+    /// READ or EXTENT_READ of a list: the client takes a span reply
+    /// (`FLAG_SPAN_OK`; the server may still answer in list order).
+    pub span_ok: bool,
 }
 
 /// A request answered with an error reply; the connection goes on.
@@ -497,6 +501,7 @@ impl Negotiated {
                 command: Command::Disconnect,
                 attrs: AttrOps::default(),
                 fua: false,
+                span_ok: false,
             });
         }
         let extent = matches!(op, Opcode::ExtentRead | Opcode::ExtentWrite);
@@ -542,6 +547,23 @@ impl Negotiated {
         }
 
         let ddt = self.ddt(op, h, ddt_raw)?;
+        let span_ok = h.flags & FLAG_SPAN_OK != 0;
+        if span_ok {
+            if !self.features.contains(Features::SPAN_READS) {
+                return Err(reject(
+                    h,
+                    ErrorCode::NotNegotiated,
+                    format!("{op:?} asks for a span reply, which this session did not negotiate"),
+                ));
+            }
+            if ddt.kind() == DdtKind::Contiguous {
+                return Err(reject(
+                    h,
+                    ErrorCode::BadFlags,
+                    format!("{op:?} asks for a span reply of a contiguous range"),
+                ));
+            }
+        }
         let data_want = if op.carries_data() { ddt.total() } else { 0 };
         if u64::from(h.data_len) != data_want {
             return Err(reject(
@@ -700,6 +722,7 @@ impl Negotiated {
             command,
             attrs,
             fua: h.flags & FLAG_FUA != 0,
+            span_ok,
         })
     }
 

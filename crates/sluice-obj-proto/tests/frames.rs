@@ -967,3 +967,169 @@ fn bad_meta_calls_are_invalid() {
         ErrorCode::Invalid
     );
 }
+
+// ---------------------------------------------------------------------------
+// Span replies
+
+fn segs(pairs: &[(u64, u64)]) -> Vec<Segment> {
+    pairs
+        .iter()
+        .map(|&(offset, length)| Segment { offset, length })
+        .collect()
+}
+
+fn sgl_ddt(pairs: &[(u64, u64)]) -> Vec<u8> {
+    let mut ddt = Vec::new();
+    sluice_obj_proto::encode_sgl(&segs(pairs), &mut ddt);
+    ddt
+}
+
+#[test]
+fn span_reply_header_bytes() {
+    // A span reply: reply flags 0x0001, real bytes 6 (the segments'),
+    // body 10 bytes (the span, holes included).
+    let bytes = hex("53524550 0000 0001 0000000000000007 0000000000000006 00000000 0000000a");
+    let h = ReplyHeader::decode(&bytes).unwrap().unwrap();
+    assert_eq!(h, ReplyHeader::ok(7, 6, 0, 10).spanned());
+    assert!(h.span);
+    let mut again = Vec::new();
+    h.encode(&mut again);
+    assert_eq!(again, bytes);
+    // Another reply flag is reserved.
+    let mut bad = bytes.clone();
+    bad[7] = 0x02;
+    assert_eq!(
+        ReplyHeader::decode(&bad),
+        Err(ReplyDecodeError::Reserved(7))
+    );
+    // An error reply is never a span.
+    let mut err = Vec::new();
+    ReplyHeader::encode_error(9, ErrorCode::Io, "disk", &mut err);
+    err[7] = 0x01;
+    assert_eq!(
+        ReplyHeader::decode(&err),
+        Err(ReplyDecodeError::SpanOnError(9))
+    );
+}
+
+#[test]
+fn span_ok_read_bytes_and_where_the_flag_is_refused() {
+    // The SGL read of the example with SPAN_OK (flags 0x0041).
+    let bytes = hex(&SGL_READ.replacen("0001 0004", "0041 0004", 1));
+    let h = RequestHeader::decode(&bytes).unwrap().unwrap();
+    assert_eq!(h.flags, FLAG_SPAN_OK | DDT_SGL);
+    let req = all().validate(&h, &bytes[64..]).unwrap();
+    assert!(req.span_ok);
+    // The same without it.
+    assert!(!validate(&all(), &hex(SGL_READ)).unwrap().span_ok);
+
+    // Not negotiated.
+    let e = validate(
+        &session(Features::BATCH.union(Features::ATTRS_ON_DATA)),
+        &bytes,
+    )
+    .unwrap_err();
+    assert_eq!(e.code, ErrorCode::NotNegotiated, "{}", e.message);
+    assert!(e.message.contains("span"), "{}", e.message);
+    // On a contiguous read.
+    let (code, msg) = rejected(&read_with(FLAG_SPAN_OK, 0, 10, &[]));
+    assert_eq!(code, ErrorCode::BadFlags);
+    assert!(msg.contains("contiguous"), "{msg}");
+    // On a write.
+    let (_, write) = frame(
+        RequestHeader {
+            opcode: OP_WRITE,
+            flags: FLAG_SPAN_OK,
+            id: 1,
+            partition: 0x10,
+            object: 1,
+            length: 2,
+            ..Default::default()
+        },
+        [&[], &[], &[], b"ab"],
+    );
+    assert_eq!(
+        validate(&all(), &write).unwrap_err().code,
+        ErrorCode::BadFlags
+    );
+    // EXTENT_READ takes it.
+    let (_, extent) = frame(
+        RequestHeader {
+            opcode: OP_EXTENT_READ,
+            flags: FLAG_SPAN_OK | DDT_STRIDED,
+            id: 1,
+            object: 1,
+            offset: 0,
+            length: 8,
+            ..Default::default()
+        },
+        [
+            &{
+                let mut d = Vec::new();
+                sluice_obj_proto::encode_strided(10, 4, 2, &mut d);
+                d
+            },
+            &[],
+            &[],
+            &[],
+        ],
+    );
+    assert!(validate(&all(), &extent).unwrap().span_ok);
+}
+
+#[test]
+fn a_span_is_the_range_of_ascending_segments_and_gathers_back_to_list_order() {
+    let limits = all().limits;
+    fn parse<'a>(
+        kind: DdtKind,
+        offset: u64,
+        length: u64,
+        raw: &'a [u8],
+        limits: &Limits,
+    ) -> Ddt<'a> {
+        Ddt::parse(kind, offset, length, raw, limits).unwrap()
+    }
+    // Ascending with holes of 1 and 3 bytes, one pair touching.
+    let pairs = [(2, 4), (7, 3), (10, 2), (15, 5)];
+    let raw = sgl_ddt(&pairs);
+    let ddt = parse(DdtKind::Sgl, 0, 14, &raw, &limits);
+    let span = Segment {
+        offset: 2,
+        length: 18,
+    };
+    assert_eq!(ddt.span(), Some(span));
+    let object: Vec<u8> = (0..32u8).collect();
+    let body = &object[2..20];
+    let want: Vec<u8> = pairs
+        .iter()
+        .flat_map(|&(o, l)| object[o as usize..(o + l) as usize].to_vec())
+        .collect();
+    assert_eq!(ddt.gather_span(body), Some(want));
+    assert_eq!(ddt.gather_span(&object[2..19]), None, "one byte short");
+    // Holes of 4 in 18 bytes: more than an eighth of the 14 bytes held.
+    assert_eq!(ddt.dense_span(), None);
+
+    // Out of order, or overlapping: no span.
+    for pairs in [&[(7, 3), (2, 4)][..], &[(2, 6), (7, 3)][..]] {
+        let raw = sgl_ddt(pairs);
+        let total = pairs.iter().map(|p| p.1).sum();
+        assert_eq!(
+            parse(DdtKind::Sgl, 0, total, &raw, &limits).span(),
+            None,
+            "{pairs:?}"
+        );
+    }
+    // Strided always ascends: 8 blocks of 16 every 18 from 100.
+    let mut raw = Vec::new();
+    sluice_obj_proto::encode_strided(18, 16, 8, &mut raw);
+    let ddt = parse(DdtKind::Strided, 100, 128, &raw, &limits);
+    let span = Segment {
+        offset: 100,
+        length: 7 * 18 + 16,
+    };
+    assert_eq!(ddt.span(), Some(span));
+    // 14 bytes of holes for 128 held: within an eighth (16).
+    assert_eq!(ddt.dense_span(), Some(span));
+    // A contiguous range needs no span.
+    assert_eq!(parse(DdtKind::Contiguous, 5, 10, &[], &limits).span(), None);
+}

@@ -128,10 +128,11 @@ proptest! {
 
     #[test]
     fn reply_header_round_trips(id in any::<u64>(), real in any::<u64>(), a in any::<u32>(), b in any::<u32>(), code in 1..=u16::MAX, msg in ".{0,40}") {
-        let h = ReplyHeader::ok(id, real, a, b);
-        let mut out = Vec::new();
-        h.encode(&mut out);
-        prop_assert_eq!(ReplyHeader::decode(&out), Ok(Some(h)));
+        for h in [ReplyHeader::ok(id, real, a, b), ReplyHeader::ok(id, real, a, b).spanned()] {
+            let mut out = Vec::new();
+            h.encode(&mut out);
+            prop_assert_eq!(ReplyHeader::decode(&out), Ok(Some(h)));
+        }
         let mut out = Vec::new();
         ReplyHeader::encode_error(id, ErrorCode::from_wire(code), &msg, &mut out);
         let d = ReplyHeader::decode(&out).unwrap().unwrap();
@@ -150,6 +151,55 @@ proptest! {
         ddt.encode(&mut again);
         prop_assert_eq!(&again, &raw);
         check_invariants(&ddt);
+    }
+
+    #[test]
+    fn a_span_gathers_to_the_segments_bytes_in_list_order(
+        start in 0..1000u64,
+        pieces in proptest::collection::vec((0..40u64, 1..300u64), 1..=64),
+        strided in any::<bool>(),
+    ) {
+        // Ascending segments with gaps (pieces), or a strided run of the
+        // first piece's shape; the span's bytes are an object's bytes
+        // from the span's start, and gathering them must give what a list
+        // reply carries: each segment's bytes, in order.
+        let (raw, kind, offset, segs) = if strided {
+            let (gap, len) = pieces[0];
+            let count = pieces.len() as u32;
+            let mut raw = Vec::new();
+            encode_strided(len + gap, len, count, &mut raw);
+            let segs: Vec<Segment> = (0..u64::from(count))
+                .map(|i| Segment { offset: start + i * (len + gap), length: len })
+                .collect();
+            (raw, DdtKind::Strided, start, segs)
+        } else {
+            let mut at = start;
+            let segs: Vec<Segment> = pieces
+                .iter()
+                .map(|&(gap, length)| {
+                    let s = Segment { offset: at + gap, length };
+                    at = s.offset + length;
+                    s
+                })
+                .collect();
+            let mut raw = Vec::new();
+            encode_sgl(&segs, &mut raw);
+            (raw, DdtKind::Sgl, 0, segs)
+        };
+        let total: u64 = segs.iter().map(|s| s.length).sum();
+        let ddt = Ddt::parse(kind, offset, total, &raw, &LIMITS).unwrap();
+        let span = ddt.span().unwrap();
+        let end = segs.last().map(|s| s.offset + s.length).unwrap();
+        prop_assert_eq!(span, Segment { offset: segs[0].offset, length: end - segs[0].offset });
+        let object: Vec<u8> = (0..end).map(|i| (i * 7 + i / 251) as u8).collect();
+        let list: Vec<u8> = segs
+            .iter()
+            .flat_map(|s| object[s.offset as usize..(s.offset + s.length) as usize].to_vec())
+            .collect();
+        let body = &object[span.offset as usize..];
+        prop_assert_eq!(ddt.gather_span(body), Some(list));
+        let holes = span.length - total;
+        prop_assert_eq!(ddt.dense_span().is_some(), holes <= total / 8);
     }
 
     #[test]

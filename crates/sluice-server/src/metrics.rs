@@ -339,6 +339,8 @@ pub struct ObjectMetrics {
     /// call, and the creates they made.
     create_groups: AtomicU64,
     grouped_creates: AtomicU64,
+    /// Scatter/gather and strided reads answered with their span.
+    span_reads: AtomicU64,
 }
 
 impl Default for ObjectMetrics {
@@ -348,6 +350,7 @@ impl Default for ObjectMetrics {
             batches: BatchSeries::default(),
             create_groups: AtomicU64::new(0),
             grouped_creates: AtomicU64::new(0),
+            span_reads: AtomicU64::new(0),
         }
     }
 }
@@ -407,6 +410,11 @@ impl ObjectMetrics {
     pub fn record_create_group(&self, members: u64) {
         self.create_groups.fetch_add(1, Ordering::Relaxed);
         self.grouped_creates.fetch_add(members, Ordering::Relaxed);
+    }
+
+    /// Records a scatter/gather or strided read answered with its span.
+    pub fn record_span_read(&self) {
+        self.span_reads.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Records the data changes (`changes`) of one shared job applied by
@@ -530,6 +538,11 @@ impl ObjectMetrics {
                 "sluice_obj_batch_committed_changes_total",
                 "Data changes (WRITE, APPEND, PUNCH) of shared pool jobs applied by those commits' store calls.",
                 b.committed.load(Ordering::Relaxed),
+            ),
+            (
+                "sluice_obj_span_reads_total",
+                "Scatter/gather and strided READs answered with the span of their segments (holes included) from the file, for a client that takes one.",
+                self.span_reads.load(Ordering::Relaxed),
             ),
         ];
         for (name, help, value) in counters {

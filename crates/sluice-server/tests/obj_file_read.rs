@@ -233,6 +233,123 @@ fn large_scatter_gather_reads_go_out_from_a_kept_mapping_in_list_order() {
     );
 }
 
+/// List reads answered with their span so far.
+fn span_reads(server: &TestServer) -> u64 {
+    metric(server, "sluice_obj_span_reads_total ")
+}
+
+#[test]
+fn list_reads_that_take_a_span_get_it_from_the_file_when_it_is_dense_and_ascends() {
+    let (server, _dir) = start();
+    let mut c = client(&server);
+    let id = c.create(1, "")[0];
+    let data = pattern(2 * MIB, 13);
+    c.write(id, 0, &data);
+
+    // 64 blocks of 4 KiB behind 2-byte holes, from 100: the span is one
+    // range of the file, sent with its holes, which the reader skips.
+    let sgl: Vec<(u64, u64)> = (0..64u64).map(|i| (100 + i * 4098, 4096)).collect();
+    let span_len = 63 * 4098 + 4096;
+    let before = read_paths(&server);
+    let got = c
+        .call(
+            &Req::new(OP_READ, 40)
+                .object(id)
+                .sgl(&sgl)
+                .flags(FLAG_SPAN_OK),
+        )
+        .ok();
+    assert!(got.span, "a span reply");
+    assert_eq!(got.real, 64 * 4096, "real bytes count the segments only");
+    assert!(
+        got.body == data[100..100 + span_len],
+        "the span is the object's bytes over the segments' range"
+    );
+    let got = c
+        .call(
+            &Req::new(OP_READ, 41)
+                .object(id)
+                .strided(100, 4098, 4096, 64)
+                .flags(FLAG_SPAN_OK),
+        )
+        .ok();
+    assert!(
+        got.span && got.body == data[100..100 + span_len],
+        "strided span"
+    );
+    assert_eq!(span_reads(&server), 2);
+    let after = read_paths(&server);
+    assert_eq!(
+        (after.0, after.2),
+        (before.0, before.2),
+        "neither mapped nor handed off: sent with sendfile"
+    );
+
+    // Each of these is answered in list order, as before: the flag not
+    // given; segments out of order; holes over an eighth of the bytes
+    // (4 KiB blocks every 8 KiB).
+    let plain = c.call(&Req::new(OP_READ, 42).object(id).sgl(&sgl)).ok();
+    assert!(!plain.span && plain.body == bytes_of(&data, &sgl));
+    let mut backwards = sgl.clone();
+    backwards.reverse();
+    let got = c
+        .call(
+            &Req::new(OP_READ, 43)
+                .object(id)
+                .sgl(&backwards)
+                .flags(FLAG_SPAN_OK),
+        )
+        .ok();
+    assert!(!got.span && got.body == bytes_of(&data, &backwards));
+    let sparse: Vec<(u64, u64)> = (0..64u64).map(|i| (i * 8192, 4096)).collect();
+    let got = c
+        .call(
+            &Req::new(OP_READ, 44)
+                .object(id)
+                .strided(0, 8192, 4096, 64)
+                .flags(FLAG_SPAN_OK),
+        )
+        .ok();
+    assert!(!got.span && got.body == bytes_of(&data, &sparse));
+    // A segment past the object's end: read through the pool, zeros
+    // where there is no object, in list order.
+    let past = [(2 * MIB - 4096, 4096), (2 * MIB + 2, 200_000)];
+    let got = c
+        .call(
+            &Req::new(OP_READ, 45)
+                .object(id)
+                .sgl(&past)
+                .flags(FLAG_SPAN_OK),
+        )
+        .ok();
+    assert!(!got.span);
+    assert_eq!(got.real, 4096);
+    assert!(got.body[..4096] == data[2 * MIB as usize - 4096..]);
+    assert!(got.body[4096..].iter().all(|&b| b == 0));
+    assert_eq!(span_reads(&server), 2, "none of those was a span");
+
+    // A session that did not negotiate span replies may not ask for one.
+    let mut old = RawObjClient::open(
+        server.obj_addr.unwrap(),
+        Features::BATCH.union(Features::ATTRS_ON_DATA),
+        1,
+    );
+    let msg = old
+        .call(
+            &Req::new(OP_READ, 46)
+                .object(id)
+                .sgl(&sgl)
+                .flags(FLAG_SPAN_OK),
+        )
+        .err(ErrorCode::NotNegotiated);
+    assert!(msg.contains("span"), "{msg}");
+    let got = old.call(&Req::new(OP_READ, 47).object(id).sgl(&sgl)).ok();
+    assert!(
+        !got.span && got.body == bytes_of(&data, &sgl),
+        "still usable"
+    );
+}
+
 #[test]
 fn a_read_racing_writes_sees_old_or_new_bytes_never_an_error() {
     let (server, _dir) = start();

@@ -187,6 +187,8 @@ pub struct Reply {
     pub real: u64,
     pub attrs: Vec<u8>,
     pub body: Vec<u8>,
+    /// The body is the span of the request's segments (a span reply).
+    pub span: bool,
 }
 
 impl Reply {
@@ -369,6 +371,7 @@ impl<S: Read + Write> RawObjClient<S> {
             real: h.real_bytes,
             attrs: read_exact(&mut self.s, h.attr_len as usize),
             body: read_exact(&mut self.s, h.body_len as usize),
+            span: h.span,
         }
     }
 

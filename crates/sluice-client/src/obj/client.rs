@@ -151,6 +151,7 @@ impl ObjClient {
             session: &self.link.session,
             server: &self.link.server,
             ddt: self.options.ddt,
+            spans: true,
         }
     }
 

@@ -6,8 +6,8 @@
 
 use sluice_obj_proto::consts::*;
 use sluice_obj_proto::{
-    decode_id_list, encode_query_range, AttrOp, AttrOps, DdtKind, Features, FlushScope, Limits,
-    Negotiated, Opcode, Page as WirePage, QueryRange, Segment,
+    decode_id_list, encode_query_range, AttrOp, AttrOps, Ddt, DdtKind, Features, FlushScope,
+    Limits, Negotiated, Opcode, Page as WirePage, QueryRange, Segment,
 };
 
 use super::attr::{AttrChange, Attrs};
@@ -75,6 +75,10 @@ pub(super) struct Codec<'s> {
     pub(super) server: &'s str,
     /// The DDT the caller pinned ([`ObjOptions::ddt`](super::ObjOptions::ddt)).
     pub(super) ddt: Option<DdtKind>,
+    /// The connection driver takes span replies to list reads (see
+    /// [`Link`](super::link::Link)), so READs whose segments have a
+    /// dense span ask for one.
+    pub(super) spans: bool,
 }
 
 impl Codec<'_> {
@@ -220,10 +224,23 @@ impl Codec<'_> {
             op,
             Opcode::Write | Opcode::CreateAndWrite | Opcode::ExtentWrite
         );
+        let span_ok = op == Opcode::Read
+            && self.spans
+            && self.session.features.contains(Features::SPAN_READS)
+            && Ddt::parse(
+                layout.kind(),
+                layout.master_offset(),
+                length,
+                &ddt,
+                &self.limits(),
+            )
+            .is_ok_and(|d| d.dense_span().is_some());
         Wire {
             subject,
             opcode: op.wire(),
-            flags: layout.kind().flags() | if fua { FLAG_FUA } else { 0 },
+            flags: layout.kind().flags()
+                | if fua { FLAG_FUA } else { 0 }
+                | if span_ok { FLAG_SPAN_OK } else { 0 },
             object,
             offset: layout.master_offset(),
             length,

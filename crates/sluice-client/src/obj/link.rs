@@ -8,11 +8,13 @@
 //! replies the client is not reading yet.
 
 use std::collections::HashMap;
-use std::io;
+use std::io::{self, IoSliceMut};
 use std::time::{Duration, Instant};
 
-use sluice_obj_proto::consts::{OP_BATCH, REPLY_HEADER_LEN, REQUEST_HEADER_LEN};
-use sluice_obj_proto::{ErrorCode, Limits, Negotiated, ReplyHeader, RequestHeader};
+use sluice_obj_proto::consts::{FLAG_SPAN_OK, OP_BATCH, REPLY_HEADER_LEN, REQUEST_HEADER_LEN};
+use sluice_obj_proto::{
+    Ddt, DdtKind, ErrorCode, Limits, Negotiated, ReplyHeader, RequestHeader, Segment,
+};
 
 use super::error::Subject;
 use super::merge::{MergeController, MergePolicy};
@@ -57,6 +59,15 @@ impl Wire<'_> {
         REQUEST_HEADER_LEN as u64 + self.payload_len()
     }
 
+    /// The DDT of a READ that asked for a span reply (`FLAG_SPAN_OK`).
+    fn span_ddt(&self, limits: &Limits) -> Option<Ddt<'_>> {
+        if self.flags & FLAG_SPAN_OK == 0 {
+            return None;
+        }
+        let kind = DdtKind::from_flags(self.flags)?;
+        Ddt::parse(kind, self.offset, self.length, &self.ddt, limits).ok()
+    }
+
     pub(super) fn encode(&self, id: u64, partition: u64, out: &mut Vec<u8>) {
         RequestHeader {
             flags: self.flags,
@@ -85,6 +96,9 @@ pub(crate) struct RawReply {
     pub(crate) real_bytes: u64,
     pub(crate) attrs: Vec<u8>,
     pub(crate) body: Vec<u8>,
+    /// `body` is the span of the request's segments, holes included
+    /// (a span reply), not their bytes in list order.
+    pub(crate) span: bool,
 }
 
 /// A reply by its request id: the reply, or the server's refusal (its
@@ -139,11 +153,39 @@ pub(super) fn take_reply(
             real_bytes: h.real_bytes,
             attrs: attrs.to_vec(),
             body: body.to_vec(),
+            span: h.span,
         }),
         Some(code) => Err((code, String::from_utf8_lossy(body).into_owned())),
     };
     inbuf.consume(need);
     Ok(Front::Reply((h.id, reply)))
+}
+
+/// Where a span reply's bytes go, in the order they arrive: each
+/// segment's part of `body` (segments ascend, so their places in the list
+/// follow each other), with the hole before it, if any, in `holes`.
+fn span_places<'b>(
+    ddt: &Ddt<'_>,
+    span: Segment,
+    body: &'b mut [u8],
+    holes: &'b mut [u8],
+) -> Vec<IoSliceMut<'b>> {
+    let mut places = Vec::with_capacity(2 * ddt.segment_count() as usize);
+    let (mut body, mut holes) = (body, holes);
+    let mut at = span.offset;
+    for s in ddt.segments() {
+        let gap = (s.offset - at) as usize;
+        if gap > 0 {
+            let (hole, rest) = std::mem::take(&mut holes).split_at_mut(gap);
+            places.push(IoSliceMut::new(hole));
+            holes = rest;
+        }
+        let (piece, rest) = std::mem::take(&mut body).split_at_mut(s.length as usize);
+        places.push(IoSliceMut::new(piece));
+        body = rest;
+        at = s.offset + s.length;
+    }
+    places
 }
 
 /// Bytes of the reply `h` heads, header included (bounded by
@@ -511,6 +553,24 @@ impl Link {
         loop {
             let mut max = usize::MAX;
             match take_reply(&mut self.inbuf, &self.session.limits, &self.server)? {
+                Front::Reply((id, Ok(raw))) if raw.span => {
+                    self.after_large = false;
+                    let ddt = self.span_request(id, wires, flight)?;
+                    let body = ddt.gather_span(&raw.body).ok_or_else(|| {
+                        self.violation(format!(
+                            "span reply {id} carries {} bytes, not its segments' span",
+                            raw.body.len()
+                        ))
+                    })?;
+                    return Ok((
+                        id,
+                        Ok(RawReply {
+                            body,
+                            span: false,
+                            ..raw
+                        }),
+                    ));
+                }
                 Front::Reply(r) => {
                     self.after_large = false;
                     return Ok(r);
@@ -536,16 +596,50 @@ impl Link {
         }
     }
 
+    /// The DDT of the request a span reply `id` answers, which must be a
+    /// READ that asked for one.
+    fn span_request<'w>(
+        &self,
+        id: u64,
+        wires: &'w [Wire<'_>],
+        flight: &InFlight,
+    ) -> Result<Ddt<'w>, ObjError> {
+        match flight.by_id.get(&id) {
+            Some(Pending::Wire { index, .. }) => {
+                wires[*index].span_ddt(&self.session.limits).ok_or_else(|| {
+                    self.violation(format!(
+                        "span reply to request {id}, which did not ask for one"
+                    ))
+                })
+            }
+            _ => Err(self.violation(format!(
+                "span reply to request {id}, which is not a read in flight"
+            ))),
+        }
+    }
+
+    fn violation(&self, reason: String) -> ObjError {
+        ObjError::Violation {
+            server: self.server.clone(),
+            reason,
+        }
+    }
+
     /// Receives a successful reply with a large body straight from the
     /// socket into the body's own buffer (the caller gets that buffer),
     /// rather than into the receive buffer and then copied out. Only
     /// part of the reply is in the receive buffer, so no later reply is.
+    /// A span reply's segments land in list order and its holes in a
+    /// scratch buffer, read with the same calls (`readv`).
     fn receive_large(
         &mut self,
         h: &ReplyHeader,
         wires: &[Wire<'_>],
         flight: &InFlight,
     ) -> Result<Received, ObjError> {
+        if h.span {
+            return self.receive_span(h, wires, flight);
+        }
         let mut attrs = vec![0u8; h.attr_len as usize];
         // Every byte of it is read into below, or it is dropped.
         let mut body = self.body_buffer(h.body_len as usize);
@@ -563,8 +657,81 @@ impl Link {
                 real_bytes: h.real_bytes,
                 attrs,
                 body,
+                span: false,
             }),
         ))
+    }
+
+    /// [`receive_large`](Self::receive_large) of a span reply: each
+    /// segment's bytes go straight to their place in the body, in list
+    /// order, and the holes between them into one scratch buffer.
+    fn receive_span(
+        &mut self,
+        h: &ReplyHeader,
+        wires: &[Wire<'_>],
+        flight: &InFlight,
+    ) -> Result<Received, ObjError> {
+        let ddt = self.span_request(h.id, wires, flight)?;
+        let span = ddt.span().filter(|s| s.length == u64::from(h.body_len));
+        let Some(span) = span else {
+            return Err(self.violation(format!(
+                "span reply {} carries {} bytes, not its segments' span",
+                h.id, h.body_len
+            )));
+        };
+        let total = ddt.total();
+        let mut attrs = vec![0u8; h.attr_len as usize];
+        // Every byte of both is read into below, or they are dropped.
+        let mut body = self.body_buffer(total as usize);
+        let mut holes = vec![0u8; (span.length - total) as usize];
+        let mut places = span_places(&ddt, span, &mut body, &mut holes);
+        let have = &self.inbuf.data()[REPLY_HEADER_LEN..];
+        let in_attrs = have.len().min(attrs.len());
+        attrs[..in_attrs].copy_from_slice(&have[..in_attrs]);
+        let mut have = &have[in_attrs..];
+        let mut first = 0;
+        while !have.is_empty() {
+            let place = &mut places[first];
+            let n = place.len().min(have.len());
+            place[..n].copy_from_slice(&have[..n]);
+            have = &have[n..];
+            if n == place.len() {
+                first += 1;
+            } else {
+                place.advance(n);
+            }
+        }
+        self.inbuf.clear();
+        self.read_exact(&mut attrs[in_attrs..], wires, flight)?;
+        self.read_places(&mut places[first..], wires, flight)?;
+        drop(places);
+        Ok((
+            h.id,
+            Ok(RawReply {
+                real_bytes: h.real_bytes,
+                attrs,
+                body,
+                span: false,
+            }),
+        ))
+    }
+
+    /// Fills every buffer of `places` in order from the socket.
+    fn read_places(
+        &mut self,
+        mut places: &mut [IoSliceMut<'_>],
+        wires: &[Wire<'_>],
+        flight: &InFlight,
+    ) -> Result<(), ObjError> {
+        while !places.is_empty() {
+            match self.stream.read_vectored(places) {
+                Ok(0) => return Err(self.closed()),
+                Ok(n) => IoSliceMut::advance_slices(&mut places, n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(self.read_failed(e, wires, flight)),
+            }
+        }
+        Ok(())
     }
 
     fn read_exact(
@@ -750,5 +917,129 @@ mod tests {
             [4, 4],
             "four requests, then the four that the four replies let out, each in one write: {packets:?}"
         );
+    }
+
+    /// The byte an object holds at `at` in the span tests.
+    fn object_byte(at: u64) -> u8 {
+        (at * 7 % 251) as u8
+    }
+
+    /// Reads one request frame: its header and payload.
+    fn read_request(s: &mut UnixStream) -> (RequestHeader, Vec<u8>) {
+        let mut h = [0u8; REQUEST_HEADER_LEN];
+        s.read_exact(&mut h).unwrap();
+        let h = RequestHeader::decode(&h).unwrap().unwrap();
+        let mut payload = vec![0u8; h.payload_len() as usize];
+        s.read_exact(&mut payload).unwrap();
+        (h, payload)
+    }
+
+    fn read_wire<'a>(codec: &Codec<'_>, object: u64, segments: &[Segment]) -> Wire<'a> {
+        codec.data_wire(
+            Subject {
+                op: Opcode::Read,
+                target: Addressee::Object(object),
+            },
+            Opcode::Read,
+            object,
+            segments,
+            Vec::new(),
+            Vec::new(),
+            &[],
+            false,
+        )
+    }
+
+    /// A span reply, small (read whole into the receive buffer and
+    /// gathered) or large (its header and first bytes in the receive
+    /// buffer, the rest read straight into place), gives the segments'
+    /// bytes in list order; a span the request did not ask for breaks
+    /// the connection as a violation.
+    #[test]
+    fn span_replies_land_in_list_order_and_only_when_asked_for() {
+        let (client_end, mut server) = UnixStream::pair().unwrap();
+        let mut session = session();
+        session.features = Features::SPAN_READS;
+        let mut link = Link::new(
+            Stream::plain(Socket::Unix(client_end)),
+            "test".into(),
+            session.clone(),
+            Some(Duration::from_secs(10)),
+            MergePolicy::Off,
+        );
+        let codec = Codec {
+            session: &session,
+            server: "test",
+            ddt: None,
+            spans: true,
+        };
+        let holed = |count: u64, len: u64, from: u64| -> Vec<Segment> {
+            (0..count)
+                .map(|i| Segment {
+                    offset: from + i * (len + 2),
+                    length: len,
+                })
+                // An irregular last hole keeps the small one an SGL.
+                .map(|s| Segment {
+                    offset: s.offset + u64::from(s.offset > from + 600),
+                    ..s
+                })
+                .collect()
+        };
+        let small = holed(8, 100, 5);
+        let large = holed(64, 4096, 1000);
+        let backwards: Vec<Segment> = small.iter().rev().copied().collect();
+        let wires = [
+            read_wire(&codec, 1, &small),
+            read_wire(&codec, 1, &large),
+            read_wire(&codec, 1, &backwards),
+        ];
+        assert!(wires[0].flags & FLAG_SPAN_OK != 0 && wires[1].flags & FLAG_SPAN_OK != 0);
+        assert_eq!(
+            wires[2].flags & FLAG_SPAN_OK,
+            0,
+            "a list out of order has no span"
+        );
+        let limits = session.limits;
+        let fake = std::thread::spawn(move || {
+            for _ in 0..3 {
+                let (h, payload) = read_request(&mut server);
+                let kind = DdtKind::from_flags(h.flags).unwrap();
+                let ddt = Ddt::parse(kind, h.offset, h.length, &payload, &limits).unwrap();
+                // Every reply is a span, asked for or not (the third
+                // request's segments, reversed, span the same range).
+                let span = Segment {
+                    offset: ddt.segments().map(|s| s.offset).min().unwrap(),
+                    length: ddt.end() - ddt.segments().map(|s| s.offset).min().unwrap(),
+                };
+                let mut reply = Vec::new();
+                ReplyHeader::ok(h.id, h.length, 0, span.length as u32)
+                    .spanned()
+                    .encode(&mut reply);
+                reply.extend((span.offset..span.offset + span.length).map(object_byte));
+                // The header and a piece of the body first, the rest a
+                // little later.
+                let cut = reply.len().min(REPLY_HEADER_LEN + 1000);
+                server.write_all(&reply[..cut]).unwrap();
+                std::thread::sleep(Duration::from_millis(20));
+                server.write_all(&reply[cut..]).unwrap();
+            }
+        });
+        let want = |segments: &[Segment]| -> Vec<u8> {
+            segments
+                .iter()
+                .flat_map(|s| (s.offset..s.offset + s.length).map(object_byte))
+                .collect()
+        };
+        let results = link.exchange(&wires[..2], false, 1);
+        let bodies: Vec<Vec<u8>> = results.into_iter().map(|r| r.unwrap().body).collect();
+        assert!(bodies[0] == want(&small), "small span out of order");
+        assert!(bodies[1] == want(&large), "large span out of order");
+        let e = link.exchange(&wires[2..], false, 1).remove(0).unwrap_err();
+        assert!(
+            matches!(&e, ObjError::Violation { reason, .. } if reason.contains("did not ask")),
+            "{e}"
+        );
+        fake.join().unwrap();
     }
 }

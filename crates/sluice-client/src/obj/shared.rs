@@ -292,6 +292,7 @@ impl SharedObjClient {
             session: &self.shared.session,
             server: &self.shared.server,
             ddt: self.shared.ddt,
+            spans: false,
         }
     }
 
@@ -560,6 +561,13 @@ impl Shared {
             code: *code,
             message: message.clone(),
         };
+        if matches!(&reply, Ok(r) if r.span) {
+            // This client never asks for one (its codec's `spans`).
+            return Err(ObjError::Violation {
+                server: self.server.clone(),
+                reason: format!("a span reply to request {id}, which did not ask for one"),
+            });
+        }
         if let Some(w) = st.waiting.remove(&id) {
             st.in_flight = st.in_flight.saturating_sub(1);
             st.cost = st.cost.saturating_sub(w.cost);

@@ -3,7 +3,9 @@
 //! socket, with no hand-off to the I/O pool and no copy into a reply
 //! buffer: one range with `sendfile`, a scatter/gather or strided list
 //! with one `writev` of a piece of a shared mapping of the file per
-//! segment (NBD's mapped reads do the same for one range of an export;
+//! segment, or, when the client takes a span reply and the segments
+//! ascend closely enough, their whole span with `sendfile` as one range
+//! (NBD's mapped reads do the same for one range of an export;
 //! see docs/design/0006-object-server.md for what a reader may see while
 //! a write to the same range runs, and why a list is copied into the
 //! socket rather than spliced). A connection keeps the mapping of the
@@ -91,9 +93,12 @@ impl ObjSession {
     }
 
     /// Answers a large scatter/gather or strided READ with no attribute
-    /// entries from a shared mapping of the object's file (the one the
-    /// connection kept, if it is of the same file and long enough), one
-    /// piece per segment in list order, when the store lends the file for
+    /// entries from the object's file: its segments' span with `sendfile`
+    /// if the client takes a span reply and the span is dense
+    /// ([`Ddt::dense_span`](sluice_obj_proto::Ddt::dense_span)), else from a
+    /// shared mapping of the file (the one the connection kept, if it is
+    /// of the same file and long enough), one piece per segment in list
+    /// order; either when the store lends the file for
     /// the segments' whole span (as [`file_read`](Self::file_read) does
     /// for one range) on a plain socket in completion order. Returns false,
     /// having sent nothing, otherwise (the caller then runs it as
@@ -140,6 +145,37 @@ impl ObjSession {
         let Some(file) = self.exec.store.lend_resident(object, start, end - start) else {
             return false;
         };
+        // Validated: a READ's total is within the published payload
+        // limit (a `u32`).
+        let len = request.bytes as u32;
+        if parsed.span_ok {
+            // The client takes the segments' span, holes included: it goes
+            // from the page cache to the socket by reference, as a
+            // contiguous read does, where a list must be copied.
+            let spanned = ddt.dense_span().and_then(|span| {
+                let span_len = u32::try_from(span.length).ok()?;
+                (span_len <= self.exec.session.limits.max_payload).then_some((span, span_len))
+            });
+            if let Some((span, span_len)) = spanned {
+                self.reply_header.clear();
+                ReplyHeader::ok(h.id, request.bytes, 0, span_len)
+                    .spanned()
+                    .encode(&mut self.reply_header);
+                // Counted before the reply goes, so whoever reads the
+                // reply finds it counted.
+                self.exec.metrics.objects.record_span_read();
+                let failed = d
+                    .send_file(
+                        &self.reply_header,
+                        file.as_fd(),
+                        span.offset,
+                        span_len as usize,
+                    )
+                    .is_err();
+                self.exec.completed(request, failed, received.elapsed());
+                return true;
+            }
+        }
         let Some((mapping, kept)) = ListMapping::covering(self.list_map.take(), file, end) else {
             return false;
         };
@@ -154,9 +190,6 @@ impl ObjSession {
             };
             pieces.push(piece);
         }
-        // Validated: a READ's total is within the published payload
-        // limit (a `u32`).
-        let len = request.bytes as u32;
         self.reply_header.clear();
         ReplyHeader::ok(h.id, request.bytes, 0, len).encode(&mut self.reply_header);
         // `map` stays mapped until after the send (it is kept for the
