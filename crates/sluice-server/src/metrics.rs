@@ -405,8 +405,8 @@ impl ObjectMetrics {
         b.grouped.fetch_add(members, Ordering::Relaxed);
     }
 
-    /// Records `members` creates of one receive made together in one
-    /// pool job.
+    /// Records `members` creates made with one store call (those of one
+    /// receive, or of one batch frame's shared job).
     pub fn record_create_group(&self, members: u64) {
         self.create_groups.fetch_add(1, Ordering::Relaxed);
         self.grouped_creates.fetch_add(members, Ordering::Relaxed);
@@ -521,12 +521,12 @@ impl ObjectMetrics {
             ),
             (
                 "sluice_obj_create_groups_total",
-                "Pool jobs that each made several creates received together with one store call.",
+                "Store calls that each made several creates with one metadata commit (creates received together, or the creates of a batch frame's shared job).",
                 self.create_groups.load(Ordering::Relaxed),
             ),
             (
                 "sluice_obj_grouped_creates_total",
-                "Creates made in those jobs.",
+                "Creates made in those calls.",
                 self.grouped_creates.load(Ordering::Relaxed),
             ),
             (

@@ -1142,6 +1142,86 @@ fn truncated_frames_bad_magic_and_oversized_payloads_end_only_that_connection() 
     assert_eq!(again.read(id, 0, 5).0, b"alive");
 }
 
+/// The creates among a batch frame's small members are made with one
+/// store call, beside the frame's writes (one commit for those), in one
+/// pool job; each member is answered on its own, and a create the store
+/// refuses fails alone.
+#[test]
+fn the_creates_of_a_batch_frame_are_made_together_beside_its_writes() {
+    let (server, _dir, _) = start();
+    let mut c = client(&server);
+    let target = c.create(1, "")[0];
+    let mut members: Vec<Req> = (0..5u64)
+        .map(|k| {
+            Req::new(OP_CREATE_AND_WRITE, 40 + k)
+                .params(&name_param("batched"))
+                .attrs(&[AttrOp::Set("serial", AttrValue::Integer(k as i64))])
+                .range(0, 4)
+                .data(&[k as u8; 4])
+        })
+        .collect();
+    members.push(Req::new(OP_CREATE, 45).params(&create_params(3, "")));
+    members.push(
+        Req::new(OP_WRITE, 46)
+            .object(target)
+            .range(0, 5)
+            .data(b"write"),
+    );
+    // Refused by the store: a key the server keeps.
+    members.push(
+        Req::new(OP_CREATE_AND_WRITE, 47)
+            .params(&name_param(""))
+            .attrs(&[AttrOp::Set("sluice.created", AttrValue::Integer(1))]),
+    );
+    let before = create_counts(&server);
+    let before_pool = pool_counts(&server);
+    let replies = run_batch(&mut c, 39, &members);
+    let after = create_counts(&server);
+    let after_pool = pool_counts(&server);
+    assert_eq!(
+        replies.iter().map(|r| r.id).collect::<Vec<_>>(),
+        (40..48).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        [
+            after[0] - before[0],
+            after[1] - before[1],
+            after[2] - before[2],
+            after_pool[1] - before_pool[1],
+        ],
+        [1, 1, 7, 1],
+        "one hand-off, one shared job, its seven creates made together"
+    );
+    let mut replies = replies.into_iter();
+    for k in 0..5u64 {
+        let id = u64::from_be_bytes(replies.next().unwrap().ok().body.try_into().unwrap());
+        assert_eq!(c.read(id, 0, 4).0, vec![k as u8; 4]);
+        let attrs = c
+            .call(
+                &Req::new(OP_GET_ATTRS, 60)
+                    .object(id)
+                    .attrs(&[AttrOp::Get("serial")]),
+            )
+            .ok();
+        assert_eq!(
+            attrs.attr_ops(),
+            [AttrOp::Set("serial", AttrValue::Integer(k as i64))]
+        );
+    }
+    let three = replies.next().unwrap().ok();
+    assert_eq!(
+        sluice_obj_proto::decode_id_list(&three.body).unwrap().len(),
+        3
+    );
+    replies.next().unwrap().ok();
+    assert_eq!(c.read(target, 0, 5).0, b"write");
+    replies.next().unwrap().err(ErrorCode::Permission);
+    let listing = c
+        .call(&Req::new(OP_LIST, 61).params(&page_params(0, 100, "batched")))
+        .ok();
+    assert_eq!(page(&listing.body).entries.len(), 5);
+}
+
 /// `(pool hand-offs, create groups, creates made in them)` so far.
 fn create_counts(server: &TestServer) -> [u64; 3] {
     [

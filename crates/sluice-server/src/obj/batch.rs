@@ -10,7 +10,8 @@
 //! one job ([`Together`]), and their data changes (WRITE, APPEND, PUNCH)
 //! go to the store in one call that commits their metadata once
 //! (`ObjectStore::change_batch`), where one after another each waited for
-//! a commit of its own. Everything else in the frame (reads, which may
+//! a commit of its own; so do their small creates (`ObjectStore::
+//! create_many`, as for creates received together: `creates.rs`). Everything else in the frame (reads, which may
 //! wait for the disk; durable changes; extent and metadata calls, whose
 //! device or service the store does not control; large transfers) is
 //! still handed off on its own, so such members run in parallel as
@@ -22,6 +23,9 @@ use std::time::{Duration, Instant};
 
 use tracing::debug;
 
+use sluice_obj_proto::RequestHeader;
+
+use super::creates;
 use super::execute::{ObjExecutor, ObjRequest};
 use super::gathered::Gathered;
 use crate::buffer::ReplyBuf;
@@ -126,8 +130,8 @@ impl Together {
 
     /// Runs the members on a pool worker: the data changes (WRITE,
     /// APPEND, PUNCH) first, in one store call that commits their
-    /// metadata once for all of them, then the others one after
-    /// another. The data changes are answered as that commit returns;
+    /// metadata once for all of them, then the small creates, in
+    /// another such call, then the others one after another. The data changes are answered as that commit returns;
     /// the replies go out together when the last member is done, or
     /// earlier once the oldest unsent one has waited
     /// [`SEND_READY_AFTER`].
@@ -138,7 +142,8 @@ impl Together {
         let mut out = ReplyBuf::with_capacity(0);
         let started = Instant::now();
         let Gathered { members, data } = &mut self.gathered;
-        // Members in the order they run: the data changes, then the rest.
+        // Members in the order they run: the data changes, the creates,
+        // then the rest.
         let mut order: Vec<usize> = Vec::with_capacity(count);
         let mut changes = Vec::with_capacity(count);
         for (i, m) in members.iter().enumerate() {
@@ -147,25 +152,44 @@ impl Together {
                 changes.push(c);
             }
         }
-        let batched = changes.len();
-        if batched > 0 {
+        let changed = changes.len();
+        if changed > 0 {
             let store_changes: Vec<_> = changes.iter().map(|c| c.change()).collect();
             let outcome = exec.store.change_batch(&store_changes);
             exec.metrics
                 .objects
-                .record_batch_commits(batched as u64, outcome.commits as u64);
+                .record_batch_commits(changed as u64, outcome.commits as u64);
             for ((&i, change), result) in order.iter().zip(&changes).zip(outcome.results) {
                 let m = &mut members[i];
                 m.failed = exec.answer_change(&m.request, change, result, &mut out);
             }
         }
         drop(changes);
-        for i in 0..count {
-            // order[..batched] is ascending.
-            if order[..batched].binary_search(&i).is_err() {
+        let mut ran_already = vec![false; count];
+        for &i in &order {
+            ran_already[i] = true;
+        }
+        let creates: Vec<usize> = (0..count)
+            .filter(|&i| !ran_already[i] && creates::gathers(&members[i].request))
+            .collect();
+        if creates.len() > 1 {
+            let requests: Vec<(RequestHeader, &[u8])> = creates
+                .iter()
+                .map(|&i| (members[i].request.head, &data[members[i].payload.clone()]))
+                .collect();
+            let failed = exec.run_creates(&requests, &mut out);
+            exec.metrics
+                .objects
+                .record_create_group(creates.len() as u64);
+            for (&i, failed) in creates.iter().zip(failed) {
+                members[i].failed = failed;
+                ran_already[i] = true;
                 order.push(i);
             }
         }
+        // The members order[..batched] have run, their replies in `out`.
+        let batched = order.len();
+        order.extend((0..count).filter(|&i| !ran_already[i]));
         // The members order[..ran] have run; the replies of
         // order[unsent..ran] are in `out`, the oldest ready since `oldest`.
         let mut ran = batched;
