@@ -64,7 +64,11 @@ impl WriteSource for Recorded {
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
-        .map(|i| (i as u8).wrapping_mul(29).wrapping_add(seed ^ (i >> 12) as u8))
+        .map(|i| {
+            (i as u8)
+                .wrapping_mul(29)
+                .wrapping_add(seed ^ (i >> 12) as u8)
+        })
         .collect()
 }
 
@@ -85,9 +89,7 @@ fn new_object(store: &ObjectStore) -> ObjectRef {
 /// The whole object and its length.
 fn contents(store: &ObjectStore, o: ObjectRef) -> (Vec<u8>, u64) {
     let (info, _) = store.get_attrs(o, &[]).unwrap();
-    let r = store
-        .read(o, &[Segment::new(0, info.length)], &[])
-        .unwrap();
+    let r = store.read(o, &[Segment::new(0, info.length)], &[]).unwrap();
     (r.data, info.length)
 }
 
@@ -212,7 +214,11 @@ fn bytes_the_store_keeps_in_memory_are_read_out_of_the_source() {
     store
         .write_from(o, 500 << 10, &big, &WriteOptions::default())
         .unwrap();
-    assert_eq!((big.written.get(), big.read.get()), (1, 0), "moved to a file");
+    assert_eq!(
+        (big.written.get(), big.read.get()),
+        (1, 0),
+        "moved to a file"
+    );
     model_write(&mut model, 500 << 10, &big.data);
     assert!(contents(&store, o).0 == model);
 
@@ -226,7 +232,11 @@ fn bytes_the_store_keeps_in_memory_are_read_out_of_the_source() {
         durable: true,
     };
     store.write_from(o, 7, &durable, &opts).unwrap();
-    assert_eq!((durable.written.get(), durable.read.get()), (0, 1), "journaled");
+    assert_eq!(
+        (durable.written.get(), durable.read.get()),
+        (0, 1),
+        "journaled"
+    );
     model_write(&mut model, 7, &durable.data);
     assert!(contents(&store, o).0 == model);
     drop(store);

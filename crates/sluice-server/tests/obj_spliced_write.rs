@@ -57,7 +57,11 @@ fn spliced(server: &TestServer) -> u64 {
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed ^ (i / 4093) as u8))
+        .map(|i| {
+            (i as u8)
+                .wrapping_mul(31)
+                .wrapping_add(seed ^ (i / 4093) as u8)
+        })
         .collect()
 }
 
@@ -94,7 +98,10 @@ fn check_object(c: &mut RawObjClient<TcpStream>, object: u64, model: &[u8], what
     let (got, real) = c.read(object, 0, model.len() as u64 + 4096);
     assert_eq!(real, model.len() as u64, "{what}: length");
     assert!(got[..model.len()] == *model, "{what}: bytes differ");
-    assert!(got[model.len()..].iter().all(|&b| b == 0), "{what}: past the end");
+    assert!(
+        got[model.len()..].iter().all(|&b| b == 0),
+        "{what}: past the end"
+    );
 }
 
 /// An object of `len` bytes of `pattern(len, seed)`, written the
@@ -132,7 +139,11 @@ fn large_plain_writes_are_spliced_into_the_object_file_and_read_back_exactly() {
     for (k, &(offset, len, prefix, takes)) in cases.iter().enumerate() {
         let before = spliced(&server);
         let data = pattern(len, 10 + k as u8);
-        send_in_two(&mut c, &write_req(100 + k as u64, id, offset as u64, &data), prefix);
+        send_in_two(
+            &mut c,
+            &write_req(100 + k as u64, id, offset as u64, &data),
+            prefix,
+        );
         let r = c.reply().ok();
         assert_eq!(r.id, 100 + k as u64);
         model_write(&mut model, offset, &data);
@@ -177,7 +188,13 @@ fn writes_the_splicing_leaves_alone_still_land() {
     send_in_two(&mut c, &req, 100);
     c.reply().ok();
     model_write(&mut model, 1000, &data);
-    let r = c.call(&Req::new(OP_GET_ATTRS, 2).object(id).attrs(&[AttrOp::Get("v")])).ok();
+    let r = c
+        .call(
+            &Req::new(OP_GET_ATTRS, 2)
+                .object(id)
+                .attrs(&[AttrOp::Get("v")]),
+        )
+        .ok();
     assert_eq!(r.attr_ops(), vec![AttrOp::Set("v", AttrValue::Integer(5))]);
 
     // FUA: the copying path.
@@ -195,7 +212,11 @@ fn writes_the_splicing_leaves_alone_still_land() {
     send_in_two(&mut c, &req, 0);
     c.reply().ok();
     for i in 0..64 {
-        model_write(&mut model, i * 8 * KIB, &data[i * 4 * KIB..(i + 1) * 4 * KIB]);
+        model_write(
+            &mut model,
+            i * 8 * KIB,
+            &data[i * 4 * KIB..(i + 1) * 4 * KIB],
+        );
     }
     check_object(&mut c, id, &model, "after copied writes");
     assert_eq!(spliced(&server), base, "none of these was spliced");
@@ -253,7 +274,10 @@ fn a_client_vanishing_mid_payload_changes_nothing() {
     let mut c = client(&server);
     let (id, model) = object_with(&mut c, MIB, 11);
     let active = |server: &TestServer| {
-        metric(server, "sluice_protocol_connections_active{protocol=\"obj\"} ")
+        metric(
+            server,
+            "sluice_protocol_connections_active{protocol=\"obj\"} ",
+        )
     };
     let base = spliced(&server);
     for (offset, sent) in [(0usize, 1000usize), (MIB / 2, 600 * KIB), (MIB - 1, 100)] {
@@ -270,10 +294,18 @@ fn a_client_vanishing_mid_payload_changes_nothing() {
         drop(bad);
         let deadline = Instant::now() + Duration::from_secs(10);
         while active(&server) > 1 {
-            assert!(Instant::now() < deadline, "the server never saw the client go");
+            assert!(
+                Instant::now() < deadline,
+                "the server never saw the client go"
+            );
             thread::sleep(Duration::from_millis(5));
         }
-        check_object(&mut c, id, &model, &format!("after a client left at {sent}"));
+        check_object(
+            &mut c,
+            id,
+            &model,
+            &format!("after a client left at {sent}"),
+        );
     }
     assert_eq!(spliced(&server), base, "no write was answered");
     // The server goes on serving: the first connection, and new ones.

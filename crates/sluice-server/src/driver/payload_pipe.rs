@@ -132,8 +132,7 @@ impl PayloadPipe {
             // What is left may be shorter than the coalescing batch the
             // socket is set to wake for: wake for any byte.
             io.wake_for_any_byte()?;
-            if wait_readable(io.stream().fd(), None, Some(Duration::ZERO))? == Readiness::Readable
-            {
+            if wait_readable(io.stream().fd(), None, Some(Duration::ZERO))? == Readiness::Readable {
                 // Bytes are waiting but the pipe took none: it is full
                 // (partly filled pages), or the socket failed between the
                 // two looks. The copying path takes over.
@@ -259,7 +258,14 @@ impl PayloadPipe {
         let end = offset + len as u64;
         while at < end {
             let want = (end - at) as usize;
-            match rustix::pipe::splice(&self.read, None, file, Some(&mut at), want, SpliceFlags::MOVE) {
+            match rustix::pipe::splice(
+                &self.read,
+                None,
+                file,
+                Some(&mut at),
+                want,
+                SpliceFlags::MOVE,
+            ) {
                 // Filled first: the pipe never runs dry on the way.
                 Ok(0) | Err(Errno::AGAIN) => {
                     return Err(io::Error::new(
