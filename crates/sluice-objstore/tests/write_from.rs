@@ -86,6 +86,18 @@ fn new_object(store: &ObjectStore) -> ObjectRef {
     }
 }
 
+/// Writes `data` from the object's start, from memory.
+fn put(store: &ObjectStore, o: ObjectRef, data: &[u8]) {
+    store
+        .write(
+            o,
+            &[Segment::new(0, data.len() as u64)],
+            data,
+            &WriteOptions::default(),
+        )
+        .unwrap();
+}
+
 /// The whole object and its length.
 fn contents(store: &ObjectStore, o: ObjectRef) -> (Vec<u8>, u64) {
     let (info, _) = store.get_attrs(o, &[]).unwrap();
@@ -106,14 +118,7 @@ fn a_file_object_is_written_from_the_source_and_reads_back_as_written() {
     let (_dir, store) = open(StoreOptions::default());
     let o = new_object(&store);
     let mut model = pattern(1 << 20, 1);
-    store
-        .write(
-            o,
-            &[Segment::new(0, model.len() as u64)],
-            &model,
-            &WriteOptions::default(),
-        )
-        .unwrap();
+    put(&store, o, &model);
     assert!(store.has_cached_file(o), "written and cached as a file");
     let (before, _) = store.get_attrs(o, &[]).unwrap();
     // Inside, straddling the end, and past it leaving a hole.
@@ -145,14 +150,7 @@ fn a_file_object_is_written_from_the_source_and_reads_back_as_written() {
 fn attributes_ride_on_a_write_from_a_source_and_batches_take_sources() {
     let (_dir, store) = open(StoreOptions::default());
     let o = new_object(&store);
-    store
-        .write(
-            o,
-            &[Segment::new(0, 64 << 10)],
-            &vec![3u8; 64 << 10],
-            &WriteOptions::default(),
-        )
-        .unwrap();
+    put(&store, o, &[3u8; 64 << 10]);
     let source = Recorded::new(pattern(200 << 10, 4));
     let opts = WriteOptions {
         attrs: vec![("v".to_owned(), AttrValue::Integer(9))],
@@ -249,14 +247,7 @@ fn a_failed_write_from_a_source_changes_no_length() {
     let (_dir, store) = open(StoreOptions::default());
     let o = new_object(&store);
     let old = pattern(256 << 10, 9);
-    store
-        .write(
-            o,
-            &[Segment::new(0, old.len() as u64)],
-            &old,
-            &WriteOptions::default(),
-        )
-        .unwrap();
+    put(&store, o, &old);
 
     // Past the largest object: refused before the source is touched.
     let source = Recorded::new(vec![1; 4096]);
