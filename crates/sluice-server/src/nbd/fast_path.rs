@@ -53,8 +53,7 @@ impl NbdSession {
     ) -> Result<Taken, DriverError> {
         if !self.fast_paths.spliced_writes
             || frame.len - frame.header_len < SPLICED_WRITE_MIN
-            || d.pipeline() != PipelineMode::Flexible
-            || !d.is_plain()
+            || !d.splices_payloads()
             || !self
                 .exec
                 .export

@@ -20,7 +20,6 @@ use sluice_obj_proto::RequestHeader;
 use sluice_objstore::WriteSource;
 
 use super::ObjSession;
-use crate::config::PipelineMode;
 use crate::driver::payload_pipe::{PayloadPipe, Spliced};
 use crate::driver::{Dispatch, DriverError, Execute, Frame, PayloadIo, Taken};
 use crate::metrics::Stage;
@@ -56,15 +55,14 @@ impl WriteSource for PipeSource<'_> {
 }
 
 impl ObjSession {
-    /// Takes a WRITE whose payload is still arriving by splicing the rest
-    /// of it into the pipe and writing it into the object's file from
-    /// there, when it is a plain WRITE (contiguous, no FUA, no attribute
-    /// entries) of at least [`SPLICED_WRITE_MIN`] bytes to an object the
-    /// store holds open as a file, on a plain socket in completion order,
-    /// and the rest fits the pipe. The whole payload is in the pipe
-    /// before any byte is written, so a client that vanishes changes
-    /// nothing. Anything else is left to the receive buffer
-    /// (`Taken::No`).
+    /// The driver's `receive_rest` hook for objects: a plain WRITE
+    /// (contiguous, no FUA, no attribute entries) of at least
+    /// [`SPLICED_WRITE_MIN`] bytes to an object the store holds open as
+    /// a file, on a plain socket in completion order, goes from the
+    /// socket through the pipe into the file
+    /// ([`PayloadPipe::splice_payload`] receives all of it before the
+    /// store writes a byte). `Taken::No` for anything else: the receive
+    /// buffer takes it.
     ///
     /// FUA writes are left out: their sync would hold the connection
     /// thread, where on the pool the connection goes on receiving.
@@ -75,11 +73,7 @@ impl ObjSession {
         d: &mut Dispatch,
     ) -> Result<Taken, DriverError> {
         let h = &frame.head;
-        if !self.splices
-            || h.length < SPLICED_WRITE_MIN
-            || d.pipeline() != PipelineMode::Flexible
-            || !d.is_plain()
-        {
+        if !self.splices || h.length < SPLICED_WRITE_MIN || !d.splices_payloads() {
             return Ok(Taken::No);
         }
         let Some(request) = self.exec.plain_write(h) else {
