@@ -39,6 +39,7 @@ pub use segments::{buffer_offsets, plan, Run, Segment};
 pub use store::{
     limits, AttrValue, BatchChange, BatchOutcome, Changed, Edit, ListEntry, ListPage, NewObjects,
     ObjectInfo, ObjectStore, QueryTerm, ReadFound, ReadResult, StoreOptions, WriteOptions,
+    WriteSource,
 };
 
 /// A partition's id.

@@ -55,7 +55,9 @@
 //! rows every change to it is journaled too, so a replay never writes
 //! back bytes a later change replaced.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
+use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
@@ -294,14 +296,42 @@ enum DataRows {
 /// for a write, `None` for a punch.
 type JournalRow = (u64, u64, Option<(usize, usize)>);
 
+/// Bytes a write takes from somewhere other than the process's memory
+/// (the server's pipe holding a payload spliced from the socket), for
+/// [`ObjectStore::write_from`]. The store takes the bytes once: it calls
+/// one of the two methods, once, under the object's lock, or neither
+/// when the write fails before its data step (the caller then disposes
+/// of what the source holds).
+pub trait WriteSource {
+    /// How many bytes it holds.
+    fn bytes(&self) -> u64;
+
+    /// Writes them all to `file`, in order, from `offset`.
+    fn write_to(&self, file: &File, offset: u64) -> io::Result<()>;
+
+    /// Appends them all to `out`, in order (a change the store keeps in
+    /// memory: an object inline in the database, a journaled durable
+    /// write).
+    fn read_into(&self, out: &mut Vec<u8>) -> io::Result<()>;
+}
+
+impl fmt::Debug for dyn WriteSource + '_ {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "WriteSource({} bytes)", self.bytes())
+    }
+}
+
 /// A change to an object's data: what [`ObjectStore::write`],
-/// [`ObjectStore::append`] and [`ObjectStore::punch`] do, as one change
-/// of an [`ObjectStore::change_batch`] names it.
+/// [`ObjectStore::write_from`], [`ObjectStore::append`] and
+/// [`ObjectStore::punch`] do, as one change of an
+/// [`ObjectStore::change_batch`] names it.
 #[derive(Debug, Clone, Copy)]
 pub enum Edit<'a> {
     /// The segments' bytes, in list order (a later segment wins where
     /// they overlap).
     Write(&'a [Segment], &'a [u8]),
+    /// The source's bytes, from the offset on (one contiguous range).
+    WriteFrom(u64, &'a dyn WriteSource),
     /// The bytes at the logical end, known only under the object's lock.
     Append(&'a [u8]),
     /// The segments' ranges deallocated (they read as zeros).
@@ -333,6 +363,47 @@ pub struct BatchOutcome {
     /// changes, plus one for each that had to commit alone (see
     /// [`ObjectStore::change_batch`]).
     pub commits: usize,
+}
+
+/// The bytes a data change writes: in memory, or in a [`WriteSource`]
+/// the file is written from directly.
+#[derive(Clone, Copy)]
+enum Bytes<'a> {
+    Slice(&'a [u8]),
+    Source(&'a dyn WriteSource),
+}
+
+impl Bytes<'_> {
+    fn len(&self) -> u64 {
+        match self {
+            Self::Slice(d) => d.len() as u64,
+            Self::Source(s) => s.bytes(),
+        }
+    }
+
+    /// The bytes in memory: borrowed, or read from the source.
+    fn in_memory(&self) -> io::Result<Cow<'_, [u8]>> {
+        match *self {
+            Self::Slice(d) => Ok(Cow::Borrowed(d)),
+            Self::Source(s) => {
+                let mut out = Vec::with_capacity(s.bytes() as usize);
+                s.read_into(&mut out)?;
+                Ok(Cow::Owned(out))
+            }
+        }
+    }
+
+    /// Writes them over `segments` of `file` (a source's bytes are one
+    /// segment).
+    fn write_to(&self, file: &File, segments: &[Segment]) -> io::Result<()> {
+        match (*self, segments) {
+            (Self::Slice(d), _) => data::write_segments(file, segments, d),
+            (Self::Source(s), [one]) => s.write_to(file, one.offset),
+            (Self::Source(_), _) => Err(io::Error::other(
+                "a write source fills one segment (a store bug)",
+            )),
+        }
+    }
 }
 
 /// The metadata a data change commits: the new length and times, the
@@ -726,6 +797,9 @@ fn put_change(
 fn check_change(c: &BatchChange<'_>) -> Result<(), ObjStoreError> {
     match c.edit {
         Edit::Write(segments, data) => check_payload(c.object, segments, data)?,
+        Edit::WriteFrom(offset, source) => {
+            check_segments(c.object, &[Segment::new(offset, source.bytes())])?;
+        }
         Edit::Append(_) => {}
         Edit::Punch(segments) => {
             check_segments(c.object, segments)?;
@@ -1769,6 +1843,34 @@ impl ObjectStore {
             .map(|(info, _)| info)
     }
 
+    /// Writes the bytes of `source` from `offset` on and applies
+    /// `opts.attrs` with them: [`Self::write`] of one segment whose bytes
+    /// the store takes from the source (into the object's file directly
+    /// when the object has one and the change is not journaled) rather
+    /// than from memory. Everything else (the lock, the checks, the
+    /// order of data and commit, durability) is that of a write.
+    pub fn write_from(
+        &self,
+        object: ObjectRef,
+        offset: u64,
+        source: &dyn WriteSource,
+        opts: &WriteOptions,
+    ) -> Result<ObjectInfo, ObjStoreError> {
+        self.change_data(object, opts, Edit::WriteFrom(offset, source))
+            .map(|(info, _)| info)
+    }
+
+    /// Whether the object's state is cached and its bytes are in a file
+    /// (not inline), so that [`Self::write_from`] would write the file
+    /// from its source directly. A hint, asked without waiting for the
+    /// object's lock: `false` when it is not known.
+    pub fn has_cached_file(&self, object: ObjectRef) -> bool {
+        self.stripe(object)
+            .cache()
+            .get(&object)
+            .is_some_and(|c| matches!(c.body, Body::File(_)))
+    }
+
     /// Appends `data` at the object's logical end; returns the offset it
     /// was written at.
     pub fn append(
@@ -1905,13 +2007,17 @@ impl ObjectStore {
             None => self.cached(stripe, object)?,
         };
         let before = cached.info;
-        let appended;
+        let single;
         let (segments, data) = match edit {
-            Edit::Write(s, d) => (s, Some(d)),
+            Edit::Write(s, d) => (s, Some(Bytes::Slice(d))),
+            Edit::WriteFrom(offset, source) => {
+                single = [Segment::new(offset, source.bytes())];
+                (&single[..], Some(Bytes::Source(source)))
+            }
             Edit::Append(d) => {
-                appended = [Segment::new(before.length, d.len() as u64)];
-                check_segments(object, &appended)?;
-                (&appended[..], Some(d))
+                single = [Segment::new(before.length, d.len() as u64)];
+                check_segments(object, &single)?;
+                (&single[..], Some(Bytes::Slice(d)))
             }
             Edit::Punch(s) => (s, None),
         };
@@ -1925,7 +2031,10 @@ impl ObjectStore {
             Body::Inline(bytes) if length <= self.options.inline_max => {
                 let mut bytes = Vec::clone(bytes);
                 match data {
-                    Some(d) => inline::write_segments(&mut bytes, segments, d),
+                    Some(d) => {
+                        let d = d.in_memory().map_err(self.io_err(object, "receive"))?;
+                        inline::write_segments(&mut bytes, segments, &d);
+                    }
                     None => inline::punch_segments(&mut bytes, segments),
                 }
                 let bytes = Arc::new(bytes);
@@ -2207,14 +2316,14 @@ impl ObjectStore {
         bytes: &[u8],
         before: &ObjectInfo,
         segments: &[Segment],
-        data: Option<&[u8]>,
+        data: Option<Bytes<'_>>,
         opts: &WriteOptions,
     ) -> Result<File, ObjStoreError> {
         let file = self.open_for_write(object, true)?;
         let write = || -> io::Result<()> {
             data::write_segments(&file, &[Segment::new(0, bytes.len() as u64)], bytes)?;
             match data {
-                Some(d) => data::write_segments(&file, segments, d),
+                Some(d) => d.write_to(&file, segments),
                 None => punch_runs(&file, before.length, segments).map(|_| ()),
             }
         };
@@ -2236,7 +2345,7 @@ impl ObjectStore {
         file: &File,
         before: &ObjectInfo,
         segments: &[Segment],
-        data: Option<&[u8]>,
+        data: Option<Bytes<'_>>,
         opts: &WriteOptions,
     ) -> Result<DataRows, ObjStoreError> {
         let journaled = if self.journaled_objects.load(Ordering::Relaxed) == 0 {
@@ -2245,7 +2354,7 @@ impl ObjectStore {
             lock(&self.journaled).get(&object).map(|j| j.seq)
         };
         let unsynced = opts.durable && journaled.is_none() && lock(&self.dirty).contains(&object);
-        let total = data.map_or(0, |d| d.len() as u64);
+        let total = data.map_or(0, |d| d.len());
         // An object with unjournaled writes not yet synced takes the
         // sync instead: a durable change then covers the object's earlier
         // writes too, as a synced file does, and from then on every
@@ -2254,8 +2363,20 @@ impl ObjectStore {
             && (journaled.is_some() || (opts.durable && !unsynced));
         let rows = match data {
             Some(d) => {
-                data::write_segments(file, segments, d).map_err(self.io_err(object, "write"))?;
-                if journal {
+                // Journal rows need the bytes in memory: a source's are
+                // read out first and written from there.
+                let kept = if journal {
+                    let bytes = d.in_memory().map_err(self.io_err(object, "receive"))?;
+                    Some(bytes.into_owned())
+                } else {
+                    None
+                };
+                match &kept {
+                    Some(bytes) => data::write_segments(file, segments, bytes),
+                    None => d.write_to(file, segments),
+                }
+                .map_err(self.io_err(object, "write"))?;
+                if let Some(bytes) = kept {
                     let mut at = 0usize;
                     let rows = segments
                         .iter()
@@ -2266,10 +2387,7 @@ impl ObjectStore {
                             (s.offset, s.len, Some(range))
                         })
                         .collect();
-                    DataRows::Journal {
-                        bytes: d.to_vec(),
-                        rows,
-                    }
+                    DataRows::Journal { bytes, rows }
                 } else {
                     DataRows::None
                 }

@@ -571,6 +571,7 @@ pub struct ServerMetrics {
     pub(crate) mapped_reads: AtomicU64,
     pub(crate) kept_mapping_reads: AtomicU64,
     pub(crate) spliced_writes: AtomicU64,
+    pub(crate) obj_spliced_writes: AtomicU64,
     pub(crate) coalesced_waits: AtomicU64,
     pub(crate) coalesce_timeouts: AtomicU64,
     pub(crate) inflight: AtomicI64,
@@ -614,7 +615,7 @@ impl ServerMetrics {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         };
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
-        let scalars: [(&str, &str, &str, f64); 10] = [
+        let scalars: [(&str, &str, &str, f64); 11] = [
             (
                 "sluice_connections_total",
                 "counter",
@@ -656,6 +657,12 @@ impl ServerMetrics {
                 "counter",
                 "Write payloads spliced from the socket into the file.",
                 load(&self.spliced_writes),
+            ),
+            (
+                "sluice_obj_spliced_writes_total",
+                "counter",
+                "Object WRITE payloads spliced from the socket into the object's file.",
+                load(&self.obj_spliced_writes),
             ),
             (
                 "sluice_coalesced_waits_total",

@@ -36,6 +36,7 @@ fn start(mode: TlsMode) -> (TestServer, TempDir) {
             o.allow
                 .insert("2".into(), vec!["CN=client1".parse().unwrap()]);
         })
+        .metrics()
         .start();
     (server, dir)
 }
@@ -83,6 +84,19 @@ fn tls_required_refuses_plaintext_and_serves_over_tls() {
         .flat_map(|i| data[i * 1000..i * 1000 + 100].to_vec())
         .collect();
     assert_eq!(r.body, want);
+    // A large plain write to an object the store holds open: over TLS
+    // its payload is received and copied, never spliced.
+    let more: Vec<u8> = data.iter().rev().copied().collect();
+    c.write(id, 1000, &more);
+    let (got, _) = c.read(id, 1000, more.len() as u64);
+    assert!(got == more, "bytes written over TLS");
+    assert!(
+        server
+            .scrape()
+            .lines()
+            .any(|l| l == "sluice_obj_spliced_writes_total 0"),
+        "a write over TLS was spliced"
+    );
 }
 
 #[test]

@@ -76,6 +76,14 @@ impl Dispatch {
         self.sink.is_plain()
     }
 
+    /// Whether a write's payload may be spliced from the socket and
+    /// answered on the connection thread: a plain socket (the bytes on
+    /// the wire are the payload's) and replies in completion order.
+    #[inline]
+    pub(crate) fn splices_payloads(&self) -> bool {
+        self.pipeline == PipelineMode::Flexible && self.is_plain()
+    }
+
     /// Where a request of `access` to a device of `class` runs.
     #[inline]
     pub(crate) fn placement(&self, class: BlockingClass, access: Access) -> Placement {

@@ -453,6 +453,7 @@ impl<P: Protocol> Connection<P> {
                         .receive_rest(&frame, &mut io, &mut self.dispatch)?
                     {
                         Taken::Done => {
+                            self.receiver.payload_taken();
                             self.requests += 1;
                             self.bytes += frame.len as u64;
                             self.data_bytes += (frame.len - frame.header_len) as u64;

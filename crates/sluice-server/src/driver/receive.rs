@@ -8,6 +8,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use rustix::io::Errno;
+use rustix::net::RecvFlags;
 use tracing::debug;
 
 use super::coalesce::CoalescePolicy;
@@ -22,6 +24,14 @@ use crate::stream::Stream;
 /// How long a connection waits, once the server is stopping, for the rest
 /// of a request whose first bytes already arrived.
 const STOP_PARTIAL_GRACE: Duration = Duration::from_secs(5);
+
+/// The most bytes the receive after a payload taken from the socket
+/// (a spliced write) reads into the buffer: a writer that sent one
+/// large write has likely sent another behind it, whose payload is
+/// cheaper spliced than received into the buffer and written from there.
+/// A header and a page of payload; small requests behind it lose one
+/// batched receive at most.
+const AFTER_TAKEN_READ: usize = 4096;
 
 /// What a receive brought.
 pub(super) enum Received {
@@ -44,6 +54,9 @@ pub(super) struct Receiver {
     idle_timeout: Option<Duration>,
     /// Close when a partly received request gets no more bytes this long.
     stall_timeout: Option<Duration>,
+    /// The next receive reads at most [`AFTER_TAKEN_READ`] bytes (see
+    /// [`Self::payload_taken`]).
+    short_read: bool,
 }
 
 impl Receiver {
@@ -57,6 +70,42 @@ impl Receiver {
             metrics: Arc::clone(&env.metrics),
             idle_timeout: env.timeouts.idle(),
             stall_timeout: env.timeouts.stall(),
+            short_read: false,
+        }
+    }
+
+    /// A message's payload was taken from the socket by the protocol (a
+    /// spliced write): the next receive reads little past the next
+    /// header, so that a large payload behind it is left in the socket
+    /// for the protocol to take as well.
+    pub(super) fn payload_taken(&mut self) {
+        self.short_read = true;
+    }
+
+    /// One non-blocking receive into `buf` (see
+    /// [`Stream::try_fill`]), short after a payload was taken.
+    fn fill(&mut self, stream: &mut Stream, buf: &mut RecvBuf) -> io::Result<Option<usize>> {
+        if !self.short_read || !stream.is_plain() {
+            return stream.try_fill(buf);
+        }
+        let fd = stream.fd();
+        let got = buf.fill_with(|room| {
+            let cap = room.len().min(AFTER_TAKEN_READ);
+            loop {
+                match rustix::net::recv(fd, &mut room[..cap], RecvFlags::DONTWAIT) {
+                    Ok((n, _)) => return Ok(n),
+                    Err(Errno::INTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        });
+        match got {
+            Ok(n) => {
+                self.short_read = false;
+                Ok(Some(n))
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+            Err(e) => Err(e),
         }
     }
 
@@ -122,7 +171,7 @@ impl Receiver {
         }
         let deadline = Instant::now() + self.spin.window();
         loop {
-            match stream.try_fill(buf)? {
+            match self.fill(stream, buf)? {
                 Some(0) => return Ok(Some(Received::Eof)),
                 Some(_) => {
                     self.spin.hit();
@@ -153,7 +202,7 @@ impl Receiver {
         loop {
             if stream.has_buffered_input() {
                 // TLS: decrypted or undecrypted bytes that poll cannot see.
-                match stream.try_fill(buf)? {
+                match self.fill(stream, buf)? {
                     Some(0) => return Ok(Received::Eof),
                     Some(_) => return Ok(Received::Data),
                     None => {}
@@ -169,7 +218,7 @@ impl Receiver {
                 (true, true) => (None, Some(STOP_PARTIAL_GRACE)),
             };
             match wait_readable(stream.fd(), stop, timeout)? {
-                Readiness::Readable => match stream.try_fill(buf)? {
+                Readiness::Readable => match self.fill(stream, buf)? {
                     Some(0) => return Ok(Received::Eof),
                     Some(_) => {
                         self.spin.blocked_for(started.elapsed());
@@ -231,7 +280,7 @@ impl Receiver {
                 .coalesce_timeouts
                 .fetch_add(1, Ordering::Relaxed);
         }
-        match stream.try_fill(buf)? {
+        match self.fill(stream, buf)? {
             Some(0) => Ok(Some(Received::Eof)),
             Some(_) => {
                 self.coalesce.waited(timed_out);

@@ -12,24 +12,23 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use sluice_nbd_proto::consts::{REPLY_FLAG_DONE, REPLY_TYPE_NONE};
 use sluice_nbd_proto::{
     encode_chunk_header, encode_error_offset, encode_read_data_header, Command, RequestHeader,
 };
 use sluice_storage::BlockingClass;
-use tracing::{debug, error};
+use tracing::error;
 
 use super::execute::{encode_result, nbd_errno, short_reason, Request};
 use super::NbdSession;
 use crate::buffer::ReplyBuf;
 use crate::config::PipelineMode;
-use crate::driver::payload_pipe::PayloadPipe;
+use crate::driver::payload_pipe::{PayloadPipe, Spliced};
 use crate::driver::sink::Seq;
 use crate::driver::{Dispatch, DriverError, Frame, PayloadIo, Taken};
 use crate::metrics::{CommandKind, Stage};
-use crate::stop::{wait_readable, Readiness};
 
 /// Reads longer than this are answered piece by piece (pipelined reads).
 const READ_PIECE: u32 = 256 * 1024;
@@ -54,8 +53,7 @@ impl NbdSession {
     ) -> Result<Taken, DriverError> {
         if !self.fast_paths.spliced_writes
             || frame.len - frame.header_len < SPLICED_WRITE_MIN
-            || d.pipeline() != PipelineMode::Flexible
-            || !d.is_plain()
+            || !d.splices_payloads()
             || !self
                 .exec
                 .export
@@ -73,65 +71,38 @@ impl NbdSession {
         else {
             return Ok(Taken::No);
         };
-        if self.payload_pipe.is_none() {
-            match PayloadPipe::new() {
-                Ok(p) => self.payload_pipe = Some(p),
-                Err(e) => {
-                    debug!(error = %e, "cannot make a payload pipe; writes are copied");
-                    self.fast_paths.spliced_writes = false;
-                    return Ok(Taken::No);
-                }
-            }
-        }
-        let Some(mut pipe) = self.payload_pipe.take() else {
+        let Some(mut pipe) = PayloadPipe::take_or_make(&mut self.payload_pipe) else {
+            self.fast_paths.spliced_writes = false;
             return Ok(Taken::No);
         };
-        let write = SplicedWrite {
-            cookie: frame.head.cookie,
-            req_offset: frame.head.offset,
-            offset,
-            length,
-            header_len: frame.header_len,
-        };
-        let result = self.splice_through(&mut pipe, &write, io, d);
-        self.payload_pipe = Some(pipe);
-        result
-    }
-
-    /// [`spliced_write`](Self::spliced_write) once the pipe exists.
-    fn splice_through(
-        &mut self,
-        pipe: &mut PayloadPipe,
-        w: &SplicedWrite,
-        io: &mut PayloadIo<'_>,
-        d: &mut Dispatch,
-    ) -> Result<Taken, DriverError> {
         let received = Instant::now();
-        let prefix_len = io.buf().data().len() - w.header_len;
-        let rest = w.length as usize - prefix_len;
-        if rest > pipe.capacity() {
-            return Ok(Taken::No);
-        }
-        if let Some(taken) = fill_pipe(pipe, rest, io)? {
-            return Ok(taken);
-        }
+        let spliced = pipe.splice_payload(
+            frame.header_len,
+            frame.len - frame.header_len,
+            io,
+            |prefix, pipe, rest| self.write_spliced(prefix, pipe, offset, rest),
+        );
+        self.payload_pipe = Some(pipe);
+        let result = match spliced? {
+            Spliced::Written(result) => result,
+            Spliced::Not(taken) => return Ok(taken),
+        };
         let seq = d.take_seq();
-        let prefix = &io.buf().data()[w.header_len..];
-        let result = self.write_spliced(prefix, pipe, w.offset, rest);
-        match result {
-            Ok(()) => pipe.consumed(rest),
-            Err(_) => pipe.drain()?,
-        }
-        io.buf().consume(w.header_len + prefix_len);
         let style = self.exec.params.reply_style;
-        let failed = encode_result(d.batch(), style, w.cookie, w.req_offset, result);
+        let failed = encode_result(
+            d.batch(),
+            style,
+            frame.head.cookie,
+            frame.head.offset,
+            result,
+        );
         d.end_reply(seq);
         d.metrics().spliced_writes.fetch_add(1, Ordering::Relaxed);
         let done = Instant::now();
         d.metrics().add_busy(Stage::ExecuteInline, done - received);
         self.exec.export.metrics.record(
             CommandKind::Write,
-            u64::from(w.length),
+            u64::from(length),
             failed,
             done - received,
         );
@@ -345,50 +316,4 @@ impl NbdSession {
             });
         }
     }
-}
-
-/// A write whose payload is being spliced.
-struct SplicedWrite {
-    cookie: u64,
-    req_offset: u64,
-    offset: u64,
-    length: u32,
-    header_len: usize,
-}
-
-/// Splices the `rest` of a payload from the socket into `pipe`. `None`
-/// once it is all there; otherwise what became of the write (the client
-/// left, or the copying path takes over).
-fn fill_pipe(
-    pipe: &mut PayloadPipe,
-    rest: usize,
-    io: &mut PayloadIo<'_>,
-) -> Result<Option<Taken>, DriverError> {
-    while pipe.held() < rest {
-        let fd = io.stream().fd();
-        match pipe.fill_from(fd, rest - pipe.held())? {
-            Some(0) => {
-                pipe.drain()?;
-                return Ok(Some(Taken::Eof));
-            }
-            Some(_) => continue,
-            None => {}
-        }
-        // What is left may be shorter than the coalescing batch the
-        // socket is set to wake for: wake for any byte.
-        io.wake_for_any_byte()?;
-        if wait_readable(io.stream().fd(), None, Some(Duration::ZERO))? == Readiness::Readable {
-            // Bytes are waiting but the pipe took none: it is full
-            // (partly filled pages), or the socket failed between the
-            // two looks. The copying path takes over.
-            pipe.unload_into(io.buf())?;
-            return Ok(Some(Taken::No));
-        }
-        let timeout = io.stall_timeout();
-        if wait_readable(io.stream().fd(), None, timeout)? == Readiness::TimedOut {
-            pipe.drain()?;
-            return Err(DriverError::Stalled(timeout.unwrap_or_default()));
-        }
-    }
-    Ok(None)
 }

@@ -425,7 +425,7 @@ impl ObjExecutor {
         PartitionId(self.session.partition)
     }
 
-    fn object(&self, id: u64) -> ObjectRef {
+    pub(crate) fn object(&self, id: u64) -> ObjectRef {
         ObjectRef {
             partition: self.partition(),
             object: ObjectId(id),
@@ -814,6 +814,68 @@ impl ObjExecutor {
             }
             Err(f) => {
                 reply_failure(&request.head, &f, out);
+                true
+            }
+        }
+    }
+
+    /// The request of a WRITE whose payload has not arrived, checked from
+    /// its header alone: `Some` only for a plain WRITE (contiguous, no
+    /// FUA, no DDT, parameters or attribute entries, so its payload is
+    /// exactly its data) that [`Negotiated::validate`] will accept once
+    /// its payload is here. Such a write may take its payload from
+    /// elsewhere than the receive buffer (`spliced_write.rs`).
+    pub(crate) fn plain_write(&self, h: &RequestHeader) -> Option<ObjRequest> {
+        if h.opcode != Opcode::Write.wire()
+            || h.ddt_len != 0
+            || h.param_len != 0
+            || h.attr_len != 0
+            || u64::from(h.data_len) != h.length
+            || h.offset.checked_add(h.length).is_none()
+        {
+            return None;
+        }
+        // The rest of what validation checks (flags, partition, the DDT
+        // kind) does not depend on the data: checked on a copy of the
+        // header that carries none. The payload's length, the DDT's
+        // total and its overflow are the checks above.
+        let probe = RequestHeader {
+            length: 0,
+            data_len: 0,
+            ..*h
+        };
+        let req = self.session.validate(&probe, &[]).ok()?;
+        if req.fua || !req.attrs.is_empty() {
+            return None;
+        }
+        let Command::Write {
+            ddt: Ddt::Contiguous(_),
+            ..
+        } = req.command
+        else {
+            return None;
+        };
+        Some(ObjRequest {
+            bytes: h.length,
+            ..ObjRequest::new(*h, &req)
+        })
+    }
+
+    /// Appends the reply of a WRITE the store ran with `result`; returns
+    /// whether it failed.
+    pub(crate) fn answer_write(
+        &self,
+        request: &ObjRequest,
+        result: Result<ObjectInfo, ObjStoreError>,
+        out: &mut ReplyBuf,
+    ) -> bool {
+        match result {
+            Ok(_) => {
+                reply_ok(out, request.head.id, 0, &[], &[]);
+                false
+            }
+            Err(e) => {
+                reply_failure(&request.head, &e.into(), out);
                 true
             }
         }

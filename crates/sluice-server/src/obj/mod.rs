@@ -18,6 +18,7 @@ mod file_read;
 mod gathered;
 mod handshake;
 mod meta;
+mod spliced_write;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -37,9 +38,10 @@ pub(crate) use meta::{open_meta, MetaService};
 
 use crate::buffer::RecvBuf;
 use crate::config::PipelineMode;
+use crate::driver::payload_pipe::PayloadPipe;
 use crate::driver::{
-    self, handshake_outcome, ConnectionHandler, Decoded, Dispatch, DriverEnv, Frame, Placement,
-    Protocol, ProtocolViolation, Start,
+    self, handshake_outcome, ConnectionHandler, Decoded, Dispatch, DriverEnv, DriverError, Frame,
+    PayloadIo, Placement, Protocol, ProtocolViolation, Start, Taken,
 };
 use crate::export::ExportRegistry;
 use crate::metrics::ObjCommand;
@@ -98,6 +100,8 @@ impl ConnectionHandler for ObjService {
             list_map: None,
             creates: Creates::default(),
             more: false,
+            payload_pipe: None,
+            splices: true,
             exec: Arc::new(ObjExecutor {
                 store: Arc::clone(&self.store),
                 session: negotiated,
@@ -133,6 +137,12 @@ pub(crate) struct ObjSession {
     /// by `decode` while creates are about): gathered creates start
     /// when none does.
     more: bool,
+    /// The pipe large WRITE payloads are spliced through
+    /// (`spliced_write.rs`), made on the first one.
+    payload_pipe: Option<PayloadPipe>,
+    /// Whether WRITE payloads may be spliced (false once no pipe could
+    /// be made).
+    splices: bool,
 }
 
 impl ObjSession {
@@ -359,6 +369,17 @@ impl Protocol for ObjSession {
     #[inline]
     fn executor(&self) -> &Arc<ObjExecutor> {
         &self.exec
+    }
+
+    /// Large plain WRITEs to object files have the rest of their payload
+    /// spliced into the file (`spliced_write.rs`).
+    fn receive_rest(
+        &mut self,
+        frame: &Frame<RequestHeader>,
+        io: &mut PayloadIo<'_>,
+        d: &mut Dispatch,
+    ) -> Result<Taken, DriverError> {
+        self.spliced_write(frame, io, d)
     }
 
     /// Large plain READs of files in the page cache are sent from the
