@@ -132,6 +132,12 @@ impl Write for Socket {
             Self::Unix(s) => s.write(buf),
         }
     }
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match self {
+            Self::Tcp(s) => s.write_vectored(bufs),
+            Self::Unix(s) => s.write_vectored(bufs),
+        }
+    }
     fn flush(&mut self) -> io::Result<()> {
         Ok(())
     }
@@ -271,6 +277,27 @@ impl Stream {
             Some(first) => self.read(first),
             None => Ok(0),
         }
+    }
+
+    /// Writes all of `head` and then all of `data` (one `writev` at a
+    /// time on a plain socket, so a large payload is not copied into a
+    /// buffer first; under TLS each is encrypted in turn).
+    pub(crate) fn write_all_pair(&mut self, head: &[u8], data: &[u8]) -> io::Result<()> {
+        if self.tls.is_some() {
+            self.write_all(head)?;
+            return self.write_all(data);
+        }
+        let mut bufs = [io::IoSlice::new(head), io::IoSlice::new(data)];
+        let mut left: &mut [io::IoSlice<'_>] = &mut bufs;
+        while !left.is_empty() {
+            match self.socket.write_vectored(left) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => io::IoSlice::advance_slices(&mut left, n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// Writes all of `data`.

@@ -827,3 +827,63 @@ fn dense_list_reads_come_back_as_spans_in_list_order() {
         "the shared client asks for none"
     );
 }
+
+/// Writes whose data is large go out from the caller's buffer rather
+/// than a copy: alone, pipelined, and as members of a batch frame among
+/// small ones, each lands whole and in place.
+#[test]
+fn large_writes_alone_pipelined_and_in_batch_frames_land_whole() {
+    let f = start();
+    let mut c = f.client();
+    let mib = 1usize << 20;
+    let ids = c.create("", 6, false).unwrap();
+    let big: Vec<Vec<u8>> = (0..6u64)
+        .map(|k| pattern(k + 40, mib + k as usize * 3))
+        .collect();
+    let small = pattern(99, 100);
+    c.write(
+        ids[0],
+        &[seg(5, big[0].len() as u64)],
+        &big[0],
+        &DataOptions::default(),
+    )
+    .unwrap();
+    let opts = DataOptions::default();
+    let big_segs: Vec<[Segment; 1]> = big.iter().map(|d| [seg(7, d.len() as u64)]).collect();
+    // Past every large write: members of one frame run in parallel.
+    let small_seg = [seg(2 * mib as u64, 100)];
+    let reqs = |range: std::ops::Range<usize>| -> Vec<ObjRequest<'_>> {
+        range
+            .flat_map(|k| {
+                [
+                    ObjRequest::Write {
+                        object: ids[k],
+                        segments: &big_segs[k],
+                        data: &big[k],
+                        options: &opts,
+                    },
+                    ObjRequest::Write {
+                        object: ids[k],
+                        segments: &small_seg,
+                        data: &small,
+                        options: &opts,
+                    },
+                ]
+            })
+            .collect()
+    };
+    for r in c.pipeline(&reqs(1..3)) {
+        r.unwrap();
+    }
+    for r in c.batch(&reqs(3..6)) {
+        r.unwrap();
+    }
+    let got = c.read(ids[0], &[seg(5, big[0].len() as u64)]).unwrap().data;
+    assert!(got == big[0], "the lone write differs");
+    for k in 1..6 {
+        let got = c.read(ids[k], &[seg(7, big[k].len() as u64)]).unwrap().data;
+        assert!(got == big[k], "object {k}: large write differs");
+        let got = c.read(ids[k], &small_seg).unwrap().data;
+        assert!(got == small, "object {k}: small write differs");
+    }
+}

@@ -27,6 +27,10 @@ pub(super) const WINDOW_BYTES: u64 = 16 << 20;
 /// Reply bodies this large are received straight into their own buffer
 /// (see [`Link::receive_large`]); smaller ones come many to a read.
 const DIRECT_BODY: u64 = 64 * 1024;
+/// Request data this large is written from the caller's buffer (see
+/// [`Link::queue`]); smaller data is copied into the send buffer, to go
+/// out with the requests around it in one write.
+const DIRECT_DATA: usize = 64 * 1024;
 /// Most bytes of buffers handed back ([`Link::recycle`]) kept for the
 /// next large bodies: four windows' worth of replies (a caller that
 /// pipelines many reads holds their results until the last arrives).
@@ -69,6 +73,12 @@ impl Wire<'_> {
     }
 
     pub(super) fn encode(&self, id: u64, partition: u64, out: &mut Vec<u8>) {
+        self.encode_head(id, partition, out);
+        out.extend_from_slice(self.data);
+    }
+
+    /// [`encode`](Self::encode) without the data region (which follows).
+    fn encode_head(&self, id: u64, partition: u64, out: &mut Vec<u8>) {
         RequestHeader {
             flags: self.flags,
             opcode: self.opcode,
@@ -86,7 +96,6 @@ impl Wire<'_> {
         out.extend_from_slice(&self.ddt);
         out.extend_from_slice(&self.params);
         out.extend_from_slice(&self.attrs);
-        out.extend_from_slice(self.data);
     }
 }
 
@@ -275,6 +284,9 @@ pub(crate) struct Link {
     /// next is likely large too, so only its header is read into the
     /// receive buffer (its body would be copied out of there).
     after_large: bool,
+    /// A write of large data that failed in [`queue`](Self::queue), for
+    /// the next [`send`](Self::send) to report.
+    send_failed: Option<ObjError>,
 }
 
 impl Link {
@@ -299,6 +311,7 @@ impl Link {
             spare: Vec::new(),
             spare_bytes: 0,
             after_large: false,
+            send_failed: None,
         }
     }
 
@@ -451,10 +464,26 @@ impl Link {
             .collect()
     }
 
-    /// Encodes one request with a fresh id; returns the id.
+    /// Encodes one request with a fresh id; returns the id. Large data
+    /// is not copied: what is queued goes out at once, then the data from
+    /// the caller's buffer (a failure to send is kept for [`send`](Self::send)
+    /// to report).
     fn queue(&mut self, wire: &Wire<'_>) -> u64 {
         let id = self.fresh_id();
-        wire.encode(id, self.session.partition, &mut self.out);
+        if wire.data.len() < DIRECT_DATA {
+            wire.encode(id, self.session.partition, &mut self.out);
+            return id;
+        }
+        wire.encode_head(id, self.session.partition, &mut self.out);
+        if self.send_failed.is_none() {
+            if let Err(source) = self.stream.write_all_pair(&self.out, wire.data) {
+                self.send_failed = Some(ObjError::Io {
+                    server: self.server.clone(),
+                    source,
+                });
+            }
+        }
+        self.out.clear();
         id
     }
 
@@ -526,6 +555,10 @@ impl Link {
     }
 
     fn send(&mut self) -> Result<(), ObjError> {
+        if let Some(e) = self.send_failed.take() {
+            self.out.clear();
+            return Err(e);
+        }
         if self.out.is_empty() {
             return Ok(());
         }
