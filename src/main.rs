@@ -329,12 +329,12 @@ struct FastPathArgs {
     /// Answer large reads piece by piece as parts become ready (true/false).
     #[arg(long, value_name = "BOOL")]
     pipelined_reads: Option<bool>,
-    /// Send large page-cache reads of file exports straight from a shared
-    /// mapping of the file, one copy instead of two (true/false).
+    /// Send large page-cache reads of file exports and objects straight
+    /// from the file, one copy instead of two (true/false).
     #[arg(long, value_name = "BOOL")]
     mapped_reads: Option<bool>,
-    /// Splice the payload of large writes to file exports from the socket
-    /// into the file, one copy instead of two (true/false).
+    /// Splice the payload of large writes to file exports and objects from
+    /// the socket into the file, one copy instead of two (true/false).
     #[arg(long, value_name = "BOOL")]
     spliced_writes: Option<bool>,
 }

@@ -621,8 +621,9 @@ impl ReceiveTuning {
     }
 }
 
-/// The NBD data path's shortcuts (`--pipelined-reads`, `--mapped-reads`,
-/// `--spliced-writes`), each on by default.
+/// The data path's shortcuts (`--pipelined-reads`, `--mapped-reads`,
+/// `--spliced-writes`), each on by default; the last two apply to object
+/// files as to file exports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(default)]
 pub struct FastPaths {
@@ -631,11 +632,14 @@ pub struct FastPaths {
     pub pipelined_reads: bool,
     /// Send reads of 128 KiB or more that are in the page cache straight
     /// from a shared mapping of the file (one copy instead of two;
-    /// buffered file exports without TLS, `pipeline = "flexible"`).
+    /// buffered file exports without TLS, `pipeline = "flexible"`), and
+    /// large plain object reads from the object's file (`sendfile`, or a
+    /// mapping for a list).
     pub mapped_reads: bool,
     /// Receive the payload of writes of 128 KiB or more into a pipe and
     /// splice it into the file (one copy instead of two; buffered file
-    /// exports without TLS, `pipeline = "flexible"`, no FUA).
+    /// exports and object files, without TLS, `pipeline = "flexible"`,
+    /// no FUA).
     pub spliced_writes: bool,
 }
 

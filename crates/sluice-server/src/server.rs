@@ -478,6 +478,7 @@ impl Server {
                     export_access,
                     limits: oc.published_limits()?,
                     meta,
+                    fast_paths: config.fast_paths,
                 });
                 listeners.extend(object_sockets.into_iter().map(|socket| Listener {
                     socket,

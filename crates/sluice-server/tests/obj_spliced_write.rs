@@ -343,3 +343,58 @@ fn a_client_vanishing_mid_payload_changes_nothing() {
     check_object(&mut fresh, id, &model, "after the clients left");
     server.stop().unwrap();
 }
+
+/// `--spliced-writes false` and `--mapped-reads false` turn the object
+/// paths off as they do NBD's: large object writes are copied, large
+/// reads (a range, a dense list that asks for a span) are read through
+/// the store, and every byte is the same.
+#[test]
+fn the_fast_path_switches_turn_the_object_paths_off_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::builder()
+        .objects(dir.path().join("objects"))
+        .config(|c| {
+            c.fast_paths.spliced_writes = false;
+            c.fast_paths.mapped_reads = false;
+        })
+        .metrics()
+        .start();
+    let mut c = RawObjClient::open(server.obj_addr.unwrap(), Features::NEGOTIABLE, 1);
+    let id = c.create(1, "")[0];
+    c.write(id, 0, b"warm");
+    let data: Vec<u8> = (0..MIB).map(|i| (i % 253) as u8).collect();
+    let mib = MIB as u64;
+    // The second goes where a spliced write would: the object is a file.
+    c.write(id, 0, &data);
+    c.write(id, 0, &data);
+    let (got, real) = c.read(id, 0, mib);
+    assert_eq!(real, mib);
+    assert!(got == data, "contiguous read differs");
+    let sgl: Vec<(u64, u64)> = (0..64u64).map(|i| (i * 4098, 4096)).collect();
+    let got = c
+        .call(
+            &Req::new(OP_READ, 7)
+                .object(id)
+                .sgl(&sgl)
+                .flags(FLAG_SPAN_OK),
+        )
+        .ok();
+    assert!(!got.span, "no span without sends from the file");
+    let want: Vec<u8> = sgl
+        .iter()
+        .flat_map(|&(o, l)| data[o as usize..(o + l) as usize].to_vec())
+        .collect();
+    assert!(got.body == want, "list read differs");
+    let text = server.scrape();
+    for name in [
+        "sluice_obj_spliced_writes_total",
+        "sluice_mapped_reads_total",
+        "sluice_obj_span_reads_total",
+    ] {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} is exported"));
+        assert_eq!(line, format!("{name} 0"), "{name}");
+    }
+}

@@ -75,8 +75,9 @@ fn plain_read(request: &ObjRequest) -> bool {
 
 impl ObjSession {
     /// Whether [`file_read`](Self::file_read) may answer `request`.
-    fn may_send_from_file(request: &ObjRequest, d: &Dispatch) -> bool {
-        plain_read(request)
+    fn may_send_from_file(&self, request: &ObjRequest, d: &Dispatch) -> bool {
+        self.sends_from_file
+            && plain_read(request)
             && request.ddt == DdtKind::Contiguous
             && request.bytes >= FILE_READ_MIN
             && d.pipeline() == PipelineMode::Flexible
@@ -89,7 +90,7 @@ impl ObjSession {
     /// take (scatter/gather and strided reads the mapped path declined,
     /// small reads).
     pub(super) fn reads_inline(&self, request: &ObjRequest, d: &Dispatch) -> bool {
-        plain_read(request) && !Self::may_send_from_file(request, d)
+        plain_read(request) && !self.may_send_from_file(request, d)
     }
 
     /// Answers a large scatter/gather or strided READ with no attribute
@@ -111,7 +112,8 @@ impl ObjSession {
         received: Instant,
         d: &mut Dispatch,
     ) -> bool {
-        if !(plain_read(request)
+        if !(self.sends_from_file
+            && plain_read(request)
             && request.ddt != DdtKind::Contiguous
             && request.bytes >= FILE_READ_MIN
             && d.pipeline() == PipelineMode::Flexible
@@ -218,7 +220,7 @@ impl ObjSession {
         d: &mut Dispatch,
     ) -> bool {
         let h = &request.head;
-        if !Self::may_send_from_file(request, d) {
+        if !self.may_send_from_file(request, d) {
             return false;
         }
         let object = ObjectRef {

@@ -37,7 +37,7 @@ pub(crate) use handshake::PartitionPolicy;
 pub(crate) use meta::{open_meta, MetaService};
 
 use crate::buffer::RecvBuf;
-use crate::config::PipelineMode;
+use crate::config::{FastPaths, PipelineMode};
 use crate::driver::payload_pipe::PayloadPipe;
 use crate::driver::{
     self, handshake_outcome, ConnectionHandler, Decoded, Dispatch, DriverEnv, DriverError, Frame,
@@ -67,6 +67,9 @@ pub(crate) struct ObjService {
     pub(crate) limits: Limits,
     /// The metadata service of striped objects, if the server runs one.
     pub(crate) meta: Option<MetaService>,
+    /// The data path's shortcuts: `mapped_reads` governs reads sent from
+    /// an object's file, `spliced_writes` writes spliced into it.
+    pub(crate) fast_paths: FastPaths,
 }
 
 impl ConnectionHandler for ObjService {
@@ -101,7 +104,8 @@ impl ConnectionHandler for ObjService {
             creates: Creates::default(),
             more: false,
             payload_pipe: None,
-            splices: true,
+            splices: self.fast_paths.spliced_writes,
+            sends_from_file: self.fast_paths.mapped_reads,
             exec: Arc::new(ObjExecutor {
                 store: Arc::clone(&self.store),
                 session: negotiated,
@@ -140,9 +144,12 @@ pub(crate) struct ObjSession {
     /// The pipe large WRITE payloads are spliced through
     /// (`spliced_write.rs`), made on the first one.
     payload_pipe: Option<PayloadPipe>,
-    /// Whether WRITE payloads may be spliced (false once no pipe could
-    /// be made).
+    /// Whether WRITE payloads may be spliced (`--spliced-writes`; false
+    /// once no pipe could be made).
     splices: bool,
+    /// Large plain reads may be sent from the object's file
+    /// (`file_read.rs`; `--mapped-reads`).
+    sends_from_file: bool,
 }
 
 impl ObjSession {
