@@ -20,6 +20,7 @@ fn start() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::builder()
         .objects(dir.path().join("objects"))
+        .metrics()
         .start();
     Fixture { server, _dir: dir }
 }
@@ -757,13 +758,9 @@ fn span_reads(server: &TestServer) -> u64 {
 fn dense_list_reads_come_back_as_spans_in_list_order() {
     use sluice_client::obj::SharedObjClient;
 
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::builder()
-        .objects(dir.path().join("objects"))
-        .metrics()
-        .start();
-    let uri: ObjUri = server.obj_uri().parse().unwrap();
-    let mut c = ObjClient::connect(&uri, &ObjOptions::default()).unwrap();
+    let f = start();
+    let server = &f.server;
+    let mut c = f.client();
     assert!(c.session().features.contains(Features::SPAN_READS));
     let mib = 1usize << 20;
     let data = pattern(21, 2 * mib);
@@ -790,7 +787,7 @@ fn dense_list_reads_come_back_as_spans_in_list_order() {
             s
         })
         .collect();
-    let before = span_reads(&server);
+    let before = span_reads(server);
     let r = c.read(id, &strided).unwrap();
     assert!(r.data == model(&strided), "strided bytes differ");
     assert_eq!(r.real_bytes, 256 * 4096);
@@ -813,16 +810,12 @@ fn dense_list_reads_come_back_as_spans_in_list_order() {
         };
         assert!(r.data == model(s), "pipelined bytes differ");
     }
-    assert_eq!(
-        span_reads(&server),
-        before + 4,
-        "each large list was a span"
-    );
+    assert_eq!(span_reads(server), before + 4, "each large list was a span");
 
-    let shared = SharedObjClient::connect(&uri, &ObjOptions::default()).unwrap();
+    let shared = SharedObjClient::connect(&f.uri(), &ObjOptions::default()).unwrap();
     assert!(shared.read(id, &strided).unwrap().data == model(&strided));
     assert_eq!(
-        span_reads(&server),
+        span_reads(server),
         before + 4,
         "the shared client asks for none"
     );

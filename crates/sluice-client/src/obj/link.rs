@@ -662,62 +662,38 @@ impl Link {
     /// socket into the body's own buffer (the caller gets that buffer),
     /// rather than into the receive buffer and then copied out. Only
     /// part of the reply is in the receive buffer, so no later reply is.
-    /// A span reply's segments land in list order and its holes in a
-    /// scratch buffer, read with the same calls (`readv`).
+    /// A span reply's segments land in their places in list order and
+    /// its holes in a scratch buffer, read with the same calls (`readv`).
     fn receive_large(
         &mut self,
         h: &ReplyHeader,
         wires: &[Wire<'_>],
         flight: &InFlight,
     ) -> Result<Received, ObjError> {
-        if h.span {
-            return self.receive_span(h, wires, flight);
-        }
-        let mut attrs = vec![0u8; h.attr_len as usize];
-        // Every byte of it is read into below, or it is dropped.
-        let mut body = self.body_buffer(h.body_len as usize);
-        let have = &self.inbuf.data()[REPLY_HEADER_LEN..];
-        let in_attrs = have.len().min(attrs.len());
-        attrs[..in_attrs].copy_from_slice(&have[..in_attrs]);
-        let in_body = have.len() - in_attrs;
-        body[..in_body].copy_from_slice(&have[in_attrs..]);
-        self.inbuf.clear();
-        self.read_exact(&mut attrs[in_attrs..], wires, flight)?;
-        self.read_exact(&mut body[in_body..], wires, flight)?;
-        Ok((
-            h.id,
-            Ok(RawReply {
-                real_bytes: h.real_bytes,
-                attrs,
-                body,
-                span: false,
-            }),
-        ))
-    }
-
-    /// [`receive_large`](Self::receive_large) of a span reply: each
-    /// segment's bytes go straight to their place in the body, in list
-    /// order, and the holes between them into one scratch buffer.
-    fn receive_span(
-        &mut self,
-        h: &ReplyHeader,
-        wires: &[Wire<'_>],
-        flight: &InFlight,
-    ) -> Result<Received, ObjError> {
-        let ddt = self.span_request(h.id, wires, flight)?;
-        let span = ddt.span().filter(|s| s.length == u64::from(h.body_len));
-        let Some(span) = span else {
-            return Err(self.violation(format!(
-                "span reply {} carries {} bytes, not its segments' span",
-                h.id, h.body_len
-            )));
+        let ddt = if h.span {
+            Some(self.span_request(h.id, wires, flight)?)
+        } else {
+            None
         };
-        let total = ddt.total();
+        let span = ddt.as_ref().map(|d| (d.span(), d.total()));
+        let (span, total) = match span {
+            None => (None, u64::from(h.body_len)),
+            Some((Some(s), total)) if s.length == u64::from(h.body_len) => (Some(s), total),
+            Some(_) => {
+                return Err(self.violation(format!(
+                    "span reply {} carries {} bytes, not its segments' span",
+                    h.id, h.body_len
+                )))
+            }
+        };
         let mut attrs = vec![0u8; h.attr_len as usize];
         // Every byte of both is read into below, or they are dropped.
         let mut body = self.body_buffer(total as usize);
-        let mut holes = vec![0u8; (span.length - total) as usize];
-        let mut places = span_places(&ddt, span, &mut body, &mut holes);
+        let mut holes = vec![0u8; span.map_or(0, |s| (s.length - total) as usize)];
+        let mut places = match (&ddt, span) {
+            (Some(ddt), Some(span)) => span_places(ddt, span, &mut body, &mut holes),
+            _ => vec![IoSliceMut::new(&mut body)],
+        };
         let have = &self.inbuf.data()[REPLY_HEADER_LEN..];
         let in_attrs = have.len().min(attrs.len());
         attrs[..in_attrs].copy_from_slice(&have[..in_attrs]);
