@@ -10,8 +10,9 @@
 //! one job ([`Together`]), and their data changes (WRITE, APPEND, PUNCH)
 //! go to the store in one call that commits their metadata once
 //! (`ObjectStore::change_batch`), where one after another each waited for
-//! a commit of its own; so do their small creates (`ObjectStore::
-//! create_many`, as for creates received together: `creates.rs`). Everything else in the frame (reads, which may
+//! a commit of its own; so do their small creates
+//! (`ObjectStore::create_many`, as for creates received together:
+//! `creates.rs`). Everything else in the frame (reads, which may
 //! wait for the disk; durable changes; extent and metadata calls, whose
 //! device or service the store does not control; large transfers) is
 //! still handed off on its own, so such members run in parallel as
@@ -131,7 +132,8 @@ impl Together {
     /// Runs the members on a pool worker: the data changes (WRITE,
     /// APPEND, PUNCH) first, in one store call that commits their
     /// metadata once for all of them, then the small creates, in
-    /// another such call, then the others one after another. The data changes are answered as that commit returns;
+    /// another such call, then the others one after another. The data
+    /// changes are answered as that commit returns;
     /// the replies go out together when the last member is done, or
     /// earlier once the oldest unsent one has waited
     /// [`SEND_READY_AFTER`].
