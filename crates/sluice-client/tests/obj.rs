@@ -39,6 +39,18 @@ fn seg(offset: u64, length: u64) -> Segment {
     Segment { offset, length }
 }
 
+/// A READ of `object` for each list of segments, in order.
+fn reads<'a>(object: u64, lists: impl IntoIterator<Item = &'a [Segment]>) -> Vec<ObjRequest<'a>> {
+    lists
+        .into_iter()
+        .map(|segments| ObjRequest::Read {
+            object,
+            segments,
+            get: &[],
+        })
+        .collect()
+}
+
 /// Applies a write to the model the way the protocol defines it (bytes
 /// in list order, later segments win).
 fn model_write(model: &mut Vec<u8>, segments: &[Segment], data: &[u8]) {
@@ -717,14 +729,7 @@ fn large_reads_are_received_into_buffers_handed_back() {
             }
         })
         .collect();
-    let reqs: Vec<ObjRequest<'_>> = segs
-        .iter()
-        .map(|s| ObjRequest::Read {
-            object: id,
-            segments: s,
-            get: &[],
-        })
-        .collect();
+    let reqs = reads(id, segs.iter().map(|s| &s[..]));
     let mut reused = false;
     for (r, s) in c.pipeline(&reqs).into_iter().zip(&segs) {
         let ObjResponse::Read(r) = r.unwrap() else {
@@ -796,14 +801,7 @@ fn dense_list_reads_come_back_as_spans_in_list_order() {
     assert!(r.data == model(&sgl), "SGL bytes differ");
     let small = [seg(5, 10)];
     let lists: [&[Segment]; 4] = [&strided, &small, &sgl, &small];
-    let reqs: Vec<ObjRequest<'_>> = lists
-        .iter()
-        .map(|s| ObjRequest::Read {
-            object: id,
-            segments: s,
-            get: &[],
-        })
-        .collect();
+    let reqs = reads(id, lists);
     for (r, s) in c.pipeline(&reqs).into_iter().zip(lists) {
         let ObjResponse::Read(r) = r.unwrap() else {
             panic!("a read answered otherwise");

@@ -226,6 +226,7 @@ impl Codec<'_> {
         );
         let span_ok = op == Opcode::Read
             && self.spans
+            && layout.kind() != DdtKind::Contiguous
             && self.session.features.contains(Features::SPAN_READS)
             && Ddt::parse(
                 layout.kind(),

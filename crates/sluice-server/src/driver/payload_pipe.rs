@@ -25,6 +25,9 @@ use crate::stop::{wait_readable, Readiness};
 
 /// Capacity asked for; a write's remaining payload must fit.
 const WANTED_CAPACITY: usize = 1 << 20;
+/// Write payloads at least this long are spliced when they can be (both
+/// protocols, `--spliced-writes`); shorter ones cost less copied.
+pub(crate) const SPLICED_PAYLOAD_MIN: usize = 128 * 1024;
 
 /// What [`PayloadPipe::splice_payload`] did with a message.
 pub(crate) enum Spliced<R> {

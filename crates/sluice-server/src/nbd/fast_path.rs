@@ -25,16 +25,13 @@ use super::execute::{encode_result, nbd_errno, short_reason, Request};
 use super::NbdSession;
 use crate::buffer::ReplyBuf;
 use crate::config::PipelineMode;
-use crate::driver::payload_pipe::{PayloadPipe, Spliced};
+use crate::driver::payload_pipe::{PayloadPipe, Spliced, SPLICED_PAYLOAD_MIN};
 use crate::driver::sink::Seq;
 use crate::driver::{Dispatch, DriverError, Frame, PayloadIo, Taken};
 use crate::metrics::{CommandKind, Stage};
 
 /// Reads longer than this are answered piece by piece (pipelined reads).
 const READ_PIECE: u32 = 256 * 1024;
-/// Writes at least this long have their payload spliced into the file
-/// when they can be (`--spliced-writes`).
-pub(super) const SPLICED_WRITE_MIN: usize = 128 * 1024;
 /// Reads at least this long are sent from the file's mapping when they
 /// can be (`--mapped-reads`); shorter ones are cheaper batched.
 const MAPPED_READ_MIN: u32 = 128 * 1024;
@@ -52,7 +49,7 @@ impl NbdSession {
         d: &mut Dispatch,
     ) -> Result<Taken, DriverError> {
         if !self.fast_paths.spliced_writes
-            || frame.len - frame.header_len < SPLICED_WRITE_MIN
+            || frame.len - frame.header_len < SPLICED_PAYLOAD_MIN
             || !d.splices_payloads()
             || !self
                 .exec

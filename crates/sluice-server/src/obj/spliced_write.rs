@@ -20,14 +20,9 @@ use sluice_obj_proto::RequestHeader;
 use sluice_objstore::WriteSource;
 
 use super::ObjSession;
-use crate::driver::payload_pipe::{PayloadPipe, Spliced};
+use crate::driver::payload_pipe::{PayloadPipe, Spliced, SPLICED_PAYLOAD_MIN};
 use crate::driver::{Dispatch, DriverError, Execute, Frame, PayloadIo, Taken};
 use crate::metrics::Stage;
-
-/// Writes at least this long have their payload spliced when they can
-/// be; shorter ones cost less copied (NBD's spliced writes draw the line
-/// at the same length).
-const SPLICED_WRITE_MIN: u64 = 128 * 1024;
 
 /// A spliced write's payload as the store takes it: the prefix received
 /// with the header, then `rest` bytes in the pipe.
@@ -57,7 +52,7 @@ impl WriteSource for PipeSource<'_> {
 impl ObjSession {
     /// The driver's `receive_rest` hook for objects: a plain WRITE
     /// (contiguous, no FUA, no attribute entries) of at least
-    /// [`SPLICED_WRITE_MIN`] bytes to an object the store holds open as
+    /// [`SPLICED_PAYLOAD_MIN`] bytes to an object the store holds open as
     /// a file, on a plain socket in completion order, goes from the
     /// socket through the pipe into the file
     /// ([`PayloadPipe::splice_payload`] receives all of it before the
@@ -73,7 +68,7 @@ impl ObjSession {
         d: &mut Dispatch,
     ) -> Result<Taken, DriverError> {
         let h = &frame.head;
-        if !self.splices || h.length < SPLICED_WRITE_MIN || !d.splices_payloads() {
+        if !self.splices || h.length < SPLICED_PAYLOAD_MIN as u64 || !d.splices_payloads() {
             return Ok(Taken::No);
         }
         let Some(request) = self.exec.plain_write(h) else {
