@@ -39,6 +39,7 @@ pub mod pgbench;
 pub mod plot;
 pub mod presets;
 pub mod raid_presets;
+pub mod relay;
 pub mod report;
 pub mod runner;
 pub mod s3asim;

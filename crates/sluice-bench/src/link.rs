@@ -21,6 +21,11 @@
 //! from a short-lived thread that moved itself in with `setns(2)`, so the
 //! link's own probes (RTT, bandwidth) need no process in the namespace.
 //! Programs run inside with `ip netns exec` ([`NetNamespace::command`]).
+//!
+//! A long link ([`Link::create_long`]) adds a delay each way: clients
+//! then reach a server through a [`WireRelay`] in the root namespace
+//! ([`Link::route`]), which also keeps the rate, since `tc netem` is not
+//! built into every kernel (see [`crate::relay`] for why not tbf).
 
 use std::io::{Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
@@ -29,10 +34,13 @@ use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
+
+use crate::relay::{Wire, WireRelay};
 
 /// Link indexes (one /30 each in 10.201.0.0/16).
 const INDEXES: u32 = 16_384;
@@ -105,6 +113,9 @@ impl FromStr for LinkRate {
 pub struct LinkMeasurement {
     /// The configured limit, bits per second (`None`: unshaped).
     pub rate_bits: Option<u64>,
+    /// The configured delay each way, microseconds (`None`: none added).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delay_us: Option<f64>,
     /// Median round trip of a one-byte TCP exchange, microseconds.
     pub rtt_us: f64,
     /// TCP payload rate from the server's side to the client's, Mbit/s
@@ -121,8 +132,11 @@ impl LinkMeasurement {
         let limit = self
             .rate_bits
             .map_or_else(|| "unshaped".to_owned(), |r| LinkRate(r).to_string());
+        let delay = self
+            .delay_us
+            .map_or_else(String::new, |d| format!(", {d:.0} us added each way"));
         format!(
-            "link: limit {limit}, RTT {:.0} us, {:.1} Mbit/s down, {:.1} Mbit/s up (measured)",
+            "link: limit {limit}{delay}, RTT {:.0} us, {:.1} Mbit/s down, {:.1} Mbit/s up (measured)",
             self.rtt_us, self.down_mbit_s, self.up_mbit_s
         )
     }
@@ -276,6 +290,9 @@ pub struct Link {
     ns: NetNamespace,
     index: u32,
     rate: Option<LinkRate>,
+    /// Played by relays (`None`: clients connect directly).
+    wire: Option<Wire>,
+    relays: Mutex<Vec<WireRelay>>,
 }
 
 static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -293,8 +310,29 @@ pub fn unavailable() -> Option<String> {
 impl Link {
     /// A new namespace and veth pair, shaped to `rate` when given.
     pub fn create(rate: Option<LinkRate>) -> Result<Self> {
+        Self::create_as(rate, None)
+    }
+
+    /// A new namespace and an unshaped veth pair that clients cross
+    /// through relays playing a wire of `rate` (when given) with
+    /// `one_way` of delay each way.
+    pub fn create_long(rate: Option<LinkRate>, one_way: Duration) -> Result<Self> {
+        let wire = Wire {
+            one_way,
+            rate: rate.map(LinkRate::bytes_per_second),
+        };
+        Self::create_as(rate, Some(wire))
+    }
+
+    fn create_as(rate: Option<LinkRate>, wire: Option<Wire>) -> Result<Self> {
         let (ns, index) = Self::claim()?;
-        let link = Self { ns, index, rate };
+        let link = Self {
+            ns,
+            index,
+            rate,
+            wire,
+            relays: Mutex::new(Vec::new()),
+        };
         link.wire()
             .with_context(|| format!("cannot set up link {}", link.ns.name))?;
         Ok(link)
@@ -347,6 +385,23 @@ impl Link {
         self.rate
     }
 
+    /// Where a client connects to reach `server` (an address in the
+    /// namespace) across the link: the server itself, or on a long link
+    /// a new relay to it, which lives as long as the link.
+    pub fn route(&self, server: SocketAddr) -> Result<SocketAddr> {
+        let Some(wire) = self.wire else {
+            return Ok(server);
+        };
+        let relay = WireRelay::start(server, wire)
+            .with_context(|| format!("cannot relay the link to {server}"))?;
+        let addr = relay.addr();
+        self.relays
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(relay);
+        Ok(addr)
+    }
+
     /// The namespace the server runs in.
     pub fn namespace(&self) -> &NetNamespace {
         &self.ns
@@ -371,7 +426,8 @@ impl Link {
         run("ip", &["link", "set", &h, "up"])?;
         self.ns.ip(&["addr", "add", &server, "dev", &n])?;
         self.ns.ip(&["link", "set", &n, "up"])?;
-        if let Some(rate) = self.rate {
+        // On a long link the relays keep the rate.
+        if let (Some(rate), None) = (self.rate, self.wire) {
             let args = tbf_args(rate);
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
             let mut host_tc = vec!["qdisc", "add", "dev", &h, "root"];
@@ -441,6 +497,7 @@ impl Link {
             .context("cannot measure the link's rate (client to server)")?;
         Ok(LinkMeasurement {
             rate_bits: self.rate.map(|r| r.0),
+            delay_us: self.wire.map(|w| w.one_way.as_secs_f64() * 1e6),
             rtt_us,
             down_mbit_s: down * 8.0 / 1e6,
             up_mbit_s: up * 8.0 / 1e6,
@@ -448,7 +505,7 @@ impl Link {
     }
 
     fn connect(&self, listener: &TcpListener) -> Result<(TcpStream, TcpStream)> {
-        let addr = listener.local_addr().context("probe listener address")?;
+        let addr = self.route(listener.local_addr().context("probe listener address")?)?;
         let client = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
             .with_context(|| format!("cannot connect to {addr} over the link"))?;
         let (server, _) = listener.accept().context("probe accept")?;
@@ -589,6 +646,12 @@ impl Drop for Link {
     /// goes: a namespace's interfaces are otherwise removed by the kernel
     /// some time after `ip netns del` returns.
     fn drop(&mut self) {
+        // Relays first: their connections end while the link still
+        // carries their ends.
+        self.relays
+            .get_mut()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
         if let Err(e) = run("ip", &["link", "del", &self.host_if()]) {
             eprintln!("warning: {e:#}");
         }
@@ -686,6 +749,38 @@ mod tests {
             .output()
             .unwrap();
         assert!(!out.status.success(), "{host_if} left behind");
+    }
+
+    #[test]
+    fn a_long_link_measures_its_delay_in_the_round_trip() {
+        let one_way = Duration::from_millis(2);
+        let Ok(link) = Link::create_long(Some(LinkRate(200_000_000)), one_way) else {
+            eprintln!("skipping: cannot create a network namespace link here");
+            return;
+        };
+        let m = link.measure().unwrap();
+        assert_eq!(m.delay_us, Some(2000.0));
+        // Two delays and a few wake-ups.
+        assert!((4000.0..6000.0).contains(&m.rtt_us), "{m:?}");
+        assert!(m.line().contains("2000 us added each way"), "{}", m.line());
+        // The relay keeps the rate, and no shaper is there.
+        for rate in [m.down_mbit_s, m.up_mbit_s] {
+            assert!((150.0..210.0).contains(&rate), "{m:?}");
+        }
+        let qdiscs = output("tc", &["qdisc", "show", "dev", &link.host_if()]).unwrap();
+        assert!(!String::from_utf8_lossy(&qdiscs).contains("tbf"));
+        // A server reached by its route answers through the relay.
+        let listener = link.listen(0).unwrap();
+        let at = link.route(listener.local_addr().unwrap()).unwrap();
+        assert!(at.ip().is_loopback());
+        let mut c = TcpStream::connect(at).unwrap();
+        let (mut s, _) = listener.accept().unwrap();
+        let t = Instant::now();
+        c.write_all(b"ping").unwrap();
+        let mut b = [0u8; 4];
+        s.read_exact(&mut b).unwrap();
+        assert!(t.elapsed() >= one_way, "{:?}", t.elapsed());
+        assert_eq!(&b, b"ping");
     }
 
     #[test]

@@ -28,7 +28,7 @@ use crate::objects::{load1, steal_now, steal_since, ObjServer};
 use crate::plot;
 use crate::presets::PresetOptions;
 use crate::report;
-use crate::stats::{ratio, Spread};
+use crate::stats::{ratio, MedianInterval, Spread};
 use crate::target::SERVER_THREAD_PREFIX;
 
 /// Bytes per write.
@@ -42,6 +42,8 @@ pub const POLICIES: [MergePolicy; 3] =
     [MergePolicy::Off, MergePolicy::Always, MergePolicy::Adaptive];
 /// How far adaptive may fall behind the better fixed policy.
 pub const ADAPTIVE_MARGIN: f64 = 0.05;
+/// Confidence of the intervals on the per-round ratios.
+pub const CONFIDENCE: f64 = 0.95;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -103,17 +105,70 @@ pub struct MergeSummary {
 }
 
 /// Adaptive against the better fixed policy at one thread count.
+///
+/// The ratios are taken within each round, where the policies ran one
+/// after another on the same machine, so that the host's drift between
+/// rounds (on a shared machine it is wider than the 5 % to be judged)
+/// cancels; their median and its confidence interval over the rounds
+/// decide.
 #[derive(Debug, Clone, Serialize)]
 pub struct AdaptiveCheck {
     pub workers: usize,
-    /// The better of off and always here.
+    /// The better of off and always here, by their medians.
     pub best: String,
-    /// always / off.
-    pub always_over_off: Option<f64>,
-    /// adaptive / best.
-    pub adaptive_over_best: Option<f64>,
-    /// Within [`ADAPTIVE_MARGIN`].
+    /// always ÷ off in each round.
+    pub always_over_off: Option<MedianInterval>,
+    /// adaptive ÷ best in each round.
+    pub adaptive_over_best: Option<MedianInterval>,
+    /// The median of adaptive ÷ best is within [`ADAPTIVE_MARGIN`].
     pub within_margin: bool,
+    /// What the interval says of the margin.
+    pub verdict: Verdict,
+}
+
+/// Whether adaptive is within the margin of the better fixed policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Verdict {
+    /// The median ratio is within the margin.
+    Within,
+    /// The median ratio is outside the margin, but the interval reaches
+    /// into it: the rounds cannot tell.
+    Unresolved,
+    /// The whole interval is outside the margin.
+    Outside,
+    /// No pair of runs to judge by.
+    Unmeasured,
+}
+
+impl Verdict {
+    fn of(ratio: Option<&MedianInterval>) -> Self {
+        let floor = 1.0 - ADAPTIVE_MARGIN;
+        match ratio {
+            None => Self::Unmeasured,
+            Some(r) if r.median >= floor => Self::Within,
+            Some(r) if r.high >= floor => Self::Unresolved,
+            Some(_) => Self::Outside,
+        }
+    }
+
+    /// For the tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Within => "yes",
+            Self::Unresolved => "cannot tell",
+            Self::Outside => "no",
+            Self::Unmeasured => "-",
+        }
+    }
+}
+
+/// A per-round ratio for a table: its median and interval.
+pub fn interval_cell(r: Option<&MedianInterval>) -> String {
+    r.map_or_else(
+        || "-".into(),
+        |r| format!("{:.2} [{:.2}, {:.2}]", r.median, r.low, r.high),
+    )
 }
 
 #[derive(Debug, Serialize)]
@@ -199,7 +254,7 @@ pub fn merge(opts: &MergeOptions) -> Result<MergeReport> {
     }
     drop(server);
     let summaries = summarise(&samples);
-    let checks = check_adaptive(&summaries);
+    let checks = check_adaptive(&summaries, &samples);
     let report = MergeReport {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         machine,
@@ -242,8 +297,21 @@ pub fn merge(opts: &MergeOptions) -> Result<MergeReport> {
             ADAPTIVE_MARGIN * 100.0,
             c.best,
             c.workers,
-            c.adaptive_over_best
-                .map_or_else(|| "no figure".into(), |r| format!("{r:.2}x")),
+            c.adaptive_over_best.as_ref().map_or_else(
+                || "no figure".into(),
+                |r| format!(
+                    "{:.2}x per round, {:.0}% interval {:.2}-{:.2}: {}",
+                    r.median,
+                    r.coverage * 100.0,
+                    r.low,
+                    r.high,
+                    if c.verdict == Verdict::Unresolved {
+                        "the rounds cannot tell"
+                    } else {
+                        "outside the margin"
+                    }
+                )
+            ),
             json.display()
         );
     }
@@ -433,13 +501,32 @@ pub fn summarise(samples: &[MergeSample]) -> Vec<MergeSummary> {
         .collect()
 }
 
-/// Adaptive against the better of off and always, at each thread count.
-pub fn check_adaptive(summaries: &[MergeSummary]) -> Vec<AdaptiveCheck> {
+/// Adaptive against the better of off and always, at each thread count:
+/// the better one by the medians in `summaries`, the ratios within each
+/// round of `samples`.
+pub fn check_adaptive(summaries: &[MergeSummary], samples: &[MergeSample]) -> Vec<AdaptiveCheck> {
     let rate = |w: usize, p: MergePolicy| {
         summaries
             .iter()
             .find(|s| s.workers == w && s.policy == p.name())
             .map(|s| s.ops_s.median)
+    };
+    // `top ÷ bottom` in every round that ran both.
+    let per_round = |w: usize, top: MergePolicy, bottom: MergePolicy| {
+        let run = |round: u32, p: MergePolicy| {
+            samples
+                .iter()
+                .find(|s| s.round == round && s.workers == w && s.policy == p.name())
+                .map(|s| s.ops_s)
+        };
+        let mut rounds: Vec<u32> = samples.iter().map(|s| s.round).collect();
+        rounds.sort_unstable();
+        rounds.dedup();
+        let ratios: Vec<f64> = rounds
+            .into_iter()
+            .filter_map(|r| ratio(run(r, top)?, run(r, bottom)?))
+            .collect();
+        MedianInterval::of(&ratios, CONFIDENCE)
     };
     let mut workers: Vec<usize> = summaries.iter().map(|s| s.workers).collect();
     workers.dedup();
@@ -448,19 +535,20 @@ pub fn check_adaptive(summaries: &[MergeSummary]) -> Vec<AdaptiveCheck> {
         .filter_map(|w| {
             let off = rate(w, MergePolicy::Off)?;
             let always = rate(w, MergePolicy::Always)?;
-            let (best, best_rate) = if always > off {
-                (MergePolicy::Always, always)
+            let best = if always > off {
+                MergePolicy::Always
             } else {
-                (MergePolicy::Off, off)
+                MergePolicy::Off
             };
-            let adaptive_over_best =
-                rate(w, MergePolicy::Adaptive).and_then(|a| ratio(a, best_rate));
+            let adaptive_over_best = per_round(w, MergePolicy::Adaptive, best);
+            let verdict = Verdict::of(adaptive_over_best.as_ref());
             Some(AdaptiveCheck {
                 workers: w,
                 best: best.to_string(),
-                always_over_off: ratio(always, off),
+                always_over_off: per_round(w, MergePolicy::Always, MergePolicy::Off),
                 adaptive_over_best,
-                within_margin: adaptive_over_best.is_some_and(|r| r >= 1.0 - ADAPTIVE_MARGIN),
+                within_margin: verdict == Verdict::Within,
+                verdict,
             })
         })
         .collect()
@@ -474,8 +562,8 @@ fn throughput_table(report: &MergeReport) -> Table {
         "off w/s",
         "always w/s",
         "adaptive w/s",
-        "always/off",
-        "adaptive/best",
+        "always/off per round [95% CI]",
+        "adaptive/best per round [95% CI]",
         "within 5%",
         "merged always",
         "merged adaptive",
@@ -500,11 +588,13 @@ fn throughput_table(report: &MergeReport) -> Table {
             cell(find(w, MergePolicy::Off), |s| compact(s.ops_s.median)),
             cell(find(w, MergePolicy::Always), |s| compact(s.ops_s.median)),
             cell(find(w, MergePolicy::Adaptive), |s| compact(s.ops_s.median)),
-            c.always_over_off
-                .map_or_else(|| "-".into(), |r| format!("{r:.2}")),
-            c.adaptive_over_best
-                .map_or_else(|| "-".into(), |r| format!("{r:.2} ({})", c.best)),
-            if c.within_margin { "yes" } else { "no" }.into(),
+            interval_cell(c.always_over_off.as_ref()),
+            format!(
+                "{} ({})",
+                interval_cell(c.adaptive_over_best.as_ref()),
+                c.best
+            ),
+            c.verdict.name().into(),
             cell(find(w, MergePolicy::Always), |s| {
                 format!("{:.0}%", s.merged_share * 100.0)
             }),
@@ -633,13 +723,55 @@ mod tests {
         assert_eq!(summaries[0].ops_s.median, 101.0);
         assert_eq!(summaries[0].policy, "off");
         assert!((summaries[0].merged_share - 0.1).abs() < 1e-9);
-        let checks = check_adaptive(&summaries);
+        let checks = check_adaptive(&summaries, &samples);
         assert_eq!(checks.len(), 2);
         assert_eq!(checks[0].best, "off");
         assert!(checks[0].within_margin, "{:?}", checks[0]);
         assert_eq!(checks[1].best, "always");
         assert!(!checks[1].within_margin, "{:?}", checks[1]);
+        assert_eq!(checks[1].verdict, Verdict::Outside);
         let r = checks[1].always_over_off.unwrap();
-        assert!((r - 151.0 / 101.0).abs() < 1e-9);
+        assert!((r.median - 151.0 / 101.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn ratios_are_taken_within_rounds() {
+        use MergePolicy::{Adaptive, Always, Off};
+        // The host's speed doubles and halves from round to round; within
+        // each round adaptive runs at 0.97 of always. Ratios of medians
+        // taken over the rounds would not see that; per round they do.
+        let speeds = [1.0, 2.0, 0.5, 1.5, 0.7, 1.9, 0.6];
+        let mut samples = Vec::new();
+        for (round, speed) in (0..).zip(speeds) {
+            samples.push(sample(round, Off, 8, 100.0 * speed));
+            samples.push(sample(round, Always, 8, 130.0 * speed));
+            samples.push(sample(round, Adaptive, 8, 126.1 * speed));
+        }
+        let checks = check_adaptive(&summarise(&samples), &samples);
+        let c = &checks[0];
+        assert_eq!(c.best, "always");
+        let r = c.adaptive_over_best.unwrap();
+        assert!(
+            (r.median - 0.97).abs() < 1e-9 && (r.high - r.low).abs() < 1e-9,
+            "{r:?}"
+        );
+        assert_eq!(c.verdict, Verdict::Within);
+        assert!((c.always_over_off.unwrap().median - 1.3).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_median_outside_the_margin_with_an_interval_inside_cannot_tell() {
+        use MergePolicy::{Adaptive, Off};
+        // Adaptive ÷ off per round: median 0.93, but two rounds at 1.0.
+        let per_round = [0.90, 0.93, 1.0, 0.92, 1.0, 0.93, 0.94];
+        let mut samples = Vec::new();
+        for (round, r) in (0..).zip(per_round) {
+            samples.push(sample(round, Off, 2, 100.0));
+            samples.push(sample(round, MergePolicy::Always, 2, 90.0));
+            samples.push(sample(round, Adaptive, 2, 100.0 * r));
+        }
+        let checks = check_adaptive(&summarise(&samples), &samples);
+        assert_eq!(checks[0].verdict, Verdict::Unresolved, "{:?}", checks[0]);
+        assert!(!checks[0].within_margin);
     }
 }

@@ -19,8 +19,11 @@
 //!   protocol's extent commands).
 //!
 //! The server is embedded, its sockets bound in a network namespace
-//! behind a veth link ([`crate::link`]): unshaped, and shaped with tc tbf
-//! to 800 Mbit/s as in the paper (`--link-rate`). Where namespaces are
+//! behind a veth link ([`crate::link`]): unshaped, shaped with tc tbf to
+//! 800 Mbit/s as in the paper (`--link-rate`), and shaped with a delay
+//! added each way (`--link-delay`, 250 µs by default: a round trip of
+//! about half a millisecond, the long link the paper's introduction
+//! speaks of, where one request per block costs most). Where namespaces are
 //! unavailable the run says so and measures on loopback, without a model
 //! (nothing measured the link). DDTs take turns within each point, the
 //! first one moving each round; each timed value is the median transfer
@@ -38,6 +41,7 @@ use serde::Serialize;
 use sluice_client::obj::{
     DataOptions, DdtKind, MergePolicy, ObjClient, ObjOptions, ObjRequest, ObjResponse, Segment,
 };
+use sluice_client::{ObjUri, Target};
 use sluice_model::noncontig::{transfer_time, Ddt, Direction, NoncontigParams};
 use sluice_model::plot::{Chart, Figure, Legend, LineStyle, Series, XAxis};
 use sluice_model::text::{compact, Table};
@@ -57,6 +61,13 @@ use crate::workload::Size;
 pub const HOLE: u64 = 2;
 /// The shaped link's rate when `--link-rate` is not given: the paper's.
 pub const PAPER_RATE: LinkRate = LinkRate(800_000_000);
+/// The delayed link's delay each way when `--link-delay` is not given.
+pub const DEFAULT_DELAY: Duration = Duration::from_micros(250);
+/// One request at a time costs a round trip per block whatever the
+/// count, so [`ITERATIVE_QD1`] is timed on at most this many blocks of
+/// the view (its rate is the same; a view of 8-byte blocks would
+/// otherwise take 32,768 round trips per transfer).
+pub const QD1_MAX_BLOCKS: usize = 2048;
 /// Requests the client keeps in flight (iterative blocks, split pieces).
 pub const IN_FLIGHT: usize = 64;
 /// The view's iterative transfer sent one request at a time (the
@@ -88,6 +99,9 @@ pub enum LinkKind {
     Unshaped,
     /// A veth link shaped with tc tbf (800 Mbit/s unless --link-rate).
     Shaped,
+    /// A veth link crossed through a relay that plays a wire of the same
+    /// rate with a delay each way (250 µs unless --link-delay).
+    Delayed,
 }
 
 impl LinkKind {
@@ -96,7 +110,13 @@ impl LinkKind {
             Self::Loopback => "loopback",
             Self::Unshaped => "unshaped",
             Self::Shaped => "shaped",
+            Self::Delayed => "delayed",
         }
+    }
+
+    /// Rate-limited: where the paper's claims are judged.
+    pub fn is_rate_limited(self) -> bool {
+        matches!(self, Self::Shaped | Self::Delayed)
     }
 }
 
@@ -137,11 +157,14 @@ pub struct NoncontigArgs {
     /// 4K,16K,64K,256K,1M,4M; with --quick 4K,64K,1M).
     #[arg(long, value_delimiter = ',')]
     pub sizes: Option<Vec<Size>>,
-    /// Links to run over, comma-separated: loopback, unshaped, shaped
-    /// (default unshaped,shaped, or loopback where network namespaces
-    /// are unavailable).
+    /// Links to run over, comma-separated: loopback, unshaped, shaped,
+    /// delayed (default unshaped,shaped,delayed, or loopback where
+    /// network namespaces are unavailable).
     #[arg(long, value_delimiter = ',', value_enum)]
     pub links: Option<Vec<LinkKind>>,
+    /// Delay added each way on the delayed link (default 250us).
+    #[arg(long, value_parser = crate::workload::parse_duration)]
+    pub link_delay: Option<Duration>,
     /// Volumes of the view, comma-separated: object, mem, file (default
     /// all three).
     #[arg(long, value_delimiter = ',', value_enum)]
@@ -336,9 +359,10 @@ pub struct NcPoint {
     pub steal_pct_max: f64,
 }
 
-/// The paper's claims at one view point of the shaped link.
+/// The paper's claims at one view point of a rate-limited link.
 #[derive(Debug, Clone, Serialize)]
 pub struct TargetCheck {
+    pub link: LinkKind,
     pub volume: Volume,
     pub op: String,
     pub block_bytes: u64,
@@ -428,12 +452,21 @@ fn client_index(ddt: Ddt) -> usize {
 }
 
 impl Bed {
-    fn start(kind: LinkKind, rate: LinkRate, dir: &Path, export_bytes: u64) -> Result<Self> {
+    fn start(
+        kind: LinkKind,
+        rate: LinkRate,
+        delay: Duration,
+        dir: &Path,
+        export_bytes: u64,
+    ) -> Result<Self> {
         let (link, measured) = match kind {
             LinkKind::Loopback => (None, None),
-            LinkKind::Unshaped | LinkKind::Shaped => {
-                let link = Link::create((kind == LinkKind::Shaped).then_some(rate))
-                    .context("the noncontig preset's links need root, network namespaces, veth and tc tbf (iproute2)")?;
+            LinkKind::Unshaped | LinkKind::Shaped | LinkKind::Delayed => {
+                let link = match kind {
+                    LinkKind::Delayed => Link::create_long(Some(rate), delay),
+                    _ => Link::create(kind.is_rate_limited().then_some(rate)),
+                }
+                .context("the noncontig preset's links need root, network namespaces, veth and tc tbf (iproute2)")?;
                 let m = link.measure()?;
                 eprintln!(
                     "{} link: {} ({})",
@@ -474,6 +507,16 @@ impl Bed {
         };
         let server = ObjServer::bind(config, link.as_ref().map(Link::namespace))
             .with_context(|| format!("cannot start the object server in {}", here.display()))?;
+        // Across the link (through its relay on the delayed one).
+        let uri = match (&link, &server.obj_uri.target) {
+            (Some(link), Target::Tcp(addr)) => {
+                let addr: SocketAddr = addr
+                    .parse()
+                    .with_context(|| format!("the server's address {addr}"))?;
+                ObjUri::new(Target::Tcp(link.route(addr)?.to_string()))
+            }
+            _ => server.obj_uri.clone(),
+        };
         let connect = |ddt: Option<DdtKind>| {
             let options = ObjOptions {
                 max_in_flight: IN_FLIGHT,
@@ -484,8 +527,7 @@ impl Bed {
                 ddt,
                 ..ObjOptions::default()
             };
-            ObjClient::connect(&server.obj_uri, &options)
-                .with_context(|| format!("cannot connect to {}", server.obj_uri))
+            ObjClient::connect(&uri, &options).with_context(|| format!("cannot connect to {uri}"))
         };
         let clients = [
             connect(None)?,
@@ -723,7 +765,7 @@ pub fn check_targets(points: &[NcPoint]) -> Vec<TargetCheck> {
     let mut out = Vec::new();
     for p in points.iter().filter(|p| {
         p.part == "view"
-            && p.link == LinkKind::Shaped
+            && p.link.is_rate_limited()
             && p.ddt == ITERATIVE_QD1
             && TARGET_BLOCKS.contains(&p.block_bytes)
     }) {
@@ -765,6 +807,7 @@ pub fn check_targets(points: &[NcPoint]) -> Vec<TargetCheck> {
             }
         }
         out.push(TargetCheck {
+            link: p.link,
             volume: p.volume,
             op: p.op.clone(),
             block_bytes: p.block_bytes,
@@ -840,8 +883,22 @@ fn point(
             .iter()
             .flat_map(|v| [(v, Op::Write), (v, Op::Read)])
         {
+            let k = if one_at_a_time {
+                segments.len().min(QD1_MAX_BLOCKS)
+            } else {
+                segments.len()
+            };
+            let bytes: u64 = segments[..k].iter().map(|s| s.length).sum();
+            let data = &data[..bytes as usize];
             let reqs = requests(
-                place, op, iterative, segments, &singles, &pieces, &data, &options,
+                place,
+                op,
+                iterative,
+                &segments[..k],
+                &singles[..k],
+                &pieces[..k],
+                data,
+                &options,
             );
             let steal0 = steal_now();
             let mut reads = 0u64;
@@ -850,9 +907,8 @@ fn point(
                 if op == Op::Read {
                     if out != data {
                         bail!(
-                            "{} {name} read of {} blocks of {block} bytes on {} did not return the bytes written",
+                            "{} {name} read of {k} blocks of {block} bytes on {} did not return the bytes written",
                             bed.kind.name(),
-                            segments.len(),
                             volume.name()
                         );
                     }
@@ -862,10 +918,9 @@ fn point(
             })
             .with_context(|| {
                 format!(
-                    "{} {name} {} of {} blocks of {block} bytes on {}",
+                    "{} {name} {} of {k} blocks of {block} bytes on {}",
                     bed.kind.name(),
                     op.name(),
-                    segments.len(),
                     volume.name()
                 )
             })?;
@@ -877,16 +932,7 @@ fn point(
                 ddt: name,
                 block,
             };
-            points.add(
-                &key,
-                segments.len() as u64,
-                total,
-                t,
-                reps,
-                reads,
-                0,
-                steal0,
-            );
+            points.add(&key, k as u64, bytes, t, reps, reads, 0, steal0);
         }
         last = data;
     }
@@ -1004,7 +1050,7 @@ fn round(
 /// made (loopback instead when none is left and none was asked for).
 fn choose_links(asked: Option<&[LinkKind]>, notes: &mut Vec<String>) -> Result<Vec<LinkKind>> {
     let wanted = asked.map_or_else(
-        || vec![LinkKind::Unshaped, LinkKind::Shaped],
+        || vec![LinkKind::Unshaped, LinkKind::Shaped, LinkKind::Delayed],
         <[LinkKind]>::to_vec,
     );
     if wanted.iter().all(|k| *k == LinkKind::Loopback) {
@@ -1017,7 +1063,7 @@ fn choose_links(asked: Option<&[LinkKind]>, notes: &mut Vec<String>) -> Result<V
         .into_iter()
         .filter(|k| *k == LinkKind::Loopback)
         .collect();
-    let msg = format!("unshaped and shaped links skipped: {why}");
+    let msg = format!("unshaped, shaped and delayed links skipped: {why}");
     eprintln!("{msg}");
     notes.push(msg);
     match (kept.is_empty(), asked.is_some()) {
@@ -1038,8 +1084,9 @@ pub fn noncontig(opts: &PresetOptions, args: &NoncontigArgs) -> Result<Noncontig
         .duration
         .unwrap_or(Duration::from_millis(if opts.quick { 15 } else { 100 }));
     let rate = opts.link_rate.unwrap_or(PAPER_RATE);
+    let delay = args.link_delay.unwrap_or(DEFAULT_DELAY);
     let mut notes = vec![format!(
-        "embedded sluice server (objects, a mem and a file export); the view: blocks each followed by a {HOLE}-byte hole, {} payload per transfer; iterative sent one request at a time ({ITERATIVE_QD1}, the paper's) and {IN_FLIGHT} in flight; model T = S/BW + N with the link's measured RTT and rate in the transfer's direction, SGL {SGL_FIXED_BYTES} + {SGL_ENTRY_BYTES} n bytes, strided {STRIDED_BYTES} bytes",
+        "embedded sluice server (objects, a mem and a file export); the view: blocks each followed by a {HOLE}-byte hole, {} payload per transfer; iterative sent one request at a time ({ITERATIVE_QD1}, the paper's, timed on at most {QD1_MAX_BLOCKS} blocks) and {IN_FLIGHT} in flight; model T = S/BW + N with the link's measured RTT and rate in the transfer's direction, SGL {SGL_FIXED_BYTES} + {SGL_ENTRY_BYTES} n bytes, strided {STRIDED_BYTES} bytes",
         sluice_types::format_size(plan.total)
     )];
     let kinds = choose_links(args.links.as_deref(), &mut notes)?;
@@ -1060,7 +1107,7 @@ pub fn noncontig(opts: &PresetOptions, args: &NoncontigArgs) -> Result<Noncontig
     let mut links = Vec::new();
     for kind in kinds {
         eprintln!("# {} link", kind.name());
-        let mut bed = match Bed::start(kind, rate, dir.path(), export_bytes) {
+        let mut bed = match Bed::start(kind, rate, delay, dir.path(), export_bytes) {
             Ok(b) => b,
             Err(e) => {
                 eprintln!("{} link: {e:#}", kind.name());
@@ -1197,7 +1244,7 @@ fn view_table(points: &[NcPoint], checks: &[TargetCheck]) -> Table {
             times(a.zip(b).and_then(|(a, b)| ratio(a.mb_s, b.mb_s)))
         };
         let check = checks.iter().find(|c| {
-            p.link == LinkKind::Shaped
+            c.link == p.link
                 && c.volume == p.volume
                 && c.op == p.op
                 && c.block_bytes == p.block_bytes
@@ -1349,7 +1396,7 @@ fn print_report(opts: &PresetOptions, report: &NoncontigReport, wall: Duration) 
     let missed = report.checks.iter().filter(|c| !c.met).count();
     if !report.checks.is_empty() {
         println!(
-            "targets on the shaped link (x from 8 B to 4 KiB): {} of {} points met",
+            "targets on the rate-limited links (x from 8 B to 4 KiB): {} of {} points met",
             report.checks.len() - missed,
             report.checks.len()
         );
@@ -1432,6 +1479,7 @@ mod tests {
     fn measured() -> LinkMeasurement {
         LinkMeasurement {
             rate_bits: Some(800_000_000),
+            delay_us: None,
             rtt_us: 100.0,
             down_mbit_s: 760.0,
             up_mbit_s: 780.0,

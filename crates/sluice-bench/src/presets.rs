@@ -967,7 +967,7 @@ fn san_merge(
         .collect();
     let report = SanMergeReport {
         rows,
-        checks: merge::check_adaptive(&summaries),
+        checks: merge::check_adaptive(&summaries, &samples),
         samples,
         failures,
     };
@@ -984,8 +984,8 @@ fn san_merge_table(report: &SanMergeReport) -> Table {
         "merge off",
         "merge always",
         "merge adaptive",
-        "always/off",
-        "adaptive/best",
+        "always/off per round [95% CI]",
+        "adaptive/best per round [95% CI]",
         "in batches (always/adaptive)",
     ]);
     let find = |w: usize, p: MergePolicy| {
@@ -1016,10 +1016,12 @@ fn san_merge_table(report: &SanMergeReport) -> Table {
             cell(find(w, MergePolicy::Off)),
             cell(find(w, MergePolicy::Always)),
             cell(find(w, MergePolicy::Adaptive)),
-            c.always_over_off
-                .map_or_else(|| "-".into(), |r| format!("{r:.2}")),
-            c.adaptive_over_best
-                .map_or_else(|| "-".into(), |r| format!("{r:.2} ({})", c.best)),
+            merge::interval_cell(c.always_over_off.as_ref()),
+            format!(
+                "{} ({})",
+                merge::interval_cell(c.adaptive_over_best.as_ref()),
+                c.best
+            ),
             format!(
                 "{} / {}",
                 share(MergePolicy::Always),
