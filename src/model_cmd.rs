@@ -213,6 +213,11 @@ struct NoncontigArgs {
     /// list goes up while its data comes down (the paper: one stream).
     #[arg(long)]
     full_duplex: bool,
+    /// Segments one request carries at most: longer lists are sent as
+    /// several requests, whose lists and data overlap on a full-duplex
+    /// link (default: no limit, full overlap).
+    #[arg(long)]
+    max_segments: Option<u64>,
     /// SGL overhead independent of the segment count, bytes (16 in section
     /// 4.1; the figure 6 header has 8).
     #[arg(long, default_value_t = 16.0)]

@@ -225,6 +225,7 @@ pub(super) fn noncontig(a: &NoncontigArgs, out: &mut dyn Write) -> Result<()> {
         },
         sgl_fixed_bytes: a.sgl_fixed_bytes,
         full_duplex: a.full_duplex,
+        max_segments: a.max_segments,
         ..NoncontigParams::paper()
     };
     let sizes = if a.sizes.is_empty() {

@@ -288,7 +288,11 @@ pub fn check_layout(segments: &[Segment], data: &[u8], whole: &[u8]) -> Result<(
 /// The model's parameters for a transfer over a link measured as `m`:
 /// its RTT, its payload rate in the transfer's direction (writes go up
 /// to the server, reads come down), and sluice's DDT sizes.
-pub fn model_params(m: &LinkMeasurement, direction: Direction) -> NoncontigParams {
+pub fn model_params(
+    m: &LinkMeasurement,
+    direction: Direction,
+    max_segments: Option<u64>,
+) -> NoncontigParams {
     let mbit = match direction {
         Direction::Write => m.up_mbit_s,
         Direction::Read => m.down_mbit_s,
@@ -300,8 +304,11 @@ pub fn model_params(m: &LinkMeasurement, direction: Direction) -> NoncontigParam
         sgl_fixed_bytes: SGL_FIXED_BYTES,
         sgl_entry_bytes: SGL_ENTRY_BYTES,
         strided_bytes: STRIDED_BYTES,
-        // A veth pair shapes each direction on its own.
+        // A veth pair (or a relay's two threads) carries each direction
+        // on its own; a long list is cut into requests of the server's
+        // published most segments, which then overlap.
         full_duplex: true,
+        max_segments,
     }
 }
 
@@ -398,6 +405,10 @@ pub struct NoncontigReport {
     pub total_bytes: u64,
     pub hole_bytes: u64,
     pub in_flight: usize,
+    /// Most segments the server takes in one request (longer lists are
+    /// cut into requests sent back to back; the model counts their
+    /// overlap).
+    pub max_segments: Option<u32>,
     /// Each link as measured when it was made.
     pub links: Vec<(LinkKind, LinkMeasurement)>,
     pub notes: Vec<String>,
@@ -435,6 +446,8 @@ enum Place {
 struct Bed {
     kind: LinkKind,
     measured: Option<LinkMeasurement>,
+    /// Most segments the server takes in one request.
+    max_segments: u32,
     clients: [ObjClient; 3],
     mem: u64,
     file: u64,
@@ -484,8 +497,13 @@ impl Bed {
         let here = dir.join(kind.name());
         std::fs::create_dir_all(&here)
             .with_context(|| format!("cannot create {}", here.display()))?;
+        let objects = ObjectConfig::new(here.join("objects"), vec![any.clone()]);
+        let max_segments = objects
+            .published_limits()
+            .context("the object listener's limits")?
+            .max_segments;
         let config = ServerConfig {
-            listen: vec![any.clone()],
+            listen: vec![any],
             export: vec![
                 ExportConfig {
                     name: MEM_EXPORT.into(),
@@ -502,7 +520,7 @@ impl Bed {
                     description: "noncontig file".into(),
                 },
             ],
-            objects: Some(ObjectConfig::new(here.join("objects"), vec![any])),
+            objects: Some(objects),
             ..ServerConfig::default()
         };
         let server = ObjServer::bind(config, link.as_ref().map(Link::namespace))
@@ -546,6 +564,7 @@ impl Bed {
         Ok(Self {
             kind,
             measured,
+            max_segments,
             clients,
             mem,
             file,
@@ -721,7 +740,11 @@ impl Points {
 }
 
 /// Sets each point's medians and the model's prediction for it.
-pub fn finish_points(points: &mut [NcPoint], links: &[(LinkKind, LinkMeasurement)]) {
+pub fn finish_points(
+    points: &mut [NcPoint],
+    links: &[(LinkKind, LinkMeasurement)],
+    max_segments: Option<u64>,
+) {
     for p in points {
         p.time_s = median(&p.rounds_s).unwrap_or(0.0);
         p.mb_s = if p.time_s > 0.0 {
@@ -750,7 +773,12 @@ pub fn finish_points(points: &mut [NcPoint], links: &[(LinkKind, LinkMeasurement
         // Iterative in the model is n requests of x bytes; the contiguous
         // part's segments are one request each (n = 1).
         let x = p.payload_bytes.checked_div(p.segments).unwrap_or(0);
-        if let Ok(t) = transfer_time(&model_params(m, direction), ddt, p.segments, x.max(1)) {
+        if let Ok(t) = transfer_time(
+            &model_params(m, direction, max_segments),
+            ddt,
+            p.segments,
+            x.max(1),
+        ) {
             p.model_time_s = Some(t.time);
             p.model_mb_s = Some(t.throughput / 1e6);
             p.model_error = model_error(p.time_s, t.time);
@@ -1105,6 +1133,7 @@ pub fn noncontig(opts: &PresetOptions, args: &NoncontigArgs) -> Result<Noncontig
     let mut points = Points(Vec::new());
     let mut failures = Vec::new();
     let mut links = Vec::new();
+    let mut max_segments = None;
     for kind in kinds {
         eprintln!("# {} link", kind.name());
         let mut bed = match Bed::start(kind, rate, delay, dir.path(), export_bytes) {
@@ -1118,12 +1147,13 @@ pub fn noncontig(opts: &PresetOptions, args: &NoncontigArgs) -> Result<Noncontig
         if let Some(m) = bed.measured {
             links.push((kind, m));
         }
+        max_segments = Some(bed.max_segments);
         for r in 0..opts.rounds {
             round(&mut bed, &plan, r, min, &mut points, &mut failures);
         }
     }
     let mut points = points.0;
-    finish_points(&mut points, &links);
+    finish_points(&mut points, &links, max_segments.map(u64::from));
     let checks = check_targets(&points);
     let report = NoncontigReport {
         preset: "noncontig".into(),
@@ -1136,6 +1166,7 @@ pub fn noncontig(opts: &PresetOptions, args: &NoncontigArgs) -> Result<Noncontig
         total_bytes: plan.total,
         hole_bytes: HOLE,
         in_flight: IN_FLIGHT,
+        max_segments,
         links,
         notes,
         points,
@@ -1489,10 +1520,10 @@ mod tests {
     #[test]
     fn the_model_uses_the_links_rate_in_the_transfers_direction() {
         let m = measured();
-        let w = model_params(&m, Direction::Write);
+        let w = model_params(&m, Direction::Write, None);
         assert_eq!(w.bandwidth, 780e6 / 8.0);
         assert!((w.rtt - 100e-6).abs() < 1e-12);
-        let r = model_params(&m, Direction::Read);
+        let r = model_params(&m, Direction::Read, None);
         assert_eq!(r.bandwidth, 760e6 / 8.0);
         assert_eq!(r.direction, Direction::Read);
         assert_eq!(w.sgl_entry_bytes, 16.0);
@@ -1534,7 +1565,7 @@ mod tests {
     #[test]
     fn points_get_the_models_prediction_and_the_targets_are_judged() {
         let links = [(LinkKind::Shaped, measured())];
-        let params = model_params(&measured(), Direction::Write);
+        let params = model_params(&measured(), Direction::Write, None);
         let t = |d| transfer_time(&params, d, 1024, 8).unwrap().time;
         let mut points = vec![
             // Iterative one at a time far slower, pipelined 5x faster
@@ -1548,7 +1579,7 @@ mod tests {
             nc("sgl", 4096, 2, 1e-3),
             nc("strided", 4096, 2, 1e-3),
         ];
-        finish_points(&mut points, &links);
+        finish_points(&mut points, &links, Some(4096));
         assert!((points[1].time_s - t(Ddt::Sgl)).abs() < 1e-12);
         assert!(points[1].model_error.unwrap().abs() < 1e-9);
         assert!((points[2].model_error.unwrap() + 0.3).abs() < 1e-9);
@@ -1581,7 +1612,7 @@ mod tests {
         // Without a measured link there is no model and no target.
         let mut loopback = vec![nc("sgl", 8, 1024, 1e-3)];
         loopback[0].link = LinkKind::Loopback;
-        finish_points(&mut loopback, &links);
+        finish_points(&mut loopback, &links, Some(4096));
         assert_eq!(loopback[0].model_time_s, None);
         assert!(check_targets(&loopback).is_empty());
     }

@@ -15,9 +15,13 @@
 //! The paper's link is shared by both directions ("the same number and
 //! size of data transfers happen" for a read). On a full-duplex link
 //! ([`NoncontigParams::full_duplex`]) a read's description goes up while
-//! the data comes down, so a read takes max(x n, O)/BW + N instead: the
-//! larger of the two streams, with the pieces of a long list pipelined.
-//! Writes are unchanged (list and data share the upward direction).
+//! data comes down, but a request's data can only come down once its
+//! list is up: a list cut into p requests sent back to back (a server
+//! takes at most so many segments per request,
+//! [`NoncontigParams::max_segments`]) is a two-stage pipeline, and
+//! S = (x n + O)/p + (p − 1)/p · max(x n, O): the sum for one request,
+//! the larger stream as p grows. Writes are unchanged (list and data
+//! share the upward direction).
 //!
 //! The paper prints three slips, which this code does not copy:
 //! `O_strided = x n + 16` (its own `S_strided = x n + 16` shows the
@@ -88,6 +92,11 @@ pub struct NoncontigParams {
     /// link): a read's description and its data overlap. `false` is the
     /// paper's model, one stream for both.
     pub full_duplex: bool,
+    /// Segments one request carries at most: a longer list is sent as
+    /// several requests back to back, whose lists and data overlap on a
+    /// full-duplex link. `None`: as many as it takes to overlap them
+    /// fully (S = max(x n, O) for a full-duplex read).
+    pub max_segments: Option<u64>,
 }
 
 impl Default for NoncontigParams {
@@ -107,6 +116,7 @@ impl NoncontigParams {
             sgl_entry_bytes: 16.0,
             strided_bytes: 16.0,
             full_duplex: false,
+            max_segments: None,
         }
     }
 
@@ -125,6 +135,9 @@ impl NoncontigParams {
             self.bandwidth,
             "must be > 0 bytes per second",
         )?;
+        if let Some(m) = self.max_segments {
+            check(m >= 1, "max_segments", m as f64, "must be at least 1")?;
+        }
         for (name, v) in [
             ("sgl_fixed_bytes", self.sgl_fixed_bytes),
             ("sgl_entry_bytes", self.sgl_entry_bytes),
@@ -148,7 +161,7 @@ pub struct TransferTime {
     /// Round trips paid.
     pub round_trips: f64,
     /// T = S/BW + N (+ RTT/2 for reads; on a full-duplex link a read's
-    /// S is the larger of payload and description), seconds.
+    /// pieces overlap, see the module's documentation), seconds.
     pub time: f64,
     /// Payload / T, bytes per second.
     pub throughput: f64,
@@ -185,8 +198,12 @@ pub fn transfer_time(
         Direction::Write => 0.0,
         Direction::Read => params.rtt / 2.0,
     };
-    let bytes = match params.direction {
-        Direction::Read if params.full_duplex => payload.max(overhead),
+    let bytes = match (params.direction, params.max_segments) {
+        (Direction::Read, None) if params.full_duplex => payload.max(overhead),
+        (Direction::Read, Some(most)) if params.full_duplex => {
+            let pieces = segments.div_ceil(most) as f64;
+            (payload + overhead) / pieces + (pieces - 1.0) / pieces * payload.max(overhead)
+        }
         _ => payload + overhead,
     };
     let time = bytes / params.bandwidth + round_trips * params.rtt + request;

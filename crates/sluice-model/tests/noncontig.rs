@@ -60,6 +60,41 @@ fn full_duplex_reads_overlap_the_list_with_the_data() {
     }
 }
 
+/// A list cut into requests of at most `max_segments` is a two-stage
+/// pipeline on a full-duplex link: one request moves list then data (the
+/// sum), p requests overlap all but 1/p of the smaller stream.
+#[test]
+fn full_duplex_reads_overlap_only_between_requests() {
+    let read = |max_segments| NoncontigParams {
+        full_duplex: true,
+        direction: Direction::Read,
+        max_segments,
+        ..NoncontigParams::paper()
+    };
+    let (list, data) = (16.0 * 1000.0 + 16.0, 8_000.0);
+    let extra = 30e-6 + 15e-6;
+    // One request: nothing overlaps.
+    let one = transfer_time(&read(Some(1000)), Ddt::Sgl, 1000, 8).unwrap();
+    assert!(close(one.time, (list + data) / 1e8 + extra));
+    // Four requests: a quarter of the sum, then three quarters of the
+    // larger stream.
+    let four = transfer_time(&read(Some(250)), Ddt::Sgl, 1000, 8).unwrap();
+    assert!(close(four.time, ((list + data) / 4.0 + 0.75 * list) / 1e8 + extra));
+    // No limit: the larger stream alone.
+    let all = transfer_time(&read(None), Ddt::Sgl, 1000, 8).unwrap();
+    assert!(close(all.time, list / 1e8 + extra));
+    assert!(one.time > four.time && four.time > all.time);
+    // One request per segment has no list to overlap.
+    let it = transfer_time(&read(Some(1)), Ddt::Iterative, 1000, 8).unwrap();
+    assert!(close(it.time, data / 1e8 + 1000.0 * 30e-6 + 15e-6));
+    assert!(NoncontigParams {
+        max_segments: Some(0),
+        ..read(None)
+    }
+    .validate()
+    .is_err());
+}
+
 /// Figure 8's findings: strided is best at every segment size, throughput
 /// grows with segment size and all three approach the link rate.
 #[test]
