@@ -79,7 +79,10 @@ fn full_duplex_reads_overlap_only_between_requests() {
     // Four requests: a quarter of the sum, then three quarters of the
     // larger stream.
     let four = transfer_time(&read(Some(250)), Ddt::Sgl, 1000, 8).unwrap();
-    assert!(close(four.time, ((list + data) / 4.0 + 0.75 * list) / 1e8 + extra));
+    assert!(close(
+        four.time,
+        ((list + data) / 4.0 + 0.75 * list) / 1e8 + extra
+    ));
     // No limit: the larger stream alone.
     let all = transfer_time(&read(None), Ddt::Sgl, 1000, 8).unwrap();
     assert!(close(all.time, list / 1e8 + extra));
