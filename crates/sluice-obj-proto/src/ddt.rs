@@ -468,4 +468,12 @@ impl Iterator for Segments<'_> {
         self.next += 1;
         Some(seg)
     }
+
+    /// Exact, so that collecting a long list allocates once.
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = self.ddt.segment_count().saturating_sub(self.next) as usize;
+        (left, Some(left))
+    }
 }
+
+impl ExactSizeIterator for Segments<'_> {}

@@ -85,6 +85,14 @@ fn segment() -> impl Strategy<Value = Segment> {
 fn check_invariants(ddt: &Ddt<'_>) {
     let segs: Vec<_> = ddt.segments().collect();
     assert_eq!(segs.len() as u32, ddt.segment_count());
+    // The iterator knows how many are left at every step.
+    let mut it = ddt.segments();
+    for left in (0..segs.len()).rev() {
+        assert_eq!(it.len(), left + 1);
+        it.next();
+        assert_eq!(it.size_hint(), (left, Some(left)));
+    }
+    assert_eq!(it.next(), None);
     if ddt.kind() != DdtKind::Contiguous {
         assert!(!segs.is_empty() && segs.len() as u32 <= LIMITS.max_segments);
     }

@@ -22,13 +22,18 @@ impl Segment {
     }
 }
 
+/// Member indices of a run: most runs have one member (a list of small
+/// blocks behind holes is one run per block), which then needs no
+/// allocation of its own.
+pub type Members = smallvec::SmallVec<[usize; 1]>;
+
 /// A contiguous file range covering one or more segments.
 #[derive(Debug)]
 pub struct Run {
     pub offset: u64,
     pub len: u64,
     /// Indices into the segment list, sorted by offset.
-    pub members: Vec<usize>,
+    pub members: Members,
     /// Whether two members cover a common byte.
     pub overlapping: bool,
     /// Whether the run bridges a gap no member covers.
@@ -64,7 +69,7 @@ pub fn plan(segments: &[Segment], bridge: u64) -> Vec<Run> {
             _ => runs.push(Run {
                 offset: s.offset,
                 len: s.len,
-                members: vec![i],
+                members: smallvec::smallvec![i],
                 overlapping: false,
                 gapped: false,
             }),
@@ -102,7 +107,7 @@ mod tests {
         let runs = plan(&segs, 0);
         assert_eq!(runs.len(), 2);
         assert_eq!((runs[0].offset, runs[0].len), (0, 22));
-        assert_eq!(runs[0].members, vec![1, 2, 3]);
+        assert_eq!(runs[0].members.as_slice(), [1, 2, 3]);
         assert!(runs[0].overlapping && !runs[0].gapped);
         assert_eq!((runs[1].offset, runs[1].len), (100, 10));
         assert!(!runs[1].overlapping);

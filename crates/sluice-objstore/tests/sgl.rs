@@ -23,6 +23,21 @@ fn segs() -> impl Strategy<Value = Vec<(u64, u64)>> {
     prop::collection::vec((0u64..6000, 0u64..1500), 0..8)
 }
 
+/// Many small segments close together: reads of them are one run of
+/// small members, copied out of one read of the run.
+fn small_segs() -> impl Strategy<Value = Vec<(u64, u64)>> {
+    prop::collection::vec((0u64..20_000, 0u64..24), 1..200)
+}
+
+/// Writes and reads of many small segments over an object in its file.
+fn small_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        2 => (small_segs(), any::<u8>(), any::<bool>()).prop_map(|(s, b, d)| Op::Write(s, b, d)),
+        1 => (0u64..30_000, any::<u8>(), any::<bool>()).prop_map(|(n, b, d)| Op::Append(n, b, d)),
+        3 => small_segs().prop_map(Op::Read),
+    ]
+}
+
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (segs(), any::<u8>(), any::<bool>()).prop_map(|(s, b, d)| Op::Write(s, b, d)),
@@ -160,6 +175,16 @@ proptest! {
     #[test]
     fn segment_io_matches_a_byte_vector(ops in prop::collection::vec(op(), 1..24)) {
         run(StoreOptions::default(), ops)?;
+    }
+
+    /// Lists of many small segments, most of them in one run: past the
+    /// inline limit, so they are read from the object's file.
+    #[test]
+    fn many_small_segments_match_a_byte_vector(ops in prop::collection::vec(small_op(), 1..16)) {
+        run(
+            StoreOptions { inline_max: 1024, ..StoreOptions::default() },
+            ops,
+        )?;
     }
 
     /// A small inline limit and journal: objects cross from inline to

@@ -197,8 +197,10 @@ pub fn split(segments: &[Segment], limits: PieceLimits) -> Option<Vec<Vec<Segmen
         return None;
     }
     let max_n = u64::from(limits.max_segments);
+    // Pieces are usually full: sized once, not grown a push at a time.
+    let room_for = (max_n as usize).min(segments.len());
     let mut pieces = Vec::new();
-    let mut piece: Vec<Segment> = Vec::new();
+    let mut piece: Vec<Segment> = Vec::with_capacity(room_for);
     let mut data = 0u64;
     for s in segments {
         let mut s = *s;
@@ -215,7 +217,7 @@ pub fn split(segments: &[Segment], limits: PieceLimits) -> Option<Vec<Vec<Segmen
                     // small for the smallest DDT): give up.
                     return None;
                 }
-                pieces.push(std::mem::take(&mut piece));
+                pieces.push(std::mem::replace(&mut piece, Vec::with_capacity(room_for)));
                 data = 0;
                 continue;
             }
