@@ -1,6 +1,7 @@
 //! Object data files: scatter/gather reads and writes as positional
 //! vectored I/O (`preadv`/`pwritev`), one call per merged run (split
-//! only at the kernel's iovec limit), and hole punching.
+//! only at the kernel's iovec limit; a read run of small members is read
+//! whole and copied out, see [`COPY_OUT_BELOW`]), and hole punching.
 
 use std::fs::File;
 use std::io::{self, IoSlice, IoSliceMut};
