@@ -163,11 +163,19 @@ impl Verdict {
     }
 }
 
-/// A per-round ratio for a table: its median and interval.
+/// A per-round ratio for a table: its median and interval, with the
+/// interval's coverage where too few rounds reach [`CONFIDENCE`].
 pub fn interval_cell(r: Option<&MedianInterval>) -> String {
     r.map_or_else(
         || "-".into(),
-        |r| format!("{:.2} [{:.2}, {:.2}]", r.median, r.low, r.high),
+        |r| {
+            let short = if r.coverage < CONFIDENCE {
+                format!(" at {:.0}%", r.coverage * 100.0)
+            } else {
+                String::new()
+            };
+            format!("{:.2} [{:.2}, {:.2}]{short}", r.median, r.low, r.high)
+        },
     )
 }
 
@@ -730,6 +738,9 @@ mod tests {
         assert_eq!(checks[1].best, "always");
         assert!(!checks[1].within_margin, "{:?}", checks[1]);
         assert_eq!(checks[1].verdict, Verdict::Outside);
+        // Three rounds hold the median with 75 % at best: the cell says so.
+        let cell = interval_cell(checks[1].adaptive_over_best.as_ref());
+        assert!(cell.ends_with(" at 75%"), "{cell}");
         let r = checks[1].always_over_off.unwrap();
         assert!((r.median - 151.0 / 101.0).abs() < 1e-9);
     }
@@ -757,6 +768,11 @@ mod tests {
         );
         assert_eq!(c.verdict, Verdict::Within);
         assert!((c.always_over_off.unwrap().median - 1.3).abs() < 1e-9);
+        // Seven rounds reach 95 %: no coverage note.
+        assert_eq!(
+            interval_cell(c.always_over_off.as_ref()),
+            "1.30 [1.30, 1.30]"
+        );
     }
 
     #[test]

@@ -20,10 +20,12 @@
 //!
 //! The server is embedded, its sockets bound in a network namespace
 //! behind a veth link ([`crate::link`]): unshaped, shaped with tc tbf to
-//! 800 Mbit/s as in the paper (`--link-rate`), and shaped with a delay
-//! added each way (`--link-delay`, 250 µs by default: a round trip of
-//! about half a millisecond, the long link the paper's introduction
-//! speaks of, where one request per block costs most). Where namespaces are
+//! 800 Mbit/s as in the paper (`--link-rate`), and a long link of the
+//! same rate with a delay added each way (`--link-delay`, 250 µs by
+//! default: a round trip of about half a millisecond, the
+//! high-latency case the paper's introduction speaks of, where one
+//! request per block costs most), played by a relay
+//! ([`crate::relay`]). Where namespaces are
 //! unavailable the run says so and measures on loopback, without a model
 //! (nothing measured the link). DDTs take turns within each point, the
 //! first one moving each round; each timed value is the median transfer
