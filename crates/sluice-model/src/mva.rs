@@ -150,8 +150,18 @@ fn exact_recursion(
                     }
                     let busy: f64 = next[1..].iter().sum();
                     // The complement loses precision when the station is
-                    // nearly always busy; never let it go negative.
+                    // nearly always busy, and rounding can take the busy
+                    // share past 1. The marginals must still sum to 1:
+                    // left above it, the excess grows with every
+                    // population the recursion adds (a station whose
+                    // servers outnumber the customers drifted by 8e-6 of
+                    // its throughput at 29 customers).
                     next[0] = (1.0 - busy).max(0.0);
+                    if busy > 1.0 {
+                        for pj in &mut next[1..] {
+                            *pj /= busy;
+                        }
+                    }
                     p[i] = next;
                     busy.min(1.0)
                 }
