@@ -114,11 +114,6 @@ impl WireRelay {
     pub fn addr(&self) -> SocketAddr {
         self.addr
     }
-
-    /// The wire it plays.
-    pub fn wire(&self) -> Wire {
-        self.wire
-    }
 }
 
 impl Drop for WireRelay {
