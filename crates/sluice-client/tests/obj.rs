@@ -11,6 +11,9 @@ use sluice_client::obj::{
 use sluice_client::ObjUri;
 use sluice_testkit::test_server::TestServer;
 
+mod relay;
+use relay::Relay;
+
 struct Fixture {
     server: TestServer,
     _dir: tempfile::TempDir,
@@ -273,6 +276,42 @@ fn requests_past_the_published_limits_are_split_transparently() {
     unique.dedup();
     assert_eq!(unique.len(), ids.len());
     assert_eq!(c.list("many", None).unwrap().len(), ids.len());
+}
+
+/// A write cut into pieces sends them all before it waits for a reply:
+/// the relay holds every reply back until the client has sent the whole
+/// payload, which a client that waited on the first pieces before
+/// sending the last never does (its request then times out). Attributes
+/// ride on the last piece, which does wait for the others.
+#[test]
+fn the_pieces_of_a_long_write_go_out_before_any_reply() {
+    let f = start();
+    let relay = Relay::start(f.server.obj_addr.expect("object address"));
+    let options = ObjOptions {
+        request_timeout: Some(std::time::Duration::from_secs(5)),
+        ..ObjOptions::default()
+    };
+    let mut c = ObjClient::connect(&relay.uri.parse().unwrap(), &options).unwrap();
+    let id = c.create("", 1, false).unwrap()[0];
+    // Three pieces of 8-byte blocks behind 2-byte holes.
+    let n = u64::from(c.session().limits.max_segments) * 3;
+    let segs: Vec<Segment> = (0..n).map(|i| seg(i * 10, 8)).collect();
+    let data = pattern(9, (n * 8) as usize);
+    relay.hold_replies_until_sent(n * 8);
+    c.write(id, &segs, &data, &DataOptions::default())
+        .expect("every piece sent before the first reply");
+    let r = c.read(id, &segs).unwrap();
+    assert!(r.data == data, "the blocks read back");
+    // With an attribute the last piece waits for the others' replies.
+    let tagged = DataOptions {
+        attrs: vec![AttrChange::set("tag", 1)],
+        ..DataOptions::default()
+    };
+    c.write(id, &segs, &data, &tagged).unwrap();
+    assert_eq!(
+        c.get_attrs(id, &["tag"]).unwrap().get("tag"),
+        Some(&Value::Integer(1))
+    );
 }
 
 #[test]

@@ -21,6 +21,9 @@ use sluice_testkit::etcd::EtcdCluster;
 use sluice_testkit::test_server::TestServer;
 use tempfile::TempDir;
 
+mod relay;
+use relay::Relay;
+
 /// The smallest stripe unit a layout may have.
 const UNIT: u64 = 4096;
 
@@ -792,59 +795,10 @@ fn reads_past_the_size_are_zeros_and_see_other_writers() {
     ));
 }
 
-/// A TCP relay to `to` that can be frozen: from then on it holds every
-/// connection open and passes nothing either way, as a hung server does.
-struct Relay {
-    uri: String,
-    frozen: Arc<std::sync::atomic::AtomicBool>,
-}
-
-fn relay(to: std::net::SocketAddr) -> Relay {
-    use std::io::{Read, Write};
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let uri = format!("sluice://{}", listener.local_addr().unwrap());
-    let frozen = Arc::new(AtomicBool::new(false));
-    let copy =
-        |mut from: std::net::TcpStream, mut to: std::net::TcpStream, frozen: Arc<AtomicBool>| {
-            std::thread::spawn(move || {
-                let mut buf = vec![0u8; 64 << 10];
-                loop {
-                    let n = match from.read(&mut buf) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => n,
-                    };
-                    while frozen.load(Ordering::Relaxed) {
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
-                    if to.write_all(&buf[..n]).is_err() {
-                        return;
-                    }
-                }
-            });
-        };
-    let f = Arc::clone(&frozen);
-    std::thread::spawn(move || {
-        for client in listener.incoming() {
-            let Ok(client) = client else { return };
-            let Ok(server) = std::net::TcpStream::connect(to) else {
-                return;
-            };
-            copy(
-                client.try_clone().unwrap(),
-                server.try_clone().unwrap(),
-                Arc::clone(&f),
-            );
-            copy(server, client, Arc::clone(&f));
-        }
-    });
-    Relay { uri, frozen }
-}
-
 #[test]
 fn a_hung_server_fails_by_name_within_the_request_timeout() {
     let d = deploy(2);
-    let r = relay(d.servers[1].as_ref().unwrap().obj_addr.unwrap());
+    let r = Relay::start(d.servers[1].as_ref().unwrap().obj_addr.unwrap());
     // A deployment of server 0 and server 1 behind the relay.
     let meta = Arc::new(MemoryMetaStore::new());
     meta.add_server(&d.uris[0]).unwrap();
@@ -871,7 +825,7 @@ fn a_hung_server_fails_by_name_within_the_request_timeout() {
     let data = bytes(5, 4 * UNIT);
     c.write(&mut o, &whole, &data, &StripedWrite::default())
         .unwrap();
-    r.frozen.store(true, std::sync::atomic::Ordering::Relaxed);
+    r.freeze();
     for pattern in [whole, unit(hung as u64)] {
         let started = Instant::now();
         let e = c.read(&mut o, &pattern).unwrap_err();

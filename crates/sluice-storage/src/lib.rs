@@ -116,6 +116,22 @@ pub trait BlockDevice: Send + Sync + std::fmt::Debug {
     }
     /// Writes `buf` at `offset`; durable on return if `fua`.
     fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<(), DeviceError>;
+    /// Writes each `(offset, bytes)` piece in order, as a
+    /// [`write_at`](Self::write_at) per piece would (a later piece that
+    /// overlaps an earlier one wins); `fua` makes them all durable before
+    /// it returns. On an error any of them may have been written. For
+    /// writes of many small pieces, such as a view of small blocks behind
+    /// holes, which cannot be merged into fewer writes without writing the
+    /// holes: a device that can do better than a call per piece (one
+    /// lock per page, a copy into a mapping) overrides it.
+    fn write_pieces(&self, pieces: &[(u64, &[u8])], fua: bool) -> Result<(), DeviceError> {
+        write_each(
+            pieces,
+            fua,
+            |buf, offset, fua| self.write_at(buf, offset, fua),
+            || self.flush(),
+        )
+    }
     /// Makes every completed write durable.
     fn flush(&self) -> Result<(), DeviceError>;
     /// Like [`flush`](Self::flush) where that cannot wait on the device
@@ -182,16 +198,6 @@ pub trait ZeroCopy: Send + Sync {
         offset: u64,
         len: usize,
     ) -> Result<(), DeviceError>;
-    /// Writes each `(offset, bytes)` piece in order, like a
-    /// [`BlockDevice::write_at`] per piece (a later piece that overlaps an
-    /// earlier one wins; `fua` makes them all durable before it returns),
-    /// by copying them into the device's shared mapping: for writes of
-    /// many small pieces, which a system call each would cost far more.
-    /// `Ok(false)`: not possible here (no writable mapping, or the kernel
-    /// could not make a page writable, e.g. no space for a hole), and
-    /// nothing was written: the caller writes them with `write_at`, which
-    /// reports why.
-    fn write_pieces(&self, pieces: &[(u64, &[u8])], fua: bool) -> Result<bool, DeviceError>;
 }
 
 /// A device that wraps another and changes only part of what it does:
@@ -206,6 +212,9 @@ pub trait ZeroCopy: Send + Sync {
 ///   changes flushes says itself when one cannot wait.
 /// - `size`, `capability`, `write_at`, `flush`, `trim`, `write_zeroes`,
 ///   `extents`, `cache` and `metrics` go to the device beneath unchanged.
+/// - `write_pieces` goes through the layer's *own* `write_at` per piece
+///   (and its own `flush` for FUA), so overriding `write_at` is always
+///   enough to change what writes do.
 ///   A layer that holds data the device beneath does not have yet (a
 ///   write-back cache, a volatile-cache simulation) must override
 ///   `extents`, or it reports holes where its data is. A layer with
@@ -242,6 +251,18 @@ pub trait DeviceLayer: Send + Sync + std::fmt::Debug {
     /// See [`BlockDevice::write_at`].
     fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<(), DeviceError> {
         self.inner().write_at(buf, offset, fua)
+    }
+    /// See [`BlockDevice::write_pieces`]; by default this layer's own
+    /// [`write_at`](Self::write_at) per piece (and its own
+    /// [`flush`](Self::flush) for `fua`), so overriding `write_at` is always
+    /// enough to change what writes do.
+    fn write_pieces(&self, pieces: &[(u64, &[u8])], fua: bool) -> Result<(), DeviceError> {
+        write_each(
+            pieces,
+            fua,
+            |buf, offset, fua| self.write_at(buf, offset, fua),
+            || self.flush(),
+        )
     }
     /// See [`BlockDevice::flush`].
     fn flush(&self) -> Result<(), DeviceError> {
@@ -295,6 +316,9 @@ impl<L: DeviceLayer> BlockDevice for L {
     }
     fn write_at(&self, buf: &[u8], offset: u64, fua: bool) -> Result<(), DeviceError> {
         DeviceLayer::write_at(self, buf, offset, fua)
+    }
+    fn write_pieces(&self, pieces: &[(u64, &[u8])], fua: bool) -> Result<(), DeviceError> {
+        DeviceLayer::write_pieces(self, pieces, fua)
     }
     fn flush(&self) -> Result<(), DeviceError> {
         DeviceLayer::flush(self)
@@ -372,6 +396,27 @@ pub struct DeviceMetric {
     /// Labels besides the export's (e.g. which member of an array), in
     /// order; empty for most.
     pub labels: Vec<(&'static str, String)>,
+}
+
+/// [`BlockDevice::write_pieces`] as one `write` per piece, in order: a
+/// lone piece carries `fua` itself; more are written without it and
+/// followed by one `flush`, so FUA costs one sync, not one per piece.
+pub(crate) fn write_each(
+    pieces: &[(u64, &[u8])],
+    fua: bool,
+    write: impl Fn(&[u8], u64, bool) -> Result<(), DeviceError>,
+    flush: impl FnOnce() -> Result<(), DeviceError>,
+) -> Result<(), DeviceError> {
+    if let [(offset, bytes)] = pieces {
+        return write(bytes, *offset, fua);
+    }
+    for &(offset, bytes) in pieces {
+        write(bytes, offset, false)?;
+    }
+    if fua && !pieces.is_empty() {
+        flush()?;
+    }
+    Ok(())
 }
 
 /// Checks that `[offset, offset+len)` lies within `size` (without

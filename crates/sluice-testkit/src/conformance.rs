@@ -712,6 +712,7 @@ pub fn out_of_range_is_refused(factory: Factory<'_>) -> CheckResult {
     let size = dev.size();
     let top = 0u64.wrapping_sub(a);
     let mut buf = vec![0u8; 2 * a as usize];
+    let pieces = vec![0u8; 3 * a as usize];
     // Unflushed writes at both ends, so layers that hold data (caches,
     // simulated disk caches) have some to look through.
     op("write at the start", dev.write_at(&buf, 0, false))?;
@@ -739,6 +740,13 @@ pub fn out_of_range_is_refused(factory: Factory<'_>) -> CheckResult {
         expect(format!("FUA write of {len} bytes at {offset}"), &mut || {
             dev.write_at(&buf[..n], offset, true)
         })?;
+        expect(
+            format!("pieces written in range and {len} bytes at {offset}"),
+            &mut || {
+                let (first, rest) = pieces.split_at(a as usize);
+                dev.write_pieces(&[(0, first), (offset, &rest[..n])], false)
+            },
+        )?;
         expect(format!("trim of {len} bytes at {offset}"), &mut || {
             dev.trim(offset, len, false)
         })?;
@@ -902,6 +910,13 @@ enum Step {
         at: u64,
         units: u64,
     },
+    /// One `write_pieces` call: (at, units) pieces in order, overlaps
+    /// allowed (the later wins).
+    WritePieces {
+        pieces: Vec<(u64, u64)>,
+        seed: u64,
+        fua: bool,
+    },
     Zero {
         at: u64,
         units: u64,
@@ -925,6 +940,8 @@ fn steps(total: u64, max_len: u64) -> impl Strategy<Value = Vec<Step>> {
         4 => (range.clone(), any::<u64>(), any::<bool>())
             .prop_map(|((at, units), seed, fua)| Step::Write { at, units, seed, fua }),
         3 => range.clone().prop_map(|(at, units)| Step::Read { at, units }),
+        2 => (proptest::collection::vec(range.clone(), 1..40), any::<u64>(), any::<bool>())
+            .prop_map(|(pieces, seed, fua)| Step::WritePieces { pieces, seed, fua }),
         1 => (range.clone(), any::<bool>())
             .prop_map(|((at, units), may_trim)| Step::Zero { at, units, may_trim }),
         1 => range.clone().prop_map(|(at, units)| Step::Trim { at, units }),
@@ -952,6 +969,25 @@ fn run_steps(factory: Factory<'_>, steps: &[Step]) -> Result<(), Failure> {
                 fua,
             } => write_pattern(dev, &mut model, at * a, units * a, seed, fua, seed % 2 == 0)?,
             Step::Read { at, units } => verify(dev, &model, at * a, units * a, at % 2 == 1, &what)?,
+            Step::WritePieces {
+                ref pieces,
+                seed,
+                fua,
+            } => {
+                let total: u64 = pieces.iter().map(|&(_, units)| units * a).sum();
+                let data = pattern(seed, total as usize);
+                let mut rest = data.as_slice();
+                let mut list = Vec::with_capacity(pieces.len());
+                for &(at, units) in pieces {
+                    let (bytes, tail) = rest.split_at((units * a) as usize);
+                    list.push((at * a, bytes));
+                    rest = tail;
+                }
+                op(&what, dev.write_pieces(&list, fua))?;
+                for (offset, bytes) in list {
+                    model.write(offset, bytes);
+                }
+            }
             Step::Zero {
                 at,
                 units,
@@ -981,8 +1017,8 @@ fn run_steps(factory: Factory<'_>, steps: &[Step]) -> Result<(), Failure> {
     verify(dev, &model, 0, 512 * 1024, false, "the end of the sequence")
 }
 
-/// Property-based: random sequences of writes, reads, zeroing, trims,
-/// flushes and block-status queries over the first 512 KiB behave like an
+/// Property-based: random sequences of writes (one range, or many pieces
+/// in one call), reads, zeroing, trims, flushes and block-status queries over the first 512 KiB behave like an
 /// in-memory model (proptest shrinks a failure to a short sequence).
 pub fn operation_sequences_match_a_model(factory: Factory<'_>) -> CheckResult {
     let a = {

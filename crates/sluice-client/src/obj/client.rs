@@ -360,7 +360,7 @@ impl ObjClient {
                         return Err(self.violation(format!("CREATE_AND_WRITE answered {other:?}")))
                     }
                 };
-                let rest: Vec<Segment> = rest.iter().flatten().copied().collect();
+                let rest: Vec<Segment> = rest.iter().flat_map(|p| p.iter()).copied().collect();
                 self.write_pieces(
                     &subject(Opcode::Write, id),
                     Opcode::Write,
@@ -439,8 +439,9 @@ impl ObjClient {
         Ok(out)
     }
 
-    /// Writes (or punches) `segments`, cut as the limits require;
-    /// attributes ride on the last piece, sent once the others succeeded.
+    /// Writes (or punches) `segments`, cut as the limits require, the
+    /// pieces in flight together; attributes ride on the last piece, sent
+    /// once the others succeeded.
     fn write_pieces(
         &mut self,
         s: &Subject,
@@ -485,7 +486,9 @@ impl ObjClient {
                 options.fua,
             ));
         }
-        let tail = wires.pop();
+        // Attributes must not change unless the data landed: their piece
+        // waits for the others. Without them every piece goes at once.
+        let tail = if a.is_empty() { None } else { wires.pop() };
         self.in_order(wires, overlap)?;
         if let Some(w) = tail {
             self.all(std::slice::from_ref(&w))?;

@@ -4,6 +4,8 @@
 //! reply bodies. No I/O: [`ObjClient`](super::ObjClient) sends what this
 //! builds.
 
+use std::borrow::Cow;
+
 use sluice_obj_proto::consts::*;
 use sluice_obj_proto::{
     decode_id_list, encode_query_range, AttrOp, AttrOps, Ddt, DdtKind, Features, FlushScope,
@@ -13,7 +15,7 @@ use sluice_obj_proto::{
 use super::attr::{AttrChange, Attrs};
 use super::error::{Addressee, Subject};
 use super::link::{RawReply, Wire};
-use super::plan::{choose_as, coalesce, split, PieceLimits, PINNED_DDT_BYTES};
+use super::plan::{choose_as, coalesce, fits_one, split, PieceLimits, PINNED_DDT_BYTES};
 use super::request::{Entry, ObjRequest, ObjResponse, Page, ReadReply};
 use super::ObjError;
 
@@ -152,11 +154,11 @@ impl Codec<'_> {
     }
 
     /// Checks segments (none may end past 2^64) and merges neighbours.
-    pub(super) fn segments(
+    pub(super) fn segments<'s>(
         &self,
         subject: &Subject,
-        segments: &[Segment],
-    ) -> Result<Vec<Segment>, ObjError> {
+        segments: &'s [Segment],
+    ) -> Result<Cow<'s, [Segment]>, ObjError> {
         if let Some(s) = segments
             .iter()
             .find(|s| s.offset.checked_add(s.length).is_none())
@@ -174,24 +176,14 @@ impl Codec<'_> {
 
     /// Cuts `segments` into pieces within the limits, leaving room for
     /// `extra` bytes of parameters and attributes in each request.
-    pub(super) fn pieces(
+    pub(super) fn pieces<'s>(
         &self,
         subject: &Subject,
-        segments: &[Segment],
+        segments: &'s [Segment],
         extra: usize,
-    ) -> Result<Vec<Vec<Segment>>, ObjError> {
-        let l = self.limits();
-        let limits = PieceLimits {
-            max_segments: l.max_segments,
-            max_bytes: u64::from(l.max_payload)
-                .saturating_sub(extra as u64)
-                .saturating_sub(if self.ddt.is_some() {
-                    PINNED_DDT_BYTES
-                } else {
-                    0
-                }),
-        };
-        split(segments, limits).ok_or_else(|| {
+    ) -> Result<Vec<Cow<'s, [Segment]>>, ObjError> {
+        split(segments, self.piece_limits(extra)).ok_or_else(|| {
+            let l = self.limits();
             refused(
                 subject.clone(),
                 format!(
@@ -200,6 +192,22 @@ impl Codec<'_> {
                 ),
             )
         })
+    }
+
+    /// What one request may carry beside `extra` bytes of parameters and
+    /// attributes.
+    fn piece_limits(&self, extra: usize) -> PieceLimits {
+        let l = self.limits();
+        PieceLimits {
+            max_segments: l.max_segments,
+            max_bytes: u64::from(l.max_payload)
+                .saturating_sub(extra as u64)
+                .saturating_sub(if self.ddt.is_some() {
+                    PINNED_DDT_BYTES
+                } else {
+                    0
+                }),
+        }
     }
 
     /// A data command (READ, WRITE, PUNCH, CREATE_AND_WRITE) over one
@@ -582,22 +590,14 @@ impl Codec<'_> {
     }
 
     /// The merged segments if they fit one request, else `None`.
-    pub(super) fn one_piece(
+    pub(super) fn one_piece<'s>(
         &self,
         subject: &Subject,
-        segments: &[Segment],
+        segments: &'s [Segment],
         extra: usize,
-    ) -> Result<Option<Vec<Segment>>, ObjError> {
+    ) -> Result<Option<Cow<'s, [Segment]>>, ObjError> {
         let merged = self.segments(subject, segments)?;
-        if merged.is_empty() {
-            return Ok(None);
-        }
-        let mut pieces = self.pieces(subject, &merged, extra)?;
-        Ok(if pieces.len() == 1 {
-            pieces.pop()
-        } else {
-            None
-        })
+        Ok(fits_one(&merged, self.piece_limits(extra)).then_some(merged))
     }
 
     pub(super) fn check_data_len(

@@ -7,12 +7,16 @@
 //! byte, in list order, and every piece fits; the chosen DDT describes
 //! exactly the piece's segments.
 
+use std::borrow::Cow;
+
 use sluice_obj_proto::consts::SGL_ENTRY_LEN;
 use sluice_obj_proto::{encode_sgl, encode_strided, DdtKind, Segment};
 
-/// How one request lays out its segments.
+/// How one request lays out its segments (an SGL borrows the caller's
+/// list: a request of thousands of segments is encoded from it, never
+/// copied first).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Layout {
+pub enum Layout<'a> {
     /// One range.
     Contiguous(Segment),
     /// `count` segments of `length` bytes, `stride` apart from `offset`.
@@ -23,10 +27,10 @@ pub enum Layout {
         count: u32,
     },
     /// Any list.
-    Sgl(Vec<Segment>),
+    Sgl(&'a [Segment]),
 }
 
-impl Layout {
+impl Layout<'_> {
     /// The DDT kind for the request flags.
     pub fn kind(&self) -> DdtKind {
         match self {
@@ -83,31 +87,36 @@ impl Layout {
                     length: *length,
                 })
                 .collect(),
-            Self::Sgl(list) => list.clone(),
+            Self::Sgl(list) => list.to_vec(),
         }
     }
 }
 
 /// Joins neighbours in list order where one ends exactly where the next
 /// begins (the bytes and their order are unchanged) and drops empty
-/// segments, which move no byte.
-pub fn coalesce(segments: &[Segment]) -> Vec<Segment> {
+/// segments, which move no byte. A list with nothing to join or drop,
+/// the usual case, is returned as it is, uncopied.
+pub fn coalesce(segments: &[Segment]) -> Cow<'_, [Segment]> {
+    let joins = |a: &Segment, b: &Segment| a.offset.checked_add(a.length) == Some(b.offset);
+    let unchanged =
+        segments.iter().all(|s| s.length > 0) && !segments.windows(2).any(|w| joins(&w[0], &w[1]));
+    if unchanged {
+        return Cow::Borrowed(segments);
+    }
     let mut out: Vec<Segment> = Vec::with_capacity(segments.len());
     for s in segments.iter().filter(|s| s.length > 0) {
         match out.last_mut() {
-            Some(last) if last.offset.checked_add(last.length) == Some(s.offset) => {
-                last.length += s.length;
-            }
+            Some(last) if joins(last, s) => last.length += s.length,
             _ => out.push(*s),
         }
     }
-    out
+    Cow::Owned(out)
 }
 
 /// The DDT for `segments` (non-empty, already [`coalesce`]d): one segment
 /// is contiguous; equal lengths at a constant, increasing stride are
 /// strided; anything else is a scatter/gather list.
-pub fn choose(segments: &[Segment]) -> Layout {
+pub fn choose(segments: &[Segment]) -> Layout<'_> {
     match segments {
         [] => Layout::Contiguous(Segment {
             offset: 0,
@@ -131,7 +140,7 @@ pub fn choose(segments: &[Segment]) -> Layout {
                     count: segments.len() as u32,
                 }
             } else {
-                Layout::Sgl(segments.to_vec())
+                Layout::Sgl(segments)
             }
         }
     }
@@ -143,9 +152,9 @@ pub fn choose(segments: &[Segment]) -> Layout {
 /// one (a single segment too, as one stride of its own length). What the
 /// pinned kind cannot describe, and no pin at all, gets [`choose`]'s
 /// pick, so the bytes a request moves never depend on the pin.
-pub fn choose_as(segments: &[Segment], pin: Option<DdtKind>) -> Layout {
+pub fn choose_as(segments: &[Segment], pin: Option<DdtKind>) -> Layout<'_> {
     match (pin, segments) {
-        (Some(DdtKind::Sgl), [_, ..]) => Layout::Sgl(segments.to_vec()),
+        (Some(DdtKind::Sgl), [_, ..]) => Layout::Sgl(segments),
         (Some(DdtKind::Strided), [one]) => Layout::Strided {
             offset: one.offset,
             stride: one.length,
@@ -186,64 +195,130 @@ fn ddt_cost(n: u64) -> u64 {
 /// segments needs its SGL and a byte of each.
 pub const MIN_PIECE_BYTES: u64 = 4 + 2 * SGL_ENTRY_LEN as u64 + 2;
 
+/// Whether `segments` (already [`coalesce`]d, at least one) fit one
+/// request under `limits`, so that [`split`] would return them whole as
+/// its only piece.
+pub fn fits_one(segments: &[Segment], limits: PieceLimits) -> bool {
+    let n = segments.len() as u64;
+    let data = segments
+        .iter()
+        .try_fold(0u64, |t, s| t.checked_add(s.length));
+    n >= 1
+        && n <= u64::from(limits.max_segments)
+        && data.and_then(|d| d.checked_add(ddt_cost(n))) <= Some(limits.max_bytes)
+}
+
 /// Cuts `segments` (already [`coalesce`]d) into pieces that each fit
 /// `limits`: at most `max_segments` segments, and DDT plus data within
 /// `max_bytes`. Pieces keep list order and a segment too long for one
 /// piece is cut into consecutive parts, so the pieces' segments laid end
-/// to end move exactly the bytes of `segments` in order. `None` if
-/// `limits` leave no room for a byte.
-pub fn split(segments: &[Segment], limits: PieceLimits) -> Option<Vec<Vec<Segment>>> {
+/// to end move exactly the bytes of `segments` in order. A piece of whole
+/// segments borrows them from `segments`; only a piece with a cut one is
+/// a list of its own. `None` if `limits` leave no room for a byte.
+pub fn split(segments: &[Segment], limits: PieceLimits) -> Option<Vec<Cow<'_, [Segment]>>> {
     if limits.max_segments == 0 || limits.max_bytes == 0 {
         return None;
     }
     let max_n = u64::from(limits.max_segments);
-    // Pieces are usually full: sized once, not grown a push at a time.
-    let room_for = (max_n as usize).min(segments.len());
     let mut pieces = Vec::new();
-    let mut piece: Vec<Segment> = Vec::with_capacity(room_for);
-    let mut data = 0u64;
-    for s in segments {
-        let mut s = *s;
+    // The piece being built is `segments[start..i]` while `own` is
+    // `None`; once a segment is cut (or dropped) at its ends, the piece is
+    // the list in `own`.
+    let mut start = 0usize;
+    let mut own: Option<Vec<Segment>> = None;
+    let (mut n, mut data) = (0u64, 0u64);
+    for (i, whole) in segments.iter().enumerate() {
+        // The common case, kept tight: a whole segment fits the piece.
+        if own.is_none()
+            && whole.length > 0
+            && n < max_n
+            && ddt_cost(n + 1)
+                .saturating_add(data)
+                .saturating_add(whole.length)
+                <= limits.max_bytes
+        {
+            n += 1;
+            data += whole.length;
+            continue;
+        }
+        let mut s = *whole;
+        if s.length == 0 {
+            // Moves no byte, so it is in no piece.
+            own.get_or_insert_with(|| segments[start..i].to_vec());
+            continue;
+        }
+        let mut taken = false;
         while s.length > 0 {
-            let n = piece.len() as u64 + 1;
-            let room = if n > max_n {
+            let room = if n + 1 > max_n {
                 0
             } else {
-                limits.max_bytes.saturating_sub(ddt_cost(n) + data)
+                limits.max_bytes.saturating_sub(ddt_cost(n + 1) + data)
             };
             if room == 0 {
-                if piece.is_empty() {
+                if n == 0 {
                     // Even an empty piece has no room (max_bytes too
                     // small for the smallest DDT): give up.
                     return None;
                 }
-                pieces.push(std::mem::replace(&mut piece, Vec::with_capacity(room_for)));
-                data = 0;
+                pieces.push(match own.take() {
+                    Some(list) => Cow::Owned(list),
+                    None => Cow::Borrowed(&segments[start..i]),
+                });
+                start = i;
+                // The rest of a segment already cut is not a whole one.
+                own = taken.then(Vec::new);
+                (n, data) = (0, 0);
                 continue;
             }
             let take = s.length.min(room);
-            piece.push(Segment {
+            let part = Segment {
                 offset: s.offset,
                 length: take,
-            });
+            };
+            if take < s.length || taken {
+                own.get_or_insert_with(|| segments[start..i].to_vec())
+                    .push(part);
+            } else if let Some(list) = own.as_mut() {
+                list.push(part);
+            }
+            taken = true;
+            n += 1;
             data += take;
             s.offset += take;
             s.length -= take;
         }
     }
-    if !piece.is_empty() {
-        pieces.push(piece);
+    if n > 0 {
+        pieces.push(match own {
+            Some(list) => Cow::Owned(list),
+            None => Cow::Borrowed(&segments[start..]),
+        });
     }
     Some(pieces)
 }
 
 /// Whether any two pieces touch a common byte (then writes must be sent
 /// in order, since the later one must win).
-pub fn pieces_overlap(pieces: &[Vec<Segment>]) -> bool {
+pub fn pieces_overlap<P: AsRef<[Segment]>>(pieces: &[P]) -> bool {
+    // Usually every segment starts where or after the one before it ends,
+    // across pieces too: then no two can overlap, and nothing is sorted.
+    let mut end = 0u64;
+    let ascending = pieces.iter().flat_map(|p| p.as_ref()).all(|s| {
+        let fits = s.offset >= end;
+        end = s.offset.saturating_add(s.length);
+        fits
+    });
+    if ascending {
+        return false;
+    }
     let mut spans: Vec<(u64, u64, usize)> = pieces
         .iter()
         .enumerate()
-        .flat_map(|(i, p)| p.iter().map(move |s| (s.offset, s.offset + s.length, i)))
+        .flat_map(|(i, p)| {
+            p.as_ref()
+                .iter()
+                .map(move |s| (s.offset, s.offset + s.length, i))
+        })
         .collect();
     spans.sort_unstable();
     // Sweep in offset order keeping the furthest end seen for the two
@@ -291,8 +366,12 @@ mod tests {
     fn one_segment_is_contiguous() {
         assert_eq!(choose(&[seg(5, 10)]), Layout::Contiguous(seg(5, 10)));
         // Neighbours in order are one segment.
-        let c = coalesce(&[seg(0, 4), seg(4, 4), seg(8, 0), seg(8, 1)]);
+        let touching = [seg(0, 4), seg(4, 4), seg(8, 0), seg(8, 1)];
+        let c = coalesce(&touching);
         assert_eq!(c, vec![seg(0, 9)]);
+        // Nothing to join: the list itself.
+        let apart = [seg(0, 4), seg(5, 4)];
+        assert!(matches!(coalesce(&apart), Cow::Borrowed(b) if b == apart));
         assert_eq!(choose(&c), Layout::Contiguous(seg(0, 9)));
     }
 
@@ -318,10 +397,7 @@ mod tests {
         let one = [seg(64, 512)];
         assert_eq!(choose_as(&one, None), Layout::Contiguous(seg(64, 512)));
         assert_eq!(choose_as(&one, Some(DdtKind::Contiguous)), choose(&one));
-        assert_eq!(
-            choose_as(&one, Some(DdtKind::Sgl)),
-            Layout::Sgl(one.to_vec())
-        );
+        assert_eq!(choose_as(&one, Some(DdtKind::Sgl)), Layout::Sgl(&one));
         let strided = choose_as(&one, Some(DdtKind::Strided));
         assert_eq!(strided.segments(), one.to_vec());
         assert_eq!(strided.kind(), DdtKind::Strided);
@@ -331,7 +407,7 @@ mod tests {
         let regular = [seg(0, 4), seg(6, 4), seg(12, 4)];
         assert_eq!(
             choose_as(&regular, Some(DdtKind::Sgl)),
-            Layout::Sgl(regular.to_vec())
+            Layout::Sgl(&regular)
         );
         assert_eq!(
             choose_as(&regular, Some(DdtKind::Strided)),
@@ -341,7 +417,7 @@ mod tests {
         let irregular = [seg(0, 4), seg(20, 4), seg(6, 4)];
         assert_eq!(
             choose_as(&irregular, Some(DdtKind::Strided)),
-            Layout::Sgl(irregular.to_vec())
+            Layout::Sgl(&irregular)
         );
         assert_eq!(choose_as(&[], Some(DdtKind::Sgl)), choose(&[]));
     }
@@ -355,7 +431,7 @@ mod tests {
             vec![seg(0, 8), seg(4, 8)],              // overlapping
             vec![seg(0, 4), seg(10, 4), seg(10, 4)], // repeated
         ] {
-            assert_eq!(choose(&s), Layout::Sgl(s.clone()), "{s:?}");
+            assert_eq!(choose(&s), Layout::Sgl(&s), "{s:?}");
         }
     }
 
@@ -365,13 +441,17 @@ mod tests {
             max_segments: 2,
             max_bytes: 100,
         };
-        let pieces = split(&[seg(0, 250)], limits).unwrap();
+        let long = [seg(0, 250)];
+        let pieces = split(&long, limits).unwrap();
         assert_eq!(
             pieces,
             vec![vec![seg(0, 100)], vec![seg(100, 100)], vec![seg(200, 50)]]
         );
-        let pieces = split(&[seg(0, 1), seg(10, 1), seg(20, 1)], limits).unwrap();
+        let three = [seg(0, 1), seg(10, 1), seg(20, 1)];
+        let pieces = split(&three, limits).unwrap();
         assert_eq!(pieces, vec![vec![seg(0, 1), seg(10, 1)], vec![seg(20, 1)]]);
+        // Whole segments are borrowed, not copied.
+        assert!(pieces.iter().all(|p| matches!(p, Cow::Borrowed(_))));
         assert_eq!(
             split(
                 &[seg(0, 1), seg(5, 1)],
@@ -446,8 +526,13 @@ mod tests {
             prop_assert_eq!(bytes_of(&c), bytes_of(&list));
             let limits = PieceLimits { max_segments, max_bytes };
             let pieces = split(&c, limits).expect("limits leave room");
-            let flat: Vec<Segment> = pieces.iter().flatten().copied().collect();
+            let flat: Vec<Segment> = pieces.iter().flat_map(|p| p.iter()).copied().collect();
             prop_assert_eq!(bytes_of(&flat), bytes_of(&list));
+            // A list that fits one request is its only piece, whole.
+            prop_assert_eq!(
+                fits_one(&c, limits),
+                !c.is_empty() && pieces.len() == 1 && *pieces[0] == *c
+            );
             let wire = Limits {
                 max_segments,
                 max_payload: max_bytes as u32,
@@ -458,14 +543,14 @@ mod tests {
                 prop_assert!(p.len() as u32 <= max_segments);
                 let p = coalesce(p);
                 let layout = choose(&p);
-                prop_assert_eq!(layout.segments(), p.clone());
+                prop_assert_eq!(layout.segments(), p.to_vec());
                 let mut ddt = Vec::new();
                 layout.encode(&mut ddt);
                 let total = layout.total();
                 prop_assert!(ddt.len() as u64 + total <= max_bytes);
                 let parsed = Ddt::parse(layout.kind(), layout.master_offset(), total, &ddt, &wire)
                     .map_err(|e| TestCaseError::fail(format!("{e}")))?;
-                prop_assert_eq!(parsed.segments().collect::<Vec<_>>(), p);
+                prop_assert_eq!(parsed.segments().collect::<Vec<_>>(), p.to_vec());
             }
         }
 

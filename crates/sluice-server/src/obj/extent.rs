@@ -3,11 +3,14 @@
 //! that NBD clients of the export use. Segments are sorted and merged
 //! into runs with the object store's planner, and each run is one
 //! device call, never one per segment; reads also bridge small gaps
-//! (see [`READ_BRIDGE`]). Writes of many small segments to a buffered
-//! file go through its shared mapping instead (see [`MAPPED_WRITE_MIN`]). Ranges were checked against the export when
-//! the request was validated.
+//! (see [`READ_BRIDGE`]). A write is one device call for all its runs
+//! ([`BlockDevice::write_pieces`]), so a view of small blocks behind
+//! holes, which cannot be merged, costs what the device makes of many
+//! pieces (one lock per page in memory, a copy into a file's mapping).
+//! Ranges were checked against the export when the request was
+//! validated.
 
-use sluice_objstore::{buffer_offsets, plan, Segment};
+use sluice_objstore::{buffer_offsets, plan, Run, Segment};
 use sluice_storage::{BlockDevice, DeviceError};
 
 /// Segments of a read at most this far apart are read as one span, the
@@ -17,17 +20,6 @@ use sluice_storage::{BlockDevice, DeviceError};
 /// and nothing at all in the page cache. Writes never bridge: writing a
 /// gap back would undo a concurrent client's write to it.
 const READ_BRIDGE: u64 = 4096;
-
-/// Writes of at least this many segments, averaging under
-/// [`MAPPED_WRITE_BELOW`] bytes, are copied into a buffered file's shared
-/// mapping when the device has one: a view of small blocks behind small
-/// holes cannot be merged into runs (a write must not touch the holes),
-/// so otherwise each block costs a `pwrite` (0.7 µs for 8 bytes here,
-/// against 0.005 µs to copy it).
-const MAPPED_WRITE_MIN: usize = 16;
-/// See [`MAPPED_WRITE_MIN`]: larger segments are written as runs, where
-/// a system call per run costs little beside the bytes.
-const MAPPED_WRITE_BELOW: usize = 4096;
 
 /// Reads `segments` (in list order) into `out`, which is exactly their
 /// total length.
@@ -64,49 +56,80 @@ pub(super) fn read(
 }
 
 /// Writes `data` (the segments' bytes in list order) over `segments`;
-/// where segments overlap the later one in the list wins.
+/// where segments overlap the later one in the list wins. Segments that
+/// touch are one piece; all go to the device in one call.
 pub(super) fn write(
     device: &dyn BlockDevice,
     segments: &[Segment],
     data: &[u8],
     fua: bool,
 ) -> Result<(), DeviceError> {
-    let starts = buffer_offsets(segments);
-    if segments.len() >= MAPPED_WRITE_MIN && data.len() / segments.len() < MAPPED_WRITE_BELOW {
-        if let Some(z) = device.zero_copy() {
-            let pieces: Vec<(u64, &[u8])> = segments
-                .iter()
-                .zip(&starts)
-                .map(|(s, &at)| (s.offset, &data[at..at + s.len as usize]))
-                .collect();
-            if z.write_pieces(&pieces, fua)? {
-                return Ok(());
+    // The usual list, each segment after the one before it: its pieces
+    // are the list's own bytes, joined where segments touch, with nothing
+    // sorted or copied.
+    let mut end = 0u64;
+    let ascending = segments.iter().all(|s| {
+        let after = s.offset >= end;
+        end = s.end();
+        after
+    });
+    if ascending {
+        let mut pieces: Vec<(u64, &[u8])> = Vec::with_capacity(segments.len());
+        let mut at = 0usize;
+        for s in segments.iter().filter(|s| s.len > 0) {
+            let len = s.len as usize;
+            match pieces.last_mut() {
+                Some((offset, bytes)) if *offset + bytes.len() as u64 == s.offset => {
+                    *bytes = &data[at - bytes.len()..at + len];
+                }
+                _ => pieces.push((s.offset, &data[at..at + len])),
             }
+            at += len;
         }
+        return device.write_pieces(&pieces, fua);
     }
-    for run in plan(segments, 0) {
+    // Otherwise runs of the sorted list: a run whose members are in list
+    // order is its bytes of `data`; any other is assembled in list order
+    // so later segments win (runs have no gaps at bridge 0, so every byte
+    // is covered).
+    let starts = buffer_offsets(segments);
+    let runs = plan(segments, 0);
+    let in_place = |run: &Run| {
         let first = run.members[0];
-        let in_place =
-            !run.overlapping && run.members.iter().enumerate().all(|(k, &i)| i == first + k);
-        if in_place {
-            let at = starts[first];
-            device.write_at(&data[at..at + run.len as usize], run.offset, fua)?;
-            continue;
-        }
-        // Assemble the run in list order so later segments win. Merged
-        // runs have no gaps (bridge 0), so every byte is covered.
-        let mut buf = vec![0u8; run.len as usize];
-        let mut members = run.members.clone();
-        members.sort_unstable();
-        for i in members {
-            let s = segments[i];
-            let to = (s.offset - run.offset) as usize;
-            buf[to..to + s.len as usize]
-                .copy_from_slice(&data[starts[i]..starts[i] + s.len as usize]);
-        }
-        device.write_at(&buf, run.offset, fua)?;
-    }
-    Ok(())
+        !run.overlapping && run.members.iter().enumerate().all(|(k, &i)| i == first + k)
+    };
+    let assembled: Vec<Option<Vec<u8>>> = runs
+        .iter()
+        .map(|run| {
+            (!in_place(run)).then(|| {
+                let mut buf = vec![0u8; run.len as usize];
+                let mut members = run.members.clone();
+                members.sort_unstable();
+                for i in members {
+                    let s = segments[i];
+                    let to = (s.offset - run.offset) as usize;
+                    buf[to..to + s.len as usize]
+                        .copy_from_slice(&data[starts[i]..starts[i] + s.len as usize]);
+                }
+                buf
+            })
+        })
+        .collect();
+    let pieces: Vec<(u64, &[u8])> = runs
+        .iter()
+        .zip(&assembled)
+        .map(|(run, buf)| {
+            let bytes = match buf {
+                Some(buf) => buf.as_slice(),
+                None => {
+                    let at = starts[run.members[0]];
+                    &data[at..at + run.len as usize]
+                }
+            };
+            (run.offset, bytes)
+        })
+        .collect();
+    device.write_pieces(&pieces, fua)
 }
 
 #[cfg(test)]
