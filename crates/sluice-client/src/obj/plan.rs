@@ -98,8 +98,14 @@ impl Layout<'_> {
 /// the usual case, is returned as it is, uncopied.
 pub fn coalesce(segments: &[Segment]) -> Cow<'_, [Segment]> {
     let joins = |a: &Segment, b: &Segment| a.offset.checked_add(a.length) == Some(b.offset);
-    let unchanged =
-        segments.iter().all(|s| s.length > 0) && !segments.windows(2).any(|w| joins(&w[0], &w[1]));
+    // One pass: no empty segment, and none starts where the one before
+    // it ends.
+    let mut end = None;
+    let unchanged = segments.iter().all(|s| {
+        let keep = s.length > 0 && end != Some(s.offset);
+        end = s.offset.checked_add(s.length);
+        keep
+    });
     if unchanged {
         return Cow::Borrowed(segments);
     }
@@ -200,12 +206,13 @@ pub const MIN_PIECE_BYTES: u64 = 4 + 2 * SGL_ENTRY_LEN as u64 + 2;
 /// its only piece.
 pub fn fits_one(segments: &[Segment], limits: PieceLimits) -> bool {
     let n = segments.len() as u64;
+    if n == 0 || n > u64::from(limits.max_segments) {
+        return false;
+    }
     let data = segments
         .iter()
         .try_fold(0u64, |t, s| t.checked_add(s.length));
-    n >= 1
-        && n <= u64::from(limits.max_segments)
-        && data.and_then(|d| d.checked_add(ddt_cost(n))) <= Some(limits.max_bytes)
+    data.and_then(|d| d.checked_add(ddt_cost(n))) <= Some(limits.max_bytes)
 }
 
 /// Cuts `segments` (already [`coalesce`]d) into pieces that each fit
