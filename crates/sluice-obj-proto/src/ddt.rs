@@ -469,6 +469,43 @@ impl Iterator for Segments<'_> {
         Some(seg)
     }
 
+    /// The kind is matched once, not per segment: collecting a list of
+    /// thousands of segments is a tight loop.
+    fn fold<B, F: FnMut(B, Segment) -> B>(self, init: B, mut f: F) -> B {
+        let from = self.next;
+        match self.ddt {
+            Ddt::Contiguous(s) => {
+                if from == 0 {
+                    f(init, s)
+                } else {
+                    init
+                }
+            }
+            Ddt::Sgl(s) => s
+                .entries
+                .chunks_exact(SGL_ENTRY_LEN)
+                .skip(from as usize)
+                .fold(init, |acc, e| {
+                    f(
+                        acc,
+                        Segment {
+                            offset: be64(e, 0),
+                            length: be64(e, 8),
+                        },
+                    )
+                }),
+            Ddt::Strided(s) => (from..s.count).fold(init, |acc, i| {
+                f(
+                    acc,
+                    Segment {
+                        offset: s.offset + s.stride * u64::from(i),
+                        length: s.length,
+                    },
+                )
+            }),
+        }
+    }
+
     /// Exact, so that collecting a long list allocates once.
     fn size_hint(&self) -> (usize, Option<usize>) {
         let left = self.ddt.segment_count().saturating_sub(self.next) as usize;

@@ -85,6 +85,19 @@ fn segment() -> impl Strategy<Value = Segment> {
 fn check_invariants(ddt: &Ddt<'_>) {
     let segs: Vec<_> = ddt.segments().collect();
     assert_eq!(segs.len() as u32, ddt.segment_count());
+    // Collecting (a fold) gives what `next` gives one at a time, from the
+    // start and from any point.
+    let mut one_by_one = Vec::new();
+    let mut it = ddt.segments();
+    while let Some(s) = it.next() {
+        one_by_one.push(s);
+    }
+    assert_eq!(one_by_one, segs);
+    for from in [1, segs.len() / 2, segs.len()] {
+        let mut it = ddt.segments();
+        it.by_ref().take(from).for_each(drop);
+        assert_eq!(it.collect::<Vec<_>>(), segs[from.min(segs.len())..]);
+    }
     // The iterator knows how many are left at every step.
     let mut it = ddt.segments();
     for left in (0..segs.len()).rev() {

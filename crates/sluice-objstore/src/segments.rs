@@ -49,8 +49,11 @@ pub fn plan(segments: &[Segment], bridge: u64) -> Vec<Run> {
     let mut order: Vec<usize> = (0..segments.len())
         .filter(|&i| segments[i].len > 0)
         .collect();
-    // Stable: equal offsets keep list order, which writes rely on.
-    order.sort_by_key(|&i| segments[i].offset);
+    // Stable: equal offsets keep list order, which writes rely on. A list
+    // in offset order already, the usual one, is only checked.
+    if !order.is_sorted_by_key(|&i| segments[i].offset) {
+        order.sort_by_key(|&i| segments[i].offset);
+    }
     let mut runs: Vec<Run> = Vec::new();
     for i in order {
         let s = segments[i];
