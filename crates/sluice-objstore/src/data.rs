@@ -3,6 +3,7 @@
 //! only at the kernel's iovec limit; a read run of small members is read
 //! whole and copied out, see [`COPY_OUT_BELOW`]), and hole punching.
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::io::{self, IoSlice, IoSliceMut};
 
@@ -73,14 +74,14 @@ pub(crate) fn read_segments(
         }
         return Ok(());
     };
-    for run in plan(clamped, BRIDGE) {
-        let covered: u64 = run.members.iter().map(|&i| clamped[i].len).sum();
-        let small = run.members.len() > 1
-            && covered < COPY_OUT_BELOW.saturating_mul(run.members.len() as u64);
+    for (run, members) in plan(clamped, BRIDGE).iter() {
+        let covered: u64 = members.iter().map(|&i| clamped[i].len).sum();
+        let small =
+            members.len() > 1 && covered < COPY_OUT_BELOW.saturating_mul(members.len() as u64);
         if run.overlapping || small {
             let mut buf = vec![0u8; run.len as usize];
             preadv_all(file, &mut [IoSliceMut::new(&mut buf)], run.offset)?;
-            for &i in &run.members {
+            for &i in members {
                 let from = (clamped[i].offset - run.offset) as usize;
                 if let Some(chunk) = chunks[i].as_deref_mut() {
                     chunk.copy_from_slice(&buf[from..from + chunk.len()]);
@@ -91,9 +92,9 @@ pub(crate) fn read_segments(
             // into disjoint pieces.
             let mut scratch = vec![0u8; (run.len - covered) as usize];
             let mut gaps: &mut [u8] = &mut scratch;
-            let mut slices: Vec<IoSliceMut<'_>> = Vec::with_capacity(2 * run.members.len());
+            let mut slices: Vec<IoSliceMut<'_>> = Vec::with_capacity(2 * members.len());
             let mut pos = run.offset;
-            for &i in &run.members {
+            for &i in members {
                 let s = clamped[i];
                 if s.offset > pos {
                     let (gap, rest) =
@@ -117,7 +118,7 @@ pub(crate) fn read_segments(
 /// holds the object's write lock (see [`BRIDGE`]).
 pub(crate) fn write_segments(file: &File, segments: &[Segment], data: &[u8]) -> io::Result<()> {
     let starts = buffer_offsets(segments);
-    for run in plan(segments, BRIDGE) {
+    for (run, members) in plan(segments, BRIDGE).iter() {
         if run.overlapping || run.gapped {
             // Assemble the run in list order so later segments win, over
             // the bytes the gaps hold now.
@@ -125,9 +126,12 @@ pub(crate) fn write_segments(file: &File, segments: &[Segment], data: &[u8]) -> 
             if run.gapped {
                 preadv_all(file, &mut [IoSliceMut::new(&mut buf)], run.offset)?;
             }
-            let mut members = run.members.clone();
-            members.sort_unstable();
-            for i in members {
+            // List order: where members overlap, the later one wins.
+            let mut in_list_order = Cow::Borrowed(members);
+            if !members.is_sorted() {
+                in_list_order.to_mut().sort_unstable();
+            }
+            for &i in in_list_order.iter() {
                 let s = segments[i];
                 let to = (s.offset - run.offset) as usize;
                 buf[to..to + s.len as usize]
@@ -135,8 +139,7 @@ pub(crate) fn write_segments(file: &File, segments: &[Segment], data: &[u8]) -> 
             }
             pwritev_all(file, &mut [IoSlice::new(&buf)], run.offset)?;
         } else {
-            let mut slices: Vec<IoSlice<'_>> = run
-                .members
+            let mut slices: Vec<IoSlice<'_>> = members
                 .iter()
                 .map(|&i| IoSlice::new(&data[starts[i]..starts[i] + segments[i].len as usize]))
                 .collect();

@@ -4,6 +4,8 @@
 //! never one per segment. Public so that the server plans extent I/O on
 //! block devices with the same code.
 
+use std::ops::Range;
+
 /// One (offset, length) piece of an object, in the caller's list order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Segment {
@@ -22,22 +24,48 @@ impl Segment {
     }
 }
 
-/// Member indices of a run: most runs have one member (a list of small
-/// blocks behind holes is one run per block), which then needs no
-/// allocation of its own.
-pub type Members = smallvec::SmallVec<[usize; 1]>;
-
 /// A contiguous file range covering one or more segments.
 #[derive(Debug)]
 pub struct Run {
     pub offset: u64,
     pub len: u64,
-    /// Indices into the segment list, sorted by offset.
-    pub members: Members,
+    /// Where its members' indices sit in the plan's order.
+    members: Range<usize>,
     /// Whether two members cover a common byte.
     pub overlapping: bool,
     /// Whether the run bridges a gap no member covers.
     pub gapped: bool,
+}
+
+/// The runs of a segment list (see [`plan`]). Each run's members are
+/// indices into the list, sorted by offset, held in one array for the
+/// whole plan: a run of thousands of small segments costs no allocation
+/// of its own.
+#[derive(Debug)]
+pub struct Plan {
+    /// Indices of the list's non-empty segments, sorted by offset.
+    order: Vec<usize>,
+    runs: Vec<Run>,
+}
+
+impl Plan {
+    /// Each run with its members (indices into the list, sorted by
+    /// offset), in offset order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = (&Run, &[usize])> + '_ {
+        self.runs
+            .iter()
+            .map(|run| (run, &self.order[run.members.clone()]))
+    }
+
+    /// How many runs there are.
+    pub fn len(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// Whether there is no run (every segment was empty).
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
 }
 
 /// Sorts segments by offset and merges those that touch or overlap, or
@@ -45,17 +73,16 @@ pub struct Run {
 /// such a gap into scratch space rather than make a second call.
 /// Zero-length segments take no part. Offsets must not overflow (the
 /// store checks this before planning).
-pub fn plan(segments: &[Segment], bridge: u64) -> Vec<Run> {
-    let mut order: Vec<usize> = (0..segments.len())
-        .filter(|&i| segments[i].len > 0)
-        .collect();
+pub fn plan(segments: &[Segment], bridge: u64) -> Plan {
+    let mut order: Vec<usize> = Vec::with_capacity(segments.len());
+    order.extend((0..segments.len()).filter(|&i| segments[i].len > 0));
     // Stable: equal offsets keep list order, which writes rely on. A list
     // in offset order already, the usual one, is only checked.
     if !order.is_sorted_by_key(|&i| segments[i].offset) {
         order.sort_by_key(|&i| segments[i].offset);
     }
     let mut runs: Vec<Run> = Vec::new();
-    for i in order {
+    for (k, &i) in order.iter().enumerate() {
         let s = segments[i];
         match runs.last_mut() {
             Some(run) if s.offset <= run.offset + run.len + bridge => {
@@ -67,18 +94,18 @@ pub fn plan(segments: &[Segment], bridge: u64) -> Vec<Run> {
                     run.gapped = true;
                 }
                 run.len = end.max(s.end()) - run.offset;
-                run.members.push(i);
+                run.members.end = k + 1;
             }
             _ => runs.push(Run {
                 offset: s.offset,
                 len: s.len,
-                members: smallvec::smallvec![i],
+                members: k..k + 1,
                 overlapping: false,
                 gapped: false,
             }),
         }
     }
-    runs
+    Plan { order, runs }
 }
 
 /// Where each segment's bytes sit in the request's buffer (list order).
@@ -107,18 +134,22 @@ mod tests {
             Segment::new(12, 10),
             Segment::new(50, 0),
         ];
-        let runs = plan(&segs, 0);
+        let plan_0 = plan(&segs, 0);
+        let runs: Vec<_> = plan_0.iter().collect();
         assert_eq!(runs.len(), 2);
-        assert_eq!((runs[0].offset, runs[0].len), (0, 22));
-        assert_eq!(runs[0].members.as_slice(), [1, 2, 3]);
-        assert!(runs[0].overlapping && !runs[0].gapped);
-        assert_eq!((runs[1].offset, runs[1].len), (100, 10));
-        assert!(!runs[1].overlapping);
+        assert_eq!((runs[0].0.offset, runs[0].0.len), (0, 22));
+        assert_eq!(runs[0].1, [1, 2, 3]);
+        assert!(runs[0].0.overlapping && !runs[0].0.gapped);
+        assert_eq!((runs[1].0.offset, runs[1].0.len), (100, 10));
+        assert_eq!(runs[1].1, [0]);
+        assert!(!runs[1].0.overlapping);
         // Bridging gaps of up to 78 bytes makes one run.
-        let runs = plan(&segs, 78);
+        let plan_78 = plan(&segs, 78);
+        let runs: Vec<_> = plan_78.iter().collect();
         assert_eq!(runs.len(), 1);
-        assert_eq!((runs[0].offset, runs[0].len), (0, 110));
-        assert!(runs[0].gapped);
+        assert_eq!((runs[0].0.offset, runs[0].0.len), (0, 110));
+        assert_eq!(runs[0].1, [1, 2, 3, 0]);
+        assert!(runs[0].0.gapped);
         assert_eq!(plan(&segs, 77).len(), 2);
     }
 }

@@ -1054,7 +1054,7 @@ fn drop_stale_tail(file: &File, length: u64) -> io::Result<()> {
 /// punched.
 fn punch_runs(file: &File, length: u64, segments: &[Segment]) -> io::Result<Vec<(u64, u64)>> {
     let mut punched = Vec::new();
-    for run in plan(segments, 0) {
+    for (run, _) in plan(segments, 0).iter() {
         let len = run.len.min(length.saturating_sub(run.offset));
         if len > 0 {
             data::punch(file, run.offset, len)?;

@@ -30,14 +30,14 @@ pub(super) fn read(
 ) -> Result<(), DeviceError> {
     let starts = buffer_offsets(segments);
     let mut scratch = Vec::new();
-    for run in plan(segments, READ_BRIDGE) {
+    for (run, members) in plan(segments, READ_BRIDGE).iter() {
         // A run whose members follow each other in the list as they do
         // on the device, with no gap, lands in one piece of `out`: read
         // it in place.
-        let first = run.members[0];
+        let first = members[0];
         let in_place = !run.overlapping
             && !run.gapped
-            && run.members.iter().enumerate().all(|(k, &i)| i == first + k);
+            && members.iter().enumerate().all(|(k, &i)| i == first + k);
         if in_place {
             let at = starts[first];
             device.read_at(&mut out[at..at + run.len as usize], run.offset)?;
@@ -45,7 +45,7 @@ pub(super) fn read(
         }
         scratch.resize(run.len as usize, 0);
         device.read_at(&mut scratch, run.offset)?;
-        for &i in &run.members {
+        for &i in members {
             let s = segments[i];
             let from = (s.offset - run.offset) as usize;
             out[starts[i]..starts[i] + s.len as usize]
@@ -94,18 +94,17 @@ pub(super) fn write(
     // is covered).
     let starts = buffer_offsets(segments);
     let runs = plan(segments, 0);
-    let in_place = |run: &Run| {
-        let first = run.members[0];
-        !run.overlapping && run.members.iter().enumerate().all(|(k, &i)| i == first + k)
+    let in_place = |run: &Run, members: &[usize]| {
+        !run.overlapping && members.iter().enumerate().all(|(k, &i)| i == members[0] + k)
     };
     let assembled: Vec<Option<Vec<u8>>> = runs
         .iter()
-        .map(|run| {
-            (!in_place(run)).then(|| {
+        .map(|(run, members)| {
+            (!in_place(run, members)).then(|| {
                 let mut buf = vec![0u8; run.len as usize];
-                let mut members = run.members.clone();
-                members.sort_unstable();
-                for i in members {
+                let mut in_list_order = members.to_vec();
+                in_list_order.sort_unstable();
+                for i in in_list_order {
                     let s = segments[i];
                     let to = (s.offset - run.offset) as usize;
                     buf[to..to + s.len as usize]
@@ -118,11 +117,11 @@ pub(super) fn write(
     let pieces: Vec<(u64, &[u8])> = runs
         .iter()
         .zip(&assembled)
-        .map(|(run, buf)| {
+        .map(|((run, members), buf)| {
             let bytes = match buf {
                 Some(buf) => buf.as_slice(),
                 None => {
-                    let at = starts[run.members[0]];
+                    let at = starts[members[0]];
                     &data[at..at + run.len as usize]
                 }
             };
