@@ -56,6 +56,49 @@ fn flexible_pipeline_replies_in_completion_order() {
     server.stop().unwrap();
 }
 
+/// A gated device that says it never blocks, so the server reads it on
+/// the connection thread: a gated read holds that thread.
+#[derive(Debug)]
+struct GatedInline(Arc<GatedDevice>);
+
+impl sluice_storage::DeviceLayer for GatedInline {
+    fn inner(&self) -> &dyn BlockDevice {
+        self.0.as_ref()
+    }
+    fn capability(&self) -> sluice_storage::Capability {
+        sluice_storage::Capability {
+            blocking: sluice_storage::BlockingClass::Never,
+            ..BlockDevice::capability(self.0.as_ref())
+        }
+    }
+}
+
+/// Replies read on the connection thread wait there to go out together,
+/// but never more than a few tens of KiB of them: the client starts on
+/// two 48 KiB reads while the connection thread is held by the gated
+/// read that arrived with them.
+#[test]
+fn queued_replies_go_out_before_the_connection_thread_runs_a_long_request() {
+    let gate = gated(vec![512 << 10]);
+    let server = start(Arc::new(GatedInline(gate.clone())), PipelineMode::Flexible);
+    let mut c = RawClient::connect(server.addr);
+    c.s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.send_many(&[
+        (CMD_READ, 1, 0, 48 << 10),
+        (CMD_READ, 2, 48 << 10, 48 << 10),
+        (CMD_READ, 3, 512 << 10, 4096),
+    ]);
+    for want in [1, 2] {
+        let (cookie, err, data) = c.reply();
+        assert_eq!((cookie, err), (want, 0), "a read before the gated one");
+        assert_eq!(data.len(), 48 << 10);
+    }
+    gate.open_gate();
+    let (cookie, err, _) = c.reply();
+    assert_eq!((cookie, err), (3, 0));
+    server.stop().unwrap();
+}
+
 #[test]
 fn fixed_pipeline_replies_in_request_order_but_runs_in_parallel() {
     let dev = gated(vec![0]);

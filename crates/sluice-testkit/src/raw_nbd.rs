@@ -535,6 +535,28 @@ impl<S: Read + Write> RawClient<S> {
         self.send_partial(flags, kind, cookie, offset, length, payload);
     }
 
+    /// Sends requests without payloads (reads, flushes, ...) and without
+    /// flags, `(kind, cookie, offset, length)` each, in one write: the
+    /// server finds them all in one receive.
+    pub fn send_many(&mut self, requests: &[(u16, u64, u64, u64)]) {
+        let mut m = Vec::new();
+        for &(kind, cookie, offset, length) in requests {
+            m.extend_from_slice(&self.header(0, kind, cookie, offset, length));
+            self.pending.insert(
+                cookie,
+                Pending {
+                    kind,
+                    offset,
+                    length,
+                    data: Vec::new(),
+                    filled: 0,
+                    error: 0,
+                },
+            );
+        }
+        self.s.write_all(&m).expect("send requests");
+    }
+
     /// Sends one request without flags (the payload's length is not
     /// checked against `length`: tests lie on purpose).
     pub fn send(&mut self, kind: u16, cookie: u64, offset: u64, length: u64, payload: &[u8]) {

@@ -55,8 +55,13 @@ const RECV_BUF: usize = 256 * 1024;
 /// Buffers are shrunk back to this after serving a huge request.
 const IDLE_BUF: usize = 1 << 20;
 /// Replies queued on the connection thread are sent once they exceed this,
-/// so the client can work on big reads while later ones are read.
-const BATCH_LIMIT: usize = 256 * 1024;
+/// so the client can work on big reads while later ones are read, and a
+/// reply never waits for more than a few others: 64 KiB takes 0.65 ms to
+/// cross an 800 Mbit/s link, while one more system call per 64 KiB costs
+/// about a microsecond. (At 256 KiB, eight 32 KiB list reads that
+/// arrived together left only once the last was read, which put the
+/// server's time for all eight before the link's first byte.)
+const BATCH_LIMIT: usize = 64 * 1024;
 
 /// What a connection needs from the server, whatever protocol it speaks.
 /// The configuration groups are passed whole.

@@ -95,7 +95,11 @@ pub(super) fn write(
     let starts = buffer_offsets(segments);
     let runs = plan(segments, 0);
     let in_place = |run: &Run, members: &[usize]| {
-        !run.overlapping && members.iter().enumerate().all(|(k, &i)| i == members[0] + k)
+        !run.overlapping
+            && members
+                .iter()
+                .enumerate()
+                .all(|(k, &i)| i == members[0] + k)
     };
     let assembled: Vec<Option<Vec<u8>>> = runs
         .iter()
