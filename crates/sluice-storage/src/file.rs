@@ -638,8 +638,8 @@ impl BlockDevice for FileDevice {
         })
     }
 
-    /// Many small pieces (at least [`MAPPED_WRITE_MIN`], averaging under
-    /// [`MAPPED_WRITE_BELOW`] bytes) are copied into the file's shared
+    /// Many small pieces (at least 16, averaging under 4 KiB: see
+    /// `MAPPED_WRITE_MIN`) are copied into the file's shared
     /// mapping when it has a writable one; anything else, or pieces the
     /// mapping cannot take, is a `pwrite` per piece.
     fn write_pieces(&self, pieces: &[(u64, &[u8])], fua: bool) -> Result<(), DeviceError> {
