@@ -509,17 +509,7 @@ impl<S: Read + Write> RawClient<S> {
         let mut m = self.header(flags, kind, cookie, offset, length);
         m.extend_from_slice(first);
         self.s.write_all(&m).expect("send request");
-        self.pending.insert(
-            cookie,
-            Pending {
-                kind,
-                offset,
-                length,
-                data: Vec::new(),
-                filled: 0,
-                error: 0,
-            },
-        );
+        self.expect_reply(kind, cookie, offset, length);
     }
 
     /// Sends one request with its flags and whole payload.
@@ -542,19 +532,24 @@ impl<S: Read + Write> RawClient<S> {
         let mut m = Vec::new();
         for &(kind, cookie, offset, length) in requests {
             m.extend_from_slice(&self.header(0, kind, cookie, offset, length));
-            self.pending.insert(
-                cookie,
-                Pending {
-                    kind,
-                    offset,
-                    length,
-                    data: Vec::new(),
-                    filled: 0,
-                    error: 0,
-                },
-            );
+            self.expect_reply(kind, cookie, offset, length);
         }
         self.s.write_all(&m).expect("send requests");
+    }
+
+    /// Records a request sent, whose reply [`reply`](Self::reply) matches.
+    fn expect_reply(&mut self, kind: u16, cookie: u64, offset: u64, length: u64) {
+        self.pending.insert(
+            cookie,
+            Pending {
+                kind,
+                offset,
+                length,
+                data: Vec::new(),
+                filled: 0,
+                error: 0,
+            },
+        );
     }
 
     /// Sends one request without flags (the payload's length is not
