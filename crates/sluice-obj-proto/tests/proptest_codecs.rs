@@ -88,8 +88,8 @@ fn check_invariants(ddt: &Ddt<'_>) {
     // Collecting (a fold) gives what `next` gives one at a time, from the
     // start and from any point.
     let mut one_by_one = Vec::new();
-    let mut it = ddt.segments();
-    while let Some(s) = it.next() {
+    // A `for` loop calls `next`.
+    for s in ddt.segments() {
         one_by_one.push(s);
     }
     assert_eq!(one_by_one, segs);
