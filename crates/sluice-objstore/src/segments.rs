@@ -133,6 +133,20 @@ fn runs_of(segments: &[Segment], order: &[usize], bridge: u64) -> Vec<Run> {
     runs
 }
 
+/// Whether each segment starts at or after the end of the one before it
+/// (the usual list, a view of blocks in file order): such a list is its
+/// own plan, with each segment's bytes right after the previous one's in
+/// the request's buffer, so its I/O needs no sort, no index and no
+/// table of buffer offsets.
+pub fn ascends(segments: &[Segment]) -> bool {
+    let mut end = 0u64;
+    segments.iter().all(|s| {
+        let after = s.offset >= end;
+        end = s.end();
+        after
+    })
+}
+
 /// Where each segment's bytes sit in the request's buffer (list order).
 pub fn buffer_offsets(segments: &[Segment]) -> Vec<usize> {
     let mut at = 0usize;

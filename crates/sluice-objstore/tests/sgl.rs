@@ -29,12 +29,36 @@ fn small_segs() -> impl Strategy<Value = Vec<(u64, u64)>> {
     prop::collection::vec((0u64..20_000, 0u64..24), 1..200)
 }
 
+/// A view in file order: each segment at or after the end of the one
+/// before (touching it, behind a small hole, or further than a write
+/// bridges), some empty.
+fn ascending_segs() -> impl Strategy<Value = Vec<(u64, u64)>> {
+    let step = prop_oneof![
+        3 => 0u64..4,
+        1 => 4u64..100,
+        1 => Just(70_000u64),
+    ];
+    prop::collection::vec((step, 0u64..24), 1..200).prop_map(|steps| {
+        let mut end = 0;
+        steps
+            .into_iter()
+            .map(|(hole, len)| {
+                let offset = end + hole;
+                end = offset + len;
+                (offset, len)
+            })
+            .collect()
+    })
+}
+
 /// Writes and reads of many small segments over an object in its file.
 fn small_op() -> impl Strategy<Value = Op> {
     prop_oneof![
         2 => (small_segs(), any::<u8>(), any::<bool>()).prop_map(|(s, b, d)| Op::Write(s, b, d)),
+        2 => (ascending_segs(), any::<u8>(), any::<bool>()).prop_map(|(s, b, d)| Op::Write(s, b, d)),
         1 => (0u64..30_000, any::<u8>(), any::<bool>()).prop_map(|(n, b, d)| Op::Append(n, b, d)),
         3 => small_segs().prop_map(Op::Read),
+        1 => ascending_segs().prop_map(Op::Read),
     ]
 }
 

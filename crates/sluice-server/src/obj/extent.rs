@@ -10,7 +10,7 @@
 //! Ranges were checked against the export when the request was
 //! validated.
 
-use sluice_objstore::{buffer_offsets, plan, Run, Segment};
+use sluice_objstore::{ascends, buffer_offsets, plan, Run, Segment};
 use sluice_storage::{BlockDevice, DeviceError};
 
 /// Segments of a read at most this far apart are read as one span, the
@@ -67,13 +67,7 @@ pub(super) fn write(
     // The usual list, each segment after the one before it: its pieces
     // are the list's own bytes, joined where segments touch, with nothing
     // sorted or copied.
-    let mut end = 0u64;
-    let ascending = segments.iter().all(|s| {
-        let after = s.offset >= end;
-        end = s.end();
-        after
-    });
-    if ascending {
+    if ascends(segments) {
         let mut pieces: Vec<(u64, &[u8])> = Vec::with_capacity(segments.len());
         let mut at = 0usize;
         for s in segments.iter().filter(|s| s.len > 0) {
