@@ -190,7 +190,7 @@ fn write_ascending(file: &File, segments: &[Segment], data: &[u8]) -> io::Result
             let mut from = 0usize;
             for s in members.iter().filter(|s| s.len > 0) {
                 let (to, len) = ((s.offset - offset) as usize, s.len as usize);
-                buf[to..to + len].copy_from_slice(&run_data[from..from + len]);
+                copy_small(&mut buf[to..to + len], &run_data[from..from + len]);
                 from += len;
             }
             pwritev_all(file, &mut [IoSlice::new(&buf)], offset)?;
@@ -202,6 +202,33 @@ fn write_ascending(file: &File, segments: &[Segment], data: &[u8]) -> io::Result
         rest = later;
     }
     Ok(())
+}
+
+/// `dst.copy_from_slice(src)`, with the small lengths of a view's blocks
+/// copied in place: up to 16 bytes as two (overlapping) words or a few
+/// bytes, where a call to `memcpy` for each 8-byte block cost more than
+/// the block (about 2.7 ns a block, a third of writing a view of 8-byte
+/// blocks into its run).
+fn copy_small(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    if dst.len() == n && (8..=16).contains(&n) {
+        if let (Some(&head), Some(&tail)) = (src.first_chunk::<8>(), src.last_chunk::<8>()) {
+            if let Some(d) = dst.first_chunk_mut::<8>() {
+                *d = head;
+            }
+            if let Some(d) = dst.last_chunk_mut::<8>() {
+                *d = tail;
+            }
+            return;
+        }
+    }
+    if dst.len() == n && n < 8 {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = *s;
+        }
+        return;
+    }
+    dst.copy_from_slice(src);
 }
 
 /// Deallocates `[offset, offset + len)` without changing the file size.
