@@ -182,7 +182,13 @@ impl Codec<'_> {
         segments: &'s [Segment],
         extra: usize,
     ) -> Result<Vec<Cow<'s, [Segment]>>, ObjError> {
-        split(segments, self.piece_limits(extra)).ok_or_else(|| {
+        let limits = self.piece_limits(extra);
+        // The usual list fits one request: one sum over it, not split's
+        // walk with a limit check per segment.
+        if fits_one(segments, limits) {
+            return Ok(vec![Cow::Borrowed(segments)]);
+        }
+        split(segments, limits).ok_or_else(|| {
             let l = self.limits();
             refused(
                 subject.clone(),

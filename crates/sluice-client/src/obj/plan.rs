@@ -307,6 +307,9 @@ pub fn split(segments: &[Segment], limits: PieceLimits) -> Option<Vec<Cow<'_, [S
 /// Whether any two pieces touch a common byte (then writes must be sent
 /// in order, since the later one must win).
 pub fn pieces_overlap<P: AsRef<[Segment]>>(pieces: &[P]) -> bool {
+    if pieces.len() < 2 {
+        return false;
+    }
     // Usually every segment starts where or after the one before it ends,
     // across pieces too: then no two can overlap, and nothing is sorted.
     let mut end = 0u64;
