@@ -1346,7 +1346,7 @@ mod tests {
         assert_eq!(segs[1].offset, 4098);
         assert_eq!(segs.iter().map(|s| s.length).sum::<u64>(), 1 << 20);
         assert!(matches!(
-            choose(&coalesce(&segs)),
+            choose(&coalesce(&segs).expect("ends below 2^64")),
             Layout::Strided {
                 stride: 4098,
                 count: 256,
@@ -1355,7 +1355,7 @@ mod tests {
         ));
         // No hole: one contiguous range.
         assert!(matches!(
-            choose(&coalesce(&holed_segments(4, 10, 0))),
+            choose(&coalesce(&holed_segments(4, 10, 0)).expect("ends below 2^64")),
             Layout::Contiguous(Segment {
                 offset: 0,
                 length: 40

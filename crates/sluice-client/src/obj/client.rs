@@ -179,6 +179,18 @@ impl ObjClient {
 
     /// Runs one command, splitting it as the limits require.
     pub fn run(&mut self, req: &ObjRequest<'_>) -> Result<ObjResponse, ObjError> {
+        // Writes and punches go to their pieces at once: a list that fits
+        // one request is its only piece there, and trying a single
+        // request first planned a list that does not fit twice (a sixth
+        // of preparing 32,768 segments).
+        let pieces_first = matches!(
+            req,
+            ObjRequest::Write { .. } | ObjRequest::ExtentWrite { .. } | ObjRequest::Punch { .. }
+        );
+        if pieces_first {
+            self.codec().check_attrs_on_data(req)?;
+            return self.run_split(req);
+        }
         if let Some(wire) = self.codec().single(req)? {
             let reply = self.exchange(std::slice::from_ref(&wire), false).pop();
             let reply = reply.unwrap_or_else(|| Err(self.violation("no reply")))?;
@@ -451,6 +463,10 @@ impl ObjClient {
         data: &[u8],
         options: &DataOptions,
     ) -> Result<(), ObjError> {
+        let carries = matches!(op, Opcode::Write | Opcode::ExtentWrite);
+        if carries {
+            self.codec().check_data_len(s, segments, data)?;
+        }
         let a = self.codec().change_list(s, &options.attrs)?;
         let merged = self.codec().segments(s, segments)?;
         if merged.is_empty() {
@@ -465,13 +481,16 @@ impl ObjClient {
         let mut at = 0usize;
         let last = pieces.len() - 1;
         for (i, p) in pieces.iter().enumerate() {
-            let len: u64 = p.iter().map(|s| s.length).sum();
-            let chunk = if matches!(op, Opcode::Write | Opcode::ExtentWrite) {
-                // Callers checked the data against the segments.
-                data.get(at..at + len as usize)
-                    .ok_or_else(|| refused(s.clone(), "fewer data bytes than the segments take"))?
-            } else {
-                &[]
+            let chunk = match (carries, pieces.len()) {
+                (false, _) => &[][..],
+                // The only piece moves every byte (checked above).
+                (true, 1) => data,
+                (true, _) => {
+                    let len: u64 = p.iter().map(|s| s.length).sum();
+                    data.get(at..at + len as usize).ok_or_else(|| {
+                        refused(s.clone(), "fewer data bytes than the segments take")
+                    })?
+                }
             };
             at += chunk.len();
             let attrs = if i == last { a.clone() } else { Vec::new() };

@@ -159,19 +159,15 @@ impl Codec<'_> {
         subject: &Subject,
         segments: &'s [Segment],
     ) -> Result<Cow<'s, [Segment]>, ObjError> {
-        if let Some(s) = segments
-            .iter()
-            .find(|s| s.offset.checked_add(s.length).is_none())
-        {
-            return Err(refused(
+        coalesce(segments).map_err(|s| {
+            refused(
                 subject.clone(),
                 format!(
                     "segment at offset {} of {} bytes ends past 2^64",
                     s.offset, s.length
                 ),
-            ));
-        }
-        Ok(coalesce(segments))
+            )
+        })
     }
 
     /// Cuts `segments` into pieces within the limits, leaving room for

@@ -95,28 +95,31 @@ impl Layout<'_> {
 /// Joins neighbours in list order where one ends exactly where the next
 /// begins (the bytes and their order are unchanged) and drops empty
 /// segments, which move no byte. A list with nothing to join or drop,
-/// the usual case, is returned as it is, uncopied.
-pub fn coalesce(segments: &[Segment]) -> Cow<'_, [Segment]> {
-    let joins = |a: &Segment, b: &Segment| a.offset.checked_add(a.length) == Some(b.offset);
-    // One pass: no empty segment, and none starts where the one before
-    // it ends.
+/// the usual case, is returned as it is, uncopied, after one pass that
+/// also checks every segment's end: `Err` names the first segment that
+/// ends past 2^64.
+pub fn coalesce(segments: &[Segment]) -> Result<Cow<'_, [Segment]>, Segment> {
     let mut end = None;
-    let unchanged = segments.iter().all(|s| {
-        let keep = s.length > 0 && end != Some(s.offset);
-        end = s.offset.checked_add(s.length);
-        keep
-    });
+    let mut unchanged = true;
+    for s in segments {
+        let Some(e) = s.offset.checked_add(s.length) else {
+            return Err(*s);
+        };
+        unchanged &= s.length > 0 && end != Some(s.offset);
+        end = Some(e);
+    }
     if unchanged {
-        return Cow::Borrowed(segments);
+        return Ok(Cow::Borrowed(segments));
     }
     let mut out: Vec<Segment> = Vec::with_capacity(segments.len());
     for s in segments.iter().filter(|s| s.length > 0) {
         match out.last_mut() {
-            Some(last) if joins(last, s) => last.length += s.length,
+            // Cannot overflow: this list's ends were all checked above.
+            Some(last) if last.offset + last.length == s.offset => last.length += s.length,
             _ => out.push(*s),
         }
     }
-    Cow::Owned(out)
+    Ok(Cow::Owned(out))
 }
 
 /// The DDT for `segments` (non-empty, already [`coalesce`]d): one segment
@@ -377,11 +380,14 @@ mod tests {
         assert_eq!(choose(&[seg(5, 10)]), Layout::Contiguous(seg(5, 10)));
         // Neighbours in order are one segment.
         let touching = [seg(0, 4), seg(4, 4), seg(8, 0), seg(8, 1)];
-        let c = coalesce(&touching);
+        let c = coalesce(&touching).unwrap();
         assert_eq!(c, vec![seg(0, 9)]);
         // Nothing to join: the list itself.
         let apart = [seg(0, 4), seg(5, 4)];
-        assert!(matches!(coalesce(&apart), Cow::Borrowed(b) if b == apart));
+        assert!(matches!(coalesce(&apart), Ok(Cow::Borrowed(b)) if b == apart));
+        // A segment ending past 2^64 is named.
+        let over = [seg(0, 4), seg(u64::MAX, 2)];
+        assert_eq!(coalesce(&over), Err(seg(u64::MAX, 2)));
         assert_eq!(choose(&c), Layout::Contiguous(seg(0, 9)));
     }
 
@@ -532,7 +538,7 @@ mod tests {
             max_segments in 1u32..8,
             max_bytes in MIN_PIECE_BYTES..600,
         ) {
-            let c = coalesce(&list);
+            let c = coalesce(&list).expect("ends below 2^64");
             prop_assert_eq!(bytes_of(&c), bytes_of(&list));
             let limits = PieceLimits { max_segments, max_bytes };
             let pieces = split(&c, limits).expect("limits leave room");
@@ -551,7 +557,7 @@ mod tests {
             for p in &pieces {
                 prop_assert!(!p.is_empty());
                 prop_assert!(p.len() as u32 <= max_segments);
-                let p = coalesce(p);
+                let p = coalesce(p).expect("ends below 2^64");
                 let layout = choose(&p);
                 prop_assert_eq!(layout.segments(), p.to_vec());
                 let mut ddt = Vec::new();
