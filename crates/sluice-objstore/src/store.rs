@@ -548,6 +548,8 @@ pub struct ObjectStore {
     /// Data-modified times of rewrites that committed nothing else, not
     /// in the database yet (see [`ObjectStore::defers_its_commit`]).
     unwritten_times: Mutex<HashMap<ObjectRef, i64>>,
+    /// Changes that committed nothing, their time left in memory.
+    deferred_commits: AtomicU64,
 }
 
 /// The most objects whose data-modified time may wait in memory; a
@@ -1157,6 +1159,7 @@ impl ObjectStore {
             }),
             known: RwLock::new(HashMap::new()),
             unwritten_times: Mutex::new(HashMap::new()),
+            deferred_commits: AtomicU64::new(0),
         };
         store.replay_journal()?;
         Ok(store)
@@ -1315,6 +1318,7 @@ impl ObjectStore {
         }
         let at = times.entry(row.object).or_insert(row.at);
         *at = (*at).max(row.at);
+        self.deferred_commits.fetch_add(1, Ordering::Relaxed);
         true
     }
 
@@ -2242,6 +2246,19 @@ impl ObjectStore {
     /// group commit is one, however many changes it held).
     pub fn commits(&self) -> u64 {
         self.meta.commits()
+    }
+
+    /// Data changes since the store was opened that committed nothing:
+    /// plain rewrites inside an object file's length, whose
+    /// data-modified time waits in memory for the next data commit, a
+    /// flush or the store's close.
+    pub fn deferred_commits(&self) -> u64 {
+        self.deferred_commits.load(Ordering::Relaxed)
+    }
+
+    /// Objects whose data-modified time is in memory only, now.
+    pub fn unwritten_times(&self) -> usize {
+        lock(&self.unwritten_times).len()
     }
 
     /// Whether `object` has journal rows outstanding.

@@ -830,6 +830,39 @@ impl ServerMetrics {
     }
 }
 
+/// Renders the object store's own counters: its metadata transactions,
+/// and the rewrites that made none.
+pub fn render_store_metrics(store: &sluice_objstore::ObjectStore) -> String {
+    let mut out = String::new();
+    let series: [(&str, &str, &str, u64); 3] = [
+        (
+            "sluice_obj_store_commits_total",
+            "counter",
+            "Metadata transactions the object store committed (a group commit is one, however many changes it held).",
+            store.commits(),
+        ),
+        (
+            "sluice_obj_store_deferred_commits_total",
+            "counter",
+            "Plain rewrites inside an object file's length that committed nothing, their data-modified time kept in memory.",
+            store.deferred_commits(),
+        ),
+        (
+            "sluice_obj_store_unwritten_times",
+            "gauge",
+            "Objects whose data-modified time is in memory only (written by the next data commit, a flush or a clean stop).",
+            store.unwritten_times() as u64,
+        ),
+    ];
+    for (name, kind, help, value) in series {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+        );
+    }
+    out
+}
+
 /// Renders what devices report about themselves (cache counters and
 /// gauges, RAID members' counters and histograms), one series per export
 /// and label set, prefixed `sluice_`.

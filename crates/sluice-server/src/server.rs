@@ -627,6 +627,7 @@ impl Server {
         );
         let metrics = Arc::clone(&self.metrics);
         let registry = Arc::clone(&self.registry);
+        let store = self.objects.as_ref().map(|o| Arc::clone(&o.store));
         let server = Arc::clone(&http);
         let thread = std::thread::Builder::new()
             .name("sluice-metrics".into())
@@ -641,6 +642,9 @@ impl Server {
                                 .iter()
                                 .map(|e| (e.name.as_str(), e.device.metrics())),
                         ));
+                        if let Some(store) = &store {
+                            body.push_str(&crate::metrics::render_store_metrics(store));
+                        }
                         let header = tiny_http::Header::from_bytes(
                             &b"Content-Type"[..],
                             &b"text/plain; version=0.0.4; charset=utf-8"[..],

@@ -1330,3 +1330,55 @@ fn creates_received_together_are_one_hand_off_with_a_reply_for_each() {
         .collect();
     assert_eq!(listed, [made[0], made[3], made[6]]);
 }
+
+/// The object's `sluice.data_modified` as GET_ATTRS answers it.
+fn data_modified(c: &mut RawObjClient<std::net::TcpStream>, id: u64) -> i64 {
+    let r = c
+        .call(
+            &Req::new(OP_GET_ATTRS, 90)
+                .object(id)
+                .attrs(&[AttrOp::Get("sluice.data_modified")]),
+        )
+        .ok();
+    match r.attr_ops().as_slice() {
+        [AttrOp::Set(_, AttrValue::Integer(t))] => *t,
+        other => panic!("GET_ATTRS answered {other:?}"),
+    }
+}
+
+/// A rewrite inside an object file commits no transaction; its time is
+/// answered at once and reaches the database when the server stops.
+#[test]
+fn a_rewrites_time_is_answered_at_once_and_kept_when_the_server_stops() {
+    let (server, dir, _) = start();
+    let mut c = client(&server);
+    let id = c.create(1, "")[0];
+    // 64 KiB: past the inline limit, so the object has a file.
+    c.write(id, 0, &vec![1u8; 64 << 10]);
+    let first = data_modified(&mut c, id);
+    let commits = metric(&server, "sluice_obj_store_commits_total");
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    c.write(id, 100, b"rewrite!");
+    assert_eq!(
+        metric(&server, "sluice_obj_store_commits_total"),
+        commits,
+        "the rewrite committed"
+    );
+    assert_eq!(
+        metric(&server, "sluice_obj_store_deferred_commits_total"),
+        1
+    );
+    assert_eq!(metric(&server, "sluice_obj_store_unwritten_times"), 1);
+    let rewritten = data_modified(&mut c, id);
+    assert!(rewritten > first, "{rewritten} not after {first}");
+    drop(c);
+    server.stop().unwrap();
+    // Opened again, the store has it from its database.
+    let store = sluice_objstore::ObjectStore::open(dir.path().join("objects")).unwrap();
+    let object = sluice_objstore::ObjectRef {
+        partition: sluice_objstore::PartitionId(sluice_server::DEFAULT_PARTITION),
+        object: sluice_objstore::ObjectId(id),
+    };
+    let stored = store.get_attrs(object, &[]).unwrap().0.data_modified;
+    assert_eq!(stored, rewritten);
+}
