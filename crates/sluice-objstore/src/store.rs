@@ -46,7 +46,7 @@
 //! Such an overwrite (not durable, setting no attribute) commits
 //! nothing at all: its data-modified time waits in memory for the next
 //! commit of a data change, a flush or the store's close
-//! (`ObjectStore::defers_its_commit`), so after the process is killed
+//! (`ObjectStore::defer_commit`), so after the process is killed
 //! too its bytes may sit under the older time.
 //! Inline objects have neither gap: their bytes commit with their length.
 //! FLUSH fsyncs the dirty object files, then the partition folder if a
@@ -546,7 +546,7 @@ pub struct ObjectStore {
     /// removed), so creates check them without a query.
     known: RwLock<HashMap<PartitionId, HashSet<String>>>,
     /// Data-modified times of rewrites that committed nothing else, not
-    /// in the database yet (see [`ObjectStore::defers_its_commit`]).
+    /// in the database yet (see [`ObjectStore::defer_commit`]).
     unwritten_times: Mutex<HashMap<ObjectRef, i64>>,
     /// Changes that committed nothing, their time left in memory.
     deferred_commits: AtomicU64,
@@ -1275,13 +1275,13 @@ impl ObjectStore {
         Ok(())
     }
 
-    /// The connection metadata reads use (changes go through
-    /// `meta::Committer::commit`). WAL lets it read while a group commits;
-    /// a read that must see a change made under an object's stripe takes
-    /// that stripe, so the change's commit has returned by then.
     /// The object's mandatory attributes from the database, with its
     /// data-modified time if a newer one waits in memory.
-    fn read_info(&self, conn: &Connection, object: ObjectRef) -> Result<ObjectInfo, ObjStoreError> {
+    fn current_info(
+        &self,
+        conn: &Connection,
+        object: ObjectRef,
+    ) -> Result<ObjectInfo, ObjStoreError> {
         let mut info = read_info(conn, object)?;
         if let Some(&at) = lock(&self.unwritten_times).get(&object) {
             info.data_modified = info.data_modified.max(at);
@@ -1289,7 +1289,8 @@ impl ObjectStore {
         Ok(info)
     }
 
-    /// Whether a staged change may skip its commit. A rewrite inside an
+    /// Skips a staged change's commit where it may, and says whether it
+    /// did (the caller then caches the state after it). A rewrite inside an
     /// object file's length, with no attribute set, no journal row and
     /// no durability asked, changes nothing in the database but the
     /// object's data-modified time: that time waits in memory instead
@@ -1303,7 +1304,7 @@ impl ObjectStore {
     /// which must cover the bytes it dates anyway. At most
     /// [`UNWRITTEN_TIMES_MAX`] objects' times wait; past that a rewrite
     /// commits as any change does, writing them all.
-    fn defers_its_commit(&self, staged: &Staged, opts: &WriteOptions) -> bool {
+    fn defer_commit(&self, staged: &Staged, opts: &WriteOptions) -> bool {
         let row = &staged.row;
         if opts.durable
             || !row.attrs.is_empty()
@@ -1345,6 +1346,10 @@ impl ObjectStore {
         }
     }
 
+    /// The connection metadata reads use (changes go through
+    /// `meta::Committer::commit`). WAL lets it read while a group commits;
+    /// a read that must see a change made under an object's stripe takes
+    /// that stripe, so the change's commit has returned by then.
     fn reader(&self) -> MutexGuard<'_, Connection> {
         // A panic while holding the connection leaves no half-done
         // statement behind (rusqlite resets statements on drop).
@@ -1364,7 +1369,10 @@ impl ObjectStore {
         }
         let (info, bytes) = {
             let conn = self.reader();
-            (self.read_info(&conn, object)?, read_inline(&conn, object)?)
+            (
+                self.current_info(&conn, object)?,
+                read_inline(&conn, object)?,
+            )
         };
         let body = match bytes {
             Some(b) => Body::Inline(Arc::new(b)),
@@ -1777,7 +1785,7 @@ impl ObjectStore {
             };
             entries.push(ListEntry {
                 object: object.object,
-                info: self.read_info(&conn, object)?,
+                info: self.current_info(&conn, object)?,
                 attrs: if with_attrs {
                     Some(read_attrs(&conn, object, &[])?)
                 } else {
@@ -2099,7 +2107,7 @@ impl ObjectStore {
         edit: Edit<'_>,
     ) -> Result<(ObjectInfo, ObjectInfo), ObjStoreError> {
         let staged = self.stage(stripe, object, None, opts, edit)?;
-        if self.defers_its_commit(&staged, opts) {
+        if self.defer_commit(&staged, opts) {
             let info = staged.after.info;
             stripe.keep(object, staged.after);
             return Ok((info, staged.before));
@@ -2339,7 +2347,7 @@ impl ObjectStore {
             match self.stage(stripe, c.object, start, c.opts, c.edit) {
                 // Only a change on committed state may skip the commit:
                 // one on top of a staged change waits for it.
-                Ok(s) if start.is_none() && self.defers_its_commit(&s, c.opts) => {
+                Ok(s) if start.is_none() && self.defer_commit(&s, c.opts) => {
                     let info = s.after.info;
                     stripe.keep(c.object, s.after);
                     results[i] = Some(Ok(Changed {
@@ -2596,7 +2604,7 @@ impl ObjectStore {
         keys: &[&str],
     ) -> Result<(ObjectInfo, Vec<(String, AttrValue)>), ObjStoreError> {
         let conn = self.reader();
-        let info = self.read_info(&conn, object)?;
+        let info = self.current_info(&conn, object)?;
         Ok((info, read_attrs(&conn, object, keys)?))
     }
 
