@@ -5,7 +5,8 @@
 //! Keys, under the configured prefix (`/sluice/meta/` by default):
 //! `names/<name>` (an entry, its value a [`Record`]), `servers/<uri>`
 //! (ordered by etcd's create revision) and `placement` (the placement
-//! counter is that key's version, which each put raises by one).
+//! counter: the next number and the latest claims, advanced by
+//! compare-and-swap; see `PlacementCounter`).
 //!
 //! An entry's `revision` is its key's `mod_revision`. `create` is
 //! `txn(create_revision == 0, put)`; `update` and `delete` are
@@ -19,7 +20,8 @@
 //! writer id in its record: a retried create that finds the name taken,
 //! or a retried update that finds a newer revision, succeeded if the
 //! stored record carries its own id; a retried delete that finds the name
-//! gone succeeded.
+//! gone succeeded; a retried placement finds its own token among the
+//! counter's latest claims.
 //!
 //! The store owns a small tokio runtime and blocks on it: its methods must
 //! not be called from inside an async runtime.
@@ -30,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use etcd_client::{
     Certificate, Client, Compare, CompareOp, ConnectOptions, GetOptions, Identity, KeyValue,
-    PutOptions, TlsOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
+    TlsOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
 };
 
 use crate::record::Record;
@@ -487,17 +489,48 @@ impl MetaStore for EtcdMetaStore {
 
     fn next_placement(&self) -> Result<u64, MetaError> {
         let key = format!("{}placement", self.config.prefix);
-        self.run(
-            || "count placements".to_owned(),
-            |c, _| {
-                let r = self.runtime.block_on(c.put(
-                    key.as_str(),
-                    "",
-                    Some(PutOptions::new().with_prev_key()),
-                ))?;
-                Ok(Ok(r.prev_key().map_or(0, |kv| kv.version() as u64)))
-            },
-        )
+        // Each call claims its number under a token of its own, and the
+        // counter keeps the latest claims beside the next number: a call
+        // retried after its answer was lost (a leader killed between
+        // applying the claim and answering) finds its claim instead of
+        // taking a second number.
+        let token = fastrand::u64(..);
+        let give_up = Instant::now() + self.config.op_timeout;
+        let action = || "count placements".to_owned();
+        self.run(action, |c, uncertain| loop {
+            if Instant::now() > give_up {
+                return Ok(Err(self.outrun(action())));
+            }
+            let r = self.get(c, &key, None)?;
+            let (seen, counter) = match r.kvs().first() {
+                Some(kv) => match PlacementCounter::decode(kv.value(), kv.version() as u64) {
+                    Some(counter) => (kv.mod_revision(), counter),
+                    None => {
+                        let why = std::io::Error::new(
+                            std::io::ErrorKind::InvalidData,
+                            format!(
+                                "{key} holds {} bytes that are no placement counter",
+                                kv.value().len()
+                            ),
+                        );
+                        return Ok(Err(backend(&self.config, action(), why)));
+                    }
+                },
+                None => (0, PlacementCounter::default()),
+            };
+            if uncertain {
+                if let Some(n) = counter.claimed_by(token) {
+                    return Ok(Ok(n));
+                }
+            }
+            let (n, next) = counter.claim(token);
+            let txn = Txn::new()
+                .when([Compare::mod_revision(key.as_str(), CompareOp::Equal, seen)])
+                .and_then([TxnOp::put(key.as_str(), next.encode(), None)]);
+            if self.txn(c, txn)?.succeeded() {
+                return Ok(Ok(n));
+            }
+        })
     }
 
     fn create(
@@ -725,6 +758,78 @@ fn transient(e: &etcd_client::Error) -> bool {
     }
 }
 
+/// The placement counter's value: the next number, and the latest
+/// claims (token, number), newest last, so that a retried call can find
+/// the number its lost first attempt took. Encoded as big-endian u64s:
+/// the next number, then each claim's token and number.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+struct PlacementCounter {
+    next: u64,
+    claims: Vec<(u64, u64)>,
+}
+
+/// Claims the placement counter keeps: far more than the calls that can
+/// be in flight while one of them waits out a failover.
+const PLACEMENT_CLAIMS: usize = 256;
+
+impl PlacementCounter {
+    /// `None` for bytes that are no counter. An empty value is a counter
+    /// of an earlier release, which counted its key's versions.
+    fn decode(value: &[u8], version: u64) -> Option<Self> {
+        if value.is_empty() {
+            return Some(Self {
+                next: version,
+                claims: Vec::new(),
+            });
+        }
+        let (next, rest) = value.split_first_chunk::<8>()?;
+        if rest.len() % 16 != 0 {
+            return None;
+        }
+        let word = |b: &[u8]| b.first_chunk::<8>().map(|w| u64::from_be_bytes(*w));
+        let claims = rest
+            .chunks_exact(16)
+            .map(|c| Some((word(c)?, word(&c[8..])?)))
+            .collect::<Option<Vec<_>>>()?;
+        Some(Self {
+            next: u64::from_be_bytes(*next),
+            claims,
+        })
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(8 + 16 * self.claims.len());
+        out.extend_from_slice(&self.next.to_be_bytes());
+        for (token, n) in &self.claims {
+            out.extend_from_slice(&token.to_be_bytes());
+            out.extend_from_slice(&n.to_be_bytes());
+        }
+        out
+    }
+
+    /// The number `token` claimed, if it is among the latest claims.
+    fn claimed_by(&self, token: u64) -> Option<u64> {
+        self.claims
+            .iter()
+            .find_map(|&(t, n)| (t == token).then_some(n))
+    }
+
+    /// The number `token` gets, and the counter after its claim.
+    fn claim(&self, token: u64) -> (u64, Self) {
+        let n = self.next;
+        let skip = (self.claims.len() + 1).saturating_sub(PLACEMENT_CLAIMS);
+        let mut claims: Vec<(u64, u64)> = self.claims[skip..].to_vec();
+        claims.push((token, n));
+        (
+            n,
+            Self {
+                next: n + 1,
+                claims,
+            },
+        )
+    }
+}
+
 fn backend(
     config: &EtcdConfig,
     action: impl Into<String>,
@@ -740,6 +845,30 @@ fn backend(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_placement_counter_finds_its_latest_claims_and_reads_its_old_form() {
+        // An earlier release's counter: an empty value, counted by version.
+        let old = PlacementCounter::decode(&[], 7).expect("the old form");
+        assert_eq!((old.next, old.claims.len()), (7, 0));
+        let (n, c) = old.claim(42);
+        assert_eq!((n, c.next), (7, 8));
+        let c = PlacementCounter::decode(&c.encode(), 99).expect("decodes");
+        assert_eq!(c.claimed_by(42), Some(7));
+        assert_eq!(c.claimed_by(43), None);
+        // Only the latest claims stay.
+        let mut c = c;
+        for token in 1000..1000 + PLACEMENT_CLAIMS as u64 {
+            c = c.claim(token).1;
+        }
+        assert_eq!(c.claims.len(), PLACEMENT_CLAIMS);
+        assert_eq!(c.claimed_by(42), None);
+        assert_eq!(c.claimed_by(1000), Some(8));
+        assert_eq!(c.next, 8 + PLACEMENT_CLAIMS as u64);
+        // Bytes that are no counter.
+        assert_eq!(PlacementCounter::decode(&[1, 2, 3], 0), None);
+        assert_eq!(PlacementCounter::decode(&[0; 8 + 15], 0), None);
+    }
 
     #[test]
     fn uris_give_endpoints_and_prefix() {
