@@ -3,7 +3,6 @@
 //! pointer at the subcommand's help, and the log lines operators look
 //! for (a refused client, a connection's end, a file served read-only).
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::harness::{sluice, tempdir, tool, CmdOutput, Server, ServerBuilder};
@@ -111,42 +110,14 @@ fn usage_errors_exit_2_and_point_at_the_subcommand_help() {
     assert!(error_line(&out).contains("--allow-overwrite"));
 }
 
-/// Makes `path` impossible to open for writing (mode 0444; for root, the
-/// immutable attribute too). `false` when that cannot be done here.
-fn make_unwritable(path: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o444)).expect("test setup");
-    let writable = || std::fs::OpenOptions::new().write(true).open(path).is_ok();
-    if !writable() {
-        return true;
-    }
-    let made = std::process::Command::new("chattr")
-        .arg("+i")
-        .arg(path)
-        .status()
-        .is_ok_and(|s| s.success());
-    made && !writable()
-}
-
 #[test]
 fn a_readable_unwritable_file_is_served_read_only_with_a_warning() {
     let dir = tempdir();
     let image = dir.path().join("ro.img");
     std::fs::write(&image, vec![0x11u8; 1 << 20]).expect("test setup");
-    if !make_unwritable(&image) {
-        eprintln!("skipped: cannot make a file unwritable here (root without chattr +i)");
+    let Some(_unwritable) = sluice_testkit::programs::make_unwritable(&image) else {
         return;
-    }
-    struct Unlock<'a>(&'a Path);
-    impl Drop for Unlock<'_> {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("chattr")
-                .arg("-i")
-                .arg(self.0)
-                .status();
-        }
-    }
-    let _unlock = Unlock(&image);
+    };
     let srv = ServerBuilder::new().file_export("ro", &image, "").start();
     let log = srv.stderr_log();
     assert!(

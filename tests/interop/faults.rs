@@ -111,7 +111,7 @@ impl SmallFilesystem {
 
 impl Drop for SmallFilesystem {
     fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
+        let _ = std::process::Command::new(crate::harness::require_tool("umount"))
             .arg(self.dir.path())
             .status();
     }

@@ -2,7 +2,6 @@
 //! OS-chosen port, run external NBD clients with a time limit, make test data.
 
 use rustix::process::{kill_process, kill_process_group, Pid, Signal};
-use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -10,7 +9,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -26,67 +25,34 @@ const STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// Default limit for one external client command.
 const DEFAULT_CMD_TIMEOUT: Duration = Duration::from_secs(180);
 
-const INSTALL_HINT: &str = "run scripts/test from the repository root: it installs the interop \
-     test dependencies (qemu-utils, libnbd-bin, python3-libnbd, nbdkit, fio, nbdfuse) and then \
-     runs the suite";
-
 /// The interpreter for the libnbd Python scripts. Debian's python3-libnbd is
 /// built for the system interpreter only (a pyenv `python3` earlier on PATH
 /// cannot import it), so never resolve this through PATH.
-pub(crate) const SYSTEM_PYTHON: &str = "/usr/bin/python3";
+const SYSTEM_PYTHON: &str = "/usr/bin/python3";
 
 // ---------------------------------------------------------------------------
 // Tools
 // ---------------------------------------------------------------------------
 
-/// Absolute path of an external tool, or a test failure that says how to get it.
+/// Absolute path of an outside program, which must be on the list of
+/// those tests may run (scripts/programs), or a test failure that says
+/// what is missing.
 pub(crate) fn require_tool(name: &str) -> PathBuf {
-    static CACHE: OnceLock<Mutex<HashMap<String, Option<PathBuf>>>> = OnceLock::new();
-    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-    let found = cache
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .entry(name.to_string())
-        .or_insert_with(|| find_in_path(name))
-        .clone();
-    match found {
-        Some(p) => p,
-        None => panic!("required external tool `{name}` was not found on PATH; {INSTALL_HINT}"),
-    }
-}
-
-fn find_in_path(name: &str) -> Option<PathBuf> {
-    if name.contains('/') {
-        let p = PathBuf::from(name);
-        return is_executable(&p).then_some(p);
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|p| is_executable(p))
-}
-
-fn is_executable(p: &Path) -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata(p)
-        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-        .unwrap_or(false)
+    sluice_testkit::programs::program(name)
 }
 
 /// `/usr/bin/python3` with a working `import nbd`, or a test failure.
-pub(crate) fn require_python_libnbd() -> &'static str {
-    static CHECKED: OnceLock<Result<(), String>> = OnceLock::new();
+pub(crate) fn require_python_libnbd() -> PathBuf {
+    static CHECKED: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let res = CHECKED.get_or_init(|| {
-        if !is_executable(Path::new(SYSTEM_PYTHON)) {
-            return Err(format!("{SYSTEM_PYTHON} does not exist"));
-        }
-        let out = Command::new(SYSTEM_PYTHON)
+        let python = require_tool(SYSTEM_PYTHON);
+        let out = Command::new(&python)
             .args(["-c", "import nbd; nbd.NBD()"])
             .stdin(Stdio::null())
             .output()
             .map_err(|e| format!("cannot run {SYSTEM_PYTHON}: {e}"))?;
         if out.status.success() {
-            Ok(())
+            Ok(python)
         } else {
             Err(format!(
                 "`{SYSTEM_PYTHON} -c 'import nbd'` failed: {}",
@@ -94,10 +60,13 @@ pub(crate) fn require_python_libnbd() -> &'static str {
             ))
         }
     });
-    if let Err(e) = res {
-        panic!("the libnbd Python bindings (python3-libnbd) are not usable: {e}; {INSTALL_HINT}");
+    match res {
+        Ok(python) => python.clone(),
+        Err(e) => panic!(
+            "the libnbd Python bindings (python3-libnbd) are not usable: {e}; scripts/test \
+             installs them"
+        ),
     }
-    SYSTEM_PYTHON
 }
 
 /// Directory holding the nbdsh/libnbd Python scripts.
@@ -147,8 +116,8 @@ pub(crate) fn nbdsh_script(script: &str) -> Cmd {
     let path = nbdsh_dir().join(script);
     assert!(path.is_file(), "missing test script {}", path.display());
     let mut c = Cmd {
-        cmd: Command::new(python),
-        display: format!("{python} {}", path.display()),
+        cmd: Command::new(&python),
+        display: format!("{} {}", python.display(), path.display()),
         timeout: DEFAULT_CMD_TIMEOUT,
         input: None,
     };

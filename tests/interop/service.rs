@@ -610,7 +610,7 @@ fn version_names_the_commit_and_the_profile() {
     let out = sluice().arg("--version").output();
     out.assert_success();
     let line = out.stdout();
-    let want_commit = Command::new("git")
+    let want_commit = Command::new(require_tool("git"))
         .args(["rev-parse", "--short=12", "HEAD"])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()

@@ -1,101 +1,16 @@
-//! Server keys made by OpenSSL the way operators make them: an RSA key of
-//! an uncommon size (2432 bits, as the reference NBD project's test
-//! certificates use) serves real TLS clients, and a key TLS cannot use is
-//! refused at start-up with the reason in words.
+//! Server RSA keys of the sizes operators make: a key of an uncommon size
+//! (2432 bits, as the reference NBD project's test certificates use)
+//! serves real TLS clients, and a key TLS cannot use is refused at
+//! start-up with the reason in words.
 
-use std::path::Path;
-use std::process::Command;
+use sluice_testkit::pki::write_rsa_pki;
 
 use crate::harness::{nbdsh_script, sluice, tempdir, tool, ServerBuilder, MIB};
-
-fn openssl(args: &[&str], dir: &Path) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run openssl (installed with the system's TLS libraries)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// A CA (`client/ca-cert.pem`, what clients trust) and a server
-/// certificate for 127.0.0.1 over a fresh RSA key of `bits` bits
-/// (`server/`), made with the openssl command line.
-fn openssl_pki(dir: &Path, bits: u32) {
-    let server = dir.join("server");
-    let client = dir.join("client");
-    std::fs::create_dir_all(&server).expect("mkdir server");
-    std::fs::create_dir_all(&client).expect("mkdir client");
-    openssl(&["genrsa", "-out", "ca-key.pem", "2048"], dir);
-    openssl(
-        &[
-            "req",
-            "-new",
-            "-x509",
-            "-key",
-            "ca-key.pem",
-            "-out",
-            "client/ca-cert.pem",
-            "-days",
-            "30",
-            "-subj",
-            "/CN=sluice test CA",
-        ],
-        dir,
-    );
-    openssl(
-        &["genrsa", "-out", "server/server-key.pem", &bits.to_string()],
-        dir,
-    );
-    openssl(
-        &[
-            "req",
-            "-new",
-            "-key",
-            "server/server-key.pem",
-            "-out",
-            "server.csr",
-            "-subj",
-            "/CN=localhost",
-        ],
-        dir,
-    );
-    std::fs::write(
-        dir.join("ext.cnf"),
-        "subjectAltName=IP:127.0.0.1,DNS:localhost\n\
-         keyUsage=critical,digitalSignature,keyEncipherment\n\
-         extendedKeyUsage=serverAuth\n",
-    )
-    .expect("write ext.cnf");
-    openssl(
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "client/ca-cert.pem",
-            "-CAkey",
-            "ca-key.pem",
-            "-CAcreateserial",
-            "-out",
-            "server/server-cert.pem",
-            "-days",
-            "30",
-            "-extfile",
-            "ext.cnf",
-        ],
-        dir,
-    );
-}
 
 #[test]
 fn an_rsa_2432_key_serves_nbdinfo_and_qemu_img() {
     let dir = tempdir();
-    openssl_pki(dir.path(), 2432);
+    write_rsa_pki(dir.path(), 2432);
     let srv = ServerBuilder::new()
         .export("d", "mem:3M")
         .arg("--tls")
@@ -130,7 +45,7 @@ fn an_rsa_2432_key_serves_nbdinfo_and_qemu_img() {
 #[test]
 fn a_48_mib_write_over_tls_is_received_in_pieces_and_reads_back() {
     let dir = tempdir();
-    openssl_pki(dir.path(), 2432);
+    write_rsa_pki(dir.path(), 2432);
     let srv = ServerBuilder::new()
         .export("d", "mem:128M")
         .arg("--tls")
@@ -150,7 +65,7 @@ fn a_48_mib_write_over_tls_is_received_in_pieces_and_reads_back() {
 #[test]
 fn a_key_tls_cannot_use_is_refused_in_words() {
     let dir = tempdir();
-    openssl_pki(dir.path(), 1024);
+    write_rsa_pki(dir.path(), 1024);
     let out = sluice()
         .args(["serve", "--listen", "127.0.0.1:0", "--export", "d=mem:1M"])
         .args(["--tls", "on", "--tls-certificates"])

@@ -305,99 +305,11 @@ fn tls_failures_are_clear_errors() {
     );
 }
 
-/// Runs certtool (gnutls-bin, installed by scripts/test) in `dir`.
-fn certtool(dir: &Path, args: &[&str]) {
-    let out = std::process::Command::new("certtool")
-        .args(args)
-        .current_dir(dir)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("cannot run certtool (gnutls-bin; scripts/test installs it): {e}")
-        });
-    assert!(
-        out.status.success(),
-        "certtool {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// RSA certificates in qemu's layout (qemu wants keys that allow key
-/// encipherment): `server/` and `client/` directories.
-fn rsa_pki(dir: &Path) {
-    let key = |name: &str| {
-        certtool(
-            dir,
-            &[
-                "--generate-privkey",
-                "--key-type=rsa",
-                "--bits=2048",
-                "--outfile",
-                name,
-            ],
-        )
-    };
-    let template = |name: &str, body: &str| std::fs::write(dir.join(name), body).unwrap();
-    template(
-        "ca.info",
-        "cn = qemu test CA\nca\ncert_signing_key\nexpiration_days = 2\n",
-    );
-    template(
-        "server.info",
-        "cn = localhost\ndns_name = localhost\nip_address = 127.0.0.1\ntls_www_server\n\
-         signing_key\nencryption_key\nexpiration_days = 2\n",
-    );
-    template(
-        "client.info",
-        "cn = client1\ntls_www_client\nsigning_key\nencryption_key\nexpiration_days = 2\n",
-    );
-    key("ca-key.pem");
-    certtool(
-        dir,
-        &[
-            "--generate-self-signed",
-            "--load-privkey",
-            "ca-key.pem",
-            "--template",
-            "ca.info",
-            "--outfile",
-            "ca-cert.pem",
-        ],
-    );
-    for who in ["server", "client"] {
-        key(&format!("{who}-key.pem"));
-        certtool(
-            dir,
-            &[
-                "--generate-certificate",
-                "--load-privkey",
-                &format!("{who}-key.pem"),
-                "--load-ca-certificate",
-                "ca-cert.pem",
-                "--load-ca-privkey",
-                "ca-key.pem",
-                "--template",
-                &format!("{who}.info"),
-                "--outfile",
-                &format!("{who}-cert.pem"),
-            ],
-        );
-        let sub = dir.join(who);
-        std::fs::create_dir_all(&sub).unwrap();
-        for f in [
-            "ca-cert.pem",
-            &format!("{who}-cert.pem"),
-            &format!("{who}-key.pem"),
-        ] {
-            std::fs::copy(dir.join(f), sub.join(f)).unwrap();
-        }
-    }
-}
-
 #[test]
 fn nbds_against_qemu_nbd_with_a_client_certificate() {
     let dir = tempfile::tempdir().unwrap();
-    rsa_pki(dir.path());
+    // qemu wants RSA keys that may encipher.
+    sluice_testkit::pki::write_rsa_pki(dir.path(), 2048);
     let image = dir.path().join("disk.img");
     std::fs::File::create(&image)
         .unwrap()
@@ -405,7 +317,7 @@ fn nbds_against_qemu_nbd_with_a_client_certificate() {
         .unwrap();
     let socket = dir.path().join("qemu.sock");
     let server_dir = dir.path().join("server");
-    let mut qemu = std::process::Command::new("qemu-nbd")
+    let mut qemu = std::process::Command::new(sluice_testkit::programs::program("qemu-nbd"))
         .args([
             "--persistent",
             "-f",
@@ -423,15 +335,7 @@ fn nbds_against_qemu_nbd_with_a_client_certificate() {
         ])
         .stdin(std::process::Stdio::null())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot run qemu-nbd (scripts/test installs it): {e}"));
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while !socket.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "qemu-nbd did not start"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+        .unwrap_or_else(|e| panic!("cannot run qemu-nbd: {e}"));
     let uri: NbdUri = format!(
         "nbds+unix:///?socket={}&tls-certificates={}",
         socket.display(),
@@ -439,8 +343,23 @@ fn nbds_against_qemu_nbd_with_a_client_certificate() {
     )
     .parse()
     .unwrap();
-    let result = std::panic::catch_unwind(|| {
-        let mut c = Connection::connect(&uri, &ConnectOptions::default()).unwrap();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // The socket file appears at bind, before qemu-nbd listens: the
+        // first session that gets through says it is up.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let mut c = loop {
+            match Connection::connect(&uri, &ConnectOptions::default()) {
+                Ok(c) => break c,
+                Err(e) => assert!(
+                    std::time::Instant::now() < deadline,
+                    "qemu-nbd does not serve its socket: {e}"
+                ),
+            }
+            if let Ok(Some(status)) = qemu.try_wait() {
+                panic!("qemu-nbd exited ({status}) before serving its socket");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        };
         assert!(c.details().tls);
         round_trip(&mut c);
         c.disconnect().unwrap();
@@ -449,7 +368,7 @@ fn nbds_against_qemu_nbd_with_a_client_certificate() {
             .parse()
             .unwrap();
         assert!(Connection::connect(&plain, &ConnectOptions::default()).is_err());
-    });
+    }));
     let _ = qemu.kill();
     let _ = qemu.wait();
     if let Err(p) = result {

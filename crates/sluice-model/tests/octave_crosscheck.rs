@@ -5,8 +5,8 @@
 //! by `qncsmva` (single class, queueing and delay centres, think time),
 //! `qncsmvald` (load-dependent centres), `qncsmvaap` (Schweitzer) and
 //! `qncmmva` (multiclass). Any disagreement fails the test. When octave or
-//! its queueing package is missing the test prints how to install them and
-//! passes, unless `SLUICE_REQUIRE_OCTAVE=1`, when it fails.
+//! its queueing package is missing the test says it is skipped and passes,
+//! except under scripts/test (which installs them), where it fails.
 //!
 //! Install: `apt-get install -y --no-install-recommends octave octave-queueing`
 //! (Debian 12: 82 MB download, 266 MB on disk, about 15 s here).
@@ -34,7 +34,7 @@ fn vec_lit(v: &[f64]) -> String {
 /// Runs `script` after `pkg load queueing`; `None` when octave or the
 /// package is not there.
 fn octave(script: &str) -> Option<String> {
-    let out = Command::new("octave-cli")
+    let out = Command::new(sluice_testkit::programs::find("octave-cli")?)
         .args(["--no-gui", "--norc", "--quiet", "--eval"])
         .arg(format!("pkg load queueing; {script}"))
         .output()
@@ -54,21 +54,20 @@ fn octave(script: &str) -> Option<String> {
 }
 
 fn octave_available() -> bool {
-    let ok = Command::new("octave-cli")
+    let Some(octave) = sluice_testkit::programs::program_or_skip("octave-cli") else {
+        return false;
+    };
+    let ok = Command::new(octave)
         .args(["--no-gui", "--norc", "--quiet", "--eval"])
         .arg("pkg load queueing; disp(42)")
         .output()
         .map(|o| o.status.success() && String::from_utf8_lossy(&o.stdout).contains("42"))
         .unwrap_or(false);
     if !ok {
-        let msg = "octave-cli with the queueing package is not installed; install it with \
-                   `apt-get install -y --no-install-recommends octave octave-queueing` to run \
-                   this cross-check";
-        assert!(
-            std::env::var("SLUICE_REQUIRE_OCTAVE").as_deref() != Ok("1"),
-            "SLUICE_REQUIRE_OCTAVE=1 but {msg}"
-        );
-        eprintln!("SKIPPED: {msg}");
+        let msg = "octave's queueing package is not installed (Debian: octave-queueing); \
+                   scripts/test installs it";
+        assert!(!sluice_testkit::programs::required(), "{msg}");
+        eprintln!("skipped: {msg}");
     }
     ok
 }

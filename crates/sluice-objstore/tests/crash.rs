@@ -9,6 +9,7 @@
 //! to exactly what it acknowledged. Both also run under a simulated
 //! power loss (a loop-mounted image copied at the kill).
 
+use sluice_testkit::programs::program;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -298,7 +299,7 @@ struct LoopFs {
 impl LoopFs {
     fn mount(&self) -> bool {
         let loop_opt = "loop";
-        Command::new("mount")
+        Command::new(program("mount"))
             .args(["-o", loop_opt])
             .arg(&self.image)
             .arg(&self.mount)
@@ -311,7 +312,7 @@ impl LoopFs {
         // A moment after a mount, udev may still be probing the device
         // (EBUSY): try again briefly.
         for _ in 0..50 {
-            let status = Command::new("umount")
+            let status = Command::new(program("umount"))
                 .arg(&self.mount)
                 .stderr(Stdio::null())
                 .status()
@@ -327,7 +328,7 @@ impl LoopFs {
 
 impl Drop for LoopFs {
     fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.mount).status();
+        let _ = Command::new(program("umount")).arg(&self.mount).status();
     }
 }
 
@@ -337,9 +338,11 @@ impl Drop for LoopFs {
 /// kernel still held dirty for the mounted file system are not in it,
 /// exactly what a power cut loses, and only fsync puts them there in
 /// time. The copy then replaces the image and is mounted (journal
-/// recovery) and checked. Needs root to mount: `None` (and the test
-/// says SKIPPED and passes trivially) where it cannot.
+/// recovery) and checked. Needs mkfs.ext4 and root to mount: `None`
+/// (and the test says it is skipped) where it cannot, except under
+/// scripts/test, where that fails the test.
 fn loop_fs(work: &Path) -> Option<LoopFs> {
+    let mkfs = sluice_testkit::programs::program_or_skip("mkfs.ext4")?;
     let fs = LoopFs {
         image: work.join("disk.img"),
         mount: work.join("mnt"),
@@ -349,12 +352,14 @@ fn loop_fs(work: &Path) -> Option<LoopFs> {
         .unwrap()
         .set_len(64 << 20)
         .unwrap();
-    let mkfs = Command::new("mkfs.ext4")
+    let made = Command::new(mkfs)
         .args(["-q", "-F"])
         .arg(&fs.image)
         .status();
-    if !mkfs.is_ok_and(|s| s.success()) || !fs.mount() {
-        eprintln!("SKIPPED: power-loss crash test needs mkfs.ext4 and loop mounts (root)");
+    if !made.is_ok_and(|s| s.success()) || !fs.mount() {
+        let why = "the power-loss crash test cannot make and loop-mount an ext4 image (root?)";
+        assert!(!sluice_testkit::programs::required(), "{why}");
+        eprintln!("skipped: {why}");
         return None;
     }
     Some(fs)

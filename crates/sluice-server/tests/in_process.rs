@@ -99,29 +99,31 @@ fn queued_replies_go_out_before_the_connection_thread_runs_a_long_request() {
     server.stop().unwrap();
 }
 
+/// The later reads run and finish while the first is held at the gate
+/// (the connection thread hands each to the pool and reads on), but
+/// their replies wait for the first's. The first read is sent alone and
+/// held before the others are sent: sent together, a pool worker may
+/// take the first and be scheduled only after the others finished.
 #[test]
 fn fixed_pipeline_replies_in_request_order_but_runs_in_parallel() {
     let dev = gated(vec![0]);
     let server = start(dev.clone(), PipelineMode::Fixed);
     let mut c = RawClient::connect(server.addr);
     c.send(CMD_READ, 1, 0, 4096, &[]);
+    dev.wait_until("the first read to wait at the gate", |d| {
+        d.held.load(Ordering::SeqCst) == 1
+    });
     for i in 1..8u64 {
         c.send(CMD_READ, 1 + i, i * 4096, 4096, &[]);
     }
-    // Later reads finish while the first is held, but must wait for it.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while dev.max_running.load(Ordering::SeqCst) < 2 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert!(
-        dev.max_running.load(Ordering::SeqCst) >= 2,
-        "reads ran one at a time"
-    );
-    std::thread::sleep(Duration::from_millis(50));
+    dev.wait_until("the seven later reads to finish", |d| {
+        d.finished.load(Ordering::SeqCst) == 7
+    });
+    assert_eq!(dev.held.load(Ordering::SeqCst), 1, "the first read is held");
     dev.open_gate();
     for i in 0..8u64 {
         let (cookie, err, data) = c.reply();
-        assert_eq!((cookie, err), (1 + i, 0));
+        assert_eq!((cookie, err), (1 + i, 0), "replies in request order");
         assert_eq!(data, vec![i as u8 + 1; 4096]);
     }
     server.stop().unwrap();
@@ -154,11 +156,9 @@ fn device_reads_of_many_connections_run_in_parallel() {
     let mut b = RawClient::connect(server.addr);
     a.send(CMD_READ, 1, 0, 4096, &[]);
     b.send(CMD_READ, 2, 4096, 4096, &[]);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while dev.running.load(Ordering::SeqCst) < 2 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    assert_eq!(dev.running.load(Ordering::SeqCst), 2);
+    dev.wait_until("both gated reads to run", |d| {
+        d.running.load(Ordering::SeqCst) == 2
+    });
     dev.open_gate();
     assert_eq!(a.reply().0, 1);
     assert_eq!(b.reply().0, 2);

@@ -955,44 +955,6 @@ mod tests {
         }
     }
 
-    /// Makes `path` impossible to open for writing: mode 0444, and for
-    /// root, who ignores modes, the immutable attribute. `false` when
-    /// neither works here.
-    fn make_unwritable(path: &Path) -> bool {
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o444)).unwrap();
-        if OpenOptions::new().write(true).open(path).is_err() {
-            return true;
-        }
-        let chattr = std::process::Command::new("chattr")
-            .arg("+i")
-            .arg(path)
-            .status();
-        chattr.is_ok_and(|s| s.success()) && OpenOptions::new().write(true).open(path).is_err()
-    }
-
-    #[test]
-    fn a_readable_unwritable_file_is_served_read_only() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("img");
-        std::fs::write(&path, vec![0x5a; 8192]).unwrap();
-        if !make_unwritable(&path) {
-            eprintln!("skipped: cannot make a file unwritable here (root without chattr +i)");
-            return;
-        }
-        let opened = FileDevice::open(&path, &FileOptions::default());
-        let _ = std::process::Command::new("chattr")
-            .arg("-i")
-            .arg(&path)
-            .status();
-        let dev = opened.unwrap();
-        assert!(dev.capability().read_only);
-        let mut buf = [0u8; 4096];
-        dev.read_at(&mut buf, 0).unwrap();
-        assert_eq!(buf, [0x5a; 4096]);
-        assert!(dev.write_at(&buf, 0, false).is_err());
-    }
-
     #[test]
     fn zeroing_punches_a_hole_where_the_filesystem_can() {
         let dir = tempfile::tempdir().unwrap();

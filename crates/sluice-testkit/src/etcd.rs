@@ -23,10 +23,6 @@ use std::time::{Duration, Instant};
 /// How long a cluster (or a restarted member) may take to become healthy.
 const HEALTHY_WITHIN: Duration = Duration::from_secs(30);
 
-/// Set (as the test command does once it has installed etcd) to make a
-/// missing etcd fail the tests instead of skipping them.
-pub const REQUIRE_ETCD: &str = "SLUICE_REQUIRE_ETCD";
-
 /// A running etcd cluster; see the module documentation.
 #[derive(Debug)]
 pub struct EtcdCluster {
@@ -49,19 +45,15 @@ struct Member {
 impl EtcdCluster {
     /// The etcd binary: `$SLUICE_ETCD`, else `etcd` on the PATH.
     pub fn binary() -> Option<PathBuf> {
-        if let Some(p) = std::env::var_os("SLUICE_ETCD") {
-            return Some(PathBuf::from(p));
+        match std::env::var_os("SLUICE_ETCD") {
+            Some(p) => Some(PathBuf::from(p)),
+            None => crate::programs::find("etcd"),
         }
-        std::env::var_os("PATH").and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|d| d.join("etcd"))
-                .find(|p| p.is_file())
-        })
     }
 
     /// Starts an `n`-member cluster, or, when no etcd binary is installed
-    /// and [`REQUIRE_ETCD`] is not set, says why the test is skipped and
-    /// returns None. Panics if the cluster does not come up.
+    /// and the tests do not require one ([`crate::programs::required`]),
+    /// says why the test is skipped and returns None. Panics if the cluster does not come up.
     pub fn start_or_skip(n: usize) -> Option<Self> {
         let binary = Self::binary_or_skip()?;
         match Self::start(&binary, n) {
@@ -70,18 +62,13 @@ impl EtcdCluster {
         }
     }
 
-    /// The etcd binary, or, when none is installed and [`REQUIRE_ETCD`]
-    /// is not set, None after saying why the test is skipped.
+    /// The etcd binary, or None as
+    /// [`programs::program_or_skip`](crate::programs::program_or_skip) says.
     fn binary_or_skip() -> Option<PathBuf> {
-        let binary = Self::binary();
-        if binary.is_none() {
-            assert!(
-                std::env::var_os(REQUIRE_ETCD).is_none(),
-                "etcd is not installed (no etcd on the PATH, SLUICE_ETCD unset) but {REQUIRE_ETCD} is set"
-            );
-            eprintln!("skipped: etcd is not installed (Debian: apt-get install etcd-server)");
+        match std::env::var_os("SLUICE_ETCD") {
+            Some(p) => Some(PathBuf::from(p)),
+            None => crate::programs::program_or_skip("etcd"),
         }
-        binary
     }
 
     /// Starts an `n`-member cluster of `binary` and waits until every

@@ -4,7 +4,8 @@
 //! check against, ([`conformance`]) the behaviour suite every device
 //! stack runs, ([`raw_nbd`]) an NBD client written from the spec,
 //! ([`raw_obj`]) a raw client of the native object protocol,
-//! ([`nbd_oracle`]) what an accepted NBD command promises, and with the
+//! ([`nbd_oracle`]) what an accepted NBD command promises, ([`programs`])
+//! the outside programs tests may run, and with the
 //! `server` feature (on by default) ([`test_server`]) an in-process
 //! server and, with it or the `pki` feature, ([`pki`]) test
 //! certificates, and with the `etcd` feature
@@ -18,6 +19,7 @@ pub mod etcd;
 pub mod nbd_oracle;
 #[cfg(feature = "pki")]
 pub mod pki;
+pub mod programs;
 pub mod raw_nbd;
 pub mod raw_obj;
 #[cfg(feature = "server")]
@@ -45,6 +47,10 @@ pub struct GatedDevice {
     pub running: AtomicUsize,
     /// Most reads that ever ran at once.
     pub max_running: AtomicUsize,
+    /// Reads waiting at the gate right now.
+    pub held: AtomicUsize,
+    /// Reads finished.
+    pub finished: AtomicUsize,
 }
 
 impl GatedDevice {
@@ -58,6 +64,25 @@ impl GatedDevice {
             opened: Condvar::new(),
             running: AtomicUsize::new(0),
             max_running: AtomicUsize::new(0),
+            held: AtomicUsize::new(0),
+            finished: AtomicUsize::new(0),
+        }
+    }
+
+    /// Waits until `what` holds of the device (its counters change as
+    /// reads start, wait and finish); fails the test if that takes more
+    /// than 10 s, which only bounds a hang.
+    pub fn wait_until(&self, what: &str, cond: impl Fn(&Self) -> bool) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !cond(self) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "waited 10 s for {what}: {} running, {} held at the gate, {} finished",
+                self.running.load(Ordering::SeqCst),
+                self.held.load(Ordering::SeqCst),
+                self.finished.load(Ordering::SeqCst),
+            );
+            std::thread::sleep(Duration::from_millis(1));
         }
     }
     /// Lets every gated read (present and future) proceed.
@@ -82,13 +107,16 @@ impl sluice_storage::DeviceLayer for GatedDevice {
         self.max_running.fetch_max(now, Ordering::SeqCst);
         if self.gate_offsets.contains(&offset) {
             let open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+            self.held.fetch_add(1, Ordering::SeqCst);
             let _unused = self
                 .opened
                 .wait_timeout_while(open, Duration::from_secs(10), |o| !*o)
                 .unwrap_or_else(|p| p.into_inner());
+            self.held.fetch_sub(1, Ordering::SeqCst);
         }
         let r = self.inner.read_at(buf, offset);
         self.running.fetch_sub(1, Ordering::SeqCst);
+        self.finished.fetch_add(1, Ordering::SeqCst);
         r
     }
 }

@@ -14,7 +14,7 @@ use std::sync::OnceLock;
 
 use rcgen::{
     date_time_ymd, BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose,
+    Issuer, KeyPair, KeyUsagePurpose, PublicKeyData, SignatureAlgorithm, PKCS_RSA_SHA256,
 };
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 
@@ -210,5 +210,108 @@ fn leaf(
         cert_pem: cert.pem(),
         key_pem: key.serialize_pem(),
         key_der: key.serialize_der(),
+    }
+}
+
+/// An RSA key of any size (rcgen makes only 2048, 3072 and 4096 bits).
+struct RsaKey {
+    /// The public key as a certificate carries it (PKCS#1 DER).
+    public: Vec<u8>,
+    /// The private key, PKCS#8 PEM.
+    pem: String,
+}
+
+impl RsaKey {
+    fn generate(bits: usize) -> Self {
+        use rsa::pkcs1::EncodeRsaPublicKey;
+        use rsa::pkcs8::{EncodePrivateKey, LineEnding};
+        let key = rsa::PrivateKey::new(&mut getrandom::SysRng, bits)
+            .unwrap_or_else(|e| panic!("generate an RSA key of {bits} bits: {e}"));
+        let public = key
+            .to_public_key()
+            .to_pkcs1_der()
+            .expect("encode an RSA public key")
+            .as_bytes()
+            .to_vec();
+        let pem = key
+            .to_pkcs8_pem(LineEnding::LF)
+            .expect("encode an RSA private key")
+            .to_string();
+        Self { public, pem }
+    }
+}
+
+impl PublicKeyData for RsaKey {
+    fn der_bytes(&self) -> &[u8] {
+        &self.public
+    }
+
+    fn algorithm(&self) -> &'static SignatureAlgorithm {
+        &PKCS_RSA_SHA256
+    }
+}
+
+/// Writes RSA certificates into `dir` in the layout qemu and the NBD URI's
+/// `tls-certificates=` read: `server/` holds `ca-cert.pem`,
+/// `server-cert.pem` (127.0.0.1 and localhost) and `server-key.pem`, an
+/// RSA key of `server_key_bits`; `client/` holds `ca-cert.pem`,
+/// `client-cert.pem` (CN=client1) and `client-key.pem`. Every key may
+/// sign and encipher, as qemu wants of RSA keys; a key of a size TLS
+/// refuses (1024 bits) still gets its certificate.
+pub fn write_rsa_pki(dir: &Path, server_key_bits: usize) {
+    let ca_key = RsaKey::generate(2048);
+    let ca_signer = KeyPair::from_pem(&ca_key.pem).expect("load the CA's RSA key");
+    let mut params = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "sluice test RSA CA");
+    let ca_pem = params
+        .self_signed(&ca_signer)
+        .expect("self-sign the CA")
+        .pem();
+    let issuer = Issuer::new(params, ca_signer);
+    let leaf = |cn: &str, sans: &[&str], usage: ExtendedKeyUsagePurpose, key: &RsaKey| {
+        let sans = sans.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let mut params = CertificateParams::new(sans).expect("certificate parameters");
+        params.distinguished_name.push(DnType::CommonName, cn);
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        params.extended_key_usages = vec![usage];
+        params
+            .signed_by(key, &issuer)
+            .expect("sign a certificate")
+            .pem()
+    };
+    let server_key = RsaKey::generate(server_key_bits);
+    let server_cert = leaf(
+        "localhost",
+        &["127.0.0.1", "localhost"],
+        ExtendedKeyUsagePurpose::ServerAuth,
+        &server_key,
+    );
+    let client_key = RsaKey::generate(2048);
+    let client_cert = leaf(
+        "client1",
+        &[],
+        ExtendedKeyUsagePurpose::ClientAuth,
+        &client_key,
+    );
+    for (who, cert, key) in [
+        ("server", &server_cert, &server_key),
+        ("client", &client_cert, &client_key),
+    ] {
+        let d = dir.join(who);
+        std::fs::create_dir_all(&d).expect("create certificate directory");
+        for (name, pem) in [
+            ("ca-cert.pem".to_owned(), ca_pem.as_str()),
+            (format!("{who}-cert.pem"), cert.as_str()),
+            (format!("{who}-key.pem"), key.pem.as_str()),
+        ] {
+            std::fs::write(d.join(name), pem).expect("write certificate");
+        }
     }
 }

@@ -29,17 +29,17 @@ impl Peer {
     /// server listens; a clean session, ended with a disconnect, leaves
     /// no error in the server's log). A server that exits after its first
     /// client needs `--persistent`.
-    /// A missing program fails the test saying so (scripts/test installs
-    /// nbdkit and qemu-nbd).
+    /// A missing or unlisted program fails the test saying so (see
+    /// `sluice_testkit::programs`).
     pub(crate) fn start(program: &str, args: impl FnOnce(&Path, &Path) -> Vec<String>) -> Self {
         let dir = tempfile::tempdir().expect("temporary directory");
         let socket = dir.path().join("nbd.sock");
         let argv = args(&socket, dir.path());
-        let mut child = Command::new(program)
+        let mut child = Command::new(sluice_testkit::programs::program(program))
             .args(&argv)
             .stdin(Stdio::null())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {program} (scripts/test installs it): {e}"));
+            .unwrap_or_else(|e| panic!("cannot run {program}: {e}"));
         let uri: NbdUri = format!("nbd+unix:///?socket={}", socket.display())
             .parse()
             .expect("a socket path makes a valid URI");
