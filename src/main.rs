@@ -5,6 +5,7 @@
 // a terminal (`HOST[:PORT]`, `,ro`), not rustdoc links.
 #![allow(rustdoc::broken_intra_doc_links)]
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -585,24 +586,33 @@ fn default_log_filter(command: &Command) -> &'static str {
     }
 }
 
-/// Log lines on stderr, as text or JSON.
-fn init_logging(format: LogFormat, command: &Command) {
+/// Log lines on stderr, as text or JSON, written by a background thread
+/// that counts and drops what it cannot write (see `sluice_server::log`):
+/// logging never stops or fails a serving thread. Keep the guard until
+/// the process ends; dropping it writes out the queued lines.
+fn init_logging(
+    format: LogFormat,
+    command: &Command,
+) -> tracing_appender::non_blocking::WorkerGuard {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log_filter(command)));
+    let (writer, guard) = sluice_server::log::stderr_writer();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(writer)
+        .log_internal_errors(false);
     match format {
         LogFormat::Text => builder
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .init(),
         LogFormat::Json => builder.json().with_current_span(true).init(),
     }
+    guard
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format, &cli.command);
+    let _log = init_logging(cli.log_format, &cli.command);
     let subcommand = match cli.command {
         Command::Serve(_) => "serve",
         Command::Bench(_) => "bench",
@@ -629,10 +639,15 @@ fn main() -> ExitCode {
             let usage = e.downcast_ref::<UsageError>().is_some()
                 || model_cmd::is_usage_error(&e)
                 || sluice_bench::is_usage_error(&e);
-            // `{:#}`: each error of the chain once, joined by ": ".
-            eprintln!("sluice: error: {e:#}");
+            // `{:#}`: each error of the chain once, joined by ": ". A
+            // closed stderr loses the line; the exit status still tells.
+            let mut stderr = std::io::stderr().lock();
+            let _ = writeln!(stderr, "sluice: error: {e:#}");
             if usage {
-                eprintln!("sluice: run 'sluice {subcommand} --help' for the accepted options");
+                let _ = writeln!(
+                    stderr,
+                    "sluice: run 'sluice {subcommand} --help' for the accepted options"
+                );
                 ExitCode::from(2)
             } else {
                 ExitCode::FAILURE

@@ -202,35 +202,55 @@ fn start_signal_thread(
     std::thread::Builder::new()
         .name("sluice-signals".into())
         .spawn(move || {
-            for sig in signals.forever() {
-                if sig != SIGHUP {
-                    tracing::info!(signal = sig, "signal received");
-                    stop(&handle);
-                    return;
-                }
-                tracing::info!("SIGHUP: reloading TLS credentials and allow-lists");
-                let _ = notify(Notice::Reloading);
-                let reloaded = reload_config(config_file.as_deref(), &tls)
-                    .and_then(|config| handle.reload(&config).map_err(anyhow::Error::new));
-                let line = match reloaded {
-                    Ok(()) => {
-                        tracing::info!("reloaded TLS credentials and allow-lists; connections kept");
-                        status.clone()
-                    }
-                    Err(e) => {
-                        tracing::error!(
-                            "reload failed, still serving with the previous credentials and allow-lists: {e:#}"
-                        );
-                        format!("{status} (last reload failed: {e:#})")
-                    }
-                };
-                if let Err(e) = notify(Notice::Reloaded { status: &line }) {
-                    tracing::debug!(error = %e, "cannot notify systemd of the reload");
-                }
+            let handled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                handle_signals(&mut signals, &handle, config_file.as_deref(), &tls, &status);
+            }));
+            if handled.is_err() {
+                // Without this thread no signal would stop the server:
+                // stop it now, cleanly, rather than leave it deaf.
+                tracing::error!("the signal thread panicked (a bug); stopping the server");
+                stop(&handle);
             }
         })
         .context("cannot start the signal thread")?;
     Ok(())
+}
+
+/// The signal thread's loop: returns once a signal stops the server.
+fn handle_signals(
+    signals: &mut signal_hook::iterator::Signals,
+    handle: &ServerHandle,
+    config_file: Option<&Path>,
+    tls: &TlsArgs,
+    status: &str,
+) {
+    use signal_hook::consts::SIGHUP;
+    for sig in signals.forever() {
+        if sig != SIGHUP {
+            tracing::info!(signal = sig, "signal received");
+            stop(handle);
+            return;
+        }
+        tracing::info!("SIGHUP: reloading TLS credentials and allow-lists");
+        let _ = notify(Notice::Reloading);
+        let reloaded = reload_config(config_file, tls)
+            .and_then(|config| handle.reload(&config).map_err(anyhow::Error::new));
+        let line = match reloaded {
+            Ok(()) => {
+                tracing::info!("reloaded TLS credentials and allow-lists; connections kept");
+                status.to_owned()
+            }
+            Err(e) => {
+                tracing::error!(
+                    "reload failed, still serving with the previous credentials and allow-lists: {e:#}"
+                );
+                format!("{status} (last reload failed: {e:#})")
+            }
+        };
+        if let Err(e) = notify(Notice::Reloaded { status: &line }) {
+            tracing::debug!(error = %e, "cannot notify systemd of the reload");
+        }
+    }
 }
 
 /// Runs captive mode's command; stops the server when it ends and

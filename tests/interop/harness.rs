@@ -322,6 +322,8 @@ pub(crate) struct ServerBuilder {
     metrics: bool,
     /// Object listeners to wait for.
     object_listens: usize,
+    /// Stderr is a pipe the test holds (see [`Server::close_stderr_pipe`]).
+    stderr_pipe: bool,
 }
 
 impl ServerBuilder {
@@ -332,6 +334,7 @@ impl ServerBuilder {
             args: Vec::new(),
             metrics: false,
             object_listens: 0,
+            stderr_pipe: false,
         }
     }
 
@@ -401,6 +404,14 @@ impl ServerBuilder {
         self
     }
 
+    /// The server's stderr is a pipe the test holds instead of a log file
+    /// (its log is then not kept), so the test can close the log's
+    /// reader ([`Server::close_stderr_pipe`]).
+    pub(crate) fn stderr_pipe(mut self) -> Self {
+        self.stderr_pipe = true;
+        self
+    }
+
     /// The cache and pipeline arguments of a matrix cell.
     pub(crate) fn cell(mut self, cell: Cell) -> Self {
         self.args.extend(cell.args().map(String::from));
@@ -435,10 +446,15 @@ impl ServerBuilder {
         let cmdline = format!("{:?}", cmd);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::from(stderr_file));
+            .stderr(if self.stderr_pipe {
+                Stdio::piped()
+            } else {
+                Stdio::from(stderr_file)
+            });
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {cmdline}: {e}"));
+        let stderr_pipe = child.stderr.take();
 
         let stdout = child.stdout.take().expect("server stdout is piped");
         let (tx, rx) = mpsc::channel::<String>();
@@ -464,6 +480,7 @@ impl ServerBuilder {
             object_unix: Vec::new(),
             metrics: None,
             stderr_path,
+            stderr_pipe,
             _logdir: logdir,
         };
         let deadline = Instant::now() + STARTUP_TIMEOUT;
@@ -551,10 +568,22 @@ pub(crate) struct Server {
     /// The metrics endpoint, when started with [`ServerBuilder::metrics`].
     pub(crate) metrics: Option<SocketAddr>,
     stderr_path: PathBuf,
+    /// The read end of stderr, with [`ServerBuilder::stderr_pipe`].
+    stderr_pipe: Option<std::process::ChildStderr>,
     _logdir: TempDir,
 }
 
 impl Server {
+    /// Closes the read end of the server's stderr pipe (started with
+    /// [`ServerBuilder::stderr_pipe`]): its next log line meets a pipe
+    /// without a reader.
+    pub(crate) fn close_stderr_pipe(&mut self) {
+        assert!(
+            self.stderr_pipe.take().is_some(),
+            "started without stderr_pipe()"
+        );
+    }
+
     /// The first TCP listener.
     pub(crate) fn addr(&self) -> SocketAddr {
         *self

@@ -5,7 +5,8 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::time::{Duration, Instant};
 
 use crate::harness::{
-    assert_bytes_eq, nbdsh_script, random_bytes, read_file_range, tempdir, tool, ServerBuilder, MIB,
+    assert_bytes_eq, nbdsh_script, random_bytes, read_file_range, scrape, tempdir, tool,
+    ServerBuilder, MIB,
 };
 use sluice_testkit::raw_nbd::{
     Finish, RawClient, Replies, CMD_WRITE, ESHUTDOWN, SIMPLE_REPLY_MAGIC,
@@ -106,6 +107,44 @@ fn sigint_exits_zero_and_flushes_acknowledged_writes() {
         &read_file_range(&backing, 1000, data.len()),
         &data,
     );
+}
+
+/// `sluice serve 2>&1 | tee log` whose tee goes away: the log lines that
+/// follow meet a pipe without a reader. They are counted and dropped;
+/// the server goes on serving and still stops on SIGTERM.
+#[test]
+fn a_server_whose_log_reader_goes_away_serves_on_and_stops_on_sigterm() {
+    let mut srv = ServerBuilder::new()
+        .export("disk", "mem:1M")
+        .metrics()
+        .stderr_pipe()
+        .start();
+    srv.close_stderr_pipe();
+    // Each connection logs lines at the default level.
+    for _ in 0..3 {
+        let out = tool("nbdinfo")
+            .arg("--size")
+            .arg(srv.uri("disk"))
+            .timeout(Duration::from_secs(20))
+            .run();
+        assert_eq!(out.stdout().trim(), MIB.to_string());
+    }
+    // The log's own thread writes (and fails) a moment later.
+    let metrics = srv.metrics.expect("started with metrics()");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !scrape(metrics)
+        .lines()
+        .filter_map(|l| l.strip_prefix("sluice_log_write_errors_total "))
+        .any(|v| v.trim().parse::<f64>().is_ok_and(|n| n > 0.0))
+    {
+        assert!(Instant::now() < deadline, "no failed log write was counted");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    srv.signal(Signal::TERM);
+    let status = srv
+        .wait_exit(Duration::from_secs(10))
+        .expect("no exit within 10 s of SIGTERM");
+    assert!(status.success(), "exit status {status}");
 }
 
 #[test]

@@ -575,6 +575,9 @@ pub struct ServerMetrics {
     pub(crate) coalesced_waits: AtomicU64,
     pub(crate) coalesce_timeouts: AtomicU64,
     pub(crate) inflight: AtomicI64,
+    /// Connection threads and I/O jobs that panicked (each closed its
+    /// connection).
+    pub(crate) panics: AtomicU64,
     stage_busy_ns: [AtomicU64; 3],
 }
 
@@ -615,7 +618,7 @@ impl ServerMetrics {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
         };
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed) as f64;
-        let scalars: [(&str, &str, &str, f64); 11] = [
+        let scalars: [(&str, &str, &str, f64); 14] = [
             (
                 "sluice_connections_total",
                 "counter",
@@ -681,6 +684,24 @@ impl ServerMetrics {
                 "gauge",
                 "Requests on the I/O pool now.",
                 self.inflight.load(Ordering::Relaxed) as f64,
+            ),
+            (
+                "sluice_panics_total",
+                "counter",
+                "Connection threads and I/O jobs that panicked; each closed its connection.",
+                load(&self.panics),
+            ),
+            (
+                "sluice_log_write_errors_total",
+                "counter",
+                "Log lines that could not be written (the log's reader went away); dropped.",
+                crate::log::write_errors() as f64,
+            ),
+            (
+                "sluice_log_lines_dropped_total",
+                "counter",
+                "Log lines dropped because the log's reader fell behind.",
+                crate::log::dropped_lines() as f64,
             ),
         ];
         for (name, kind, help, value) in scalars {

@@ -751,12 +751,25 @@ impl Server {
             .spawn(move || {
                 let _enter = span.enter();
                 info!("connection accepted");
-                protocol.serve(stream, &env);
+                let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    protocol.serve(stream, &env);
+                }));
                 metrics.connections_active.fetch_sub(1, Ordering::Relaxed);
                 metrics.connection_closed(protocol.protocol());
                 let mut conns = shared.connections.lock().unwrap_or_else(|p| p.into_inner());
-                conns.remove(&id);
+                let registered = conns.remove(&id);
                 shared.drained.notify_all();
+                drop(conns);
+                if served.is_err() {
+                    // Requests still on the pool hold copies of the
+                    // socket: shut it down so the client sees the end
+                    // instead of waiting for replies that never come.
+                    metrics.panics.fetch_add(1, Ordering::Relaxed);
+                    error!("the connection's thread panicked (a bug); connection closed");
+                    if let Some(s) = registered {
+                        let _ = s.shutdown(Shutdown::Both);
+                    }
+                }
             });
         if let Err(e) = spawned {
             error!(error = %e, "cannot start a connection thread");

@@ -310,7 +310,11 @@ impl Dispatch {
         self.metrics.handoffs.fetch_add(1, Ordering::Relaxed);
         self.pool.submit(move || {
             let _enter = span.enter();
-            job(context);
+            // A panicking job closed its connection and was counted (the
+            // PoolJob's drop); the worker lives on for other connections.
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(context))).is_err() {
+                tracing::error!("a request on the I/O pool panicked (a bug); connection closed");
+            }
         });
     }
 
@@ -344,6 +348,17 @@ pub(crate) struct PoolJob {
     sink: Arc<ReplySink>,
     pub(crate) metrics: Arc<ServerMetrics>,
     sends: SendTracker,
+}
+
+impl Drop for PoolJob {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            // The job's replies may never come: end the connection rather
+            // than leave its client waiting.
+            self.metrics.panics.fetch_add(1, Ordering::Relaxed);
+            self.sink.close();
+        }
+    }
 }
 
 impl PoolJob {

@@ -362,6 +362,26 @@ impl ReplySink {
         }
     }
 
+    /// Ends the connection now: replies still queued or held are
+    /// dropped and the socket is shut down, so the client and the
+    /// connection thread both see its end.
+    pub(crate) fn close(&self) {
+        let mut st = lock(&self.state);
+        st.broken = true;
+        let queued = std::mem::take(&mut st.queue);
+        let held = match &mut st.order {
+            Order::Request { held, .. } => std::mem::take(held),
+            Order::Completion => BTreeMap::new(),
+        };
+        if st.waiters > 0 {
+            self.released.notify_all();
+        }
+        drop(st);
+        drop((queued, held));
+        // Waits for a send in progress (bounded by the send timeout).
+        let _ = lock(&self.stream).shutdown(Shutdown::Both);
+    }
+
     fn broke(&self, e: &io::Error) {
         let stream = lock(&self.stream);
         if matches!(
