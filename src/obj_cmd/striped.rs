@@ -35,6 +35,12 @@ impl Failure {
                 source: MetaError::NotFound { .. },
                 ..
             } => "; 'sluice obj --meta URI ls' lists the striped objects",
+            StripedError::NotReady {
+                state: EntryState::Writing,
+                ..
+            } => {
+                "; its put did not finish, so it is incomplete: remove it ('sluice obj --meta URI rm NAME') and put it again"
+            }
             StripedError::NotReady { .. } => {
                 "; a create or remove did not finish: run 'sluice obj --meta URI fsck'"
             }
@@ -86,9 +92,14 @@ pub(super) fn execute(meta: &str, command: ObjCommand) -> Outcome {
                     .max(1),
             };
             let mut input = open_input(file.as_deref())?;
-            let mut object = client.create(&target, unit, servers).map_err(fail)?;
+            let mut object = client.begin_put(&target, unit, servers).map_err(fail)?;
             put(&mut client, &mut object, &mut *input)?;
-            client.flush(&object).map_err(fail)
+            client.complete_put(&mut object).map_err(|e| {
+                let (Failure::Failed(m) | Failure::Usage(m)) = Failure::from_striped(&e);
+                Failure::Failed(format!(
+                    "{m}; the put of {target:?} did not finish: 'sluice obj --meta URI rm' it and put again"
+                ))
+            })
         }
         ObjCommand::Get {
             target,
@@ -220,6 +231,7 @@ fn put(client: &mut StripedClient, object: &mut StripedObject, input: &mut dyn R
 fn state_name(s: EntryState) -> &'static str {
     match s {
         EntryState::Creating => "creating",
+        EntryState::Writing => "writing",
         EntryState::Ready => "ready",
         EntryState::Removing => "removing",
     }
@@ -255,6 +267,9 @@ fn stat_text(e: &Entry) -> String {
     }
     for (k, v) in &e.attrs {
         text.push_str(&format!("attr {k}: {}\n", show_bytes(v)));
+    }
+    if e.state == EntryState::Writing {
+        text.push_str("incomplete: its put did not finish; remove it and put it again\n");
     }
     text
 }
@@ -303,6 +318,17 @@ fn fsck_text(r: &FsckReport) -> String {
     for o in &r.orphans {
         text.push_str(&format!(
             "removed orphan: object {} on {} (partition {}) of {:?}\n",
+            o.piece.object, o.piece.server, o.piece.partition, o.of
+        ));
+    }
+    for n in &r.incomplete {
+        text.push_str(&format!(
+            "incomplete put: {n} (its put did not finish; remove it with 'sluice obj --meta URI rm' and put it again)\n"
+        ));
+    }
+    for o in &r.unmarked {
+        text.push_str(&format!(
+            "kept unmarked piece: object {} on {} (partition {}) of {:?} (no entry names it, but it carries no deployment mark, so it may be another deployment's)\n",
             o.piece.object, o.piece.server, o.piece.partition, o.of
         ));
     }

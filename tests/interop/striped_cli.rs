@@ -375,16 +375,206 @@ fn a_server_killed_mid_put_fails_it_by_name_and_nothing_wrong_reads_back() {
     assert!(err.contains("\"mid\""), "{err}");
     // The size is what was written whole: a failed write never grows it.
     assert_eq!(d.meta.lookup("mid").unwrap().size, CHUNK as u64);
-    // While the server is down, reads of its stripes fail by name.
-    assert_fails(&d.obj(&["get", "mid"]), 1, &[&dead_uri]);
+    // The put did not finish: the object is incomplete, never read
+    // back as if it were whole, whether its server is up or not.
+    assert_fails(&d.obj(&["get", "mid"]), 1, &["\"mid\"", "incomplete"]);
     let restarted = ServerBuilder::new()
         .arg("--objects")
         .arg(d.dir.path().join("obj1").display().to_string())
         .object_listen(dead_addr.to_string())
         .start();
     d.servers[1] = restarted;
-    assert_eq!(ok(d.obj(&["get", "mid"])).output.stdout, &data[..CHUNK]);
+    assert_fails(&d.obj(&["get", "mid"]), 1, &["\"mid\"", "incomplete"]);
+    assert_eq!(
+        ok(d.obj(&["fsck", "--grace", "0s"])).stdout(),
+        "incomplete put: mid (its put did not finish; remove it with 'sluice obj --meta URI rm' and put it again)\n"
+    );
+    ok(d.obj(&["rm", "mid"]));
     assert_eq!(ok(d.obj(&["fsck", "--grace", "0s"])).stdout(), "clean\n");
+}
+
+/// Where [`interrupted_puts_are_incomplete`] kills the client.
+#[derive(Debug, Clone, Copy)]
+enum KillAt {
+    /// At once: before or after it made anything.
+    Start,
+    /// Once the entry exists, before any data.
+    Entry,
+    /// Once this many 8 MiB chunks are written.
+    Chunks(u64),
+}
+
+/// `sluice obj --meta META put NAME` killed (SIGKILL) at several points
+/// of a 20 MiB put: the object never looks complete. `stat` shows it
+/// `writing` (or there is none), `get` fails saying it is incomplete,
+/// fsck reports the incomplete put (and is not clean), and `rm` clears
+/// it so that the same name can be put whole again.
+fn interrupted_puts_are_incomplete(meta: &str) {
+    const CHUNK: u64 = 8 << 20;
+    let data = random_bytes(61, 20 << 20);
+    let run = |args: &[&str]| {
+        sluice()
+            .args(["obj", "--meta", meta])
+            .args(args)
+            .timeout(Duration::from_secs(120))
+            .output()
+    };
+    let stat = |name: &str| -> Option<serde_json::Value> {
+        let out = run(&["stat", name, "--json"]);
+        out.output.status.success().then(|| out.json())
+    };
+    let points = [
+        KillAt::Start,
+        KillAt::Entry,
+        KillAt::Chunks(1),
+        KillAt::Chunks(2),
+    ];
+    for (i, at) in points.into_iter().enumerate() {
+        let name = format!("cut/{i}");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["obj", "--meta", meta, "put", &name, "--stripe", "64K"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let written = match at {
+            KillAt::Start => None,
+            KillAt::Entry => Some(0),
+            KillAt::Chunks(n) => {
+                stdin.write_all(&data[..(n * CHUNK) as usize]).unwrap();
+                Some(n * CHUNK)
+            }
+        };
+        if let Some(size) = written {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while stat(&name).is_none_or(|s| s["size"] != size) {
+                assert!(
+                    Instant::now() < deadline,
+                    "{at:?}: {name} never reached {size} bytes"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        drop(stdin);
+        let Some(entry) = stat(&name) else {
+            // Killed before its entry was made: nothing to see but
+            // pieces, which fsck's orphan sweep takes.
+            assert!(matches!(at, KillAt::Start), "{at:?}: {name} vanished");
+            continue;
+        };
+        assert_ne!(entry["state"], "ready", "{at:?}: {entry}");
+        let get = run(&["get", &name]);
+        assert_fails(&get, 1, &[&format!("{name:?}"), "incomplete"]);
+        assert!(get.output.stdout.is_empty(), "{at:?}: get wrote data");
+        let report = ok(run(&["fsck", "--grace", "0s"])).stdout();
+        assert!(
+            report.contains(&format!("incomplete put: {name} ")) && !report.contains("clean"),
+            "{at:?}: {report}"
+        );
+        ok(run(&["rm", &name]));
+    }
+    assert_eq!(
+        ok(run(&["fsck", "--grace", "0s"])).stdout().lines().last(),
+        Some("clean")
+    );
+    let file = tempdir();
+    let path = file.path().join("in.bin");
+    std::fs::write(&path, &data).unwrap();
+    ok(run(&[
+        "put",
+        "cut/0",
+        path.to_str().unwrap(),
+        "--stripe",
+        "64K",
+    ]));
+    assert_eq!(
+        ok(run(&["stat", "cut/0", "--json"])).json()["state"],
+        "ready"
+    );
+    assert_eq!(ok(run(&["get", "cut/0"])).output.stdout, data);
+}
+
+#[test]
+fn interrupted_puts_never_look_complete_with_sqlite_metadata() {
+    let d = deploy();
+    interrupted_puts_are_incomplete(&d.meta_uri());
+}
+
+#[test]
+fn interrupted_puts_never_look_complete_with_etcd_metadata() {
+    let Some(etcd) = sluice_testkit::etcd::EtcdCluster::start_or_skip(1) else {
+        return;
+    };
+    let dir = tempdir();
+    let servers: Vec<Server> = (0..2).map(|i| object_server(dir.path(), i)).collect();
+    let meta = etcd.uri();
+    let mut add = vec!["meta", "--meta", &meta, "add-server"];
+    let uris: Vec<String> = servers.iter().map(Server::obj_uri).collect();
+    add.extend(uris.iter().map(String::as_str));
+    ok(sluice().args(&add).output());
+    interrupted_puts_are_incomplete(&meta);
+}
+
+/// Two deployments (two metadata services) on the same object servers:
+/// each one's fsck leaves the other's pieces alone, removes only its own
+/// orphans, and every object of both reads back.
+#[test]
+fn two_deployments_share_object_servers_and_fsck_keeps_to_its_own() {
+    let a = deploy();
+    std::fs::create_dir_all(a.dir.path().join("meta-b")).unwrap();
+    let b_meta = format!("sqlite:{}", a.dir.path().join("meta-b").display());
+    let b = |args: &[&str]| {
+        sluice()
+            .args(["obj", "--meta", &b_meta])
+            .args(args)
+            .output()
+    };
+    let mut add = vec![
+        "meta".to_owned(),
+        "--meta".into(),
+        b_meta.clone(),
+        "add-server".into(),
+    ];
+    add.extend(a.servers.iter().map(Server::obj_uri));
+    ok(sluice().args(&add).output());
+    let data_a = random_bytes(71, 300_000);
+    let data_b = random_bytes(72, 200_000);
+    for name in ["x/1", "x/2", "orphaned"] {
+        ok(a.obj_in(&["put", name, "--stripe", "4K"], &data_a));
+        ok(sluice()
+            .args(["obj", "--meta", &b_meta, "put", name, "--stripe", "4K"])
+            .input(data_b.clone())
+            .output());
+    }
+    // An orphan in each deployment: pieces their entry no longer names.
+    a.meta.delete("orphaned", None).unwrap();
+    let b_store = sluice_meta::SqliteMetaStore::open(&a.dir.path().join("meta-b"))
+        .expect("open deployment B's metadata");
+    b_store.delete("orphaned", None).unwrap();
+    drop(b_store);
+    for (who, report) in [
+        ("a", ok(a.obj(&["fsck", "--grace", "0s"])).stdout()),
+        ("b", ok(b(&["fsck", "--grace", "0s"])).stdout()),
+    ] {
+        let lines: Vec<&str> = report.lines().collect();
+        assert_eq!(lines.len(), 4, "{who}: {report}");
+        assert!(
+            lines
+                .iter()
+                .all(|l| l.starts_with("removed orphan:") && l.ends_with("of \"orphaned\"")),
+            "{who}: {report}"
+        );
+    }
+    for name in ["x/1", "x/2"] {
+        assert_eq!(ok(a.obj(&["get", name])).output.stdout, data_a, "a {name}");
+        assert_eq!(ok(b(&["get", name])).output.stdout, data_b, "b {name}");
+    }
+    assert_eq!(ok(a.obj(&["fsck", "--grace", "0s"])).stdout(), "clean\n");
+    assert_eq!(ok(b(&["fsck", "--grace", "0s"])).stdout(), "clean\n");
 }
 
 #[test]

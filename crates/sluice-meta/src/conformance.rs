@@ -17,6 +17,7 @@ pub type Check = fn(&dyn MetaStore);
 /// Every check, by name.
 pub const CHECKS: &[(&str, Check)] = &[
     ("create_then_lookup", create_then_lookup),
+    ("deployment_is_drawn_once", deployment_is_drawn_once),
     (
         "create_of_an_existing_name_fails",
         create_of_an_existing_name_fails,
@@ -75,6 +76,7 @@ macro_rules! meta_conformance_tests {
     ($make:expr) => {
         $crate::meta_conformance_tests!(@checks $make,
             create_then_lookup,
+            deployment_is_drawn_once,
             create_of_an_existing_name_fails,
             missing_names_are_not_found,
             bad_names_and_layouts_are_refused,
@@ -534,6 +536,27 @@ pub fn placements_count_by_one(store: &dyn MetaStore) {
     all.sort_unstable();
     let want: Vec<u64> = (first + 2..first + 2 + 160).collect();
     assert_eq!(all, want, "concurrent placements are not each counted once");
+}
+
+/// The deployment's identity is 32 hex digits and the same for every
+/// call, however many ask at once the first time.
+pub fn deployment_is_drawn_once(store: &dyn MetaStore) {
+    let ids: Vec<String> = std::thread::scope(|s| {
+        let threads: Vec<_> = (0..8)
+            .map(|_| s.spawn(|| ok(store.deployment(), "deployment")))
+            .collect();
+        threads
+            .into_iter()
+            .map(|t| t.join().expect("deployment thread"))
+            .collect()
+    });
+    let first = &ids[0];
+    assert!(
+        first.len() == 32 && first.bytes().all(|b| b.is_ascii_hexdigit()),
+        "deployment identity {first:?}"
+    );
+    assert!(ids.iter().all(|id| id == first), "{ids:?}");
+    assert_eq!(&ok(store.deployment(), "deployment"), first);
 }
 
 /// 16 threads create one name at once, several rounds: exactly one wins,

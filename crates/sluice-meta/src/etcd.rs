@@ -260,6 +260,8 @@ pub struct EtcdMetaStore {
     /// Dropped before the runtime its background tasks run on.
     client: Client,
     runtime: tokio::runtime::Runtime,
+    /// The deployment's identity, once read.
+    deployment: std::sync::OnceLock<String>,
 }
 
 impl std::fmt::Debug for EtcdMetaStore {
@@ -293,6 +295,7 @@ impl EtcdMetaStore {
             config,
             client,
             runtime,
+            deployment: std::sync::OnceLock::new(),
         })
     }
 
@@ -485,6 +488,33 @@ impl MetaStore for EtcdMetaStore {
                     .collect())
             },
         )
+    }
+
+    fn deployment(&self) -> Result<String, MetaError> {
+        if let Some(id) = self.deployment.get() {
+            return Ok(id.clone());
+        }
+        let key = format!("{}deployment", self.config.prefix);
+        let drawn = crate::new_deployment_id();
+        let action = || "read the deployment's identity".to_owned();
+        let id = self.run(action, |c, _| {
+            // The first client's identity stays; a retried put finds the
+            // key there and changes nothing.
+            let txn = Txn::new()
+                .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(key.as_str(), drawn.as_str(), None)]);
+            self.txn(c, txn)?;
+            let r = self.get(c, &key, None)?;
+            Ok(match r.kvs().first() {
+                Some(kv) => Ok(String::from_utf8_lossy(kv.value()).into_owned()),
+                None => Err(backend(
+                    &self.config,
+                    action(),
+                    std::io::Error::new(std::io::ErrorKind::NotFound, format!("{key} vanished")),
+                )),
+            })
+        })?;
+        Ok(self.deployment.get_or_init(|| id).clone())
     }
 
     fn next_placement(&self) -> Result<u64, MetaError> {

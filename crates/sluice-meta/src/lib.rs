@@ -49,6 +49,11 @@ pub fn check_name(name: &str) -> Result<(), MetaError> {
     })
 }
 
+/// A new deployment identity: 128 random bits as 32 hex digits.
+pub fn new_deployment_id() -> String {
+    format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..))
+}
+
 /// Where one piece of a striped object lives: an object on an object
 /// server.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -117,6 +122,11 @@ pub enum EntryState {
     /// The name is reserved and the layout chosen, but the pieces may not
     /// all exist yet.
     Creating,
+    /// Every piece exists and the object's first put is writing its data:
+    /// it is not complete, so it cannot be opened, until the put has
+    /// made every byte durable and set it [`EntryState::Ready`]. An
+    /// entry left in this state is an interrupted put.
+    Writing,
     /// Every piece exists; the object is readable and writable.
     Ready,
     /// Removal has begun: the pieces may be partly deleted. The name stays
@@ -193,6 +203,12 @@ pub trait MetaStore: Send + Sync {
     fn remove_server(&self, uri: &str) -> Result<(), MetaError>;
     /// The object servers of the deployment, in the order they were added.
     fn servers(&self) -> Result<Vec<String>, MetaError>;
+    /// The deployment's identity: drawn at random when the service is
+    /// first used (see [`new_deployment_id`]) and the same for every
+    /// client from then on. Each piece a deployment makes carries it, so
+    /// that object servers can be shared by several deployments and
+    /// fsck removes only its own deployment's pieces.
+    fn deployment(&self) -> Result<String, MetaError>;
     /// A number that grows by one on each call, shared by all clients:
     /// the start server of the next object's layout (round-robin placement).
     fn next_placement(&self) -> Result<u64, MetaError>;

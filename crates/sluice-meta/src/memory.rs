@@ -13,9 +13,19 @@ use std::sync::{Mutex, MutexGuard};
 use crate::{Entry, EntryState, Layout, MetaError, MetaStore, Update};
 
 /// A complete metadata service in memory.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct MemoryMetaStore {
     state: Mutex<State>,
+    deployment: String,
+}
+
+impl Default for MemoryMetaStore {
+    fn default() -> Self {
+        Self {
+            state: Mutex::default(),
+            deployment: crate::new_deployment_id(),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -110,6 +120,10 @@ impl MetaStore for MemoryMetaStore {
 
     fn servers(&self) -> Result<Vec<String>, MetaError> {
         Ok(self.state().servers.clone())
+    }
+
+    fn deployment(&self) -> Result<String, MetaError> {
+        Ok(self.deployment.clone())
     }
 
     fn next_placement(&self) -> Result<u64, MetaError> {

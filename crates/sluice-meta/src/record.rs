@@ -21,6 +21,7 @@ struct StoredPiece {
 #[serde(rename_all = "lowercase")]
 enum StoredState {
     Creating,
+    Writing,
     Ready,
     Removing,
 }
@@ -56,6 +57,7 @@ impl Record {
                 .collect(),
             state: match entry.state {
                 EntryState::Creating => StoredState::Creating,
+                EntryState::Writing => StoredState::Writing,
                 EntryState::Ready => StoredState::Ready,
                 EntryState::Removing => StoredState::Removing,
             },
@@ -107,6 +109,7 @@ impl Record {
             },
             state: match r.state {
                 StoredState::Creating => EntryState::Creating,
+                StoredState::Writing => EntryState::Writing,
                 StoredState::Ready => EntryState::Ready,
                 StoredState::Removing => EntryState::Removing,
             },

@@ -55,6 +55,7 @@ const SCHEMA: &str = "
     CREATE TABLE IF NOT EXISTS pieces (
         server TEXT NOT NULL, name TEXT NOT NULL,
         PRIMARY KEY (server, name)) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS deployment (id TEXT NOT NULL);
 ";
 
 /// The metadata service on SQLite. See the module documentation.
@@ -67,6 +68,8 @@ pub struct SqliteMetaStore {
     stop_checkpoints: Option<mpsc::Sender<()>>,
     checkpointer: Option<JoinHandle<()>>,
     readers: Mutex<Vec<Connection>>,
+    /// Drawn when the database was made.
+    deployment: String,
 }
 
 impl std::fmt::Debug for SqliteMetaStore {
@@ -120,6 +123,13 @@ impl SqliteMetaStore {
         conn.execute_batch("PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0;")
             .and_then(|()| conn.execute_batch(SCHEMA))
             .map_err(|e| backend(&path, "create its tables", e))?;
+        let deployment = conn
+            .execute(
+                "INSERT INTO deployment SELECT ?1 WHERE NOT EXISTS (SELECT 1 FROM deployment)",
+                [crate::new_deployment_id()],
+            )
+            .and_then(|_| conn.query_row("SELECT id FROM deployment", [], |r| r.get(0)))
+            .map_err(|e| backend(&path, "read the deployment's identity", e))?;
         let (jobs, queue) = mpsc::channel();
         let writer_path = path.clone();
         let writer = std::thread::Builder::new()
@@ -140,6 +150,7 @@ impl SqliteMetaStore {
             stop_checkpoints: Some(stop_checkpoints),
             checkpointer: Some(checkpointer),
             readers: Mutex::new(Vec::new()),
+            deployment,
         })
     }
 
@@ -208,6 +219,10 @@ impl MetaStore for SqliteMetaStore {
                 .and_then(|mut s| s.query_map([], |r| r.get(0))?.collect())
                 .map_err(|e| backend(&self.path, "list the servers", e))
         })
+    }
+
+    fn deployment(&self) -> Result<String, MetaError> {
+        Ok(self.deployment.clone())
     }
 
     fn next_placement(&self) -> Result<u64, MetaError> {

@@ -54,6 +54,7 @@ pub enum MetaState {
     Creating,
     Ready,
     Removing,
+    Writing,
 }
 
 impl MetaState {
@@ -62,6 +63,7 @@ impl MetaState {
             Self::Creating => 1,
             Self::Ready => 2,
             Self::Removing => 3,
+            Self::Writing => 4,
         }
     }
 
@@ -70,6 +72,7 @@ impl MetaState {
             1 => Some(Self::Creating),
             2 => Some(Self::Ready),
             3 => Some(Self::Removing),
+            4 => Some(Self::Writing),
             _ => None,
         }
     }
@@ -131,6 +134,8 @@ pub enum MetaRequest {
         name: String,
         expected_revision: Option<u64>,
     },
+    /// The deployment's identity (see [`MetaReply::Deployment`]).
+    Deployment,
 }
 
 /// Why the service refused a call; each kind keeps its fields.
@@ -169,6 +174,9 @@ pub enum MetaReply {
     Done,
     Servers(Vec<String>),
     Placement(u64),
+    /// DEPLOYMENT: the identity the metadata service drew when it was
+    /// first used, which marks every piece its deployment makes.
+    Deployment(String),
     /// CREATE, LOOKUP, UPDATE.
     Entry(MetaEntry),
     /// LIST: `more` when entries past the last one may follow.
@@ -213,6 +221,7 @@ const REQ_LOOKUP: u8 = 6;
 const REQ_LIST: u8 = 7;
 const REQ_UPDATE: u8 = 8;
 const REQ_DELETE: u8 = 9;
+const REQ_DEPLOYMENT: u8 = 10;
 
 // Reply tags.
 const REP_DONE: u8 = 1;
@@ -221,6 +230,7 @@ const REP_PLACEMENT: u8 = 3;
 const REP_ENTRY: u8 = 4;
 const REP_PAGE: u8 = 5;
 const REP_FAILED: u8 = 6;
+const REP_DEPLOYMENT: u8 = 7;
 
 // Failure tags.
 const FAIL_NOT_FOUND: u8 = 1;
@@ -300,6 +310,7 @@ impl MetaRequest {
             }
             Self::Servers => out.push(REQ_SERVERS),
             Self::NextPlacement => out.push(REQ_NEXT_PLACEMENT),
+            Self::Deployment => out.push(REQ_DEPLOYMENT),
             Self::Create {
                 name,
                 layout,
@@ -361,6 +372,7 @@ impl MetaRequest {
             },
             REQ_SERVERS => Self::Servers,
             REQ_NEXT_PLACEMENT => Self::NextPlacement,
+            REQ_DEPLOYMENT => Self::Deployment,
             REQ_CREATE => Self::Create {
                 name: name(&mut r, "object name")?,
                 layout: layout(&mut r)?,
@@ -444,6 +456,10 @@ impl MetaReply {
                 out.push(REP_PLACEMENT);
                 out.extend_from_slice(&n.to_be_bytes());
             }
+            Self::Deployment(id) => {
+                out.push(REP_DEPLOYMENT);
+                put_str(id, out);
+            }
             Self::Entry(e) => {
                 out.push(REP_ENTRY);
                 put_entry(e, out);
@@ -516,6 +532,7 @@ impl MetaReply {
                 Self::Servers(list)
             }
             REP_PLACEMENT => Self::Placement(u64_(&mut r, "placement")?),
+            REP_DEPLOYMENT => Self::Deployment(name(&mut r, "deployment")?),
             REP_ENTRY => Self::Entry(entry(&mut r)?),
             REP_PAGE => {
                 let more = match r.u8().ok_or(MetaDecodeError::Truncated("page"))? {
@@ -729,6 +746,7 @@ mod tests {
             },
             MetaRequest::Servers,
             MetaRequest::NextPlacement,
+            MetaRequest::Deployment,
             MetaRequest::Create {
                 name: "x".into(),
                 layout: entry().layout,
@@ -743,7 +761,7 @@ mod tests {
                 name: "x".into(),
                 expected_revision: Some(4),
                 update: MetaUpdate {
-                    state: Some(MetaState::Removing),
+                    state: Some(MetaState::Writing),
                     size_at_least: Some(9),
                     size: None,
                     set_attrs: entry().attrs,
@@ -764,6 +782,7 @@ mod tests {
             MetaReply::Done,
             MetaReply::Servers(vec!["a".into(), "b".into()]),
             MetaReply::Placement(9),
+            MetaReply::Deployment("3f2a".into()),
             MetaReply::Entry(entry()),
             MetaReply::Page {
                 entries: vec![entry(), entry()],

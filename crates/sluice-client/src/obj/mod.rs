@@ -66,6 +66,7 @@ pub mod stripe_plan;
 mod striped;
 mod striped_fsck;
 mod striped_links;
+mod striped_put;
 
 pub use attr::{AttrChange, Attrs, Value};
 pub use client::{ObjClient, ObjOptions};
@@ -84,7 +85,7 @@ pub use sluice_obj_proto::{
 pub use stripe_plan::{Pattern, PiecePlan, PlanError, Run, StripePlan};
 pub use striped::{
     CreateStep, RemoveStep, StripedClient, StripedError, StripedObject, StripedRead, StripedWrite,
-    PIECE_COLLECTION, PIECE_INDEX_ATTR, PIECE_OF_ATTR,
+    PIECE_COLLECTION, PIECE_DEPLOYMENT_ATTR, PIECE_INDEX_ATTR, PIECE_OF_ATTR, PIECE_PUT_ATTR,
 };
 pub use striped_fsck::{FsckOptions, FsckReport, Orphan};
 

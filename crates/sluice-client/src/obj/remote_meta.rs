@@ -152,6 +152,14 @@ impl MetaStore for RemoteMetaStore {
         }
     }
 
+    fn deployment(&self) -> Result<String, MetaError> {
+        let action = "read the deployment's identity";
+        match self.call(action, &MetaRequest::Deployment)? {
+            MetaReply::Deployment(id) => Ok(id),
+            other => Err(self.unexpected(action, &other)),
+        }
+    }
+
     fn next_placement(&self) -> Result<u64, MetaError> {
         let action = "choose a placement";
         match self.call(action, &MetaRequest::NextPlacement)? {
@@ -280,6 +288,7 @@ fn from_failure(f: MetaFailure, server: &str) -> MetaError {
 fn state_to_wire(s: EntryState) -> MetaState {
     match s {
         EntryState::Creating => MetaState::Creating,
+        EntryState::Writing => MetaState::Writing,
         EntryState::Ready => MetaState::Ready,
         EntryState::Removing => MetaState::Removing,
     }
@@ -318,6 +327,7 @@ fn entry_from_wire(e: MetaEntry) -> Entry {
         },
         state: match e.state {
             MetaState::Creating => EntryState::Creating,
+            MetaState::Writing => EntryState::Writing,
             MetaState::Ready => EntryState::Ready,
             MetaState::Removing => EntryState::Removing,
         },

@@ -72,6 +72,14 @@ pub const PIECE_COLLECTION: &str = "sluice-striped";
 pub const PIECE_OF_ATTR: &str = "striped.of";
 /// The attribute giving a piece's place in its layout (integer).
 pub const PIECE_INDEX_ATTR: &str = "striped.piece";
+/// The attribute naming the deployment a piece belongs to (text: its
+/// metadata service's [`MetaStore::deployment`]); fsck removes only
+/// pieces of its own deployment.
+pub const PIECE_DEPLOYMENT_ATTR: &str = "striped.deployment";
+/// The attribute marking a piece made by a put (integer 1): an entry in
+/// `Creating` whose pieces carry it is an interrupted put, not an empty
+/// object.
+pub const PIECE_PUT_ATTR: &str = "striped.put";
 
 /// Why a striped operation failed. Each names the striped object and,
 /// for data, the piece and the server.
@@ -174,6 +182,10 @@ impl StripedObject {
     pub fn layout(&self) -> &Layout {
         &self.entry.layout
     }
+
+    pub(crate) fn set_entry(&mut self, entry: Entry) {
+        self.entry = entry;
+    }
 }
 
 /// What a striped read returned.
@@ -202,6 +214,8 @@ pub struct StripedWrite {
 pub struct StripedClient {
     pub(crate) meta: Arc<dyn MetaStore>,
     pub(crate) links: Links,
+    /// The deployment's identity, once asked for.
+    deployment: Option<String>,
 }
 
 impl std::fmt::Debug for StripedClient {
@@ -282,7 +296,20 @@ impl StripedClient {
         Self {
             meta,
             links: Links::new(options),
+            deployment: None,
         }
+    }
+
+    /// The deployment's identity (asked of the metadata service once).
+    pub(crate) fn deployment(&mut self) -> Result<&str, StripedError> {
+        if self.deployment.is_none() {
+            let id = self
+                .meta
+                .deployment()
+                .map_err(|e| meta_error("read the deployment of", "", e))?;
+            self.deployment = Some(id);
+        }
+        Ok(self.deployment.as_deref().unwrap_or_default())
     }
 
     /// The metadata service.
@@ -310,6 +337,20 @@ impl StripedClient {
         stripe_unit: u64,
         servers: usize,
         last: CreateStep,
+    ) -> Result<StripedObject, StripedError> {
+        self.create_in(name, stripe_unit, servers, last, false)
+    }
+
+    /// [`create_until`](Self::create_until); a `put`'s pieces are marked
+    /// as such, and its last step leaves the entry
+    /// [`EntryState::Writing`] rather than ready.
+    pub(crate) fn create_in(
+        &mut self,
+        name: &str,
+        stripe_unit: u64,
+        servers: usize,
+        last: CreateStep,
+        put: bool,
     ) -> Result<StripedObject, StripedError> {
         // A name plainly taken fails before any piece is made; a race
         // with another creator is settled by the metadata service below.
@@ -342,7 +383,7 @@ impl StripedClient {
         let chosen: Vec<&String> = (0..servers)
             .map(|i| &all[((start % all.len() as u64) as usize + i) % all.len()])
             .collect();
-        let layout = self.make_pieces(name, stripe_unit, &chosen)?;
+        let layout = self.make_pieces(name, stripe_unit, &chosen, put)?;
         let mut entry = Entry {
             name: name.to_owned(),
             layout,
@@ -364,19 +405,24 @@ impl StripedClient {
         if last == CreateStep::Entry {
             return Ok(StripedObject { entry });
         }
+        let settled = if put {
+            EntryState::Writing
+        } else {
+            EntryState::Ready
+        };
         let ready = Update {
-            state: Some(EntryState::Ready),
+            state: Some(settled),
             ..Update::default()
         };
         entry = match self.meta.update(name, Some(entry.revision), &ready) {
             Ok(e) => e,
-            // fsck may have found it complete and made it ready first.
+            // fsck may have found its pieces and moved it on first.
             Err(MetaError::Conflict { .. }) => {
                 let now = self
                     .meta
                     .lookup(name)
                     .map_err(|e| meta_error("look up", name, e))?;
-                if now.state != EntryState::Ready {
+                if now.state != settled {
                     return Err(StripedError::NotReady {
                         name: name.into(),
                         state: now.state,
@@ -396,7 +442,9 @@ impl StripedClient {
         name: &str,
         stripe_unit: u64,
         servers: &[&String],
+        put: bool,
     ) -> Result<Layout, StripedError> {
+        let deployment = self.deployment()?.to_owned();
         let jobs: Vec<(Endpoint, DataOptions)> = servers
             .iter()
             .enumerate()
@@ -405,13 +453,15 @@ impl StripedClient {
                     server: (*server).clone(),
                     partition: partition_of(server).unwrap_or(DEFAULT_PARTITION),
                 };
-                let options = DataOptions {
-                    fua: true,
-                    attrs: vec![
-                        AttrChange::set(PIECE_OF_ATTR, name),
-                        AttrChange::set(PIECE_INDEX_ATTR, Value::Integer(i as i64)),
-                    ],
-                };
+                let mut attrs = vec![
+                    AttrChange::set(PIECE_OF_ATTR, name),
+                    AttrChange::set(PIECE_INDEX_ATTR, Value::Integer(i as i64)),
+                    AttrChange::set(PIECE_DEPLOYMENT_ATTR, deployment.as_str()),
+                ];
+                if put {
+                    attrs.push(AttrChange::set(PIECE_PUT_ATTR, Value::Integer(1)));
+                }
+                let options = DataOptions { fua: true, attrs };
                 (endpoint, options)
             })
             .collect();
@@ -557,7 +607,7 @@ impl StripedClient {
         options: &StripedWrite,
     ) -> Result<(), StripedError> {
         let name = object.name().to_owned();
-        ready(&object.entry)?;
+        writable(&object.entry)?;
         let plan = StripePlan::new(object.layout(), pattern, u64::MAX).map_err(|source| {
             StripedError::Plan {
                 name: name.clone(),
@@ -713,6 +763,16 @@ impl StripedClient {
             why: "the entry kept changing while it was being deleted".into(),
         })
     }
+}
+
+/// A handle may write to an entry that is ready, or that its own put
+/// is filling (only that put's handle has one: [`StripedClient::open`]
+/// refuses it).
+fn writable(entry: &Entry) -> Result<(), StripedError> {
+    if entry.state == EntryState::Writing {
+        return Ok(());
+    }
+    ready(entry)
 }
 
 fn ready(entry: &Entry) -> Result<(), StripedError> {

@@ -1,6 +1,8 @@
 //! [`StripedClient::fsck`]: finds what crashes between the metadata and
 //! data steps of creates and removes left half done (see the order in
-//! [`striped`](super::striped)), and finishes or undoes it.
+//! [`striped`](super::striped)), and finishes or undoes it; reports puts
+//! that did not finish; removes pieces no entry names, of its own
+//! deployment only (object servers may be shared by several).
 
 use std::collections::{BTreeSet, HashSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -10,7 +12,7 @@ use sluice_meta::{Entry, EntryState, MetaError, Piece, Update};
 use super::attr::Value;
 use super::striped::{
     endpoint, first_failure, meta_error, partition_of, RemoveStep, StripedClient, StripedError,
-    PIECE_COLLECTION, PIECE_OF_ATTR,
+    PIECE_COLLECTION, PIECE_DEPLOYMENT_ATTR, PIECE_OF_ATTR, PIECE_PUT_ATTR,
 };
 use super::striped_links::Endpoint;
 
@@ -54,6 +56,13 @@ pub struct FsckReport {
     pub removed: Vec<String>,
     /// Pieces no entry named, removed.
     pub orphans: Vec<Orphan>,
+    /// Objects whose put did not finish (entries left `Writing`): not
+    /// complete, so not readable; remove them and put them again.
+    pub incomplete: Vec<String>,
+    /// Pieces no entry names that carry no deployment mark (made before
+    /// pieces were marked): kept, since they may be another
+    /// deployment's.
+    pub unmarked: Vec<Orphan>,
     /// What could not be checked or repaired (a server down, say); run
     /// fsck again once it is back.
     pub failures: Vec<StripedError>,
@@ -67,13 +76,17 @@ impl FsckReport {
             && self.undone.is_empty()
             && self.removed.is_empty()
             && self.orphans.is_empty()
+            && self.incomplete.is_empty()
             && self.failures.is_empty()
     }
 }
 
 /// What a check of one `Creating` entry's pieces found.
 enum Pieces {
-    AllThere,
+    /// Every piece is there; `put`: they were made by a put.
+    AllThere {
+        put: bool,
+    },
     Missing,
 }
 
@@ -86,6 +99,10 @@ impl StripedClient {
         for entry in self.all_entries()? {
             let done = match entry.state {
                 EntryState::Ready => continue,
+                EntryState::Writing => {
+                    report.incomplete.push(entry.name.clone());
+                    continue;
+                }
                 EntryState::Creating => self.settle_creating(&entry, &mut report),
                 EntryState::Removing => self
                     .finish_removal(&entry, RemoveStep::Deleted)
@@ -106,7 +123,8 @@ impl StripedClient {
     }
 
     /// A `Creating` entry: ready if every piece is there and marked as
-    /// its own, else removed.
+    /// its own (`Writing`, an incomplete put, if a put made them), else
+    /// removed.
     fn settle_creating(
         &mut self,
         entry: &Entry,
@@ -114,12 +132,18 @@ impl StripedClient {
     ) -> Result<(), StripedError> {
         let name = entry.name.as_str();
         match self.check_pieces(entry)? {
-            Pieces::AllThere => {
+            Pieces::AllThere { put } => {
+                let state = if put {
+                    EntryState::Writing
+                } else {
+                    EntryState::Ready
+                };
                 let ready = Update {
-                    state: Some(EntryState::Ready),
+                    state: Some(state),
                     ..Update::default()
                 };
                 match self.meta.update(name, Some(entry.revision), &ready) {
+                    Ok(_) if put => report.incomplete.push(name.to_owned()),
                     Ok(_) => report.finished.push(name.to_owned()),
                     // Its creator (or another fsck) moved it on.
                     Err(MetaError::Conflict { .. } | MetaError::NotFound { .. }) => {}
@@ -151,17 +175,21 @@ impl StripedClient {
             .map(|(_, p)| (endpoint(p), p.object))
             .collect();
         let results = self.links.fan_out(&jobs, |c, &object| {
-            match c.get_attrs(object, &[PIECE_OF_ATTR]) {
+            match c.get_attrs(object, &[PIECE_OF_ATTR, PIECE_PUT_ATTR]) {
                 Ok(a) => {
-                    Ok(matches!(a.get(PIECE_OF_ATTR), Some(Value::Text(of)) if *of == entry.name))
+                    let ours =
+                        matches!(a.get(PIECE_OF_ATTR), Some(Value::Text(of)) if *of == entry.name);
+                    Ok(ours.then(|| a.get(PIECE_PUT_ATTR).is_some()))
                 }
-                Err(e) if e.is_not_found() => Ok(false),
+                Err(e) if e.is_not_found() => Ok(None),
                 Err(e) => Err(e),
             }
         });
         let found = first_failure("check", &entry.name, &pieces, results)?;
-        Ok(if found.iter().all(|&ok| ok) {
-            Pieces::AllThere
+        Ok(if found.iter().all(Option::is_some) {
+            Pieces::AllThere {
+                put: found.iter().any(|p| *p == Some(true)),
+            }
         } else {
             Pieces::Missing
         })
@@ -176,6 +204,7 @@ impl StripedClient {
     ) -> Result<(), StripedError> {
         // Entries as they are now, after the repairs above.
         let entries = self.all_entries()?;
+        let deployment = self.deployment()?.to_owned();
         let named: HashSet<(&str, u64, u64)> = entries
             .iter()
             .flat_map(|e| &e.layout.pieces)
@@ -206,7 +235,8 @@ impl StripedClient {
             })
             .collect();
         let listed = self.links.fan_out(&jobs, |c, ()| {
-            match c.list(PIECE_COLLECTION, Some(&[PIECE_OF_ATTR, CREATED_ATTR])) {
+            let attrs = [PIECE_OF_ATTR, CREATED_ATTR, PIECE_DEPLOYMENT_ATTR];
+            match c.list(PIECE_COLLECTION, Some(&attrs)) {
                 Err(e) if e.is_not_found() => Ok(Vec::new()),
                 other => other,
             }
@@ -235,6 +265,23 @@ impl StripedClient {
                 if named.contains(&key) {
                     continue;
                 }
+                let orphan = || Orphan {
+                    piece: Piece {
+                        server: endpoint.server.clone(),
+                        partition: endpoint.partition,
+                        object: m.object,
+                    },
+                    of: of.clone(),
+                };
+                match m.attrs.get(PIECE_DEPLOYMENT_ATTR) {
+                    Some(Value::Text(d)) if *d == deployment => {}
+                    // Another deployment's: its own fsck's business.
+                    Some(_) => continue,
+                    None => {
+                        report.unmarked.push(orphan());
+                        continue;
+                    }
+                }
                 let created = m
                     .attrs
                     .get(CREATED_ATTR)
@@ -243,14 +290,7 @@ impl StripedClient {
                     .map(Duration::from_nanos);
                 let old_enough = created.is_none_or(|c| now.saturating_sub(c) >= options.grace);
                 if old_enough {
-                    orphans.push(Orphan {
-                        piece: Piece {
-                            server: endpoint.server.clone(),
-                            partition: endpoint.partition,
-                            object: m.object,
-                        },
-                        of: of.clone(),
-                    });
+                    orphans.push(orphan());
                 }
             }
         }

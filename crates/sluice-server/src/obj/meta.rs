@@ -81,6 +81,7 @@ fn call(store: &dyn MetaStore, request: MetaRequest) -> Result<MetaReply, MetaEr
         }
         MetaRequest::Servers => MetaReply::Servers(store.servers()?),
         MetaRequest::NextPlacement => MetaReply::Placement(store.next_placement()?),
+        MetaRequest::Deployment => MetaReply::Deployment(store.deployment()?),
         MetaRequest::Create {
             name,
             layout,
@@ -179,6 +180,7 @@ fn failure(e: &MetaError) -> MetaFailure {
 fn state_from_wire(s: MetaState) -> EntryState {
     match s {
         MetaState::Creating => EntryState::Creating,
+        MetaState::Writing => EntryState::Writing,
         MetaState::Ready => EntryState::Ready,
         MetaState::Removing => EntryState::Removing,
     }
@@ -187,6 +189,7 @@ fn state_from_wire(s: MetaState) -> EntryState {
 fn state_to_wire(s: EntryState) -> MetaState {
     match s {
         EntryState::Creating => MetaState::Creating,
+        EntryState::Writing => MetaState::Writing,
         EntryState::Ready => MetaState::Ready,
         EntryState::Removing => MetaState::Removing,
     }
