@@ -193,6 +193,32 @@ impl Failure {
 
 type Outcome = Result<(), Failure>;
 
+/// The attribute `put` sets on an object before it changes any byte and
+/// removes once every byte is durable: an object that has it holds part
+/// of a put that did not finish, and `get` refuses it.
+const PUT_INCOMPLETE_ATTR: &str = "put.incomplete";
+
+/// A failure of `put` of object `id` once it began changing the object.
+fn put_failure(id: u64, e: &ObjError) -> Failure {
+    let (Failure::Failed(m) | Failure::Usage(m)) = Failure::from_obj(e);
+    Failure::Failed(format!(
+        "{m}; the put of object {id} did not finish, so it is marked incomplete: put it again"
+    ))
+}
+
+/// Refuses an object a put left incomplete.
+fn check_complete(c: &mut ObjClient, id: u64) -> Outcome {
+    let attrs = c
+        .get_attrs(id, &[PUT_INCOMPLETE_ATTR])
+        .map_err(|e| Failure::from_obj(&e))?;
+    match attrs.get(PUT_INCOMPLETE_ATTR) {
+        None => Ok(()),
+        Some(_) => Err(Failure::Failed(format!(
+            "object {id} is incomplete: a put of it did not finish; put it again"
+        ))),
+    }
+}
+
 /// Runs `sluice obj` and reports failures itself (one line each).
 pub(crate) fn run(args: ObjArgs) -> ExitCode {
     match execute(args) {
@@ -371,7 +397,17 @@ fn execute(args: ObjArgs) -> Outcome {
             let id = id(&target)?;
             let mut input = open_input(file.as_deref())?;
             let before = c.stat(id).map_err(fail)?.length;
-            let (_, len) = stream_in(c, id, &mut input, false)?;
+            // Marked incomplete (durably) before the first byte changes,
+            // unmarked once the last is durable.
+            let mark = AttrChange::set(PUT_INCOMPLETE_ATTR, Value::Text("true".into()));
+            c.set_attrs(id, &[mark], true).map_err(fail)?;
+            let (_, len) = stream_in(c, id, &mut input, false)
+                .map_err(|f| match f {
+                    Failure::Failed(m) => Failure::Failed(format!(
+                        "{m}; the put of object {id} did not finish, so it is marked incomplete: put it again"
+                    )),
+                    usage => usage,
+                })?;
             if before > len {
                 // The protocol has no truncate: the old tail reads as
                 // zeros from now on (the length stays).
@@ -383,12 +419,16 @@ fn execute(args: ObjArgs) -> Outcome {
                     }],
                     &DataOptions::default(),
                 )
-                .map_err(fail)?;
+                .map_err(|e| put_failure(id, &e))?;
                 eprintln!(
                     "sluice: note: object {id} was {before} bytes; it keeps that length and bytes {len}.. read as zeros"
                 );
             }
-            c.flush(FlushScope::Object(id)).map_err(fail)
+            c.flush(FlushScope::Object(id))
+                .and_then(|()| {
+                    c.set_attrs(id, &[AttrChange::Remove(PUT_INCOMPLETE_ATTR.into())], true)
+                })
+                .map_err(|e| put_failure(id, &e))
         }
         ObjCommand::Get {
             target,
@@ -396,6 +436,7 @@ fn execute(args: ObjArgs) -> Outcome {
             stride,
         } => {
             let id = id(&target)?;
+            check_complete(c, id)?;
             let mut segments = ranges;
             if let Some(s) = stride {
                 segments.extend(s.segments());
@@ -551,6 +592,11 @@ fn execute(args: ObjArgs) -> Outcome {
         ObjCommand::Stat { target, json } => {
             let id = id(&target)?;
             let stat = c.stat(id).map_err(fail)?;
+            let incomplete = c
+                .get_attrs(id, &[PUT_INCOMPLETE_ATTR])
+                .map_err(fail)?
+                .get(PUT_INCOMPLETE_ATTR)
+                .is_some();
             let fields: Vec<(String, &Value)> = stat
                 .attrs
                 .values()
@@ -569,11 +615,15 @@ fn execute(args: ObjArgs) -> Outcome {
                 for (k, v) in &fields {
                     map.insert(k.clone(), json_value(v));
                 }
+                map.insert("incomplete".into(), incomplete.into());
                 out(format!("{}\n", serde_json::Value::Object(map)).as_bytes())
             } else {
                 let mut text = format!("id: {}\nlength: {}\n", stat.object, stat.length);
                 for (k, v) in &fields {
                     text.push_str(&format!("{k}: {}\n", show_value(v)));
+                }
+                if incomplete {
+                    text.push_str("incomplete: a put of it did not finish; put it again\n");
                 }
                 out(text.as_bytes())
             }

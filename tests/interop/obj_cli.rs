@@ -507,3 +507,104 @@ fn large_objects_stream_through_put_get_and_append() {
         .stdout;
     assert_eq!(got, b"short\0\0\0\0\0");
 }
+
+/// A `put` over an existing object killed part way (SIGKILL, at two
+/// points) leaves the object marked incomplete: `get` refuses it naming
+/// the object, `stat` says so; a server that dies mid-put fails it with
+/// a message naming the object and what to do; a put that finishes
+/// clears the mark.
+#[test]
+fn an_interrupted_put_leaves_the_object_marked_incomplete() {
+    use std::io::Write as _;
+    const CHUNK: usize = 8 << 20;
+    let dir = tempdir();
+    let objects = dir.path().join("objects");
+    let mut server = start(&objects);
+    let id = create(&server, &[]);
+    let old = random_bytes(81, 10 << 20);
+    let new = random_bytes(82, 20 << 20);
+    ok(obj_in(&server, &["put", &id], &old));
+    let incomplete_get = |server: &Server| {
+        let out = obj(server, &["get", &id]);
+        out.output.status.code() == Some(1) && out.stderr().contains("incomplete")
+    };
+    // Killed once the mark is set, and once 16 MiB of the new bytes are in.
+    for chunks in [0, 2] {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["obj", "--server", &server.obj_uri(), "put", &id])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(&new[..chunks * CHUNK]).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let reached = |server: &Server| {
+            let stat = ok(obj(server, &["stat", &id, "--json"])).json();
+            stat["incomplete"] == true && stat["length"].as_u64() >= Some((chunks * CHUNK) as u64)
+        };
+        while !reached(&server) {
+            assert!(
+                Instant::now() < deadline,
+                "the put never got to {chunks} chunks"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        drop(stdin);
+        let get = obj(&server, &["get", &id]);
+        assert_fails(
+            &get,
+            1,
+            &[&format!("object {id}"), "incomplete", "put it again"],
+        );
+        assert!(get.output.stdout.is_empty());
+        assert!(
+            ok(obj(&server, &["stat", &id]))
+                .stdout()
+                .contains("incomplete:"),
+            "stat does not say the object is incomplete"
+        );
+    }
+    // The server killed mid-put: the CLI names the object and what to do.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(["obj", "--server", &server.obj_uri(), "put", &id])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(&new[..CHUNK]).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !incomplete_get(&server) {
+        assert!(Instant::now() < deadline, "the put never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let addr = server.objects[0];
+    server.signal(Signal::KILL);
+    assert!(server.wait_exit(Duration::from_secs(10)).is_some());
+    let _ = stdin.write_all(&new[CHUNK..]);
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(&format!("object {id}")) && err.contains("put it again"),
+        "{err}"
+    );
+    let server = ServerBuilder::new()
+        .arg("--objects")
+        .arg(objects.display().to_string())
+        .object_listen(addr.to_string())
+        .start();
+    assert!(incomplete_get(&server), "the object lost its mark");
+    ok(obj_in(&server, &["put", &id], &new));
+    assert_eq!(ok(obj(&server, &["get", &id])).output.stdout, new);
+    assert_eq!(
+        ok(obj(&server, &["stat", &id, "--json"])).json()["incomplete"],
+        false
+    );
+}
