@@ -42,7 +42,13 @@
 //! unflushed append to an object file may come back with its length and
 //! attributes but zeros for its data, since only an fsync orders data
 //! before metadata on disk. An unflushed overwrite inside the old length
-//! may leave new bytes under old attributes, as on any block device.
+//! that sets no attribute may leave new bytes under the old times after
+//! a power loss, as on any block device. A change to an object file that
+//! sets or removes attributes is one change across any crash, kill or
+//! power loss: its bytes are journaled in the commit that sets the
+//! attributes and written to the file only after it (`Deferred`), so a
+//! crash leaves either old bytes and old attributes or the commit,
+//! whose journal rows the next open replays into the file.
 //! Such an overwrite (not durable, setting no attribute) commits
 //! nothing at all: its data-modified time waits in memory for the next
 //! commit of a data change, a flush or the store's close
@@ -290,7 +296,7 @@ enum DataRows {
     Uninline,
     /// Journal rows, in order.
     Journal {
-        bytes: Vec<u8>,
+        bytes: Arc<Vec<u8>>,
         rows: Vec<JournalRow>,
     },
     /// The object's file was synced: its journal rows up to this
@@ -430,6 +436,22 @@ struct Staged {
     after: Cached,
     /// Journal bytes the row adds.
     journal_bytes: u64,
+    /// What the file gets once the row is committed (a change that sets
+    /// attributes: see [`Deferred`]).
+    deferred: Option<Deferred>,
+}
+
+/// The file half of a change to an object file that also sets or
+/// removes attributes. Its bytes go to the journal in the change's
+/// commit and reach the file only after it: a crash before the commit
+/// leaves old bytes and old attributes, one after it new attributes and
+/// journal rows that opening the store replays into the file. Written
+/// before the commit, a crash between the two would leave the new bytes
+/// beside the old attributes.
+struct Deferred {
+    file: Arc<File>,
+    bytes: Arc<Vec<u8>>,
+    rows: Vec<JournalRow>,
 }
 
 /// An object with journal rows outstanding: the newest row's sequence
@@ -1092,15 +1114,21 @@ fn drop_stale_tail(file: &File, length: u64) -> io::Result<()> {
 /// (past it the object reads as zeros already); returns what it
 /// punched.
 fn punch_runs(file: &File, length: u64, segments: &[Segment]) -> io::Result<Vec<(u64, u64)>> {
-    let mut punched = Vec::new();
-    for (run, _) in plan(segments, 0).iter() {
-        let len = run.len.min(length.saturating_sub(run.offset));
-        if len > 0 {
-            data::punch(file, run.offset, len)?;
-            punched.push((run.offset, len));
-        }
+    let punched = punch_plan(length, segments);
+    for &(offset, len) in &punched {
+        data::punch(file, offset, len)?;
     }
     Ok(punched)
+}
+
+/// The runs a punch of `segments` changes in a file of `length` bytes:
+/// merged, and cut at its end.
+fn punch_plan(length: u64, segments: &[Segment]) -> Vec<(u64, u64)> {
+    plan(segments, 0)
+        .iter()
+        .map(|(run, _)| (run.offset, run.len.min(length.saturating_sub(run.offset))))
+        .filter(|&(_, len)| len > 0)
+        .collect()
 }
 
 impl Drop for ObjectStore {
@@ -2117,6 +2145,7 @@ impl ObjectStore {
             before,
             after,
             journal_bytes,
+            deferred,
         } = staged;
         let times = self.take_times();
         let kept = times.clone();
@@ -2128,8 +2157,25 @@ impl ObjectStore {
             })
             .inspect_err(|_| self.restore_times(kept))?;
         let info = after.info;
+        let applied = deferred.map_or(Ok(()), |d| self.apply_deferred(object, &d));
         self.settle_change(stripe, object, after, done, journal_bytes);
-        Ok((info, before))
+        applied.map(|()| (info, before))
+    }
+
+    /// Writes a committed change's [`Deferred`] bytes into its file. On
+    /// failure the change stays committed, its rows in the journal (the
+    /// next open replays them), and the error says so.
+    fn apply_deferred(&self, object: ObjectRef, d: &Deferred) -> Result<(), ObjStoreError> {
+        for &(offset, len, range) in &d.rows {
+            match range {
+                Some((a, b)) => {
+                    data::write_segments(&d.file, &[Segment::new(offset, len)], &d.bytes[a..b])
+                }
+                None => data::punch(&d.file, offset, len),
+            }
+            .map_err(self.io_err(object, "write committed journal rows into"))?;
+        }
+        Ok(())
     }
 
     /// The data half of a change under its object's stripe: the bytes
@@ -2191,6 +2237,16 @@ impl ObjectStore {
             }
             Body::File(file) => self.change_file(object, file, &before, segments, data, opts)?,
         };
+        let deferred = match (&rows, &cached.body) {
+            (DataRows::Journal { bytes, rows }, Body::File(file)) if !opts.attrs.is_empty() => {
+                Some(Deferred {
+                    file: Arc::clone(file),
+                    bytes: Arc::clone(bytes),
+                    rows: rows.clone(),
+                })
+            }
+            _ => None,
+        };
         let journal_bytes = match &rows {
             DataRows::Journal { bytes, .. } => bytes.len() as u64,
             _ => 0,
@@ -2218,6 +2274,7 @@ impl ObjectStore {
             before,
             after: cached,
             journal_bytes,
+            deferred,
         })
     }
 
@@ -2301,7 +2358,10 @@ impl ObjectStore {
     ///   [`Self::write`] would (after the changes before it commit), so
     ///   the journal's ordering and the synced commit are exactly a
     ///   single call's; only plain (not durable) changes share the one
-    ///   commit, and such a change never adds or retires journal rows.
+    ///   commit. Such a change adds journal rows only when it sets
+    ///   attributes on an object file: its bytes are written to the file
+    ///   after the commit (as a single call's), before any later change
+    ///   to that object.
     ///
     /// Changes apply in the order given, so two changes to one object
     /// land as the same two calls in that order would.
@@ -2326,6 +2386,17 @@ impl ObjectStore {
                 continue;
             }
             let stripe = self.stripe(c.object);
+            // A change staged to write its file after the commit (see
+            // `Deferred`) commits before a later change to its object
+            // that would write the file before it (one setting no
+            // attribute); that one then follows the journal rule.
+            if c.opts.attrs.is_empty()
+                && staged
+                    .iter()
+                    .any(|(_, s)| s.row.object == c.object && s.deferred.is_some())
+            {
+                commits += self.commit_staged(&mut staged, &mut results);
+            }
             if c.opts.durable || self.has_journal(c.object) {
                 commits += self.commit_staged(&mut staged, &mut results);
                 let r = self.change_locked(stripe, c.object, c.opts, c.edit);
@@ -2394,7 +2465,7 @@ impl ObjectStore {
         let mut rest = Vec::with_capacity(staged.len());
         for (i, s) in staged.drain(..) {
             rows.push(s.row);
-            rest.push((i, s.before, s.after, s.journal_bytes));
+            rest.push((i, s.before, s.after, s.journal_bytes, s.deferred));
         }
         let objects: Vec<ObjectRef> = rows.iter().map(|r| r.object).collect();
         let times = self.take_times();
@@ -2437,15 +2508,17 @@ impl ObjectStore {
         });
         match committed {
             Ok(done) => {
-                for ((object, (i, before, after, journal_bytes)), r) in
+                for ((object, (i, before, after, journal_bytes, deferred)), r) in
                     objects.into_iter().zip(rest).zip(done)
                 {
                     let stripe = self.stripe(object);
                     results[i] = Some(match r {
                         Ok(rows_done) => {
                             let info = after.info;
+                            let applied =
+                                deferred.map_or(Ok(()), |d| self.apply_deferred(object, &d));
                             self.settle_change(stripe, object, after, rows_done, journal_bytes);
-                            Ok(Changed { info, before })
+                            applied.map(|()| Changed { info, before })
                         }
                         Err(e) => {
                             stripe.forget(object);
@@ -2525,12 +2598,21 @@ impl ObjectStore {
         };
         let unsynced = opts.durable && journaled.is_none() && lock(&self.dirty).contains(&object);
         let total = data.map_or(0, |d| d.len());
+        // A change that sets attributes is journaled whatever its size,
+        // and reaches the file only after its commit (see `Deferred`).
+        let deferred = !opts.attrs.is_empty();
+        if deferred && unsynced {
+            // Durable, it covers the object's earlier writes as well.
+            file.sync_data().map_err(self.io_err(object, "fsync"))?;
+            self.sync_new_files(object.partition)?;
+        }
         // An object with unjournaled writes not yet synced takes the
         // sync instead: a durable change then covers the object's earlier
         // writes too, as a synced file does, and from then on every
         // write is journaled until the file is synced again.
-        let journal = total <= self.options.journal_max
-            && (journaled.is_some() || (opts.durable && !unsynced));
+        let journal = deferred
+            || (total <= self.options.journal_max
+                && (journaled.is_some() || (opts.durable && !unsynced)));
         let rows = match data {
             Some(d) => {
                 // Journal rows need the bytes in memory: a source's are
@@ -2542,6 +2624,7 @@ impl ObjectStore {
                     None
                 };
                 match &kept {
+                    Some(_) if deferred => Ok(()),
                     Some(bytes) => data::write_segments(file, segments, bytes),
                     None => d.write_to(file, segments),
                 }
@@ -2557,17 +2640,29 @@ impl ObjectStore {
                             (s.offset, s.len, Some(range))
                         })
                         .collect();
-                    DataRows::Journal { bytes, rows }
+                    DataRows::Journal {
+                        bytes: Arc::new(bytes),
+                        rows,
+                    }
                 } else {
                     DataRows::None
                 }
             }
+            None if deferred => DataRows::Journal {
+                // The runs `punch_runs` would punch, punched after the
+                // commit.
+                bytes: Arc::new(Vec::new()),
+                rows: punch_plan(before.length, segments)
+                    .into_iter()
+                    .map(|(o, l)| (o, l, None))
+                    .collect(),
+            },
             None => {
                 let punched = punch_runs(file, before.length, segments)
                     .map_err(self.io_err(object, "punch"))?;
                 if journal {
                     DataRows::Journal {
-                        bytes: Vec::new(),
+                        bytes: Arc::new(Vec::new()),
                         rows: punched.into_iter().map(|(o, l)| (o, l, None)).collect(),
                     }
                 } else {

@@ -9,6 +9,8 @@
 //! to exactly what it acknowledged. Both also run under a simulated
 //! power loss (a loop-mounted image copied at the kill).
 
+mod write_set;
+
 use sluice_testkit::programs::program;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
