@@ -44,11 +44,14 @@
 //! before metadata on disk. An unflushed overwrite inside the old length
 //! that sets no attribute may leave new bytes under the old times after
 //! a power loss, as on any block device. A change to an object file that
-//! sets or removes attributes is one change across any crash, kill or
-//! power loss: its bytes are journaled in the commit that sets the
-//! attributes and written to the file only after it (`Deferred`), so a
-//! crash leaves either old bytes and old attributes or the commit,
-//! whose journal rows the next open replays into the file.
+//! sets or removes attributes is one change across a kill of the
+//! process, and when durable across a power loss too: its bytes are
+//! journaled in the commit that sets the attributes and written to the
+//! file only after it (`Deferred`), so a crash leaves either old bytes
+//! and old attributes or the commit, whose journal rows the next open
+//! replays into the file. (Not durable, a power loss may keep the
+//! file's new bytes and lose the unsynced commit, as it may lose any
+//! unflushed change.)
 //! Such an overwrite (not durable, setting no attribute) commits
 //! nothing at all: its data-modified time waits in memory for the next
 //! commit of a data change, a flush or the store's close
