@@ -188,7 +188,7 @@ impl StripedClient {
         let found = first_failure("check", &entry.name, &pieces, results)?;
         Ok(if found.iter().all(Option::is_some) {
             Pieces::AllThere {
-                put: found.iter().any(|p| *p == Some(true)),
+                put: found.contains(&Some(true)),
             }
         } else {
             Pieces::Missing
