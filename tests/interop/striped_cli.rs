@@ -437,13 +437,15 @@ fn interrupted_puts_are_incomplete(meta: &str) {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap();
-        let mut stdin = child.stdin.take().unwrap();
+            .expect("start sluice obj put");
+        let mut stdin = child.stdin.take().expect("the put's stdin is piped");
         let written = match at {
             KillAt::Start => None,
             KillAt::Entry => Some(0),
             KillAt::Chunks(n) => {
-                stdin.write_all(&data[..(n * CHUNK) as usize]).unwrap();
+                stdin
+                    .write_all(&data[..(n * CHUNK) as usize])
+                    .expect("feed the put");
                 Some(n * CHUNK)
             }
         };
@@ -457,8 +459,8 @@ fn interrupted_puts_are_incomplete(meta: &str) {
                 std::thread::sleep(Duration::from_millis(20));
             }
         }
-        child.kill().unwrap();
-        child.wait().unwrap();
+        child.kill().expect("kill the put");
+        child.wait().expect("reap the put");
         drop(stdin);
         let Some(entry) = stat(&name) else {
             // Killed before its entry was made: nothing to see but
@@ -483,11 +485,11 @@ fn interrupted_puts_are_incomplete(meta: &str) {
     );
     let file = tempdir();
     let path = file.path().join("in.bin");
-    std::fs::write(&path, &data).unwrap();
+    std::fs::write(&path, &data).expect("write the input file");
     ok(run(&[
         "put",
         "cut/0",
-        path.to_str().unwrap(),
+        path.to_str().expect("a UTF-8 temporary path"),
         "--stripe",
         "64K",
     ]));
