@@ -1067,7 +1067,9 @@ tps = 666.666667 (excluding connections establishing)
             root.then_some(())
                 .ok_or_else(|| anyhow!("loop devices and mounts need root"))
         }) {
-            eprintln!("skipped: the pgbench preset cannot run here: {why:#}");
+            let why = format!("the pgbench preset cannot run here: {why:#}");
+            assert!(!sluice_testkit::programs::required(), "{why}");
+            eprintln!("skipped: {why}");
             return;
         }
         let shm = Path::new("/dev/shm");
