@@ -612,7 +612,7 @@ fn init_logging(
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let _log = init_logging(cli.log_format, &cli.command);
+    let log = init_logging(cli.log_format, &cli.command);
     let subcommand = match cli.command {
         Command::Serve(_) => "serve",
         Command::Bench(_) => "bench",
@@ -633,6 +633,9 @@ fn main() -> ExitCode {
         Command::Raid(args) => raid_cmd::run(args),
         Command::Generate(args) => generate_cmd::run(args, Cli::command()),
     };
+    // The queued log lines go out first, so that the error line below
+    // is the last thing on stderr.
+    drop(log);
     match result {
         Ok(()) => code,
         Err(e) => {

@@ -3,9 +3,7 @@
 //! pointer at the subcommand's help, and the log lines operators look
 //! for (a refused client, a connection's end, a file served read-only).
 
-use std::time::{Duration, Instant};
-
-use crate::harness::{sluice, tempdir, tool, CmdOutput, Server, ServerBuilder};
+use crate::harness::{sluice, tempdir, tool, CmdOutput, ServerBuilder};
 use sluice_testkit::pki::Pki;
 
 /// The one `sluice: error:` line of a failed command.
@@ -25,21 +23,6 @@ fn once(line: &str, needle: &str) {
 }
 
 /// Waits (up to 10 s) for the server's log to contain `needle`.
-fn wait_for_log(srv: &Server, needle: &str) -> String {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let log = srv.stderr_log();
-        if log.contains(needle) {
-            return log;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the server never logged {needle:?}:\n{log}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 #[test]
 fn each_cause_is_printed_once() {
     let dir = tempdir();
@@ -119,14 +102,10 @@ fn a_readable_unwritable_file_is_served_read_only_with_a_warning() {
         return;
     };
     let srv = ServerBuilder::new().file_export("ro", &image, "").start();
-    let log = srv.stderr_log();
-    assert!(
-        log.contains(&format!(
-            "{} is not writable; serving it read-only",
-            image.display()
-        )),
-        "{log}"
-    );
+    srv.wait_for_log(&format!(
+        "{} is not writable; serving it read-only",
+        image.display()
+    ));
     let v = tool("nbdinfo")
         .arg("--json")
         .arg(srv.uri("ro"))
@@ -145,7 +124,7 @@ fn refused_clients_and_connection_ends_are_logged_at_the_default_level() {
     // A plaintext client against --tls require.
     let out = tool("nbdinfo").arg(srv.uri("secret")).output();
     assert!(!out.output.status.success(), "{}", out.describe());
-    wait_for_log(&srv, "client refused: the server requires TLS");
+    srv.wait_for_log("client refused: the server requires TLS");
     // A certificate not on the allow-list.
     let uri = format!(
         "nbds://{}/secret?tls-certificates={}",
@@ -154,7 +133,7 @@ fn refused_clients_and_connection_ends_are_logged_at_the_default_level() {
     );
     let out = tool("nbdinfo").arg(&uri).output();
     assert!(!out.output.status.success(), "{}", out.describe());
-    wait_for_log(&srv, "not on the export's allow-list");
+    srv.wait_for_log("not on the export's allow-list");
     // An allowed client: its connection's end, with what it did.
     let uri = format!(
         "nbds://{}/secret?tls-certificates={}",
@@ -162,7 +141,7 @@ fn refused_clients_and_connection_ends_are_logged_at_the_default_level() {
         pki.client("client1").display()
     );
     tool("nbdinfo").arg("--map").arg(&uri).run();
-    let log = wait_for_log(&srv, "connection closed");
+    let log = srv.wait_for_log("connection closed");
     let line = log
         .lines()
         .find(|l| l.contains("connection closed"))
@@ -197,5 +176,5 @@ fn object_clients_refused_tls_are_logged_at_the_default_level() {
         .expect("a TCP object listener");
     let mut c = sluice_testkit::raw_obj::RawObjClient::connect(addr);
     assert!(c.hello(sluice_obj_proto::Features::default()).is_err());
-    wait_for_log(&srv, "client refused: TLS is required");
+    srv.wait_for_log("client refused: TLS is required");
 }

@@ -18,11 +18,7 @@ fn injected_errors_reach_libnbd_as_the_right_errno() {
         .start();
     run_script("injected_errors.py", &[srv.uri("bad"), srv.uri("good")]);
     srv.assert_running();
-    let log = srv.stderr_log();
-    assert!(
-        log.contains("error injection on"),
-        "the server says so:\n{log}"
-    );
+    srv.wait_for_log("error injection on");
 }
 
 #[test]

@@ -574,6 +574,24 @@ pub(crate) struct Server {
 }
 
 impl Server {
+    /// Waits until the server's log holds `needle` (lines are written by
+    /// the server's log thread a moment after the event they report),
+    /// and returns the log; fails the test after 10 s.
+    pub(crate) fn wait_for_log(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let log = self.stderr_log();
+            if log.contains(needle) {
+                return log;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server never logged {needle:?}:\n{log}"
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Closes the read end of the server's stderr pipe (started with
     /// [`ServerBuilder::stderr_pipe`]): its next log line meets a pipe
     /// without a reader.

@@ -232,7 +232,7 @@ fn a_member_killed_under_fio_verify_leaves_the_volume_degraded_and_correct() {
     });
     head.assert_running();
     assert_eq!(metric(&head, "sluice_raid_members_failed"), 1.0);
-    let log = head.stderr_log();
+    let log = head.wait_for_log("member failed; continuing degraded");
     let failures: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("member failed; continuing degraded"))

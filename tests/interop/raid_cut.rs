@@ -113,7 +113,7 @@ fn a_member_cut_off_by_nftables_under_fio_verify_is_failed_and_the_volume_stays_
         ),
         1.0
     );
-    let log = head.stderr_log();
+    let log = head.wait_for_log("member failed; continuing degraded");
     let failures: Vec<&str> = log
         .lines()
         .filter(|l| l.contains("member failed; continuing degraded"))

@@ -356,11 +356,7 @@ fn sighup_rotates_certificates_and_allow_lists_without_dropping_a_live_tls_clien
     // A reload that fails keeps what the server has, and says why.
     std::fs::write(certs.join("server-key.pem"), "not a key\n").expect("break the key");
     reload(&mut srv, "reload failed");
-    assert!(
-        srv.stderr_log().contains("server-key.pem"),
-        "the failure names the file:\n{}",
-        srv.stderr_log()
-    );
+    srv.wait_for_log("server-key.pem");
     info(&new, "client2").assert_success();
 }
 
@@ -576,7 +572,7 @@ fn log_format_json_writes_one_object_per_line() {
         .arg("json")
         .start();
     assert_eq!(nbd_size(&srv.uri("d")), MIB);
-    let log = srv.stderr_log();
+    let log = srv.wait_for_log("connection closed");
     let lines: Vec<&str> = log.lines().collect();
     assert!(!lines.is_empty(), "no log lines");
     for line in &lines {

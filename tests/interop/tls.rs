@@ -317,11 +317,7 @@ fn tls_expired_client_certificate_is_refused() {
     assert_refused(&nbdinfo(&nbds_uri(&srv, "secret", &expired)));
     // libnbd sends it; the server is the one that refuses it.
     srv.assert_running();
-    assert!(
-        srv.stderr_log().contains("certificate expired"),
-        "{}",
-        srv.stderr_log()
-    );
+    srv.wait_for_log("certificate expired");
     // qemu checks its own certificate and does not even connect.
     let out = tool("qemu-img")
         .arg("info")
@@ -344,11 +340,7 @@ fn tls_missing_client_certificate_is_refused_with_verify_peer() {
         assert_refused(&out);
         assert!(!out.stdout().contains("8388608"), "{}", out.describe());
     }
-    assert!(
-        srv.stderr_log().contains("peer sent no certificates"),
-        "{}",
-        srv.stderr_log()
-    );
+    srv.wait_for_log("peer sent no certificates");
 }
 
 #[test]
