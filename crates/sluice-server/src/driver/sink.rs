@@ -330,19 +330,11 @@ impl ReplySink {
         loop {
             let mut st = lock(&self.state);
             if let Err(e) = &result {
-                st.broken = true;
                 st.sending = false;
-                let queued = std::mem::take(&mut st.queue);
-                let held = match &mut st.order {
-                    Order::Request { held, .. } => std::mem::take(held),
-                    Order::Completion => BTreeMap::new(),
-                };
-                if st.waiters > 0 {
-                    self.released.notify_all();
-                }
+                let dropped = self.break_locked(&mut st);
                 drop(st);
                 self.broke(e);
-                drop((queued, held));
+                drop(dropped);
                 return result;
             }
             if st.queue.is_empty() {
@@ -367,6 +359,17 @@ impl ReplySink {
     /// connection thread both see its end.
     pub(crate) fn close(&self) {
         let mut st = lock(&self.state);
+        let dropped = self.break_locked(&mut st);
+        drop(st);
+        drop(dropped);
+        // Waits for a send in progress (bounded by the send timeout).
+        let _ = lock(&self.stream).shutdown(Shutdown::Both);
+    }
+
+    /// Marks the sink broken and wakes its waiters; returns the queued
+    /// and held replies, for the caller to drop (releasing their
+    /// in-flight slots) once the state's lock is released.
+    fn break_locked(&self, st: &mut State) -> (VecDeque<Queued>, BTreeMap<Seq, Queued>) {
         st.broken = true;
         let queued = std::mem::take(&mut st.queue);
         let held = match &mut st.order {
@@ -376,10 +379,7 @@ impl ReplySink {
         if st.waiters > 0 {
             self.released.notify_all();
         }
-        drop(st);
-        drop((queued, held));
-        // Waits for a send in progress (bounded by the send timeout).
-        let _ = lock(&self.stream).shutdown(Shutdown::Both);
+        (queued, held)
     }
 
     fn broke(&self, e: &io::Error) {
