@@ -68,7 +68,11 @@
 //! are replayed in order on open, retired by the flush or sync that
 //! covers them, and deleted with the object, and while an object has
 //! rows every change to it is journaled too, so a replay never writes
-//! back bytes a later change replaced.
+//! back bytes a later change replaced. The rows of a change that sets
+//! attributes and is not durable are needed only until its bytes are
+//! in the file: the object's next change deletes them before it writes
+//! the file (`RowsNeed::Nothing`), so neither it nor the changes after
+//! it are journaled for them, and they never cost a sync.
 
 use std::borrow::Cow;
 use std::collections::{HashMap, HashSet};
@@ -297,10 +301,13 @@ enum DataRows {
     Inline(Arc<Vec<u8>>),
     /// The object moved to its file (synced): its inline row goes.
     Uninline,
-    /// Journal rows, in order.
+    /// Journal rows, in order, after retiring the object's rows up to
+    /// `retire` (rows a non-durable change already wrote into the file:
+    /// see [`RowsNeed::Nothing`]).
     Journal {
         bytes: Arc<Vec<u8>>,
         rows: Vec<JournalRow>,
+        retire: Option<i64>,
     },
     /// The object's file was synced: its journal rows up to this
     /// sequence number are retired.
@@ -455,14 +462,38 @@ struct Deferred {
     file: Arc<File>,
     bytes: Arc<Vec<u8>>,
     rows: Vec<JournalRow>,
+    durable: bool,
 }
 
 /// An object with journal rows outstanding: the newest row's sequence
-/// number and the bytes its rows hold.
+/// number, the bytes its rows hold, and what retiring them needs.
 #[derive(Debug, Clone, Copy)]
 struct Journaled {
     seq: i64,
     bytes: u64,
+    need: RowsNeed,
+}
+
+/// What an object's journal rows need before they may be deleted,
+/// from least to most (an object's rows need the most any of them
+/// does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum RowsNeed {
+    /// Nothing: every row is a change that was not durable and whose
+    /// bytes are in the file now (a [`Deferred`] change, applied). Only
+    /// a kill between its commit and its file write needed the row; a
+    /// power loss may lose such a change anyway. The next change to the
+    /// object deletes them in a commit of its own, or in its own commit,
+    /// before it writes the file, so it pays no sync and is journaled
+    /// only if it would be without them.
+    Nothing,
+    /// The file synced: some rows hold the only durable copy of bytes
+    /// that are in the file but not synced there.
+    Sync,
+    /// The next open's replay: some row's bytes could not be written
+    /// into the file after its commit. Every later change to the object
+    /// is journaled, and no flush retires the rows.
+    Replay,
 }
 
 /// Ids handed out from memory: `next..reserved` are reserved in the
@@ -555,9 +586,9 @@ pub struct ObjectStore {
     /// Partitions whose folder gained a file since its last fsync.
     new_files: Mutex<HashSet<PartitionId>>,
     /// Objects with journal rows not yet retired. While an object has
-    /// some, each of its file changes is journaled too (or syncs the
-    /// file and retires them), so replay in order never puts back bytes
-    /// a later change replaced.
+    /// some, each of its file changes is journaled too (or retires them
+    /// first: syncing the file, unless they need nothing more), so
+    /// replay in order never puts back bytes a later change replaced.
     journaled: Mutex<HashMap<ObjectRef, Journaled>>,
     /// The bytes `journaled` rows hold, all objects together.
     journal_bytes: AtomicU64,
@@ -1007,9 +1038,23 @@ fn one(
 /// What committing a change's [`DataRows`] did to the journal.
 enum RowsDone {
     Other,
-    /// Rows added; the newest one's sequence number.
-    Journaled(i64),
+    /// Rows added: the newest one's sequence number, and whether the
+    /// object's earlier rows were retired in the same commit.
+    Journaled {
+        seq: i64,
+        replaced: bool,
+    },
     Retired,
+}
+
+/// Deletes `object`'s journal rows up to `seq`.
+fn retire_rows(tx: &Connection, object: ObjectRef, seq: i64) -> Result<(), ObjStoreError> {
+    let (p, o) = (object.partition.0 as i64, object.object.0 as i64);
+    tx.prepare_cached("DELETE FROM journal WHERE partition = ?1 AND object = ?2 AND seq <= ?3")
+        .meta("prepare journal retirement")?
+        .execute(params![p, o, seq])
+        .meta("retire journal rows")?;
+    Ok(())
 }
 
 /// Commits a change's inline bytes, inline row removal, journal rows or
@@ -1042,7 +1087,14 @@ fn put_rows(
                 .meta("remove inline data")?;
             Ok(RowsDone::Other)
         }
-        DataRows::Journal { bytes, rows } => {
+        DataRows::Journal {
+            bytes,
+            rows,
+            retire,
+        } => {
+            if let Some(seq) = *retire {
+                retire_rows(tx, object, seq)?;
+            }
             let mut stmt = tx
                 .prepare_cached(
                     "INSERT INTO journal (partition, object, offset, len, data)
@@ -1054,19 +1106,17 @@ fn put_rows(
                 stmt.execute(params![p, o, offset as i64, len as i64, data])
                     .meta("journal a write")?;
             }
-            if rows.is_empty() {
-                Ok(RowsDone::Other)
-            } else {
-                Ok(RowsDone::Journaled(tx.last_insert_rowid()))
-            }
+            Ok(match (rows.is_empty(), retire) {
+                (true, None) => RowsDone::Other,
+                (true, Some(_)) => RowsDone::Retired,
+                (false, _) => RowsDone::Journaled {
+                    seq: tx.last_insert_rowid(),
+                    replaced: retire.is_some(),
+                },
+            })
         }
         DataRows::Retire(seq) => {
-            tx.prepare_cached(
-                "DELETE FROM journal WHERE partition = ?1 AND object = ?2 AND seq <= ?3",
-            )
-            .meta("prepare journal retirement")?
-            .execute(params![p, o, seq])
-            .meta("retire journal rows")?;
+            retire_rows(tx, object, *seq)?;
             Ok(RowsDone::Retired)
         }
     }
@@ -2160,15 +2210,31 @@ impl ObjectStore {
             })
             .inspect_err(|_| self.restore_times(kept))?;
         let info = after.info;
-        let applied = deferred.map_or(Ok(()), |d| self.apply_deferred(object, &d));
-        self.settle_change(stripe, object, after, done, journal_bytes);
+        let (applied, need) = self.apply_deferred(object, deferred.as_ref());
+        self.settle_change(stripe, object, after, done, journal_bytes, need);
         applied.map(|()| (info, before))
     }
 
-    /// Writes a committed change's [`Deferred`] bytes into its file. On
+    /// Writes a committed change's [`Deferred`] bytes into its file, if
+    /// it has any, and says what the change's journal rows need now. On
     /// failure the change stays committed, its rows in the journal (the
     /// next open replays them), and the error says so.
-    fn apply_deferred(&self, object: ObjectRef, d: &Deferred) -> Result<(), ObjStoreError> {
+    fn apply_deferred(
+        &self,
+        object: ObjectRef,
+        deferred: Option<&Deferred>,
+    ) -> (Result<(), ObjStoreError>, RowsNeed) {
+        let Some(d) = deferred else {
+            return (Ok(()), RowsNeed::Sync);
+        };
+        match self.write_deferred(object, d) {
+            Ok(()) if d.durable => (Ok(()), RowsNeed::Sync),
+            Ok(()) => (Ok(()), RowsNeed::Nothing),
+            Err(e) => (Err(e), RowsNeed::Replay),
+        }
+    }
+
+    fn write_deferred(&self, object: ObjectRef, d: &Deferred) -> Result<(), ObjStoreError> {
         for &(offset, len, range) in &d.rows {
             match range {
                 Some((a, b)) => {
@@ -2241,11 +2307,12 @@ impl ObjectStore {
             Body::File(file) => self.change_file(object, file, &before, segments, data, opts)?,
         };
         let deferred = match (&rows, &cached.body) {
-            (DataRows::Journal { bytes, rows }, Body::File(file)) if !opts.attrs.is_empty() => {
+            (DataRows::Journal { bytes, rows, .. }, Body::File(file)) if !opts.attrs.is_empty() => {
                 Some(Deferred {
                     file: Arc::clone(file),
                     bytes: Arc::clone(bytes),
                     rows: rows.clone(),
+                    durable: opts.durable,
                 })
             }
             _ => None,
@@ -2282,7 +2349,8 @@ impl ObjectStore {
     }
 
     /// After a change's row committed: the journal state follows what
-    /// the row did, and the object's cached state becomes `after`.
+    /// the row did (its new rows needing `need`), and the object's
+    /// cached state becomes `after`.
     fn settle_change(
         &self,
         stripe: &Stripe,
@@ -2290,15 +2358,24 @@ impl ObjectStore {
         after: Cached,
         done: RowsDone,
         journal_bytes: u64,
+        need: RowsNeed,
     ) {
         match done {
-            RowsDone::Journaled(seq) => {
+            RowsDone::Journaled { seq, replaced } => {
                 let mut journaled = lock(&self.journaled);
-                let j = journaled
-                    .entry(object)
-                    .or_insert(Journaled { seq, bytes: 0 });
+                if replaced {
+                    if let Some(gone) = journaled.remove(&object) {
+                        self.journal_sub(gone.bytes);
+                    }
+                }
+                let j = journaled.entry(object).or_insert(Journaled {
+                    seq,
+                    bytes: 0,
+                    need,
+                });
                 j.seq = seq;
                 j.bytes += journal_bytes;
+                j.need = j.need.max(need);
                 self.journaled_objects
                     .store(journaled.len(), Ordering::Relaxed);
                 self.journal_bytes
@@ -2518,9 +2595,15 @@ impl ObjectStore {
                     results[i] = Some(match r {
                         Ok(rows_done) => {
                             let info = after.info;
-                            let applied =
-                                deferred.map_or(Ok(()), |d| self.apply_deferred(object, &d));
-                            self.settle_change(stripe, object, after, rows_done, journal_bytes);
+                            let (applied, need) = self.apply_deferred(object, deferred.as_ref());
+                            self.settle_change(
+                                stripe,
+                                object,
+                                after,
+                                rows_done,
+                                journal_bytes,
+                                need,
+                            );
                             applied.map(|()| Changed { info, before })
                         }
                         Err(e) => {
@@ -2594,16 +2677,31 @@ impl ObjectStore {
         data: Option<Bytes<'_>>,
         opts: &WriteOptions,
     ) -> Result<DataRows, ObjStoreError> {
-        let journaled = if self.journaled_objects.load(Ordering::Relaxed) == 0 {
+        let mut journaled = if self.journaled_objects.load(Ordering::Relaxed) == 0 {
             None
         } else {
-            lock(&self.journaled).get(&object).map(|j| j.seq)
+            lock(&self.journaled).get(&object).copied()
         };
-        let unsynced = opts.durable && journaled.is_none() && lock(&self.dirty).contains(&object);
-        let total = data.map_or(0, |d| d.len());
         // A change that sets attributes is journaled whatever its size,
         // and reaches the file only after its commit (see `Deferred`).
         let deferred = !opts.attrs.is_empty();
+        // Rows that need nothing more (see `RowsNeed::Nothing`) go
+        // before this change writes the file: with its rows when it has
+        // some, else in a commit of their own now.
+        let mut retire = None;
+        if let Some(j) = journaled.filter(|j| j.need == RowsNeed::Nothing) {
+            journaled = None;
+            if deferred {
+                retire = Some(j.seq);
+            } else {
+                self.meta
+                    .commit(false, move |tx| retire_rows(tx, object, j.seq))?;
+                self.forget_journaled(object);
+            }
+        }
+        let replay = journaled.is_some_and(|j| j.need == RowsNeed::Replay);
+        let unsynced = opts.durable && journaled.is_none() && lock(&self.dirty).contains(&object);
+        let total = data.map_or(0, |d| d.len());
         if deferred && unsynced {
             // Durable, it covers the object's earlier writes as well.
             file.sync_data().map_err(self.io_err(object, "fsync"))?;
@@ -2614,6 +2712,7 @@ impl ObjectStore {
         // writes too, as a synced file does, and from then on every
         // write is journaled until the file is synced again.
         let journal = deferred
+            || replay
             || (total <= self.options.journal_max
                 && (journaled.is_some() || (opts.durable && !unsynced)));
         let rows = match data {
@@ -2646,6 +2745,7 @@ impl ObjectStore {
                     DataRows::Journal {
                         bytes: Arc::new(bytes),
                         rows,
+                        retire,
                     }
                 } else {
                     DataRows::None
@@ -2659,6 +2759,7 @@ impl ObjectStore {
                     .into_iter()
                     .map(|(o, l)| (o, l, None))
                     .collect(),
+                retire,
             },
             None => {
                 let punched = punch_runs(file, before.length, segments)
@@ -2667,6 +2768,7 @@ impl ObjectStore {
                     DataRows::Journal {
                         bytes: Arc::new(Vec::new()),
                         rows: punched.into_iter().map(|(o, l)| (o, l, None)).collect(),
+                        retire,
                     }
                 } else {
                     DataRows::None
@@ -2678,7 +2780,7 @@ impl ObjectStore {
             return Ok(rows);
         }
         self.settle_file(object, file, opts.durable || journaled.is_some())?;
-        Ok(journaled.map_or(DataRows::None, DataRows::Retire))
+        Ok(journaled.map_or(DataRows::None, |j| DataRows::Retire(j.seq)))
     }
 
     /// After writing an object's file: with `sync`, syncs its data (and
@@ -2855,6 +2957,9 @@ impl ObjectStore {
             picked
                 .iter()
                 .filter_map(|o| journaled.get(o).map(|j| (*o, *j)))
+                // Rows whose bytes never reached the file wait for the
+                // next open's replay.
+                .filter(|(_, j)| j.need != RowsNeed::Replay)
                 .collect()
         };
         for (k, &object) in picked.iter().enumerate() {
