@@ -144,74 +144,14 @@ fn io_err(label: &str, op: IoOp, offset: u64, len: u64, source: io::Error) -> De
 impl FileDevice {
     /// Opens (or creates) `path` as a device.
     pub fn open(path: &Path, options: &FileOptions) -> Result<Self, OpenError> {
-        if let Some(size) = options
-            .size
-            .filter(|s| options.direct && s % DIRECT_ALIGN as u64 != 0)
-        {
-            return Err(OpenError::UnalignedDirect {
-                path: path.to_owned(),
-                size,
-                align: DIRECT_ALIGN,
-            });
+        if let Some(size) = options.size {
+            check_direct_alignment(path, options, size)?;
         }
         let exists = path.exists();
         if !exists {
-            let dir = match path.parent() {
-                Some(d) if d.as_os_str().is_empty() => Path::new("."),
-                Some(d) => d,
-                None => Path::new("/"),
-            };
-            if !dir.is_dir() {
-                return Err(OpenError::MissingDirectory {
-                    path: path.to_owned(),
-                    dir: dir.to_owned(),
-                });
-            }
-            if options.size.is_none() {
-                return Err(OpenError::MissingSize {
-                    path: path.to_owned(),
-                });
-            }
+            check_can_create(path, options)?;
         }
-        let open = |read_only: bool| {
-            let mut oo = OpenOptions::new();
-            oo.read(true)
-                .write(!read_only)
-                .create(!read_only && !exists);
-            if options.direct {
-                oo.custom_flags(libc_o_direct());
-            }
-            oo.open(path)
-        };
-        let mut read_only = options.read_only;
-        let file = match open(read_only) {
-            // Readable but not writable (permissions, a read-only mount):
-            // served read-only, as nbdkit does, rather than refused.
-            Err(e)
-                if !read_only
-                    && exists
-                    && matches!(
-                        e.raw_os_error(),
-                        Some(libc::EACCES | libc::EPERM | libc::EROFS)
-                    ) =>
-            {
-                let file = open(true).map_err(|_| OpenError::Open {
-                    path: path.to_owned(),
-                    source: e,
-                })?;
-                tracing::warn!(
-                    path = %path.display(),
-                    "{} is not writable; serving it read-only",
-                    path.display()
-                );
-                read_only = true;
-                file
-            }
-            r => r.map_err(|source| OpenError::Open {
-                path: path.to_owned(),
-                source,
-            })?,
-        };
+        let (file, read_only) = open_file(path, options, exists)?;
         let meta = file.metadata().map_err(|source| OpenError::Open {
             path: path.to_owned(),
             source,
@@ -219,71 +159,20 @@ impl FileDevice {
         let file_type = meta.file_type();
         let block_device = file_type.is_block_device();
         let size = if block_device {
-            let actual =
-                rustix::fs::seek(&file, SeekFrom::End(0)).map_err(|e| OpenError::Open {
-                    path: path.to_owned(),
-                    source: e.into(),
-                })?;
-            match options.size {
-                Some(requested) if requested > actual => {
-                    return Err(OpenError::DeviceTooSmall {
-                        path: path.to_owned(),
-                        actual,
-                        requested,
-                    })
-                }
-                Some(requested) => requested,
-                None => actual,
-            }
+            block_device_size(path, &file, options.size)?
         } else if file_type.is_file() {
-            let actual = meta.len();
-            match options.size {
-                Some(requested) if requested < actual => {
-                    return Err(OpenError::WouldTruncate {
-                        path: path.to_owned(),
-                        actual,
-                        requested,
-                    })
-                }
-                Some(requested) if requested > actual => {
-                    file.set_len(requested)
-                        .map_err(|source| OpenError::Resize {
-                            path: path.to_owned(),
-                            size: requested,
-                            source,
-                        })?;
-                    requested
-                }
-                _ => actual,
-            }
+            regular_file_size(path, &file, meta.len(), options.size)?
         } else {
             return Err(OpenError::NotAFileOrDevice {
                 path: path.to_owned(),
             });
         };
-        if options.direct && size % DIRECT_ALIGN as u64 != 0 {
-            return Err(OpenError::UnalignedDirect {
-                path: path.to_owned(),
-                size,
-                align: DIRECT_ALIGN,
-            });
-        }
-        // tmpfs keeps file data in memory: reads, writes and syncs never
-        // wait on a device, so requests run on the connection thread.
-        // (`f_type` is an i64 on x86-64 and narrower on other targets.)
-        #[allow(clippy::useless_conversion)]
-        let in_memory =
-            rustix::fs::fstatfs(&file).is_ok_and(|st| i64::from(st.f_type) == TMPFS_MAGIC);
+        check_direct_alignment(path, options, size)?;
+        let in_memory = is_in_memory(&file);
         let mapped = if options.direct || block_device || size == 0 {
             None
         } else {
-            if read_only {
-                MappedBytes::map(&file, size)
-            } else {
-                MappedBytes::map_writable(&file, size)
-            }
-                .map_err(|e| tracing::debug!(path = %path.display(), error = %e, "cannot map the file; reads are copied"))
-                .ok()
+            map_file(path, &file, size, read_only)
         };
         Ok(Self {
             mapped,
@@ -472,6 +361,153 @@ impl FileDevice {
         }
         Ok(true)
     }
+}
+
+/// Refuses a size O_DIRECT cannot serve: not a multiple of
+/// [`DIRECT_ALIGN`].
+fn check_direct_alignment(path: &Path, options: &FileOptions, size: u64) -> Result<(), OpenError> {
+    if options.direct && size % DIRECT_ALIGN as u64 != 0 {
+        return Err(OpenError::UnalignedDirect {
+            path: path.to_owned(),
+            size,
+            align: DIRECT_ALIGN,
+        });
+    }
+    Ok(())
+}
+
+/// Checks that a missing `path` can be created: its directory exists
+/// and a size was given.
+fn check_can_create(path: &Path, options: &FileOptions) -> Result<(), OpenError> {
+    let dir = match path.parent() {
+        Some(d) if d.as_os_str().is_empty() => Path::new("."),
+        Some(d) => d,
+        None => Path::new("/"),
+    };
+    if !dir.is_dir() {
+        return Err(OpenError::MissingDirectory {
+            path: path.to_owned(),
+            dir: dir.to_owned(),
+        });
+    }
+    if options.size.is_none() {
+        return Err(OpenError::MissingSize {
+            path: path.to_owned(),
+        });
+    }
+    Ok(())
+}
+
+/// Opens `path` (creating it if it does not `exist` and may be
+/// written), and says whether it is served read-only: as asked, or
+/// because an existing file turned out not to be writable.
+fn open_file(path: &Path, options: &FileOptions, exists: bool) -> Result<(File, bool), OpenError> {
+    let open = |read_only: bool| {
+        let mut oo = OpenOptions::new();
+        oo.read(true)
+            .write(!read_only)
+            .create(!read_only && !exists);
+        if options.direct {
+            oo.custom_flags(libc_o_direct());
+        }
+        oo.open(path)
+    };
+    let read_only = options.read_only;
+    match open(read_only) {
+        // Readable but not writable (permissions, a read-only mount):
+        // served read-only, as nbdkit does, rather than refused.
+        Err(e)
+            if !read_only
+                && exists
+                && matches!(
+                    e.raw_os_error(),
+                    Some(libc::EACCES | libc::EPERM | libc::EROFS)
+                ) =>
+        {
+            let file = open(true).map_err(|_| OpenError::Open {
+                path: path.to_owned(),
+                source: e,
+            })?;
+            tracing::warn!(
+                path = %path.display(),
+                "{} is not writable; serving it read-only",
+                path.display()
+            );
+            Ok((file, true))
+        }
+        r => r
+            .map(|file| (file, read_only))
+            .map_err(|source| OpenError::Open {
+                path: path.to_owned(),
+                source,
+            }),
+    }
+}
+
+/// The size of a block device: the `requested` size, which must fit,
+/// or all of it.
+fn block_device_size(path: &Path, file: &File, requested: Option<u64>) -> Result<u64, OpenError> {
+    let actual = rustix::fs::seek(file, SeekFrom::End(0)).map_err(|e| OpenError::Open {
+        path: path.to_owned(),
+        source: e.into(),
+    })?;
+    match requested {
+        Some(requested) if requested > actual => Err(OpenError::DeviceTooSmall {
+            path: path.to_owned(),
+            actual,
+            requested,
+        }),
+        Some(requested) => Ok(requested),
+        None => Ok(actual),
+    }
+}
+
+/// The size of a regular file of `actual` bytes: extended to the
+/// `requested` size if shorter, never truncated.
+fn regular_file_size(
+    path: &Path,
+    file: &File,
+    actual: u64,
+    requested: Option<u64>,
+) -> Result<u64, OpenError> {
+    match requested {
+        Some(requested) if requested < actual => Err(OpenError::WouldTruncate {
+            path: path.to_owned(),
+            actual,
+            requested,
+        }),
+        Some(requested) if requested > actual => {
+            file.set_len(requested)
+                .map_err(|source| OpenError::Resize {
+                    path: path.to_owned(),
+                    size: requested,
+                    source,
+                })?;
+            Ok(requested)
+        }
+        _ => Ok(actual),
+    }
+}
+
+/// Whether the file lives in memory. tmpfs keeps file data in memory:
+/// reads, writes and syncs never wait on a device, so requests run on
+/// the connection thread.
+// (`f_type` is an i64 on x86-64 and narrower on other targets.)
+#[allow(clippy::useless_conversion)]
+fn is_in_memory(file: &File) -> bool {
+    rustix::fs::fstatfs(file).is_ok_and(|st| i64::from(st.f_type) == TMPFS_MAGIC)
+}
+
+/// A shared mapping of a buffered regular file of `size` bytes
+/// (writable unless `read_only`), or `None` if it cannot be mapped.
+fn map_file(path: &Path, file: &File, size: u64, read_only: bool) -> Option<MappedBytes> {
+    if read_only {
+        MappedBytes::map(file, size)
+    } else {
+        MappedBytes::map_writable(file, size)
+    }
+    .map_err(|e| tracing::debug!(path = %path.display(), error = %e, "cannot map the file; reads are copied"))
+    .ok()
 }
 
 /// `O_DIRECT` for this platform.
