@@ -32,6 +32,7 @@
 
 mod block;
 mod index;
+mod metrics;
 mod readahead;
 mod writeback;
 
@@ -42,12 +43,13 @@ use std::thread::JoinHandle;
 
 use block::{full_sector_mask, pieces, sector_mask, BLOCK, SECTOR};
 use index::{Shard, SHARDS};
+use metrics::Stats;
 use readahead::ReadAhead;
 use writeback::WriteBackJob;
 
 use crate::{
     check_range, BlockDevice, BlockingClass, Capability, DeviceError, DeviceMetric, Extent, IoOp,
-    MetricKind, ZeroMode,
+    ZeroMode,
 };
 
 /// How writes are treated.
@@ -90,25 +92,6 @@ impl Default for CacheConfig {
             prefetch_threads: 2,
         }
     }
-}
-
-#[derive(Debug, Default)]
-struct Stats {
-    read_hits: AtomicU64,
-    read_misses: AtomicU64,
-    device_reads: AtomicU64,
-    device_read_bytes: AtomicU64,
-    writeback_bytes: AtomicU64,
-    /// Blocks write-back looked at (FLUSH, FUA, background, close): with
-    /// the dirty set, only blocks that were dirty or being written.
-    writeback_visited_blocks: AtomicU64,
-    dirty_bytes: AtomicU64,
-    /// Blocks holding any dirty sector (each pins 64 KiB of memory).
-    dirty_blocks: AtomicU64,
-    evictions: AtomicU64,
-    readahead_issued_bytes: AtomicU64,
-    readahead_hit_bytes: AtomicU64,
-    readahead_wasted_bytes: AtomicU64,
 }
 
 /// Shared state; the prefetch and write-back threads hold weak references.
@@ -558,77 +541,8 @@ impl crate::DeviceLayer for CacheDevice {
     }
 
     fn metrics(&self) -> Vec<DeviceMetric> {
-        let s = &self.inner.stats;
-        let c = |name, help, v: &AtomicU64| DeviceMetric {
-            name,
-            help,
-            kind: MetricKind::Counter,
-            value: v.load(Ordering::Relaxed) as f64,
-            labels: Vec::new(),
-        };
         let mut m = self.inner.device.metrics();
-        m.extend([
-            c(
-                "cache_read_hits_total",
-                "Block reads served from the cache.",
-                &s.read_hits,
-            ),
-            c(
-                "cache_read_misses_total",
-                "Block reads that loaded from the device.",
-                &s.read_misses,
-            ),
-            c(
-                "cache_device_reads_total",
-                "Reads issued to the device by the cache.",
-                &s.device_reads,
-            ),
-            c(
-                "cache_device_read_bytes_total",
-                "Bytes the cache read from the device.",
-                &s.device_read_bytes,
-            ),
-            c(
-                "cache_writeback_bytes_total",
-                "Dirty bytes written back to the device.",
-                &s.writeback_bytes,
-            ),
-            c(
-                "cache_writeback_visited_blocks_total",
-                "Blocks write-back looked at (dirty or being written).",
-                &s.writeback_visited_blocks,
-            ),
-            c("cache_evictions_total", "Blocks evicted.", &s.evictions),
-            c(
-                "readahead_issued_bytes_total",
-                "Bytes prefetched by read-ahead and CACHE.",
-                &s.readahead_issued_bytes,
-            ),
-            c(
-                "readahead_hit_bytes_total",
-                "Prefetched bytes later read.",
-                &s.readahead_hit_bytes,
-            ),
-            c(
-                "readahead_wasted_bytes_total",
-                "Prefetched bytes evicted unread.",
-                &s.readahead_wasted_bytes,
-            ),
-        ]);
-        m.push(DeviceMetric {
-            name: "cache_dirty_bytes",
-            help: "Dirty bytes not yet written back.",
-            kind: MetricKind::Gauge,
-            value: s.dirty_bytes.load(Ordering::Relaxed) as f64,
-            labels: Vec::new(),
-        });
-        m.push(DeviceMetric {
-            name: "cache_blocks",
-            help: "64 KiB blocks held by the cache.",
-            kind: MetricKind::Gauge,
-            value: self.inner.blocks.load(Ordering::Relaxed) as f64,
-            labels: Vec::new(),
-        });
+        self.inner.append_metrics(&mut m);
         m
     }
 }
