@@ -29,6 +29,11 @@
 //! claimed until its writes are done and only waits on blocks above the
 //! ones it holds, so two batches never wait on each other.
 //! docs/BENCHMARKS.md has the measurements that chose this.
+//!
+//! Here: the public types and the device's I/O paths. A block and its
+//! sector masks are in `block`, the index, eviction and loads in `index`,
+//! write-back and its threads in `writeback`, read-ahead and its threads
+//! in `readahead`, the counters in `metrics`.
 
 mod block;
 mod index;
