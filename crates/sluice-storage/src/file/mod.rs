@@ -1,11 +1,13 @@
 //! A device backed by a regular file or a block device.
 
-use std::fs::{File, OpenOptions};
+mod open;
+
+use std::fs::File;
 use std::io;
 use std::io::{IoSlice, IoSliceMut};
 use std::num::NonZeroU64;
-use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
-use std::path::{Path, PathBuf};
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, TryLockError};
 
@@ -24,8 +26,6 @@ use crate::{
 const DIRECT_ALIGN: usize = 4096;
 /// Largest chunk written at once when zeroes must be written by hand.
 const ZERO_CHUNK: usize = 1 << 20;
-/// `f_type` of a tmpfs filesystem (statfs(2)).
-const TMPFS_MAGIC: i64 = 0x0102_1994;
 /// Writes of at least this many pieces, averaging under
 /// [`MAPPED_WRITE_BELOW`] bytes, are copied into a buffered file's shared
 /// mapping: a view of small blocks behind small holes cannot be merged
@@ -142,167 +142,6 @@ fn io_err(label: &str, op: IoOp, offset: u64, len: u64, source: io::Error) -> De
 }
 
 impl FileDevice {
-    /// Opens (or creates) `path` as a device.
-    pub fn open(path: &Path, options: &FileOptions) -> Result<Self, OpenError> {
-        if let Some(size) = options
-            .size
-            .filter(|s| options.direct && s % DIRECT_ALIGN as u64 != 0)
-        {
-            return Err(OpenError::UnalignedDirect {
-                path: path.to_owned(),
-                size,
-                align: DIRECT_ALIGN,
-            });
-        }
-        let exists = path.exists();
-        if !exists {
-            let dir = match path.parent() {
-                Some(d) if d.as_os_str().is_empty() => Path::new("."),
-                Some(d) => d,
-                None => Path::new("/"),
-            };
-            if !dir.is_dir() {
-                return Err(OpenError::MissingDirectory {
-                    path: path.to_owned(),
-                    dir: dir.to_owned(),
-                });
-            }
-            if options.size.is_none() {
-                return Err(OpenError::MissingSize {
-                    path: path.to_owned(),
-                });
-            }
-        }
-        let open = |read_only: bool| {
-            let mut oo = OpenOptions::new();
-            oo.read(true)
-                .write(!read_only)
-                .create(!read_only && !exists);
-            if options.direct {
-                oo.custom_flags(libc_o_direct());
-            }
-            oo.open(path)
-        };
-        let mut read_only = options.read_only;
-        let file = match open(read_only) {
-            // Readable but not writable (permissions, a read-only mount):
-            // served read-only, as nbdkit does, rather than refused.
-            Err(e)
-                if !read_only
-                    && exists
-                    && matches!(
-                        e.raw_os_error(),
-                        Some(libc::EACCES | libc::EPERM | libc::EROFS)
-                    ) =>
-            {
-                let file = open(true).map_err(|_| OpenError::Open {
-                    path: path.to_owned(),
-                    source: e,
-                })?;
-                tracing::warn!(
-                    path = %path.display(),
-                    "{} is not writable; serving it read-only",
-                    path.display()
-                );
-                read_only = true;
-                file
-            }
-            r => r.map_err(|source| OpenError::Open {
-                path: path.to_owned(),
-                source,
-            })?,
-        };
-        let meta = file.metadata().map_err(|source| OpenError::Open {
-            path: path.to_owned(),
-            source,
-        })?;
-        let file_type = meta.file_type();
-        let block_device = file_type.is_block_device();
-        let size = if block_device {
-            let actual =
-                rustix::fs::seek(&file, SeekFrom::End(0)).map_err(|e| OpenError::Open {
-                    path: path.to_owned(),
-                    source: e.into(),
-                })?;
-            match options.size {
-                Some(requested) if requested > actual => {
-                    return Err(OpenError::DeviceTooSmall {
-                        path: path.to_owned(),
-                        actual,
-                        requested,
-                    })
-                }
-                Some(requested) => requested,
-                None => actual,
-            }
-        } else if file_type.is_file() {
-            let actual = meta.len();
-            match options.size {
-                Some(requested) if requested < actual => {
-                    return Err(OpenError::WouldTruncate {
-                        path: path.to_owned(),
-                        actual,
-                        requested,
-                    })
-                }
-                Some(requested) if requested > actual => {
-                    file.set_len(requested)
-                        .map_err(|source| OpenError::Resize {
-                            path: path.to_owned(),
-                            size: requested,
-                            source,
-                        })?;
-                    requested
-                }
-                _ => actual,
-            }
-        } else {
-            return Err(OpenError::NotAFileOrDevice {
-                path: path.to_owned(),
-            });
-        };
-        if options.direct && size % DIRECT_ALIGN as u64 != 0 {
-            return Err(OpenError::UnalignedDirect {
-                path: path.to_owned(),
-                size,
-                align: DIRECT_ALIGN,
-            });
-        }
-        // tmpfs keeps file data in memory: reads, writes and syncs never
-        // wait on a device, so requests run on the connection thread.
-        // (`f_type` is an i64 on x86-64 and narrower on other targets.)
-        #[allow(clippy::useless_conversion)]
-        let in_memory =
-            rustix::fs::fstatfs(&file).is_ok_and(|st| i64::from(st.f_type) == TMPFS_MAGIC);
-        let mapped = if options.direct || block_device || size == 0 {
-            None
-        } else {
-            if read_only {
-                MappedBytes::map(&file, size)
-            } else {
-                MappedBytes::map_writable(&file, size)
-            }
-                .map_err(|e| tracing::debug!(path = %path.display(), error = %e, "cannot map the file; reads are copied"))
-                .ok()
-        };
-        Ok(Self {
-            mapped,
-            file,
-            label: path.display().to_string(),
-            size,
-            read_only,
-            direct: options.direct,
-            block_device,
-            nowait_supported: AtomicBool::new(!options.direct),
-            sync_failed: AtomicBool::new(false),
-            unsynced: AtomicBool::new(false),
-            sync_lock: Mutex::new(()),
-            syncs: AtomicU64::new(0),
-            mapped_pieces: AtomicU64::new(0),
-            in_memory,
-        })
-    }
-
     /// Records that a write, trim or zeroing completed: the next flush
     /// must sync. Called after the change, so a sync that clears the flag
     /// before this store began after the change was made. Loading first
@@ -472,11 +311,6 @@ impl FileDevice {
         }
         Ok(true)
     }
-}
-
-/// `O_DIRECT` for this platform.
-fn libc_o_direct() -> i32 {
-    rustix::fs::OFlags::DIRECT.bits() as i32
 }
 
 impl ZeroCopy for FileDevice {
@@ -802,11 +636,12 @@ impl BlockDevice for FileDevice {
 
 #[cfg(test)]
 mod tests {
+    use std::fs::OpenOptions;
     use std::os::fd::AsFd;
 
     use super::*;
 
-    fn open_sparse(dir: &tempfile::TempDir, size: u64) -> FileDevice {
+    pub(super) fn open_sparse(dir: &tempfile::TempDir, size: u64) -> FileDevice {
         FileDevice::open(
             &dir.path().join("img"),
             &FileOptions {
@@ -911,47 +746,6 @@ mod tests {
         let on_disk = open_sparse(&disk, 4096);
         if !on_disk.in_memory {
             assert_eq!(on_disk.capability().blocking, BlockingClass::PageCache);
-        }
-    }
-
-    #[test]
-    fn refuses_to_truncate_and_needs_size_to_create() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("img");
-        assert!(matches!(
-            FileDevice::open(&path, &FileOptions::default()),
-            Err(OpenError::MissingSize { .. })
-        ));
-        open_sparse(&dir, 8192);
-        assert!(matches!(
-            FileDevice::open(
-                &path,
-                &FileOptions {
-                    size: Some(4096),
-                    ..Default::default()
-                }
-            ),
-            Err(OpenError::WouldTruncate { .. })
-        ));
-        let reopened = FileDevice::open(&path, &FileOptions::default()).unwrap();
-        assert_eq!(reopened.size(), 8192);
-    }
-
-    #[test]
-    fn a_missing_directory_is_named_not_the_size() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("no-such-dir").join("img");
-        for size in [None, Some(4096)] {
-            let e = FileDevice::open(
-                &path,
-                &FileOptions {
-                    size,
-                    ..Default::default()
-                },
-            )
-            .unwrap_err();
-            assert!(matches!(e, OpenError::MissingDirectory { .. }), "{e}");
-            assert!(e.to_string().contains("no-such-dir does not exist"), "{e}");
         }
     }
 
@@ -1080,36 +874,6 @@ mod tests {
         assert!(m.iovec(65536, 65536).is_some());
         assert!(m.iovec((1 << 20) - 10, 11).is_none(), "past the end");
         assert!(!m.resident((1 << 20) - 10, 11));
-    }
-
-    #[test]
-    fn direct_io_declares_its_alignment_and_needs_aligned_sizes() {
-        // tempdir lives on the build machine's disk filesystem (ext4 here),
-        // which supports O_DIRECT; tmpfs would refuse the open. Round
-        // trips from misaligned buffers are in the conformance suite.
-        let dir = tempfile::tempdir().unwrap();
-        let opts = FileOptions {
-            direct: true,
-            size: Some(1 << 20),
-            ..Default::default()
-        };
-        let dev = FileDevice::open(&dir.path().join("img"), &opts).expect("O_DIRECT open");
-        assert_eq!(dev.capability().min_block, 4096);
-        assert_eq!(dev.capability().blocking, BlockingClass::Always);
-        assert!(dev
-            .zero_copy()
-            .is_some_and(|z| !z.splices_writes() && z.mapped().is_none()));
-        assert!(matches!(
-            FileDevice::open(
-                &dir.path().join("odd"),
-                &FileOptions {
-                    direct: true,
-                    size: Some(1000),
-                    ..Default::default()
-                }
-            ),
-            Err(OpenError::UnalignedDirect { .. })
-        ));
     }
 
     #[test]
