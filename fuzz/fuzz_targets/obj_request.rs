@@ -5,8 +5,9 @@
 //! non-empty segments, no segment end past 2^64, total within the
 //! payload limit, stride at least the length) and carries exactly the
 //! data its DDT describes; META parameters it accepts decode and
-//! re-encode to the same bytes. Batch frames are split and their members
-//! validated one by one.
+//! re-encode to the same bytes; every accepted request encodes, and
+//! validating its encoding gives the same request back. Batch frames are
+//! split and their members validated one by one.
 //!
 //! Input layout (so seeds can be written by hand):
 //!
@@ -85,6 +86,18 @@ fn run(session: &Negotiated, h: &RequestHeader, payload: &[u8]) {
     for op in req.attrs.iter() {
         assert!(!op.key().is_empty());
     }
+    // What validation accepted encodes (a client builds the same typed
+    // request), and validating that gives the same request back.
+    let mut again = Vec::new();
+    req.encode(h.partition, &mut again)
+        .expect("a validated request encodes");
+    let h2 = RequestHeader::decode(&again)
+        .expect("magic")
+        .expect("whole header");
+    let back = session
+        .validate(&h2, &again[REQUEST_HEADER_LEN..])
+        .expect("an encoded request validates");
+    assert_eq!(back, req, "encoding changed the request");
 }
 
 fuzz_target!(|data: &[u8]| {

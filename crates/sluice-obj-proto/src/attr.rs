@@ -136,6 +136,10 @@ pub enum AttrError {
     EmptyKey { index: u16 },
     #[error("attribute entry {index} has a key that is not UTF-8")]
     KeyNotUtf8 { index: u16 },
+    #[error("{count} entries in one list (at most 65535)")]
+    TooMany { count: usize },
+    #[error("attribute key of {len} bytes is longer than {MAX_NAME_LEN}")]
+    KeyTooLong { len: usize },
     #[error("attribute {key:?} has a {size}-byte value, more than the server's limit of {limit}")]
     TooLarge { key: String, size: u32, limit: u32 },
     #[error("attribute {key:?} is an integer of {len} bytes (integers are 8)")]
@@ -156,6 +160,9 @@ pub struct AttrOps<'a> {
 }
 
 impl<'a> AttrOps<'a> {
+    /// The empty list.
+    pub const EMPTY: Self = Self { raw: &[], count: 0 };
+
     /// Parses a whole list (`count u16`, then entries). An empty region is
     /// an empty list. Values over `max_size` bytes are refused.
     pub fn parse(raw: &'a [u8], max_size: u32) -> Result<Self, AttrError> {
@@ -202,6 +209,29 @@ impl<'a> AttrOps<'a> {
             }),
             None => Ok(()),
         }
+    }
+
+    /// Encodes `ops` into `buf` (cleared first) and checks the list as
+    /// [`Self::parse`] does, against values of at most `max_size` bytes.
+    pub fn build(
+        ops: &[AttrOp<'_>],
+        max_size: u32,
+        buf: &'a mut Vec<u8>,
+    ) -> Result<Self, AttrError> {
+        if ops.len() > usize::from(u16::MAX) {
+            return Err(AttrError::TooMany { count: ops.len() });
+        }
+        if let Some(k) = ops.iter().map(AttrOp::key).find(|k| k.len() > MAX_NAME_LEN) {
+            return Err(AttrError::KeyTooLong { len: k.len() });
+        }
+        buf.clear();
+        Self::encode(ops, buf);
+        Self::parse(buf, max_size)
+    }
+
+    /// The list's bytes as they travel (empty for no entries).
+    pub const fn raw(&self) -> &'a [u8] {
+        self.raw
     }
 
     /// Appends a list (`count u16`, then entries); nothing for no entries.

@@ -40,6 +40,6 @@ pub use reply::{
     ReplyHeader,
 };
 pub use request::{
-    encode_query_range, Batch, Command, FlushScope, FrameError, Opcode, QueryRange, QueryRanges,
-    Rejected, Request, RequestHeader,
+    encode_query_range, Batch, Command, EncodeError, FlushScope, FrameError, Opcode, QueryRange,
+    QueryRanges, Rejected, Request, RequestHeader,
 };

@@ -60,6 +60,8 @@ fn frame(mut h: RequestHeader, regions: [&[u8]; 4]) -> (RequestHeader, Vec<u8>) 
     (h, out)
 }
 
+/// Validates a frame; one that is accepted must encode back to exactly
+/// its bytes (the typed request is the one definition of both ways).
 fn validate<'a>(
     s: &Negotiated,
     bytes: &'a [u8],
@@ -67,7 +69,20 @@ fn validate<'a>(
     let h = RequestHeader::decode(bytes)
         .expect("magic")
         .expect("whole header");
-    s.validate(&h, &bytes[REQUEST_HEADER_LEN..])
+    let req = s.validate(&h, &bytes[REQUEST_HEADER_LEN..])?;
+    let mut again = Vec::new();
+    req.encode(h.partition, &mut again).expect("encodes");
+    assert_eq!(
+        hex_of(&again),
+        hex_of(bytes),
+        "{:?} does not encode back to its frame",
+        req.command
+    );
+    Ok(req)
+}
+
+fn hex_of(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 // ---------------------------------------------------------------------------
@@ -1132,4 +1147,294 @@ fn a_span_is_the_range_of_ascending_segments_and_gathers_back_to_list_order() {
     assert_eq!(ddt.dense_span(), Some(span));
     // A contiguous range needs no span.
     assert_eq!(parse(DdtKind::Contiguous, 5, 10, &[], &limits).span(), None);
+}
+
+// ---------------------------------------------------------------------------
+// Encoding: typed requests out, the same requests back
+
+/// Encodes `req`, checks the header's region lengths, and validates it
+/// back: the same request, and the same bytes again.
+fn round_trip(s: &Negotiated, req: &Request<'_>) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    req.encode(s.partition, &mut bytes).expect("encodes");
+    let back = validate(s, &bytes).unwrap_or_else(|e| panic!("{req:?} is refused: {e}"));
+    assert_eq!(&back, req);
+    bytes
+}
+
+fn request(command: Command<'_>) -> Request<'_> {
+    Request {
+        id: 9,
+        command,
+        attrs: AttrOps::default(),
+        fua: false,
+        span_ok: false,
+    }
+}
+
+#[test]
+fn append_create_and_write_and_punch_encode_to_their_layouts() {
+    let s = all();
+    let append = Request {
+        fua: true,
+        ..request(Command::Append {
+            object: 0x22,
+            data: b"abc",
+        })
+    };
+    assert_eq!(
+        hex_of(&round_trip(&s, &append)),
+        hex_of(&hex(
+            "53524551 0004 0006 0000000000000009 0000000000000010 0000000000000022
+             0000000000000000 0000000000000003 00000000 00000000 00000000 00000003
+             616263"
+        ))
+    );
+    let create_and_write = request(Command::CreateAndWrite {
+        collection: "pix",
+        ddt: Ddt::Contiguous(Segment {
+            offset: 0x100,
+            length: 2,
+        }),
+        data: b"hi",
+    });
+    assert_eq!(
+        hex_of(&round_trip(&s, &create_and_write)),
+        hex_of(&hex(
+            "53524551 0000 0007 0000000000000009 0000000000000010 0000000000000000
+             0000000000000100 0000000000000002 00000000 00000004 00000000 00000002
+             03706978 6869"
+        ))
+    );
+    // A strided punch with one attribute removed: DDT (stride, length,
+    // count), no parameters, the list (count, kind, key).
+    let mut buf = Vec::new();
+    let strided = hex("0000000000000010 0000000000000004 00000002");
+    let punch = Request {
+        attrs: AttrOps::build(&[AttrOp::Remove("k")], 16, &mut buf).unwrap(),
+        ..request(Command::Punch {
+            object: 0x22,
+            ddt: Ddt::parse(DdtKind::Strided, 0x40, 8, &strided, &s.limits).unwrap(),
+        })
+    };
+    assert_eq!(
+        hex_of(&round_trip(&s, &punch)),
+        hex_of(&hex(
+            "53524551 0002 0008 0000000000000009 0000000000000010 0000000000000022
+             0000000000000040 0000000000000008 00000014 00000000 00000005 00000000
+             0000000000000010 0000000000000004 00000002
+             0001 03 01 6b"
+        ))
+    );
+}
+
+#[test]
+fn every_command_encodes_and_validates_back() {
+    let s = all();
+    let data = [7u8; 12];
+    let contiguous = Ddt::Contiguous(Segment {
+        offset: 4,
+        length: 12,
+    });
+    let mut sgl = Vec::new();
+    sluice_obj_proto::encode_sgl(
+        &[
+            Segment {
+                offset: 100,
+                length: 4,
+            },
+            Segment {
+                offset: 0,
+                length: 8,
+            },
+        ],
+        &mut sgl,
+    );
+    let sgl = Ddt::parse(DdtKind::Sgl, 0, 12, &sgl, &s.limits).unwrap();
+    let mut meta = Vec::new();
+    sluice_obj_proto::MetaRequest::Servers.encode(&mut meta);
+    let mut ranges_buf = Vec::new();
+    let ranges = sluice_obj_proto::QueryRanges::build(
+        &[sluice_obj_proto::QueryRange {
+            key: "n",
+            min: AttrValue::Integer(1),
+            max: AttrValue::Integer(9),
+        }],
+        16,
+        &mut ranges_buf,
+    )
+    .unwrap();
+    let commands = [
+        Command::Create {
+            count: 3,
+            collection: "c",
+        },
+        Command::Remove { object: 5 },
+        Command::List {
+            collection: "",
+            cursor: 2,
+            max: 8,
+            with_attrs: true,
+        },
+        Command::Read {
+            object: 5,
+            ddt: sgl,
+        },
+        Command::Write {
+            object: 5,
+            ddt: contiguous,
+            data: &data,
+        },
+        Command::Write {
+            object: 5,
+            ddt: sgl,
+            data: &data,
+        },
+        Command::Append {
+            object: 5,
+            data: &data,
+        },
+        Command::CreateAndWrite {
+            collection: "c",
+            ddt: sgl,
+            data: &data,
+        },
+        Command::Punch {
+            object: 5,
+            ddt: contiguous,
+        },
+        Command::Flush(FlushScope::Object(5)),
+        Command::Flush(FlushScope::Collection("c")),
+        Command::Flush(FlushScope::Partition),
+        Command::GetAttrs { object: 5 },
+        Command::SetAttrs { object: 5 },
+        Command::Query {
+            collection: "c",
+            cursor: 0,
+            max: 4,
+            ranges,
+        },
+        Command::ExtentRead {
+            export: 1,
+            ddt: sgl,
+        },
+        Command::ExtentWrite {
+            export: 1,
+            ddt: contiguous,
+            data: &data,
+        },
+        Command::Meta { params: &meta },
+    ];
+    let (mut gets, mut sets) = (Vec::new(), Vec::new());
+    let get = AttrOps::build(&[AttrOp::Get("a")], 16, &mut gets).unwrap();
+    let set = AttrOps::build(
+        &[AttrOp::Set("a", AttrValue::Text("x")), AttrOp::Remove("b")],
+        16,
+        &mut sets,
+    )
+    .unwrap();
+    for command in commands {
+        round_trip(&s, &request(command));
+        let op = command.opcode();
+        // FUA where the command takes it; attributes where it takes them.
+        if matches!(
+            command,
+            Command::Write { .. }
+                | Command::Append { .. }
+                | Command::CreateAndWrite { .. }
+                | Command::Punch { .. }
+                | Command::SetAttrs { .. }
+                | Command::Remove { .. }
+                | Command::Create { .. }
+                | Command::ExtentWrite { .. }
+        ) {
+            round_trip(
+                &s,
+                &Request {
+                    fua: true,
+                    ..request(command)
+                },
+            );
+        }
+        let attrs = match command {
+            Command::GetAttrs { .. } | Command::List { .. } | Command::Read { .. } => Some(get),
+            Command::SetAttrs { .. }
+            | Command::Write { .. }
+            | Command::Append { .. }
+            | Command::CreateAndWrite { .. }
+            | Command::Punch { .. } => Some(set),
+            _ => None,
+        };
+        if let Some(attrs) = attrs {
+            round_trip(
+                &s,
+                &Request {
+                    attrs,
+                    ..request(command)
+                },
+            );
+        }
+        if matches!(
+            op,
+            sluice_obj_proto::Opcode::Read | sluice_obj_proto::Opcode::ExtentRead
+        ) {
+            round_trip(
+                &s,
+                &Request {
+                    span_ok: true,
+                    ..request(command)
+                },
+            );
+        }
+    }
+    round_trip(&s, &request(Command::Disconnect));
+}
+
+#[test]
+fn a_name_too_long_for_the_wire_is_an_encoding_error() {
+    let long = "n".repeat(MAX_NAME_LEN + 1);
+    let req = request(Command::Create {
+        count: 1,
+        collection: &long,
+    });
+    let e = req.encode(0x10, &mut Vec::new()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "collection name of 256 bytes is longer than 255"
+    );
+    let mut buf = Vec::new();
+    assert!(AttrOps::build(&[AttrOp::Get(&long)], 16, &mut buf).is_err());
+    assert!(
+        AttrOps::build(
+            &[AttrOp::Set("k", AttrValue::Bytes(&[0; 17]))],
+            16,
+            &mut buf
+        )
+        .is_err(),
+        "a value over the limit is refused as validation would"
+    );
+}
+
+#[test]
+fn a_batch_header_frames_its_members() {
+    let s = all();
+    let mut body = Vec::new();
+    for object in [1, 2] {
+        Request {
+            id: object,
+            ..request(Command::Remove { object })
+        }
+        .encode(s.partition, &mut body)
+        .unwrap();
+    }
+    let h = RequestHeader::batch(40, s.partition, body.len() as u32);
+    let members: Vec<u64> = s
+        .split_batch(&h, &body)
+        .unwrap()
+        .map(|(m, p)| match s.validate(&m, p).unwrap().command {
+            Command::Remove { object } => object,
+            c => panic!("{c:?}"),
+        })
+        .collect();
+    assert_eq!(members, [1, 2]);
 }

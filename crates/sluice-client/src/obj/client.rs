@@ -24,12 +24,12 @@
 use std::time::Duration;
 
 use sluice_obj_proto::{
-    AttachedExport, DdtKind, Features, FlushScope, Limits, MetaReply, MetaRequest, Negotiated,
-    Opcode, Segment,
+    AttachedExport, Command, DdtKind, Features, FlushScope, Limits, MetaReply, MetaRequest,
+    Negotiated, Opcode, Segment,
 };
 
 use super::attr::{AttrChange, Attrs, Value};
-use super::codec::{in_collection, push_name, refused, subject, Codec};
+use super::codec::{check_name, data_command, in_collection, refused, subject, Codec};
 use super::error::{Addressee, Subject};
 use super::handshake::open;
 use super::link::{Link, RawReply, Wire};
@@ -170,7 +170,9 @@ impl ObjClient {
         };
         let mut params = Vec::new();
         request.encode(&mut params);
-        let wire = Codec::plain_wire(subject, Opcode::Meta, 0, 0, params, Vec::new());
+        let wire =
+            self.codec()
+                .plain_wire(subject, Command::Meta { params: &params }, &[], false)?;
         let reply = self.exchange(std::slice::from_ref(&wire), false).pop();
         let reply = reply.unwrap_or_else(|| Err(self.violation("no reply")))?;
         MetaReply::decode(&reply.body)
@@ -346,10 +348,11 @@ impl ObjClient {
                 // Create with the first piece; write the rest into it.
                 let s = in_collection(Opcode::CreateAndWrite, collection);
                 let a = self.codec().change_list(&s, &options.attrs)?;
-                let mut p = Vec::new();
-                push_name(&s, collection, &mut p)?;
+                check_name(&s, collection)?;
                 let merged = self.codec().segments(&s, segments)?;
-                let pieces = self.codec().pieces(&s, &merged, a.len() + p.len())?;
+                let pieces = self
+                    .codec()
+                    .pieces(&s, &merged, a.len() + 1 + collection.len())?;
                 let Some((first, rest)) = pieces.split_first() else {
                     return Err(self.violation("nothing to create"));
                 };
@@ -420,20 +423,20 @@ impl ObjClient {
                 // Attributes are read with the first piece.
                 let a = if i == 0 { a.clone() } else { Vec::new() };
                 self.codec()
-                    .data_wire(s.clone(), op, object, p, Vec::new(), a, &[], false)
+                    .data_wire(s.clone(), data_command(op, object), p, &a, &[], false)
             })
-            .collect();
+            .collect::<Result<_, _>>()?;
         let total: u64 = merged.iter().map(|s| s.length).sum();
         let mut out = ReadReply {
             data: Vec::with_capacity(total as usize),
             ..ReadReply::default()
         };
         for (i, (r, w)) in self.all(&wires)?.into_iter().zip(&wires).enumerate() {
-            if r.body.len() as u64 != w.length {
+            if r.body.len() as u64 != w.header.length {
                 return Err(self.violation(format!(
                     "READ reply of {} bytes for {} requested",
                     r.body.len(),
-                    w.length
+                    w.header.length
                 )));
             }
             if i == 0 {
@@ -496,14 +499,12 @@ impl ObjClient {
             let attrs = if i == last { a.clone() } else { Vec::new() };
             wires.push(self.codec().data_wire(
                 s.clone(),
-                op,
-                object,
+                data_command(op, object),
                 p,
-                Vec::new(),
-                attrs,
+                &attrs,
                 chunk,
                 options.fua,
-            ));
+            )?);
         }
         // Attributes must not change unless the data landed: their piece
         // waits for the others. Without them every piece goes at once.

@@ -8,15 +8,15 @@ use std::borrow::Cow;
 
 use sluice_obj_proto::consts::*;
 use sluice_obj_proto::{
-    decode_id_list, encode_query_range, AttrOp, AttrOps, Ddt, DdtKind, Features, FlushScope,
-    Limits, Negotiated, Opcode, Page as WirePage, QueryRange, Segment,
+    decode_id_list, AttrOp, AttrOps, Command, Ddt, DdtKind, Features, FlushScope, Limits,
+    Negotiated, Opcode, Page as WirePage, QueryRange, QueryRanges, Request, Segment,
 };
 
 use super::attr::{AttrChange, Attrs};
 use super::error::{Addressee, Subject};
 use super::link::{RawReply, Wire};
 use super::plan::{choose_as, coalesce, fits_one, split, PieceLimits, PINNED_DDT_BYTES};
-use super::request::{Entry, ObjRequest, ObjResponse, Page, ReadReply};
+use super::request::{DataOptions, Entry, ObjRequest, ObjResponse, Page, ReadReply};
 use super::ObjError;
 
 pub(super) fn subject(op: Opcode, object: u64) -> Subject {
@@ -40,8 +40,8 @@ pub(super) fn refused(subject: Subject, reason: impl Into<String>) -> ObjError {
     }
 }
 
-/// A name parameter (`len u8`, bytes).
-pub(super) fn push_name(subject: &Subject, name: &str, out: &mut Vec<u8>) -> Result<(), ObjError> {
+/// Refuses a collection name too long for the wire, naming it.
+pub(super) fn check_name(subject: &Subject, name: &str) -> Result<(), ObjError> {
     if name.len() > MAX_NAME_LEN {
         return Err(refused(
             subject.clone(),
@@ -51,23 +51,35 @@ pub(super) fn push_name(subject: &Subject, name: &str, out: &mut Vec<u8>) -> Res
             ),
         ));
     }
-    out.push(name.len() as u8);
-    out.extend_from_slice(name.as_bytes());
     Ok(())
 }
 
-pub(super) fn page_params(
-    subject: &Subject,
-    cursor: u64,
-    max: u32,
-    collection: &str,
-    limits: &Limits,
-) -> Result<Vec<u8>, ObjError> {
-    let mut p = Vec::with_capacity(13 + collection.len());
-    p.extend_from_slice(&cursor.to_be_bytes());
-    p.extend_from_slice(&max.clamp(1, limits.max_segments.max(1)).to_be_bytes());
-    push_name(subject, collection, &mut p)?;
-    Ok(p)
+/// The data command `op` (READ, WRITE, PUNCH or EXTENT_*) on `object`
+/// (an export's handle for EXTENT_*) with no DDT or data yet: what
+/// [`Codec::data_wire`] gives each piece.
+pub(super) fn data_command(op: Opcode, object: u64) -> Command<'static> {
+    let ddt = Ddt::Contiguous(Segment {
+        offset: 0,
+        length: 0,
+    });
+    match op {
+        Opcode::Read => Command::Read { object, ddt },
+        Opcode::Punch => Command::Punch { object, ddt },
+        Opcode::ExtentRead => Command::ExtentRead {
+            export: object,
+            ddt,
+        },
+        Opcode::ExtentWrite => Command::ExtentWrite {
+            export: object,
+            ddt,
+            data: &[],
+        },
+        _ => Command::Write {
+            object,
+            ddt,
+            data: &[],
+        },
+    }
 }
 
 /// The session's view of requests and replies.
@@ -212,122 +224,100 @@ impl Codec<'_> {
         }
     }
 
-    /// A data command (READ, WRITE, PUNCH, CREATE_AND_WRITE) over one
-    /// piece's segments.
-    #[allow(clippy::too_many_arguments)] // the fields of one request
+    /// The typed attribute list of `encoded` (built by
+    /// [`Self::attr_list`], so already checked).
+    pub(super) fn attr_ops<'b>(&self, encoded: &'b [u8]) -> Result<AttrOps<'b>, ObjError> {
+        AttrOps::parse(encoded, self.limits().max_attr_size)
+            .map_err(|e| self.violation(format!("an attribute list the client built: {e}")))
+    }
+
+    /// A data command (READ, WRITE, PUNCH, CREATE_AND_WRITE, EXTENT_*)
+    /// over one piece's segments: `command` with the piece's DDT and
+    /// `data`, its attribute list `attrs` (encoded).
     pub(super) fn data_wire<'a>(
         &self,
         subject: Subject,
-        op: Opcode,
-        object: u64,
+        command: Command<'_>,
         piece: &[Segment],
-        params: Vec<u8>,
-        attrs: Vec<u8>,
+        attrs: &[u8],
         data: &'a [u8],
         fua: bool,
-    ) -> Wire<'a> {
+    ) -> Result<Wire<'a>, ObjError> {
         let layout = choose_as(piece, self.ddt);
-        let mut ddt = Vec::new();
-        layout.encode(&mut ddt);
-        let length = layout.total();
-        let carries = matches!(
-            op,
-            Opcode::Write | Opcode::CreateAndWrite | Opcode::ExtentWrite
-        );
-        let span_ok = op == Opcode::Read
+        let mut raw = Vec::new();
+        layout.encode(&mut raw);
+        let ddt = Ddt::parse(
+            layout.kind(),
+            layout.master_offset(),
+            layout.total(),
+            &raw,
+            &self.limits(),
+        )
+        .map_err(|e| self.violation(format!("a DDT the client built: {e}")))?;
+        let command = command.with_piece(ddt, data);
+        let span_ok = matches!(command, Command::Read { .. })
             && self.spans
-            && layout.kind() != DdtKind::Contiguous
+            && ddt.kind() != DdtKind::Contiguous
             && self.session.features.contains(Features::SPAN_READS)
-            && Ddt::parse(
-                layout.kind(),
-                layout.master_offset(),
-                length,
-                &ddt,
-                &self.limits(),
-            )
-            .is_ok_and(|d| d.dense_span().is_some());
-        Wire {
-            subject,
-            opcode: op.wire(),
-            flags: layout.kind().flags()
-                | if fua { FLAG_FUA } else { 0 }
-                | if span_ok { FLAG_SPAN_OK } else { 0 },
-            object,
-            offset: layout.master_offset(),
-            length,
-            ddt,
-            params,
-            attrs,
-            data: if carries { data } else { &[] },
-            reply_len: if op == Opcode::Read { length } else { 0 },
-        }
+            && ddt.dense_span().is_some();
+        let request = Request {
+            id: 0,
+            command,
+            attrs: self.attr_ops(attrs)?,
+            fua,
+            span_ok,
+        };
+        let region: &'a [u8] = if command.data().is_empty() { &[] } else { data };
+        Wire::new(subject, &request, region)
     }
 
-    /// A command without a DDT.
+    /// A command without a DDT or data.
     pub(super) fn plain_wire<'a>(
+        &self,
         subject: Subject,
-        op: Opcode,
-        flags: u16,
-        object: u64,
-        params: Vec<u8>,
-        attrs: Vec<u8>,
-    ) -> Wire<'a> {
-        Wire {
-            subject,
-            opcode: op.wire(),
-            flags,
-            object,
-            offset: 0,
-            length: 0,
-            ddt: Vec::new(),
-            params,
-            attrs,
-            data: &[],
-            reply_len: 0,
-        }
+        command: Command<'_>,
+        attrs: &[u8],
+        fua: bool,
+    ) -> Result<Wire<'a>, ObjError> {
+        let request = Request {
+            id: 0,
+            command,
+            attrs: self.attr_ops(attrs)?,
+            fua,
+            span_ok: false,
+        };
+        Wire::new(subject, &request, &[])
     }
 
     /// The one wire request `req` is, or `None` if it must be split (or
     /// needs none).
     pub(super) fn single<'a>(&self, req: &ObjRequest<'a>) -> Result<Option<Wire<'a>>, ObjError> {
-        let fua_flag = |fua: bool| if fua { FLAG_FUA } else { 0 };
         self.check_attrs_on_data(req)?;
-        Ok(Some(match *req {
-            ObjRequest::Create {
-                collection,
-                count,
-                fua,
-            } => {
-                let s = in_collection(Opcode::Create, collection);
-                if count == 0 || count > self.limits().max_segments {
-                    return Ok(None);
-                }
-                let mut p = count.to_be_bytes().to_vec();
-                push_name(&s, collection, &mut p)?;
-                Self::plain_wire(s, Opcode::Create, fua_flag(fua), 0, p, Vec::new())
+        match *req {
+            // Too many for one request: cut by the caller.
+            ObjRequest::Create { count, .. }
+                if count == 0 || count > self.limits().max_segments =>
+            {
+                Ok(None)
             }
-            ObjRequest::Remove { object, fua } => Self::plain_wire(
-                subject(Opcode::Remove, object),
-                Opcode::Remove,
-                fua_flag(fua),
-                object,
-                Vec::new(),
-                Vec::new(),
-            ),
-            ObjRequest::List {
-                collection,
-                cursor,
-                max,
-                attrs,
-            } => {
-                let s = in_collection(Opcode::List, collection);
-                let p = page_params(&s, cursor, max, collection, &self.limits())?;
-                let (flags, a) = match attrs {
-                    None => (0, Vec::new()),
-                    Some(keys) => (FLAG_WITH_ATTRS, self.get_list(&s, keys)?),
-                };
-                Self::plain_wire(s, Opcode::List, flags, 0, p, a)
-            }
+            ObjRequest::Read { .. }
+            | ObjRequest::Write { .. }
+            | ObjRequest::Punch { .. }
+            | ObjRequest::Append { .. }
+            | ObjRequest::CreateAndWrite { .. }
+            | ObjRequest::ExtentRead { .. }
+            | ObjRequest::ExtentWrite { .. } => self.single_data(req),
+            _ => self.single_plain(req).map(Some),
+        }
+    }
+
+    /// [`Self::single`] of a command that moves or changes bytes.
+    fn single_data<'a>(&self, req: &ObjRequest<'a>) -> Result<Option<Wire<'a>>, ObjError> {
+        let no_ddt = Ddt::Contiguous(Segment {
+            offset: 0,
+            length: 0,
+        });
+        let (s, command, segments, data, attrs, fua) = match *req {
             ObjRequest::Read {
                 object,
                 segments,
@@ -335,10 +325,11 @@ impl Codec<'_> {
             } => {
                 let s = subject(Opcode::Read, object);
                 let a = self.get_list(&s, get)?;
-                let Some(piece) = self.one_piece(&s, segments, a.len())? else {
-                    return Ok(None);
+                let c = Command::Read {
+                    object,
+                    ddt: no_ddt,
                 };
-                self.data_wire(s, Opcode::Read, object, &piece, Vec::new(), a, &[], false)
+                (s, c, segments, &[][..], a, false)
             }
             ObjRequest::Write {
                 object,
@@ -349,19 +340,12 @@ impl Codec<'_> {
                 let s = subject(Opcode::Write, object);
                 self.check_data_len(&s, segments, data)?;
                 let a = self.change_list(&s, &options.attrs)?;
-                let Some(piece) = self.one_piece(&s, segments, a.len())? else {
-                    return Ok(None);
-                };
-                self.data_wire(
-                    s,
-                    Opcode::Write,
+                let c = Command::Write {
                     object,
-                    &piece,
-                    Vec::new(),
-                    a,
+                    ddt: no_ddt,
                     data,
-                    options.fua,
-                )
+                };
+                (s, c, segments, data, a, options.fua)
             }
             ObjRequest::Punch {
                 object,
@@ -370,19 +354,11 @@ impl Codec<'_> {
             } => {
                 let s = subject(Opcode::Punch, object);
                 let a = self.change_list(&s, &options.attrs)?;
-                let Some(piece) = self.one_piece(&s, segments, a.len())? else {
-                    return Ok(None);
-                };
-                self.data_wire(
-                    s,
-                    Opcode::Punch,
+                let c = Command::Punch {
                     object,
-                    &piece,
-                    Vec::new(),
-                    a,
-                    &[],
-                    options.fua,
-                )
+                    ddt: no_ddt,
+                };
+                (s, c, segments, &[][..], a, options.fua)
             }
             ObjRequest::Append {
                 object,
@@ -394,109 +370,28 @@ impl Codec<'_> {
                 if data.len() as u64 + a.len() as u64 > u64::from(self.limits().max_payload) {
                     return Ok(None);
                 }
-                Wire {
-                    length: data.len() as u64,
-                    data,
-                    ..Self::plain_wire(
-                        s,
-                        Opcode::Append,
-                        fua_flag(options.fua),
-                        object,
-                        Vec::new(),
-                        a,
-                    )
-                }
+                let request = Request {
+                    id: 0,
+                    command: Command::Append { object, data },
+                    attrs: self.attr_ops(&a)?,
+                    fua: options.fua,
+                    span_ok: false,
+                };
+                return Wire::new(s, &request, data).map(Some);
             }
             ObjRequest::CreateAndWrite {
                 collection,
                 segments,
                 data,
                 options,
-            } => {
-                let s = in_collection(Opcode::CreateAndWrite, collection);
-                self.check_data_len(&s, segments, data)?;
-                let a = self.change_list(&s, &options.attrs)?;
-                let mut p = Vec::new();
-                push_name(&s, collection, &mut p)?;
-                let extra = a.len() + p.len();
-                let merged = self.segments(&s, segments)?;
-                if merged.is_empty() {
-                    // An empty object: a contiguous DDT of length 0.
-                    return Ok(Some(Wire {
-                        ..Self::plain_wire(
-                            s,
-                            Opcode::CreateAndWrite,
-                            fua_flag(options.fua),
-                            0,
-                            p,
-                            a,
-                        )
-                    }));
-                }
-                let Some(piece) = self.one_piece(&s, &merged, extra)? else {
-                    return Ok(None);
-                };
-                self.data_wire(
-                    s,
-                    Opcode::CreateAndWrite,
-                    0,
-                    &piece,
-                    p,
-                    a,
-                    data,
-                    options.fua,
-                )
-            }
-            ObjRequest::Flush(scope) => {
-                let (s, flags, object, p) = match scope {
-                    FlushScope::Object(o) => (subject(Opcode::Flush, o), 0, o, Vec::new()),
-                    FlushScope::Collection(c) => {
-                        let s = in_collection(Opcode::Flush, c);
-                        let mut p = Vec::new();
-                        push_name(&s, c, &mut p)?;
-                        (s, 1 << FLAG_SCOPE_SHIFT, 0, p)
-                    }
-                    FlushScope::Partition => (
-                        Subject {
-                            op: Opcode::Flush,
-                            target: Addressee::Partition(self.session.partition),
-                        },
-                        2 << FLAG_SCOPE_SHIFT,
-                        0,
-                        Vec::new(),
-                    ),
-                };
-                Self::plain_wire(s, Opcode::Flush, flags, object, p, Vec::new())
-            }
-            ObjRequest::GetAttrs { object, keys } => {
-                let s = subject(Opcode::GetAttrs, object);
-                let a = self.get_list(&s, keys)?;
-                Self::plain_wire(s, Opcode::GetAttrs, 0, object, Vec::new(), a)
-            }
-            ObjRequest::SetAttrs {
-                object,
-                changes,
-                fua,
-            } => {
-                let s = subject(Opcode::SetAttrs, object);
-                let a = self.change_list(&s, changes)?;
-                Self::plain_wire(s, Opcode::SetAttrs, fua_flag(fua), object, Vec::new(), a)
-            }
+            } => return self.create_and_write(collection, segments, data, options),
             ObjRequest::ExtentRead { export, segments } => {
                 let s = self.extent_subject(Opcode::ExtentRead, export);
-                let Some(piece) = self.one_piece(&s, segments, 0)? else {
-                    return Ok(None);
-                };
-                self.data_wire(
-                    s,
-                    Opcode::ExtentRead,
+                let c = Command::ExtentRead {
                     export,
-                    &piece,
-                    Vec::new(),
-                    Vec::new(),
-                    &[],
-                    false,
-                )
+                    ddt: no_ddt,
+                };
+                (s, c, segments, &[][..], Vec::new(), false)
             }
             ObjRequest::ExtentWrite {
                 export,
@@ -506,54 +401,185 @@ impl Codec<'_> {
             } => {
                 let s = self.extent_subject(Opcode::ExtentWrite, export);
                 self.check_data_len(&s, segments, data)?;
-                let Some(piece) = self.one_piece(&s, segments, 0)? else {
-                    return Ok(None);
-                };
-                self.data_wire(
-                    s,
-                    Opcode::ExtentWrite,
+                let c = Command::ExtentWrite {
                     export,
-                    &piece,
-                    Vec::new(),
-                    Vec::new(),
+                    ddt: no_ddt,
                     data,
-                    fua,
-                )
+                };
+                (s, c, segments, data, Vec::new(), fua)
+            }
+            _ => unreachable!("single sends only data commands here"),
+        };
+        let Some(piece) = self.one_piece(&s, segments, attrs.len())? else {
+            return Ok(None);
+        };
+        self.data_wire(s, command, &piece, &attrs, data, fua)
+            .map(Some)
+    }
+
+    /// [`Self::single`] of CREATE_AND_WRITE: its collection name travels
+    /// beside the DDT, and no segments make an empty object.
+    fn create_and_write<'a>(
+        &self,
+        collection: &str,
+        segments: &[Segment],
+        data: &'a [u8],
+        options: &DataOptions,
+    ) -> Result<Option<Wire<'a>>, ObjError> {
+        let s = in_collection(Opcode::CreateAndWrite, collection);
+        self.check_data_len(&s, segments, data)?;
+        check_name(&s, collection)?;
+        let a = self.change_list(&s, &options.attrs)?;
+        let command = Command::CreateAndWrite {
+            collection,
+            ddt: Ddt::Contiguous(Segment {
+                offset: 0,
+                length: 0,
+            }),
+            data: &[],
+        };
+        let merged = self.segments(&s, segments)?;
+        if merged.is_empty() {
+            // An empty object: a contiguous DDT of length 0.
+            let request = Request {
+                id: 0,
+                command,
+                attrs: self.attr_ops(&a)?,
+                fua: options.fua,
+                span_ok: false,
+            };
+            return Wire::new(s, &request, &[]).map(Some);
+        }
+        let extra = a.len() + 1 + collection.len();
+        let Some(piece) = self.one_piece(&s, &merged, extra)? else {
+            return Ok(None);
+        };
+        self.data_wire(s, command, &piece, &a, data, options.fua)
+            .map(Some)
+    }
+
+    /// [`Self::single`] of a command without a DDT or data.
+    fn single_plain<'a>(&self, req: &ObjRequest<'a>) -> Result<Wire<'a>, ObjError> {
+        match *req {
+            ObjRequest::Create {
+                collection,
+                count,
+                fua,
+            } => {
+                let s = in_collection(Opcode::Create, collection);
+                check_name(&s, collection)?;
+                let c = Command::Create { count, collection };
+                self.plain_wire(s, c, &[], fua)
+            }
+            ObjRequest::Remove { object, fua } => self.plain_wire(
+                subject(Opcode::Remove, object),
+                Command::Remove { object },
+                &[],
+                fua,
+            ),
+            ObjRequest::List {
+                collection,
+                cursor,
+                max,
+                attrs,
+            } => {
+                let s = in_collection(Opcode::List, collection);
+                check_name(&s, collection)?;
+                let a = match attrs {
+                    None => Vec::new(),
+                    Some(keys) => self.get_list(&s, keys)?,
+                };
+                let c = Command::List {
+                    collection,
+                    cursor,
+                    max: self.page_max(max),
+                    with_attrs: attrs.is_some(),
+                };
+                self.plain_wire(s, c, &a, false)
+            }
+            ObjRequest::Flush(scope) => {
+                let s = match scope {
+                    FlushScope::Object(o) => subject(Opcode::Flush, o),
+                    FlushScope::Collection(c) => {
+                        let s = in_collection(Opcode::Flush, c);
+                        check_name(&s, c)?;
+                        s
+                    }
+                    FlushScope::Partition => Subject {
+                        op: Opcode::Flush,
+                        target: Addressee::Partition(self.session.partition),
+                    },
+                };
+                self.plain_wire(s, Command::Flush(scope), &[], false)
+            }
+            ObjRequest::GetAttrs { object, keys } => {
+                let s = subject(Opcode::GetAttrs, object);
+                let a = self.get_list(&s, keys)?;
+                self.plain_wire(s, Command::GetAttrs { object }, &a, false)
+            }
+            ObjRequest::SetAttrs {
+                object,
+                changes,
+                fua,
+            } => {
+                let s = subject(Opcode::SetAttrs, object);
+                let a = self.change_list(&s, changes)?;
+                self.plain_wire(s, Command::SetAttrs { object }, &a, fua)
             }
             ObjRequest::Query {
                 collection,
                 ranges,
                 cursor,
                 max,
-            } => {
-                let s = in_collection(Opcode::Query, collection);
-                let mut p = page_params(&s, cursor, max, collection, &self.limits())?;
-                if ranges.len() > usize::from(u16::MAX) {
-                    return Err(refused(s, format!("{} query ranges", ranges.len())));
-                }
-                p.extend_from_slice(&(ranges.len() as u16).to_be_bytes());
-                for r in ranges {
-                    // Checked like attribute values.
-                    self.attr_list(&s, &[AttrOp::Set(&r.key, r.min.as_wire())])?;
-                    self.attr_list(&s, &[AttrOp::Set(&r.key, r.max.as_wire())])?;
-                    if std::mem::discriminant(&r.min) != std::mem::discriminant(&r.max) {
-                        return Err(refused(
-                            s,
-                            format!("query range on {:?} has bounds of two types", r.key),
-                        ));
-                    }
-                    encode_query_range(
-                        &QueryRange {
-                            key: &r.key,
-                            min: r.min.as_wire(),
-                            max: r.max.as_wire(),
-                        },
-                        &mut p,
-                    );
-                }
-                Self::plain_wire(s, Opcode::Query, 0, 0, p, Vec::new())
+            } => self.query(collection, ranges, cursor, max),
+            _ => unreachable!("single sends only plain commands here"),
+        }
+    }
+
+    /// A QUERY: its ranges checked as attribute values are.
+    fn query<'a>(
+        &self,
+        collection: &str,
+        ranges: &[super::request::Range],
+        cursor: u64,
+        max: u32,
+    ) -> Result<Wire<'a>, ObjError> {
+        let s = in_collection(Opcode::Query, collection);
+        check_name(&s, collection)?;
+        for r in ranges {
+            // Checked like attribute values.
+            self.attr_list(&s, &[AttrOp::Set(&r.key, r.min.as_wire())])?;
+            self.attr_list(&s, &[AttrOp::Set(&r.key, r.max.as_wire())])?;
+            if std::mem::discriminant(&r.min) != std::mem::discriminant(&r.max) {
+                return Err(refused(
+                    s,
+                    format!("query range on {:?} has bounds of two types", r.key),
+                ));
             }
-        }))
+        }
+        let wire_ranges: Vec<QueryRange<'_>> = ranges
+            .iter()
+            .map(|r| QueryRange {
+                key: &r.key,
+                min: r.min.as_wire(),
+                max: r.max.as_wire(),
+            })
+            .collect();
+        let mut buf = Vec::new();
+        let ranges = QueryRanges::build(&wire_ranges, self.limits().max_attr_size, &mut buf)
+            .map_err(|e| refused(s.clone(), format!("query ranges: {e}")))?;
+        let c = Command::Query {
+            collection,
+            cursor,
+            max: self.page_max(max),
+            ranges,
+        };
+        self.plain_wire(s, c, &[], false)
+    }
+
+    /// A page size the server takes.
+    fn page_max(&self, max: u32) -> u32 {
+        max.clamp(1, self.limits().max_segments.max(1))
     }
 
     /// Attributes ride on data commands only when the server agreed to

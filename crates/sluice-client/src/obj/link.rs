@@ -11,9 +11,10 @@ use std::collections::HashMap;
 use std::io::{self, IoSliceMut};
 use std::time::{Duration, Instant};
 
-use sluice_obj_proto::consts::{FLAG_SPAN_OK, OP_BATCH, REPLY_HEADER_LEN, REQUEST_HEADER_LEN};
+use sluice_obj_proto::consts::{FLAG_SPAN_OK, REPLY_HEADER_LEN, REQUEST_HEADER_LEN};
 use sluice_obj_proto::{
-    Ddt, DdtKind, ErrorCode, Limits, Negotiated, ReplyHeader, RequestHeader, Segment,
+    Command, Ddt, DdtKind, ErrorCode, Limits, Negotiated, ReplyHeader, Request, RequestHeader,
+    Segment,
 };
 
 use super::error::Subject;
@@ -36,26 +37,52 @@ const DIRECT_DATA: usize = 64 * 1024;
 /// pipelines many reads holds their results until the last arrives).
 const SPARE_BYTES: usize = 4 * WINDOW_BYTES as usize;
 
-/// One request as it goes on the wire (its id is given when it is sent).
+/// One request as it goes on the wire (its id and partition are given
+/// when it is sent).
 #[derive(Debug)]
 pub(crate) struct Wire<'a> {
     pub(crate) subject: Subject,
-    pub(crate) opcode: u16,
-    pub(crate) flags: u16,
-    pub(crate) object: u64,
-    pub(crate) offset: u64,
-    pub(crate) length: u64,
-    pub(crate) ddt: Vec<u8>,
-    pub(crate) params: Vec<u8>,
-    pub(crate) attrs: Vec<u8>,
+    /// The header, encoded from the typed request.
+    pub(crate) header: RequestHeader,
+    /// The DDT, parameter and attribute regions after it.
+    pub(crate) regions: Vec<u8>,
+    /// The data region, sent from the caller's buffer.
     pub(crate) data: &'a [u8],
     /// Body bytes the reply will carry (reads), for the window.
     pub(crate) reply_len: u64,
 }
 
-impl Wire<'_> {
+impl<'a> Wire<'a> {
+    /// `request` as it goes on the wire; `data` is its data region
+    /// ([`Command::data`]), named again with the caller's lifetime.
+    pub(crate) fn new(
+        subject: Subject,
+        request: &Request<'_>,
+        data: &'a [u8],
+    ) -> Result<Self, ObjError> {
+        debug_assert_eq!(data.len(), request.command.data().len());
+        let mut regions = Vec::new();
+        let header = request
+            .encode_head(0, &mut regions)
+            .map_err(|e| ObjError::Refused {
+                subject: subject.clone(),
+                reason: e.to_string(),
+            })?;
+        let reply_len = match request.command {
+            Command::Read { ddt, .. } | Command::ExtentRead { ddt, .. } => ddt.total(),
+            _ => 0,
+        };
+        Ok(Self {
+            subject,
+            header,
+            regions,
+            data,
+            reply_len,
+        })
+    }
+
     fn payload_len(&self) -> u64 {
-        (self.ddt.len() + self.params.len() + self.attrs.len() + self.data.len()) as u64
+        (self.regions.len() + self.data.len()) as u64
     }
 
     /// Bytes on the wire, header included.
@@ -65,11 +92,13 @@ impl Wire<'_> {
 
     /// The DDT of a READ that asked for a span reply (`FLAG_SPAN_OK`).
     fn span_ddt(&self, limits: &Limits) -> Option<Ddt<'_>> {
-        if self.flags & FLAG_SPAN_OK == 0 {
+        let h = &self.header;
+        if h.flags & FLAG_SPAN_OK == 0 {
             return None;
         }
-        let kind = DdtKind::from_flags(self.flags)?;
-        Ddt::parse(kind, self.offset, self.length, &self.ddt, limits).ok()
+        let kind = DdtKind::from_flags(h.flags)?;
+        let raw = self.regions.get(..h.ddt_len as usize)?;
+        Ddt::parse(kind, h.offset, h.length, raw, limits).ok()
     }
 
     pub(super) fn encode(&self, id: u64, partition: u64, out: &mut Vec<u8>) {
@@ -80,22 +109,12 @@ impl Wire<'_> {
     /// [`encode`](Self::encode) without the data region (which follows).
     fn encode_head(&self, id: u64, partition: u64, out: &mut Vec<u8>) {
         RequestHeader {
-            flags: self.flags,
-            opcode: self.opcode,
             id,
             partition,
-            object: self.object,
-            offset: self.offset,
-            length: self.length,
-            ddt_len: self.ddt.len() as u32,
-            param_len: self.params.len() as u32,
-            attr_len: self.attrs.len() as u32,
-            data_len: self.data.len() as u32,
+            ..self.header
         }
         .encode(out);
-        out.extend_from_slice(&self.ddt);
-        out.extend_from_slice(&self.params);
-        out.extend_from_slice(&self.attrs);
+        out.extend_from_slice(&self.regions);
     }
 }
 
@@ -524,14 +543,7 @@ impl Link {
             return end;
         }
         let frame_id = self.fresh_id();
-        RequestHeader {
-            opcode: OP_BATCH,
-            id: frame_id,
-            partition: self.session.partition,
-            data_len: body as u32,
-            ..RequestHeader::default()
-        }
-        .encode(&mut self.out);
+        RequestHeader::batch(frame_id, self.session.partition, body as u32).encode(&mut self.out);
         for (i, w) in wires.iter().enumerate().take(end).skip(first) {
             let id = self.queue(w);
             flight.add(id, i, cost(w));
@@ -793,14 +805,10 @@ impl Link {
     pub(crate) fn disconnect(&mut self) {
         if self.broken.is_none() {
             let id = self.fresh_id();
-            RequestHeader {
-                opcode: sluice_obj_proto::consts::OP_DISCONNECT,
-                id,
-                partition: self.session.partition,
-                ..RequestHeader::default()
+            let bye = Request::new(id, Command::Disconnect);
+            if bye.encode(self.session.partition, &mut self.out).is_ok() {
+                let _ = self.send();
             }
-            .encode(&mut self.out);
-            let _ = self.send();
         }
         self.stream.shutdown();
     }
@@ -886,17 +894,12 @@ mod tests {
         );
         let wires: Vec<Wire<'_>> = (0..8)
             .map(|o| {
-                Codec::plain_wire(
-                    Subject {
-                        op: Opcode::Remove,
-                        target: Addressee::Object(o),
-                    },
-                    Opcode::Remove,
-                    0,
-                    o,
-                    Vec::new(),
-                    Vec::new(),
-                )
+                let request = Request::new(0, Command::Remove { object: o });
+                let subject = Subject {
+                    op: Opcode::Remove,
+                    target: Addressee::Object(o),
+                };
+                Wire::new(subject, &request, &[]).unwrap()
             })
             .collect();
         let fake = std::thread::spawn(move || {
@@ -944,19 +947,19 @@ mod tests {
     }
 
     fn read_wire<'a>(codec: &Codec<'_>, object: u64, segments: &[Segment]) -> Wire<'a> {
-        codec.data_wire(
-            Subject {
-                op: Opcode::Read,
-                target: Addressee::Object(object),
-            },
-            Opcode::Read,
-            object,
-            segments,
-            Vec::new(),
-            Vec::new(),
-            &[],
-            false,
-        )
+        codec
+            .data_wire(
+                Subject {
+                    op: Opcode::Read,
+                    target: Addressee::Object(object),
+                },
+                super::super::codec::data_command(Opcode::Read, object),
+                segments,
+                &[],
+                &[],
+                false,
+            )
+            .unwrap()
     }
 
     /// A span reply, small (read whole into the receive buffer and
@@ -1003,9 +1006,11 @@ mod tests {
             read_wire(&codec, 1, &large),
             read_wire(&codec, 1, &backwards),
         ];
-        assert!(wires[0].flags & FLAG_SPAN_OK != 0 && wires[1].flags & FLAG_SPAN_OK != 0);
+        assert!(
+            wires[0].header.flags & FLAG_SPAN_OK != 0 && wires[1].header.flags & FLAG_SPAN_OK != 0
+        );
         assert_eq!(
-            wires[2].flags & FLAG_SPAN_OK,
+            wires[2].header.flags & FLAG_SPAN_OK,
             0,
             "a list out of order has no span"
         );

@@ -31,8 +31,8 @@ use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use sluice_obj_proto::consts::{OP_BATCH, OP_DISCONNECT, REQUEST_HEADER_LEN};
-use sluice_obj_proto::{ErrorCode, Limits, Negotiated, RequestHeader, Segment};
+use sluice_obj_proto::consts::REQUEST_HEADER_LEN;
+use sluice_obj_proto::{Command, ErrorCode, Limits, Negotiated, Request, RequestHeader, Segment};
 use tracing::debug;
 
 use super::codec::{refused, Codec};
@@ -310,14 +310,13 @@ impl Drop for SharedObjClient {
             if st.broken.is_none() {
                 let mut w = self.shared.writer.lock().unwrap_or_else(|p| p.into_inner());
                 let mut bye = Vec::with_capacity(REQUEST_HEADER_LEN);
-                RequestHeader {
-                    opcode: OP_DISCONNECT,
-                    id: self.shared.fresh_id(),
-                    partition: self.shared.session.partition,
-                    ..RequestHeader::default()
+                let disconnect = Request::new(self.shared.fresh_id(), Command::Disconnect);
+                if disconnect
+                    .encode(self.shared.session.partition, &mut bye)
+                    .is_ok()
+                {
+                    let _ = w.stream.write_all(&bye);
                 }
-                .encode(&mut bye);
-                let _ = w.stream.write_all(&bye);
             }
         }
         self.shared.closer.shutdown();
@@ -403,14 +402,8 @@ impl Shared {
                     let members = &items[at..at + n];
                     if let Some(frame) = head {
                         let body: usize = members.iter().map(|q| q.frame.len()).sum();
-                        RequestHeader {
-                            opcode: OP_BATCH,
-                            id: *frame,
-                            partition: self.session.partition,
-                            data_len: body as u32,
-                            ..RequestHeader::default()
-                        }
-                        .encode(out);
+                        RequestHeader::batch(*frame, self.session.partition, body as u32)
+                            .encode(out);
                     }
                     for q in members {
                         out.extend_from_slice(&q.frame);
