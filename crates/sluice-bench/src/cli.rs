@@ -13,9 +13,10 @@ use sluice_server::PipelineMode;
 
 use crate::machine::Machine;
 use crate::matrix::Driver;
-use crate::presets::{self, PresetOptions};
+use crate::presets;
 use crate::report::{self, Format};
 use crate::runner::{self, Endpoint, RunOptions, RunResult, ServerCpu};
+use crate::setup::{self, PresetOptions};
 use crate::target::{Backing, EmbeddedConfig, EmbeddedServer};
 use crate::workload::{parse_duration, Handshake, Limit, Pattern, Rw, Size, Workload};
 
@@ -467,7 +468,7 @@ impl RunArgs {
             w.shared_connection = self.shared;
             vec![w]
         } else {
-            presets::standard_cases(Duration::from_secs(2))
+            crate::workload::standard_cases(Duration::from_secs(2))
         };
         for w in &mut list {
             w.read_pct = self.read_pct;
@@ -602,23 +603,23 @@ fn run_preset(p: PresetCommand) -> Result<()> {
         PresetCommand::Pipelining { common, direct } => {
             common.no_link("pipelining")?;
             let o = common.options(Driver::Own);
-            presets::check_out_dir(&o.out_dir)?;
+            setup::check_out_dir(&o.out_dir)?;
             presets::pipelining(&o, direct).map(drop)
         }
         PresetCommand::Scaling { common, qd } => {
             let o = common.options(Driver::Own);
-            presets::check_out_dir(&o.out_dir)?;
+            setup::check_out_dir(&o.out_dir)?;
             presets::scaling(&o, qd).map(drop)
         }
         PresetCommand::San { common } => {
             let o = common.options(Driver::Own);
-            presets::check_out_dir(&o.out_dir)?;
+            setup::check_out_dir(&o.out_dir)?;
             presets::san(&o).map(drop)
         }
         PresetCommand::Filesystem { common } => {
             common.no_link("filesystem")?;
             let o = common.options(Driver::Own);
-            presets::check_out_dir(&o.out_dir)?;
+            setup::check_out_dir(&o.out_dir)?;
             crate::fsbench::filesystem(&o).map(drop)
         }
         PresetCommand::Pgbench {
@@ -629,7 +630,7 @@ fn run_preset(p: PresetCommand) -> Result<()> {
         } => {
             common.no_link("pgbench")?;
             let o = common.options(Driver::Own);
-            presets::check_out_dir(&o.out_dir)?;
+            setup::check_out_dir(&o.out_dir)?;
             let report = crate::pgbench::pgbench(&crate::pgbench::PgbenchOptions {
                 preset: o,
                 scale,
@@ -652,7 +653,7 @@ fn run_preset(p: PresetCommand) -> Result<()> {
         } => {
             common.no_link("objects")?;
             let o = common.options(Driver::Own);
-            presets::check_out_dir(&o.out_dir)?;
+            setup::check_out_dir(&o.out_dir)?;
             let report = crate::objects::objects(&crate::objects::ObjectsOptions {
                 preset: o,
                 dir,
@@ -675,7 +676,7 @@ fn run_preset(p: PresetCommand) -> Result<()> {
         }
         PresetCommand::Raid { common, raid } => {
             let o = common.options(Driver::Own);
-            presets::check_out_dir(&o.out_dir)?;
+            setup::check_out_dir(&o.out_dir)?;
             let report = crate::raid_presets::raid(&o, &raid)?;
             if report.rows.is_empty() {
                 bail!("every experiment failed; see the messages above");
@@ -684,7 +685,7 @@ fn run_preset(p: PresetCommand) -> Result<()> {
         }
         PresetCommand::Striped { common, striped } => {
             let o = common.options(Driver::Own);
-            presets::check_out_dir(&o.out_dir)?;
+            setup::check_out_dir(&o.out_dir)?;
             let report = crate::striped::striped(&o, &striped)?;
             if report.rows.is_empty() {
                 bail!("every server count failed; see the messages above");
@@ -693,7 +694,7 @@ fn run_preset(p: PresetCommand) -> Result<()> {
         }
         PresetCommand::S3asim { common, s3asim } => {
             let o = common.options(Driver::Own);
-            presets::check_out_dir(&o.out_dir)?;
+            setup::check_out_dir(&o.out_dir)?;
             let report = crate::s3asim::s3asim(&o, &s3asim)?;
             if report.samples.is_empty() {
                 bail!("every run failed; see the messages above");
@@ -706,7 +707,7 @@ fn run_preset(p: PresetCommand) -> Result<()> {
             workers,
         } => {
             let o = common.options(Driver::Own);
-            presets::check_out_dir(&o.out_dir)?;
+            setup::check_out_dir(&o.out_dir)?;
             if workers.as_ref().is_some_and(|w| w.contains(&0)) {
                 return Err(BenchUsageError("--workers: thread counts start at 1".into()).into());
             }
@@ -723,7 +724,7 @@ fn run_preset(p: PresetCommand) -> Result<()> {
         PresetCommand::Noncontig { common, noncontig } => {
             let o = common.options(Driver::Own);
             noncontig.plan(o.quick).map_err(BenchUsageError)?;
-            presets::check_out_dir(&o.out_dir)?;
+            setup::check_out_dir(&o.out_dir)?;
             let report = crate::noncontig::noncontig(&o, &noncontig)?;
             if report.points.is_empty() {
                 bail!("every point failed; see the messages above");
@@ -740,7 +741,7 @@ pub fn run(cli: BenchCli) -> Result<()> {
         Some(BenchCommand::Run(a)) => run_single(a),
         Some(BenchCommand::Compare(a)) => {
             let o = a.common.options(Driver::Both);
-            presets::check_out_dir(&o.out_dir)?;
+            setup::check_out_dir(&o.out_dir)?;
             let report = presets::compare(&o, a.cases.as_deref(), &a.baseline)?;
             if report.runs.runs.is_empty() {
                 bail!("every run failed; see the messages above");

@@ -16,9 +16,10 @@ use crate::machine::Machine;
 use crate::matrix::{self, Failure, MatrixRuns, Measured};
 use crate::peers::{self, PeerServer, PeerSpec};
 use crate::plot;
-use crate::presets::{Image, PresetOptions, PresetReport};
+use crate::presets::PresetReport;
 use crate::report;
 use crate::runner::RunResult;
+use crate::setup::{Image, PresetOptions};
 
 /// One fio job on the mounted filesystem.
 struct FsJob {
@@ -452,7 +453,7 @@ pub fn filesystem(opts: &PresetOptions) -> Result<PresetReport> {
     let summaries = matrix::summarise(&runs.runs, "nbdkit");
     let report = PresetReport {
         preset: "filesystem".into(),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
+        command: crate::setup::command_line(),
         machine,
         loadavg_end: Machine::probe().loadavg,
         quick: opts.quick,

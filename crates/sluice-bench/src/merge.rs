@@ -24,10 +24,11 @@ use sluice_model::text::{compact, Table};
 use crate::cpu;
 use crate::hist::LatencyHistogram;
 use crate::machine::Machine;
-use crate::objects::{load1, steal_now, steal_since, ObjServer};
+use crate::machine::{load1, steal_now, steal_since};
+use crate::objserver::ObjServer;
 use crate::plot;
-use crate::presets::PresetOptions;
 use crate::report;
+use crate::setup::PresetOptions;
 use crate::stats::{ratio, MedianInterval, Spread};
 use crate::target::SERVER_THREAD_PREFIX;
 
@@ -264,7 +265,7 @@ pub fn merge(opts: &MergeOptions) -> Result<MergeReport> {
     let summaries = summarise(&samples);
     let checks = check_adaptive(&summaries, &samples);
     let report = MergeReport {
-        command: std::env::args().collect::<Vec<_>>().join(" "),
+        command: crate::setup::command_line(),
         machine,
         rounds: p.rounds,
         duration_s: duration.as_secs_f64(),

@@ -52,10 +52,11 @@ use sluice_volume::{BaseSpec, VolumeSpec};
 
 use crate::link::{Link, LinkMeasurement, LinkRate};
 use crate::machine::Machine;
-use crate::objects::{load1, steal_now, steal_since, ObjServer};
+use crate::machine::{load1, steal_now, steal_since};
+use crate::objserver::ObjServer;
 use crate::plot;
-use crate::presets::PresetOptions;
 use crate::report;
+use crate::setup::PresetOptions;
 use crate::stats::{median, ratio};
 use crate::workload::Size;
 
@@ -1159,7 +1160,7 @@ pub fn noncontig(opts: &PresetOptions, args: &NoncontigArgs) -> Result<Noncontig
     let checks = check_targets(&points);
     let report = NoncontigReport {
         preset: "noncontig".into(),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
+        command: crate::setup::command_line(),
         machine: Machine::probe(),
         loadavg_end: Machine::probe().loadavg,
         quick: opts.quick,
@@ -1403,7 +1404,7 @@ fn print_report(opts: &PresetOptions, report: &NoncontigReport, wall: Duration) 
         wall.as_secs_f64()
     );
     let measured: Vec<LinkMeasurement> = report.links.iter().map(|(_, m)| *m).collect();
-    crate::presets::print_context(&report.machine, None, &measured, &report.notes);
+    crate::setup::print_context(&report.machine, None, &measured, &report.notes);
     let steal = report
         .points
         .iter()

@@ -27,11 +27,11 @@ use sluice_model::text::{compact, Table};
 
 use crate::fsbench::{missing_stack_prerequisite, Ext4Stack};
 use crate::machine::Machine;
-use crate::objects::{load1, steal_now, steal_since};
+use crate::machine::{load1, steal_now, steal_since};
 use crate::peers::{self, PeerSpec};
 use crate::plot;
-use crate::presets::{Image, PresetOptions};
 use crate::report;
+use crate::setup::{Image, PresetOptions};
 use crate::stats::{median, ratio, Spread};
 
 /// Where Debian installs PostgreSQL's programs: `ROOT/VERSION/bin`.
@@ -843,7 +843,7 @@ pub fn pgbench(opts: &PgbenchOptions) -> Result<PgbenchReport> {
     let Gathered { samples, failures } = out;
     let summaries = summarise(&samples);
     let report = PgbenchReport {
-        command: std::env::args().collect::<Vec<_>>().join(" "),
+        command: crate::setup::command_line(),
         machine,
         loadavg_end: Machine::probe().loadavg,
         steal_pct: steal_since(steal0),
@@ -873,7 +873,7 @@ pub fn pgbench(opts: &PgbenchOptions) -> Result<PgbenchReport> {
         "# pgbench ({} round(s), {secs} s per run, scale {scale}, wall {:.0} s)",
         report.rounds, report.wall_s
     );
-    crate::presets::print_context(&report.machine, None, &[], &report.notes);
+    crate::setup::print_context(&report.machine, None, &[], &report.notes);
     println!(
         "load average at the end: {}; steal over the run: {:.1}%",
         report.loadavg_end, report.steal_pct

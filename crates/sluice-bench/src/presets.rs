@@ -2,7 +2,7 @@
 //! comparison they build on. Each writes JSON (every run plus the
 //! medians), prints tables, and draws a plot.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -13,117 +13,18 @@ use sluice_model::text::{compact, scaled, Table};
 use sluice_server::PipelineMode;
 use sluice_types::format_size;
 
-use crate::link::{Link, LinkMeasurement, LinkRate};
+use crate::link::LinkMeasurement;
 use crate::machine::Machine;
 use crate::matrix::{self, Driver, Matrix, MatrixRuns, Summary, TargetEntry, TargetKind};
 use crate::merge;
-use crate::objects::ObjServer;
+use crate::objserver::ObjServer;
 use crate::peers;
 use crate::plot;
 use crate::report;
+use crate::setup::{command_line, open_link, print_context, Image, PresetOptions};
 use crate::stats::ratio;
 use crate::target::{Backing, EmbeddedConfig};
 use crate::workload::{Limit, Pattern, Rw, Workload};
-
-/// Options every preset and `compare` share.
-#[derive(Debug, Clone)]
-pub struct PresetOptions {
-    /// Smaller sizes and shorter runs (each preset under 10 minutes).
-    pub quick: bool,
-    /// Interleaved rounds.
-    pub rounds: u32,
-    /// Seconds per timed run (overrides the preset's default).
-    pub duration: Option<Duration>,
-    /// Where JSON and CSV go.
-    pub out_dir: PathBuf,
-    /// Where plots go (`bench-NAME.svg`, `bench-NAME.png`).
-    pub plot_dir: PathBuf,
-    /// Image to serve (created if missing); default: a temporary one.
-    pub image: Option<PathBuf>,
-    /// Image size when created.
-    pub image_size: Option<u64>,
-    /// The sluice binary for `serve` (default: found beside this one).
-    pub sluice_bin: Option<PathBuf>,
-    /// Targets to include (default: all the preset knows).
-    pub targets: Option<Vec<String>>,
-    /// Client(s) driving the load.
-    pub driver: Driver,
-    /// Progress bars on a terminal.
-    pub progress: bool,
-    /// Put the server processes behind a link limited to this rate
-    /// (`--link-rate`); `None`: loopback.
-    pub link_rate: Option<LinkRate>,
-}
-
-impl PresetOptions {
-    fn duration(&self, quick: f64, full: f64) -> Duration {
-        self.duration
-            .unwrap_or_else(|| Duration::from_secs_f64(if self.quick { quick } else { full }))
-    }
-
-    fn size(&self, quick: u64, full: u64) -> u64 {
-        self.image_size
-            .unwrap_or(if self.quick { quick } else { full })
-    }
-
-    fn wants(&self, target: &str) -> bool {
-        self.targets
-            .as_ref()
-            .is_none_or(|t| t.iter().any(|x| x == target))
-    }
-}
-
-/// An image file, deleted afterwards if this run created it.
-#[derive(Debug)]
-pub struct Image {
-    path: PathBuf,
-    remove: bool,
-}
-
-impl Image {
-    /// `given`, or a new file `sluice-bench-NAME.img` in `dir` (default
-    /// /dev/shm when present, else the temp dir), filled to `size`.
-    pub fn prepare(
-        given: Option<&Path>,
-        dir: Option<&Path>,
-        name: &str,
-        size: u64,
-    ) -> Result<Self> {
-        let (path, remove) = match given {
-            Some(p) => (p.to_path_buf(), false),
-            None => {
-                let dir = dir.map(Path::to_path_buf).unwrap_or_else(|| {
-                    let shm = PathBuf::from("/dev/shm");
-                    if shm.is_dir() {
-                        shm
-                    } else {
-                        std::env::temp_dir()
-                    }
-                });
-                (
-                    dir.join(format!("sluice-bench-{name}-{}.img", std::process::id())),
-                    true,
-                )
-            }
-        };
-        eprintln!("image: {} ({} bytes)", path.display(), size);
-        peers::ensure_image(&path, size)?;
-        Ok(Self { path, remove })
-    }
-
-    /// Its path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl Drop for Image {
-    fn drop(&mut self) {
-        if self.remove {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
-}
 
 /// What a preset or comparison writes to JSON.
 #[derive(Debug, Serialize)]
@@ -154,10 +55,6 @@ pub struct PresetReport {
     /// Every run.
     #[serde(flatten)]
     pub runs: MatrixRuns,
-}
-
-fn command_line() -> String {
-    std::env::args().collect::<Vec<_>>().join(" ")
 }
 
 /// Peers (and local) as targets; messages for those skipped.
@@ -249,26 +146,6 @@ fn run_plan(opts: &PresetOptions, plan: Plan<'_>) -> Result<PresetReport> {
     Ok(report)
 }
 
-/// The lines under a report's title: the machine, each link (after
-/// `label i` when there are several, e.g. "member 0"), and the notes.
-pub(crate) fn print_context(
-    machine: &Machine,
-    label: Option<&str>,
-    links: &[LinkMeasurement],
-    notes: &[String],
-) {
-    println!("machine: {}", machine.line());
-    for (i, l) in links.iter().enumerate() {
-        match label {
-            Some(label) => println!("{label} {i} {}", l.line()),
-            None => println!("{}", l.line()),
-        }
-    }
-    for n in notes {
-        println!("note: {n}");
-    }
-}
-
 fn print_header(report: &PresetReport) {
     println!(
         "# {} ({} round(s), {:.1} s per run, wall {:.0} s)",
@@ -286,41 +163,11 @@ fn print_header(report: &PresetReport) {
     }
 }
 
-/// A link at `rate` for the servers, measured (and the measurement
-/// printed) before anything runs over it.
-pub fn open_link(rate: LinkRate) -> Result<(Link, LinkMeasurement)> {
-    let link = Link::create(Some(rate)).context(
-        "--link-rate needs root, network namespaces, veth and tc tbf (iproute2), which are not usable here",
-    )?;
-    let m = link.measure()?;
-    eprintln!("{} ({})", m.line(), link.namespace().name());
-    Ok((link, m))
-}
-
 fn labels(targets: &[TargetEntry]) -> Vec<String> {
     targets.iter().map(|t| t.label.clone()).collect()
 }
 
 // ---------------------------------------------------------------- compare
-
-/// The standard comparison cases: sequential and random reads and writes
-/// at the block sizes and queue depths the peer comparison uses.
-pub fn standard_cases(duration: Duration) -> Vec<Workload> {
-    let mk = |p, rw, bs: u32, qd, workers| {
-        let mut w = Workload::new(p, rw, bs, qd);
-        w.workers = workers;
-        w.limit = Limit::Time(duration);
-        w
-    };
-    vec![
-        mk(Pattern::Rand, Rw::Read, 4096, 1, 1),
-        mk(Pattern::Rand, Rw::Read, 4096, 16, 1),
-        mk(Pattern::Rand, Rw::Write, 4096, 16, 1),
-        mk(Pattern::Rand, Rw::Read, 4096, 16, 2),
-        mk(Pattern::Seq, Rw::Read, 1 << 20, 8, 1),
-        mk(Pattern::Seq, Rw::Write, 1 << 20, 8, 1),
-    ]
-}
 
 /// `sluice bench compare`: sluice, nbdkit, qemu-nbd and local I/O on one
 /// image, own client and fio, interleaved rounds, ratios to `baseline`.
@@ -331,7 +178,7 @@ pub fn compare(
 ) -> Result<PresetReport> {
     let machine = Machine::probe();
     let duration = opts.duration(1.0, 3.0);
-    let mut all = standard_cases(duration);
+    let mut all = crate::workload::standard_cases(duration);
     if let Some(names) = cases {
         for n in names {
             if !all.iter().any(|w| &w.label() == n) {
@@ -1030,9 +877,4 @@ fn san_merge_table(report: &SanMergeReport) -> Table {
         ]);
     }
     t
-}
-
-/// Checks that `dir` can be written (fails early, before long runs).
-pub fn check_out_dir(dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))
 }

@@ -62,9 +62,9 @@ use crate::link::{Link, LinkMeasurement, LinkRate, ShaperStats};
 use crate::machine::Machine;
 use crate::peers::{self, PeerKind, PeerServer};
 use crate::plot;
-use crate::presets::PresetOptions;
 use crate::report;
 use crate::runner::{self, Endpoint, RunOptions, RunResult, ServerCpu};
+use crate::setup::PresetOptions;
 use crate::workload::{Limit, Pattern, Rw, Size, Workload};
 
 /// The paper's stripe unit.
@@ -639,7 +639,7 @@ pub fn raid(opts: &PresetOptions, args: &RaidArgs) -> Result<RaidReport> {
     }
     let report = RaidReport {
         preset: "raid".into(),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
+        command: crate::setup::command_line(),
         machine,
         loadavg_end: Machine::probe().loadavg,
         quick: opts.quick,
@@ -663,7 +663,7 @@ fn print_report(opts: &PresetOptions, report: &RaidReport, wall: Duration) -> Re
         report.duration_s,
         wall.as_secs_f64()
     );
-    crate::presets::print_context(
+    crate::setup::print_context(
         &report.machine,
         Some("member"),
         &report.links,

@@ -61,11 +61,12 @@ use sluice_model::text::Table;
 
 use crate::link::{LinkMeasurement, LinkRate};
 use crate::machine::Machine;
-use crate::objects::{load1, steal_now, steal_since, ObjServer};
+use crate::machine::{load1, steal_now, steal_since};
+use crate::objserver::ObjServer;
 use crate::peers;
 use crate::plot;
-use crate::presets::PresetOptions;
 use crate::report;
+use crate::setup::PresetOptions;
 use crate::stats::{ratio, Spread};
 use crate::striped::Bed;
 use crate::workload::{parse_duration, Size};
@@ -1020,7 +1021,7 @@ pub fn s3asim(opts: &PresetOptions, args: &S3aSimArgs) -> Result<S3aSimReport> {
     let rows = summarise(&samples, &searches, compute_floor);
     let report = S3aSimReport {
         preset: "s3asim".into(),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
+        command: crate::setup::command_line(),
         machine,
         loadavg_end: Machine::probe().loadavg,
         steal_pct: steal_since(steal0),
@@ -1169,7 +1170,7 @@ fn print_report(opts: &PresetOptions, report: &S3aSimReport, wall: Duration) -> 
         report.rounds,
         wall.as_secs_f64()
     );
-    crate::presets::print_context(
+    crate::setup::print_context(
         &report.machine,
         Some("server"),
         &report.links,

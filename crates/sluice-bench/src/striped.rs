@@ -31,8 +31,8 @@ use crate::link::{Link, LinkMeasurement, LinkRate};
 use crate::machine::Machine;
 use crate::peers::{self, PeerKind, PeerServer};
 use crate::plot;
-use crate::presets::PresetOptions;
 use crate::report;
+use crate::setup::PresetOptions;
 use crate::stats::median;
 use crate::workload::Size;
 
@@ -407,7 +407,7 @@ pub fn striped(opts: &PresetOptions, args: &StripedArgs) -> Result<StripedReport
     set_ratios(&mut rows);
     let report = StripedReport {
         preset: "striped".into(),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
+        command: crate::setup::command_line(),
         machine: Machine::probe(),
         loadavg_end: Machine::probe().loadavg,
         quick: opts.quick,
@@ -437,7 +437,7 @@ fn print_report(opts: &PresetOptions, report: &StripedReport, wall: Duration) ->
         report.rounds,
         wall.as_secs_f64()
     );
-    crate::presets::print_context(
+    crate::setup::print_context(
         &report.machine,
         Some("server"),
         &report.links,

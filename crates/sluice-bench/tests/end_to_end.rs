@@ -26,8 +26,8 @@ fn workload(pattern: Pattern, rw: Rw, qd: u32, workers: u32, ops: u64) -> Worklo
 
 /// A preset's options at its quick scale, one round, writing into `out`,
 /// with the bench's own client and no progress output.
-fn quick_options(out: &std::path::Path) -> sluice_bench::presets::PresetOptions {
-    sluice_bench::presets::PresetOptions {
+fn quick_options(out: &std::path::Path) -> sluice_bench::setup::PresetOptions {
+    sluice_bench::setup::PresetOptions {
         quick: true,
         rounds: 1,
         duration: None,
@@ -119,7 +119,7 @@ fn bad_workloads_fail_with_a_reason() {
 #[test]
 fn objects_preset_runs_with_tiny_sizes() {
     use sluice_bench::objects::{objects, ObjectsOptions};
-    use sluice_bench::presets::PresetOptions;
+    use sluice_bench::setup::PresetOptions;
 
     let out = tempfile::tempdir().unwrap();
     let store = tempfile::tempdir().unwrap();
@@ -313,7 +313,7 @@ fn s3asim_preset_runs_a_tiny_sweep_in_process() {
 #[test]
 fn noncontig_preset_runs_a_tiny_sweep_on_loopback() {
     use sluice_bench::noncontig::{noncontig, LinkKind, NoncontigArgs, Volume};
-    use sluice_bench::presets::PresetOptions;
+    use sluice_bench::setup::PresetOptions;
     use sluice_bench::workload::Size;
 
     let out = tempfile::tempdir().unwrap();
@@ -406,7 +406,7 @@ fn noncontig_preset_runs_a_tiny_sweep_on_loopback() {
 #[test]
 fn noncontig_preset_over_a_delayed_link_beats_one_request_per_block() {
     use sluice_bench::noncontig::{noncontig, LinkKind, NoncontigArgs, Volume, QD1_MAX_BLOCKS};
-    use sluice_bench::presets::PresetOptions;
+    use sluice_bench::setup::PresetOptions;
     use sluice_bench::workload::Size;
 
     if let Some(why) = sluice_bench::link::unavailable() {
