@@ -12,14 +12,14 @@ use anyhow::{bail, Context, Result};
 use sluice_model::plot::{Axes, Figure, XAxis};
 use sluice_model::text::{compact, scaled, Table};
 
-use crate::machine::Machine;
-use crate::matrix::{self, Failure, MatrixRuns, Measured};
-use crate::peers::{self, PeerServer, PeerSpec};
-use crate::plot;
 use crate::presets::PresetReport;
-use crate::report;
-use crate::runner::RunResult;
 use crate::setup::{Image, PresetOptions};
+use sluice_bench::machine::Machine;
+use sluice_bench::matrix::{self, Failure, MatrixRuns, Measured};
+use sluice_bench::peers::{self, PeerServer, PeerSpec};
+use sluice_bench::plot;
+use sluice_bench::report;
+use sluice_bench::runner::RunResult;
 
 /// One fio job on the mounted filesystem.
 struct FsJob {
@@ -324,16 +324,16 @@ impl Drop for Ext4Stack {
 
 fn run_job(stack: &Ext4Stack, job: &FsJob, label: &str) -> Result<RunResult> {
     let mnt = stack.mnt();
-    let server_before = stack.server_pid().and_then(crate::cpu::process_cpu);
-    let client_before = crate::cpu::children_cpu();
+    let server_before = stack.server_pid().and_then(sluice_bench::cpu::process_cpu);
+    let client_before = sluice_bench::cpu::children_cpu();
     let out = Command::new("fio")
         .args(&job.args)
         .arg(format!("--directory={}", mnt.display()))
         .stdin(Stdio::null())
         .output()
         .context("cannot run fio")?;
-    let client = crate::cpu::children_cpu().saturating_sub(client_before);
-    let server_after = stack.server_pid().and_then(crate::cpu::process_cpu);
+    let client = sluice_bench::cpu::children_cpu().saturating_sub(client_before);
+    let server_after = stack.server_pid().and_then(sluice_bench::cpu::process_cpu);
     if !out.status.success() {
         bail!(
             "fio {} failed ({}): {}",

@@ -14,17 +14,17 @@ use sluice_server::PipelineMode;
 use sluice_types::format_size;
 
 use crate::link::LinkMeasurement;
-use crate::machine::Machine;
-use crate::matrix::{self, Driver, Matrix, MatrixRuns, Summary, TargetEntry, TargetKind};
 use crate::merge;
 use crate::objserver::ObjServer;
-use crate::peers;
-use crate::plot;
-use crate::report;
 use crate::setup::{command_line, open_link, print_context, Image, PresetOptions};
-use crate::stats::ratio;
-use crate::target::{Backing, EmbeddedConfig};
-use crate::workload::{Limit, Pattern, Rw, Workload};
+use sluice_bench::machine::Machine;
+use sluice_bench::matrix::{self, Driver, Matrix, MatrixRuns, Summary, TargetEntry, TargetKind};
+use sluice_bench::peers::{self, ServerHost};
+use sluice_bench::plot;
+use sluice_bench::report;
+use sluice_bench::stats::ratio;
+use sluice_bench::target::{Backing, EmbeddedConfig};
+use sluice_bench::workload::{Limit, Pattern, Rw, Workload};
 
 /// What a preset or comparison writes to JSON.
 #[derive(Debug, Serialize)]
@@ -119,7 +119,7 @@ fn run_plan(opts: &PresetOptions, plan: Plan<'_>) -> Result<PresetReport> {
     {
         notes.push("local I/O has no network: it is not behind the link".into());
     }
-    let runs = matrix::run_behind(&m, link.as_ref().map(|l| &l.0));
+    let runs = matrix::run_behind(&m, link.as_ref().map(|l| &l.0 as &dyn ServerHost));
     let name = plan.name;
     let summaries = matrix::summarise(&runs.runs, plan.baseline);
     let report = PresetReport {
@@ -178,7 +178,7 @@ pub fn compare(
 ) -> Result<PresetReport> {
     let machine = Machine::probe();
     let duration = opts.duration(1.0, 3.0);
-    let mut all = crate::workload::standard_cases(duration);
+    let mut all = sluice_bench::workload::standard_cases(duration);
     if let Some(names) = cases {
         for n in names {
             if !all.iter().any(|w| &w.label() == n) {

@@ -32,16 +32,16 @@ use sluice_client::obj::{
 };
 use sluice_model::text::{compact, Table};
 
-use crate::cpu;
-use crate::hist::LatencyHistogram;
-use crate::machine::{load1, steal_now, steal_since, Machine};
 use crate::objserver::ObjServer;
-use crate::report;
-use crate::runner::{self, Endpoint, RunOptions, ServerCpu};
 use crate::setup::PresetOptions;
-use crate::stats::{median, ratio, Spread};
-use crate::target::SERVER_THREAD_PREFIX;
-use crate::workload::{Limit, Pattern, Rw, Workload};
+use sluice_bench::cpu;
+use sluice_bench::hist::LatencyHistogram;
+use sluice_bench::machine::{load1, steal_now, steal_since, Machine};
+use sluice_bench::report;
+use sluice_bench::runner::{self, Endpoint, RunOptions, ServerCpu};
+use sluice_bench::stats::{median, ratio, Spread};
+use sluice_bench::target::SERVER_THREAD_PREFIX;
+use sluice_bench::workload::{Limit, Pattern, Rw, Workload};
 
 const KIB4: usize = 4096;
 const MIB: usize = 1 << 20;

@@ -26,13 +26,13 @@ use sluice_model::plot::{Axes, Figure, XAxis};
 use sluice_model::text::{compact, Table};
 
 use crate::fsbench::{missing_stack_prerequisite, Ext4Stack};
-use crate::machine::Machine;
-use crate::machine::{load1, steal_now, steal_since};
-use crate::peers::{self, PeerSpec};
-use crate::plot;
-use crate::report;
 use crate::setup::{Image, PresetOptions};
-use crate::stats::{median, ratio, Spread};
+use sluice_bench::machine::Machine;
+use sluice_bench::machine::{load1, steal_now, steal_since};
+use sluice_bench::peers::{self, PeerSpec};
+use sluice_bench::plot;
+use sluice_bench::report;
+use sluice_bench::stats::{median, ratio, Spread};
 
 /// Where Debian installs PostgreSQL's programs: `ROOT/VERSION/bin`.
 pub const POSTGRES_ROOT: &str = "/usr/lib/postgresql";
@@ -714,9 +714,9 @@ fn run_target(
         for &c in clients {
             let threads = c.min(nproc).max(1);
             let steal0 = steal_now();
-            let cpu0 = stack.server_pid().and_then(crate::cpu::process_cpu);
+            let cpu0 = stack.server_pid().and_then(sluice_bench::cpu::process_cpu);
             let r = cluster.run(c, threads, secs, commit);
-            let cpu1 = stack.server_pid().and_then(crate::cpu::process_cpu);
+            let cpu1 = stack.server_pid().and_then(sluice_bench::cpu::process_cpu);
             match r {
                 Ok(output) => {
                     let server_cpu_us_per_txn = match (cpu0, cpu1) {
@@ -1090,7 +1090,7 @@ tps = 666.666667 (excluding connections establishing)
                 image_size: Some(256 << 20),
                 sluice_bin: None,
                 targets: Some(vec!["local".into()]),
-                driver: crate::matrix::Driver::Own,
+                driver: sluice_bench::matrix::Driver::Own,
                 progress: false,
                 link_rate: None,
             },

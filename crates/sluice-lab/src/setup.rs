@@ -8,9 +8,9 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 
 use crate::link::{Link, LinkMeasurement, LinkRate};
-use crate::machine::Machine;
-use crate::matrix::Driver;
-use crate::peers;
+use sluice_bench::machine::Machine;
+use sluice_bench::matrix::Driver;
+use sluice_bench::peers;
 
 /// Options every preset and `compare` share.
 #[derive(Debug, Clone)]

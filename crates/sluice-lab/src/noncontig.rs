@@ -51,14 +51,14 @@ use sluice_server::{ExportConfig, ListenAddr, ObjectConfig, ServerConfig};
 use sluice_volume::{BaseSpec, VolumeSpec};
 
 use crate::link::{Link, LinkMeasurement, LinkRate};
-use crate::machine::Machine;
-use crate::machine::{load1, steal_now, steal_since};
 use crate::objserver::ObjServer;
-use crate::plot;
-use crate::report;
 use crate::setup::PresetOptions;
-use crate::stats::{median, ratio};
-use crate::workload::Size;
+use sluice_bench::machine::Machine;
+use sluice_bench::machine::{load1, steal_now, steal_since};
+use sluice_bench::plot;
+use sluice_bench::report;
+use sluice_bench::stats::{median, ratio};
+use sluice_bench::workload::Size;
 
 /// The hole after each block of the view.
 pub const HOLE: u64 = 2;
@@ -166,7 +166,7 @@ pub struct NoncontigArgs {
     #[arg(long, value_delimiter = ',', value_enum)]
     pub links: Option<Vec<LinkKind>>,
     /// Delay added each way on the delayed link (default 250us).
-    #[arg(long, value_parser = crate::workload::parse_duration)]
+    #[arg(long, value_parser = sluice_bench::workload::parse_duration)]
     pub link_delay: Option<Duration>,
     /// Volumes of the view, comma-separated: object, mem, file (default
     /// all three).

@@ -60,16 +60,16 @@ use sluice_model::plot::{Axes, Figure, XAxis};
 use sluice_model::text::Table;
 
 use crate::link::{LinkMeasurement, LinkRate};
-use crate::machine::Machine;
-use crate::machine::{load1, steal_now, steal_since};
 use crate::objserver::ObjServer;
-use crate::peers;
-use crate::plot;
-use crate::report;
 use crate::setup::PresetOptions;
-use crate::stats::{ratio, Spread};
 use crate::striped::Bed;
-use crate::workload::{parse_duration, Size};
+use sluice_bench::machine::Machine;
+use sluice_bench::machine::{load1, steal_now, steal_since};
+use sluice_bench::peers;
+use sluice_bench::plot;
+use sluice_bench::report;
+use sluice_bench::stats::{ratio, Spread};
+use sluice_bench::workload::{parse_duration, Size};
 
 /// Sequences in the database, whatever its size: a bigger database has
 /// longer sequences, so its results are longer.

@@ -28,13 +28,13 @@ use sluice_model::plot::{Axes, Figure, XAxis};
 use sluice_model::text::{compact, Table};
 
 use crate::link::{Link, LinkMeasurement, LinkRate};
-use crate::machine::Machine;
-use crate::peers::{self, PeerKind, PeerServer};
-use crate::plot;
-use crate::report;
 use crate::setup::PresetOptions;
-use crate::stats::median;
-use crate::workload::Size;
+use sluice_bench::machine::Machine;
+use sluice_bench::peers::{self, PeerKind, PeerServer};
+use sluice_bench::plot;
+use sluice_bench::report;
+use sluice_bench::stats::median;
+use sluice_bench::workload::Size;
 
 /// Bytes of each stripe unit.
 pub const STRIPE_UNIT: u64 = 64 << 10;
@@ -365,7 +365,7 @@ fn set_ratios(rows: &mut [StripedRow]) {
         r.ratio_to_one = one
             .iter()
             .find(|(op, _)| *op == r.op)
-            .and_then(|&(_, base)| crate::stats::ratio(r.mb_s, base));
+            .and_then(|&(_, base)| sluice_bench::stats::ratio(r.mb_s, base));
     }
 }
 

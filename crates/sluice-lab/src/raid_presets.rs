@@ -59,13 +59,13 @@ use sluice_model::{
 };
 
 use crate::link::{Link, LinkMeasurement, LinkRate, ShaperStats};
-use crate::machine::Machine;
-use crate::peers::{self, PeerKind, PeerServer};
-use crate::plot;
-use crate::report;
-use crate::runner::{self, Endpoint, RunOptions, RunResult, ServerCpu};
 use crate::setup::PresetOptions;
-use crate::workload::{Limit, Pattern, Rw, Size, Workload};
+use sluice_bench::machine::Machine;
+use sluice_bench::peers::{self, PeerKind, PeerServer};
+use sluice_bench::plot;
+use sluice_bench::report;
+use sluice_bench::runner::{self, Endpoint, RunOptions, RunResult, ServerCpu};
+use sluice_bench::workload::{Limit, Pattern, Rw, Size, Workload};
 
 /// The paper's stripe unit.
 const UNIT: u64 = 16 << 10;

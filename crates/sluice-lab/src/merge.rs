@@ -21,16 +21,16 @@ use sluice_client::obj::{
 use sluice_model::plot::{Axes, Figure, XAxis};
 use sluice_model::text::{compact, Table};
 
-use crate::cpu;
-use crate::hist::LatencyHistogram;
-use crate::machine::Machine;
-use crate::machine::{load1, steal_now, steal_since};
 use crate::objserver::ObjServer;
-use crate::plot;
-use crate::report;
 use crate::setup::PresetOptions;
-use crate::stats::{ratio, MedianInterval, Spread};
-use crate::target::SERVER_THREAD_PREFIX;
+use sluice_bench::cpu;
+use sluice_bench::hist::LatencyHistogram;
+use sluice_bench::machine::Machine;
+use sluice_bench::machine::{load1, steal_now, steal_since};
+use sluice_bench::plot;
+use sluice_bench::report;
+use sluice_bench::stats::{ratio, MedianInterval, Spread};
+use sluice_bench::target::SERVER_THREAD_PREFIX;
 
 /// Bytes per write.
 const BLOCK: usize = 4096;
@@ -473,7 +473,7 @@ fn share(part: u64, whole: u64) -> f64 {
 
 fn median_of(values: impl Iterator<Item = f64>) -> f64 {
     let v: Vec<f64> = values.collect();
-    crate::stats::median(&v).unwrap_or(0.0)
+    sluice_bench::stats::median(&v).unwrap_or(0.0)
 }
 
 /// Medians over rounds, per policy and thread count.
