@@ -9,17 +9,16 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use sluice_model::plot::{Axes, Figure, XAxis};
-use sluice_model::text::{compact, scaled, Table};
-
-use crate::presets::PresetReport;
-use crate::setup::{Image, PresetOptions};
 use sluice_bench::machine::Machine;
 use sluice_bench::matrix::{self, Failure, MatrixRuns, Measured};
 use sluice_bench::peers::{self, PeerServer, PeerSpec};
-use sluice_bench::plot;
-use sluice_bench::report;
 use sluice_bench::runner::RunResult;
+use sluice_model::plot::{Axes, Figure, XAxis};
+use sluice_model::text::{compact, scaled, Table};
+
+use crate::epilogue::Epilogue;
+use crate::presets::PresetReport;
+use crate::setup::{Image, PresetOptions};
 
 /// One fio job on the mounted filesystem.
 struct FsJob {
@@ -465,22 +464,20 @@ pub fn filesystem(opts: &PresetOptions) -> Result<PresetReport> {
         summaries,
         runs,
     };
-    report::write_json(&opts.out_dir.join("filesystem.json"), &report)?;
-    println!(
-        "# filesystem ({} round(s), {:.0} s per job, wall {:.0} s)",
+    let title = format!(
+        "filesystem ({} round(s), {:.0} s per job, wall {:.0} s)",
         report.rounds, report.duration_s, report.runs.wall_s
     );
-    println!("machine: {}", report.machine.line());
-    for n in &report.notes {
-        println!("note: {n}");
-    }
-    for f in &report.runs.failures {
-        println!(
-            "failed: round {} {} {}: {}",
-            f.round, f.target, f.case, f.error
-        );
-    }
+    let failures: Vec<String> = report
+        .runs
+        .failures
+        .iter()
+        .map(|f| format!("round {} {} {}: {}", f.round, f.target, f.case, f.error))
+        .collect();
+    let epilogue =
+        Epilogue::new("filesystem", title, &report.machine, &report.notes).failures(&failures);
     if report.summaries.is_empty() {
+        epilogue.finish(opts, &report)?;
         return Ok(report);
     }
     let mut t = Table::new([
@@ -507,9 +504,6 @@ pub fn filesystem(opts: &PresetOptions) -> Result<PresetReport> {
             s.ratio.map_or_else(|| "-".into(), |r| format!("{r:.2}")),
         ]);
     }
-    println!("\nfio on ext4 over nbdfuse + loop (median of rounds)");
-    print!("{}", t.render());
-    report::write_text(&opts.out_dir.join("filesystem-table.md"), &t.markdown())?;
     let axes = Axes {
         x_label: "round".into(),
         y_label: "IOPS or MiB/s".into(),
@@ -542,13 +536,14 @@ pub fn filesystem(opts: &PresetOptions) -> Result<PresetReport> {
             axes.chart(format!("{} ({unit})", job.name), lines)
         })
         .collect();
-    plot::draw_or_warn(
-        &Figure {
-            title: "Filesystem over NBD (ext4 on nbdfuse + loop): each round".into(),
-            columns: 2,
-            charts,
-        },
-        &opts.plot_dir.join("bench-filesystem"),
-    );
+    let figure = Figure {
+        title: "Filesystem over NBD (ext4 on nbdfuse + loop): each round".into(),
+        columns: 2,
+        charts,
+    };
+    epilogue
+        .table("fio on ext4 over nbdfuse + loop (median of rounds)", t)
+        .figure(figure)
+        .finish(opts, &report)?;
     Ok(report)
 }

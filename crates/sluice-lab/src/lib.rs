@@ -11,7 +11,8 @@
 //!
 //! The experiments, each a `sluice bench` preset:
 //! - [`setup`]: what they share (options, the image, the output folder,
-//!   the link, the context lines under a report's title);
+//!   the link), and [`epilogue`]: the one way each ends (its JSON, the
+//!   report under its title, its tables as markdown, its plot);
 //! - [`presets`]: `compare` and the matrix presets (pipelining, scaling,
 //!   san); [`fsbench`]: filesystem; [`pgbench`]: PostgreSQL on ext4 over
 //!   the export (the SAN paper's real-workload test);
@@ -27,6 +28,7 @@
 //! flattens [`cli::BenchCli`] into its `bench` subcommand.
 
 pub mod cli;
+pub mod epilogue;
 pub mod fsbench;
 pub mod link;
 pub mod merge;

@@ -27,21 +27,21 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
+use sluice_bench::cpu;
+use sluice_bench::hist::LatencyHistogram;
+use sluice_bench::machine::{load1, steal_now, steal_since, Machine};
+use sluice_bench::runner::{self, Endpoint, RunOptions, ServerCpu};
+use sluice_bench::stats::{median, ratio, Spread};
+use sluice_bench::target::SERVER_THREAD_PREFIX;
+use sluice_bench::workload::{Limit, Pattern, Rw, Workload};
 use sluice_client::obj::{
     AttrChange, DataOptions, DdtKind, ObjClient, ObjRequest, ObjResponse, Segment, Value,
 };
 use sluice_model::text::{compact, Table};
 
+use crate::epilogue::Epilogue;
 use crate::objserver::ObjServer;
 use crate::setup::PresetOptions;
-use sluice_bench::cpu;
-use sluice_bench::hist::LatencyHistogram;
-use sluice_bench::machine::{load1, steal_now, steal_since, Machine};
-use sluice_bench::report;
-use sluice_bench::runner::{self, Endpoint, RunOptions, ServerCpu};
-use sluice_bench::stats::{median, ratio, Spread};
-use sluice_bench::target::SERVER_THREAD_PREFIX;
-use sluice_bench::workload::{Limit, Pattern, Rw, Workload};
 
 const KIB4: usize = 4096;
 const MIB: usize = 1 << 20;
@@ -1140,25 +1140,16 @@ pub fn objects(opts: &ObjectsOptions) -> Result<ObjectsReport> {
         samples,
         failures,
     };
-    let json = p.out_dir.join("objects.json");
-    report::write_json(&json, &report)?;
-    let table = summary_table(&report.summaries);
-    report::write_text(&p.out_dir.join("objects-table.md"), &table.markdown())?;
-    eprintln!("results: {}", json.display());
-    println!(
-        "# objects ({} round(s), {:.1} s per row, wall {:.0} s)",
+    let title = format!(
+        "objects ({} round(s), {:.1} s per row, wall {:.0} s)",
         report.rounds,
         report.duration_s,
         t0.elapsed().as_secs_f64()
     );
-    println!("machine: {}", report.machine.line());
-    for n in &report.notes {
-        println!("note: {n}");
-    }
-    for f in &report.failures {
-        println!("failed: {f}");
-    }
-    print!("{}", table.render());
+    Epilogue::new("objects", title, &report.machine, &report.notes)
+        .failures(&report.failures)
+        .table("", summary_table(&report.summaries))
+        .finish(p, &report)?;
     Ok(report)
 }
 

@@ -7,24 +7,24 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
+use sluice_bench::machine::Machine;
+use sluice_bench::matrix::{self, Driver, Matrix, MatrixRuns, Summary, TargetEntry, TargetKind};
+use sluice_bench::peers::{self, ServerHost};
+use sluice_bench::report;
+use sluice_bench::stats::ratio;
+use sluice_bench::target::{Backing, EmbeddedConfig};
+use sluice_bench::workload::{Limit, Pattern, Rw, Workload};
 use sluice_client::obj::MergePolicy;
 use sluice_model::plot::{Axes, Figure, XAxis};
 use sluice_model::text::{compact, scaled, Table};
 use sluice_server::PipelineMode;
 use sluice_types::format_size;
 
+use crate::epilogue::Epilogue;
 use crate::link::LinkMeasurement;
 use crate::merge;
 use crate::objserver::ObjServer;
-use crate::setup::{command_line, open_link, print_context, Image, PresetOptions};
-use sluice_bench::machine::Machine;
-use sluice_bench::matrix::{self, Driver, Matrix, MatrixRuns, Summary, TargetEntry, TargetKind};
-use sluice_bench::peers::{self, ServerHost};
-use sluice_bench::plot;
-use sluice_bench::report;
-use sluice_bench::stats::ratio;
-use sluice_bench::target::{Backing, EmbeddedConfig};
-use sluice_bench::workload::{Limit, Pattern, Rw, Workload};
+use crate::setup::{command_line, open_link, Image, PresetOptions};
 
 /// What a preset or comparison writes to JSON.
 #[derive(Debug, Serialize)]
@@ -99,8 +99,7 @@ struct Plan<'a> {
     baseline: &'a str,
 }
 
-/// Runs the plan's matrix, writes its JSON and CSV reports and prints
-/// their header.
+/// Runs the plan's matrix; [`epilogue`] then reports it.
 fn run_plan(opts: &PresetOptions, plan: Plan<'_>) -> Result<PresetReport> {
     let m = Matrix {
         targets: plan.targets.to_vec(),
@@ -136,31 +135,32 @@ fn run_plan(opts: &PresetOptions, plan: Plan<'_>) -> Result<PresetReport> {
         summaries,
         runs,
     };
-    let json = opts.out_dir.join(format!("{name}.json"));
-    report::write_json(&json, &report)?;
-    let csv = opts.out_dir.join(format!("{name}.csv"));
-    let results: Vec<_> = report.runs.runs.iter().map(|m| m.result.clone()).collect();
-    report::write_text(&csv, &report::results_csv(&results))?;
-    eprintln!("results: {} and {}", json.display(), csv.display());
-    print_header(&report);
     Ok(report)
 }
 
-fn print_header(report: &PresetReport) {
-    println!(
-        "# {} ({} round(s), {:.1} s per run, wall {:.0} s)",
+/// A matrix preset's epilogue: its JSON and every run as CSV, the title
+/// with rounds and timing, the link, and the failed runs; the preset adds
+/// its tables and plot.
+fn epilogue(report: &PresetReport) -> Epilogue<'_> {
+    let title = format!(
+        "{} ({} round(s), {:.1} s per run, wall {:.0} s)",
         report.preset, report.rounds, report.duration_s, report.runs.wall_s
     );
-    print_context(&report.machine, None, report.link.as_slice(), &report.notes);
-    if !report.runs.failures.is_empty() {
-        println!("{} run(s) failed:", report.runs.failures.len());
-        for f in &report.runs.failures {
-            println!(
+    let results: Vec<_> = report.runs.runs.iter().map(|m| m.result.clone()).collect();
+    let mut e = Epilogue::new(&report.preset, title, &report.machine, &report.notes)
+        .links(None, report.link.as_slice())
+        .csv(report::results_csv(&results));
+    let failures = &report.runs.failures;
+    if !failures.is_empty() {
+        e = e.line(format!("{} run(s) failed:", failures.len()));
+        for f in failures {
+            e = e.line(format!(
                 "  round {} {} {} {}: {}",
                 f.round, f.target, f.driver, f.case, f.error
-            );
+            ));
         }
     }
+    e
 }
 
 fn labels(targets: &[TargetEntry]) -> Vec<String> {
@@ -218,16 +218,17 @@ pub fn compare(
             baseline,
         },
     )?;
-    println!("\nmedian IOPS (ratio to {baseline})");
-    print!(
-        "{}",
-        matrix::pivot_table(&report.summaries, &labels(&targets), false).render()
-    );
-    println!("\ndetails (median over rounds; min-max of IOPS)");
-    print!(
-        "{}",
-        matrix::summary_table(&report.summaries, baseline).render()
-    );
+    epilogue(&report)
+        .table(
+            format!("median IOPS (ratio to {baseline})"),
+            matrix::pivot_table(&report.summaries, &labels(&targets), false),
+        )
+        .table(
+            "details (median over rounds; min-max of IOPS)",
+            matrix::summary_table(&report.summaries, baseline),
+        )
+        .markdown_file(None)
+        .finish(opts, &report)?;
     Ok(report)
 }
 
@@ -354,12 +355,6 @@ pub fn pipelining(opts: &PresetOptions, direct: bool) -> Result<PresetReport> {
             }
         }
     }
-    println!("\nthroughput (median MiB/s) and mean response time (us)");
-    print!("{}", t.render());
-    report::write_text(
-        &opts.out_dir.join(format!("{name}-table.md")),
-        &t.markdown(),
-    )?;
     let axes = Axes {
         x_label: "outstanding I/O".into(),
         y_label: "MiB/s".into(),
@@ -383,17 +378,17 @@ pub fn pipelining(opts: &PresetOptions, direct: bool) -> Result<PresetReport> {
             charts.push(axes.chart(format!("{rw} {}", format_size(u64::from(bs))), lines));
         }
     }
-    plot::draw_or_warn(
-        &Figure {
+    epilogue(&report)
+        .table("throughput (median MiB/s) and mean response time (us)", t)
+        .figure(Figure {
             title: format!(
                 "Pipelining ({}): sequential throughput vs outstanding I/O",
                 if direct { "O_DIRECT" } else { "page cache" }
             ),
             columns: 3,
             charts,
-        },
-        &opts.plot_dir.join(format!("bench-{name}")),
-    );
+        })
+        .finish(opts, &report)?;
     Ok(report)
 }
 
@@ -441,10 +436,7 @@ pub fn scaling(opts: &PresetOptions, qd: u32) -> Result<PresetReport> {
             baseline: "nbdkit",
         },
     )?;
-    println!("\naggregate MiB/s, median (ratio to nbdkit)");
     let pivot = matrix::pivot_table(&report.summaries, &labels(&targets), true);
-    print!("{}", pivot.render());
-    report::write_text(&opts.out_dir.join("scaling-table.md"), &pivot.markdown())?;
     let axes = Axes {
         x_label: "clients".into(),
         y_label: "MiB/s".into(),
@@ -473,14 +465,14 @@ pub fn scaling(opts: &PresetOptions, qd: u32) -> Result<PresetReport> {
             charts.push(axes.chart(format!("{rw}, 1 MiB records ({driver} client)"), lines));
         }
     }
-    plot::draw_or_warn(
-        &Figure {
+    epilogue(&report)
+        .table("aggregate MiB/s, median (ratio to nbdkit)", pivot)
+        .figure(Figure {
             title: "Scaling: aggregate throughput vs clients".into(),
             columns: 2,
             charts,
-        },
-        &opts.plot_dir.join("bench-scaling"),
-    );
+        })
+        .finish(opts, &report)?;
     Ok(report)
 }
 
@@ -571,8 +563,6 @@ pub fn san(opts: &PresetOptions) -> Result<PresetReport> {
             s.ratio.map_or_else(|| "-".into(), |r| format!("{r:.2}")),
         ]);
     }
-    println!("\n4 KiB latency at QD 1, 10,000 ops (median of rounds)");
-    print!("{}", lat.render());
     let fio_style: Vec<Summary> = report
         .summaries
         .iter()
@@ -586,13 +576,21 @@ pub fn san(opts: &PresetOptions) -> Result<PresetReport> {
         .cloned()
         .collect();
     let t2 = matrix::pivot_table(&fio_style, &names, true);
-    println!("\n16 workers, QD 1 each: median MiB/s (fraction of local)");
-    print!("{}", t2.render());
     let t3 = matrix::pivot_table(&sweep, &names, false);
-    println!("\n4 KiB random writes vs workers: median IOPS (fraction of local)");
-    print!("{}", t3.render());
+    // A failure to start the merge rows' server still lets the matrix's
+    // results be written; the preset fails afterwards.
+    let mut merge_error = None;
     let merge = if opts.wants("sluice") {
-        san_merge(opts, duration, &sweep)?
+        san_merge(opts, duration, &sweep).unwrap_or_else(|e| {
+            let report = SanMergeReport {
+                rows: Vec::new(),
+                checks: Vec::new(),
+                samples: Vec::new(),
+                failures: vec![format!("temporal merge rows: {e:#}")],
+            };
+            merge_error = Some(e);
+            report
+        })
     } else {
         SanMergeReport {
             rows: Vec::new(),
@@ -602,20 +600,6 @@ pub fn san(opts: &PresetOptions) -> Result<PresetReport> {
         }
     };
     let t4 = san_merge_table(&merge);
-    println!(
-        "\n4 KiB random writes through the object client, temporal merge off / always / adaptive: writes/s (fraction of local)"
-    );
-    print!("{}", t4.render());
-    report::write_text(
-        &opts.out_dir.join("san-tables.md"),
-        &format!(
-            "{}\n{}\n{}\n{}",
-            lat.markdown(),
-            t2.markdown(),
-            t3.markdown(),
-            t4.markdown()
-        ),
-    )?;
     let axes = Axes {
         x_label: "workers".into(),
         y_label: "kIOPS (left), fraction of local (right)".into(),
@@ -690,15 +674,28 @@ pub fn san(opts: &PresetOptions) -> Result<PresetReport> {
                 .collect(),
         ),
     );
-    plot::draw_or_warn(
-        &Figure {
+    epilogue(&report)
+        .table("4 KiB latency at QD 1, 10,000 ops (median of rounds)", lat)
+        .table("16 workers, QD 1 each: median MiB/s (fraction of local)", t2)
+        .table(
+            "4 KiB random writes vs workers: median IOPS (fraction of local)",
+            t3,
+        )
+        .table(
+            "4 KiB random writes through the object client, temporal merge off / always / adaptive: writes/s (fraction of local)",
+            t4,
+        )
+        .markdown_file(Some("san-tables.md".into()))
+        .figure(Figure {
             title: "SAN: random-write throughput vs workers".into(),
             columns: 2,
             charts,
-        },
-        &opts.plot_dir.join("bench-san"),
-    );
-    Ok(report)
+        })
+        .finish(opts, &report)?;
+    match merge_error {
+        Some(e) => Err(e),
+        None => Ok(report),
+    }
 }
 
 /// One point of the san preset's temporal-merge rows: a policy at a

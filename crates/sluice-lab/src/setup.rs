@@ -1,16 +1,14 @@
 //! What every experiment starts from: the options they share, the image
-//! they serve, the output folder, the link their servers sit behind, and
-//! the context lines under a report's title.
+//! they serve, the output folder, and the link their servers sit behind.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-
-use crate::link::{Link, LinkMeasurement, LinkRate};
-use sluice_bench::machine::Machine;
 use sluice_bench::matrix::Driver;
 use sluice_bench::peers;
+
+use crate::link::{Link, LinkMeasurement, LinkRate};
 
 /// Options every preset and `compare` share.
 #[derive(Debug, Clone)]
@@ -118,26 +116,6 @@ impl Drop for Image {
 /// The command line that started this run, for the JSON reports.
 pub fn command_line() -> String {
     std::env::args().collect::<Vec<_>>().join(" ")
-}
-
-/// The lines under a report's title: the machine, each link (after
-/// `label i` when there are several, e.g. "member 0"), and the notes.
-pub fn print_context(
-    machine: &Machine,
-    label: Option<&str>,
-    links: &[LinkMeasurement],
-    notes: &[String],
-) {
-    println!("machine: {}", machine.line());
-    for (i, l) in links.iter().enumerate() {
-        match label {
-            Some(label) => println!("{label} {i} {}", l.line()),
-            None => println!("{}", l.line()),
-        }
-    }
-    for n in notes {
-        println!("note: {n}");
-    }
 }
 
 /// A link at `rate` for the servers, measured (and the measurement
