@@ -1,5 +1,5 @@
 //! `sluice bench`: the load generator. The options and subcommands live
-//! in the sluice-bench crate (so its example binary and tests share them);
+//! in the sluice-lab crate (so its example binary and tests share them);
 //! this module only hands them over.
 
 use clap::Args;
@@ -8,12 +8,12 @@ use clap::Args;
 #[derive(Debug, Args)]
 pub(crate) struct BenchArgs {
     #[command(flatten)]
-    bench: sluice_bench::BenchCli,
+    bench: sluice_lab::BenchCli,
 }
 
 /// Runs `sluice bench`.
 pub(crate) fn run(args: BenchArgs) -> anyhow::Result<()> {
-    sluice_bench::run(args.bench)
+    sluice_lab::run(args.bench)
 }
 
 #[cfg(test)]

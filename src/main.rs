@@ -641,7 +641,7 @@ fn main() -> ExitCode {
         Err(e) => {
             let usage = e.downcast_ref::<UsageError>().is_some()
                 || model_cmd::is_usage_error(&e)
-                || sluice_bench::is_usage_error(&e);
+                || sluice_lab::is_usage_error(&e);
             // `{:#}`: each error of the chain once, joined by ": ". A
             // closed stderr loses the line; the exit status still tells.
             let mut stderr = std::io::stderr().lock();

@@ -1,6 +1,6 @@
 //! A RAID 5 member cut off the network, not killed: three `sluice serve`
 //! members, each in a network namespace of its own behind a veth link
-//! (sluice-bench's `Link`), a head in the root namespace exporting the
+//! (sluice-lab's `Link`), a head in the root namespace exporting the
 //! array, and fio writing and verifying through the head. Mid-run an
 //! nftables rule in one member's namespace drops every packet arriving
 //! there: the member's process runs on and its connections stay open,
@@ -18,8 +18,8 @@ use std::net::IpAddr;
 use std::thread;
 use std::time::Duration;
 
-use sluice_bench::link::{self, Link};
 use sluice_bench::peers::{PeerKind, PeerServer};
+use sluice_lab::link::{self, Link};
 
 use crate::fio::fio_verify;
 use crate::harness::{tempdir, ServerBuilder};

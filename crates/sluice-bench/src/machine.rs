@@ -56,3 +56,58 @@ impl Machine {
         )
     }
 }
+
+/// CPU times from the `cpu` line of /proc/stat: (steal, total) in ticks.
+pub fn parse_proc_stat_steal(stat: &str) -> Option<(u64, u64)> {
+    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = line
+        .split_ascii_whitespace()
+        .skip(1)
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    // user nice system idle iowait irq softirq steal [guest guest_nice]:
+    // guest time is already counted in user.
+    let steal = *v.get(7)?;
+    let total = v.iter().take(8).sum();
+    Some((steal, total))
+}
+
+/// The machine's (steal, total) CPU ticks so far, from /proc/stat.
+pub fn steal_now() -> (u64, u64) {
+    std::fs::read_to_string("/proc/stat")
+        .ok()
+        .and_then(|s| parse_proc_stat_steal(&s))
+        .unwrap_or((0, 0))
+}
+
+/// Percent of CPU time stolen since `before` (a [`steal_now`] reading).
+pub fn steal_since(before: (u64, u64)) -> f64 {
+    let (s1, t1) = steal_now();
+    if t1 > before.1 {
+        s1.saturating_sub(before.0) as f64 * 100.0 / (t1 - before.1) as f64
+    } else {
+        0.0
+    }
+}
+
+/// The 1-minute load average.
+pub fn load1() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steal_comes_from_the_cpu_line() {
+        let stat = "cpu  100 5 50 800 10 1 2 30 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n";
+        assert_eq!(parse_proc_stat_steal(stat), Some((30, 998)));
+        assert_eq!(parse_proc_stat_steal("cpu0 1 2\n"), None);
+        assert_eq!(parse_proc_stat_steal("cpu  1 2 x\n"), None);
+    }
+}

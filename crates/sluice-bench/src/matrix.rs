@@ -14,8 +14,7 @@ use anyhow::Result;
 use serde::Serialize;
 use sluice_model::text::{compact, scaled, Table};
 
-use crate::link::Link;
-use crate::peers::{self, FioTarget, PeerKind, PeerServer, PeerSpec, QEMU_NBD_SHARED};
+use crate::peers::{self, FioTarget, PeerKind, PeerServer, PeerSpec, ServerHost, QEMU_NBD_SHARED};
 use crate::runner::{self, Endpoint, RunOptions, RunResult, ServerCpu};
 use crate::stats::{median, ratio, Spread};
 use crate::target::{EmbeddedConfig, EmbeddedServer};
@@ -125,7 +124,11 @@ enum Started {
 
 /// Starts a target; a server process behind `link` when one is given
 /// (local I/O has no network and is measured as it is).
-fn start(entry: &TargetEntry, image: &std::path::Path, link: Option<&Link>) -> Result<Started> {
+fn start(
+    entry: &TargetEntry,
+    image: &std::path::Path,
+    link: Option<&dyn ServerHost>,
+) -> Result<Started> {
     Ok(match &entry.kind {
         TargetKind::Local => Started::Local,
         TargetKind::Peer(spec) => Started::Peer(PeerServer::start_behind(spec, image, link)?),
@@ -197,9 +200,10 @@ pub fn run(m: &Matrix) -> MatrixRuns {
     run_behind(m, None)
 }
 
-/// Runs the matrix with every server process behind `link` (one target
-/// at a time, so they share it), printing one line per run to stderr.
-pub fn run_behind(m: &Matrix, link: Option<&Link>) -> MatrixRuns {
+/// Runs the matrix with every server process on `link` (a host behind a
+/// link, one target at a time, so they share it), printing one line per
+/// run to stderr.
+pub fn run_behind(m: &Matrix, link: Option<&dyn ServerHost>) -> MatrixRuns {
     let t0 = Instant::now();
     let mut out = MatrixRuns::default();
     let n = m.targets.len();

@@ -13,9 +13,22 @@ use sluice_client::{NbdUri, Target as NbdTarget};
 
 use crate::cpu;
 use crate::hist::LatencySummary;
-use crate::link::Link;
 use crate::runner::RunResult;
 use crate::workload::{Limit, Pattern, Rw, Workload};
+
+/// Somewhere other than this network namespace that a server process
+/// can run in: the address it listens on there, a free port there, and
+/// the command that starts a program there. The lab's shaped links
+/// (sluice-lab's `Link`) are one; `None` where a host is asked for
+/// means 127.0.0.1 in this namespace.
+pub trait ServerHost {
+    /// The address servers listen on.
+    fn server_addr(&self) -> IpAddr;
+    /// A port nothing listens on yet.
+    fn free_port(&self) -> Result<u16>;
+    /// A command that runs `program` there.
+    fn command(&self, program: &std::ffi::OsStr) -> Command;
+}
 
 /// Connections qemu-nbd is started to accept (`-e`).
 pub const QEMU_NBD_SHARED: u32 = 16;
@@ -212,33 +225,37 @@ impl PeerServer {
         Self::start_behind(spec, image, None)
     }
 
-    /// Starts `spec` on `image`, inside `link`'s namespace listening on
-    /// its server address when a link is given (else on 127.0.0.1).
-    pub fn start_behind(spec: &PeerSpec, image: &Path, link: Option<&Link>) -> Result<Self> {
-        let (host, port) = match link {
-            Some(l) => (IpAddr::V4(l.server_addr()), l.free_port()?),
+    /// Starts `spec` on `image`, on the host `on` listening on its server
+    /// address when one is given (else on 127.0.0.1).
+    pub fn start_behind(
+        spec: &PeerSpec,
+        image: &Path,
+        on: Option<&dyn ServerHost>,
+    ) -> Result<Self> {
+        let (host, port) = match on {
+            Some(h) => (h.server_addr(), h.free_port()?),
             None => (IpAddr::V4(Ipv4Addr::LOCALHOST), free_port()?),
         };
         let argv = spec.argv_at(image, host, port);
-        Self::launch(&spec.label, spec.kind, &argv, (host, port), link)
+        Self::launch(&spec.label, spec.kind, &argv, (host, port), on)
     }
 
-    /// Runs `argv` (a server that will listen on `addr`), inside `link`'s
-    /// namespace when given, and waits until it accepts connections.
+    /// Runs `argv` (a server that will listen on `addr`), on the host `on`
+    /// when given, and waits until it accepts connections.
     pub fn launch(
         label: &str,
         kind: PeerKind,
         argv: &[String],
         addr: (IpAddr, u16),
-        link: Option<&Link>,
+        on: Option<&dyn ServerHost>,
     ) -> Result<Self> {
         let (host, port) = addr;
         let Some(program) = argv.first() else {
             bail!("{label}: an empty command line");
         };
         let log = tempfile::NamedTempFile::new().context("cannot create a server log file")?;
-        let mut command = match link {
-            Some(l) => l.command(program),
+        let mut command = match on {
+            Some(h) => h.command(program.as_ref()),
             None => Command::new(program),
         };
         let child = command

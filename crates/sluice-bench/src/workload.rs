@@ -305,6 +305,25 @@ impl fmt::Display for Size {
     }
 }
 
+/// The standard comparison cases: sequential and random reads and writes
+/// at the block sizes and queue depths the peer comparison uses.
+pub fn standard_cases(duration: Duration) -> Vec<Workload> {
+    let mk = |p, rw, bs: u32, qd, workers| {
+        let mut w = Workload::new(p, rw, bs, qd);
+        w.workers = workers;
+        w.limit = Limit::Time(duration);
+        w
+    };
+    vec![
+        mk(Pattern::Rand, Rw::Read, 4096, 1, 1),
+        mk(Pattern::Rand, Rw::Read, 4096, 16, 1),
+        mk(Pattern::Rand, Rw::Write, 4096, 16, 1),
+        mk(Pattern::Rand, Rw::Read, 4096, 16, 2),
+        mk(Pattern::Seq, Rw::Read, 1 << 20, 8, 1),
+        mk(Pattern::Seq, Rw::Write, 1 << 20, 8, 1),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

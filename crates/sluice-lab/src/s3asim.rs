@@ -50,6 +50,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
+use sluice_bench::machine::Machine;
+use sluice_bench::machine::{load1, steal_now, steal_since};
+use sluice_bench::peers;
+use sluice_bench::stats::{ratio, Spread};
+use sluice_bench::workload::{parse_duration, Size};
 use sluice_client::obj::{
     DataOptions, MergePolicy, ObjClient, ObjOptions, Pattern, Segment, StripedClient,
     StripedObject, StripedWrite,
@@ -59,16 +64,11 @@ use sluice_meta::{MemoryMetaStore, MetaStore, SqliteMetaStore};
 use sluice_model::plot::{Axes, Figure, XAxis};
 use sluice_model::text::Table;
 
+use crate::epilogue::Epilogue;
 use crate::link::{LinkMeasurement, LinkRate};
-use crate::machine::Machine;
-use crate::objects::{load1, steal_now, steal_since, ObjServer};
-use crate::peers;
-use crate::plot;
-use crate::presets::PresetOptions;
-use crate::report;
-use crate::stats::{ratio, Spread};
+use crate::objserver::ObjServer;
+use crate::setup::PresetOptions;
 use crate::striped::Bed;
-use crate::workload::{parse_duration, Size};
 
 /// Sequences in the database, whatever its size: a bigger database has
 /// longer sequences, so its results are longer.
@@ -1020,7 +1020,7 @@ pub fn s3asim(opts: &PresetOptions, args: &S3aSimArgs) -> Result<S3aSimReport> {
     let rows = summarise(&samples, &searches, compute_floor);
     let report = S3aSimReport {
         preset: "s3asim".into(),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
+        command: crate::setup::command_line(),
         machine,
         loadavg_end: Machine::probe().loadavg,
         steal_pct: steal_since(steal0),
@@ -1040,9 +1040,6 @@ pub fn s3asim(opts: &PresetOptions, args: &S3aSimArgs) -> Result<S3aSimReport> {
         samples,
         failures,
     };
-    let json = opts.out_dir.join("s3asim.json");
-    report::write_json(&json, &report)?;
-    eprintln!("results: {}", json.display());
     print_report(opts, &report, t0.elapsed())?;
     Ok(report)
 }
@@ -1161,33 +1158,24 @@ fn miss_reason(naive: Option<Spread>, noncontig: Option<Spread>, floor: f64) -> 
 }
 
 fn print_report(opts: &PresetOptions, report: &S3aSimReport, wall: Duration) -> Result<()> {
-    println!(
-        "# s3asim ({} queries x {} fragments, {} workers, median of {} round(s), wall {:.0} s)",
+    let title = format!(
+        "s3asim ({} queries x {} fragments, {} workers, median of {} round(s), wall {:.0} s)",
         report.queries,
         report.fragments,
         report.workers,
         report.rounds,
         wall.as_secs_f64()
     );
-    crate::presets::print_context(
-        &report.machine,
-        Some("server"),
-        &report.links,
-        &report.notes,
-    );
-    println!(
-        "load at the end {}, steal {:.1}% over the run",
-        report.loadavg_end, report.steal_pct
-    );
-    for f in &report.failures {
-        println!("failed: {f}");
-    }
-    let t = table(&report.rows);
-    println!();
-    print!("{}", t.render());
-    report::write_text(&opts.out_dir.join("s3asim-table.md"), &t.markdown())?;
-    plot::draw_or_warn(&figure(&report.rows), &opts.plot_dir.join("bench-s3asim"));
-    Ok(())
+    Epilogue::new("s3asim", title, &report.machine, &report.notes)
+        .links(Some("server"), &report.links)
+        .line(format!(
+            "load at the end {}, steal {:.1}% over the run",
+            report.loadavg_end, report.steal_pct
+        ))
+        .failures(&report.failures)
+        .table("", table(&report.rows))
+        .figure(figure(&report.rows))
+        .finish(opts, report)
 }
 
 /// One line per setup, network and size.

@@ -15,21 +15,21 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use serde::Serialize;
+use sluice_bench::cpu;
+use sluice_bench::hist::LatencyHistogram;
+use sluice_bench::machine::Machine;
+use sluice_bench::machine::{load1, steal_now, steal_since};
+use sluice_bench::stats::{ratio, MedianInterval, Spread};
+use sluice_bench::target::SERVER_THREAD_PREFIX;
 use sluice_client::obj::{
     DataOptions, MergePolicy, ObjClient, ObjOptions, Segment, SharedObjClient, READER_THREAD,
 };
 use sluice_model::plot::{Axes, Figure, XAxis};
 use sluice_model::text::{compact, Table};
 
-use crate::cpu;
-use crate::hist::LatencyHistogram;
-use crate::machine::Machine;
-use crate::objects::{load1, steal_now, steal_since, ObjServer};
-use crate::plot;
-use crate::presets::PresetOptions;
-use crate::report;
-use crate::stats::{ratio, MedianInterval, Spread};
-use crate::target::SERVER_THREAD_PREFIX;
+use crate::epilogue::Epilogue;
+use crate::objserver::ObjServer;
+use crate::setup::PresetOptions;
 
 /// Bytes per write.
 const BLOCK: usize = 4096;
@@ -264,7 +264,7 @@ pub fn merge(opts: &MergeOptions) -> Result<MergeReport> {
     let summaries = summarise(&samples);
     let checks = check_adaptive(&summaries, &samples);
     let report = MergeReport {
-        command: std::env::args().collect::<Vec<_>>().join(" "),
+        command: crate::setup::command_line(),
         machine,
         rounds: p.rounds,
         duration_s: duration.as_secs_f64(),
@@ -274,33 +274,22 @@ pub fn merge(opts: &MergeOptions) -> Result<MergeReport> {
         samples,
         failures,
     };
-    let json = p.out_dir.join("merge.json");
-    report::write_json(&json, &report)?;
-    let (throughput, latency) = (throughput_table(&report), latency_table(&report.summaries));
-    report::write_text(
-        &p.out_dir.join("merge-table.md"),
-        &format!("{}\n{}", throughput.markdown(), latency.markdown()),
-    )?;
-    plot::draw_or_warn(&figure(&report.summaries), &p.plot_dir.join("bench-merge"));
-    eprintln!("results: {}", json.display());
-    println!(
-        "# merge ({} round(s), {:.1} s per run, wall {:.0} s)",
+    let title = format!(
+        "merge ({} round(s), {:.1} s per run, wall {:.0} s)",
         report.rounds,
         report.duration_s,
         t0.elapsed().as_secs_f64()
     );
-    println!("machine: {}", report.machine.line());
-    for n in &report.notes {
-        println!("note: {n}");
-    }
-    for f in &report.failures {
-        println!("failed: {f}");
-    }
-    print!("{}", throughput.render());
-    println!("latency at queue depth 1 (one thread):");
-    print!("{}", latency.render());
+    let json = p.out_dir.join("merge.json");
+    let mut epilogue = Epilogue::new("merge", title, &report.machine, &report.notes)
+        .failures(&report.failures)
+        .table("", throughput_table(&report))
+        .table(
+            "latency at queue depth 1 (one thread):",
+            latency_table(&report.summaries),
+        );
     for c in report.checks.iter().filter(|c| !c.within_margin) {
-        println!(
+        epilogue = epilogue.after(format!(
             "adaptive is not within {:.0}% of {} at {} threads ({}): see the samples in {}",
             ADAPTIVE_MARGIN * 100.0,
             c.best,
@@ -321,8 +310,11 @@ pub fn merge(opts: &MergeOptions) -> Result<MergeReport> {
                 )
             ),
             json.display()
-        );
+        ));
     }
+    epilogue
+        .figure(figure(&report.summaries))
+        .finish(p, &report)?;
     Ok(report)
 }
 
@@ -472,7 +464,7 @@ fn share(part: u64, whole: u64) -> f64 {
 
 fn median_of(values: impl Iterator<Item = f64>) -> f64 {
     let v: Vec<f64> = values.collect();
-    crate::stats::median(&v).unwrap_or(0.0)
+    sluice_bench::stats::median(&v).unwrap_or(0.0)
 }
 
 /// Medians over rounds, per policy and thread count.

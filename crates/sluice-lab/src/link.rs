@@ -28,7 +28,7 @@
 //! built into every kernel (see [`crate::relay`] for why not tbf).
 
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -39,6 +39,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
+
+use sluice_bench::peers::ServerHost;
 
 use crate::relay::{Wire, WireRelay};
 
@@ -641,6 +643,22 @@ impl Link {
     }
 }
 
+/// Peer servers (sluice-bench's `PeerServer`) and the comparison
+/// matrix run their server processes inside the link's namespace.
+impl ServerHost for Link {
+    fn server_addr(&self) -> IpAddr {
+        IpAddr::V4(Self::server_addr(self))
+    }
+
+    fn free_port(&self) -> Result<u16> {
+        Self::free_port(self)
+    }
+
+    fn command(&self, program: &std::ffi::OsStr) -> Command {
+        Self::command(self, program)
+    }
+}
+
 impl Drop for Link {
     /// Deletes the veth pair (both ends, at once) before the namespace
     /// goes: a namespace's interfaces are otherwise removed by the kernel
@@ -796,12 +814,9 @@ mod tests {
         for l in [&a, &b] {
             let listener = l.listen(0).unwrap();
             let addr = listener.local_addr().unwrap();
-            assert_eq!(addr.ip(), std::net::IpAddr::V4(l.server_addr()));
+            assert_eq!(addr.ip(), IpAddr::V4(l.server_addr()));
             let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).unwrap();
-            assert_eq!(
-                s.local_addr().unwrap().ip(),
-                std::net::IpAddr::V4(l.client_addr())
-            );
+            assert_eq!(s.local_addr().unwrap().ip(), IpAddr::V4(l.client_addr()));
         }
     }
 

@@ -2,128 +2,29 @@
 //! comparison they build on. Each writes JSON (every run plus the
 //! medians), prints tables, and draws a plot.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
+use sluice_bench::machine::Machine;
+use sluice_bench::matrix::{self, Driver, Matrix, MatrixRuns, Summary, TargetEntry, TargetKind};
+use sluice_bench::peers::{self, ServerHost};
+use sluice_bench::report;
+use sluice_bench::stats::ratio;
+use sluice_bench::target::{Backing, EmbeddedConfig};
+use sluice_bench::workload::{Limit, Pattern, Rw, Workload};
 use sluice_client::obj::MergePolicy;
 use sluice_model::plot::{Axes, Figure, XAxis};
 use sluice_model::text::{compact, scaled, Table};
 use sluice_server::PipelineMode;
 use sluice_types::format_size;
 
-use crate::link::{Link, LinkMeasurement, LinkRate};
-use crate::machine::Machine;
-use crate::matrix::{self, Driver, Matrix, MatrixRuns, Summary, TargetEntry, TargetKind};
+use crate::epilogue::Epilogue;
+use crate::link::LinkMeasurement;
 use crate::merge;
-use crate::objects::ObjServer;
-use crate::peers;
-use crate::plot;
-use crate::report;
-use crate::stats::ratio;
-use crate::target::{Backing, EmbeddedConfig};
-use crate::workload::{Limit, Pattern, Rw, Workload};
-
-/// Options every preset and `compare` share.
-#[derive(Debug, Clone)]
-pub struct PresetOptions {
-    /// Smaller sizes and shorter runs (each preset under 10 minutes).
-    pub quick: bool,
-    /// Interleaved rounds.
-    pub rounds: u32,
-    /// Seconds per timed run (overrides the preset's default).
-    pub duration: Option<Duration>,
-    /// Where JSON and CSV go.
-    pub out_dir: PathBuf,
-    /// Where plots go (`bench-NAME.svg`, `bench-NAME.png`).
-    pub plot_dir: PathBuf,
-    /// Image to serve (created if missing); default: a temporary one.
-    pub image: Option<PathBuf>,
-    /// Image size when created.
-    pub image_size: Option<u64>,
-    /// The sluice binary for `serve` (default: found beside this one).
-    pub sluice_bin: Option<PathBuf>,
-    /// Targets to include (default: all the preset knows).
-    pub targets: Option<Vec<String>>,
-    /// Client(s) driving the load.
-    pub driver: Driver,
-    /// Progress bars on a terminal.
-    pub progress: bool,
-    /// Put the server processes behind a link limited to this rate
-    /// (`--link-rate`); `None`: loopback.
-    pub link_rate: Option<LinkRate>,
-}
-
-impl PresetOptions {
-    fn duration(&self, quick: f64, full: f64) -> Duration {
-        self.duration
-            .unwrap_or_else(|| Duration::from_secs_f64(if self.quick { quick } else { full }))
-    }
-
-    fn size(&self, quick: u64, full: u64) -> u64 {
-        self.image_size
-            .unwrap_or(if self.quick { quick } else { full })
-    }
-
-    fn wants(&self, target: &str) -> bool {
-        self.targets
-            .as_ref()
-            .is_none_or(|t| t.iter().any(|x| x == target))
-    }
-}
-
-/// An image file, deleted afterwards if this run created it.
-#[derive(Debug)]
-pub struct Image {
-    path: PathBuf,
-    remove: bool,
-}
-
-impl Image {
-    /// `given`, or a new file `sluice-bench-NAME.img` in `dir` (default
-    /// /dev/shm when present, else the temp dir), filled to `size`.
-    pub fn prepare(
-        given: Option<&Path>,
-        dir: Option<&Path>,
-        name: &str,
-        size: u64,
-    ) -> Result<Self> {
-        let (path, remove) = match given {
-            Some(p) => (p.to_path_buf(), false),
-            None => {
-                let dir = dir.map(Path::to_path_buf).unwrap_or_else(|| {
-                    let shm = PathBuf::from("/dev/shm");
-                    if shm.is_dir() {
-                        shm
-                    } else {
-                        std::env::temp_dir()
-                    }
-                });
-                (
-                    dir.join(format!("sluice-bench-{name}-{}.img", std::process::id())),
-                    true,
-                )
-            }
-        };
-        eprintln!("image: {} ({} bytes)", path.display(), size);
-        peers::ensure_image(&path, size)?;
-        Ok(Self { path, remove })
-    }
-
-    /// Its path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-}
-
-impl Drop for Image {
-    fn drop(&mut self) {
-        if self.remove {
-            let _ = std::fs::remove_file(&self.path);
-        }
-    }
-}
+use crate::objserver::ObjServer;
+use crate::setup::{command_line, open_link, Image, PresetOptions};
 
 /// What a preset or comparison writes to JSON.
 #[derive(Debug, Serialize)]
@@ -154,10 +55,6 @@ pub struct PresetReport {
     /// Every run.
     #[serde(flatten)]
     pub runs: MatrixRuns,
-}
-
-fn command_line() -> String {
-    std::env::args().collect::<Vec<_>>().join(" ")
 }
 
 /// Peers (and local) as targets; messages for those skipped.
@@ -202,8 +99,7 @@ struct Plan<'a> {
     baseline: &'a str,
 }
 
-/// Runs the plan's matrix, writes its JSON and CSV reports and prints
-/// their header.
+/// Runs the plan's matrix; [`epilogue`] then reports it.
 fn run_plan(opts: &PresetOptions, plan: Plan<'_>) -> Result<PresetReport> {
     let m = Matrix {
         targets: plan.targets.to_vec(),
@@ -222,7 +118,7 @@ fn run_plan(opts: &PresetOptions, plan: Plan<'_>) -> Result<PresetReport> {
     {
         notes.push("local I/O has no network: it is not behind the link".into());
     }
-    let runs = matrix::run_behind(&m, link.as_ref().map(|l| &l.0));
+    let runs = matrix::run_behind(&m, link.as_ref().map(|l| &l.0 as &dyn ServerHost));
     let name = plan.name;
     let summaries = matrix::summarise(&runs.runs, plan.baseline);
     let report = PresetReport {
@@ -239,62 +135,32 @@ fn run_plan(opts: &PresetOptions, plan: Plan<'_>) -> Result<PresetReport> {
         summaries,
         runs,
     };
-    let json = opts.out_dir.join(format!("{name}.json"));
-    report::write_json(&json, &report)?;
-    let csv = opts.out_dir.join(format!("{name}.csv"));
-    let results: Vec<_> = report.runs.runs.iter().map(|m| m.result.clone()).collect();
-    report::write_text(&csv, &report::results_csv(&results))?;
-    eprintln!("results: {} and {}", json.display(), csv.display());
-    print_header(&report);
     Ok(report)
 }
 
-/// The lines under a report's title: the machine, each link (after
-/// `label i` when there are several, e.g. "member 0"), and the notes.
-pub(crate) fn print_context(
-    machine: &Machine,
-    label: Option<&str>,
-    links: &[LinkMeasurement],
-    notes: &[String],
-) {
-    println!("machine: {}", machine.line());
-    for (i, l) in links.iter().enumerate() {
-        match label {
-            Some(label) => println!("{label} {i} {}", l.line()),
-            None => println!("{}", l.line()),
-        }
-    }
-    for n in notes {
-        println!("note: {n}");
-    }
-}
-
-fn print_header(report: &PresetReport) {
-    println!(
-        "# {} ({} round(s), {:.1} s per run, wall {:.0} s)",
+/// A matrix preset's epilogue: its JSON and every run as CSV, the title
+/// with rounds and timing, the link, and the failed runs; the preset adds
+/// its tables and plot.
+fn epilogue(report: &PresetReport) -> Epilogue<'_> {
+    let title = format!(
+        "{} ({} round(s), {:.1} s per run, wall {:.0} s)",
         report.preset, report.rounds, report.duration_s, report.runs.wall_s
     );
-    print_context(&report.machine, None, report.link.as_slice(), &report.notes);
-    if !report.runs.failures.is_empty() {
-        println!("{} run(s) failed:", report.runs.failures.len());
-        for f in &report.runs.failures {
-            println!(
+    let results: Vec<_> = report.runs.runs.iter().map(|m| m.result.clone()).collect();
+    let mut e = Epilogue::new(&report.preset, title, &report.machine, &report.notes)
+        .links(None, report.link.as_slice())
+        .csv(report::results_csv(&results));
+    let failures = &report.runs.failures;
+    if !failures.is_empty() {
+        e = e.line(format!("{} run(s) failed:", failures.len()));
+        for f in failures {
+            e = e.line(format!(
                 "  round {} {} {} {}: {}",
                 f.round, f.target, f.driver, f.case, f.error
-            );
+            ));
         }
     }
-}
-
-/// A link at `rate` for the servers, measured (and the measurement
-/// printed) before anything runs over it.
-pub fn open_link(rate: LinkRate) -> Result<(Link, LinkMeasurement)> {
-    let link = Link::create(Some(rate)).context(
-        "--link-rate needs root, network namespaces, veth and tc tbf (iproute2), which are not usable here",
-    )?;
-    let m = link.measure()?;
-    eprintln!("{} ({})", m.line(), link.namespace().name());
-    Ok((link, m))
+    e
 }
 
 fn labels(targets: &[TargetEntry]) -> Vec<String> {
@@ -302,25 +168,6 @@ fn labels(targets: &[TargetEntry]) -> Vec<String> {
 }
 
 // ---------------------------------------------------------------- compare
-
-/// The standard comparison cases: sequential and random reads and writes
-/// at the block sizes and queue depths the peer comparison uses.
-pub fn standard_cases(duration: Duration) -> Vec<Workload> {
-    let mk = |p, rw, bs: u32, qd, workers| {
-        let mut w = Workload::new(p, rw, bs, qd);
-        w.workers = workers;
-        w.limit = Limit::Time(duration);
-        w
-    };
-    vec![
-        mk(Pattern::Rand, Rw::Read, 4096, 1, 1),
-        mk(Pattern::Rand, Rw::Read, 4096, 16, 1),
-        mk(Pattern::Rand, Rw::Write, 4096, 16, 1),
-        mk(Pattern::Rand, Rw::Read, 4096, 16, 2),
-        mk(Pattern::Seq, Rw::Read, 1 << 20, 8, 1),
-        mk(Pattern::Seq, Rw::Write, 1 << 20, 8, 1),
-    ]
-}
 
 /// `sluice bench compare`: sluice, nbdkit, qemu-nbd and local I/O on one
 /// image, own client and fio, interleaved rounds, ratios to `baseline`.
@@ -331,7 +178,7 @@ pub fn compare(
 ) -> Result<PresetReport> {
     let machine = Machine::probe();
     let duration = opts.duration(1.0, 3.0);
-    let mut all = standard_cases(duration);
+    let mut all = sluice_bench::workload::standard_cases(duration);
     if let Some(names) = cases {
         for n in names {
             if !all.iter().any(|w| &w.label() == n) {
@@ -371,16 +218,17 @@ pub fn compare(
             baseline,
         },
     )?;
-    println!("\nmedian IOPS (ratio to {baseline})");
-    print!(
-        "{}",
-        matrix::pivot_table(&report.summaries, &labels(&targets), false).render()
-    );
-    println!("\ndetails (median over rounds; min-max of IOPS)");
-    print!(
-        "{}",
-        matrix::summary_table(&report.summaries, baseline).render()
-    );
+    epilogue(&report)
+        .table(
+            format!("median IOPS (ratio to {baseline})"),
+            matrix::pivot_table(&report.summaries, &labels(&targets), false),
+        )
+        .table(
+            "details (median over rounds; min-max of IOPS)",
+            matrix::summary_table(&report.summaries, baseline),
+        )
+        .markdown_file(None)
+        .finish(opts, &report)?;
     Ok(report)
 }
 
@@ -507,12 +355,6 @@ pub fn pipelining(opts: &PresetOptions, direct: bool) -> Result<PresetReport> {
             }
         }
     }
-    println!("\nthroughput (median MiB/s) and mean response time (us)");
-    print!("{}", t.render());
-    report::write_text(
-        &opts.out_dir.join(format!("{name}-table.md")),
-        &t.markdown(),
-    )?;
     let axes = Axes {
         x_label: "outstanding I/O".into(),
         y_label: "MiB/s".into(),
@@ -536,17 +378,17 @@ pub fn pipelining(opts: &PresetOptions, direct: bool) -> Result<PresetReport> {
             charts.push(axes.chart(format!("{rw} {}", format_size(u64::from(bs))), lines));
         }
     }
-    plot::draw_or_warn(
-        &Figure {
+    epilogue(&report)
+        .table("throughput (median MiB/s) and mean response time (us)", t)
+        .figure(Figure {
             title: format!(
                 "Pipelining ({}): sequential throughput vs outstanding I/O",
                 if direct { "O_DIRECT" } else { "page cache" }
             ),
             columns: 3,
             charts,
-        },
-        &opts.plot_dir.join(format!("bench-{name}")),
-    );
+        })
+        .finish(opts, &report)?;
     Ok(report)
 }
 
@@ -594,10 +436,7 @@ pub fn scaling(opts: &PresetOptions, qd: u32) -> Result<PresetReport> {
             baseline: "nbdkit",
         },
     )?;
-    println!("\naggregate MiB/s, median (ratio to nbdkit)");
     let pivot = matrix::pivot_table(&report.summaries, &labels(&targets), true);
-    print!("{}", pivot.render());
-    report::write_text(&opts.out_dir.join("scaling-table.md"), &pivot.markdown())?;
     let axes = Axes {
         x_label: "clients".into(),
         y_label: "MiB/s".into(),
@@ -626,14 +465,14 @@ pub fn scaling(opts: &PresetOptions, qd: u32) -> Result<PresetReport> {
             charts.push(axes.chart(format!("{rw}, 1 MiB records ({driver} client)"), lines));
         }
     }
-    plot::draw_or_warn(
-        &Figure {
+    epilogue(&report)
+        .table("aggregate MiB/s, median (ratio to nbdkit)", pivot)
+        .figure(Figure {
             title: "Scaling: aggregate throughput vs clients".into(),
             columns: 2,
             charts,
-        },
-        &opts.plot_dir.join("bench-scaling"),
-    );
+        })
+        .finish(opts, &report)?;
     Ok(report)
 }
 
@@ -724,8 +563,6 @@ pub fn san(opts: &PresetOptions) -> Result<PresetReport> {
             s.ratio.map_or_else(|| "-".into(), |r| format!("{r:.2}")),
         ]);
     }
-    println!("\n4 KiB latency at QD 1, 10,000 ops (median of rounds)");
-    print!("{}", lat.render());
     let fio_style: Vec<Summary> = report
         .summaries
         .iter()
@@ -739,13 +576,21 @@ pub fn san(opts: &PresetOptions) -> Result<PresetReport> {
         .cloned()
         .collect();
     let t2 = matrix::pivot_table(&fio_style, &names, true);
-    println!("\n16 workers, QD 1 each: median MiB/s (fraction of local)");
-    print!("{}", t2.render());
     let t3 = matrix::pivot_table(&sweep, &names, false);
-    println!("\n4 KiB random writes vs workers: median IOPS (fraction of local)");
-    print!("{}", t3.render());
+    // A failure to start the merge rows' server still lets the matrix's
+    // results be written; the preset fails afterwards.
+    let mut merge_error = None;
     let merge = if opts.wants("sluice") {
-        san_merge(opts, duration, &sweep)?
+        san_merge(opts, duration, &sweep).unwrap_or_else(|e| {
+            let report = SanMergeReport {
+                rows: Vec::new(),
+                checks: Vec::new(),
+                samples: Vec::new(),
+                failures: vec![format!("temporal merge rows: {e:#}")],
+            };
+            merge_error = Some(e);
+            report
+        })
     } else {
         SanMergeReport {
             rows: Vec::new(),
@@ -755,20 +600,6 @@ pub fn san(opts: &PresetOptions) -> Result<PresetReport> {
         }
     };
     let t4 = san_merge_table(&merge);
-    println!(
-        "\n4 KiB random writes through the object client, temporal merge off / always / adaptive: writes/s (fraction of local)"
-    );
-    print!("{}", t4.render());
-    report::write_text(
-        &opts.out_dir.join("san-tables.md"),
-        &format!(
-            "{}\n{}\n{}\n{}",
-            lat.markdown(),
-            t2.markdown(),
-            t3.markdown(),
-            t4.markdown()
-        ),
-    )?;
     let axes = Axes {
         x_label: "workers".into(),
         y_label: "kIOPS (left), fraction of local (right)".into(),
@@ -843,15 +674,28 @@ pub fn san(opts: &PresetOptions) -> Result<PresetReport> {
                 .collect(),
         ),
     );
-    plot::draw_or_warn(
-        &Figure {
+    epilogue(&report)
+        .table("4 KiB latency at QD 1, 10,000 ops (median of rounds)", lat)
+        .table("16 workers, QD 1 each: median MiB/s (fraction of local)", t2)
+        .table(
+            "4 KiB random writes vs workers: median IOPS (fraction of local)",
+            t3,
+        )
+        .table(
+            "4 KiB random writes through the object client, temporal merge off / always / adaptive: writes/s (fraction of local)",
+            t4,
+        )
+        .markdown_file(Some("san-tables.md".into()))
+        .figure(Figure {
             title: "SAN: random-write throughput vs workers".into(),
             columns: 2,
             charts,
-        },
-        &opts.plot_dir.join("bench-san"),
-    );
-    Ok(report)
+        })
+        .finish(opts, &report)?;
+    match merge_error {
+        Some(e) => Err(e),
+        None => Ok(report),
+    }
 }
 
 /// One point of the san preset's temporal-merge rows: a policy at a
@@ -1030,9 +874,4 @@ fn san_merge_table(report: &SanMergeReport) -> Table {
         ]);
     }
     t
-}
-
-/// Checks that `dir` can be written (fails early, before long runs).
-pub fn check_out_dir(dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))
 }

@@ -22,17 +22,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
+use sluice_bench::machine::Machine;
+use sluice_bench::machine::{load1, steal_now, steal_since};
+use sluice_bench::peers::{self, PeerSpec};
+use sluice_bench::stats::{median, ratio, Spread};
 use sluice_model::plot::{Axes, Figure, XAxis};
 use sluice_model::text::{compact, Table};
 
+use crate::epilogue::Epilogue;
 use crate::fsbench::{missing_stack_prerequisite, Ext4Stack};
-use crate::machine::Machine;
-use crate::objects::{load1, steal_now, steal_since};
-use crate::peers::{self, PeerSpec};
-use crate::plot;
-use crate::presets::{Image, PresetOptions};
-use crate::report;
-use crate::stats::{median, ratio, Spread};
+use crate::setup::{Image, PresetOptions};
 
 /// Where Debian installs PostgreSQL's programs: `ROOT/VERSION/bin`.
 pub const POSTGRES_ROOT: &str = "/usr/lib/postgresql";
@@ -714,9 +713,9 @@ fn run_target(
         for &c in clients {
             let threads = c.min(nproc).max(1);
             let steal0 = steal_now();
-            let cpu0 = stack.server_pid().and_then(crate::cpu::process_cpu);
+            let cpu0 = stack.server_pid().and_then(sluice_bench::cpu::process_cpu);
             let r = cluster.run(c, threads, secs, commit);
-            let cpu1 = stack.server_pid().and_then(crate::cpu::process_cpu);
+            let cpu1 = stack.server_pid().and_then(sluice_bench::cpu::process_cpu);
             match r {
                 Ok(output) => {
                     let server_cpu_us_per_txn = match (cpu0, cpu1) {
@@ -843,7 +842,7 @@ pub fn pgbench(opts: &PgbenchOptions) -> Result<PgbenchReport> {
     let Gathered { samples, failures } = out;
     let summaries = summarise(&samples);
     let report = PgbenchReport {
-        command: std::env::args().collect::<Vec<_>>().join(" "),
+        command: crate::setup::command_line(),
         machine,
         loadavg_end: Machine::probe().loadavg,
         steal_pct: steal_since(steal0),
@@ -859,30 +858,23 @@ pub fn pgbench(opts: &PgbenchOptions) -> Result<PgbenchReport> {
         failures,
         wall_s: t0.elapsed().as_secs_f64(),
     };
-    let json = p.out_dir.join("pgbench.json");
-    report::write_json(&json, &report)?;
-    let t = table(&report.summaries);
-    report::write_text(&p.out_dir.join("pgbench-table.md"), &t.markdown())?;
     let labels: Vec<String> = targets.iter().map(|(l, _)| l.clone()).collect();
-    plot::draw_or_warn(
-        &figure(&report.summaries, &labels, &commits),
-        &p.plot_dir.join("bench-pgbench"),
-    );
-    eprintln!("results: {}", json.display());
-    println!(
-        "# pgbench ({} round(s), {secs} s per run, scale {scale}, wall {:.0} s)",
+    let title = format!(
+        "pgbench ({} round(s), {secs} s per run, scale {scale}, wall {:.0} s)",
         report.rounds, report.wall_s
     );
-    crate::presets::print_context(&report.machine, None, &[], &report.notes);
-    println!(
-        "load average at the end: {}; steal over the run: {:.1}%",
-        report.loadavg_end, report.steal_pct
-    );
-    for f in &report.failures {
-        println!("failed: {f}");
-    }
-    println!("\nmedian of rounds; x nbdkit and x local: tps ratios; srv: the server process's CPU");
-    print!("{}", t.render());
+    Epilogue::new("pgbench", title, &report.machine, &report.notes)
+        .line(format!(
+            "load average at the end: {}; steal over the run: {:.1}%",
+            report.loadavg_end, report.steal_pct
+        ))
+        .failures(&report.failures)
+        .table(
+            "median of rounds; x nbdkit and x local: tps ratios; srv: the server process's CPU",
+            table(&report.summaries),
+        )
+        .figure(figure(&report.summaries, &labels, &commits))
+        .finish(p, &report)?;
     Ok(report)
 }
 
@@ -1090,7 +1082,7 @@ tps = 666.666667 (excluding connections establishing)
                 image_size: Some(256 << 20),
                 sluice_bin: None,
                 targets: Some(vec!["local".into()]),
-                driver: crate::matrix::Driver::Own,
+                driver: sluice_bench::matrix::Driver::Own,
                 progress: false,
                 link_rate: None,
             },

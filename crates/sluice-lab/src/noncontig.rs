@@ -40,6 +40,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
+use sluice_bench::machine::Machine;
+use sluice_bench::machine::{load1, steal_now, steal_since};
+use sluice_bench::stats::{median, ratio};
+use sluice_bench::workload::Size;
 use sluice_client::obj::{
     DataOptions, DdtKind, MergePolicy, ObjClient, ObjOptions, ObjRequest, ObjResponse, Segment,
 };
@@ -50,14 +54,10 @@ use sluice_model::text::{compact, Table};
 use sluice_server::{ExportConfig, ListenAddr, ObjectConfig, ServerConfig};
 use sluice_volume::{BaseSpec, VolumeSpec};
 
+use crate::epilogue::Epilogue;
 use crate::link::{Link, LinkMeasurement, LinkRate};
-use crate::machine::Machine;
-use crate::objects::{load1, steal_now, steal_since, ObjServer};
-use crate::plot;
-use crate::presets::PresetOptions;
-use crate::report;
-use crate::stats::{median, ratio};
-use crate::workload::Size;
+use crate::objserver::ObjServer;
+use crate::setup::PresetOptions;
 
 /// The hole after each block of the view.
 pub const HOLE: u64 = 2;
@@ -165,7 +165,7 @@ pub struct NoncontigArgs {
     #[arg(long, value_delimiter = ',', value_enum)]
     pub links: Option<Vec<LinkKind>>,
     /// Delay added each way on the delayed link (default 250us).
-    #[arg(long, value_parser = crate::workload::parse_duration)]
+    #[arg(long, value_parser = sluice_bench::workload::parse_duration)]
     pub link_delay: Option<Duration>,
     /// Volumes of the view, comma-separated: object, mem, file (default
     /// all three).
@@ -1159,7 +1159,7 @@ pub fn noncontig(opts: &PresetOptions, args: &NoncontigArgs) -> Result<Noncontig
     let checks = check_targets(&points);
     let report = NoncontigReport {
         preset: "noncontig".into(),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
+        command: crate::setup::command_line(),
         machine: Machine::probe(),
         loadavg_end: Machine::probe().loadavg,
         quick: opts.quick,
@@ -1175,9 +1175,6 @@ pub fn noncontig(opts: &PresetOptions, args: &NoncontigArgs) -> Result<Noncontig
         checks,
         failures,
     };
-    let json = opts.out_dir.join("noncontig.json");
-    report::write_json(&json, &report)?;
-    eprintln!("results: {}", json.display());
     print_report(opts, &report, t0.elapsed())?;
     Ok(report)
 }
@@ -1396,14 +1393,13 @@ fn figure(report: &NoncontigReport) -> Figure {
 }
 
 fn print_report(opts: &PresetOptions, report: &NoncontigReport, wall: Duration) -> Result<()> {
-    println!(
-        "# noncontig ({} per view transfer, median of {} round(s), wall {:.0} s)",
+    let title = format!(
+        "noncontig ({} per view transfer, median of {} round(s), wall {:.0} s)",
         sluice_types::format_size(report.total_bytes),
         report.rounds,
         wall.as_secs_f64()
     );
     let measured: Vec<LinkMeasurement> = report.links.iter().map(|(_, m)| *m).collect();
-    crate::presets::print_context(&report.machine, None, &measured, &report.notes);
     let steal = report
         .points
         .iter()
@@ -1414,32 +1410,29 @@ fn print_report(opts: &PresetOptions, report: &NoncontigReport, wall: Duration) 
         .iter()
         .map(|p| p.load1_max)
         .fold(0.0, f64::max);
-    println!("load: highest 1-minute average {load:.2}, highest steal {steal:.1}%");
-    for f in &report.failures {
-        println!("failed: {f}");
-    }
-    let (contiguous, view) = (
-        contiguous_table(&report.points),
-        view_table(&report.points, &report.checks),
-    );
-    println!("\ncontiguous access, one segment (all DDTs should be equal):");
-    print!("{}", contiguous.render());
-    println!("\nthe view (blocks of x bytes, {HOLE}-byte holes):");
-    print!("{}", view.render());
+    let mut epilogue = Epilogue::new("noncontig", title, &report.machine, &report.notes)
+        .links(None, &measured)
+        .line(format!(
+            "load: highest 1-minute average {load:.2}, highest steal {steal:.1}%"
+        ))
+        .failures(&report.failures)
+        .table(
+            "contiguous access, one segment (all DDTs should be equal):",
+            contiguous_table(&report.points),
+        )
+        .table(
+            format!("the view (blocks of x bytes, {HOLE}-byte holes):"),
+            view_table(&report.points, &report.checks),
+        );
     let missed = report.checks.iter().filter(|c| !c.met).count();
     if !report.checks.is_empty() {
-        println!(
+        epilogue = epilogue.after(format!(
             "targets on the rate-limited links (x from 8 B to 4 KiB): {} of {} points met",
             report.checks.len() - missed,
             report.checks.len()
-        );
+        ));
     }
-    report::write_text(
-        &opts.out_dir.join("noncontig-table.md"),
-        &format!("{}\n{}", contiguous.markdown(), view.markdown()),
-    )?;
-    plot::draw_or_warn(&figure(report), &opts.plot_dir.join("bench-noncontig"));
-    Ok(())
+    epilogue.figure(figure(report)).finish(opts, report)
 }
 
 #[cfg(test)]

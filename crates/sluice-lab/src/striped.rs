@@ -22,19 +22,18 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
+use sluice_bench::machine::Machine;
+use sluice_bench::peers::{self, PeerKind, PeerServer};
+use sluice_bench::stats::median;
+use sluice_bench::workload::Size;
 use sluice_client::obj::{ObjOptions, Pattern, StripedClient, StripedWrite};
 use sluice_meta::{MemoryMetaStore, MetaStore};
 use sluice_model::plot::{Axes, Figure, XAxis};
 use sluice_model::text::{compact, Table};
 
+use crate::epilogue::Epilogue;
 use crate::link::{Link, LinkMeasurement, LinkRate};
-use crate::machine::Machine;
-use crate::peers::{self, PeerKind, PeerServer};
-use crate::plot;
-use crate::presets::PresetOptions;
-use crate::report;
-use crate::stats::median;
-use crate::workload::Size;
+use crate::setup::PresetOptions;
 
 /// Bytes of each stripe unit.
 pub const STRIPE_UNIT: u64 = 64 << 10;
@@ -365,7 +364,7 @@ fn set_ratios(rows: &mut [StripedRow]) {
         r.ratio_to_one = one
             .iter()
             .find(|(op, _)| *op == r.op)
-            .and_then(|&(_, base)| crate::stats::ratio(r.mb_s, base));
+            .and_then(|&(_, base)| sluice_bench::stats::ratio(r.mb_s, base));
     }
 }
 
@@ -407,7 +406,7 @@ pub fn striped(opts: &PresetOptions, args: &StripedArgs) -> Result<StripedReport
     set_ratios(&mut rows);
     let report = StripedReport {
         preset: "striped".into(),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
+        command: crate::setup::command_line(),
         machine: Machine::probe(),
         loadavg_end: Machine::probe().loadavg,
         quick: opts.quick,
@@ -421,27 +420,18 @@ pub fn striped(opts: &PresetOptions, args: &StripedArgs) -> Result<StripedReport
         rows,
     };
     drop(bed);
-    let json = opts.out_dir.join("striped.json");
-    report::write_json(&json, &report)?;
-    eprintln!("results: {}", json.display());
     print_report(opts, &report, t0.elapsed())?;
     Ok(report)
 }
 
 fn print_report(opts: &PresetOptions, report: &StripedReport, wall: Duration) -> Result<()> {
-    println!(
-        "# striped ({} object, {} KiB stripe unit, 1 MiB requests, {} threads, median of {} round(s), wall {:.0} s)",
+    let title = format!(
+        "striped ({} object, {} KiB stripe unit, 1 MiB requests, {} threads, median of {} round(s), wall {:.0} s)",
         sluice_types::format_size(report.object_bytes),
         report.stripe_unit >> 10,
         report.threads,
         report.rounds,
         wall.as_secs_f64()
-    );
-    crate::presets::print_context(
-        &report.machine,
-        Some("server"),
-        &report.links,
-        &report.notes,
     );
     let mut t = Table::new([
         "servers",
@@ -462,9 +452,6 @@ fn print_report(opts: &PresetOptions, report: &StripedReport, wall: Duration) ->
             format!("{:.0} %", r.of_limit * 100.0),
         ]);
     }
-    println!();
-    print!("{}", t.render());
-    report::write_text(&opts.out_dir.join("striped-table.md"), &t.markdown())?;
     let axes = Axes {
         x_label: "object servers".into(),
         y_label: "MB/s".into(),
@@ -486,8 +473,10 @@ fn print_report(opts: &PresetOptions, report: &StripedReport, wall: Duration) ->
             )
         })
         .collect();
-    plot::draw_or_warn(
-        &Figure {
+    Epilogue::new("striped", title, &report.machine, &report.notes)
+        .links(Some("server"), &report.links)
+        .table("", t)
+        .figure(Figure {
             title: format!(
                 "One striped object over N object servers, each behind a {} link",
                 report
@@ -498,10 +487,8 @@ fn print_report(opts: &PresetOptions, report: &StripedReport, wall: Duration) ->
             ),
             columns: 2,
             charts,
-        },
-        &opts.plot_dir.join("bench-striped"),
-    );
-    Ok(())
+        })
+        .finish(opts, report)
 }
 
 #[cfg(test)]

@@ -9,16 +9,16 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use sluice_bench::machine::Machine;
+use sluice_bench::matrix::{self, Failure, MatrixRuns, Measured};
+use sluice_bench::peers::{self, PeerServer, PeerSpec};
+use sluice_bench::runner::RunResult;
 use sluice_model::plot::{Axes, Figure, XAxis};
 use sluice_model::text::{compact, scaled, Table};
 
-use crate::machine::Machine;
-use crate::matrix::{self, Failure, MatrixRuns, Measured};
-use crate::peers::{self, PeerServer, PeerSpec};
-use crate::plot;
-use crate::presets::{Image, PresetOptions, PresetReport};
-use crate::report;
-use crate::runner::RunResult;
+use crate::epilogue::Epilogue;
+use crate::presets::PresetReport;
+use crate::setup::{Image, PresetOptions};
 
 /// One fio job on the mounted filesystem.
 struct FsJob {
@@ -323,16 +323,16 @@ impl Drop for Ext4Stack {
 
 fn run_job(stack: &Ext4Stack, job: &FsJob, label: &str) -> Result<RunResult> {
     let mnt = stack.mnt();
-    let server_before = stack.server_pid().and_then(crate::cpu::process_cpu);
-    let client_before = crate::cpu::children_cpu();
+    let server_before = stack.server_pid().and_then(sluice_bench::cpu::process_cpu);
+    let client_before = sluice_bench::cpu::children_cpu();
     let out = Command::new("fio")
         .args(&job.args)
         .arg(format!("--directory={}", mnt.display()))
         .stdin(Stdio::null())
         .output()
         .context("cannot run fio")?;
-    let client = crate::cpu::children_cpu().saturating_sub(client_before);
-    let server_after = stack.server_pid().and_then(crate::cpu::process_cpu);
+    let client = sluice_bench::cpu::children_cpu().saturating_sub(client_before);
+    let server_after = stack.server_pid().and_then(sluice_bench::cpu::process_cpu);
     if !out.status.success() {
         bail!(
             "fio {} failed ({}): {}",
@@ -452,7 +452,7 @@ pub fn filesystem(opts: &PresetOptions) -> Result<PresetReport> {
     let summaries = matrix::summarise(&runs.runs, "nbdkit");
     let report = PresetReport {
         preset: "filesystem".into(),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
+        command: crate::setup::command_line(),
         machine,
         loadavg_end: Machine::probe().loadavg,
         quick: opts.quick,
@@ -464,22 +464,20 @@ pub fn filesystem(opts: &PresetOptions) -> Result<PresetReport> {
         summaries,
         runs,
     };
-    report::write_json(&opts.out_dir.join("filesystem.json"), &report)?;
-    println!(
-        "# filesystem ({} round(s), {:.0} s per job, wall {:.0} s)",
+    let title = format!(
+        "filesystem ({} round(s), {:.0} s per job, wall {:.0} s)",
         report.rounds, report.duration_s, report.runs.wall_s
     );
-    println!("machine: {}", report.machine.line());
-    for n in &report.notes {
-        println!("note: {n}");
-    }
-    for f in &report.runs.failures {
-        println!(
-            "failed: round {} {} {}: {}",
-            f.round, f.target, f.case, f.error
-        );
-    }
+    let failures: Vec<String> = report
+        .runs
+        .failures
+        .iter()
+        .map(|f| format!("round {} {} {}: {}", f.round, f.target, f.case, f.error))
+        .collect();
+    let epilogue =
+        Epilogue::new("filesystem", title, &report.machine, &report.notes).failures(&failures);
     if report.summaries.is_empty() {
+        epilogue.finish(opts, &report)?;
         return Ok(report);
     }
     let mut t = Table::new([
@@ -506,9 +504,6 @@ pub fn filesystem(opts: &PresetOptions) -> Result<PresetReport> {
             s.ratio.map_or_else(|| "-".into(), |r| format!("{r:.2}")),
         ]);
     }
-    println!("\nfio on ext4 over nbdfuse + loop (median of rounds)");
-    print!("{}", t.render());
-    report::write_text(&opts.out_dir.join("filesystem-table.md"), &t.markdown())?;
     let axes = Axes {
         x_label: "round".into(),
         y_label: "IOPS or MiB/s".into(),
@@ -541,13 +536,14 @@ pub fn filesystem(opts: &PresetOptions) -> Result<PresetReport> {
             axes.chart(format!("{} ({unit})", job.name), lines)
         })
         .collect();
-    plot::draw_or_warn(
-        &Figure {
-            title: "Filesystem over NBD (ext4 on nbdfuse + loop): each round".into(),
-            columns: 2,
-            charts,
-        },
-        &opts.plot_dir.join("bench-filesystem"),
-    );
+    let figure = Figure {
+        title: "Filesystem over NBD (ext4 on nbdfuse + loop): each round".into(),
+        columns: 2,
+        charts,
+    };
+    epilogue
+        .table("fio on ext4 over nbdfuse + loop (median of rounds)", t)
+        .figure(figure)
+        .finish(opts, &report)?;
     Ok(report)
 }

@@ -21,32 +21,27 @@
 //!   the bench) against sluice, with the CPU of both servers per
 //!   operation.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
+use sluice_bench::cpu;
+use sluice_bench::hist::LatencyHistogram;
+use sluice_bench::machine::{load1, steal_now, steal_since, Machine};
+use sluice_bench::runner::{self, Endpoint, RunOptions, ServerCpu};
+use sluice_bench::stats::{median, ratio, Spread};
+use sluice_bench::target::SERVER_THREAD_PREFIX;
+use sluice_bench::workload::{Limit, Pattern, Rw, Workload};
 use sluice_client::obj::{
-    AttrChange, DataOptions, DdtKind, MergePolicy, ObjClient, ObjOptions, ObjRequest, ObjResponse,
-    Segment, Value,
+    AttrChange, DataOptions, DdtKind, ObjClient, ObjRequest, ObjResponse, Segment, Value,
 };
-use sluice_client::{NbdUri, ObjUri, Target};
 use sluice_model::text::{compact, Table};
-use sluice_server::{ExportConfig, ListenAddr, ObjectConfig, Server, ServerConfig, ServerHandle};
-use sluice_volume::{BaseSpec, VolumeSpec};
 
-use crate::cpu;
-use crate::hist::LatencyHistogram;
-use crate::link::NetNamespace;
-use crate::machine::Machine;
-use crate::presets::PresetOptions;
-use crate::report;
-use crate::runner::{self, Endpoint, RunOptions, ServerCpu};
-use crate::stats::{median, ratio, Spread};
-use crate::target::SERVER_THREAD_PREFIX;
-use crate::workload::{Limit, Pattern, Rw, Workload};
+use crate::epilogue::Epilogue;
+use crate::objserver::ObjServer;
+use crate::setup::PresetOptions;
 
 const KIB4: usize = 4096;
 const MIB: usize = 1 << 20;
@@ -202,46 +197,6 @@ pub fn scattered_extents(count: usize, block: u64, span: u64, seed: u64) -> Vec<
         .collect()
 }
 
-/// CPU times from the `cpu` line of /proc/stat: (steal, total) in ticks.
-pub fn parse_proc_stat_steal(stat: &str) -> Option<(u64, u64)> {
-    let line = stat.lines().find(|l| l.starts_with("cpu "))?;
-    let v: Vec<u64> = line
-        .split_ascii_whitespace()
-        .skip(1)
-        .map(str::parse)
-        .collect::<Result<_, _>>()
-        .ok()?;
-    // user nice system idle iowait irq softirq steal [guest guest_nice]:
-    // guest time is already counted in user.
-    let steal = *v.get(7)?;
-    let total = v.iter().take(8).sum();
-    Some((steal, total))
-}
-
-pub(crate) fn steal_now() -> (u64, u64) {
-    std::fs::read_to_string("/proc/stat")
-        .ok()
-        .and_then(|s| parse_proc_stat_steal(&s))
-        .unwrap_or((0, 0))
-}
-
-/// Percent of CPU time stolen since `before` (a [`steal_now`] reading).
-pub(crate) fn steal_since(before: (u64, u64)) -> f64 {
-    let (s1, t1) = steal_now();
-    if t1 > before.1 {
-        s1.saturating_sub(before.0) as f64 * 100.0 / (t1 - before.1) as f64
-    } else {
-        0.0
-    }
-}
-
-pub(crate) fn load1() -> f64 {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0.0)
-}
-
 /// Rows per group (the first is the peer the others are divided by) and
 /// whether higher is better.
 fn peer_of(group: &str) -> (&'static str, bool) {
@@ -335,94 +290,6 @@ pub fn summarise(samples: &[ObjSample]) -> Vec<ObjSummary> {
             })
         })
         .collect()
-}
-
-// ---------------------------------------------------------------- server
-
-/// An in-process sluice server with an object store and one file export
-/// (`bench`) in the same folder (also the `merge` preset's).
-pub(crate) struct ObjServer {
-    pub(crate) obj_uri: ObjUri,
-    nbd_uri: NbdUri,
-    handle: ServerHandle,
-    thread: Option<std::thread::JoinHandle<Result<(), sluice_server::ServerError>>>,
-}
-
-impl ObjServer {
-    pub(crate) fn start(dir: &Path, export_size: u64) -> Result<Self> {
-        let any = ListenAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], 0)));
-        let config = ServerConfig {
-            listen: vec![any.clone()],
-            export: vec![ExportConfig {
-                name: "bench".into(),
-                spec: VolumeSpec::new(BaseSpec::File {
-                    path: dir.join("export.img"),
-                    size: Some(export_size),
-                    direct: false,
-                }),
-                description: "bench".into(),
-            }],
-            objects: Some(ObjectConfig::new(dir.join("objects"), vec![any])),
-            ..ServerConfig::default()
-        };
-        Self::bind(config, None)
-            .with_context(|| format!("cannot start the object server in {}", dir.display()))
-    }
-
-    /// Starts a server of `config` (whose NBD and object listeners are
-    /// TCP), its sockets bound inside `namespace` when given (the
-    /// `noncontig` preset's server behind a link).
-    pub(crate) fn bind(config: ServerConfig, namespace: Option<&NetNamespace>) -> Result<Self> {
-        let server = match namespace {
-            Some(ns) => ns.enter(move || Server::bind(config))??,
-            None => Server::bind(config)?,
-        };
-        let tcp = |a: Option<&ListenAddr>| match a {
-            Some(ListenAddr::Tcp(addr)) => Ok(addr.to_string()),
-            _ => Err(anyhow!("the embedded server bound no TCP address")),
-        };
-        let nbd = tcp(server.local_addrs().first())?;
-        let obj = tcp(server.object_addrs().first())?;
-        let handle = server.handle();
-        let thread = std::thread::Builder::new()
-            .name("sluice-accept".into())
-            .spawn(move || server.run())
-            .context("cannot start the embedded server thread")?;
-        Ok(Self {
-            obj_uri: ObjUri::new(Target::Tcp(obj)),
-            nbd_uri: NbdUri::new(Target::Tcp(nbd), "bench"),
-            handle,
-            thread: Some(thread),
-        })
-    }
-
-    fn client(&self, in_flight: usize) -> Result<ObjClient> {
-        self.client_sending(in_flight, None)
-    }
-
-    /// A client whose requests carry `ddt` where it can describe them
-    /// (`ObjOptions::ddt`), else the DDT the client picks.
-    fn client_sending(&self, in_flight: usize, ddt: Option<DdtKind>) -> Result<ObjClient> {
-        let options = ObjOptions {
-            max_in_flight: in_flight.max(1),
-            // The rows here compare DDTs and one request per segment:
-            // no temporal merge behind them.
-            merge: MergePolicy::Off,
-            ddt,
-            ..ObjOptions::default()
-        };
-        ObjClient::connect(&self.obj_uri, &options)
-            .with_context(|| format!("cannot connect to {}", self.obj_uri))
-    }
-}
-
-impl Drop for ObjServer {
-    fn drop(&mut self) {
-        self.handle.shutdown();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
 }
 
 // ---------------------------------------------------------------- measuring
@@ -1263,7 +1130,7 @@ pub fn objects(opts: &ObjectsOptions) -> Result<ObjectsReport> {
     drop(server);
     let summaries = summarise(&samples);
     let report = ObjectsReport {
-        command: std::env::args().collect::<Vec<_>>().join(" "),
+        command: crate::setup::command_line(),
         machine,
         loadavg_end: Machine::probe().loadavg,
         rounds: p.rounds,
@@ -1273,25 +1140,16 @@ pub fn objects(opts: &ObjectsOptions) -> Result<ObjectsReport> {
         samples,
         failures,
     };
-    let json = p.out_dir.join("objects.json");
-    report::write_json(&json, &report)?;
-    let table = summary_table(&report.summaries);
-    report::write_text(&p.out_dir.join("objects-table.md"), &table.markdown())?;
-    eprintln!("results: {}", json.display());
-    println!(
-        "# objects ({} round(s), {:.1} s per row, wall {:.0} s)",
+    let title = format!(
+        "objects ({} round(s), {:.1} s per row, wall {:.0} s)",
         report.rounds,
         report.duration_s,
         t0.elapsed().as_secs_f64()
     );
-    println!("machine: {}", report.machine.line());
-    for n in &report.notes {
-        println!("note: {n}");
-    }
-    for f in &report.failures {
-        println!("failed: {f}");
-    }
-    print!("{}", table.render());
+    Epilogue::new("objects", title, &report.machine, &report.notes)
+        .failures(&report.failures)
+        .table("", summary_table(&report.summaries))
+        .finish(p, &report)?;
     Ok(report)
 }
 
@@ -1376,14 +1234,6 @@ mod tests {
         assert_ne!(e, scattered_extents(256, 4096, 16 << 20, 8));
         // Fewer blocks than asked for: every block once.
         assert_eq!(scattered_extents(10, 4096, 4 * 4096, 1).len(), 4);
-    }
-
-    #[test]
-    fn steal_comes_from_the_cpu_line() {
-        let stat = "cpu  100 5 50 800 10 1 2 30 0 0\ncpu0 1 2 3 4 5 6 7 8 0 0\n";
-        assert_eq!(parse_proc_stat_steal(stat), Some((30, 998)));
-        assert_eq!(parse_proc_stat_steal("cpu0 1 2\n"), None);
-        assert_eq!(parse_proc_stat_steal("cpu  1 2 x\n"), None);
     }
 
     fn sample(round: u32, group: &str, row: &str, ops_s: f64, mean_us: f64) -> ObjSample {

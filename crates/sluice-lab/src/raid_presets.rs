@@ -48,6 +48,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::Serialize;
+use sluice_bench::machine::Machine;
+use sluice_bench::peers::{self, PeerKind, PeerServer};
+use sluice_bench::runner::{self, Endpoint, RunOptions, RunResult, ServerCpu};
+use sluice_bench::workload::{Limit, Pattern, Rw, Size, Workload};
 use sluice_client::{NbdUri, Target as NbdTarget};
 use sluice_model::plot::{Axes, Chart, Figure, Legend, LineStyle, Series, XAxis};
 use sluice_model::prometheus::{parse as parse_metrics, ServerCounters};
@@ -58,14 +62,9 @@ use sluice_model::{
     ClosedNetwork, StationObservation,
 };
 
+use crate::epilogue::Epilogue;
 use crate::link::{Link, LinkMeasurement, LinkRate, ShaperStats};
-use crate::machine::Machine;
-use crate::peers::{self, PeerKind, PeerServer};
-use crate::plot;
-use crate::presets::PresetOptions;
-use crate::report;
-use crate::runner::{self, Endpoint, RunOptions, RunResult, ServerCpu};
-use crate::workload::{Limit, Pattern, Rw, Size, Workload};
+use crate::setup::PresetOptions;
 
 /// The paper's stripe unit.
 const UNIT: u64 = 16 << 10;
@@ -639,7 +638,7 @@ pub fn raid(opts: &PresetOptions, args: &RaidArgs) -> Result<RaidReport> {
     }
     let report = RaidReport {
         preset: "raid".into(),
-        command: std::env::args().collect::<Vec<_>>().join(" "),
+        command: crate::setup::command_line(),
         machine,
         loadavg_end: Machine::probe().loadavg,
         quick: opts.quick,
@@ -650,24 +649,15 @@ pub fn raid(opts: &PresetOptions, args: &RaidArgs) -> Result<RaidReport> {
         rows,
         jobs,
     };
-    let json = opts.out_dir.join("raid.json");
-    report::write_json(&json, &report)?;
-    eprintln!("results: {}", json.display());
     print_report(opts, &report, t0.elapsed())?;
     Ok(report)
 }
 
 fn print_report(opts: &PresetOptions, report: &RaidReport, wall: Duration) -> Result<()> {
-    println!(
-        "# raid ({:.1} s per run, wall {:.0} s)",
+    let title = format!(
+        "raid ({:.1} s per run, wall {:.0} s)",
         report.duration_s,
         wall.as_secs_f64()
-    );
-    crate::presets::print_context(
-        &report.machine,
-        Some("member"),
-        &report.links,
-        &report.notes,
     );
     let mut t = Table::new([
         "case",
@@ -692,9 +682,9 @@ fn print_report(opts: &PresetOptions, report: &RaidReport, wall: Duration) -> Re
                 .map_or_else(|| "-".into(), |x| format!("{x:.2}")),
         ]);
     }
-    println!();
-    print!("{}", t.render());
-    let mut md = t.markdown();
+    let mut epilogue = Epilogue::new("raid", title, &report.machine, &report.notes)
+        .links(Some("member"), &report.links)
+        .table("", t);
     for r in &report.rows {
         if let Some(model) = r.model_iops {
             let line = format!(
@@ -705,20 +695,17 @@ fn print_report(opts: &PresetOptions, report: &RaidReport, wall: Duration) -> Re
                 SMALL_WRITES_IN_FLIGHT,
                 (r.iops - model) / model * 100.0
             );
-            print!("{line}");
-            md.push('\n');
-            md.push_str(&line);
+            epilogue = epilogue.text(line);
         }
     }
     if let Some(j) = &report.jobs {
-        let jt = jobs_table(j);
-        println!(
-            "\nRAID 5 over 3, {} KiB random writes: R(N) measured vs calibrated model (ms)",
-            JOB_BYTES >> 10
+        epilogue = epilogue.table(
+            format!(
+                "RAID 5 over 3, {} KiB random writes: R(N) measured vs calibrated model (ms)",
+                JOB_BYTES >> 10
+            ),
+            jobs_table(j),
         );
-        print!("{}", jt.render());
-        md.push('\n');
-        md.push_str(&jt.markdown());
         let mut d = Table::new(["station", "demand ms", "utilization"]);
         for s in j.demands.iter().chain(&j.member_demands) {
             d.row([
@@ -727,38 +714,32 @@ fn print_report(opts: &PresetOptions, report: &RaidReport, wall: Duration) -> Re
                 format!("{:.2}", s.utilization),
             ]);
         }
-        println!(
-            "\ncalibrated demands ({} jobs in {:.1} s; R below N/X by up to {:.1} %: the runs' ramp-up; \
+        let caption = format!(
+            "calibrated demands ({} jobs in {:.1} s; R below N/X by up to {:.1} %: the runs' ramp-up; \
              inside the bounds allowing {:.2} % below the lower edge: a run's resolution, a bucket and a job over its length)",
             j.completions,
             j.interval_s,
             j.little_gap * 100.0,
             j.bound_slack * 100.0
         );
-        print!("{}", d.render());
-        md.push('\n');
-        md.push_str(&d.markdown());
+        epilogue = epilogue.table(caption, d);
     }
-    report::write_text(&opts.out_dir.join("raid-table.md"), &md)?;
     let charts = charts(report);
     if !charts.is_empty() {
-        plot::draw_or_warn(
-            &Figure {
-                title: format!(
-                    "Networked RAID, members behind {} links",
-                    report
-                        .links
-                        .first()
-                        .and_then(|l| l.rate_bits)
-                        .map_or_else(|| "unshaped".into(), |r| LinkRate(r).to_string())
-                ),
-                columns: 2,
-                charts,
-            },
-            &opts.plot_dir.join("bench-raid"),
-        );
+        epilogue = epilogue.figure(Figure {
+            title: format!(
+                "Networked RAID, members behind {} links",
+                report
+                    .links
+                    .first()
+                    .and_then(|l| l.rate_bits)
+                    .map_or_else(|| "unshaped".into(), |r| LinkRate(r).to_string())
+            ),
+            columns: 2,
+            charts,
+        });
     }
-    Ok(())
+    epilogue.finish(opts, report)
 }
 
 fn jobs_table(j: &JobsModel) -> Table {
