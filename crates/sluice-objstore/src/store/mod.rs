@@ -74,6 +74,7 @@
 //! the file (`RowsNeed::Nothing`), so neither it nor the changes after
 //! it are journaled for them, and they never cost a sync.
 
+mod stripe;
 mod types;
 
 use std::borrow::Cow;
@@ -82,7 +83,7 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::types::{ToSqlOutput, Value, ValueRef};
@@ -93,16 +94,12 @@ use crate::meta::Committer;
 use crate::segments::{plan, Segment};
 use crate::{data, inline, meta, ObjectId, ObjectRef, PartitionId};
 
+use self::stripe::{stripe_index, Body, Cached, Stripe, STRIPES};
+
 pub use self::types::{
     limits, AttrValue, BatchChange, BatchOutcome, Changed, Edit, ListEntry, ListPage, NewObjects,
     ObjectInfo, QueryTerm, ReadFound, ReadResult, StoreOptions, WriteOptions, WriteSource,
 };
-
-const STRIPES: usize = 64;
-
-/// Objects whose state (and open file) each stripe keeps: 512 open data
-/// files at most, well under the usual descriptor limit of 1024.
-const CACHED_PER_STRIPE: usize = 8;
 
 const DB_FILE: &str = "attributes.sqlite";
 
@@ -145,25 +142,6 @@ impl AttrValue {
             Self::Bytes(_) => "blob",
         }
     }
-}
-
-/// Where an object's bytes are.
-#[derive(Debug, Clone)]
-enum Body {
-    /// In the database (`inline_data`), from offset 0; past the vector's
-    /// end the object reads as zeros (empty: never written).
-    Inline(Arc<Vec<u8>>),
-    /// In its data file, open.
-    File(Arc<File>),
-}
-
-/// An object's state kept between requests: its mandatory attributes
-/// (the logical length among them) and its bytes (inline, or its open
-/// data file).
-#[derive(Debug, Clone)]
-struct Cached {
-    info: ObjectInfo,
-    body: Body,
 }
 
 /// What a data change commits besides the length, times and attribute
@@ -306,61 +284,6 @@ enum RowsNeed {
 struct Ids {
     next: u64,
     reserved: u64,
-}
-
-/// One of the [`STRIPES`] that objects hash to: the reader-writer lock a
-/// request on the object takes, and the cached state of the stripe's
-/// objects. The cache is exact because it changes only under the
-/// stripe's lock: a change to an object holds it for writing and
-/// updates (or forgets) the entry before releasing it, and a reader
-/// holds it for reading, so the state it loads on a miss cannot be
-/// changing meanwhile. Bounded by [`CACHED_PER_STRIPE`] (open files
-/// count against the process's descriptor limit); removing an object
-/// closes its file first.
-#[derive(Debug, Default)]
-struct Stripe {
-    lock: RwLock<()>,
-    cache: Mutex<HashMap<ObjectRef, Cached>>,
-}
-
-impl Stripe {
-    fn read(&self) -> RwLockReadGuard<'_, ()> {
-        self.lock.read().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The lock for reading if no change holds it.
-    fn try_read(&self) -> Option<RwLockReadGuard<'_, ()>> {
-        match self.lock.try_read() {
-            Ok(g) => Some(g),
-            Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
-    }
-
-    fn write(&self) -> RwLockWriteGuard<'_, ()> {
-        self.lock.write().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn cache(&self) -> MutexGuard<'_, HashMap<ObjectRef, Cached>> {
-        self.cache.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Caches `state` for `object`, evicting another object when full.
-    fn keep(&self, object: ObjectRef, state: Cached) {
-        let mut cache = self.cache();
-        if cache.len() >= CACHED_PER_STRIPE && !cache.contains_key(&object) {
-            // Any other entry: its object is not in use under this lock,
-            // and the next use reloads it.
-            if let Some(&victim) = cache.keys().next() {
-                cache.remove(&victim);
-            }
-        }
-        cache.insert(object, state);
-    }
-
-    fn forget(&self, object: ObjectRef) {
-        self.cache().remove(&object);
-    }
 }
 
 fn check_read_len(object: ObjectRef, total: u64) -> Result<(), ObjStoreError> {
@@ -645,16 +568,6 @@ fn read_inline(conn: &Connection, object: ObjectRef) -> Result<Option<Vec<u8>>, 
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The stripe `object` maps to.
-fn stripe_index(object: ObjectRef) -> usize {
-    let h = object
-        .object
-        .0
-        .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-        .wrapping_add(object.partition.0);
-    (h >> 58) as usize % STRIPES
 }
 
 /// The statement that sets a data change's length and both times.
@@ -1239,45 +1152,6 @@ impl ObjectStore {
         // A panic while holding the connection leaves no half-done
         // statement behind (rusqlite resets statements on drop).
         self.reader.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn stripe(&self, object: ObjectRef) -> &Stripe {
-        &self.stripes[stripe_index(object)]
-    }
-
-    /// The object's cached state, loaded on a miss. The caller holds the
-    /// object's stripe (for reading or writing), so no change to the
-    /// object runs meanwhile and what is loaded stays exact.
-    fn cached(&self, stripe: &Stripe, object: ObjectRef) -> Result<Cached, ObjStoreError> {
-        if let Some(c) = stripe.cache().get(&object) {
-            return Ok(c.clone());
-        }
-        let (info, bytes) = {
-            let conn = self.reader();
-            (
-                self.current_info(&conn, object)?,
-                read_inline(&conn, object)?,
-            )
-        };
-        let body = match bytes {
-            Some(b) => Body::Inline(Arc::new(b)),
-            None => match OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(self.data_path(object))
-            {
-                Ok(f) => {
-                    drop_stale_tail(&f, info.length).map_err(self.io_err(object, "truncate"))?;
-                    Body::File(Arc::new(f))
-                }
-                // Never written: inline, empty.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => Body::Inline(Arc::default()),
-                Err(e) => return Err(self.io_err(object, "open")(e)),
-            },
-        };
-        let c = Cached { info, body };
-        stripe.keep(object, c.clone());
-        Ok(c)
     }
 
     fn partition_dir(&self, partition: PartitionId) -> PathBuf {
