@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuar
 use crate::error::ObjStoreError;
 use crate::ObjectRef;
 
+use super::rows::read_inline;
 use super::types::ObjectInfo;
-use super::{drop_stale_tail, read_inline, ObjectStore};
+use super::{drop_stale_tail, ObjectStore};
 
 pub(super) const STRIPES: usize = 64;
 
