@@ -74,6 +74,7 @@
 //! the file (`RowsNeed::Nothing`), so neither it nor the changes after
 //! it are journaled for them, and they never cost a sync.
 
+mod checks;
 mod rows;
 mod stripe;
 mod times;
@@ -96,6 +97,7 @@ use crate::meta::Committer;
 use crate::segments::{plan, Segment};
 use crate::{data, inline, meta, ObjectId, ObjectRef, PartitionId};
 
+use self::checks::{check_attrs, check_change, check_payload, check_read_len, check_segments};
 use self::rows::{
     check_collection, check_partition, prepare_length_update, put_attrs, put_change, put_rows,
     read_attrs, read_info, retire_rows, ChangeRow, DataRows, JournalRow, RowsDone,
@@ -222,17 +224,6 @@ struct Ids {
     reserved: u64,
 }
 
-fn check_read_len(object: ObjectRef, total: u64) -> Result<(), ObjStoreError> {
-    if total > limits::READ_BYTES {
-        return Err(ObjStoreError::ReadTooLarge {
-            object,
-            len: total,
-            limit: limits::READ_BYTES,
-        });
-    }
-    Ok(())
-}
-
 /// Objects with attributes in one folder: data files and the attribute
 /// database. `Send + Sync`.
 #[derive(Debug)]
@@ -277,54 +268,6 @@ fn now() -> i64 {
         .map_or(0, |d| d.as_nanos() as i64)
 }
 
-fn check_attrs(attrs: &[(String, AttrValue)]) -> Result<(), ObjStoreError> {
-    for (key, value) in attrs {
-        if key.is_empty() {
-            return Err(ObjStoreError::BadAttributeKey {
-                key: key.clone(),
-                reason: "keys are not empty",
-            });
-        }
-        let too_large = |what, len, limit| ObjStoreError::AttributeTooLarge {
-            key: key.clone(),
-            what,
-            len,
-            limit,
-        };
-        if key.len() > limits::KEY {
-            return Err(too_large("the key", key.len(), limits::KEY));
-        }
-        match value {
-            AttrValue::Text(t) if t.len() > limits::TEXT => {
-                return Err(too_large("the text value", t.len(), limits::TEXT))
-            }
-            AttrValue::Bytes(b) if b.len() > limits::BYTES => {
-                return Err(too_large("the bytes value", b.len(), limits::BYTES))
-            }
-            _ => {}
-        }
-    }
-    Ok(())
-}
-
-fn check_segments(object: ObjectRef, segments: &[Segment]) -> Result<u64, ObjStoreError> {
-    let mut total = 0u64;
-    for s in segments {
-        match s.offset.checked_add(s.len) {
-            Some(end) if end <= limits::OBJECT_END => total += s.len,
-            _ => {
-                return Err(ObjStoreError::OutOfRange {
-                    object,
-                    offset: s.offset,
-                    len: s.len,
-                    limit: limits::OBJECT_END,
-                })
-            }
-        }
-    }
-    Ok(total)
-}
-
 fn fsync_dir(path: &Path) -> Result<(), ObjStoreError> {
     let io_err = |source| ObjStoreError::StoreIo {
         op: "fsync",
@@ -336,21 +279,6 @@ fn fsync_dir(path: &Path) -> Result<(), ObjStoreError> {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// The checks a single call makes before taking its object's lock.
-fn check_change(c: &BatchChange<'_>) -> Result<(), ObjStoreError> {
-    match c.edit {
-        Edit::Write(segments, data) => check_payload(c.object, segments, data)?,
-        Edit::WriteFrom(offset, source) => {
-            check_segments(c.object, &[Segment::new(offset, source.bytes())])?;
-        }
-        Edit::Append(_) => {}
-        Edit::Punch(segments) => {
-            check_segments(c.object, segments)?;
-        }
-    }
-    check_attrs(&c.opts.attrs)
 }
 
 /// The error a change of a batch gets when the batch's commit failed
@@ -493,23 +421,6 @@ fn written_end(segments: &[Segment]) -> u64 {
         .map(Segment::end)
         .max()
         .unwrap_or(0)
-}
-
-/// Checks a write's segments and that `data` is exactly their bytes.
-fn check_payload(
-    object: ObjectRef,
-    segments: &[Segment],
-    data: &[u8],
-) -> Result<(), ObjStoreError> {
-    let total = check_segments(object, segments)?;
-    if total != data.len() as u64 {
-        return Err(ObjStoreError::PayloadLength {
-            object,
-            expected: total,
-            got: data.len() as u64,
-        });
-    }
-    Ok(())
 }
 
 /// Cuts an object's file back to its logical `length` when it holds
