@@ -9,9 +9,10 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuar
 use crate::error::ObjStoreError;
 use crate::ObjectRef;
 
+use super::files::drop_stale_tail;
 use super::rows::read_inline;
 use super::types::ObjectInfo;
-use super::{drop_stale_tail, ObjectStore};
+use super::ObjectStore;
 
 pub(super) const STRIPES: usize = 64;
 
