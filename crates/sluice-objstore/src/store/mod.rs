@@ -76,6 +76,7 @@
 
 mod checks;
 mod files;
+mod journal;
 mod rows;
 mod stripe;
 mod times;
@@ -100,6 +101,7 @@ use crate::{data, inline, meta, ObjectId, ObjectRef, PartitionId};
 
 use self::checks::{check_attrs, check_change, check_payload, check_read_len, check_segments};
 use self::files::{fsync_dir, punch_plan, punch_runs};
+use self::journal::{Journaled, RowsNeed};
 use self::rows::{
     check_collection, check_partition, prepare_length_update, put_attrs, put_change, put_rows,
     read_attrs, read_info, retire_rows, ChangeRow, DataRows, JournalRow, RowsDone,
@@ -185,37 +187,6 @@ struct Deferred {
     bytes: Arc<Vec<u8>>,
     rows: Vec<JournalRow>,
     durable: bool,
-}
-
-/// An object with journal rows outstanding: the newest row's sequence
-/// number, the bytes its rows hold, and what retiring them needs.
-#[derive(Debug, Clone, Copy)]
-struct Journaled {
-    seq: i64,
-    bytes: u64,
-    need: RowsNeed,
-}
-
-/// What an object's journal rows need before they may be deleted,
-/// from least to most (an object's rows need the most any of them
-/// does).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum RowsNeed {
-    /// Nothing: every row is a change that was not durable and whose
-    /// bytes are in the file now (a [`Deferred`] change, applied). Only
-    /// a kill between its commit and its file write needed the row; a
-    /// power loss may lose such a change anyway. The next change to the
-    /// object deletes them in a commit of its own, or in its own commit,
-    /// before it writes the file, so it pays no sync and is journaled
-    /// only if it would be without them.
-    Nothing,
-    /// The file synced: some rows hold the only durable copy of bytes
-    /// that are in the file but not synced there.
-    Sync,
-    /// The next open's replay: some row's bytes could not be written
-    /// into the file after its commit. Every later change to the object
-    /// is journaled, and no flush retires the rows.
-    Replay,
 }
 
 /// Ids handed out from memory: `next..reserved` are reserved in the
@@ -476,67 +447,6 @@ impl ObjectStore {
         };
         store.replay_journal()?;
         Ok(store)
-    }
-
-    /// Applies the journal's rows to the object files in order, syncs
-    /// the files, then deletes the rows in a synced commit. A crash
-    /// meanwhile replays again: applying a row twice leaves what
-    /// applying it once does.
-    fn replay_journal(&self) -> Result<(), ObjStoreError> {
-        type Row = (i64, i64, i64, i64, Option<Vec<u8>>);
-        let rows: Vec<Row> = {
-            let conn = self.reader();
-            let mut stmt = conn
-                .prepare("SELECT partition, object, offset, len, data FROM journal ORDER BY seq")
-                .meta("prepare journal replay")?;
-            let rows = stmt
-                .query_map([], |r| {
-                    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-                })
-                .meta("read journal")?
-                .collect::<Result<Vec<Row>, _>>()
-                .meta("read journal")?;
-            rows
-        };
-        if rows.is_empty() {
-            return Ok(());
-        }
-        let mut files: HashMap<ObjectRef, File> = HashMap::new();
-        for (p, o, offset, len, bytes) in &rows {
-            let object = ObjectRef {
-                partition: PartitionId(*p as u64),
-                object: ObjectId(*o as u64),
-            };
-            let file = match files.entry(object) {
-                std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                std::collections::hash_map::Entry::Vacant(e) => {
-                    e.insert(self.open_for_write(object, false)?)
-                }
-            };
-            let (offset, len) = (*offset as u64, *len as u64);
-            match bytes {
-                Some(b) => data::write_segments(file, &[Segment::new(offset, len)], b),
-                None => data::punch(file, offset, len),
-            }
-            .map_err(self.io_err(object, "replay journal into"))?;
-        }
-        for (&object, file) in &files {
-            file.sync_data().map_err(self.io_err(object, "fsync"))?;
-        }
-        let partitions: HashSet<PartitionId> = files.keys().map(|o| o.partition).collect();
-        for p in partitions {
-            self.sync_new_files(p)?;
-        }
-        tracing::info!(
-            rows = rows.len(),
-            objects = files.len(),
-            "replayed the object store's journal"
-        );
-        self.meta.commit(true, |tx| {
-            tx.execute("DELETE FROM journal", [])
-                .meta("retire replayed journal")?;
-            Ok(())
-        })
     }
 
     /// Takes `count` fresh object ids; returns the first.
@@ -1214,19 +1124,6 @@ impl ObjectStore {
         result
     }
 
-    /// Retires the journal once it holds more than
-    /// [`StoreOptions::journal_retire`] bytes. Called after a change,
-    /// outside its stripe: retiring syncs other objects' files. The
-    /// change is done and durable as asked whatever happens here; a
-    /// failed retirement leaves the rows to the next one.
-    fn retire_if_due(&self) {
-        if self.journal_bytes.load(Ordering::Relaxed) > self.options.journal_retire {
-            if let Err(e) = self.retire_journal() {
-                tracing::warn!(error = %e, "syncing journaled object files failed; the journal keeps its rows");
-            }
-        }
-    }
-
     fn change_locked(
         &self,
         stripe: &Stripe,
@@ -1451,12 +1348,6 @@ impl ObjectStore {
     /// Objects whose data-modified time is in memory only, now.
     pub fn unwritten_times(&self) -> usize {
         lock(&self.unwritten_times).len()
-    }
-
-    /// Whether `object` has journal rows outstanding.
-    fn has_journal(&self, object: ObjectRef) -> bool {
-        self.journaled_objects.load(Ordering::Relaxed) != 0
-            && lock(&self.journaled).contains_key(&object)
     }
 
     /// Applies several data changes, to one object or several, with one
@@ -1961,21 +1852,6 @@ impl ObjectStore {
         self.sync_objects(&picked, Some(partition))
     }
 
-    /// Syncs every journaled object's file and retires its rows (run
-    /// once the journal holds [`StoreOptions::journal_retire`] bytes).
-    fn retire_journal(&self) -> Result<(), ObjStoreError> {
-        let picked: Vec<ObjectRef> = {
-            let journaled = lock(&self.journaled);
-            let mut dirty = lock(&self.dirty);
-            let picked: Vec<ObjectRef> = journaled.keys().copied().collect();
-            for o in &picked {
-                dirty.remove(o);
-            }
-            picked
-        };
-        self.sync_objects(&picked, None)
-    }
-
     /// Syncs the files of `picked` (taken out of the dirty set by the
     /// caller) and the folders that gained files, then commits with a
     /// synced WAL, retiring the journal rows the syncs covered: those
@@ -2053,28 +1929,6 @@ impl ObjectStore {
             }
         }
         Ok(())
-    }
-
-    /// Drops an object's journal state (its rows were retired or
-    /// removed with it).
-    fn forget_journaled(&self, object: ObjectRef) {
-        if self.journaled_objects.load(Ordering::Relaxed) == 0 {
-            return;
-        }
-        let mut journaled = lock(&self.journaled);
-        if let Some(j) = journaled.remove(&object) {
-            self.journaled_objects
-                .store(journaled.len(), Ordering::Relaxed);
-            self.journal_sub(j.bytes);
-        }
-    }
-
-    fn journal_sub(&self, bytes: u64) {
-        let _ = self
-            .journal_bytes
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
-                Some(b.saturating_sub(bytes))
-            });
     }
 
     /// The members of `collection` whose attributes satisfy every term

@@ -16,7 +16,7 @@ use crate::{ObjectRef, PartitionId};
 use super::types::{AttrValue, ObjectInfo};
 
 #[cfg(doc)]
-use super::RowsNeed;
+use super::journal::RowsNeed;
 
 impl AttrValue {
     pub(super) fn to_sql(&self) -> Value {
