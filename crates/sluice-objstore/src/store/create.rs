@@ -11,11 +11,12 @@ use crate::error::{MetaContext, ObjStoreError};
 use crate::segments::Segment;
 use crate::{data, inline, meta, ObjectId, ObjectRef, PartitionId};
 
+use super::change::written_end;
 use super::checks::{check_attrs, check_payload};
 use super::files::fsync_dir;
 use super::rows::{check_collection, check_partition, put_attrs, put_rows, DataRows};
 use super::types::{limits, AttrValue, NewObjects, WriteOptions};
-use super::{lock, now, written_end, ObjectStore};
+use super::{lock, now, ObjectStore};
 
 #[cfg(doc)]
 use super::types::StoreOptions;

@@ -14,9 +14,9 @@ use crate::{data, ObjectId, ObjectRef, PartitionId};
 use super::{lock, ObjectStore};
 
 #[cfg(doc)]
-use super::types::StoreOptions;
+use super::change::Deferred;
 #[cfg(doc)]
-use super::Deferred;
+use super::types::StoreOptions;
 
 /// An object with journal rows outstanding: the newest row's sequence
 /// number, the bytes its rows hold, and what retiring them needs.

@@ -10,9 +10,10 @@ use rusqlite::{params, Connection};
 use crate::error::{MetaContext, ObjStoreError};
 use crate::ObjectRef;
 
+use super::change::Staged;
 use super::rows::{read_info, DataRows};
 use super::types::{ObjectInfo, WriteOptions};
-use super::{lock, ObjectStore, Staged};
+use super::{lock, ObjectStore};
 
 /// The most objects whose data-modified time may wait in memory; a
 /// rewrite of another object then commits (and writes them all).
