@@ -73,7 +73,19 @@
 //! in the file: the object's next change deletes them before it writes
 //! the file (`RowsNeed::Nothing`), so neither it nor the changes after
 //! it are journaled for them, and they never cost a sync.
+//!
+//! Modules. `types` holds the public types; `stripe` the lock stripes
+//! and the object states they cache; `rows` the SQL of the rows a
+//! change commits and of the lookups; `times` the data-modified times
+//! waiting in memory; `checks` what a request is checked for before it
+//! takes a lock; `files` object files: paths, opening, syncing,
+//! punching; `journal` the journal's state, replay and retirement;
+//! `flush` flushes; `create` partitions, collections, ids, creates and
+//! removal; `read` the read paths; `change` one data change, staged,
+//! committed and settled; `batch` several changes under one commit;
+//! `attrs` user attributes; `query` listings and queries.
 
+mod attrs;
 mod batch;
 mod change;
 mod checks;
@@ -81,6 +93,7 @@ mod create;
 mod files;
 mod flush;
 mod journal;
+mod query;
 mod read;
 mod rows;
 mod stripe;
@@ -93,17 +106,14 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use rusqlite::types::Value;
-use rusqlite::{params, Connection};
+use rusqlite::Connection;
 
 use crate::error::{MetaContext, ObjStoreError};
 use crate::meta::Committer;
-use crate::{meta, ObjectId, ObjectRef, PartitionId};
+use crate::{meta, ObjectRef, PartitionId};
 
-use self::checks::check_attrs;
 use self::create::Ids;
 use self::journal::Journaled;
-use self::rows::{check_collection, check_partition, put_attrs, read_attrs};
 use self::stripe::{Stripe, STRIPES};
 use self::times::write_times;
 
@@ -234,68 +244,6 @@ impl ObjectStore {
         self.reader.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Lists the objects of a partition (or of one collection in it) in
-    /// id order, after the cursor `after`, at most `limit` of them.
-    pub fn list(
-        &self,
-        partition: PartitionId,
-        collection: Option<&str>,
-        after: Option<ObjectId>,
-        limit: usize,
-        with_attrs: bool,
-    ) -> Result<ListPage, ObjStoreError> {
-        let conn = self.reader();
-        match collection {
-            Some(name) => check_collection(&conn, partition, name)?,
-            None => check_partition(&conn, partition)?,
-        }
-        let after = after.map_or(-1, |o| o.0 as i64);
-        let fetch = limit.saturating_add(1).min(i64::MAX as usize) as i64;
-        let mut ids: Vec<i64> = Vec::new();
-        {
-            let mut stmt = match collection {
-                Some(_) => conn.prepare_cached(
-                    "SELECT object FROM members WHERE partition = ?1 AND collection = ?2
-                     AND object > ?3 ORDER BY object LIMIT ?4",
-                ),
-                None => conn.prepare_cached(
-                    "SELECT id FROM objects WHERE partition = ?1 AND ?2 IS NULL
-                     AND id > ?3 ORDER BY id LIMIT ?4",
-                ),
-            }
-            .meta("prepare listing")?;
-            let mut rows = stmt
-                .query(params![partition.0 as i64, collection, after, fetch])
-                .meta("list objects")?;
-            while let Some(row) = rows.next().meta("list objects")? {
-                ids.push(row.get(0).meta("read object id")?);
-            }
-        }
-        let next = if ids.len() > limit {
-            ids.truncate(limit);
-            ids.last().map(|&id| ObjectId(id as u64))
-        } else {
-            None
-        };
-        let mut entries = Vec::with_capacity(ids.len());
-        for id in ids {
-            let object = ObjectRef {
-                partition,
-                object: ObjectId(id as u64),
-            };
-            entries.push(ListEntry {
-                object: object.object,
-                info: self.current_info(&conn, object)?,
-                attrs: if with_attrs {
-                    Some(read_attrs(&conn, object, &[])?)
-                } else {
-                    None
-                },
-            });
-        }
-        Ok(ListPage { entries, next })
-    }
-
     /// Metadata transactions committed since the store was opened (a
     /// group commit is one, however many changes it held).
     pub fn commits(&self) -> u64 {
@@ -313,146 +261,5 @@ impl ObjectStore {
     /// Objects whose data-modified time is in memory only, now.
     pub fn unwritten_times(&self) -> usize {
         lock(&self.unwritten_times).len()
-    }
-
-    /// The mandatory attributes and the user attributes `keys` (all of
-    /// them when `keys` is empty).
-    pub fn get_attrs(
-        &self,
-        object: ObjectRef,
-        keys: &[&str],
-    ) -> Result<(ObjectInfo, Vec<(String, AttrValue)>), ObjStoreError> {
-        let conn = self.reader();
-        let info = self.current_info(&conn, object)?;
-        Ok((info, read_attrs(&conn, object, keys)?))
-    }
-
-    /// Sets user attributes, all or none; durable on return with
-    /// `durable`.
-    pub fn set_attrs(
-        &self,
-        object: ObjectRef,
-        attrs: &[(String, AttrValue)],
-        durable: bool,
-    ) -> Result<(), ObjStoreError> {
-        self.update_attrs(object, attrs, &[], durable)
-    }
-
-    /// Sets `attrs` and removes the keys `remove` (absent ones are no
-    /// error) in one transaction: all or none; durable on return with
-    /// `durable`.
-    pub fn update_attrs(
-        &self,
-        object: ObjectRef,
-        attrs: &[(String, AttrValue)],
-        remove: &[&str],
-        durable: bool,
-    ) -> Result<(), ObjStoreError> {
-        check_attrs(attrs)?;
-        let stripe = self.stripe(object);
-        let _guard = stripe.write();
-        let mut cached = self.cached(stripe, object)?;
-        let at = now();
-        let sets = attrs.to_vec();
-        let removes: Vec<String> = remove.iter().map(|k| (*k).to_owned()).collect();
-        let result = self.meta.commit(durable, move |tx| {
-            put_attrs(tx, object, &sets)?;
-            let (p, o) = (object.partition.0 as i64, object.object.0 as i64);
-            if !removes.is_empty() {
-                let mut stmt = tx
-                    .prepare_cached(
-                        "DELETE FROM attrs WHERE partition = ?1 AND object = ?2 AND key = ?3",
-                    )
-                    .meta("prepare attribute removal")?;
-                for key in &removes {
-                    stmt.execute(params![p, o, key]).meta("remove attribute")?;
-                }
-            }
-            if !sets.is_empty() || !removes.is_empty() {
-                tx.prepare_cached(
-                    "UPDATE objects SET attrs_modified = ?3 WHERE partition = ?1 AND id = ?2",
-                )
-                .meta("prepare attribute time")?
-                .execute(params![p, o, at])
-                .meta("update attribute time")?;
-            }
-            Ok(())
-        });
-        match result {
-            Ok(()) => {
-                if !attrs.is_empty() || !remove.is_empty() {
-                    cached.info.attrs_modified = at;
-                }
-                stripe.keep(object, cached);
-                Ok(())
-            }
-            Err(e) => {
-                stripe.forget(object);
-                Err(e)
-            }
-        }
-    }
-
-    /// The members of `collection` whose attributes satisfy every term
-    /// (all members when `terms` is empty), in id order. The first
-    /// term's range is read from the attribute index.
-    pub fn query(
-        &self,
-        partition: PartitionId,
-        collection: &str,
-        terms: &[QueryTerm],
-    ) -> Result<Vec<ObjectId>, ObjStoreError> {
-        let conn = self.reader();
-        check_collection(&conn, partition, collection)?;
-        let mut values: Vec<Value> = vec![
-            Value::Integer(partition.0 as i64),
-            Value::Text(collection.to_owned()),
-        ];
-        let mut sql;
-        let term_sql = |alias: &str, term: &QueryTerm, values: &mut Vec<Value>| {
-            values.push(Value::Text(term.key.clone()));
-            let mut s = format!("{alias}.key = ?{}", values.len());
-            let kind = term.min.as_ref().or(term.max.as_ref());
-            if let Some(kind) = kind {
-                s += &format!(" AND typeof({alias}.value) = '{}'", kind.sql_type());
-            }
-            if let Some(min) = &term.min {
-                values.push(min.to_sql());
-                s += &format!(" AND {alias}.value >= ?{}", values.len());
-            }
-            if let Some(max) = &term.max {
-                values.push(max.to_sql());
-                s += &format!(" AND {alias}.value <= ?{}", values.len());
-            }
-            s
-        };
-        match terms.split_first() {
-            None => {
-                sql = "SELECT m.object FROM members m WHERE m.partition = ?1 AND m.collection = ?2"
-                    .to_owned();
-            }
-            Some((first, rest)) => {
-                let first_sql = term_sql("a", first, &mut values);
-                sql = format!(
-                    "SELECT a.object FROM attrs a INDEXED BY attrs_by_value
-                     JOIN members m ON m.partition = a.partition AND m.collection = ?2 AND m.object = a.object
-                     WHERE a.partition = ?1 AND {first_sql}"
-                );
-                for term in rest {
-                    let t = term_sql("b", term, &mut values);
-                    sql += &format!(
-                        " AND EXISTS (SELECT 1 FROM attrs b WHERE b.partition = a.partition AND b.object = a.object AND {t})"
-                    );
-                }
-            }
-        }
-        sql += " ORDER BY 1";
-        let mut stmt = conn.prepare_cached(&sql).meta("prepare query")?;
-        let ids = stmt
-            .query_map(rusqlite::params_from_iter(values), |r| r.get::<_, i64>(0))
-            .meta("query")?
-            .collect::<Result<Vec<_>, _>>()
-            .meta("query")?;
-        Ok(ids.into_iter().map(|id| ObjectId(id as u64)).collect())
     }
 }
