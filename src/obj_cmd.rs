@@ -409,20 +409,9 @@ fn execute(args: ObjArgs) -> Outcome {
                     usage => usage,
                 })?;
             if before > len {
-                // The protocol has no truncate: the old tail reads as
-                // zeros from now on (the length stays).
-                c.punch(
-                    id,
-                    &[Segment {
-                        offset: len,
-                        length: before - len,
-                    }],
-                    &DataOptions::default(),
-                )
-                .map_err(|e| put_failure(id, &e))?;
-                eprintln!(
-                    "sluice: note: object {id} was {before} bytes; it keeps that length and bytes {len}.. read as zeros"
-                );
+                // A shorter object: the old tail goes.
+                c.truncate(id, len, false)
+                    .map_err(|e| put_failure(id, &e))?;
             }
             c.flush(FlushScope::Object(id))
                 .and_then(|()| {

@@ -154,6 +154,15 @@ fn every_command_round_trips() {
         Some(&Value::Bytes(vec![0, 1, 2]))
     );
 
+    // Truncate: shorter, then longer again; the cut bytes read as zeros.
+    c.truncate(d, 100, false).unwrap();
+    assert_eq!(c.stat(d).unwrap().length, 100);
+    c.truncate(d, 200, true).unwrap();
+    let r = c.read(d, &[seg(0, 200)]).unwrap();
+    assert_eq!(&r.data[..100], &pattern(2, 8192)[..100]);
+    assert!(r.data[100..].iter().all(|&b| b == 0));
+    assert_eq!(wait_requests(&f.server, "truncate", "contiguous", 2), 2);
+
     // An object and three attributes in one request, no data.
     let three = DataOptions {
         fua: false,

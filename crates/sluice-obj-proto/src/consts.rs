@@ -60,6 +60,8 @@ pub const OP_BATCH: u16 = 15;
 pub const OP_DISCONNECT: u16 = 16;
 /// A call of the metadata service of striped objects (`meta` module).
 pub const OP_META: u16 = 17;
+/// Set an object's length (`length u64` in the parameters).
+pub const OP_TRUNCATE: u16 = 18;
 
 // Request flags.
 /// Bits 0-1: the data distribution type.

@@ -1324,6 +1324,10 @@ fn every_command_encodes_and_validates_back() {
             data: &data,
         },
         Command::Meta { params: &meta },
+        Command::Truncate {
+            object: 5,
+            length: 3,
+        },
     ];
     let (mut gets, mut sets) = (Vec::new(), Vec::new());
     let get = AttrOps::build(&[AttrOp::Get("a")], 16, &mut gets).unwrap();
@@ -1347,6 +1351,7 @@ fn every_command_encodes_and_validates_back() {
                 | Command::Remove { .. }
                 | Command::Create { .. }
                 | Command::ExtentWrite { .. }
+                | Command::Truncate { .. }
         ) {
             round_trip(
                 &s,
@@ -1437,4 +1442,46 @@ fn a_batch_header_frames_its_members() {
         })
         .collect();
     assert_eq!(members, [1, 2]);
+}
+
+#[test]
+fn truncate_carries_the_new_length_in_its_parameters() {
+    let s = all();
+    let bytes = hex(
+        "53524551 0004 0012 0000000000000003 0000000000000010 0000000000000022
+         0000000000000000 0000000000000000 00000000 00000008 00000000 00000000
+         0000000000001000",
+    );
+    let req = validate(&s, &bytes).unwrap();
+    assert_eq!(
+        req.command,
+        Command::Truncate {
+            object: 0x22,
+            length: 0x1000
+        }
+    );
+    assert!(req.fua);
+    // The length is required, and nothing may follow it.
+    let (_, short) = frame(
+        RequestHeader {
+            opcode: OP_TRUNCATE,
+            id: 4,
+            partition: 0x10,
+            object: 0x22,
+            ..RequestHeader::default()
+        },
+        [&[], &[0, 0, 0, 1], &[], &[]],
+    );
+    assert_eq!(validate(&s, &short).unwrap_err().code, ErrorCode::Invalid);
+    let (_, long) = frame(
+        RequestHeader {
+            opcode: OP_TRUNCATE,
+            id: 4,
+            partition: 0x10,
+            object: 0x22,
+            ..RequestHeader::default()
+        },
+        [&[], &[0; 9], &[], &[]],
+    );
+    assert_eq!(validate(&s, &long).unwrap_err().code, ErrorCode::Invalid);
 }

@@ -67,6 +67,11 @@ pub enum ObjStoreError {
         expected: u64,
         got: u64,
     },
+    /// A change the object's file cannot take while a committed change
+    /// is missing from it (writing it after its commit failed): the
+    /// journal holds it until the store is opened again and replays it.
+    #[error("{object}: a committed change is not in its file yet (writing it failed); reopen the store to replay it")]
+    NotApplied { object: ObjectRef },
     /// The operating system failed on an object's data file.
     #[error("{op} of {object} ({path}) failed")]
     Io {

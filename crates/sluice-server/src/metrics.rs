@@ -237,13 +237,14 @@ pub enum ObjCommand {
     ExtentWrite,
     /// Calls of the metadata service.
     Meta,
+    Truncate,
     /// Requests refused before execution (unknown opcode, bad flags,
     /// DDT, lengths, attributes; batch frames that cannot be split).
     Invalid,
 }
 
 impl ObjCommand {
-    const ALL: [Self; 16] = [
+    const ALL: [Self; 17] = [
         Self::Create,
         Self::Remove,
         Self::List,
@@ -259,6 +260,7 @@ impl ObjCommand {
         Self::ExtentRead,
         Self::ExtentWrite,
         Self::Meta,
+        Self::Truncate,
         Self::Invalid,
     ];
 
@@ -279,6 +281,7 @@ impl ObjCommand {
             Self::ExtentRead => "extent_read",
             Self::ExtentWrite => "extent_write",
             Self::Meta => "meta",
+            Self::Truncate => "truncate",
             Self::Invalid => "invalid",
         }
     }

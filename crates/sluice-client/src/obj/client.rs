@@ -765,6 +765,18 @@ impl ObjClient {
         }
     }
 
+    /// Sets `object`'s length to `length`: bytes past a shorter length
+    /// are gone (extended again, they read as zeros), and a longer one
+    /// reads as zeros up to it. `fua`: durable before it returns.
+    pub fn truncate(&mut self, object: u64, length: u64, fua: bool) -> Result<(), ObjError> {
+        self.run(&ObjRequest::Truncate {
+            object,
+            length,
+            fua,
+        })
+        .map(drop)
+    }
+
     /// Applies `changes` to `object`, all or none.
     pub fn set_attrs(
         &mut self,

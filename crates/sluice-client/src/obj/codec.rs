@@ -532,6 +532,16 @@ impl Codec<'_> {
                 cursor,
                 max,
             } => self.query(collection, ranges, cursor, max),
+            ObjRequest::Truncate {
+                object,
+                length,
+                fua,
+            } => self.plain_wire(
+                subject(Opcode::Truncate, object),
+                Command::Truncate { object, length },
+                &[],
+                fua,
+            ),
             _ => unreachable!("single sends only plain commands here"),
         }
     }

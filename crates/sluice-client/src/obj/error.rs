@@ -45,6 +45,7 @@ impl std::fmt::Display for Subject {
             Opcode::Batch => "batch",
             Opcode::Disconnect => "disconnect",
             Opcode::Meta => "metadata call",
+            Opcode::Truncate => "truncate",
         };
         match &self.target {
             Addressee::Object(id) => write!(f, "{op} of object {id}"),

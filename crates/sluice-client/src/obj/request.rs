@@ -136,6 +136,13 @@ pub enum ObjRequest<'a> {
         changes: &'a [AttrChange],
         fua: bool,
     },
+    /// Set the object's length: bytes past a shorter one are gone, a
+    /// longer one reads as zeros up to it.
+    Truncate {
+        object: u64,
+        length: u64,
+        fua: bool,
+    },
     Query {
         collection: &'a str,
         ranges: &'a [Range],

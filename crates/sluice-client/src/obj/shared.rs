@@ -626,6 +626,7 @@ fn subject_of(codec: &Codec<'_>, req: &ObjRequest<'_>) -> Subject {
         ObjRequest::Punch { object, .. } => subject(Opcode::Punch, object),
         ObjRequest::GetAttrs { object, .. } => subject(Opcode::GetAttrs, object),
         ObjRequest::SetAttrs { object, .. } => subject(Opcode::SetAttrs, object),
+        ObjRequest::Truncate { object, .. } => subject(Opcode::Truncate, object),
         ObjRequest::Flush(_) => in_collection(Opcode::Flush, ""),
         ObjRequest::ExtentRead { export, .. } => codec.extent_subject(Opcode::ExtentRead, export),
         ObjRequest::ExtentWrite { export, .. } => codec.extent_subject(Opcode::ExtentWrite, export),

@@ -106,6 +106,12 @@ pub enum Command<'a> {
     Meta {
         params: &'a [u8],
     },
+    /// Set the object's length: bytes past `length` are gone, and a
+    /// longer object reads as zeros up to it.
+    Truncate {
+        object: u64,
+        length: u64,
+    },
 }
 
 /// A checked list of query ranges, borrowing its bytes.
@@ -241,6 +247,7 @@ impl<'a> Command<'a> {
             Self::ExtentWrite { .. } => Opcode::ExtentWrite,
             Self::Disconnect => Opcode::Disconnect,
             Self::Meta { .. } => Opcode::Meta,
+            Self::Truncate { .. } => Opcode::Truncate,
         }
     }
 
@@ -305,6 +312,7 @@ impl<'a> Command<'a> {
             | Self::Punch { object, .. }
             | Self::GetAttrs { object }
             | Self::SetAttrs { object }
+            | Self::Truncate { object, .. }
             | Self::Flush(FlushScope::Object(object)) => object,
             Self::ExtentRead { export, .. } | Self::ExtentWrite { export, .. } => export,
             _ => 0,
@@ -366,6 +374,10 @@ impl<'a> Command<'a> {
             }
             Self::Meta { params } => {
                 out.extend_from_slice(params);
+                Ok(())
+            }
+            Self::Truncate { length, .. } => {
+                out.extend_from_slice(&length.to_be_bytes());
                 Ok(())
             }
             _ => Ok(()),

@@ -146,6 +146,7 @@ pub enum Opcode {
     Batch,
     Disconnect,
     Meta,
+    Truncate,
 }
 
 impl Opcode {
@@ -169,6 +170,7 @@ impl Opcode {
             OP_BATCH => Self::Batch,
             OP_DISCONNECT => Self::Disconnect,
             OP_META => Self::Meta,
+            OP_TRUNCATE => Self::Truncate,
             _ => return None,
         })
     }
@@ -193,6 +195,7 @@ impl Opcode {
             Self::Batch => OP_BATCH,
             Self::Disconnect => OP_DISCONNECT,
             Self::Meta => OP_META,
+            Self::Truncate => OP_TRUNCATE,
         }
     }
 
@@ -206,7 +209,8 @@ impl Opcode {
             | Self::SetAttrs
             | Self::Remove
             | Self::Create
-            | Self::ExtentWrite => FLAG_FUA,
+            | Self::ExtentWrite
+            | Self::Truncate => FLAG_FUA,
             Self::List => FLAG_WITH_ATTRS,
             Self::Flush => FLAG_SCOPE_MASK,
             Self::Read | Self::ExtentRead => FLAG_SPAN_OK,

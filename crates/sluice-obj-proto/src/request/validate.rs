@@ -252,6 +252,12 @@ impl Negotiated {
                 Command::Meta { params }
             }
             Opcode::ExtentRead | Opcode::ExtentWrite => self.extent(op, h, ddt, data)?,
+            Opcode::Truncate => Command::Truncate {
+                object,
+                length: p.u64().ok_or_else(|| {
+                    reject(h, ErrorCode::Invalid, "TRUNCATE parameters lack the length")
+                })?,
+            },
             Opcode::Batch | Opcode::Disconnect => unreachable!("handled by validate"),
         })
     }

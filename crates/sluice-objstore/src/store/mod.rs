@@ -98,6 +98,7 @@ mod read;
 mod rows;
 mod stripe;
 mod times;
+mod truncate;
 mod types;
 
 use std::collections::{HashMap, HashSet};

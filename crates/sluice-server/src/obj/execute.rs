@@ -69,6 +69,7 @@ impl ObjRequest {
             }
             Command::Disconnect => (ObjCommand::Invalid, None, Access::Buffered),
             Command::Meta { .. } => (ObjCommand::Meta, None, Access::Buffered),
+            Command::Truncate { .. } => (ObjCommand::Truncate, None, Access::Buffered),
         };
         let access = if req.fua { Access::Durable } else { access };
         Self {
@@ -579,6 +580,10 @@ impl ObjExecutor {
                 self.store.punch(o, &segments_of(&ddt), &opts(&attrs))?;
                 self.attrs_after(o, &attrs, &mut list)?;
                 reply_ok(out, id, 0, &list, &[]);
+            }
+            Command::Truncate { object, length } => {
+                self.store.truncate(self.object(object), length, req.fua)?;
+                reply_ok(out, id, 0, &[], &[]);
             }
             Command::Flush(scope) => {
                 match scope {
