@@ -64,7 +64,11 @@ fn cut_and_extend(len: usize, cut: usize, durable: bool) {
     let store = open(dir.path());
     let mut want = data[..cut].to_vec();
     want.resize(len, 0);
-    assert_eq!(contents(&store, object), want, "{len} cut to {cut}, reopened");
+    assert_eq!(
+        contents(&store, object),
+        want,
+        "{len} cut to {cut}, reopened"
+    );
 }
 
 #[test]

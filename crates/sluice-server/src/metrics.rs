@@ -336,7 +336,7 @@ struct BatchSeries {
 /// and batch frames with their members.
 #[derive(Debug)]
 pub struct ObjectMetrics {
-    series: [[ObjSeries; 3]; 16],
+    series: [[ObjSeries; 3]; ObjCommand::ALL.len()],
     batches: BatchSeries,
     /// Pool jobs that made several creates of one receive with one store
     /// call, and the creates they made.

@@ -51,7 +51,9 @@ impl ObjectStore {
         let before = cached.info;
         let rows = match &cached.body {
             Body::Inline(bytes) => {
-                let kept = bytes.len().min(usize::try_from(length).unwrap_or(usize::MAX));
+                let kept = bytes
+                    .len()
+                    .min(usize::try_from(length).unwrap_or(usize::MAX));
                 if kept == bytes.len() {
                     DataRows::None
                 } else {
