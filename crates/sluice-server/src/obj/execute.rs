@@ -6,30 +6,22 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_obj_proto::{
-    encode_id_list, encode_page, AttrOp, AttrOps, AttrValue, Command, Ddt, DdtKind, ErrorCode,
-    FlushScope, Negotiated, Opcode, ReplyHeader, Request, RequestHeader,
+    encode_id_list, encode_page, Command, Ddt, DdtKind, ErrorCode, FlushScope, Negotiated, Opcode,
+    QueryRanges, ReplyHeader, Request, RequestHeader,
 };
 use sluice_objstore::{
-    AttrValue as StoreValue, BatchChange, Changed, Edit, NewObjects, ObjStoreError, ObjectId,
-    ObjectInfo, ObjectRef, ObjectStore, PartitionId, QueryTerm, Segment, WriteOptions,
+    NewObjects, ObjStoreError, ObjectId, ObjectInfo, ObjectRef, ObjectStore, PartitionId,
+    QueryTerm, Segment, WriteOptions,
 };
-use sluice_storage::{BlockingClass, DeviceError};
-use tracing::debug;
+use sluice_storage::BlockingClass;
 
+use super::attr_work::{encode_attrs, to_store, AttrWork};
 use super::extent;
+use super::failure::{reply_failure, Failure};
 use crate::buffer::ReplyBuf;
 use crate::driver::{Access, Execute, Outcome};
 use crate::export::Export;
 use crate::metrics::{ObjCommand, ServerMetrics};
-
-/// Keys of the attributes the store keeps for every object, as GET
-/// returns them.
-const LENGTH: &str = "sluice.length";
-const CREATED: &str = "sluice.created";
-const DATA_MODIFIED: &str = "sluice.data_modified";
-const ATTRS_MODIFIED: &str = "sluice.attrs_modified";
-/// Keys with this prefix are the server's own.
-const RESERVED_PREFIX: &str = "sluice.";
 
 /// A request checked on the connection thread, owning no buffer bytes:
 /// its header (the executor validates it again against its payload,
@@ -86,196 +78,8 @@ impl ObjRequest {
     }
 }
 
-/// A failed request: the reply's status and message.
-struct Failure {
-    code: ErrorCode,
-    message: String,
-}
-
-impl Failure {
-    fn new(code: ErrorCode, message: impl Into<String>) -> Self {
-        Self {
-            code,
-            message: message.into(),
-        }
-    }
-}
-
-impl From<ObjStoreError> for Failure {
-    fn from(e: ObjStoreError) -> Self {
-        Self::new(store_code(&e), e.to_string())
-    }
-}
-
-impl From<DeviceError> for Failure {
-    fn from(e: DeviceError) -> Self {
-        Self::new(device_code(&e), e.to_string())
-    }
-}
-
-/// The reply status for a store error (the one place this mapping lives).
-fn store_code(e: &ObjStoreError) -> ErrorCode {
-    match e {
-        ObjStoreError::UnknownPartition { .. } => ErrorCode::NoSuchPartition,
-        ObjStoreError::UnknownObject { .. } => ErrorCode::NoSuchObject,
-        ObjStoreError::UnknownCollection { .. } => ErrorCode::NoSuchCollection,
-        ObjStoreError::AttributeTooLarge { .. } => ErrorCode::AttrTooLarge,
-        ObjStoreError::OutOfRange { .. } => ErrorCode::OutOfRange,
-        ObjStoreError::PayloadLength { .. } => ErrorCode::LengthMismatch,
-        ObjStoreError::Io { source, .. } | ObjStoreError::StoreIo { source, .. } => io_code(source),
-        ObjStoreError::Metadata { .. }
-        | ObjStoreError::Commit { .. }
-        | ObjStoreError::RolledBackWith { .. }
-        | ObjStoreError::ChangePanicked => ErrorCode::Io,
-        _ => ErrorCode::Invalid,
-    }
-}
-
-fn io_code(e: &std::io::Error) -> ErrorCode {
-    use rustix::io::Errno;
-    match e.raw_os_error() {
-        Some(c) if c == Errno::NOSPC.raw_os_error() || c == Errno::DQUOT.raw_os_error() => {
-            ErrorCode::NoSpace
-        }
-        Some(c) if c == Errno::ACCESS.raw_os_error() || c == Errno::PERM.raw_os_error() => {
-            ErrorCode::Permission
-        }
-        _ => ErrorCode::Io,
-    }
-}
-
-/// The reply status for a device error on an attached export.
-fn device_code(e: &DeviceError) -> ErrorCode {
-    match e {
-        DeviceError::ReadOnly { .. } => ErrorCode::ReadOnly,
-        DeviceError::OutOfRange { .. } => ErrorCode::OutOfRange,
-        e if e.is_no_space() => ErrorCode::NoSpace,
-        _ => ErrorCode::Io,
-    }
-}
-
-/// A request's attribute entries, split by kind.
-struct AttrWork<'a> {
-    gets: Vec<&'a str>,
-    sets: Vec<(String, StoreValue)>,
-    removes: Vec<&'a str>,
-}
-
-impl<'a> AttrWork<'a> {
-    fn split(ops: &AttrOps<'a>) -> Result<Self, Failure> {
-        let mut w = Self {
-            gets: Vec::new(),
-            sets: Vec::new(),
-            removes: Vec::new(),
-        };
-        for op in ops.iter() {
-            match op {
-                AttrOp::Get(k) => w.gets.push(k),
-                AttrOp::Set(k, v) => {
-                    reserved(k)?;
-                    w.sets.push((k.to_owned(), to_store(v)));
-                }
-                AttrOp::Remove(k) => {
-                    reserved(k)?;
-                    w.removes.push(k);
-                }
-            }
-        }
-        Ok(w)
-    }
-
-    /// Data commands take GET and SET entries; removing a key rides
-    /// only on SET_ATTRS.
-    fn no_removes(&self, what: &str) -> Result<(), Failure> {
-        match self.removes.first() {
-            Some(k) => Err(Failure::new(
-                ErrorCode::Invalid,
-                format!("attribute {k:?}: {what} cannot remove attributes (use SET_ATTRS)"),
-            )),
-            None => Ok(()),
-        }
-    }
-
-    /// User keys among the GETs (the store knows nothing of `sluice.`).
-    fn user_gets(&self) -> Vec<&'a str> {
-        self.gets
-            .iter()
-            .copied()
-            .filter(|k| !k.starts_with(RESERVED_PREFIX))
-            .collect()
-    }
-}
-
-fn reserved(key: &str) -> Result<(), Failure> {
-    if key.starts_with(RESERVED_PREFIX) {
-        return Err(Failure::new(
-            ErrorCode::Permission,
-            format!("attribute {key:?} is kept by the server and cannot be set or removed"),
-        ));
-    }
-    Ok(())
-}
-
-fn to_store(v: AttrValue<'_>) -> StoreValue {
-    match v {
-        AttrValue::Integer(i) => StoreValue::Integer(i),
-        AttrValue::Text(t) => StoreValue::Text(t.to_owned()),
-        AttrValue::Bytes(b) => StoreValue::Bytes(b.to_vec()),
-    }
-}
-
-fn to_wire(v: &StoreValue) -> AttrValue<'_> {
-    match v {
-        StoreValue::Integer(i) => AttrValue::Integer(*i),
-        StoreValue::Text(t) => AttrValue::Text(t),
-        StoreValue::Bytes(b) => AttrValue::Bytes(b),
-    }
-}
-
-fn mandatory(info: &ObjectInfo) -> [(&'static str, i64); 4] {
-    [
-        (LENGTH, info.length as i64),
-        (CREATED, info.created),
-        (DATA_MODIFIED, info.data_modified),
-        (ATTRS_MODIFIED, info.attrs_modified),
-    ]
-}
-
-/// Encodes the attribute list of a reply. `asked` empty: every
-/// attribute, the server's own first; else each asked key in order, as
-/// a SET entry with its value or a REMOVE entry when it has none.
-fn encode_attrs(
-    info: &ObjectInfo,
-    user: &[(String, StoreValue)],
-    asked: &[&str],
-    out: &mut Vec<u8>,
-) {
-    let own = mandatory(info);
-    let mut ops: Vec<AttrOp<'_>> = Vec::new();
-    if asked.is_empty() {
-        ops.extend(
-            own.iter()
-                .map(|(k, v)| AttrOp::Set(k, AttrValue::Integer(*v))),
-        );
-        ops.extend(user.iter().map(|(k, v)| AttrOp::Set(k, to_wire(v))));
-    } else {
-        for key in asked {
-            let found = own
-                .iter()
-                .find(|(k, _)| k == key)
-                .map(|(_, v)| AttrValue::Integer(*v))
-                .or_else(|| user.iter().find(|(k, _)| k == key).map(|(_, v)| to_wire(v)));
-            ops.push(match found {
-                Some(v) => AttrOp::Set(key, v),
-                None => AttrOp::Remove(key),
-            });
-        }
-    }
-    AttrOps::encode(&ops, out);
-}
-
 /// Appends a success reply: header, attribute list, body.
-fn reply_ok(out: &mut ReplyBuf, id: u64, real: u64, attrs: &[u8], body: &[u8]) {
+pub(super) fn reply_ok(out: &mut ReplyBuf, id: u64, real: u64, attrs: &[u8], body: &[u8]) {
     out.encode(|o| {
         ReplyHeader::ok(id, real, attrs.len() as u32, body.len() as u32).encode(o);
         o.extend_from_slice(attrs);
@@ -287,7 +91,7 @@ fn reply_ok(out: &mut ReplyBuf, id: u64, real: u64, attrs: &[u8], body: &[u8]) {
 /// which runs the iterator's `fold` (its kind matched once): `collect`
 /// would call `next` per segment, which cost a strided view of 32,768
 /// blocks about 220 µs of a write's 4 ms on the long link.
-fn segments_of(ddt: &Ddt<'_>) -> Vec<Segment> {
+pub(super) fn segments_of(ddt: &Ddt<'_>) -> Vec<Segment> {
     let mut out = Vec::with_capacity(ddt.segment_count() as usize);
     ddt.segments()
         .for_each(|s| out.push(Segment::new(s.offset, s.length)));
@@ -368,49 +172,6 @@ impl<'a> CreateWork<'a> {
             opts: &self.opts,
         }
     }
-}
-
-/// Which data change a [`DataChange`] is.
-#[derive(Clone, Copy)]
-enum ChangeKind {
-    Write,
-    Append,
-    Punch,
-}
-
-/// A WRITE, APPEND or PUNCH member of a batch frame, validated, waiting
-/// to join the one store call that applies its job's changes
-/// (`ObjectStore::change_batch`), and then to be answered.
-pub(crate) struct DataChange<'a> {
-    id: u64,
-    object: ObjectRef,
-    kind: ChangeKind,
-    segments: Vec<Segment>,
-    data: &'a [u8],
-    opts: WriteOptions,
-    attrs: AttrWork<'a>,
-}
-
-impl DataChange<'_> {
-    /// The change as the store takes it.
-    pub(crate) fn change(&self) -> BatchChange<'_> {
-        let edit = match self.kind {
-            ChangeKind::Write => Edit::Write(&self.segments, self.data),
-            ChangeKind::Append => Edit::Append(self.data),
-            ChangeKind::Punch => Edit::Punch(&self.segments),
-        };
-        BatchChange {
-            object: self.object,
-            edit,
-            opts: &self.opts,
-        }
-    }
-}
-
-/// Appends the error reply for a failed request.
-fn reply_failure(h: &RequestHeader, f: &Failure, out: &mut ReplyBuf) {
-    debug!(id = h.id, opcode = ?Opcode::from_wire(h.opcode), error = %f.message, "request failed");
-    out.encode(|o| ReplyHeader::encode_error(h.id, f.code, &f.message, o));
 }
 
 /// What running one session's requests needs: shared with the I/O pool.
@@ -497,67 +258,8 @@ impl ObjExecutor {
                 cursor,
                 max,
                 with_attrs,
-            } => {
-                let after = (cursor != 0).then_some(ObjectId(cursor));
-                let page = self.store.list(
-                    self.partition(),
-                    collection(c),
-                    after,
-                    max as usize,
-                    with_attrs,
-                )?;
-                let mut encoded: Vec<Vec<u8>> = Vec::with_capacity(page.entries.len());
-                for e in &page.entries {
-                    let mut a = Vec::new();
-                    if let Some(user) = &e.attrs {
-                        encode_attrs(&e.info, user, &attrs.gets, &mut a);
-                    }
-                    encoded.push(a);
-                }
-                let entries: Vec<(u64, &[u8])> = page
-                    .entries
-                    .iter()
-                    .zip(&encoded)
-                    .map(|(e, a)| (e.object.0, a.as_slice()))
-                    .collect();
-                let mut body = Vec::new();
-                encode_page(page.next.map_or(0, |o| o.0), &entries, &mut body);
-                reply_ok(out, id, 0, &[], &body);
-            }
-            Command::Read { object, ddt } => {
-                if let Some((k, _)) = attrs.sets.first() {
-                    return Err(Failure::new(
-                        ErrorCode::Invalid,
-                        format!("attribute {k:?}: READ takes only GET entries"),
-                    ));
-                }
-                attrs.no_removes("READ")?;
-                // The store reads straight into the reply buffer, after
-                // the header and attribute list it learns the values of.
-                let total = ddt.total() as usize;
-                let header_at = out.len();
-                let reply = &mut *out;
-                let read = self.store.read_into(
-                    self.object(object),
-                    &segments_of(&ddt),
-                    &attrs.user_gets(),
-                    |found| {
-                        if !attrs.gets.is_empty() {
-                            encode_attrs(&found.info, &found.attrs, &attrs.gets, &mut list);
-                        }
-                        reply.encode(|o| {
-                            ReplyHeader::ok(id, found.real, list.len() as u32, total as u32)
-                                .encode(o);
-                            o.extend_from_slice(&list);
-                        });
-                        reply.tail_mut(total)
-                    },
-                );
-                if let Err(e) = read {
-                    out.truncate(header_at);
-                    return Err(e.into());
-                }
-            }
+            } => self.list(id, c, cursor, max, with_attrs, &attrs, out)?,
+            Command::Read { object, ddt } => self.read(id, object, &ddt, &attrs, out)?,
             Command::Write { object, ddt, data } => {
                 attrs.no_removes("WRITE")?;
                 let o = self.object(object);
@@ -623,41 +325,8 @@ impl ObjExecutor {
                 cursor,
                 max,
                 ranges,
-            } => {
-                let terms: Vec<QueryTerm> = ranges
-                    .iter()
-                    .map(|r| QueryTerm {
-                        key: r.key.to_owned(),
-                        min: Some(to_store(r.min)),
-                        max: Some(to_store(r.max)),
-                    })
-                    .collect();
-                let ids = self.store.query(self.partition(), c, &terms)?;
-                let mut page = ids.iter().map(|o| o.0).filter(|&o| o > cursor);
-                let entries: Vec<(u64, &[u8])> = page
-                    .by_ref()
-                    .take(max as usize)
-                    .map(|o| (o, &[][..]))
-                    .collect();
-                let next = match (page.next(), entries.last()) {
-                    (Some(_), Some(&(last, _))) => last,
-                    _ => 0,
-                };
-                let mut body = Vec::new();
-                encode_page(next, &entries, &mut body);
-                reply_ok(out, id, 0, &[], &body);
-            }
-            Command::ExtentRead { export, ddt } => {
-                let device = &self.export(export)?.device;
-                let total = ddt.total() as usize;
-                let header_at = out.len();
-                out.encode(|o| ReplyHeader::ok(id, total as u64, 0, total as u32).encode(o));
-                let data = out.tail_mut(total);
-                if let Err(e) = extent::read(device.as_ref(), &segments_of(&ddt), data) {
-                    out.truncate(header_at);
-                    return Err(e.into());
-                }
-            }
+            } => self.query(id, c, cursor, max, &ranges, out)?,
+            Command::ExtentRead { export, ddt } => self.extent_read(id, export, &ddt, out)?,
             Command::ExtentWrite { export, ddt, data } => {
                 let device = &self.export(export)?.device;
                 extent::write(device.as_ref(), &segments_of(&ddt), data, req.fua)?;
@@ -669,6 +338,146 @@ impl ObjExecutor {
                     .map_err(|(code, message)| Failure::new(code, message))?;
                 reply_ok(out, id, 0, &[], &body);
             }
+        }
+        Ok(())
+    }
+
+    /// A LIST page, with each entry's attributes when asked for.
+    #[allow(clippy::too_many_arguments)] // the fields of one command
+    fn list(
+        &self,
+        id: u64,
+        c: &str,
+        cursor: u64,
+        max: u32,
+        with_attrs: bool,
+        attrs: &AttrWork<'_>,
+        out: &mut ReplyBuf,
+    ) -> Result<(), Failure> {
+        let after = (cursor != 0).then_some(ObjectId(cursor));
+        let page = self.store.list(
+            self.partition(),
+            collection(c),
+            after,
+            max as usize,
+            with_attrs,
+        )?;
+        let mut encoded: Vec<Vec<u8>> = Vec::with_capacity(page.entries.len());
+        for e in &page.entries {
+            let mut a = Vec::new();
+            if let Some(user) = &e.attrs {
+                encode_attrs(&e.info, user, &attrs.gets, &mut a);
+            }
+            encoded.push(a);
+        }
+        let entries: Vec<(u64, &[u8])> = page
+            .entries
+            .iter()
+            .zip(&encoded)
+            .map(|(e, a)| (e.object.0, a.as_slice()))
+            .collect();
+        let mut body = Vec::new();
+        encode_page(page.next.map_or(0, |o| o.0), &entries, &mut body);
+        reply_ok(out, id, 0, &[], &body);
+        Ok(())
+    }
+
+    /// A READ, straight into the reply buffer after the header and the
+    /// attribute list it learns the values of.
+    fn read(
+        &self,
+        id: u64,
+        object: u64,
+        ddt: &Ddt<'_>,
+        attrs: &AttrWork<'_>,
+        out: &mut ReplyBuf,
+    ) -> Result<(), Failure> {
+        let mut list = Vec::new();
+        if let Some((k, _)) = attrs.sets.first() {
+            return Err(Failure::new(
+                ErrorCode::Invalid,
+                format!("attribute {k:?}: READ takes only GET entries"),
+            ));
+        }
+        attrs.no_removes("READ")?;
+        // The store reads straight into the reply buffer, after
+        // the header and attribute list it learns the values of.
+        let total = ddt.total() as usize;
+        let header_at = out.len();
+        let reply = &mut *out;
+        let read = self.store.read_into(
+            self.object(object),
+            &segments_of(&ddt),
+            &attrs.user_gets(),
+            |found| {
+                if !attrs.gets.is_empty() {
+                    encode_attrs(&found.info, &found.attrs, &attrs.gets, &mut list);
+                }
+                reply.encode(|o| {
+                    ReplyHeader::ok(id, found.real, list.len() as u32, total as u32).encode(o);
+                    o.extend_from_slice(&list);
+                });
+                reply.tail_mut(total)
+            },
+        );
+        if let Err(e) = read {
+            out.truncate(header_at);
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    /// A QUERY page of the matching members' ids.
+    fn query(
+        &self,
+        id: u64,
+        c: &str,
+        cursor: u64,
+        max: u32,
+        ranges: &QueryRanges<'_>,
+        out: &mut ReplyBuf,
+    ) -> Result<(), Failure> {
+        let terms: Vec<QueryTerm> = ranges
+            .iter()
+            .map(|r| QueryTerm {
+                key: r.key.to_owned(),
+                min: Some(to_store(r.min)),
+                max: Some(to_store(r.max)),
+            })
+            .collect();
+        let ids = self.store.query(self.partition(), c, &terms)?;
+        let mut page = ids.iter().map(|o| o.0).filter(|&o| o > cursor);
+        let entries: Vec<(u64, &[u8])> = page
+            .by_ref()
+            .take(max as usize)
+            .map(|o| (o, &[][..]))
+            .collect();
+        let next = match (page.next(), entries.last()) {
+            (Some(_), Some(&(last, _))) => last,
+            _ => 0,
+        };
+        let mut body = Vec::new();
+        encode_page(next, &entries, &mut body);
+        reply_ok(out, id, 0, &[], &body);
+        Ok(())
+    }
+
+    /// An EXTENT_READ of an attached export, into the reply buffer.
+    fn extent_read(
+        &self,
+        id: u64,
+        export: u64,
+        ddt: &Ddt<'_>,
+        out: &mut ReplyBuf,
+    ) -> Result<(), Failure> {
+        let device = &self.export(export)?.device;
+        let total = ddt.total() as usize;
+        let header_at = out.len();
+        out.encode(|o| ReplyHeader::ok(id, total as u64, 0, total as u32).encode(o));
+        let data = out.tail_mut(total);
+        if let Err(e) = extent::read(device.as_ref(), &segments_of(&ddt), data) {
+            out.truncate(header_at);
+            return Err(e.into());
         }
         Ok(())
     }
@@ -755,78 +564,6 @@ impl ObjExecutor {
             reply_ok(out, req.id, 0, &[], &body);
         }
         Ok(())
-    }
-
-    /// `request` as a [`DataChange`] when it is a WRITE, APPEND or PUNCH
-    /// that validates; `None` for anything else (an invalid one too:
-    /// [`Execute::execute`] answers it with its error). What it does then
-    /// is what [`Self::run`] does with it, with the store call shared.
-    pub(crate) fn data_change<'a>(
-        &self,
-        request: &ObjRequest,
-        payload: &'a [u8],
-    ) -> Option<DataChange<'a>> {
-        let req = self.session.validate(&request.head, payload).ok()?;
-        let (kind, object, segments, data) = match req.command {
-            Command::Write { object, ddt, data } => {
-                (ChangeKind::Write, object, segments_of(&ddt), data)
-            }
-            Command::Append { object, data } => (ChangeKind::Append, object, Vec::new(), data),
-            Command::Punch { object, ddt } => {
-                (ChangeKind::Punch, object, segments_of(&ddt), &[][..])
-            }
-            _ => return None,
-        };
-        let attrs = AttrWork::split(&req.attrs).ok()?;
-        if !attrs.removes.is_empty() {
-            return None;
-        }
-        Some(DataChange {
-            id: req.id,
-            object: self.object(object),
-            kind,
-            segments,
-            data,
-            opts: WriteOptions {
-                attrs: attrs.sets.clone(),
-                durable: req.fua,
-            },
-            attrs,
-        })
-    }
-
-    /// Appends the reply of a [`DataChange`] the store applied with
-    /// `result`; returns whether it failed.
-    pub(crate) fn answer_change(
-        &self,
-        request: &ObjRequest,
-        change: &DataChange<'_>,
-        result: Result<Changed, ObjStoreError>,
-        out: &mut ReplyBuf,
-    ) -> bool {
-        let mut list = Vec::new();
-        let answered = result.map_err(Failure::from).and_then(|changed| {
-            self.attrs_after(change.object, &change.attrs, &mut list)?;
-            Ok(changed)
-        });
-        match answered {
-            Ok(changed) => {
-                let at;
-                let body: &[u8] = match change.kind {
-                    ChangeKind::Append => {
-                        at = changed.before.length.to_be_bytes();
-                        &at
-                    }
-                    ChangeKind::Write | ChangeKind::Punch => &[],
-                };
-                reply_ok(out, change.id, 0, &list, body);
-                false
-            }
-            Err(f) => {
-                reply_failure(&request.head, &f, out);
-                true
-            }
-        }
     }
 
     /// The request of a WRITE whose payload has not arrived, checked from
@@ -923,7 +660,7 @@ impl ObjExecutor {
 
     /// GET entries riding on a command that changes data return the
     /// values after it.
-    fn attrs_after(
+    pub(super) fn attrs_after(
         &self,
         object: ObjectRef,
         attrs: &AttrWork<'_>,

@@ -10,10 +10,13 @@
 //! frames of one receive are made together, in one pool job and one
 //! store call (`creates.rs`).
 
+mod attr_work;
 mod batch;
 mod creates;
+mod data_change;
 mod execute;
 mod extent;
+mod failure;
 mod file_read;
 mod gathered;
 mod handshake;
