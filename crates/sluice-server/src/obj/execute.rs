@@ -407,7 +407,7 @@ impl ObjExecutor {
         let reply = &mut *out;
         let read = self.store.read_into(
             self.object(object),
-            &segments_of(&ddt),
+            &segments_of(ddt),
             &attrs.user_gets(),
             |found| {
                 if !attrs.gets.is_empty() {
@@ -475,7 +475,7 @@ impl ObjExecutor {
         let header_at = out.len();
         out.encode(|o| ReplyHeader::ok(id, total as u64, 0, total as u32).encode(o));
         let data = out.tail_mut(total);
-        if let Err(e) = extent::read(device.as_ref(), &segments_of(&ddt), data) {
+        if let Err(e) = extent::read(device.as_ref(), &segments_of(ddt), data) {
             out.truncate(header_at);
             return Err(e.into());
         }
