@@ -62,6 +62,7 @@ pub mod plan;
 mod remote_meta;
 mod request;
 mod shared;
+mod split;
 pub mod stripe_plan;
 mod striped;
 mod striped_fsck;
