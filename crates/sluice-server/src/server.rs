@@ -20,7 +20,7 @@ use crate::driver::{ConnectionHandler, DriverEnv};
 use crate::export::{Export, ExportRegistry};
 use crate::metrics::ServerMetrics;
 use crate::nbd::NbdService;
-use crate::obj::{tls_policy, ObjService, PartitionPolicy};
+use crate::obj::{ObjService, PartitionPolicy};
 use crate::service::{InheritedListeners, ReloadError, Reloadable};
 use crate::socket::{clear_stale_socket, Socket, SocketPathError};
 use crate::stop::StopSignal;
@@ -438,12 +438,12 @@ impl Server {
         let exports = open(&config)?;
         let registry =
             Arc::new(ExportRegistry::new(exports).with_max_payload(config.limits.max_payload()));
-        let nbd_tls = handshake_policy(config.tls.mode, tls.as_deref());
+        let tls_policy = handshake_policy(config.tls.mode, tls.as_deref());
         let export_access = Arc::new(AccessPolicy::new(config.tls.allow.clone()));
         let mut partition_policy = None;
         let nbd: Arc<dyn ConnectionHandler> = Arc::new(NbdService {
             registry: Arc::clone(&registry),
-            tls_policy: nbd_tls,
+            tls_policy,
             tls: tls.clone(),
             access: Arc::clone(&export_access),
             fast_paths: config.fast_paths,
@@ -472,7 +472,7 @@ impl Server {
                 let obj: Arc<dyn ConnectionHandler> = Arc::new(ObjService {
                     store: Arc::clone(&objects.store),
                     registry: Arc::clone(&registry),
-                    tls_policy: tls_policy(nbd_tls),
+                    tls_policy,
                     tls,
                     partitions,
                     export_access,
