@@ -11,6 +11,7 @@
 //! the start of the TLS handshake, never options: a client cannot smuggle
 //! plaintext options past STARTTLS.
 
+pub use sluice_types::TlsPolicy;
 use thiserror::Error;
 
 use crate::consts::*;
@@ -86,21 +87,6 @@ pub trait ExportCatalog {
         let _ = name;
         ExportAccess::Allowed
     }
-}
-
-/// How the server offers TLS: the spec's three modes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum TlsPolicy {
-    /// NOTLS: `NBD_OPT_STARTTLS` is answered with `NBD_REP_ERR_POLICY`.
-    #[default]
-    Off,
-    /// SELECTIVETLS: `NBD_OPT_STARTTLS` is accepted; exports the catalog
-    /// reports as [`ExportAccess::TlsRequired`] need it, others do not.
-    Optional,
-    /// FORCEDTLS: before TLS, every option but `NBD_OPT_STARTTLS` and
-    /// `NBD_OPT_ABORT` is answered with `NBD_REP_ERR_TLS_REQD`, and
-    /// `NBD_OPT_EXPORT_NAME` (which cannot be refused) ends the session.
-    Required,
 }
 
 /// Handshake policy.

@@ -3,6 +3,7 @@
 //! SELECT_PARTITION, which ends it. Refusals are answers and the session
 //! goes on; only framing violations end it.
 
+pub use sluice_types::TlsPolicy;
 use thiserror::Error;
 
 use crate::consts::*;
@@ -20,18 +21,6 @@ pub mod answer {
     pub const DENIED: u16 = 7;
     pub const BAD_OPTION: u16 = 8;
     pub const UNKNOWN_EXPORT: u16 = 9;
-}
-
-/// How the server offers TLS.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Hash)]
-pub enum TlsPolicy {
-    /// STARTTLS is refused.
-    #[default]
-    Off,
-    /// STARTTLS is accepted; partitions the catalog marks need it.
-    Optional,
-    /// Nothing but STARTTLS and ABORT is accepted before TLS.
-    Required,
 }
 
 /// What the server's catalog says about a partition or an export for

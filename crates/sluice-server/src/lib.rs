@@ -10,6 +10,7 @@ mod buffer;
 pub mod config;
 mod driver;
 pub mod export;
+mod listen;
 pub mod log;
 pub mod metrics;
 mod nbd;

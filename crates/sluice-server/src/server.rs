@@ -1,10 +1,10 @@
-//! Listeners, the accept loop, connection threads and graceful shutdown.
+//! Starting a server (TLS, listeners on `listen.rs`'s sockets, exports,
+//! each listener's protocol), the accept loop, connection threads and
+//! graceful shutdown.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::net::{Shutdown, SocketAddr, TcpListener};
-use std::os::fd::AsFd;
-use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -14,15 +14,16 @@ use rustix::event::{poll, PollFd, PollFlags};
 use thiserror::Error;
 use tracing::{debug, error, info, info_span, warn};
 
-use crate::config::{ListenAddr, ObjectConfig, ServerConfig, DEFAULT_PARTITION};
+use crate::config::{ListenAddr, ObjectConfig, ServerConfig, TlsIdentity, DEFAULT_PARTITION};
 use crate::driver::pool::IoPool;
 use crate::driver::{ConnectionHandler, DriverEnv};
 use crate::export::{Export, ExportRegistry};
+use crate::listen::{bind_metrics_listener, ListenSocket, ListenSockets};
 use crate::metrics::ServerMetrics;
 use crate::nbd::NbdService;
-use crate::obj::{tls_policy, ObjService, PartitionPolicy};
+use crate::obj::{ObjService, PartitionPolicy};
 use crate::service::{InheritedListeners, ReloadError, Reloadable};
-use crate::socket::{clear_stale_socket, Socket, SocketPathError};
+use crate::socket::SocketPathError;
 use crate::stop::StopSignal;
 use crate::stream::Stream;
 use crate::tls::{handshake_policy, AccessPolicy, TlsAcceptor, TlsSetupError};
@@ -87,34 +88,6 @@ impl From<TlsSetupError> for ServerError {
     }
 }
 
-/// Binds one listening address; returns the socket and the address
-/// bound (port 0 resolved). A Unix path may hold only a stale socket,
-/// which is replaced.
-fn bind_socket(addr: &ListenAddr) -> Result<(ListenSocket, ListenAddr), ServerError> {
-    let bind_err = |source| ServerError::Bind {
-        addr: addr.to_string(),
-        source,
-    };
-    match addr {
-        ListenAddr::Tcp(a) => {
-            let l = TcpListener::bind(a).map_err(bind_err)?;
-            l.set_nonblocking(true).map_err(bind_err)?;
-            let local = ListenAddr::Tcp(l.local_addr().map_err(bind_err)?);
-            Ok((ListenSocket::Tcp(l), local))
-        }
-        ListenAddr::Unix(path) => {
-            clear_stale_socket(path)?;
-            let l = UnixListener::bind(path).map_err(bind_err)?;
-            // From here on, dropping it removes the path.
-            let socket = ListenSocket::Unix(l, path.clone(), true);
-            if let ListenSocket::Unix(l, _, _) = &socket {
-                l.set_nonblocking(true).map_err(bind_err)?;
-            }
-            Ok((socket, ListenAddr::Unix(path.clone())))
-        }
-    }
-}
-
 /// Opens the object store and makes sure the default and the configured
 /// partitions exist.
 fn open_objects(config: &ObjectConfig) -> Result<Objects, ServerError> {
@@ -142,82 +115,107 @@ fn open_objects(config: &ObjectConfig) -> Result<Objects, ServerError> {
     })
 }
 
-/// A bound listening socket. A Unix socket's path is removed when it is
-/// dropped (at the end of `run`, or when a start fails after binding it)
-/// if the server bound it (the `bool`), not if systemd did.
-enum ListenSocket {
-    Tcp(TcpListener),
-    Unix(UnixListener, PathBuf, bool),
+/// Checks the TLS settings against the exports named `names` and loads
+/// the credentials, if TLS is configured.
+fn load_tls(
+    config: &ServerConfig,
+    names: &[String],
+) -> Result<Option<Arc<TlsAcceptor>>, ServerError> {
+    config.tls.validate()?;
+    if let Some(name) = config.tls.allow.keys().find(|n| !names.contains(n)) {
+        return Err(crate::config::ConfigError::TlsAllowUnknownExport(name.clone()).into());
+    }
+    Ok(TlsAcceptor::load(&config.tls)?.map(Arc::new))
 }
 
-impl Drop for ListenSocket {
-    fn drop(&mut self) {
-        if let Self::Unix(_, path, true) = self {
-            let _ = std::fs::remove_file(path);
+/// What serving both protocols takes: each listener with its protocol,
+/// the object store when one is configured, and what a reload replaces.
+struct Protocols {
+    listeners: Vec<Listener>,
+    objects: Option<Objects>,
+    reloadable: Reloadable,
+}
+
+/// Sets up NBD on `nbd_sockets` over `registry`, and the object protocol
+/// on `object_sockets` when `config` has an object store (opening it, and
+/// its metadata service: `meta` if given, else the one the config names),
+/// both with the TLS credentials `tls` and the allow-lists.
+fn serve_protocols(
+    config: &ServerConfig,
+    registry: &Arc<ExportRegistry>,
+    tls: Option<Arc<TlsAcceptor>>,
+    partition_allow: Option<BTreeMap<u64, Vec<TlsIdentity>>>,
+    meta: Option<Arc<dyn sluice_meta::MetaStore>>,
+    nbd_sockets: Vec<ListenSocket>,
+    object_sockets: Vec<ListenSocket>,
+) -> Result<Protocols, ServerError> {
+    let tls_policy = handshake_policy(config.tls.mode, tls.as_deref());
+    let export_access = Arc::new(AccessPolicy::new(config.tls.allow.clone()));
+    let mut partition_policy = None;
+    let nbd: Arc<dyn ConnectionHandler> = Arc::new(NbdService {
+        registry: Arc::clone(registry),
+        tls_policy,
+        tls: tls.clone(),
+        access: Arc::clone(&export_access),
+        fast_paths: config.fast_paths,
+    });
+    let mut listeners: Vec<Listener> = nbd_sockets
+        .into_iter()
+        .map(|socket| Listener {
+            socket,
+            protocol: Arc::clone(&nbd),
+        })
+        .collect();
+    let reload_tls = tls.clone();
+    let reload_exports = Arc::clone(&export_access);
+    let objects = match &config.objects {
+        Some(oc) => {
+            let objects = open_objects(oc)?;
+            let meta = match (meta, &oc.meta) {
+                (Some(given), _) => Some(given),
+                (None, Some(dir)) => Some(crate::obj::open_meta(dir)?),
+                (None, None) => None,
+            }
+            .map(crate::obj::MetaService);
+            let partitions = Arc::new(PartitionPolicy::new(partition_allow.unwrap_or_default()));
+            partition_policy = Some(Arc::clone(&partitions));
+            let obj: Arc<dyn ConnectionHandler> = Arc::new(ObjService {
+                store: Arc::clone(&objects.store),
+                registry: Arc::clone(registry),
+                tls_policy,
+                tls,
+                partitions,
+                export_access,
+                limits: oc.published_limits()?,
+                meta,
+                fast_paths: config.fast_paths,
+            });
+            listeners.extend(object_sockets.into_iter().map(|socket| Listener {
+                socket,
+                protocol: Arc::clone(&obj),
+            }));
+            Some(objects)
         }
-    }
-}
-
-/// A listening socket a service manager bound, and its address.
-fn inherited_socket(fd: std::os::fd::OwnedFd) -> Result<(ListenSocket, ListenAddr), ServerError> {
-    let err = |source| ServerError::Bind {
-        addr: "a socket passed by systemd".into(),
-        source,
+        None => None,
     };
-    let family = rustix::net::getsockname(&fd)
-        .map_err(|e| err(e.into()))?
-        .address_family();
-    if family == rustix::net::AddressFamily::UNIX {
-        let l = UnixListener::from(fd);
-        l.set_nonblocking(true).map_err(err)?;
-        let local = l.local_addr().map_err(err)?;
-        let path = local
-            .as_pathname()
-            .map_or_else(|| PathBuf::from("(unnamed)"), Path::to_path_buf);
-        Ok((
-            ListenSocket::Unix(l, path.clone(), false),
-            ListenAddr::Unix(path),
-        ))
-    } else {
-        let l = TcpListener::from(fd);
-        l.set_nonblocking(true).map_err(err)?;
-        let local = ListenAddr::Tcp(l.local_addr().map_err(err)?);
-        Ok((ListenSocket::Tcp(l), local))
-    }
+    let reloadable = Reloadable {
+        mode: config.tls.mode,
+        tls: reload_tls,
+        exports: reload_exports,
+        export_names: registry.all().iter().map(|e| e.name.clone()).collect(),
+        partitions: partition_policy,
+    };
+    Ok(Protocols {
+        listeners,
+        objects,
+        reloadable,
+    })
 }
 
 /// A listening socket and the protocol its connections speak.
 struct Listener {
     socket: ListenSocket,
     protocol: Arc<dyn ConnectionHandler>,
-}
-
-impl ListenSocket {
-    fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        match self {
-            Self::Tcp(l) => l.as_fd(),
-            Self::Unix(l, _, _) => l.as_fd(),
-        }
-    }
-
-    fn accept(&self) -> io::Result<(Stream, String)> {
-        match self {
-            Self::Tcp(l) => {
-                let (s, peer) = l.accept()?;
-                s.set_nonblocking(false)?;
-                s.set_nodelay(true)?;
-                Ok((Stream::Plain(Socket::Tcp(s)), peer.to_string()))
-            }
-            Self::Unix(l, path, _) => {
-                let (s, _) = l.accept()?;
-                s.set_nonblocking(false)?;
-                Ok((
-                    Stream::Plain(Socket::Unix(s)),
-                    format!("unix:{}", path.display()),
-                ))
-            }
-        }
-    }
 }
 
 /// State shared between the accept loop, connection threads and handles.
@@ -378,55 +376,14 @@ impl Server {
         if listeners == 0 {
             return Err(ServerError::NoListeners);
         }
-        config.tls.validate()?;
-        if let Some(name) = config.tls.allow.keys().find(|n| !names.contains(n)) {
-            return Err(crate::config::ConfigError::TlsAllowUnknownExport(name.clone()).into());
-        }
-        let tls = TlsAcceptor::load(&config.tls)?.map(Arc::new);
+        let tls = load_tls(&config, &names)?;
         let partition_allow = config
             .objects
             .as_ref()
             .map(|oc| oc.partition_allow())
             .transpose()?;
-        let mut sockets = Vec::new();
-        let mut local_addrs = Vec::new();
-        let mut object_sockets = Vec::new();
-        let mut object_addrs = Vec::new();
-        if let Some(inherited) = inherited {
-            for fd in inherited.nbd {
-                let (socket, local) = inherited_socket(fd)?;
-                sockets.push(socket);
-                local_addrs.push(local);
-            }
-            for fd in inherited.objects {
-                let (socket, local) = inherited_socket(fd)?;
-                object_sockets.push(socket);
-                object_addrs.push(local);
-            }
-        } else {
-            for addr in &config.listen {
-                let (socket, local) = bind_socket(addr)?;
-                sockets.push(socket);
-                local_addrs.push(local);
-            }
-            for addr in config.objects.iter().flat_map(|o| &o.listen) {
-                let (socket, local) = bind_socket(addr)?;
-                object_sockets.push(socket);
-                object_addrs.push(local);
-            }
-        }
-        let (metrics_listener, metrics_addr) = match config.metrics {
-            Some(addr) => {
-                let bind_err = |source| ServerError::Bind {
-                    addr: format!("metrics {addr}"),
-                    source,
-                };
-                let l = TcpListener::bind(addr).map_err(bind_err)?;
-                let local = l.local_addr().map_err(bind_err)?;
-                (Some(l), Some(local))
-            }
-            None => (None, None),
-        };
+        let sockets = ListenSockets::bind(&config, inherited)?;
+        let (metrics_listener, metrics_addr) = bind_metrics_listener(config.metrics)?.unzip();
         let admin = match &config.admin {
             Some(ListenAddr::Unix(path)) => Some(crate::admin::AdminSocket::bind(path)?),
             Some(ListenAddr::Tcp(a)) => {
@@ -438,68 +395,20 @@ impl Server {
         let exports = open(&config)?;
         let registry =
             Arc::new(ExportRegistry::new(exports).with_max_payload(config.limits.max_payload()));
-        let nbd_tls = handshake_policy(config.tls.mode, tls.as_deref());
-        let export_access = Arc::new(AccessPolicy::new(config.tls.allow.clone()));
-        let mut partition_policy = None;
-        let nbd: Arc<dyn ConnectionHandler> = Arc::new(NbdService {
-            registry: Arc::clone(&registry),
-            tls_policy: nbd_tls,
-            tls: tls.clone(),
-            access: Arc::clone(&export_access),
-            fast_paths: config.fast_paths,
-        });
-        let mut listeners: Vec<Listener> = sockets
-            .into_iter()
-            .map(|socket| Listener {
-                socket,
-                protocol: Arc::clone(&nbd),
-            })
-            .collect();
-        let reload_tls = tls.clone();
-        let reload_exports = Arc::clone(&export_access);
-        let objects = match &config.objects {
-            Some(oc) => {
-                let objects = open_objects(oc)?;
-                let meta = match (meta, &oc.meta) {
-                    (Some(given), _) => Some(given),
-                    (None, Some(dir)) => Some(crate::obj::open_meta(dir)?),
-                    (None, None) => None,
-                }
-                .map(crate::obj::MetaService);
-                let partitions =
-                    Arc::new(PartitionPolicy::new(partition_allow.unwrap_or_default()));
-                partition_policy = Some(Arc::clone(&partitions));
-                let obj: Arc<dyn ConnectionHandler> = Arc::new(ObjService {
-                    store: Arc::clone(&objects.store),
-                    registry: Arc::clone(&registry),
-                    tls_policy: tls_policy(nbd_tls),
-                    tls,
-                    partitions,
-                    export_access,
-                    limits: oc.published_limits()?,
-                    meta,
-                    fast_paths: config.fast_paths,
-                });
-                listeners.extend(object_sockets.into_iter().map(|socket| Listener {
-                    socket,
-                    protocol: Arc::clone(&obj),
-                }));
-                Some(objects)
-            }
-            None => None,
-        };
-        let reloadable = Reloadable {
-            mode: config.tls.mode,
-            tls: reload_tls,
-            exports: reload_exports,
-            export_names: registry.all().iter().map(|e| e.name.clone()).collect(),
-            partitions: partition_policy,
-        };
+        let protocols = serve_protocols(
+            &config,
+            &registry,
+            tls,
+            partition_allow,
+            meta,
+            sockets.nbd,
+            sockets.objects,
+        )?;
         Ok(Self {
-            listeners,
-            local_addrs,
-            object_addrs,
-            objects,
+            listeners: protocols.listeners,
+            local_addrs: sockets.nbd_addrs,
+            object_addrs: sockets.object_addrs,
+            objects: protocols.objects,
             registry,
             config,
             metrics: Arc::new(ServerMetrics::default()),
@@ -508,7 +417,7 @@ impl Server {
             admin,
             shared: Arc::new(Shared {
                 stop,
-                reloadable,
+                reloadable: protocols.reloadable,
                 connections: Mutex::new(HashMap::new()),
                 drained: Condvar::new(),
             }),

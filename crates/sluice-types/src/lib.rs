@@ -3,13 +3,17 @@
 //! byte sizes like `64K` or `2GiB` and durations like `500ms` or `2m`,
 //! and sizes written back the same way ([`format_size`]). Also
 //! [`splitmix64`], the one hash of a number that bench and tests derive
-//! repeatable bytes from. No I/O, no other sluice crate.
+//! repeatable bytes from. And [`TlsPolicy`], how a server offers TLS,
+//! which both protocol crates' handshakes read. No I/O, no other sluice
+//! crate.
 
 mod mix;
+mod tls;
 
 use std::time::Duration;
 
 pub use mix::splitmix64;
+pub use tls::TlsPolicy;
 
 /// An error and each of its causes, once each, joined by ": " (what
 /// anyhow's `{:#}` prints, for code that holds a borrowed error).

@@ -17,10 +17,13 @@
 //! docs/design/0002-connection-driver.md explains the split. The driver
 //! is generic over both, so each protocol gets its own monomorphised
 //! loop: no dynamic dispatch, allocation or lock per request beyond what
-//! the work itself needs.
+//! the work itself needs. Before that, its handshake plugs in as a
+//! [`SessionHandshake`]: [`handshake`] holds the one loop that runs
+//! either protocol's sans-IO machine over the socket, STARTTLS included.
 
 pub(crate) mod coalesce;
 mod dispatch;
+mod handshake;
 pub(crate) mod payload_pipe;
 pub(crate) mod pool;
 mod receive;
@@ -37,6 +40,9 @@ use sluice_storage::BlockingClass;
 use tracing::{error, info};
 
 pub(crate) use dispatch::{Dispatch, Placement, PoolJob};
+pub(crate) use handshake::{
+    handshake_outcome, run_handshake, HandshakeLoopFailure, HandshakeStep, SessionHandshake,
+};
 pub(crate) use receive::PayloadIo;
 
 use crate::buffer::{RecvBuf, ReplyBuf};
@@ -85,71 +91,6 @@ pub(crate) trait ConnectionHandler: Send + Sync + 'static {
     /// The protocol's name in metrics ("nbd", "obj").
     fn protocol(&self) -> &'static str;
     fn serve(&self, stream: Stream, env: &DriverEnv);
-}
-
-/// What waiting for more handshake bytes found (see
-/// [`await_handshake_input`]).
-pub(crate) enum HandshakeInput {
-    /// More bytes are in the receive buffer.
-    More,
-    /// The client closed the connection, or the server is stopping: a
-    /// client still negotiating has no requests in flight, so it is
-    /// simply closed.
-    Gone,
-    /// The handshake deadline passed.
-    TimedOut,
-}
-
-/// Reads more of a handshake into `buf`, waiting until `deadline` (and no
-/// longer than the server runs). Both protocols' handshakes use it.
-pub(crate) fn await_handshake_input(
-    stream: &mut Stream,
-    buf: &mut RecvBuf,
-    env: &DriverEnv,
-    deadline: Instant,
-) -> io::Result<HandshakeInput> {
-    use crate::stop::{wait_readable, Readiness};
-    if !stream.has_buffered_input() {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match wait_readable(stream.fd(), Some(&env.stop), Some(left))? {
-            Readiness::Readable => {}
-            Readiness::Stop => return Ok(HandshakeInput::Gone),
-            Readiness::TimedOut => return Ok(HandshakeInput::TimedOut),
-        }
-    }
-    Ok(match stream.try_fill(buf)? {
-        Some(0) => HandshakeInput::Gone,
-        _ => HandshakeInput::More,
-    })
-}
-
-/// What a connection does with its handshake's outcome, whichever the
-/// protocol: the negotiated session, or `None` once the connection is
-/// closed (the client left, or the handshake failed: counted and logged
-/// with its causes).
-pub(crate) fn handshake_outcome<T, E: std::error::Error + 'static>(
-    result: Result<Option<T>, E>,
-    stream: &mut Stream,
-    env: &DriverEnv,
-) -> Option<T> {
-    match result {
-        Ok(Some(negotiated)) => Some(negotiated),
-        Ok(None) => {
-            tracing::debug!("client left during the handshake");
-            stream.close();
-            None
-        }
-        Err(e) => {
-            env.metrics
-                .handshakes_failed
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            info!(
-                error = &e as &dyn std::error::Error,
-                "handshake failed; closing connection"
-            );
-            None
-        }
-    }
 }
 
 /// One message's place at the start of the receive buffer.

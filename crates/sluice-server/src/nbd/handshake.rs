@@ -1,8 +1,8 @@
 //! The NBD handshake on a connection: drives the sans-IO
 //! `ServerHandshake` over the socket, including STARTTLS.
 
-use std::io::{self, Write};
-use std::time::Instant;
+use std::io;
+use std::time::Duration;
 
 use sluice_nbd_proto::{
     ExportAccess, ExportCatalog, ExportInfo, HandshakeConfig, HandshakeStatus, Negotiated, Refusal,
@@ -12,7 +12,9 @@ use tracing::info;
 
 use super::NbdService;
 use crate::buffer::RecvBuf;
-use crate::driver::{await_handshake_input, DriverEnv, HandshakeInput};
+use crate::driver::{
+    run_handshake, DriverEnv, HandshakeLoopFailure, HandshakeStep, SessionHandshake,
+};
 use crate::export::ExportRegistry;
 use crate::stream::Stream;
 use crate::tls::{AccessPolicy, PeerIdentity, TlsHandshakeError};
@@ -24,7 +26,7 @@ pub(super) enum HandshakeFailure {
     #[error(transparent)]
     Protocol(#[from] sluice_nbd_proto::HandshakeError),
     #[error("client did not finish the handshake within {0:?}")]
-    TimedOut(std::time::Duration),
+    TimedOut(Duration),
     #[error(transparent)]
     Tls(#[from] TlsHandshakeError),
     #[error("internal error: STARTTLS accepted without TLS credentials")]
@@ -53,6 +55,15 @@ impl ExportCatalog for SessionCatalog<'_> {
     }
 }
 
+impl HandshakeLoopFailure for HandshakeFailure {
+    fn timed_out(limit: Duration) -> Self {
+        Self::TimedOut(limit)
+    }
+    fn no_tls_credentials() -> Self {
+        Self::NoTlsCredentials
+    }
+}
+
 /// Runs the handshake; `None` when the client left (or the server
 /// stopped) before it was done. What the client sent after the handshake
 /// stays in `buf`.
@@ -62,68 +73,57 @@ pub(super) fn handshake(
     service: &NbdService,
     env: &DriverEnv,
 ) -> Result<Option<Negotiated>, HandshakeFailure> {
-    let deadline = Instant::now() + env.timeouts.handshake();
-    let mut hs = ServerHandshake::new(HandshakeConfig {
-        tls: service.tls_policy,
-        ..HandshakeConfig::default()
-    });
-    let mut peer: Option<PeerIdentity> = None;
-    let mut refusals = 0u32;
-    loop {
-        let out = hs.poll_output();
-        if !out.is_empty() {
-            stream.write_all(&out)?;
-        }
+    let hs = NbdHandshake {
+        machine: ServerHandshake::new(HandshakeConfig {
+            tls: service.tls_policy,
+            ..HandshakeConfig::default()
+        }),
+        service,
+        refusals: 0,
+    };
+    run_handshake(hs, stream, buf, service.tls.as_deref(), env)
+}
+
+/// The NBD handshake machine with the service it answers from.
+struct NbdHandshake<'a> {
+    machine: ServerHandshake,
+    service: &'a NbdService,
+    /// Clients refused so far on this connection (only the first is
+    /// logged).
+    refusals: u32,
+}
+
+impl SessionHandshake for NbdHandshake<'_> {
+    type Negotiated = Negotiated;
+    type Failure = HandshakeFailure;
+
+    fn poll_output(&mut self) -> Vec<u8> {
+        self.machine.poll_output()
+    }
+
+    fn handle_input(
+        &mut self,
+        input: &[u8],
+        peer: Option<&PeerIdentity>,
+    ) -> Result<(usize, HandshakeStep<Negotiated>), HandshakeFailure> {
         let catalog = SessionCatalog {
-            registry: &service.registry,
-            policy: &service.access,
-            tls: hs.tls_active(),
-            peer: peer.as_ref(),
+            registry: &self.service.registry,
+            policy: &self.service.access,
+            tls: self.machine.tls_active(),
+            peer,
         };
-        let handled = hs.handle_input(buf.data(), &catalog);
-        if let Some(refusal) = hs.take_refusal() {
-            log_refusal(&refusal, &mut refusals);
+        let handled = self.machine.handle_input(input, &catalog);
+        if let Some(refusal) = self.machine.take_refusal() {
+            log_refusal(&refusal, &mut self.refusals);
         }
         let (used, status) = handled?;
-        buf.consume(used);
-        match status {
-            HandshakeStatus::NeedInput => {}
-            HandshakeStatus::Aborted => {
-                stream.write_all(&hs.poll_output())?;
-                return Ok(None);
-            }
-            HandshakeStatus::Done(n) => {
-                stream.write_all(&hs.poll_output())?;
-                return Ok(Some(*n));
-            }
-            HandshakeStatus::StartTls => {
-                // The ACK goes out in plaintext; whatever the client sent
-                // after STARTTLS is the start of its TLS handshake.
-                stream.write_all(&hs.poll_output())?;
-                let acceptor = service
-                    .tls
-                    .as_deref()
-                    .ok_or(HandshakeFailure::NoTlsCredentials)?;
-                match stream.start_tls(buf, acceptor, &env.stop, deadline)? {
-                    Some(identity) => peer = identity,
-                    None => return Ok(None),
-                }
-                continue;
-            }
-        }
-        if used == 0 || buf.data().is_empty() {
-            let out = hs.poll_output();
-            if !out.is_empty() {
-                stream.write_all(&out)?;
-            }
-            match await_handshake_input(stream, buf, env, deadline)? {
-                HandshakeInput::More => {}
-                HandshakeInput::Gone => return Ok(None),
-                HandshakeInput::TimedOut => {
-                    return Err(HandshakeFailure::TimedOut(env.timeouts.handshake()))
-                }
-            }
-        }
+        let step = match status {
+            HandshakeStatus::NeedInput => HandshakeStep::NeedInput,
+            HandshakeStatus::Aborted => HandshakeStep::Aborted,
+            HandshakeStatus::Done(negotiated) => HandshakeStep::Done(*negotiated),
+            HandshakeStatus::StartTls => HandshakeStep::StartTls,
+        };
+        Ok((used, step))
     }
 }
 

@@ -4,8 +4,8 @@
 //! store, the export registry and the allow-lists.
 
 use std::collections::BTreeMap;
-use std::io::{self, Write};
-use std::time::Instant;
+use std::io;
+use std::time::Duration;
 
 use sluice_nbd_proto::ExportAccess;
 use sluice_obj_proto::{
@@ -18,7 +18,9 @@ use tracing::{info, warn};
 use super::ObjService;
 use crate::buffer::RecvBuf;
 use crate::config::TlsIdentity;
-use crate::driver::{await_handshake_input, DriverEnv, HandshakeInput};
+use crate::driver::{
+    run_handshake, DriverEnv, HandshakeLoopFailure, HandshakeStep, SessionHandshake,
+};
 use crate::export::ExportRegistry;
 use crate::stream::Stream;
 use crate::tls::{AccessPolicy, PeerIdentity, TlsHandshakeError};
@@ -30,7 +32,7 @@ pub(super) enum HandshakeFailure {
     #[error(transparent)]
     Protocol(#[from] sluice_obj_proto::HandshakeError),
     #[error("client did not finish the object protocol handshake within {0:?}")]
-    TimedOut(std::time::Duration),
+    TimedOut(Duration),
     #[error(transparent)]
     Tls(#[from] TlsHandshakeError),
     #[error("internal error: STARTTLS accepted without TLS credentials")]
@@ -108,6 +110,15 @@ impl PartitionCatalog for SessionCatalog<'_> {
     }
 }
 
+impl HandshakeLoopFailure for HandshakeFailure {
+    fn timed_out(limit: Duration) -> Self {
+        Self::TimedOut(limit)
+    }
+    fn no_tls_credentials() -> Self {
+        Self::NoTlsCredentials
+    }
+}
+
 /// Runs the handshake; `None` when the client left (or aborted, or the
 /// server stopped) before it was done. What the client sent after the
 /// handshake stays in `buf`.
@@ -117,69 +128,56 @@ pub(super) fn handshake(
     service: &ObjService,
     env: &DriverEnv,
 ) -> Result<Option<Negotiated>, HandshakeFailure> {
-    let deadline = Instant::now() + env.timeouts.handshake();
-    let mut hs = ServerHandshake::new(HandshakeConfig {
-        tls: service.tls_policy,
-        features: sluice_obj_proto::Features::NEGOTIABLE,
-        limits: service.limits,
-    });
-    let mut peer: Option<PeerIdentity> = None;
-    loop {
-        let out = hs.poll_output();
-        if !out.is_empty() {
-            stream.write_all(&out)?;
-        }
+    let hs = ObjHandshake {
+        machine: ServerHandshake::new(HandshakeConfig {
+            tls: service.tls_policy,
+            features: sluice_obj_proto::Features::NEGOTIABLE,
+            limits: service.limits,
+        }),
+        service,
+    };
+    run_handshake(hs, stream, buf, service.tls.as_deref(), env)
+}
+
+/// The object protocol's handshake machine with the service it answers
+/// from.
+struct ObjHandshake<'a> {
+    machine: ServerHandshake,
+    service: &'a ObjService,
+}
+
+impl SessionHandshake for ObjHandshake<'_> {
+    type Negotiated = Negotiated;
+    type Failure = HandshakeFailure;
+
+    fn poll_output(&mut self) -> Vec<u8> {
+        self.machine.poll_output()
+    }
+
+    fn handle_input(
+        &mut self,
+        input: &[u8],
+        peer: Option<&PeerIdentity>,
+    ) -> Result<(usize, HandshakeStep<Negotiated>), HandshakeFailure> {
         let catalog = SessionCatalog {
-            store: &service.store,
-            partitions: &service.partitions,
-            registry: &service.registry,
-            exports: &service.export_access,
-            peer: peer.as_ref(),
+            store: &self.service.store,
+            partitions: &self.service.partitions,
+            registry: &self.service.registry,
+            exports: &self.service.export_access,
+            peer,
         };
-        let handled = hs.handle_input(buf.data(), &catalog);
-        if let Some(refusal) = hs.take_refusal() {
+        let handled = self.machine.handle_input(input, &catalog);
+        if let Some(refusal) = self.machine.take_refusal() {
             log_refusal(&refusal);
         }
         let (used, status) = handled?;
-        buf.consume(used);
-        match status {
-            HandshakeStatus::NeedInput => {}
-            HandshakeStatus::Aborted => {
-                stream.write_all(&hs.poll_output())?;
-                return Ok(None);
-            }
-            HandshakeStatus::Done(n) => {
-                stream.write_all(&hs.poll_output())?;
-                return Ok(Some(*n));
-            }
-            HandshakeStatus::StartTls => {
-                // The answer goes out in plaintext; whatever the client
-                // sent after STARTTLS is the start of its TLS handshake.
-                stream.write_all(&hs.poll_output())?;
-                let acceptor = service
-                    .tls
-                    .as_deref()
-                    .ok_or(HandshakeFailure::NoTlsCredentials)?;
-                match stream.start_tls(buf, acceptor, &env.stop, deadline)? {
-                    Some(identity) => peer = identity,
-                    None => return Ok(None),
-                }
-                continue;
-            }
-        }
-        if used == 0 || buf.data().is_empty() {
-            let out = hs.poll_output();
-            if !out.is_empty() {
-                stream.write_all(&out)?;
-            }
-            match await_handshake_input(stream, buf, env, deadline)? {
-                HandshakeInput::More => {}
-                HandshakeInput::Gone => return Ok(None),
-                HandshakeInput::TimedOut => {
-                    return Err(HandshakeFailure::TimedOut(env.timeouts.handshake()))
-                }
-            }
-        }
+        let step = match status {
+            HandshakeStatus::NeedInput => HandshakeStep::NeedInput,
+            HandshakeStatus::StartTls => HandshakeStep::StartTls,
+            HandshakeStatus::Aborted => HandshakeStep::Aborted,
+            HandshakeStatus::Done(negotiated) => HandshakeStep::Done(*negotiated),
+        };
+        Ok((used, step))
     }
 }
 

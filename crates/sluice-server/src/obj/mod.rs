@@ -121,16 +121,6 @@ impl ConnectionHandler for ObjService {
     }
 }
 
-/// The object handshake's TLS mode for the NBD handshake's: both come
-/// from the one `[tls]` setting.
-pub(crate) fn tls_policy(nbd: sluice_nbd_proto::TlsPolicy) -> TlsPolicy {
-    match nbd {
-        sluice_nbd_proto::TlsPolicy::Off => TlsPolicy::Off,
-        sluice_nbd_proto::TlsPolicy::Optional => TlsPolicy::Optional,
-        sluice_nbd_proto::TlsPolicy::Required => TlsPolicy::Required,
-    }
-}
-
 /// One object protocol connection in transmission.
 pub(crate) struct ObjSession {
     exec: Arc<ObjExecutor>,
