@@ -16,6 +16,7 @@ use thiserror::Error;
 use crate::array::{
     check_present_members, read_superblocks, write_superblock, MemberError, NamedMember,
 };
+use crate::clock::{Clock, SystemClock};
 use crate::fan_out::{FanOut, MemberIo, MemberOp, ScopedFanOut};
 use crate::journal::{Journal, JournalError, JournalPlace};
 use crate::layout::{Geometry, GeometryError, Piece, RaidLevel};
@@ -152,6 +153,9 @@ pub struct RaidDevice {
     pub(crate) scrub: ScrubState,
     /// The write-intent journal (RAID 5 arrays assembled with one).
     pub(crate) journal: Option<Journal>,
+    /// The time the rebuild and scrub read: when progress was last
+    /// recorded, and the waits of the rate limit.
+    pub(crate) clock: Arc<dyn Clock>,
 }
 
 /// The members of an array as one value, replaced whole.
@@ -312,6 +316,7 @@ impl RaidDevice {
                 ..MemberCounters::default()
             })
             .collect();
+        let clock: Arc<dyn Clock> = Arc::new(SystemClock);
         Ok(Self {
             members: ArcSwap::from_pointee(MemberSet {
                 devices: members,
@@ -326,7 +331,7 @@ impl RaidDevice {
                 window_end: AtomicU64::new(0),
                 generations: (0..STRIPE_LOCKS).map(|_| AtomicU64::new(0)).collect(),
                 ahead: Mutex::new(None),
-                recorded: Mutex::new((0, Instant::now())),
+                recorded: Mutex::new((0, clock.now())),
             },
             scrub: ScrubState::default(),
             size: geometry.volume_size(smallest),
@@ -344,7 +349,22 @@ impl RaidDevice {
             data_offset: 0,
             superblocks: None,
             journal: None,
+            clock,
         })
+    }
+
+    /// This array with its rebuild and scrub reading time from `clock`
+    /// instead of the system's (a [`ManualClock`](crate::ManualClock) in
+    /// tests); the time progress was last recorded restarts at its now.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        let recorded = self
+            .rebuild
+            .recorded
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner());
+        recorded.1 = clock.now();
+        self.clock = clock;
+        self
     }
 
     /// Assembles the array whose superblocks `members` hold, in the order
@@ -485,7 +505,7 @@ impl RaidDevice {
                 .rebuild
                 .recorded
                 .get_mut()
-                .unwrap_or_else(|p| p.into_inner()) = (rebuilt, Instant::now());
+                .unwrap_or_else(|p| p.into_inner()) = (rebuilt, array.clock.now());
             array.rebuild.member.store(index, Ordering::SeqCst);
         }
         let array_uuid = newest.array_uuid;

@@ -130,6 +130,7 @@
 //! [`DeviceError::Io`]: sluice_storage::DeviceError::Io
 
 mod array;
+pub mod clock;
 mod device;
 pub mod fan_out;
 pub mod journal;
@@ -142,6 +143,7 @@ pub mod superblock;
 pub use array::{
     check_members, create_array, read_superblocks, Assembly, MemberError, NamedMember,
 };
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use device::{ArrayFailed, MemberStatus, RaidDevice, RaidError, DEFAULT_REBUILD_RATE};
 pub use fan_out::{FanOut, MemberIo, MemberOp, ScopedFanOut};
 pub use journal::{JournalError, JournalPlace, JournalReport};

@@ -47,6 +47,11 @@
 //! marked rebuilding resumes from the recorded cursor and never reads
 //! that member past it until rebuilt there.
 //!
+//! The rate limit ([`RaidDevice::set_rebuild_rate`]) makes each step
+//! wait out the rest of the time its bytes may take. That wait and the
+//! recording interval read the array's [`Clock`]
+//! ([`RaidDevice::with_clock`]), so tests drive them without sleeping.
+//!
 //! If another member fails during the rebuild, the new member is
 //! marked failed first: stripes past the cursor can no longer be
 //! reconstructed, and the array answers errors rather than wrong data.
@@ -69,6 +74,7 @@ use sluice_storage::{DeviceMetric, MetricKind};
 use uuid::Uuid;
 
 use crate::array::{MemberError, NamedMember};
+use crate::clock::Clock;
 use crate::device::{MemberSet, Outcome, RaidDevice, RaidError, ReadAhead, NO_MEMBER};
 use crate::fan_out::{MemberIo, MemberOp};
 use crate::journal::{Journal, JournalReport};
@@ -211,15 +217,16 @@ impl Drop for ScrubRunning<'_> {
     }
 }
 
-/// Sleeps what is left of the time `bytes` may take at `rate` bytes
-/// per second after `took` already passed.
-fn pace(bytes: u64, rate: u64, took: Duration) {
+/// Sleeps on `clock` what is left of the time `bytes` may take at
+/// `rate` bytes per second when the work on them began at `started`.
+fn pace(clock: &dyn Clock, bytes: u64, rate: u64, started: Instant) {
     if rate == 0 {
         return;
     }
     let due = Duration::from_secs_f64(bytes as f64 / rate as f64);
+    let took = clock.now().saturating_duration_since(started);
     if let Some(rest) = due.checked_sub(took) {
-        std::thread::sleep(rest);
+        clock.sleep(rest);
     }
 }
 
@@ -308,7 +315,7 @@ impl RaidDevice {
             .rebuild
             .recorded
             .lock()
-            .unwrap_or_else(|p| p.into_inner()) = (0, Instant::now());
+            .unwrap_or_else(|p| p.into_inner()) = (0, self.clock.now());
         self.rebuild.member.store(index, Ordering::SeqCst);
         self.rebuild.replaced.fetch_add(1, Ordering::SeqCst);
         let old = self.members.load();
@@ -349,13 +356,14 @@ impl RaidDevice {
                 let Some(array) = weak.upgrade() else {
                     return;
                 };
-                let started = Instant::now();
+                let clock = Arc::clone(&array.clock);
+                let started = clock.now();
                 let step = array.rebuild_step();
                 let rate = array.rebuild.rate.load(Ordering::SeqCst);
                 match step {
                     Some(bytes) => {
                         drop(array);
-                        pace(bytes, rate, started.elapsed());
+                        pace(&*clock, bytes, rate, started);
                     }
                     None => {
                         array.rebuild.running.store(false, Ordering::SeqCst);
@@ -563,7 +571,8 @@ impl RaidDevice {
             .lock()
             .unwrap_or_else(|p| p.into_inner());
         let cursor = self.rebuild.cursor.load(Ordering::SeqCst);
-        if cursor == recorded.0 || recorded.1.elapsed() < RECORD_EVERY {
+        let since = self.clock.now().saturating_duration_since(recorded.1);
+        if cursor == recorded.0 || since < RECORD_EVERY {
             return;
         }
         let Some(device) = self.members.load().devices[target].clone() else {
@@ -578,7 +587,7 @@ impl RaidDevice {
             return;
         }
         self.update_superblocks(|s| s.rebuilt = cursor);
-        *recorded = (cursor, Instant::now());
+        *recorded = (cursor, self.clock.now());
     }
 
     /// Makes the rebuilt member active and records it.
@@ -639,7 +648,7 @@ impl RaidDevice {
         let n = self.counters.len();
         let mut first = 0;
         while first < stripes {
-            let started = Instant::now();
+            let started = self.clock.now();
             let end = stripes.min(first + self.run_stripes());
             let len = ((end - first) * unit) as usize;
             let stopped = |source| RaidError::ScrubStopped {
@@ -715,9 +724,10 @@ impl RaidDevice {
             }
             state.done.store(end, Ordering::SeqCst);
             pace(
+                &*self.clock,
                 len as u64,
                 self.rebuild.rate.load(Ordering::SeqCst),
-                started.elapsed(),
+                started,
             );
             first = end;
         }

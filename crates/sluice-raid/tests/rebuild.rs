@@ -3,15 +3,19 @@
 //! writes ends with every byte as a model says, a member marked
 //! rebuilding is never read as data (also after the array is opened
 //! again), and scrub finds and repairs a corrupted parity block.
+//!
+//! Tests that depend on time (the rate limit, how often progress is
+//! recorded) give the array a `ManualClock` and move it themselves;
+//! no test sleeps to let something happen, it waits for it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use sluice_raid::superblock::{MemberRole, Superblock, SUPERBLOCK_AREA};
 use sluice_raid::{
-    create_array, read_superblocks, ArrayCondition, Geometry, MemberCondition, NamedMember,
-    RaidDevice, RaidLevel, ScopedFanOut,
+    create_array, read_superblocks, ArrayCondition, Clock, Geometry, ManualClock, MemberCondition,
+    NamedMember, RaidDevice, RaidLevel, ScopedFanOut, SystemClock,
 };
 use sluice_storage::{BlockDevice, MemDevice};
 
@@ -36,20 +40,41 @@ fn geometry() -> Geometry {
     Geometry::new(RaidLevel::Raid5, 3, UNIT).expect("geometry")
 }
 
+/// Bounds every wait for the rebuild thread or the writers, so that a
+/// rebuild that never does what a test waits for fails the test rather
+/// than hangs it. Nothing waits for it to pass.
+const HANG: Duration = Duration::from_secs(60);
+
+/// Bytes one rebuild step writes to the new member: a run of 64
+/// stripes (1 MiB of member data with 4 KiB units would be 256; 64 is
+/// the most one step takes).
+const RUN: u64 = 64 * UNIT;
+
 fn assemble(devices: &[Arc<MemDevice>]) -> Arc<RaidDevice> {
+    assemble_on(devices, Arc::new(SystemClock))
+}
+
+fn assemble_on(devices: &[Arc<MemDevice>], clock: Arc<dyn Clock>) -> Arc<RaidDevice> {
     Arc::new(
-        RaidDevice::assemble(geometry(), named(devices), Arc::new(ScopedFanOut)).expect("assemble"),
+        RaidDevice::assemble(geometry(), named(devices), Arc::new(ScopedFanOut))
+            .expect("assemble")
+            .with_clock(clock),
     )
 }
 
 /// A new array of three memory members, filled with a pattern (also
 /// returned, as the model of the volume).
 fn filled_array() -> (Arc<RaidDevice>, Vec<Arc<MemDevice>>, Vec<u8>) {
+    filled_array_on(Arc::new(SystemClock))
+}
+
+/// [`filled_array`] reading time from `clock`.
+fn filled_array_on(clock: Arc<dyn Clock>) -> (Arc<RaidDevice>, Vec<Arc<MemDevice>>, Vec<u8>) {
     let devices: Vec<Arc<MemDevice>> = (0..3)
         .map(|_| Arc::new(MemDevice::new(MEMBER, false)))
         .collect();
     create_array(geometry(), &named(&devices), false).expect("create");
-    let array = assemble(&devices);
+    let array = assemble_on(&devices, clock);
     let model = pattern(1, array.size() as usize);
     array.write_at(&model, 0, false).expect("fill");
     (array, devices, model)
@@ -81,6 +106,34 @@ fn assert_reads(array: &RaidDevice, model: &[u8]) {
     array.read_at(&mut got, 0).expect("read");
     let first = got.iter().zip(model).position(|(a, b)| a != b);
     assert_eq!(first, None, "volume differs from the model at this byte");
+}
+
+/// A count another thread raises, for a test to wait on.
+#[derive(Default)]
+struct Counter {
+    count: Mutex<u64>,
+    raised: Condvar,
+}
+
+impl Counter {
+    fn add(&self) {
+        *self.count.lock().expect("counter") += 1;
+        self.raised.notify_all();
+    }
+
+    fn get(&self) -> u64 {
+        *self.count.lock().expect("counter")
+    }
+
+    /// Waits until the count is at least `n` (failing after [`HANG`]).
+    fn wait_for(&self, n: u64, what: &str) {
+        let count = self.count.lock().expect("counter");
+        let (count, _) = self
+            .raised
+            .wait_timeout_while(count, HANG, |c| *c < n)
+            .expect("counter");
+        assert!(*count >= n, "{what}: {} of {n}", *count);
+    }
 }
 
 fn superblock(device: &Arc<MemDevice>) -> Superblock {
@@ -176,21 +229,24 @@ fn the_cursor_decides_where_writes_go() {
 
 #[test]
 fn a_rebuild_under_concurrent_writes_matches_the_model() {
-    let (array, _devices, model) = filled_array();
+    const RATE: u64 = 8 << 20;
+    let clock = Arc::new(ManualClock::new());
+    let (array, _devices, model) = filled_array_on(clock.clone());
     array.fail_member(2).expect("fail");
     let new = garbage_member();
     replace(&array, 2, &new);
-    // Slow enough that the writers overlap the whole rebuild (about 4
-    // MiB of member data at 8 MiB/s).
-    array.set_rebuild_rate(8 << 20);
-    assert!(array.start_rebuild());
+    // The rate limit pauses the rebuild thread after every run until
+    // the clock is moved on: the writers overlap the whole rebuild.
+    array.set_rebuild_rate(RATE);
     let size = array.size();
     let stop = Arc::new(AtomicBool::new(false));
     let half = size / 2 / UNIT * UNIT;
+    let counters: Vec<Arc<Counter>> = (0..2).map(|_| Arc::default()).collect();
     let writers: Vec<_> = (0..2u64)
         .map(|t| {
             let array = array.clone();
             let stop = stop.clone();
+            let writes = counters[t as usize].clone();
             let mut model = model[(t * half) as usize..((t + 1) * half) as usize].to_vec();
             std::thread::spawn(move || {
                 let mut i = 0u64;
@@ -214,28 +270,43 @@ fn a_rebuild_under_concurrent_writes_matches_the_model() {
                         &model[check as usize..check as usize + 8192],
                         "read during rebuild"
                     );
+                    writes.add();
                 }
                 (t, model, i)
             })
         })
         .collect();
-    let started = Instant::now();
-    let mut saw_progress = false;
-    loop {
+    let total = array.status().rebuild.expect("rebuilding").total_bytes;
+    assert!(array.start_rebuild());
+    let steps = total.div_ceil(RUN);
+    assert!(steps > 2, "{steps} steps");
+    for step in 1..=steps {
+        // After each run the thread sleeps what the run's bytes take at
+        // the rate (the clock stands still, so the run took no time).
+        let left = clock
+            .wait_for_sleeper(HANG)
+            .unwrap_or_else(|| panic!("the rebuild did not pause after run {step}"));
+        let done = (step * RUN).min(total);
+        let written = done - (step - 1) * RUN;
+        assert_eq!(left, Duration::from_secs_f64(written as f64 / RATE as f64));
         let status = array.status();
-        if let Some(r) = &status.rebuild {
-            saw_progress |= r.done_bytes > 0 && r.done_bytes < r.total_bytes;
-        } else {
-            assert_eq!(status.state, ArrayCondition::Clean);
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "rebuild does not end"
+        assert_eq!(status.state, ArrayCondition::Rebuilding);
+        let progress = status.rebuild.expect("rebuilding");
+        assert_eq!(
+            progress.done_bytes, done,
+            "status shows the rebuild part-way"
         );
-        std::thread::sleep(Duration::from_millis(20));
+        // Writes land while the rebuild pauses (and while it runs).
+        for (t, writes) in counters.iter().enumerate() {
+            writes.wait_for(writes.get() + 5, &format!("writes of writer {t}"));
+        }
+        clock.advance(left);
     }
-    assert!(saw_progress, "status never showed the rebuild part-way");
+    // The thread's next step ends the rebuild; this one returns once it
+    // has (both take the rebuild's run lock), or ends it itself.
+    assert!(array.rebuild_step().is_none());
+    assert_eq!(array.status().state, ArrayCondition::Clean);
+    assert!(array.status().rebuild.is_none());
     stop.store(true, Ordering::SeqCst);
     let mut whole = model.clone();
     for w in writers {
@@ -244,6 +315,9 @@ fn a_rebuild_under_concurrent_writes_matches_the_model() {
         whole[(t * half) as usize..((t + 1) * half) as usize].copy_from_slice(&part);
     }
     assert_reads(&array, &whole);
+    // The scrub keeps the rate too: unlimited, it never waits on the
+    // clock.
+    array.set_rebuild_rate(0);
     assert_eq!(array.scrub(false).expect("scrub").mismatches, 0);
     // Every other member's chunks come through the rebuilt member now.
     array.fail_member(0).expect("fail 0");
@@ -289,15 +363,18 @@ fn an_array_closed_during_a_rebuild_resumes_it() {
 
 #[test]
 fn a_crash_during_a_rebuild_resumes_from_the_progress_recorded() {
-    let (array, devices, mut model) = filled_array();
+    let clock = Arc::new(ManualClock::new());
+    let (array, devices, mut model) = filled_array_on(clock.clone());
     array.fail_member(2).expect("fail");
     let new = garbage_member();
     replace(&array, 2, &new);
-    array.rebuild_step().expect("a step");
     // Progress is recorded at most once a second.
-    std::thread::sleep(Duration::from_millis(1100));
+    array.rebuild_step().expect("a step");
+    assert_eq!(superblock(&new).rebuilt, 0, "recorded before a second");
+    clock.advance(Duration::from_secs(1));
     array.rebuild_step().expect("a step");
     assert_eq!(superblock(&new).rebuilt, 128, "recorded after a second");
+    clock.advance(Duration::from_millis(999));
     array.rebuild_step().expect("a step");
     assert_eq!(superblock(&new).rebuilt, 128, "not recorded again so soon");
     // Writes after the record, below the live cursor (so on the new
@@ -504,6 +581,7 @@ fn writes_racing_a_pipelined_rebuild_match_the_model() {
     replace(&array, 0, &new);
     array.set_rebuild_rate(0);
     let stop = Arc::new(AtomicBool::new(false));
+    let writes = Arc::new(Counter::default());
     let stripes = array.size() / (2 * UNIT);
     // One writer, always just past the cursor: in the run being
     // written or the one read ahead, the stripes the pipeline has read
@@ -511,6 +589,7 @@ fn writes_racing_a_pipelined_rebuild_match_the_model() {
     let writer = {
         let array = array.clone();
         let stop = stop.clone();
+        let writes = writes.clone();
         let mut model = model.clone();
         std::thread::spawn(move || {
             let mut i = 0u64;
@@ -524,6 +603,7 @@ fn writes_racing_a_pipelined_rebuild_match_the_model() {
                 let data = pattern(1000 + i, len as usize);
                 array.write_at(&data, at, false).expect("write");
                 model[at as usize..(at + len) as usize].copy_from_slice(&data);
+                writes.add();
             }
             (model, i)
         })
@@ -531,8 +611,10 @@ fn writes_racing_a_pipelined_rebuild_match_the_model() {
     let mut steps = 0;
     while array.rebuild_step().is_some() {
         steps += 1;
-        // Give the writer time to land in the read-ahead.
-        std::thread::sleep(Duration::from_millis(2));
+        // Let the writer land in the read-ahead: of four more writes,
+        // the last three chose their stripe after this step moved the
+        // cursor.
+        writes.wait_for(writes.get() + 4, "writes after a step");
     }
     stop.store(true, Ordering::SeqCst);
     let (model, writes) = writer.join().expect("writer");

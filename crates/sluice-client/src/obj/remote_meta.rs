@@ -13,14 +13,18 @@
 //! dropped rather than reused. Nothing is retried: a call whose reply
 //! was lost may or may not have happened.
 //!
+//! Names longer than any entry's are settled here, as every backend
+//! settles them, since the protocol does not carry them: a create is
+//! refused as [`MetaError::Invalid`], other calls find nothing.
+//!
 //! `sluice-client` holds the one client-side mapping between the
 //! protocol crate's wire types and `sluice-meta`'s.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
-use sluice_meta::{Entry, EntryState, Layout, MetaError, MetaStore, Piece, Update};
-use sluice_obj_proto::meta::MAX_META_PAGE;
+use sluice_meta::{check_name, Entry, EntryState, Layout, MetaError, MetaStore, Piece, Update};
+use sluice_obj_proto::meta::{MAX_META_NAME_LEN, MAX_META_PAGE};
 use sluice_obj_proto::{
     MetaEntry, MetaFailure, MetaLayout, MetaPiece, MetaReply, MetaRequest, MetaState, MetaUpdate,
 };
@@ -31,6 +35,19 @@ use crate::uri::ObjUri;
 
 /// Most idle connections kept for later calls.
 const IDLE_CONNECTIONS: usize = 8;
+
+// Every name an entry can have fits the protocol, so a name that does
+// not fit names no entry.
+const _: () = assert!(MAX_META_NAME_LEN >= sluice_meta::MAX_NAME_LEN);
+
+/// Refuses a name the protocol cannot carry: no entry has one, so it is
+/// not found.
+fn carried(name: &str) -> Result<(), MetaError> {
+    if name.len() > MAX_META_NAME_LEN {
+        return Err(MetaError::NotFound { name: name.into() });
+    }
+    Ok(())
+}
 
 /// The metadata service of the sluice server at one URI.
 pub struct RemoteMetaStore {
@@ -174,6 +191,7 @@ impl MetaStore for RemoteMetaStore {
         layout: &Layout,
         attrs: &BTreeMap<String, Vec<u8>>,
     ) -> Result<Entry, MetaError> {
+        check_name(name)?;
         self.entry(
             "create an entry",
             &MetaRequest::Create {
@@ -185,6 +203,7 @@ impl MetaStore for RemoteMetaStore {
     }
 
     fn lookup(&self, name: &str) -> Result<Entry, MetaError> {
+        carried(name)?;
         self.entry(
             "look up an entry",
             &MetaRequest::Lookup { name: name.into() },
@@ -194,6 +213,9 @@ impl MetaStore for RemoteMetaStore {
     fn list(&self, prefix: &str) -> Result<Vec<Entry>, MetaError> {
         let action = "list entries";
         let mut out = Vec::new();
+        if carried(prefix).is_err() {
+            return Ok(out);
+        }
         let mut after = String::new();
         loop {
             let request = MetaRequest::List {
@@ -226,6 +248,7 @@ impl MetaStore for RemoteMetaStore {
         expected_revision: Option<u64>,
         update: &Update,
     ) -> Result<Entry, MetaError> {
+        carried(name)?;
         self.entry(
             "update an entry",
             &MetaRequest::Update {
@@ -243,6 +266,7 @@ impl MetaStore for RemoteMetaStore {
     }
 
     fn delete(&self, name: &str, expected_revision: Option<u64>) -> Result<(), MetaError> {
+        carried(name)?;
         self.done(
             "delete an entry",
             &MetaRequest::Delete {
