@@ -397,10 +397,17 @@ impl<'a> Bed<'a> {
             .map(|&i| self.member(i))
             .collect::<Result<Vec<_>>>()?;
         let uris: Vec<String> = members.iter().map(Member::uri_string).collect();
+        // The write-intent journal in the preset's own folder, not in
+        // the default folder under the caller's working directory.
+        let journal = self
+            .dir
+            .path()
+            .join(format!("journal-{level}-{}", links.len()));
         let spec = format!(
-            "{level}:unit={}K,members={},{MEMBER_OPTIONS}",
+            "{level}:unit={}K,members={},{MEMBER_OPTIONS},journal={}",
             UNIT >> 10,
-            uris.join(",")
+            uris.join(","),
+            journal.display()
         );
         self.sluice(&["raid", "create", &spec])?;
         let port = peers::free_port()?;

@@ -389,6 +389,10 @@ fn raid_jobs_sweep_calibrates_links_from_their_shapers() {
         eprintln!("skipped: {why}");
         return;
     }
+    // The arrays' journals belong in the preset's folder: the default
+    // folder under the working directory must not appear.
+    let default_journals = std::env::current_dir().unwrap().join("sluice-data");
+    let had_default = default_journals.exists();
     let out = tempfile::tempdir().unwrap();
     let opts = quick_options(out.path());
     let args = RaidArgs {
@@ -429,4 +433,9 @@ fn raid_jobs_sweep_calibrates_links_from_their_shapers() {
     );
     assert!(jobs.bound_slack > 0.0 && jobs.bound_slack < 0.05);
     assert!(out.path().join("raid.json").exists());
+    assert!(
+        had_default || !default_journals.exists(),
+        "the preset left files in {}",
+        default_journals.display()
+    );
 }
