@@ -205,20 +205,7 @@ pub fn merge(opts: &MergeOptions) -> Result<MergeReport> {
     // each connection).
     let warmup = (duration / 4).min(Duration::from_millis(500));
     let workers = opts.workers.clone().unwrap_or_else(|| WORKERS.to_vec());
-    let temp;
-    let dir = match &opts.dir {
-        Some(d) => {
-            std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
-            d.clone()
-        }
-        None => {
-            temp = tempfile::Builder::new()
-                .prefix("sluice-bench-merge-")
-                .tempdir()
-                .context("cannot create a temporary folder")?;
-            temp.path().to_path_buf()
-        }
-    };
+    let (dir, _temp) = crate::setup::work_dir(opts.dir.as_deref(), "merge")?;
     let server = ObjServer::start(&dir, 1 << 20)?;
     let most = workers.iter().copied().max().unwrap_or(1);
     let objects = prepare_objects(&server, most)?;

@@ -1120,10 +1120,7 @@ pub fn noncontig(opts: &PresetOptions, args: &NoncontigArgs) -> Result<Noncontig
         sluice_types::format_size(plan.total)
     )];
     let kinds = choose_links(args.links.as_deref(), &mut notes)?;
-    let dir = tempfile::Builder::new()
-        .prefix("sluice-bench-noncontig-")
-        .tempdir()
-        .context("cannot create a temporary folder")?;
+    let dir = crate::setup::scratch_dir("noncontig")?;
     let biggest_view = plan
         .blocks
         .iter()

@@ -1020,20 +1020,7 @@ pub fn objects(opts: &ObjectsOptions) -> Result<ObjectsReport> {
     let duration = p
         .duration
         .unwrap_or(Duration::from_secs_f64(if p.quick { 0.3 } else { 1.5 }));
-    let temp;
-    let dir = match &opts.dir {
-        Some(d) => {
-            std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
-            d.clone()
-        }
-        None => {
-            temp = tempfile::Builder::new()
-                .prefix("sluice-bench-objects-")
-                .tempdir()
-                .context("cannot create a temporary folder")?;
-            temp.path().to_path_buf()
-        }
-    };
+    let (dir, _temp) = crate::setup::work_dir(opts.dir.as_deref(), "objects")?;
     let export_size = p
         .image_size
         .unwrap_or(if p.quick { 64 << 20 } else { 256 << 20 })

@@ -605,10 +605,7 @@ pub fn raid(opts: &PresetOptions, args: &RaidArgs) -> Result<RaidReport> {
             .unwrap_or(Duration::from_secs(if opts.quick { 1 } else { 3 })),
         // Half a member fits every volume, RAID 0 over one included.
         region: (if opts.quick { 24 << 20 } else { 96 << 20 }).min(member_bytes / 2),
-        dir: tempfile::Builder::new()
-            .prefix("sluice-bench-raid-")
-            .tempdir()
-            .context("cannot create a temporary folder")?,
+        dir: crate::setup::scratch_dir("raid")?,
     };
     let cases = args.cases.clone().unwrap_or_else(|| RaidCase::ALL.to_vec());
     let mut rows = Vec::new();

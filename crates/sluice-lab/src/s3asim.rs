@@ -909,10 +909,7 @@ pub fn s3asim(opts: &PresetOptions, args: &S3aSimArgs) -> Result<S3aSimReport> {
         let mut servers = match net {
             Net::Loopback => Servers::Loopback {
                 servers: Vec::new(),
-                dir: tempfile::Builder::new()
-                    .prefix("sluice-bench-s3asim-")
-                    .tempdir()
-                    .context("cannot create a temporary folder")?,
+                dir: crate::setup::scratch_dir("s3asim")?,
             },
             Net::Shaped => {
                 let bin = match peers::resolve_sluice_bin(opts.sluice_bin.as_deref()) {
@@ -1057,10 +1054,7 @@ fn make_target(servers: &mut Servers, setup: Setup) -> Result<(Target, Option<te
         }
         Setup::Striped | Setup::Baseline => {
             let (meta, dir): (Arc<dyn MetaStore>, _) = if setup == Setup::Striped {
-                let dir = tempfile::Builder::new()
-                    .prefix("sluice-bench-s3asim-meta-")
-                    .tempdir()
-                    .context("cannot create a temporary folder")?;
+                let dir = crate::setup::scratch_dir("s3asim-meta")?;
                 let store = SqliteMetaStore::open(dir.path())
                     .context("cannot open the SQLite metadata store")?;
                 (Arc::new(store), Some(dir))

@@ -113,6 +113,31 @@ impl Drop for Image {
     }
 }
 
+/// A new temporary folder `sluice-bench-NAME-...`, removed when
+/// dropped: where an experiment keeps its servers' files.
+pub fn scratch_dir(name: &str) -> Result<tempfile::TempDir> {
+    tempfile::Builder::new()
+        .prefix(&format!("sluice-bench-{name}-"))
+        .tempdir()
+        .context("cannot create a temporary folder")
+}
+
+/// The folder an experiment works in: `given` (created if missing), or
+/// a scratch folder (see [`scratch_dir`]) that lives as long as the
+/// returned guard.
+pub fn work_dir(given: Option<&Path>, name: &str) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
+    match given {
+        Some(d) => {
+            std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+            Ok((d.to_path_buf(), None))
+        }
+        None => {
+            let temp = scratch_dir(name)?;
+            Ok((temp.path().to_path_buf(), Some(temp)))
+        }
+    }
+}
+
 /// The command line that started this run, for the JSON reports.
 pub fn command_line() -> String {
     std::env::args().collect::<Vec<_>>().join(" ")

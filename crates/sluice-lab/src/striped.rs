@@ -141,10 +141,7 @@ impl Bed {
             links: Vec::new(),
             measured: Vec::new(),
             servers: Vec::new(),
-            dir: tempfile::Builder::new()
-                .prefix(&format!("sluice-bench-{preset}-"))
-                .tempdir()
-                .context("cannot create a temporary folder")?,
+            dir: crate::setup::scratch_dir(preset)?,
         })
     }
 
