@@ -1,6 +1,8 @@
 //! Native-protocol requests: a stream of request headers framed the way
 //! the server frames them, each re-encoded to the same bytes, then
-//! validated against fuzzed limits. Validation never panics; what it
+//! validated against fuzzed limits. Validation never panics, and is
+//! decoding plus the session's check (decoding alone gives the same
+//! request, and a frame decoded without its data the same command); what it
 //! accepts keeps the DDT invariants (segment count within the limit,
 //! non-empty segments, no segment end past 2^64, total within the
 //! payload limit, stride at least the length) and carries exactly the
@@ -25,7 +27,7 @@
 use libfuzzer_sys::fuzz_target;
 use sluice_obj_proto::consts::*;
 use sluice_obj_proto::{
-    AttachedExport, Command, Ddt, DdtKind, Features, Limits, MetaRequest, Negotiated,
+    AttachedExport, Command, Ddt, DdtKind, Features, Limits, MetaRequest, Negotiated, Request,
     RequestHeader,
 };
 
@@ -60,9 +62,20 @@ fn check(ddt: &Ddt<'_>, limits: &Limits, data: Option<&[u8]>) {
 }
 
 fn run(session: &Negotiated, h: &RequestHeader, payload: &[u8]) {
+    let decoded = Request::decode(h, payload, &session.limits);
     let Ok(req) = session.validate(h, payload) else {
         return;
     };
+    // Validation is decoding and the session's check; the server decodes
+    // a checked request again where it runs it, and must get it back.
+    assert_eq!(decoded, Ok(req), "decoding differs from validation");
+    if h.ddt_len == 0 && h.param_len == 0 && h.attr_len == 0 {
+        // A frame decoded before its data arrives is the same request
+        // without its data.
+        let head = Request::decode_head(h, &[], &session.limits).expect("head decodes");
+        assert_eq!(head.command.opcode(), req.command.opcode());
+        assert_eq!(head.command.ddt(), req.command.ddt());
+    }
     assert_eq!(req.id, h.id);
     let limits = &session.limits;
     match req.command {

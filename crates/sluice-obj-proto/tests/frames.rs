@@ -61,7 +61,9 @@ fn frame(mut h: RequestHeader, regions: [&[u8]; 4]) -> (RequestHeader, Vec<u8>) 
 }
 
 /// Validates a frame; one that is accepted must encode back to exactly
-/// its bytes (the typed request is the one definition of both ways).
+/// its bytes (the typed request is the one definition of both ways), and
+/// decoding it again without the session gives the same request (what a
+/// server does where it runs a request it checked on arrival).
 fn validate<'a>(
     s: &Negotiated,
     bytes: &'a [u8],
@@ -69,7 +71,9 @@ fn validate<'a>(
     let h = RequestHeader::decode(bytes)
         .expect("magic")
         .expect("whole header");
-    let req = s.validate(&h, &bytes[REQUEST_HEADER_LEN..])?;
+    let payload = &bytes[REQUEST_HEADER_LEN..];
+    let req = s.validate(&h, payload)?;
+    assert_eq!(Request::decode(&h, payload, &s.limits), Ok(req));
     let mut again = Vec::new();
     req.encode(h.partition, &mut again).expect("encodes");
     assert_eq!(
@@ -934,6 +938,40 @@ fn wrong_partition_is_refused() {
     assert_eq!(rejected(&b).0, ErrorCode::NoSuchPartition);
 }
 
+/// What the session allows is checked apart from the frame's form: a
+/// well-formed request for another partition, or one using a feature the
+/// session did not negotiate, decodes, and only `check` refuses it.
+#[test]
+fn session_rules_are_checked_apart_from_form() {
+    let (h, b) = frame(
+        RequestHeader {
+            opcode: OP_REMOVE,
+            partition: 0x11,
+            object: 7,
+            ..Default::default()
+        },
+        [&[], &[], &[], &[]],
+    );
+    let s = all();
+    let req = Request::decode(&h, &b[64..], &s.limits).unwrap();
+    assert_eq!(req.command, Command::Remove { object: 7 });
+    assert_eq!(
+        s.check(&h, &req).unwrap_err().code,
+        ErrorCode::NoSuchPartition
+    );
+
+    let bytes = hex(&SGL_READ.replacen("0001 0004", "0041 0004", 1));
+    let h = RequestHeader::decode(&bytes).unwrap().unwrap();
+    let plain = session(Features::BATCH.union(Features::ATTRS_ON_DATA));
+    let req = Request::decode(&h, &bytes[64..], &plain.limits).unwrap();
+    assert!(req.span_ok);
+    assert_eq!(
+        plain.check(&h, &req).unwrap_err().code,
+        ErrorCode::NotNegotiated
+    );
+    assert_eq!(all().check(&h, &req), Ok(()));
+}
+
 // ---------------------------------------------------------------------------
 // Metadata calls
 
@@ -1484,4 +1522,26 @@ fn truncate_carries_the_new_length_in_its_parameters() {
         [&[], &[0; 9], &[], &[]],
     );
     assert_eq!(validate(&s, &long).unwrap_err().code, ErrorCode::Invalid);
+}
+
+/// Every opcode is listed once, in wire order, under its own name.
+#[test]
+fn opcodes_are_listed_once_with_their_names() {
+    use sluice_obj_proto::Opcode;
+    for (i, op) in Opcode::ALL.iter().enumerate() {
+        assert_eq!(op.wire(), i as u16 + 1);
+        assert_eq!(Opcode::from_wire(op.wire()), Some(*op));
+        assert_eq!(
+            op.name(),
+            format!("{op:?}")
+                .chars()
+                .enumerate()
+                .flat_map(|(i, c)| {
+                    let sep = (i > 0 && c.is_uppercase()).then_some('_');
+                    sep.into_iter().chain(c.to_lowercase())
+                })
+                .collect::<String>()
+        );
+    }
+    assert_eq!(Opcode::from_wire(Opcode::ALL.len() as u16 + 1), None);
 }

@@ -150,6 +150,62 @@ pub enum Opcode {
 }
 
 impl Opcode {
+    /// Every opcode, in wire order.
+    pub const ALL: [Self; 18] = [
+        Self::Create,
+        Self::Remove,
+        Self::List,
+        Self::Read,
+        Self::Write,
+        Self::Append,
+        Self::CreateAndWrite,
+        Self::Punch,
+        Self::Flush,
+        Self::GetAttrs,
+        Self::SetAttrs,
+        Self::Query,
+        Self::ExtentRead,
+        Self::ExtentWrite,
+        Self::Batch,
+        Self::Disconnect,
+        Self::Meta,
+        Self::Truncate,
+    ];
+
+    /// Its name in docs/protocol.md, in lower case (`create_and_write`):
+    /// for labels and messages.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Create => "create",
+            Self::Remove => "remove",
+            Self::List => "list",
+            Self::Read => "read",
+            Self::Write => "write",
+            Self::Append => "append",
+            Self::CreateAndWrite => "create_and_write",
+            Self::Punch => "punch",
+            Self::Flush => "flush",
+            Self::GetAttrs => "get_attrs",
+            Self::SetAttrs => "set_attrs",
+            Self::Query => "query",
+            Self::ExtentRead => "extent_read",
+            Self::ExtentWrite => "extent_write",
+            Self::Batch => "batch",
+            Self::Disconnect => "disconnect",
+            Self::Meta => "meta",
+            Self::Truncate => "truncate",
+        }
+    }
+
+    /// Whether it only reads (objects, attributes, lists or an export):
+    /// it changes nothing a crash could lose.
+    pub const fn only_reads(self) -> bool {
+        matches!(
+            self,
+            Self::Read | Self::List | Self::GetAttrs | Self::Query | Self::ExtentRead
+        )
+    }
+
     /// The opcode of a wire value, or `None` if unknown.
     pub const fn from_wire(v: u16) -> Option<Self> {
         Some(match v {

@@ -26,7 +26,7 @@ use std::time::Duration;
 
 pub use export::{CommandKind, ExportMetrics};
 pub use histogram::Histogram;
-pub use object::{ObjCommand, ObjectMetrics};
+pub use object::ObjectMetrics;
 pub use process::{set_build_info, BuildInfo};
 pub use reported::{render_device_metrics, render_store_metrics};
 

@@ -6,75 +6,21 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use sluice_obj_proto::Opcode;
+
 use super::histogram::Histogram;
 
-/// Commands of the native object protocol with their own series.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ObjCommand {
-    Create,
-    Remove,
-    List,
-    Read,
-    Write,
-    Append,
-    CreateAndWrite,
-    Punch,
-    Flush,
-    GetAttrs,
-    SetAttrs,
-    Query,
-    ExtentRead,
-    ExtentWrite,
-    /// Calls of the metadata service.
-    Meta,
-    Truncate,
-    /// Requests refused before execution (unknown opcode, bad flags,
-    /// DDT, lengths, attributes; batch frames that cannot be split).
-    Invalid,
+/// The series of requests with `opcode`; the last row holds requests
+/// refused before they ran (unknown opcode, bad flags, DDT, lengths,
+/// attributes; batch frames that cannot be split), labelled `invalid`.
+fn row(opcode: Option<Opcode>) -> usize {
+    opcode
+        .and_then(|op| Opcode::ALL.iter().position(|o| *o == op))
+        .unwrap_or(Opcode::ALL.len())
 }
 
-impl ObjCommand {
-    const ALL: [Self; 17] = [
-        Self::Create,
-        Self::Remove,
-        Self::List,
-        Self::Read,
-        Self::Write,
-        Self::Append,
-        Self::CreateAndWrite,
-        Self::Punch,
-        Self::Flush,
-        Self::GetAttrs,
-        Self::SetAttrs,
-        Self::Query,
-        Self::ExtentRead,
-        Self::ExtentWrite,
-        Self::Meta,
-        Self::Truncate,
-        Self::Invalid,
-    ];
-
-    fn label(self) -> &'static str {
-        match self {
-            Self::Create => "create",
-            Self::Remove => "remove",
-            Self::List => "list",
-            Self::Read => "read",
-            Self::Write => "write",
-            Self::Append => "append",
-            Self::CreateAndWrite => "create_and_write",
-            Self::Punch => "punch",
-            Self::Flush => "flush",
-            Self::GetAttrs => "get_attrs",
-            Self::SetAttrs => "set_attrs",
-            Self::Query => "query",
-            Self::ExtentRead => "extent_read",
-            Self::ExtentWrite => "extent_write",
-            Self::Meta => "meta",
-            Self::Truncate => "truncate",
-            Self::Invalid => "invalid",
-        }
-    }
+fn row_label(row: usize) -> &'static str {
+    Opcode::ALL.get(row).map_or("invalid", |op| op.name())
 }
 
 /// The data distribution types, in label order.
@@ -126,7 +72,7 @@ struct BatchSeries {
 /// and batch frames with their members.
 #[derive(Debug)]
 pub struct ObjectMetrics {
-    series: [[ObjSeries; 3]; ObjCommand::ALL.len()],
+    series: [[ObjSeries; 3]; Opcode::ALL.len() + 1],
     batches: BatchSeries,
     /// Pool jobs that made several creates of one receive with one store
     /// call, and the creates they made.
@@ -149,26 +95,24 @@ impl Default for ObjectMetrics {
 }
 
 impl ObjectMetrics {
-    fn at(&self, command: ObjCommand, ddt: sluice_obj_proto::DdtKind) -> Option<&ObjSeries> {
-        let i = ObjCommand::ALL.iter().position(|c| *c == command)?;
-        Some(&self.series[i][ddt_index(ddt)])
+    fn at(&self, opcode: Option<Opcode>, ddt: sluice_obj_proto::DdtKind) -> &ObjSeries {
+        &self.series[row(opcode)][ddt_index(ddt)]
     }
 
-    /// Records a finished request: its command and DDT, how many
-    /// segments it named, the data bytes it moved, whether it failed and
-    /// its time from receipt to reply.
+    /// Records a finished request: its opcode (`None` for a request
+    /// refused before it ran) and DDT, how many segments it named, the
+    /// data bytes it moved, whether it failed and its time from receipt
+    /// to reply.
     pub fn record(
         &self,
-        command: ObjCommand,
+        opcode: Option<Opcode>,
         ddt: sluice_obj_proto::DdtKind,
         segments: u64,
         bytes: u64,
         failed: bool,
         latency: Duration,
     ) {
-        let Some(s) = self.at(command, ddt) else {
-            return;
-        };
+        let s = self.at(opcode, ddt);
         s.requests.fetch_add(1, Ordering::Relaxed);
         s.segments.fetch_add(segments, Ordering::Relaxed);
         s.bytes.fetch_add(bytes, Ordering::Relaxed);
@@ -223,10 +167,9 @@ impl ObjectMetrics {
         self.batches.frames.load(Ordering::Relaxed)
     }
 
-    /// Requests of `command` with `ddt` completed so far.
-    pub fn requests(&self, command: ObjCommand, ddt: sluice_obj_proto::DdtKind) -> u64 {
-        self.at(command, ddt)
-            .map_or(0, |s| s.requests.load(Ordering::Relaxed))
+    /// Requests of `opcode` (`None`: refused) with `ddt` completed so far.
+    pub fn requests(&self, opcode: Option<Opcode>, ddt: sluice_obj_proto::DdtKind) -> u64 {
+        self.at(opcode, ddt).requests.load(Ordering::Relaxed)
     }
 
     /// Renders every family of the object protocol.
@@ -240,10 +183,16 @@ impl ObjectMetrics {
     /// Series that saw no request are left out, so a server without
     /// object traffic does not print 45 empty histograms.
     fn render_requests(&self, out: &mut String) {
-        let used: Vec<(ObjCommand, &str, &ObjSeries)> = ObjCommand::ALL
+        let used: Vec<(&str, &str, &ObjSeries)> = self
+            .series
             .iter()
-            .zip(&self.series)
-            .flat_map(|(c, row)| DDT_LABELS.iter().zip(row).map(move |(d, s)| (*c, *d, s)))
+            .enumerate()
+            .flat_map(|(i, row)| {
+                DDT_LABELS
+                    .iter()
+                    .zip(row)
+                    .map(move |(d, s)| (row_label(i), *d, s))
+            })
             .filter(|(_, _, s)| s.requests.load(Ordering::Relaxed) > 0)
             .collect();
         let counters: [(&str, &str, SeriesCounter); 4] = [
@@ -273,8 +222,7 @@ impl ObjectMetrics {
             for (c, d, s) in &used {
                 let _ = writeln!(
                     out,
-                    "{name}{{command=\"{}\",ddt=\"{d}\"}} {}",
-                    c.label(),
+                    "{name}{{command=\"{c}\",ddt=\"{d}\"}} {}",
                     counter(s).load(Ordering::Relaxed)
                 );
             }
@@ -285,7 +233,7 @@ impl ObjectMetrics {
             "# HELP {name} Time from receiving an object protocol request to sending its reply.\n# TYPE {name} histogram"
         );
         for (c, d, s) in &used {
-            let labels = format!("command=\"{}\",ddt=\"{d}\"", c.label());
+            let labels = format!("command=\"{c}\",ddt=\"{d}\"");
             s.latency.render(out, name, &labels);
         }
     }
@@ -417,7 +365,7 @@ mod tests {
         let text = s.render(std::iter::empty());
         assert!(!text.contains("sluice_obj_requests_total{"), "{text}");
         s.objects.record(
-            ObjCommand::Read,
+            Some(Opcode::Read),
             DdtKind::Sgl,
             256,
             1 << 20,
@@ -425,7 +373,7 @@ mod tests {
             Duration::from_micros(300),
         );
         s.objects.record(
-            ObjCommand::Write,
+            Some(Opcode::Write),
             DdtKind::Strided,
             4,
             64,
@@ -443,6 +391,10 @@ mod tests {
         assert!(!text.contains("command=\"read\",ddt=\"contiguous\""));
         assert!(text.contains("sluice_protocol_connections_total{protocol=\"obj\"} 1"));
         assert!(text.contains("sluice_protocol_connections_active{protocol=\"nbd\"} 0"));
-        assert_eq!(s.objects.requests(ObjCommand::Read, DdtKind::Sgl), 1);
+        s.objects
+            .record(None, DdtKind::Contiguous, 0, 0, true, Duration::ZERO);
+        let text = s.render(std::iter::empty());
+        assert!(text.contains("sluice_obj_errors_total{command=\"invalid\",ddt=\"contiguous\"} 1"));
+        assert_eq!(s.objects.requests(Some(Opcode::Read), DdtKind::Sgl), 1);
     }
 }

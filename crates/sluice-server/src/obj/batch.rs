@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use tracing::debug;
 
-use sluice_obj_proto::RequestHeader;
+use sluice_obj_proto::{Opcode, RequestHeader};
 
 use super::creates;
 use super::execute::{ObjExecutor, ObjRequest};
@@ -32,7 +32,7 @@ use super::gathered::Gathered;
 use crate::buffer::ReplyBuf;
 use crate::driver::sink::Seq;
 use crate::driver::{Access, Dispatch, Execute, Outcome, PoolJob};
-use crate::metrics::{ObjCommand, Stage};
+use crate::metrics::Stage;
 
 /// A member this large or larger runs on its own job: its copy alone
 /// outweighs a hand-off, and two of them gain from running in parallel.
@@ -55,14 +55,14 @@ pub(super) fn runs_together(request: &ObjRequest) -> bool {
     request.access == Access::Buffered
         && request.bytes < SMALL_MEMBER
         && matches!(
-            request.command,
-            ObjCommand::Create
-                | ObjCommand::Remove
-                | ObjCommand::Write
-                | ObjCommand::Append
-                | ObjCommand::CreateAndWrite
-                | ObjCommand::Punch
-                | ObjCommand::SetAttrs
+            request.op,
+            Opcode::Create
+                | Opcode::Remove
+                | Opcode::Write
+                | Opcode::Append
+                | Opcode::CreateAndWrite
+                | Opcode::Punch
+                | Opcode::SetAttrs
         )
 }
 

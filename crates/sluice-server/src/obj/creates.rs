@@ -29,7 +29,7 @@ use super::gathered::Gathered;
 use crate::buffer::ReplyBuf;
 use crate::driver::sink::Seq;
 use crate::driver::{Access, Dispatch, Execute, PoolJob};
-use crate::metrics::{ObjCommand, Stage};
+use crate::metrics::Stage;
 
 /// Creates of one job at most: enough to share one commit among most of
 /// what a client keeps in flight, few enough that two jobs of a deep
@@ -44,10 +44,7 @@ const SMALL_CREATE: u64 = 16 * 1024;
 pub(super) fn gathers(request: &ObjRequest) -> bool {
     request.access == Access::Buffered
         && request.bytes <= SMALL_CREATE
-        && matches!(
-            request.command,
-            ObjCommand::Create | ObjCommand::CreateAndWrite
-        )
+        && matches!(request.op, Opcode::Create | Opcode::CreateAndWrite)
 }
 
 /// Whether `opcode` is one of the creates (cheaper than validating: it

@@ -51,15 +51,16 @@ impl DataChange<'_> {
 
 impl ObjExecutor {
     /// `request` as a [`DataChange`] when it is a WRITE, APPEND or PUNCH
-    /// that validates; `None` for anything else (an invalid one too:
-    /// [`Execute::execute`] answers it with its error). What it does then
+    /// (decoded again from `payload`); `None` for anything else
+    /// ([`Execute::execute`] answers a frame that does not decode with its
+    /// error). What it does then
     /// is what [`Self::run`] does with it, with the store call shared.
     pub(crate) fn data_change<'a>(
         &self,
         request: &ObjRequest,
         payload: &'a [u8],
     ) -> Option<DataChange<'a>> {
-        let req = self.session.validate(&request.head, payload).ok()?;
+        let req = self.decode(&request.head, payload).ok()?;
         let (kind, object, segments, data) = match req.command {
             Command::Write { object, ddt, data } => {
                 (ChangeKind::Write, object, segments_of(&ddt), data)

@@ -21,15 +21,16 @@ use super::failure::{reply_failure, Failure};
 use crate::buffer::ReplyBuf;
 use crate::driver::{Access, Execute, Outcome};
 use crate::export::Export;
-use crate::metrics::{ObjCommand, ServerMetrics};
+use crate::metrics::ServerMetrics;
 
-/// A request checked on the connection thread, owning no buffer bytes:
-/// its header (the executor validates it again against its payload,
-/// which cannot fail differently) and what placement and metrics need.
+/// A request validated on the connection thread (decoded and checked
+/// against the session, once), owning no buffer bytes: its header, from
+/// which the executor decodes it again where it runs
+/// ([`ObjExecutor::decode`]), and what placement and metrics need.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ObjRequest {
     pub(crate) head: RequestHeader,
-    pub(crate) command: ObjCommand,
+    pub(crate) op: Opcode,
     pub(crate) ddt: DdtKind,
     pub(crate) segments: u32,
     /// Data bytes moved (read or written).
@@ -40,33 +41,18 @@ pub(crate) struct ObjRequest {
 impl ObjRequest {
     /// What a validated request is for placement and metrics.
     pub(crate) fn new(head: RequestHeader, req: &Request<'_>) -> Self {
-        let (command, ddt, access) = match &req.command {
-            Command::Create { .. } => (ObjCommand::Create, None, Access::Buffered),
-            Command::Remove { .. } => (ObjCommand::Remove, None, Access::Buffered),
-            Command::List { .. } => (ObjCommand::List, None, Access::Read),
-            Command::Read { ddt, .. } => (ObjCommand::Read, Some(*ddt), Access::Read),
-            Command::Write { ddt, .. } => (ObjCommand::Write, Some(*ddt), Access::Buffered),
-            Command::Append { .. } => (ObjCommand::Append, None, Access::Buffered),
-            Command::CreateAndWrite { ddt, .. } => {
-                (ObjCommand::CreateAndWrite, Some(*ddt), Access::Buffered)
-            }
-            Command::Punch { ddt, .. } => (ObjCommand::Punch, Some(*ddt), Access::Buffered),
-            Command::Flush(_) => (ObjCommand::Flush, None, Access::Durable),
-            Command::GetAttrs { .. } => (ObjCommand::GetAttrs, None, Access::Read),
-            Command::SetAttrs { .. } => (ObjCommand::SetAttrs, None, Access::Buffered),
-            Command::Query { .. } => (ObjCommand::Query, None, Access::Read),
-            Command::ExtentRead { ddt, .. } => (ObjCommand::ExtentRead, Some(*ddt), Access::Read),
-            Command::ExtentWrite { ddt, .. } => {
-                (ObjCommand::ExtentWrite, Some(*ddt), Access::Buffered)
-            }
-            Command::Disconnect => (ObjCommand::Invalid, None, Access::Buffered),
-            Command::Meta { .. } => (ObjCommand::Meta, None, Access::Buffered),
-            Command::Truncate { .. } => (ObjCommand::Truncate, None, Access::Buffered),
+        let op = req.command.opcode();
+        let ddt = req.command.ddt();
+        let access = if req.fua || op == Opcode::Flush {
+            Access::Durable
+        } else if op.only_reads() {
+            Access::Read
+        } else {
+            Access::Buffered
         };
-        let access = if req.fua { Access::Durable } else { access };
         Self {
             head,
-            command,
+            op,
             ddt: ddt.map_or(DdtKind::Contiguous, |d| d.kind()),
             segments: ddt.map_or(0, |d| d.segment_count()),
             bytes: match &req.command {
@@ -219,6 +205,20 @@ impl ObjExecutor {
             }
             r => r,
         }
+    }
+
+    /// The request `request` was validated as, decoded again from its
+    /// payload where it runs. The session's rules were checked when it
+    /// arrived and do not change; decoding the same bytes cannot fail
+    /// differently (an error here would be a server bug, answered as the
+    /// request's failure).
+    pub(super) fn decode<'a>(
+        &self,
+        head: &RequestHeader,
+        payload: &'a [u8],
+    ) -> Result<Request<'a>, Failure> {
+        Request::decode(head, payload, &self.session.limits)
+            .map_err(|r| Failure::new(r.code, r.message))
     }
 
     /// Runs one validated request and appends its success reply; on
@@ -496,10 +496,7 @@ impl ObjExecutor {
         let works: Vec<Result<(Request<'_>, CreateWork<'_>), Failure>> = members
             .iter()
             .map(|(h, payload)| {
-                let req = self
-                    .session
-                    .validate(h, payload)
-                    .map_err(|r| Failure::new(r.code, r.message))?;
+                let req = self.decode(h, payload)?;
                 let work = CreateWork::new(&req)?;
                 Ok((req, work))
             })
@@ -566,33 +563,20 @@ impl ObjExecutor {
         Ok(())
     }
 
-    /// The request of a WRITE whose payload has not arrived, checked from
-    /// its header alone: `Some` only for a plain WRITE (contiguous, no
-    /// FUA, no DDT, parameters or attribute entries, so its payload is
-    /// exactly its data) that [`Negotiated::validate`] will accept once
-    /// its payload is here. Such a write may take its payload from
-    /// elsewhere than the receive buffer (`spliced_write.rs`).
+    /// The request of a WRITE whose payload has not arrived, validated
+    /// from its header alone ([`Request::decode_head`], then the session's
+    /// check): `Some` only for a plain WRITE (contiguous, no FUA, no DDT,
+    /// parameters or attribute entries, so its payload is exactly its
+    /// data). Such a write may take its payload from elsewhere than the
+    /// receive buffer (`spliced_write.rs`); this is its one validation.
     pub(crate) fn plain_write(&self, h: &RequestHeader) -> Option<ObjRequest> {
-        if h.opcode != Opcode::Write.wire()
-            || h.ddt_len != 0
-            || h.param_len != 0
-            || h.attr_len != 0
-            || u64::from(h.data_len) != h.length
-            || h.offset.checked_add(h.length).is_none()
+        if h.opcode != Opcode::Write.wire() || h.ddt_len != 0 || h.param_len != 0 || h.attr_len != 0
         {
             return None;
         }
-        // The rest of what validation checks (flags, partition, the DDT
-        // kind) does not depend on the data: checked on a copy of the
-        // header that carries none. The payload's length, the DDT's
-        // total and its overflow are the checks above.
-        let probe = RequestHeader {
-            length: 0,
-            data_len: 0,
-            ..*h
-        };
-        let req = self.session.validate(&probe, &[]).ok()?;
-        if req.fua || !req.attrs.is_empty() {
+        let req = Request::decode_head(h, &[], &self.session.limits).ok()?;
+        self.session.check(h, &req).ok()?;
+        if req.fua {
             return None;
         }
         let Command::Write {
@@ -602,10 +586,7 @@ impl ObjExecutor {
         else {
             return None;
         };
-        Some(ObjRequest {
-            bytes: h.length,
-            ..ObjRequest::new(*h, &req)
-        })
+        Some(ObjRequest::new(*h, &req))
     }
 
     /// Appends the reply of a WRITE the store ran with `result`; returns
@@ -718,13 +699,13 @@ impl Execute for ObjExecutor {
         out: &mut ReplyBuf,
     ) -> Outcome {
         let h = &request.head;
-        let result = match self.session.validate(h, payload) {
+        let result = match self.decode(h, payload) {
             Ok(req) if nowait => match self.read_nowait(&req, out) {
                 Some(result) => result,
                 None => return Outcome::WouldBlock,
             },
             Ok(req) => self.run(&req, out),
-            Err(rejected) => Err(Failure::new(rejected.code, rejected.message)),
+            Err(f) => Err(f),
         };
         match result {
             Ok(()) => Outcome::Done { failed: false },
@@ -737,7 +718,7 @@ impl Execute for ObjExecutor {
 
     fn completed(&self, request: &ObjRequest, failed: bool, latency: Duration) {
         self.metrics.objects.record(
-            request.command,
+            Some(request.op),
             request.ddt,
             u64::from(request.segments),
             request.bytes,

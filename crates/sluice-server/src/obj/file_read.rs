@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use sluice_obj_proto::{Command, DdtKind, ReplyHeader, RequestHeader};
+use sluice_obj_proto::{Command, DdtKind, Opcode, ReplyHeader, Request};
 use sluice_objstore::{ObjectId, ObjectRef, PartitionId};
 use sluice_storage::MappedBytes;
 
@@ -25,7 +25,6 @@ use super::execute::ObjRequest;
 use super::ObjSession;
 use crate::config::PipelineMode;
 use crate::driver::{Dispatch, Execute};
-use crate::metrics::ObjCommand;
 
 /// Reads at least this long are sent from the file when they can be;
 /// shorter ones cost less copied and batched with other replies (NBD's
@@ -70,7 +69,7 @@ impl ListMapping {
 /// A READ without attribute entries (whose data may be read without
 /// its attributes: docs/protocol.md, section 6).
 fn plain_read(request: &ObjRequest) -> bool {
-    request.command == ObjCommand::Read && request.head.attr_len == 0
+    request.op == Opcode::Read && request.head.attr_len == 0
 }
 
 impl ObjSession {
@@ -106,9 +105,8 @@ impl ObjSession {
     /// before).
     pub(super) fn mapped_read(
         &mut self,
-        h: &RequestHeader,
+        req: &Request<'_>,
         request: &ObjRequest,
-        payload: &[u8],
         received: Instant,
         d: &mut Dispatch,
     ) -> bool {
@@ -121,11 +119,8 @@ impl ObjSession {
         {
             return false;
         }
-        // Validated once already; this borrows the segment list.
-        let Ok(parsed) = self.exec.session.validate(h, payload) else {
-            return false;
-        };
-        let Command::Read { ddt, .. } = parsed.command else {
+        let h = &request.head;
+        let Command::Read { ddt, .. } = req.command else {
             return false;
         };
         let mut span: Option<(u64, u64)> = None;
@@ -150,7 +145,7 @@ impl ObjSession {
         // Validated: a READ's total is within the published payload
         // limit (a `u32`).
         let len = request.bytes as u32;
-        if parsed.span_ok {
+        if req.span_ok {
             // The client takes the segments' span, holes included: it goes
             // from the page cache to the socket by reference, as a
             // contiguous read does, where a list must be copied.

@@ -28,7 +28,7 @@ use std::time::Instant;
 
 use sluice_obj_proto::consts::{REPLY_HEADER_LEN, REQUEST_HEADER_LEN};
 use sluice_obj_proto::{
-    Command, DdtKind, Limits, Opcode, Rejected, ReplyHeader, RequestHeader, TlsPolicy,
+    Command, DdtKind, Limits, Opcode, Rejected, ReplyHeader, Request, RequestHeader, TlsPolicy,
 };
 use sluice_objstore::ObjectStore;
 use tracing::{debug, info, trace, warn};
@@ -47,7 +47,7 @@ use crate::driver::{
     PayloadIo, Placement, Protocol, ProtocolViolation, Start, Taken,
 };
 use crate::export::ExportRegistry;
-use crate::metrics::ObjCommand;
+
 use crate::stream::Stream;
 use crate::tls::{AccessPolicy, TlsAcceptor};
 
@@ -154,28 +154,26 @@ impl ObjSession {
                 ReplyHeader::encode_error(rejected.id, rejected.code, &rejected.message, o)
             });
         });
-        self.exec.metrics.objects.record(
-            ObjCommand::Invalid,
-            DdtKind::Contiguous,
-            0,
-            0,
-            true,
-            received.elapsed(),
-        );
+        self.exec
+            .metrics
+            .objects
+            .record(None, DdtKind::Contiguous, 0, 0, true, received.elapsed());
     }
 
-    /// Validates one request (a frame or a batch member): `Some` to run.
-    fn validate(
+    /// Validates one request (a frame or a batch member), the one check
+    /// it gets against the session: `Some` to run, else it was answered
+    /// with its error.
+    fn validate<'a>(
         &self,
         h: &RequestHeader,
-        payload: &[u8],
+        payload: &'a [u8],
         received: Instant,
         d: &mut Dispatch,
-    ) -> Option<ObjRequest> {
+    ) -> Option<Request<'a>> {
         match self.exec.session.validate(h, payload) {
             Ok(req) => {
                 trace!(target: "sluice::data", id = h.id, command = ?req.command, "request");
-                Some(ObjRequest::new(*h, &req))
+                Some(req)
             }
             Err(rejected) => {
                 self.reject(&rejected, received, d);
@@ -208,7 +206,10 @@ impl ObjSession {
         let mut together =
             (d.pipeline() == PipelineMode::Flexible).then(|| Together::for_frame(payload.len()));
         for (mh, member_payload) in members {
-            if mh.opcode == Opcode::Disconnect.wire() {
+            let Some(req) = self.validate(&mh, member_payload, received, d) else {
+                continue;
+            };
+            if req.command == Command::Disconnect {
                 // Closing from inside a batch would cut off its siblings'
                 // replies: refused like any malformed member.
                 self.reject(
@@ -222,9 +223,7 @@ impl ObjSession {
                 );
                 continue;
             }
-            let Some(request) = self.validate(&mh, member_payload, received, d) else {
-                continue;
-            };
+            let request = ObjRequest::new(mh, &req);
             let seq = d.take_seq();
             match &mut together {
                 Some(group) if runs_together(&request) => {
@@ -274,42 +273,35 @@ impl ObjSession {
             self.batch(h, payload, received, d);
             return Start::Answered;
         }
-        if h.opcode == Opcode::Disconnect.wire() {
-            // Validated like any request, so bad flags are still refused.
-            return match self.exec.session.validate(h, payload) {
-                Ok(req) if matches!(req.command, Command::Disconnect) => Start::Close,
-                Ok(_) => Start::Answered,
-                Err(rejected) => {
-                    self.reject(&rejected, received, d);
-                    Start::Answered
-                }
+        let Some(req) = self.validate(h, payload, received, d) else {
+            return Start::Answered;
+        };
+        if req.command == Command::Disconnect {
+            return Start::Close;
+        }
+        let request = ObjRequest::new(*h, &req);
+        if d.pipeline() == PipelineMode::Flexible && creates::gathers(&request) {
+            let seq = d.take_seq();
+            self.creates
+                .push(seq, request, payload, received, &self.exec, d);
+            return Start::Answered;
+        }
+        if self.mapped_read(&req, &request, received, d) {
+            return Start::Answered;
+        }
+        if self.reads_inline(&request, d) {
+            // Run here if the store can answer without waiting (see
+            // `ObjExecutor::read_nowait`), else on the pool.
+            let seq = d.take_seq();
+            let placement = if d.pipeline() == PipelineMode::Off {
+                Placement::Inline
+            } else {
+                Placement::TryInline
             };
+            d.run(&self.exec, seq, request, payload, placement, received);
+            return Start::Answered;
         }
-        match self.validate(h, payload, received, d) {
-            Some(request)
-                if d.pipeline() == PipelineMode::Flexible && creates::gathers(&request) =>
-            {
-                let seq = d.take_seq();
-                self.creates
-                    .push(seq, request, payload, received, &self.exec, d);
-                Start::Answered
-            }
-            Some(request) if self.mapped_read(h, &request, payload, received, d) => Start::Answered,
-            Some(request) if self.reads_inline(&request, d) => {
-                // Run here if the store can answer without waiting (see
-                // `ObjExecutor::read_nowait`), else on the pool.
-                let seq = d.take_seq();
-                let placement = if d.pipeline() == PipelineMode::Off {
-                    Placement::Inline
-                } else {
-                    Placement::TryInline
-                };
-                d.run(&self.exec, seq, request, payload, placement, received);
-                Start::Answered
-            }
-            Some(request) => Start::Run(request),
-            None => Start::Answered,
-        }
+        Start::Run(request)
     }
 }
 
