@@ -1,5 +1,5 @@
 //! `sluice obj --meta URI ...`: striped objects by name, a thin layer
-//! over `sluice_client::obj::StripedClient` and the metadata service
+//! over `sluice_client::striped::StripedClient` and the metadata service
 //! `--meta` names. `put` makes a new striped object and streams the
 //! input into it a chunk at a time; `get` reads it (whole, or the ranges
 //! given); `ls`, `stat`, `rm` and `fsck` are one call each. Like the
@@ -10,9 +10,9 @@ use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
-use sluice_client::obj::{
-    FsckOptions, FsckReport, Pattern, Segment, StripedClient, StripedError, StripedObject,
-    StripedWrite,
+use sluice_client::obj::Segment;
+use sluice_client::striped::{
+    FsckOptions, FsckReport, Pattern, StripedClient, StripedError, StripedObject, StripedWrite,
 };
 use sluice_meta::{Entry, EntryState, MetaError};
 use sluice_types::{error_chain, parse_duration, parse_size};

@@ -59,29 +59,20 @@
 //! relying on another client seeing its writes, as NBD requires anyway.
 //! [`Connection`] does not reconnect (it keeps no copies of requests).
 
-mod batch;
-mod bridge;
-mod connection;
-mod error;
-mod handshake;
+mod nbd;
+mod net;
 pub mod obj;
-mod remote;
-mod replay;
-mod shared;
-mod transport;
-mod uri;
+pub mod striped;
 
-pub use batch::{batch, Batch};
-pub use bridge::{capability_from_flags, device_error};
-pub use connection::{Completion, Connection, Outcome, Request};
-pub use error::{ClientError, Op};
-pub use handshake::{
-    list_exports, ConnectOptions, ExportDetails, Reconnect, DEFAULT_CONNECT_TIMEOUT,
+pub use nbd::{
+    batch, capability_from_flags, device_error, list_exports, Batch, Client, ClientError,
+    Completion, ConnectOptions, Connection, ExportDetails, Op, Outcome, Reconnect, RemoteDevice,
+    Reply, Request, DEFAULT_RECONNECT_WINDOW,
 };
-pub use remote::{RemoteDevice, DEFAULT_RECONNECT_WINDOW};
-pub use shared::{Client, Reply};
-pub use transport::{CA_CERT_FILE, CLIENT_CERT_FILE, CLIENT_KEY_FILE};
-pub use uri::{
+pub use net::transport::{
+    CA_CERT_FILE, CLIENT_CERT_FILE, CLIENT_KEY_FILE, DEFAULT_CONNECT_TIMEOUT,
+};
+pub use net::uri::{
     BadObjUri, NbdUri, ObjUri, Target, TlsSettings, DEFAULT_OBJ_PORT, DEFAULT_OBJ_SERVER,
     DEFAULT_PORT,
 };

@@ -11,9 +11,10 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
-use sluice_client::obj::{
-    CreateStep, FsckOptions, ObjClient, ObjOptions, Pattern, RemoveStep, Segment, StripedClient,
-    StripedError, StripedObject, StripedWrite, Value, PIECE_COLLECTION, PIECE_OF_ATTR,
+use sluice_client::obj::{ObjClient, ObjOptions, Segment, Value};
+use sluice_client::striped::{
+    CreateStep, FsckOptions, Pattern, RemoveStep, StripedClient, StripedError, StripedObject,
+    StripedWrite, PIECE_COLLECTION, PIECE_OF_ATTR,
 };
 use sluice_client::ObjUri;
 use sluice_meta::{EntryState, EtcdConfig, EtcdMetaStore, MemoryMetaStore, MetaError, MetaStore};

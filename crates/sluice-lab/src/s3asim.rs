@@ -55,10 +55,8 @@ use sluice_bench::machine::{load1, steal_now, steal_since};
 use sluice_bench::peers;
 use sluice_bench::stats::{ratio, Spread};
 use sluice_bench::workload::{parse_duration, Size};
-use sluice_client::obj::{
-    DataOptions, MergePolicy, ObjClient, ObjOptions, Pattern, Segment, StripedClient,
-    StripedObject, StripedWrite,
-};
+use sluice_client::obj::{DataOptions, MergePolicy, ObjClient, ObjOptions, Segment};
+use sluice_client::striped::{Pattern, StripedClient, StripedObject, StripedWrite};
 use sluice_client::ObjUri;
 use sluice_meta::{MemoryMetaStore, MetaStore, SqliteMetaStore};
 use sluice_model::plot::{Axes, Figure, XAxis};

@@ -39,8 +39,8 @@ use super::request::{
     SERVER_ATTR_PREFIX,
 };
 use super::ObjError;
-use crate::handshake::DEFAULT_CONNECT_TIMEOUT;
-use crate::uri::ObjUri;
+use crate::net::transport::DEFAULT_CONNECT_TIMEOUT;
+use crate::net::uri::ObjUri;
 
 /// How to connect and how much to keep in flight.
 #[derive(Debug, Clone)]

@@ -4,7 +4,7 @@ use std::time::Duration;
 use sluice_obj_proto::{ClientHandshakeError, ErrorCode, Opcode, ReplyDecodeError};
 use thiserror::Error;
 
-use crate::uri::BadObjUri;
+use crate::net::uri::BadObjUri;
 use crate::ClientError;
 
 /// What a request was about, for its error message: the command and the

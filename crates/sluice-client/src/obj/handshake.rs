@@ -5,9 +5,9 @@
 use sluice_obj_proto::{ClientHandshake, ClientHandshakeConfig, ClientStatus, Negotiated};
 
 use super::{ObjError, ObjOptions, DEFAULT_PARTITION};
-use crate::handshake::open_stream;
-use crate::transport::{client_config, Stream};
-use crate::uri::ObjUri;
+use crate::net::transport::open_stream;
+use crate::net::transport::{client_config, Stream};
+use crate::net::uri::ObjUri;
 use crate::ClientError;
 
 /// Connects and negotiates; returns the stream in transmission, with the

@@ -20,8 +20,8 @@ use sluice_obj_proto::{
 use super::error::Subject;
 use super::merge::{MergeController, MergePolicy};
 use super::ObjError;
-use crate::connection::RecvBuf;
-use crate::transport::Stream;
+use crate::net::recv::RecvBuf;
+use crate::net::transport::Stream;
 
 /// Request and reply bytes the client lets be in flight at once.
 pub(super) const WINDOW_BYTES: u64 = 16 << 20;
@@ -830,9 +830,9 @@ mod tests {
     use sluice_obj_proto::{Features, Opcode};
 
     use super::*;
+    use crate::net::transport::Socket;
     use crate::obj::codec::Codec;
     use crate::obj::error::Addressee;
-    use crate::transport::Socket;
 
     /// A connected pair of Unix sockets that keep message boundaries
     /// (`SOCK_SEQPACKET`): each read on one end returns exactly what one

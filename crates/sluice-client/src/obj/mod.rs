@@ -24,11 +24,8 @@
 //! ([`ObjOptions::exports`]), are read and written the same way, as
 //! extents ([`ObjClient::extent_read`], [`ObjClient::extent_write`]).
 //!
-//! [`StripedClient`] spreads one named object over several object
-//! servers, its layout kept by a metadata service (`sluice-meta`): each
-//! operation is split by stripe ([`StripePlan`]) into one request per
-//! server, the servers driven in parallel; [`StripedClient::fsck`]
-//! repairs what a crash between its metadata and data steps leaves.
+//! Named objects striped over several object servers are in
+//! [`striped`](crate::striped).
 //!
 //! ```no_run
 //! use sluice_client::obj::{AttrChange, DataOptions, FlushScope, ObjClient, ObjOptions, Segment};
@@ -63,11 +60,6 @@ mod remote_meta;
 mod request;
 mod shared;
 mod split;
-pub mod stripe_plan;
-mod striped;
-mod striped_fsck;
-mod striped_links;
-mod striped_put;
 
 pub use attr::{AttrChange, Attrs, Value};
 pub use client::{ObjClient, ObjOptions};
@@ -83,12 +75,6 @@ pub use sluice_obj_proto::{
     answer, AttachedExport, ClientHandshakeError, DdtKind, ErrorCode, Features, FlushScope, Limits,
     Segment,
 };
-pub use stripe_plan::{Pattern, PiecePlan, PlanError, Run, StripePlan};
-pub use striped::{
-    CreateStep, RemoveStep, StripedClient, StripedError, StripedObject, StripedRead, StripedWrite,
-    PIECE_COLLECTION, PIECE_DEPLOYMENT_ATTR, PIECE_INDEX_ATTR, PIECE_OF_ATTR, PIECE_PUT_ATTR,
-};
-pub use striped_fsck::{FsckOptions, FsckReport, Orphan};
 
 /// The partition a client selects when its URI names none.
 pub const DEFAULT_PARTITION: u64 = 1;

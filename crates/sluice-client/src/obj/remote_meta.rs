@@ -31,7 +31,7 @@ use sluice_obj_proto::{
 
 use super::client::{ObjClient, ObjOptions};
 use super::ObjError;
-use crate::uri::ObjUri;
+use crate::net::uri::ObjUri;
 
 /// Most idle connections kept for later calls.
 const IDLE_CONNECTIONS: usize = 8;

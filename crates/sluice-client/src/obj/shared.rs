@@ -42,9 +42,9 @@ use super::link::{cost, reply_len, take_reply, Front, RawReply, WINDOW_BYTES};
 use super::merge::{MergeController, MergePolicy, MergeStats};
 use super::request::{DataOptions, ObjRequest, ObjResponse, ReadReply};
 use super::{ObjError, ObjOptions};
-use crate::connection::RecvBuf;
-use crate::transport::Stream;
-use crate::uri::ObjUri;
+use crate::net::recv::RecvBuf;
+use crate::net::transport::Stream;
+use crate::net::uri::ObjUri;
 
 /// The name of each [`SharedObjClient`]'s reader thread (which shares
 /// the `sluice-` prefix of the server's threads: a process that embeds

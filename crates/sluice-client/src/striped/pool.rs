@@ -10,9 +10,9 @@
 
 use std::collections::HashMap;
 
-use super::client::{ObjClient, ObjOptions};
-use super::ObjError;
-use crate::uri::ObjUri;
+use crate::net::uri::ObjUri;
+use crate::obj::ObjError;
+use crate::obj::{ObjClient, ObjOptions};
 
 /// One connection's address: the server as the metadata names it, and
 /// the partition.
@@ -24,7 +24,7 @@ pub(crate) struct Endpoint {
 
 /// Open connections by endpoint.
 #[derive(Debug)]
-pub(crate) struct Links {
+pub(crate) struct Pool {
     options: ObjOptions,
     open: HashMap<Endpoint, ObjClient>,
 }
@@ -104,7 +104,7 @@ struct Finished<T> {
     results: Vec<(usize, Result<T, ObjError>)>,
 }
 
-impl Links {
+impl Pool {
     pub(crate) fn new(options: ObjOptions) -> Self {
         Self {
             options,

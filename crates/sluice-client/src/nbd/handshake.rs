@@ -2,7 +2,7 @@
 //! handshake, driving `sluice_nbd_proto::ClientHandshake` over a blocking
 //! stream.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sluice_nbd_proto::consts::*;
 use sluice_nbd_proto::{
@@ -10,12 +10,9 @@ use sluice_nbd_proto::{
     HeaderStyle, ReplyStyle, Transmission,
 };
 
-use crate::transport::{client_config, left, Socket, Stream};
-use crate::uri::{NbdUri, Target};
+use crate::net::transport::{client_config, open_stream, Stream, DEFAULT_CONNECT_TIMEOUT};
+use crate::net::uri::NbdUri;
 use crate::ClientError;
-
-/// Default limit on reaching a server and finishing the handshake.
-pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What to ask the server for, and how long to wait.
 #[derive(Debug, Clone)]
@@ -179,7 +176,7 @@ impl ExportDetails {
 fn drive(
     mut stream: Stream,
     machine: &mut ClientHandshake,
-    tls: Option<&crate::uri::TlsSettings>,
+    tls: Option<&crate::net::uri::TlsSettings>,
     target: &str,
     timeout: Duration,
 ) -> Result<(Stream, ClientStatus), ClientError> {
@@ -260,24 +257,6 @@ fn drive(
         }
         input.extend_from_slice(&chunk[..n]);
     }
-}
-
-/// Connects to `target` and bounds each handshake read and write by what
-/// is left of `connect_timeout` (shared by the NBD and object clients).
-pub(crate) fn open_stream(
-    target: &Target,
-    connect_timeout: Duration,
-) -> Result<Stream, ClientError> {
-    let deadline = Instant::now() + connect_timeout;
-    let socket = Socket::connect(target, connect_timeout)?;
-    let stream = Stream::plain(socket);
-    stream
-        .set_timeouts(Some(left(deadline)))
-        .map_err(|source| ClientError::Io {
-            target: target.to_string(),
-            source,
-        })?;
-    Ok(stream)
 }
 
 /// Lists the exports of the server at `uri` as (name, description).

@@ -11,7 +11,7 @@ use sluice_nbd_proto::consts::{STATE_HOLE, STATE_ZERO};
 use sluice_nbd_proto::{ClientRequest, HeaderStyle};
 use sluice_storage::{BlockDevice, Capability, DeviceError, Extent, IoOp, ZeroMode};
 
-use crate::bridge::{capability_from_flags, device_error};
+use super::bridge::{capability_from_flags, device_error};
 use crate::{Client, ClientError, ConnectOptions, NbdUri, Reconnect, Reply};
 
 /// How long a remote device keeps trying to get a lost server back.

@@ -14,7 +14,7 @@
 
 use sluice_meta::{EntryState, MetaError, Update};
 
-use super::striped::{meta_error, CreateStep, StripedClient, StripedError, StripedObject};
+use super::client::{meta_error, CreateStep, StripedClient, StripedError, StripedObject};
 
 impl StripedClient {
     /// Creates `name` (as [`create`](Self::create)) for a put: its entry

@@ -34,10 +34,11 @@ use sluice_nbd_proto::{
 use tokio::sync::oneshot;
 use tracing::{debug, info, warn};
 
-use crate::connection::{refused, request_error, RecvBuf, Request};
-use crate::handshake::{open, ConnectOptions, ExportDetails};
-use crate::replay::ReplayLog;
-use crate::transport::Stream;
+use super::connection::{refused, request_error, Request};
+use super::handshake::{open, ConnectOptions, ExportDetails};
+use super::replay::ReplayLog;
+use crate::net::recv::RecvBuf;
+use crate::net::transport::Stream;
 use crate::{ClientError, NbdUri};
 
 /// The result of a request on a [`Client`].
@@ -118,8 +119,10 @@ struct Entry {
     covers: u64,
 }
 
+/// Whether requests can be sent: connected, getting a connection back,
+/// or given up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Link {
+enum Connected {
     Up,
     Reconnecting,
     Failed,
@@ -131,7 +134,7 @@ struct WriterState {
     registrations: mpsc::Sender<Entry>,
     /// A caller is writing; others just queue.
     sending: bool,
-    link: Link,
+    connected: Connected,
     /// Bumped by each reconnect; a batch taken under an older one is not
     /// written (the reconnect re-sent its requests).
     generation: u64,
@@ -207,7 +210,7 @@ impl Client {
                 out: Vec::with_capacity(64 * 1024),
                 registrations: tx,
                 sending: false,
-                link: Link::Up,
+                connected: Connected::Up,
                 generation: 0,
                 flush_wanted: false,
             }),
@@ -269,7 +272,7 @@ impl Client {
         let (tx, rx) = oneshot::channel();
         let deadline = s.options.request_timeout.map(|t| Instant::now() + t);
         let mut w = lock(&s.writer);
-        if w.link == Link::Failed {
+        if w.connected == Connected::Failed {
             return Err(closed(target));
         }
         let start = w.out.len();
@@ -289,14 +292,14 @@ impl Client {
         // Registered before the bytes can reach the server, so the reader
         // always knows a cookie before its reply arrives.
         if w.registrations.send(entry).is_err() {
-            w.link = Link::Failed;
+            w.connected = Connected::Failed;
             return Err(closed(target));
         }
         if w.flush_wanted {
             w.flush_wanted = false;
             self.queue_internal_flush(&mut w);
         }
-        if w.sending || w.link != Link::Up {
+        if w.sending || w.connected != Connected::Up {
             // Another caller sends it, or the reconnect re-sends it.
             return Ok(rx);
         }
@@ -317,18 +320,18 @@ impl Client {
             if let Err(source) = result {
                 w.sending = false;
                 lock(&s.socket).stream.shutdown();
-                if keep && w.link != Link::Failed {
+                if keep && w.connected != Connected::Failed {
                     // The reader notices, reconnects and re-sends.
                     debug!(%target, error = &source as &dyn std::error::Error, "send failed; the reader reconnects");
                     return Ok(rx);
                 }
-                w.link = Link::Failed;
+                w.connected = Connected::Failed;
                 return Err(ClientError::Io {
                     target: target.clone(),
                     source,
                 });
             }
-            if w.out.is_empty() || w.link != Link::Up {
+            if w.out.is_empty() || w.connected != Connected::Up {
                 batch.clear();
                 if w.out.is_empty() {
                     w.out = batch;
@@ -722,8 +725,8 @@ impl Reader {
     fn reconnect(&mut self, shared: &Arc<Shared>, lost: ClientError) -> Result<(), ClientError> {
         {
             let mut w = lock(&shared.writer);
-            if w.link == Link::Up {
-                w.link = Link::Reconnecting;
+            if w.connected == Connected::Up {
+                w.connected = Connected::Reconnecting;
             }
         }
         self.stream.shutdown();
@@ -887,7 +890,7 @@ impl Reader {
             }
         }
         drop(sock);
-        w.link = Link::Up;
+        w.connected = Connected::Up;
         drop(w);
         self.stream = reader;
         self.inbuf.clear();
@@ -897,7 +900,7 @@ impl Reader {
     /// Fails every request waiting or registered, and new ones from now.
     fn fail_all(&mut self, error: &ClientError) {
         if let Some(shared) = self.shared.upgrade() {
-            lock(&shared.writer).link = Link::Failed;
+            lock(&shared.writer).connected = Connected::Failed;
         }
         self.register();
         for (_, e) in self.entries.drain() {

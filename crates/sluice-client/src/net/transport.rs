@@ -25,7 +25,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore};
 
-use crate::uri::{Target, TlsSettings};
+use crate::net::uri::{Target, TlsSettings};
 use crate::ClientError;
 
 /// The CA the client trusts, in the `tls-certificates` directory.
@@ -380,4 +380,25 @@ pub(crate) fn left(deadline: Instant) -> Duration {
     deadline
         .saturating_duration_since(Instant::now())
         .max(Duration::from_millis(1))
+}
+
+/// Default limit on reaching a server and finishing the handshake.
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Connects to `target` and bounds each handshake read and write by what
+/// is left of `connect_timeout` (shared by the NBD and object clients).
+pub(crate) fn open_stream(
+    target: &Target,
+    connect_timeout: Duration,
+) -> Result<Stream, ClientError> {
+    let deadline = Instant::now() + connect_timeout;
+    let socket = Socket::connect(target, connect_timeout)?;
+    let stream = Stream::plain(socket);
+    stream
+        .set_timeouts(Some(left(deadline)))
+        .map_err(|source| ClientError::Io {
+            target: target.to_string(),
+            source,
+        })?;
+    Ok(stream)
 }

@@ -23,8 +23,8 @@ use std::str::FromStr;
 use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, CONTROLS};
 use url::{Host, Url};
 
+use crate::net::transport::CA_CERT_FILE;
 use crate::obj::MergePolicy;
-use crate::transport::CA_CERT_FILE;
 use crate::ClientError;
 
 /// The NBD port IANA assigned.

@@ -9,12 +9,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sluice_meta::{Entry, EntryState, MetaError, Piece, Update};
 
-use super::attr::Value;
-use super::striped::{
+use super::client::{
     endpoint, first_failure, meta_error, partition_of, RemoveStep, StripedClient, StripedError,
     PIECE_COLLECTION, PIECE_DEPLOYMENT_ATTR, PIECE_OF_ATTR, PIECE_PUT_ATTR,
 };
-use super::striped_links::Endpoint;
+use super::pool::Endpoint;
+use crate::obj::Value;
 
 /// The server's attribute holding when an object was made (nanoseconds
 /// since the Unix epoch).
@@ -174,7 +174,7 @@ impl StripedClient {
             .iter()
             .map(|(_, p)| (endpoint(p), p.object))
             .collect();
-        let results = self.links.fan_out(&jobs, |c, &object| {
+        let results = self.pool.fan_out(&jobs, |c, &object| {
             match c.get_attrs(object, &[PIECE_OF_ATTR, PIECE_PUT_ATTR]) {
                 Ok(a) => {
                     let ours =
@@ -234,7 +234,7 @@ impl StripedClient {
                 (e, ())
             })
             .collect();
-        let listed = self.links.fan_out(&jobs, |c, ()| {
+        let listed = self.pool.fan_out(&jobs, |c, ()| {
             let attrs = [PIECE_OF_ATTR, CREATED_ATTR, PIECE_DEPLOYMENT_ATTR];
             match c.list(PIECE_COLLECTION, Some(&attrs)) {
                 Err(e) if e.is_not_found() => Ok(Vec::new()),
@@ -299,7 +299,7 @@ impl StripedClient {
             .map(|o| (endpoint(&o.piece), o.piece.object))
             .collect();
         let removed = self
-            .links
+            .pool
             .fan_out(&jobs, |c, &object| match c.remove(object, true) {
                 Err(e) if e.is_not_found() => Ok(()),
                 other => other,

@@ -13,7 +13,7 @@ use sluice_nbd_proto::ClientRequest;
 use sluice_storage::{DeviceError, IoOp};
 use tokio::sync::oneshot;
 
-use crate::shared::Dest;
+use super::client::Dest;
 use crate::{ClientError, RemoteDevice, Reply};
 
 type Receiver = oneshot::Receiver<Result<Reply, ClientError>>;

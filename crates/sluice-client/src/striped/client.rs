@@ -58,13 +58,13 @@ use std::sync::Arc;
 use sluice_meta::{Entry, EntryState, Layout, MetaError, MetaStore, Piece, Update};
 use thiserror::Error;
 
-use super::attr::{AttrChange, Value};
-use super::client::{ObjClient, ObjOptions};
-use super::request::DataOptions;
-use super::stripe_plan::{Pattern, PlanError, StripePlan};
-use super::striped_links::{Endpoint, Links};
-use super::{FlushScope, ObjError, DEFAULT_PARTITION};
-use crate::uri::ObjUri;
+use super::plan::{Pattern, PlanError, StripePlan};
+use super::pool::{Endpoint, Pool};
+use crate::net::uri::ObjUri;
+use crate::obj::DataOptions;
+use crate::obj::{AttrChange, Value};
+use crate::obj::{FlushScope, ObjError, DEFAULT_PARTITION};
+use crate::obj::{ObjClient, ObjOptions};
 
 /// The collection every piece of a striped object is made in.
 pub const PIECE_COLLECTION: &str = "sluice-striped";
@@ -213,7 +213,7 @@ pub struct StripedWrite {
 /// threads of its own.
 pub struct StripedClient {
     pub(crate) meta: Arc<dyn MetaStore>,
-    pub(crate) links: Links,
+    pub(crate) pool: Pool,
     /// The deployment's identity, once asked for.
     deployment: Option<String>,
 }
@@ -221,7 +221,7 @@ pub struct StripedClient {
 impl std::fmt::Debug for StripedClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("StripedClient")
-            .field("links", &self.links)
+            .field("pool", &self.pool)
             .finish_non_exhaustive()
     }
 }
@@ -295,7 +295,7 @@ impl StripedClient {
     pub fn new(meta: Arc<dyn MetaStore>, options: ObjOptions) -> Self {
         Self {
             meta,
-            links: Links::new(options),
+            pool: Pool::new(options),
             deployment: None,
         }
     }
@@ -465,7 +465,7 @@ impl StripedClient {
                 (endpoint, options)
             })
             .collect();
-        let results = self.links.fan_out(&jobs, |c: &mut ObjClient, options| {
+        let results = self.pool.fan_out(&jobs, |c: &mut ObjClient, options| {
             c.create_and_write(PIECE_COLLECTION, &[], &[], options)
         });
         let mut pieces = Vec::with_capacity(jobs.len());
@@ -521,7 +521,7 @@ impl StripedClient {
             .map(|(_, p)| (endpoint(p), p.object))
             .collect();
         let results = self
-            .links
+            .pool
             .fan_out(&jobs, |c, &object| match c.remove(object, true) {
                 Err(e) if e.is_not_found() => Ok(()),
                 other => other,
@@ -573,7 +573,7 @@ impl StripedClient {
             .zip(&pieces)
             .map(|(p, (_, piece))| (endpoint(piece), (piece.object, p.segments.as_slice())))
             .collect();
-        let results = self.links.fan_out(&jobs, |c, &(id, segments)| {
+        let results = self.pool.fan_out(&jobs, |c, &(id, segments)| {
             c.read(id, segments).map(|r| r.data)
         });
         let parts = first_failure("read", &name, &pieces, results)?;
@@ -640,7 +640,7 @@ impl StripedClient {
             fua: options.fua,
             attrs: Vec::new(),
         };
-        let results = self.links.fan_out(&jobs, |c, &(id, p)| {
+        let results = self.pool.fan_out(&jobs, |c, &(id, p)| {
             c.write(id, &p.segments, &p.gather(data), &plain)
         });
         first_failure("write", &name, &pieces, results)?;
@@ -688,7 +688,7 @@ impl StripedClient {
             .map(|(_, p)| (endpoint(p), p.object))
             .collect();
         let results = self
-            .links
+            .pool
             .fan_out(&jobs, |c, &id| c.flush(FlushScope::Object(id)));
         first_failure("flush", object.name(), &pieces, results).map(drop)
     }
