@@ -27,26 +27,8 @@ pub enum Addressee {
 
 impl std::fmt::Display for Subject {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let op = match self.op {
-            Opcode::Create => "create",
-            Opcode::Remove => "remove",
-            Opcode::List => "list",
-            Opcode::Read => "read",
-            Opcode::Write => "write",
-            Opcode::Append => "append",
-            Opcode::CreateAndWrite => "create-and-write",
-            Opcode::Punch => "punch",
-            Opcode::Flush => "flush",
-            Opcode::GetAttrs => "get attributes",
-            Opcode::SetAttrs => "set attributes",
-            Opcode::Query => "query",
-            Opcode::ExtentRead => "extent read",
-            Opcode::ExtentWrite => "extent write",
-            Opcode::Batch => "batch",
-            Opcode::Disconnect => "disconnect",
-            Opcode::Meta => "metadata call",
-            Opcode::Truncate => "truncate",
-        };
+        // The protocol's own name, in words (`create and write`).
+        let op = self.op.name().replace('_', " ");
         match &self.target {
             Addressee::Object(id) => write!(f, "{op} of object {id}"),
             Addressee::Collection(c) if c.is_empty() => write!(f, "{op}"),
