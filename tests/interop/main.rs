@@ -22,6 +22,7 @@ mod nbdcopy;
 mod nbdinfo;
 mod nbdsh;
 mod obj_cli;
+mod obj_reconnect;
 mod objects;
 mod pipeline;
 mod qemu_img;

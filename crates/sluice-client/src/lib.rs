@@ -66,9 +66,10 @@ pub mod striped;
 
 pub use nbd::{
     batch, capability_from_flags, device_error, list_exports, Batch, Client, ClientError,
-    Completion, ConnectOptions, Connection, ExportDetails, Op, Outcome, Reconnect, RemoteDevice,
-    Reply, Request, DEFAULT_RECONNECT_WINDOW,
+    Completion, ConnectOptions, Connection, ExportDetails, Op, Outcome, RemoteDevice, Reply,
+    Request, DEFAULT_RECONNECT_WINDOW,
 };
+pub use net::mux::Reconnect;
 pub use net::transport::{
     CA_CERT_FILE, CLIENT_CERT_FILE, CLIENT_KEY_FILE, DEFAULT_CONNECT_TIMEOUT,
 };

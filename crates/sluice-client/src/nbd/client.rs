@@ -36,7 +36,7 @@ use tracing::{debug, info, warn};
 
 use super::connection::{refused, request_error, Request};
 use super::handshake::{open, ConnectOptions, ExportDetails};
-use super::replay::ReplayLog;
+use crate::net::mux::replay::ReplayLog;
 use crate::net::recv::RecvBuf;
 use crate::net::transport::Stream;
 use crate::{ClientError, NbdUri};
@@ -518,7 +518,7 @@ struct Reader {
     decoder: ReplyDecoder,
     table: CookieTable,
     entries: HashMap<u64, Entry>,
-    log: ReplayLog,
+    log: ReplayLog<Sent>,
     /// Log modifications (reconnect on and the export has a cache to flush).
     logging: bool,
     /// An internal FLUSH was asked for and has not completed.

@@ -10,6 +10,7 @@ use sluice_nbd_proto::{
     HeaderStyle, ReplyStyle, Transmission,
 };
 
+use crate::net::mux::Reconnect;
 use crate::net::transport::{client_config, open_stream, Stream, DEFAULT_CONNECT_TIMEOUT};
 use crate::net::uri::NbdUri;
 use crate::ClientError;
@@ -44,47 +45,6 @@ impl Default for ConnectOptions {
             request_timeout: None,
             reconnect: Reconnect::default(),
         }
-    }
-}
-
-/// Reconnection policy of a [`Client`](crate::Client) (see the crate
-/// documentation for what it promises).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Reconnect {
-    /// How long after losing the connection the client keeps trying to
-    /// get it back; zero turns reconnecting off (a lost connection fails
-    /// every request in flight).
-    pub window: Duration,
-    /// Bytes of acknowledged but unflushed writes the client keeps to
-    /// replay after a reconnect; when they exceed this, the client sends
-    /// a FLUSH of its own.
-    pub replay_log_bytes: usize,
-}
-
-impl Reconnect {
-    /// Reconnecting off.
-    pub const OFF: Self = Self {
-        window: Duration::ZERO,
-        replay_log_bytes: 0,
-    };
-
-    /// Reconnecting on, within `window`, with the default log size.
-    pub fn within(window: Duration) -> Self {
-        Self {
-            window,
-            replay_log_bytes: 16 << 20,
-        }
-    }
-
-    /// Whether the client reconnects at all.
-    pub fn enabled(&self) -> bool {
-        !self.window.is_zero()
-    }
-}
-
-impl Default for Reconnect {
-    fn default() -> Self {
-        Self::OFF
     }
 }
 

@@ -9,12 +9,11 @@ mod connection;
 mod error;
 mod handshake;
 mod remote;
-mod replay;
 
 pub use batch::{batch, Batch};
 pub use bridge::{capability_from_flags, device_error};
 pub use client::{Client, Reply};
 pub use connection::{Completion, Connection, Outcome, Request};
 pub use error::{ClientError, Op};
-pub use handshake::{list_exports, ConnectOptions, ExportDetails, Reconnect};
+pub use handshake::{list_exports, ConnectOptions, ExportDetails};
 pub use remote::{RemoteDevice, DEFAULT_RECONNECT_WINDOW};

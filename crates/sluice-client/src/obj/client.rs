@@ -39,6 +39,7 @@ use super::request::{
     SERVER_ATTR_PREFIX,
 };
 use super::ObjError;
+use crate::net::mux::Reconnect;
 use crate::net::transport::DEFAULT_CONNECT_TIMEOUT;
 use crate::net::uri::ObjUri;
 
@@ -68,6 +69,10 @@ pub struct ObjOptions {
     /// pinned kind cannot describe keeps the client's pick. For
     /// measuring the DDTs against each other.
     pub ddt: Option<DdtKind>,
+    /// [`SharedObjClient`](super::SharedObjClient) only: how to survive a
+    /// lost connection (off by default; docs/RELIABILITY.md says what it
+    /// promises).
+    pub reconnect: Reconnect,
 }
 
 impl Default for ObjOptions {
@@ -80,6 +85,7 @@ impl Default for ObjOptions {
             exports: Vec::new(),
             merge: MergePolicy::default(),
             ddt: None,
+            reconnect: Reconnect::OFF,
         }
     }
 }

@@ -83,6 +83,24 @@ pub enum ObjError {
     },
     #[error("the connection to {server} is closed")]
     Closed { server: String },
+    /// The connection was lost while a request that must not run twice
+    /// (a create, append, remove or metadata call) was in flight: it may
+    /// or may not have run.
+    #[error("the connection to {server} was lost while the {subject} was in flight: it may or may not have run")]
+    Interrupted { server: String, subject: Subject },
+    /// Reconnecting ([`ObjOptions::reconnect`](super::ObjOptions::reconnect))
+    /// did not get the connection back within its window.
+    #[error("could not reconnect to {server} within {window:?}")]
+    ReconnectFailed {
+        server: String,
+        window: Duration,
+        #[source]
+        last: Box<Self>,
+    },
+    /// On reconnecting, the server offered another session than the one
+    /// the waiting requests were made for.
+    #[error("{server} came back with another session: {what}")]
+    SessionChanged { server: String, what: String },
 }
 
 fn code_name(code: ErrorCode) -> String {
@@ -141,7 +159,10 @@ impl ObjError {
     pub fn is_temporary(&self) -> bool {
         match self {
             Self::Transport(e) => e.is_temporary(),
-            Self::Io { .. } | Self::Closed { .. } | Self::Timeout { .. } => true,
+            Self::Io { .. }
+            | Self::Closed { .. }
+            | Self::Timeout { .. }
+            | Self::ReconnectFailed { .. } => true,
             _ => false,
         }
     }
@@ -173,6 +194,34 @@ impl ObjError {
                 server: server.clone(),
                 subject: subject.clone(),
                 after: *after,
+            },
+            Self::Interrupted { server, subject } => Self::Interrupted {
+                server: server.clone(),
+                subject: subject.clone(),
+            },
+            Self::ReconnectFailed {
+                server,
+                window,
+                last,
+            } => Self::ReconnectFailed {
+                server: server.clone(),
+                window: *window,
+                last: Box::new(last.for_another()),
+            },
+            Self::SessionChanged { server, what } => Self::SessionChanged {
+                server: server.clone(),
+                what: what.clone(),
+            },
+            Self::Server {
+                server,
+                subject,
+                code,
+                message,
+            } => Self::Server {
+                server: server.clone(),
+                subject: subject.clone(),
+                code: *code,
+                message: message.clone(),
             },
             other => Self::Violation {
                 server: "the server".into(),

@@ -1,47 +1,40 @@
 //! [`SharedObjClient`]: one object-protocol connection used by many
 //! threads at once, each call blocking only its own thread until its
-//! reply comes. Requests from different threads meet in one send queue,
-//! and that is where temporal merge finds requests to pack into a batch
-//! frame ([`MergePolicy`], docs/design/0008-temporal-merge.md).
+//! reply comes. It is the object protocol over the client's one
+//! multiplexer core (`net/mux`): requests from different threads meet in
+//! one send queue, the first caller to find no send under way writes
+//! what the window lets go, a reader thread completes replies in
+//! completion order, and, with [`ObjOptions::reconnect`] on, a lost
+//! connection is got back and what it had in flight sent again (see
+//! docs/RELIABILITY.md for what it promises).
 //!
-//! Sending is done by whichever thread finds no one sending: a caller
-//! queues its encoded request and, if no send is under way, takes
-//! everything queued that the window allows, packs it into batch frames
-//! if the merge policy says so, and writes it with one call, then looks
-//! again for what was queued meanwhile. A reader thread parses replies,
-//! hands each to its caller, and then sends whatever was left waiting.
-//! When merging is on and [`HOLD_IN_FLIGHT`] or more requests are in
+//! The send queue is where temporal merge finds requests to pack into a
+//! batch frame ([`MergePolicy`], docs/design/0008-temporal-merge.md):
+//! when merging is on and [`HOLD_IN_FLIGHT`] or more requests are in
 //! flight, a caller does not send at all: it leaves its request queued
-//! for the reader's next send, so the requests that become ready while
-//! replies are due go out together, in batch frames. Nothing waits on a
-//! timer: a held request goes with the next reply, which is due. As in [`ObjClient`]
-//! (`link`), requests and replies in flight are bounded by a window of
-//! bytes and a count, so a write never waits on a server that waits on
-//! replies no one reads.
+//! for the thread that handles the next reply, so the requests that
+//! become ready while replies are due go out together, in batch frames.
+//! Nothing waits on a timer: a held request goes with the next reply,
+//! which is due.
 //!
-//! Lock order: `state`, then `writer`; the writer lock is taken only by
-//! the thread that set `state.writing`, and by `Drop`.
-//!
-//! [`ObjClient`]: super::ObjClient
 //! [`HOLD_IN_FLIGHT`]: super::HOLD_IN_FLIGHT
 
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
+use std::io;
 use std::time::{Duration, Instant};
 
-use sluice_obj_proto::consts::REQUEST_HEADER_LEN;
-use sluice_obj_proto::{Command, ErrorCode, Limits, Negotiated, Request, RequestHeader, Segment};
-use tracing::debug;
+use sluice_obj_proto::consts::{FLAG_SCOPE_MASK, FLAG_SCOPE_SHIFT, REPLY_HEADER_LEN};
+use sluice_obj_proto::{
+    Command, ErrorCode, FlushScope, Limits, Negotiated, Opcode, Request, RequestHeader, Segment,
+};
 
 use super::codec::{refused, Codec};
 use super::error::Subject;
 use super::handshake::open;
-use super::link::{cost, reply_len, take_reply, Front, RawReply, WINDOW_BYTES};
+use super::link::{cost, reply_len, take_reply, Front, RawReply, Wire, WINDOW_BYTES};
 use super::merge::{MergeController, MergePolicy, MergeStats};
 use super::request::{DataOptions, ObjRequest, ObjResponse, ReadReply};
 use super::{ObjError, ObjOptions};
+use crate::net::mux::{Logged, Mux, MuxOptions, MuxProtocol, Next};
 use crate::net::recv::RecvBuf;
 use crate::net::transport::Stream;
 use crate::net::uri::ObjUri;
@@ -57,69 +50,313 @@ pub const READER_THREAD: &str = "sluice-obj-reader";
 /// make several is refused (use [`ObjClient`](super::ObjClient), which
 /// splits).
 pub struct SharedObjClient {
-    shared: Arc<Shared>,
-    reader: Option<JoinHandle<()>>,
+    mux: Mux<ObjSession>,
+    ddt: Option<sluice_obj_proto::DdtKind>,
 }
 
 impl std::fmt::Debug for SharedObjClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SharedObjClient")
-            .field("server", &self.shared.server)
-            .field("session", &self.shared.session)
+            .field("server", &self.mux.proto().server)
+            .field("session", &self.mux.proto().session)
             .finish()
     }
 }
 
-struct Shared {
+/// The object protocol as the multiplexer drives it: one negotiated
+/// session, and how to get the same one back.
+pub(super) struct ObjSession {
     server: String,
+    uri: ObjUri,
+    options: ObjOptions,
     session: Negotiated,
-    ddt: Option<sluice_obj_proto::DdtKind>,
-    max_in_flight: usize,
-    request_timeout: Option<Duration>,
-    next_id: AtomicU64,
-    /// The sending side of the socket.
-    writer: Mutex<Writer>,
-    /// A handle on the socket to shut it down with while another thread
-    /// is blocked in it.
-    closer: Stream,
-    state: Mutex<State>,
 }
 
-struct Writer {
-    stream: Stream,
-    out: Vec<u8>,
-}
-
-/// A request encoded and waiting to be sent.
-struct Queued {
-    id: u64,
-    frame: Vec<u8>,
-    cost: u64,
-}
-
-/// A caller waiting for its reply.
-struct Waiting {
-    reply: mpsc::SyncSender<Result<RawReply, ObjError>>,
+/// What a waiting object request keeps.
+pub(super) struct Ticket {
     subject: Subject,
-    cost: u64,
-    /// The batch frame it was sent in.
-    frame: Option<u64>,
+    logged: Logged,
+    resendable: bool,
 }
 
-struct State {
-    queue: VecDeque<Queued>,
-    /// Every request queued or in flight, by id.
-    waiting: HashMap<u64, Waiting>,
-    /// Batch frames with members unanswered: how many.
-    frames: HashMap<u64, usize>,
-    /// Requests sent and unanswered, and their weight in the window.
-    in_flight: usize,
-    cost: u64,
-    /// A thread is sending.
-    writing: bool,
-    broken: Option<ObjError>,
+impl Ticket {
+    fn of(subject: Subject, header: &RequestHeader) -> Self {
+        let op = Opcode::from_wire(header.opcode);
+        let whole_partition = (header.flags & FLAG_SCOPE_MASK) >> FLAG_SCOPE_SHIFT == 2;
+        let logged = match op {
+            // Changes that land the same when sent twice; writes to
+            // attached exports are not covered by a partition's FLUSH.
+            Some(Opcode::Write | Opcode::Punch | Opcode::SetAttrs | Opcode::Truncate) => {
+                Logged::Change
+            }
+            Some(Opcode::Flush) if whole_partition => Logged::Flush,
+            _ => Logged::Nothing,
+        };
+        // Creates, appends, removes and metadata calls change something
+        // that a second run would change again (or refuse).
+        let resendable = !matches!(
+            op,
+            None | Some(
+                Opcode::Create
+                    | Opcode::CreateAndWrite
+                    | Opcode::Append
+                    | Opcode::Remove
+                    | Opcode::Meta
+                    | Opcode::Batch
+                    | Opcode::Disconnect
+            )
+        );
+        Self {
+            subject,
+            logged,
+            resendable,
+        }
+    }
+}
+
+/// The send side: the merge controller and what it did.
+pub(super) struct MergeSend {
     merge: MergeController,
     stats: MergeStats,
+}
+
+impl ObjSession {
+    fn server_error(&self, subject: &Subject, (code, message): &(ErrorCode, String)) -> ObjError {
+        ObjError::Server {
+            server: self.server.clone(),
+            subject: subject.clone(),
+            code: *code,
+            message: message.clone(),
+        }
+    }
+
+    /// What differs between the session kept and `now` (the requests in
+    /// flight are encoded for the first).
+    fn changed(&self, now: &Negotiated) -> Option<String> {
+        let was = &self.session;
+        if now.partition != was.partition {
+            Some(format!(
+                "partition {} is now {}",
+                was.partition, now.partition
+            ))
+        } else if now.features != was.features {
+            Some(format!(
+                "features {:?} are now {:?}",
+                was.features, now.features
+            ))
+        } else if now.limits != was.limits {
+            Some(format!("limits {:?} are now {:?}", was.limits, now.limits))
+        } else if now.exports != was.exports {
+            Some(format!(
+                "attached exports {:?} are now {:?}",
+                was.exports, now.exports
+            ))
+        } else {
+            None
+        }
+    }
+}
+
+impl MuxProtocol for ObjSession {
+    type Ticket = Ticket;
+    type Raw = RawReply;
+    type Refusal = (ErrorCode, String);
+    type Reply = RawReply;
+    type Error = ObjError;
+    type Parser = ();
+    type SendState = MergeSend;
+    type Record = Subject;
+
+    fn parser(&self) {}
+
+    fn next(&self, _parser: &mut (), inbuf: &mut RecvBuf) -> Result<Next<Self>, ObjError> {
+        Ok(
+            match take_reply(inbuf, &self.session.limits, &self.server)? {
+                Front::Reply((id, result)) => Next::Done { id, result },
+                Front::Short(Some(h)) => Next::Need(reply_len(&h)),
+                Front::Short(None) => Next::Need(REPLY_HEADER_LEN),
+            },
+        )
+    }
+
+    fn finish(
+        &self,
+        ticket: Ticket,
+        result: Result<RawReply, (ErrorCode, String)>,
+    ) -> Result<RawReply, ObjError> {
+        match result {
+            // This client never asks for one (its codec's `spans`).
+            Ok(r) if r.span => Err(self.violation(format!(
+                "a span reply to {}, which did not ask for one",
+                ticket.subject
+            ))),
+            Ok(r) => Ok(r),
+            Err(refusal) => Err(self.server_error(&ticket.subject, &refusal)),
+        }
+    }
+
+    fn group_failed(
+        &self,
+        ticket: &Ticket,
+        result: &Result<RawReply, (ErrorCode, String)>,
+    ) -> ObjError {
+        match result {
+            Ok(_) => self.violation("a batch frame was answered as a request".into()),
+            Err(refusal) => self.server_error(&ticket.subject, refusal),
+        }
+    }
+
+    fn logged(&self, ticket: &Ticket) -> Logged {
+        ticket.logged
+    }
+
+    fn record(&self, ticket: &Ticket) -> Subject {
+        ticket.subject.clone()
+    }
+
+    fn replay_ticket(&self, subject: &Subject) -> Ticket {
+        Ticket {
+            subject: subject.clone(),
+            logged: Logged::Nothing,
+            resendable: true,
+        }
+    }
+
+    fn can_flush(&self) -> bool {
+        true
+    }
+
+    fn internal_flush(&self, id: u64) -> Option<(Vec<u8>, Ticket)> {
+        let flush = Request::new(id, Command::Flush(FlushScope::Partition));
+        let mut frame = Vec::new();
+        flush.encode(self.session.partition, &mut frame).ok()?;
+        let head = RequestHeader::decode(&frame).ok()??;
+        let subject = Subject {
+            op: Opcode::Flush,
+            target: super::Addressee::Partition(self.session.partition),
+        };
+        Some((frame, Ticket::of(subject, &head)))
+    }
+
+    fn resendable(&self, ticket: &Ticket) -> bool {
+        ticket.resendable
+    }
+
+    fn hold(&self, send: &mut MergeSend, in_flight: usize, queued: usize) -> bool {
+        send.merge.should_hold(in_flight, queued)
+    }
+
+    /// Batch frames within the published limits (payload and member
+    /// count) when the merge policy says so.
+    fn groups(&self, send: &mut MergeSend, in_flight: usize, frames: &[&[u8]]) -> Vec<usize> {
+        if !send.merge.should_merge(in_flight, frames.len()) {
+            return vec![1; frames.len()];
+        }
+        let Limits {
+            max_payload,
+            max_batch,
+            ..
+        } = self.session.limits;
+        let mut groups = Vec::new();
+        let (mut n, mut body) = (0usize, 0u64);
+        for f in frames {
+            let len = f.len() as u64;
+            if n > 0 && (body + len > u64::from(max_payload) || n as u64 >= u64::from(max_batch)) {
+                groups.push(n);
+                (n, body) = (0, 0);
+            }
+            n += 1;
+            body += len;
+        }
+        if n > 0 {
+            groups.push(n);
+        }
+        for &g in groups.iter().filter(|g| **g > 1) {
+            send.stats.frames += 1;
+            send.stats.merged += g as u64;
+        }
+        groups
+    }
+
+    fn group_header(&self, id: u64, body: usize, out: &mut Vec<u8>) {
+        RequestHeader::batch(id, self.session.partition, body as u32).encode(out);
+    }
+
+    fn sent(&self, send: &mut MergeSend, requests: usize, grouped: usize) {
+        send.merge.sent(requests, grouped);
+    }
+
+    fn completed(&self, send: &mut MergeSend, now: Instant, outstanding: usize) {
+        send.merge.completed(now, outstanding);
+    }
+
+    fn reopen(&self, timeout: Duration) -> Result<Stream, ObjError> {
+        let mut options = self.options.clone();
+        options.connect_timeout = timeout;
+        let (stream, now) = open(&self.uri, &options)?;
+        match self.changed(&now) {
+            None => Ok(stream),
+            Some(what) => Err(ObjError::SessionChanged {
+                server: self.server.clone(),
+                what,
+            }),
+        }
+    }
+
+    fn is_final(&self, e: &ObjError) -> bool {
+        matches!(e, ObjError::SessionChanged { .. } | ObjError::Server { .. })
+    }
+
+    fn goodbye(&self, id: u64, out: &mut Vec<u8>) {
+        let _ = Request::new(id, Command::Disconnect).encode(self.session.partition, out);
+    }
+
+    fn closed(&self) -> ObjError {
+        ObjError::Closed {
+            server: self.server.clone(),
+        }
+    }
+
+    fn violation(&self, reason: String) -> ObjError {
+        ObjError::Violation {
+            server: self.server.clone(),
+            reason,
+        }
+    }
+
+    fn io_error(&self, source: io::Error) -> ObjError {
+        ObjError::Io {
+            server: self.server.clone(),
+            source,
+        }
+    }
+
+    fn timed_out(&self, ticket: &Ticket, after: Duration) -> ObjError {
+        ObjError::Timeout {
+            server: self.server.clone(),
+            subject: ticket.subject.clone(),
+            after,
+        }
+    }
+
+    fn reconnect_failed(&self, window: Duration, last: ObjError) -> ObjError {
+        ObjError::ReconnectFailed {
+            server: self.server.clone(),
+            window,
+            last: Box::new(last),
+        }
+    }
+
+    fn lost_in_flight(&self, ticket: &Ticket) -> ObjError {
+        ObjError::Interrupted {
+            server: self.server.clone(),
+            subject: ticket.subject.clone(),
+        }
+    }
+
+    fn copy_error(&self, e: &ObjError) -> ObjError {
+        e.for_another()
+    }
 }
 
 impl SharedObjClient {
@@ -128,74 +365,52 @@ impl SharedObjClient {
     pub fn connect(uri: &ObjUri, options: &ObjOptions) -> Result<Self, ObjError> {
         let server = uri.to_string();
         let (stream, session) = open(uri, options)?;
-        let io = |source| ObjError::Io {
-            server: server.clone(),
-            source,
-        };
-        let reader = stream.try_clone().map_err(io)?;
-        let closer = stream.try_clone().map_err(io)?;
-        // Callers wait with their own timeout; the reader waits for ever.
-        reader.set_read_timeout(None).map_err(io)?;
         let batches = session.features.contains(sluice_obj_proto::Features::BATCH);
-        let merge = MergeController::new(uri.merge.unwrap_or(options.merge), batches);
-        let shared = Arc::new(Shared {
-            server: server.clone(),
-            session,
-            ddt: options.ddt,
+        let send = MergeSend {
+            merge: MergeController::new(uri.merge.unwrap_or(options.merge), batches),
+            stats: MergeStats::default(),
+        };
+        let mux_options = MuxOptions {
             max_in_flight: options.max_in_flight.max(1),
+            window_bytes: WINDOW_BYTES,
             request_timeout: options.request_timeout,
-            next_id: AtomicU64::new(1),
-            writer: Mutex::new(Writer {
-                stream,
-                out: Vec::with_capacity(64 * 1024),
-            }),
-            closer,
-            state: Mutex::new(State {
-                queue: VecDeque::new(),
-                waiting: HashMap::new(),
-                frames: HashMap::new(),
-                in_flight: 0,
-                cost: 0,
-                writing: false,
-                broken: None,
-                merge,
-                stats: MergeStats::default(),
-            }),
-        });
-        let for_reader = Arc::clone(&shared);
-        let reader = std::thread::Builder::new()
-            .name(READER_THREAD.into())
-            .spawn(move || for_reader.read_replies(reader))
-            .map_err(io)?;
+            reconnect: options.reconnect,
+            connect_timeout: options.connect_timeout,
+        };
+        let proto = ObjSession {
+            server,
+            uri: uri.clone(),
+            options: options.clone(),
+            session,
+        };
         Ok(Self {
-            shared,
-            reader: Some(reader),
+            mux: Mux::start(proto, stream, send, mux_options, READER_THREAD)?,
+            ddt: options.ddt,
         })
     }
 
     /// What the handshake agreed on.
     pub fn session(&self) -> &Negotiated {
-        &self.shared.session
+        &self.mux.proto().session
     }
 
     /// The server, as its URI.
     pub fn server(&self) -> &str {
-        &self.shared.server
+        &self.mux.proto().server
     }
 
     /// The merge policy in force ([`MergePolicy::Off`] when the server
     /// did not negotiate batch frames).
     pub fn merge_policy(&self) -> MergePolicy {
-        self.shared.state().merge.policy()
+        self.mux.with_send_state(|s| s.merge.policy())
     }
 
     /// How many batch frames this client sent and what they carried.
     pub fn merge_stats(&self) -> MergeStats {
-        let st = self.shared.state();
-        MergeStats {
-            threshold: st.merge.threshold(),
-            ..st.stats
-        }
+        self.mux.with_send_state(|s| MergeStats {
+            threshold: s.merge.threshold(),
+            ..s.stats
+        })
     }
 
     /// Runs one command that fits one wire request; blocks this thread
@@ -208,54 +423,18 @@ impl SharedObjClient {
                 "too large for one request under the server's limits (ObjClient splits it)",
             ));
         };
-        let id = self.shared.fresh_id();
+        let raw = self.send(&wire)?;
+        codec.interpret(req, raw)
+    }
+
+    /// Sends one wire request and waits for its reply.
+    fn send(&self, wire: &Wire<'_>) -> Result<RawReply, ObjError> {
+        let id = self.mux.fresh_id();
         let mut frame = Vec::with_capacity(wire.frame_len() as usize);
-        wire.encode(id, self.shared.session.partition, &mut frame);
-        let (tx, rx) = mpsc::sync_channel(1);
-        {
-            let mut st = self.shared.state();
-            if let Some(e) = &st.broken {
-                return Err(e.for_another());
-            }
-            st.waiting.insert(
-                id,
-                Waiting {
-                    reply: tx,
-                    subject: wire.subject.clone(),
-                    cost: cost(&wire),
-                    frame: None,
-                },
-            );
-            st.queue.push_back(Queued {
-                id,
-                frame,
-                cost: cost(&wire),
-            });
-            // While replies are due, a merging client leaves the request
-            // for the thread that handles the next one (`read_replies`),
-            // so requests gather into one frame.
-            if !st.merge.should_hold(st.in_flight, st.queue.len()) {
-                self.shared.pump(st);
-            }
-        }
-        let reply = match self.shared.request_timeout {
-            None => rx.recv().map_err(|_| self.closed()),
-            Some(after) => rx.recv_timeout(after).map_err(|e| match e {
-                mpsc::RecvTimeoutError::Timeout => {
-                    let e = ObjError::Timeout {
-                        server: self.shared.server.clone(),
-                        subject: wire.subject.clone(),
-                        after,
-                    };
-                    // As with ObjClient, a timeout leaves the connection
-                    // unusable: fail everyone else too.
-                    self.shared.fail(&mut self.shared.state(), e.for_another());
-                    e
-                }
-                mpsc::RecvTimeoutError::Disconnected => self.closed(),
-            }),
-        }??;
-        codec.interpret(req, reply)
+        wire.encode(id, self.session().partition, &mut frame);
+        let ticket = Ticket::of(wire.subject.clone(), &wire.header);
+        let rx = self.mux.submit(id, frame, ticket, cost(wire))?;
+        self.mux.wait(rx)
     }
 
     /// Reads `segments` of `object`.
@@ -288,323 +467,13 @@ impl SharedObjClient {
     }
 
     fn codec(&self) -> Codec<'_> {
+        let proto = self.mux.proto();
         Codec {
-            session: &self.shared.session,
-            server: &self.shared.server,
-            ddt: self.shared.ddt,
+            session: &proto.session,
+            server: &proto.server,
+            ddt: self.ddt,
             spans: false,
         }
-    }
-
-    fn closed(&self) -> ObjError {
-        ObjError::Closed {
-            server: self.shared.server.clone(),
-        }
-    }
-}
-
-impl Drop for SharedObjClient {
-    fn drop(&mut self) {
-        {
-            let st = self.shared.state();
-            if st.broken.is_none() {
-                let mut w = self.shared.writer.lock().unwrap_or_else(|p| p.into_inner());
-                let mut bye = Vec::with_capacity(REQUEST_HEADER_LEN);
-                let disconnect = Request::new(self.shared.fresh_id(), Command::Disconnect);
-                if disconnect
-                    .encode(self.shared.session.partition, &mut bye)
-                    .is_ok()
-                {
-                    let _ = w.stream.write_all(&bye);
-                }
-            }
-        }
-        self.shared.closer.shutdown();
-        if let Some(reader) = self.reader.take() {
-            let _ = reader.join();
-        }
-    }
-}
-
-impl Shared {
-    fn state(&self) -> MutexGuard<'_, State> {
-        // The state stays consistent across every early return; a panic
-        // elsewhere must not stop the others from failing cleanly.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn fresh_id(&self) -> u64 {
-        // Ids wrap after 2^64 requests; 0 is never used.
-        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        if id == 0 {
-            self.next_id.fetch_add(1, Ordering::Relaxed)
-        } else {
-            id
-        }
-    }
-
-    /// Sends what is queued, unless another thread is sending (it will
-    /// see it). Returns with the state unlocked.
-    fn pump<'a>(&'a self, mut st: MutexGuard<'a, State>) {
-        if st.writing {
-            return;
-        }
-        st.writing = true;
-        loop {
-            if st.broken.is_some() {
-                st.writing = false;
-                return;
-            }
-            let (take, bytes) = self.room(&st);
-            if take == 0 {
-                st.writing = false;
-                return;
-            }
-            let merge = st.merge.should_merge(st.in_flight, take);
-            let items: Vec<Queued> = st.queue.drain(..take).collect();
-            st.in_flight += take;
-            st.cost += bytes;
-            let groups = if merge {
-                self.frames(&items)
-            } else {
-                vec![1; items.len()]
-            };
-            // Frame ids, and each member's frame, before anything is sent
-            // (a reply may come before this thread locks the state again).
-            let mut heads = Vec::with_capacity(groups.len());
-            let (mut at, mut packed) = (0, 0);
-            for &n in &groups {
-                if n > 1 {
-                    let frame = self.fresh_id();
-                    st.frames.insert(frame, n);
-                    for q in &items[at..at + n] {
-                        if let Some(w) = st.waiting.get_mut(&q.id) {
-                            w.frame = Some(frame);
-                        }
-                    }
-                    st.stats.frames += 1;
-                    st.stats.merged += n as u64;
-                    packed += n;
-                    heads.push(Some(frame));
-                } else {
-                    heads.push(None);
-                }
-                at += n;
-            }
-            st.merge.sent(take, packed);
-            drop(st);
-            let sent = {
-                let mut w = self.writer.lock().unwrap_or_else(|p| p.into_inner());
-                let Writer { stream, out } = &mut *w;
-                out.clear();
-                let mut at = 0;
-                for (&n, head) in groups.iter().zip(&heads) {
-                    let members = &items[at..at + n];
-                    if let Some(frame) = head {
-                        let body: usize = members.iter().map(|q| q.frame.len()).sum();
-                        RequestHeader::batch(*frame, self.session.partition, body as u32)
-                            .encode(out);
-                    }
-                    for q in members {
-                        out.extend_from_slice(&q.frame);
-                    }
-                    at += n;
-                }
-                let r = stream.write_all(out);
-                out.clear();
-                r
-            };
-            st = self.state();
-            if let Err(source) = sent {
-                let e = ObjError::Io {
-                    server: self.server.clone(),
-                    source,
-                };
-                self.fail(&mut st, e);
-                st.writing = false;
-                return;
-            }
-        }
-    }
-
-    /// How many queued requests the window lets go now, and their weight
-    /// (always one when nothing is in flight).
-    fn room(&self, st: &State) -> (usize, u64) {
-        let mut take = 0;
-        let mut bytes = 0;
-        for q in &st.queue {
-            let n = st.in_flight + take;
-            if n >= self.max_in_flight || (n > 0 && st.cost + bytes + q.cost > WINDOW_BYTES) {
-                break;
-            }
-            take += 1;
-            bytes += q.cost;
-        }
-        (take, bytes)
-    }
-
-    /// Cuts `items` into batch frames within the published limits
-    /// (payload and member count): the size of each group, in order; a
-    /// group of one goes as a plain request.
-    fn frames(&self, items: &[Queued]) -> Vec<usize> {
-        let Limits {
-            max_payload,
-            max_batch,
-            ..
-        } = self.session.limits;
-        let mut groups = Vec::new();
-        let (mut n, mut body) = (0usize, 0u64);
-        for q in items {
-            let len = q.frame.len() as u64;
-            if n > 0 && (body + len > u64::from(max_payload) || n as u64 >= u64::from(max_batch)) {
-                groups.push(n);
-                (n, body) = (0, 0);
-            }
-            n += 1;
-            body += len;
-        }
-        if n > 0 {
-            groups.push(n);
-        }
-        groups
-    }
-
-    /// Marks the connection broken: every waiting caller gets `e`.
-    fn fail(&self, st: &mut State, e: ObjError) {
-        if st.broken.is_some() {
-            return;
-        }
-        for (_, w) in st.waiting.drain() {
-            let _ = w.reply.send(Err(e.for_another()));
-        }
-        st.queue.clear();
-        st.frames.clear();
-        st.in_flight = 0;
-        st.cost = 0;
-        st.broken = Some(e);
-        self.closer.shutdown();
-    }
-
-    /// The reader thread: replies to their callers until the connection
-    /// ends.
-    fn read_replies(&self, mut stream: Stream) {
-        let mut inbuf = RecvBuf::new();
-        let mut replies = Vec::new();
-        loop {
-            let parsed = loop {
-                match take_reply(&mut inbuf, &self.session.limits, &self.server) {
-                    Ok(Front::Reply(r)) => replies.push(r),
-                    Ok(Front::Short(h)) => {
-                        if let Some(h) = h {
-                            inbuf.reserve(reply_len(&h));
-                        }
-                        break Ok(());
-                    }
-                    Err(e) => break Err(e),
-                }
-            };
-            if !replies.is_empty() {
-                let mut st = self.state();
-                let now = Instant::now();
-                for (id, reply) in replies.drain(..) {
-                    if let Err(e) = self.complete(&mut st, now, id, reply) {
-                        self.fail(&mut st, e);
-                    }
-                }
-                if st.broken.is_none() && !st.queue.is_empty() {
-                    // Replies made room: send what was left waiting.
-                    self.pump(st);
-                }
-            }
-            let ended = match parsed {
-                Err(e) => Some(e),
-                Ok(()) => match inbuf.fill(&mut stream) {
-                    Ok(true) => None,
-                    Ok(false) => Some(ObjError::Closed {
-                        server: self.server.clone(),
-                    }),
-                    Err(source) => Some(ObjError::Io {
-                        server: self.server.clone(),
-                        source,
-                    }),
-                },
-            };
-            if let Some(e) = ended {
-                let mut st = self.state();
-                if st.broken.is_none() {
-                    debug!(server = %self.server, error = %e, "object connection ended");
-                }
-                self.fail(&mut st, e);
-                return;
-            }
-        }
-    }
-
-    /// Hands one reply to its caller.
-    fn complete(
-        &self,
-        st: &mut State,
-        now: Instant,
-        id: u64,
-        reply: Result<RawReply, (ErrorCode, String)>,
-    ) -> Result<(), ObjError> {
-        let refusal = |subject: &Subject, (code, message): &(ErrorCode, String)| ObjError::Server {
-            server: self.server.clone(),
-            subject: subject.clone(),
-            code: *code,
-            message: message.clone(),
-        };
-        if matches!(&reply, Ok(r) if r.span) {
-            // This client never asks for one (its codec's `spans`).
-            return Err(ObjError::Violation {
-                server: self.server.clone(),
-                reason: format!("a span reply to request {id}, which did not ask for one"),
-            });
-        }
-        if let Some(w) = st.waiting.remove(&id) {
-            st.in_flight = st.in_flight.saturating_sub(1);
-            st.cost = st.cost.saturating_sub(w.cost);
-            if let Some(frame) = w.frame {
-                if let Some(left) = st.frames.get_mut(&frame) {
-                    *left -= 1;
-                    if *left == 0 {
-                        st.frames.remove(&frame);
-                    }
-                }
-            }
-            let outstanding = st.in_flight + st.queue.len();
-            st.merge.completed(now, outstanding);
-            let _ = w.reply.send(reply.map_err(|r| refusal(&w.subject, &r)));
-            return Ok(());
-        }
-        if st.frames.remove(&id).is_some() {
-            // A batch frame refused whole: none of its members ran.
-            let members: Vec<u64> = st
-                .waiting
-                .iter()
-                .filter(|(_, w)| w.frame == Some(id))
-                .map(|(m, _)| *m)
-                .collect();
-            for m in members {
-                if let Some(w) = st.waiting.remove(&m) {
-                    st.in_flight = st.in_flight.saturating_sub(1);
-                    st.cost = st.cost.saturating_sub(w.cost);
-                    let e = match &reply {
-                        Ok(_) => ObjError::Violation {
-                            server: self.server.clone(),
-                            reason: "a batch frame was answered as a request".into(),
-                        },
-                        Err(r) => refusal(&w.subject, r),
-                    };
-                    let _ = w.reply.send(Err(e));
-                }
-            }
-            return Ok(());
-        }
-        Err(ObjError::Violation {
-            server: self.server.clone(),
-            reason: format!("a reply to request {id}, which is not in flight"),
-        })
     }
 }
 

@@ -1,33 +1,35 @@
-//! The replay log: requests that changed the export (writes, trims,
-//! zeroing), acknowledged by the server but not yet covered by a
-//! successful FLUSH. A server with a write-back cache that dies loses
-//! exactly these, so after a reconnect the client sends them again, in
-//! the order they were acknowledged, before anything else.
+//! The replay log: requests that changed what the server holds (NBD's
+//! writes, trims and zeroing; the object protocol's writes, punches,
+//! attribute sets and truncates), acknowledged by the server but not yet
+//! covered by a successful FLUSH. A server with a write-back cache that
+//! dies loses exactly these, so after a reconnect the client sends them
+//! again, in the order they were acknowledged, before anything else.
 
 use std::collections::VecDeque;
 
-use sluice_nbd_proto::Sent;
-
-/// Acknowledged, unflushed modifications as encoded requests.
-#[derive(Debug, Default)]
-pub(crate) struct ReplayLog {
+/// Acknowledged, unflushed modifications as encoded requests, each with
+/// what its protocol needs to read the reply to it again (`R`).
+#[derive(Debug)]
+pub(crate) struct ReplayLog<R> {
     /// (sequence number, request, its bytes), oldest first.
-    entries: VecDeque<(u64, Sent, Vec<u8>)>,
+    entries: VecDeque<(u64, R, Vec<u8>)>,
     bytes: usize,
     last_seq: u64,
     limit: usize,
 }
 
-impl ReplayLog {
+impl<R> ReplayLog<R> {
     pub(crate) fn new(limit: usize) -> Self {
         Self {
+            entries: VecDeque::new(),
+            bytes: 0,
+            last_seq: 0,
             limit,
-            ..Self::default()
         }
     }
 
     /// Records an acknowledged modification; returns its sequence number.
-    pub(crate) fn push(&mut self, sent: Sent, request: Vec<u8>) -> u64 {
+    pub(crate) fn push(&mut self, sent: R, request: Vec<u8>) -> u64 {
         self.last_seq += 1;
         self.bytes += request.len();
         self.entries.push_back((self.last_seq, sent, request));
@@ -52,7 +54,7 @@ impl ReplayLog {
     }
 
     /// The requests to replay, oldest first.
-    pub(crate) fn requests(&self) -> impl Iterator<Item = (&Sent, &[u8])> {
+    pub(crate) fn requests(&self) -> impl Iterator<Item = (&R, &[u8])> {
         self.entries.iter().map(|(_, s, r)| (s, r.as_slice()))
     }
 
@@ -69,7 +71,7 @@ impl ReplayLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_nbd_proto::Op;
+    use sluice_nbd_proto::{Op, Sent};
 
     fn w(cookie: u64) -> Sent {
         Sent {
