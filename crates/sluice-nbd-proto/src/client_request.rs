@@ -160,10 +160,25 @@ impl RequestEncoder {
         self.params = params;
     }
 
-    /// Appends `request` (header and any payload) to `out`; returns what
-    /// the reply decoder must be told. Nothing is appended on error.
+    /// Appends `request` (header and any payload) to `out` under the
+    /// next cookie; returns what the reply decoder must be told. Nothing
+    /// is appended on error.
     pub fn encode(
         &mut self,
+        request: ClientRequest<'_>,
+        out: &mut Vec<u8>,
+    ) -> Result<Sent, RequestError> {
+        let sent = self.encode_as(self.next_cookie, request, out)?;
+        self.next_cookie = self.next_cookie.wrapping_add(1).max(1);
+        Ok(sent)
+    }
+
+    /// [`encode`](Self::encode) under `cookie`, chosen by the caller (a
+    /// client that numbers requests itself); the encoder's own count is
+    /// left alone.
+    pub fn encode_as(
+        &self,
+        cookie: u64,
         request: ClientRequest<'_>,
         out: &mut Vec<u8>,
     ) -> Result<Sent, RequestError> {
@@ -267,8 +282,6 @@ impl RequestEncoder {
         if p.header_style == HeaderStyle::Compact && length > u64::from(u32::MAX) {
             return Err(RequestError::TooLong { op, length });
         }
-        let cookie = self.next_cookie;
-        self.next_cookie = self.next_cookie.wrapping_add(1).max(1);
         RequestHeader {
             flags,
             kind,

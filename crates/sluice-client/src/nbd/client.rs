@@ -1,45 +1,44 @@
 //! A thread-safe client: any number of threads or async tasks issue
-//! requests on one connection at once. Requests are written by whichever
-//! caller finds the socket idle, together with everything queued
-//! meanwhile (one write per burst); a reader thread parses replies, puts
-//! read data where its caller asked, and completes each request, in
-//! whatever order the server answers.
+//! requests on one connection at once. It is NBD over the client's one
+//! multiplexer core (`net/mux`): requests are written by whichever caller
+//! finds the socket idle, together with everything queued meanwhile (one
+//! write per burst); a reader thread parses replies, puts read data
+//! where its caller asked, and completes each request, in whatever order
+//! the server answers.
 //!
 //! # Reconnecting
 //!
-//! With [`Reconnect`] on, every request keeps its encoded bytes until its
-//! reply arrives, and every acknowledged modification stays in a
-//! [`ReplayLog`] until a FLUSH covers it. When the connection is lost the
-//! reader thread stops new sends, connects again (with backoff, until
-//! the window runs out), checks the export is the same, replays the log
-//! one request at a time (so overlapping writes land in their order),
-//! then re-sends every request that had no reply and lets callers send
-//! again. Callers see nothing of a reconnect that succeeds; when the
-//! window runs out every waiting request fails with
+//! With [`Reconnect`](crate::Reconnect) on, every request keeps its
+//! encoded bytes until its reply arrives, and every acknowledged
+//! modification stays in the core's replay log until a FLUSH covers it.
+//! When the connection is lost the reader stops new sends, connects
+//! again (with backoff, until the window runs out), checks the export is
+//! the same, replays the log one request at a time (so overlapping
+//! writes land in their order), then sends again every request that had
+//! no reply (NBD's writes, trims and zeroing land the same twice) and
+//! lets callers send again. Callers see nothing of a reconnect that
+//! succeeds; when the window runs out every waiting request fails with
 //! [`ClientError::ReconnectFailed`].
-//!
-//! Lock order: `writer`, then `socket`. The reader takes `writer` only to
-//! register requests in bulk, to reconnect, and to fail everything.
 
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::io;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sluice_nbd_proto::{
-    ClientRequest, CookieTable, Extent, Finished, Op, ReplyDecoder, ReplyEvent, RequestEncoder,
-    Sent, Step,
+    ClientRequest, CookieTable, Extent, Op, ReplyDecoder, ReplyEvent, RequestEncoder, Sent,
+    ServerError, Step,
 };
 use tokio::sync::oneshot;
-use tracing::{debug, info, warn};
 
 use super::connection::{refused, request_error, Request};
 use super::handshake::{open, ConnectOptions, ExportDetails};
-use crate::net::mux::replay::ReplayLog;
+use crate::net::mux::{Logged, Mux, MuxOptions, MuxProtocol, Next, Tickets};
 use crate::net::recv::RecvBuf;
 use crate::net::transport::Stream;
 use crate::{ClientError, NbdUri};
+
+/// The name of each [`Client`]'s reader thread.
+const READER_THREAD: &str = "sluice-client-rx";
 
 /// The result of a request on a [`Client`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,8 +50,6 @@ pub enum Reply {
     /// Block status extents.
     Extents(Vec<Extent>),
 }
-
-type Waiter = oneshot::Sender<Result<Reply, ClientError>>;
 
 /// Where a read's data goes.
 pub(crate) enum Dest {
@@ -98,88 +95,279 @@ impl Dest {
     }
 }
 
-/// Who learns of a completion.
-enum Notify {
-    Caller(Waiter),
-    /// A FLUSH the client sent itself to empty the replay log.
-    Internal,
-    /// The caller timed out; the reply is read and dropped.
-    Abandoned,
-}
-
-struct Entry {
+/// What a waiting NBD request keeps: what was sent, where read data
+/// goes, and block status extents as they come.
+pub(crate) struct Ticket {
     sent: Sent,
-    /// The encoded request, kept to re-send and replay (reconnect on).
-    bytes: Option<Vec<u8>>,
     dest: Dest,
     extents: Option<Vec<Extent>>,
-    notify: Notify,
-    deadline: Option<Instant>,
-    /// For a FLUSH: the last replay-log sequence number it covers.
-    covers: u64,
 }
 
-/// Whether requests can be sent: connected, getting a connection back,
-/// or given up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Connected {
-    Up,
-    Reconnecting,
-    Failed,
-}
-
-struct WriterState {
-    encoder: RequestEncoder,
-    out: Vec<u8>,
-    registrations: mpsc::Sender<Entry>,
-    /// A caller is writing; others just queue.
-    sending: bool,
-    connected: Connected,
-    /// Bumped by each reconnect; a batch taken under an older one is not
-    /// written (the reconnect re-sent its requests).
-    generation: u64,
-    /// The replay log is full: the next sender adds a FLUSH.
-    flush_wanted: bool,
-}
-
-struct Socket {
-    stream: Stream,
-    generation: u64,
-}
-
-struct Shared {
+/// NBD as the multiplexer drives it: one export's session, and how to
+/// get the same one back.
+pub(crate) struct NbdSession {
     details: ExportDetails,
     uri: NbdUri,
     options: ConnectOptions,
-    writer: Mutex<WriterState>,
-    socket: Mutex<Socket>,
-    /// Sequence number of the last modification the reader put in the
-    /// replay log; a FLUSH covers what was logged before it was sent.
-    logged: AtomicU64,
+    encoder: RequestEncoder,
 }
 
-impl Drop for Shared {
-    fn drop(&mut self) {
-        // Ends the reader thread.
-        lock(&self.socket).stream.shutdown();
+/// Reply parsing of one connection: the decoder in the negotiated style
+/// and the requests it knows of.
+pub(crate) struct Parser {
+    decoder: ReplyDecoder,
+    table: CookieTable,
+}
+
+impl NbdSession {
+    fn target(&self) -> &str {
+        &self.details.target
+    }
+
+    /// The server must offer the same export as before: the requests kept
+    /// for re-sending are encoded for it.
+    fn check_same(&self, now: &ExportDetails) -> Result<(), ClientError> {
+        let was = &self.details;
+        let what = if now.size != was.size {
+            format!("size {} is now {}", was.size, now.size)
+        } else if now.transmission() != was.transmission() {
+            format!(
+                "transmission flags/styles {:?} are now {:?}",
+                was.transmission(),
+                now.transmission()
+            )
+        } else {
+            return Ok(());
+        };
+        Err(ClientError::ExportChanged {
+            target: self.target().to_owned(),
+            export: was.name.clone(),
+            what,
+        })
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+impl MuxProtocol for NbdSession {
+    type Ticket = Ticket;
+    type Raw = ();
+    type Refusal = ServerError;
+    type Reply = Reply;
+    type Error = ClientError;
+    type Parser = Parser;
+    type SendState = ();
+    type Record = Sent;
+
+    fn parser(&self) -> Parser {
+        let t = self.details.transmission();
+        Parser {
+            decoder: ReplyDecoder::new(t.reply_style, t.base_allocation_id),
+            table: CookieTable::with_capacity(256),
+        }
+    }
+
+    fn registered(&self, parser: &mut Parser, _id: u64, ticket: &Ticket) {
+        parser.table.insert(ticket.sent);
+    }
+
+    fn next(
+        &self,
+        parser: &mut Parser,
+        inbuf: &mut RecvBuf,
+        tickets: &mut dyn Tickets<Ticket>,
+    ) -> Result<Next<Self>, ClientError> {
+        let step = parser
+            .decoder
+            .decode(inbuf.data(), &mut parser.table)
+            .map_err(|source| ClientError::Reply {
+                target: self.target().to_owned(),
+                source,
+            })?;
+        let d = match step {
+            Step::NeedMore(n) => return Ok(Next::Need(n)),
+            Step::Decoded(d) => d,
+        };
+        match d.event {
+            ReplyEvent::Data { cookie, rel, data } => {
+                if let Some(t) = tickets.get(cookie) {
+                    t.dest.put(rel, data.len(), Some(data));
+                }
+            }
+            ReplyEvent::Hole { cookie, rel, len } => {
+                if let Some(t) = tickets.get(cookie) {
+                    t.dest.put(rel, len as usize, None);
+                }
+            }
+            ReplyEvent::Extents { cookie, extents } => {
+                if let Some(t) = tickets.get(cookie) {
+                    t.extents = Some(extents);
+                }
+            }
+            ReplyEvent::Nothing => {}
+        }
+        let used = d.used;
+        let finished = d.finished;
+        inbuf.consume(used);
+        Ok(match finished {
+            Some(f) => Next::Done {
+                id: f.sent.cookie,
+                result: f.result,
+            },
+            None => Next::More,
+        })
+    }
+
+    fn finish(&self, mut t: Ticket, result: Result<(), ServerError>) -> Result<Reply, ClientError> {
+        match result {
+            Err(e) => Err(request_error(self.target(), &t.sent, e)),
+            Ok(()) => Ok(
+                match (t.sent.op, std::mem::replace(&mut t.dest, Dest::None)) {
+                    (Op::Read, Dest::Owned(v)) => Reply::Data(v),
+                    (Op::BlockStatus, _) => Reply::Extents(t.extents.take().unwrap_or_default()),
+                    _ => Reply::Done,
+                },
+            ),
+        }
+    }
+
+    /// NBD has no group frames: never called.
+    fn group_failed(&self, _t: &Ticket, _result: &Result<(), ServerError>) -> ClientError {
+        self.violation("a reply to a group frame, which NBD does not send".into())
+    }
+
+    fn logged(&self, t: &Ticket) -> Logged {
+        match t.sent.op {
+            op if op.modifies() => Logged::Change,
+            Op::Flush => Logged::Flush,
+            _ => Logged::Nothing,
+        }
+    }
+
+    fn record(&self, t: &Ticket) -> Sent {
+        t.sent
+    }
+
+    fn replay_ticket(&self, sent: &Sent) -> Ticket {
+        Ticket {
+            sent: *sent,
+            dest: Dest::None,
+            extents: None,
+        }
+    }
+
+    fn can_flush(&self) -> bool {
+        self.details.can_flush()
+    }
+
+    fn internal_flush(&self, id: u64) -> Option<(Vec<u8>, Ticket)> {
+        let mut frame = Vec::new();
+        let sent = self
+            .encoder
+            .encode_as(id, ClientRequest::Flush, &mut frame)
+            .ok()?;
+        Some((frame, self.replay_ticket(&sent)))
+    }
+
+    /// Reads, writes, trims, zeroing, flushes and block status all land
+    /// the same when sent twice.
+    fn resendable(&self, _t: &Ticket) -> bool {
+        true
+    }
+
+    fn hold(&self, _send: &mut (), _in_flight: usize, _queued: usize) -> bool {
+        false
+    }
+
+    fn groups(&self, _send: &mut (), _in_flight: usize, frames: &[&[u8]]) -> Vec<usize> {
+        vec![1; frames.len()]
+    }
+
+    fn group_header(&self, _id: u64, _body: usize, _out: &mut Vec<u8>) {}
+
+    fn sent(&self, _send: &mut (), _requests: usize, _grouped: usize) {}
+
+    fn completed(&self, _send: &mut (), _now: Instant, _outstanding: usize) {}
+
+    fn reopen(&self, timeout: Duration) -> Result<Stream, ClientError> {
+        let mut options = self.options.clone();
+        options.connect_timeout = timeout;
+        let (stream, details) = open(&self.uri, &options)?;
+        self.check_same(&details)?;
+        Ok(stream)
+    }
+
+    fn is_final(&self, e: &ClientError) -> bool {
+        matches!(
+            e,
+            ClientError::ExportChanged { .. } | ClientError::Request { .. }
+        )
+    }
+
+    fn goodbye(&self, _id: u64, out: &mut Vec<u8>) {
+        self.encoder.encode_disconnect(out);
+    }
+
+    fn closed(&self) -> ClientError {
+        closed(self.target())
+    }
+
+    fn violation(&self, reason: String) -> ClientError {
+        ClientError::Violation {
+            target: self.target().to_owned(),
+            reason,
+        }
+    }
+
+    fn io_error(&self, source: io::Error) -> ClientError {
+        ClientError::Io {
+            target: self.target().to_owned(),
+            source,
+        }
+    }
+
+    fn timed_out(&self, t: &Ticket, after: Duration) -> ClientError {
+        ClientError::Timeout {
+            target: self.target().to_owned(),
+            op: t.sent.op,
+            offset: t.sent.offset,
+            length: t.sent.length,
+            after,
+        }
+    }
+
+    /// The caller's buffer is no longer written: it may return.
+    fn abandon(&self, t: &mut Ticket) {
+        t.dest = Dest::None;
+    }
+
+    fn reconnect_failed(&self, window: Duration, last: ClientError) -> ClientError {
+        ClientError::ReconnectFailed {
+            target: self.target().to_owned(),
+            window,
+            last: Box::new(last),
+        }
+    }
+
+    /// Never called: every NBD request may be sent again.
+    fn lost_in_flight(&self, _t: &Ticket) -> ClientError {
+        self.closed()
+    }
+
+    fn copy_error(&self, e: &ClientError) -> ClientError {
+        copy_error(e)
+    }
 }
 
 /// A cloneable handle to one NBD connection, usable from many threads and
 /// async tasks at once.
 #[derive(Clone)]
 pub struct Client {
-    shared: Arc<Shared>,
+    mux: Arc<Mux<NbdSession>>,
 }
 
 impl std::fmt::Debug for Client {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Client")
-            .field("details", &self.shared.details)
+            .field("details", self.details())
             .finish()
     }
 }
@@ -194,41 +382,22 @@ impl Client {
     /// Connects to `uri`.
     pub fn connect(uri: &NbdUri, options: &ConnectOptions) -> Result<Self, ClientError> {
         let (stream, details) = open(uri, options)?;
-        let target = details.target.clone();
-        let io = |source| ClientError::Io {
-            target: target.clone(),
-            source,
+        let mux_options = MuxOptions {
+            // NBD servers read requests as they come: no window.
+            max_in_flight: usize::MAX,
+            window_bytes: u64::MAX,
+            request_timeout: options.request_timeout,
+            reconnect: options.reconnect,
+            connect_timeout: options.connect_timeout,
         };
-        let reader = stream.try_clone().map_err(io)?;
-        if let Some(t) = options.request_timeout {
-            reader.set_read_timeout(Some(tick(t))).map_err(io)?;
-        }
-        let (tx, rx) = mpsc::channel::<Entry>();
-        let shared = Arc::new(Shared {
-            writer: Mutex::new(WriterState {
-                encoder: RequestEncoder::new(details.transmission()),
-                out: Vec::with_capacity(64 * 1024),
-                registrations: tx,
-                sending: false,
-                connected: Connected::Up,
-                generation: 0,
-                flush_wanted: false,
-            }),
-            socket: Mutex::new(Socket {
-                stream,
-                generation: 0,
-            }),
+        let session = NbdSession {
+            encoder: RequestEncoder::new(details.transmission()),
             details,
             uri: uri.clone(),
             options: options.clone(),
-            logged: AtomicU64::new(0),
-        });
-        let mut r = Reader::new(&shared, reader, rx);
-        std::thread::Builder::new()
-            .name("sluice-client-rx".into())
-            .spawn(move || r.run())
-            .map_err(io)?;
-        Ok(Self { shared })
+        };
+        let mux = Mux::start(session, stream, (), mux_options, READER_THREAD)?;
+        Ok(Self { mux: Arc::new(mux) })
     }
 
     /// Opens `n` connections to one export (multi-conn). Fails if `n > 1`
@@ -257,7 +426,7 @@ impl Client {
 
     /// What the handshake settled.
     pub fn details(&self) -> &ExportDetails {
-        &self.shared.details
+        &self.mux.proto().details
     }
 
     /// Issues a request; the returned receiver completes with its reply.
@@ -266,110 +435,26 @@ impl Client {
         request: Request<'_>,
         dest: Dest,
     ) -> Result<oneshot::Receiver<Result<Reply, ClientError>>, ClientError> {
-        let s = &*self.shared;
-        let target = &s.details.target;
-        let keep = s.options.reconnect.enabled();
-        let (tx, rx) = oneshot::channel();
-        let deadline = s.options.request_timeout.map(|t| Instant::now() + t);
-        let mut w = lock(&s.writer);
-        if w.connected == Connected::Failed {
-            return Err(closed(target));
-        }
-        let start = w.out.len();
-        let mut out = std::mem::take(&mut w.out);
-        let encoded = w.encoder.encode(request, &mut out);
-        w.out = out;
-        let sent = encoded.map_err(|e| refused(&s.details, None, e))?;
-        let entry = Entry {
+        let session = self.mux.proto();
+        let id = self.mux.fresh_id();
+        let mut frame = Vec::new();
+        let sent = session
+            .encoder
+            .encode_as(id, request, &mut frame)
+            .map_err(|e| refused(&session.details, None, e))?;
+        let ticket = Ticket {
             sent,
-            bytes: keep.then(|| w.out[start..].to_vec()),
             dest,
             extents: None,
-            notify: Notify::Caller(tx),
-            deadline,
-            covers: s.logged.load(Ordering::Acquire),
         };
-        // Registered before the bytes can reach the server, so the reader
-        // always knows a cookie before its reply arrives.
-        if w.registrations.send(entry).is_err() {
-            w.connected = Connected::Failed;
-            return Err(closed(target));
-        }
-        if w.flush_wanted {
-            w.flush_wanted = false;
-            self.queue_internal_flush(&mut w);
-        }
-        if w.sending || w.connected != Connected::Up {
-            // Another caller sends it, or the reconnect re-sends it.
-            return Ok(rx);
-        }
-        w.sending = true;
-        loop {
-            let mut batch = std::mem::take(&mut w.out);
-            let generation = w.generation;
-            drop(w);
-            let result = {
-                let mut sock = lock(&s.socket);
-                if sock.generation == generation {
-                    sock.stream.write_all(&batch)
-                } else {
-                    Ok(())
-                }
-            };
-            w = lock(&s.writer);
-            if let Err(source) = result {
-                w.sending = false;
-                lock(&s.socket).stream.shutdown();
-                if keep && w.connected != Connected::Failed {
-                    // The reader notices, reconnects and re-sends.
-                    debug!(%target, error = &source as &dyn std::error::Error, "send failed; the reader reconnects");
-                    return Ok(rx);
-                }
-                w.connected = Connected::Failed;
-                return Err(ClientError::Io {
-                    target: target.clone(),
-                    source,
-                });
-            }
-            if w.out.is_empty() || w.connected != Connected::Up {
-                batch.clear();
-                if w.out.is_empty() {
-                    w.out = batch;
-                }
-                w.sending = false;
-                return Ok(rx);
-            }
-        }
-    }
-
-    /// Encodes and registers a FLUSH of the client's own.
-    fn queue_internal_flush(&self, w: &mut WriterState) {
-        let s = &*self.shared;
-        let start = w.out.len();
-        let mut out = std::mem::take(&mut w.out);
-        let encoded = w.encoder.encode(ClientRequest::Flush, &mut out);
-        w.out = out;
-        let Ok(sent) = encoded else {
-            return;
-        };
-        let entry = Entry {
-            sent,
-            bytes: Some(w.out[start..].to_vec()),
-            dest: Dest::None,
-            extents: None,
-            notify: Notify::Internal,
-            deadline: None,
-            covers: s.logged.load(Ordering::Acquire),
-        };
-        let _ = w.registrations.send(entry);
+        self.mux.submit(id, frame, ticket, 0)
     }
 
     pub(crate) fn wait_blocking(
         &self,
         rx: oneshot::Receiver<Result<Reply, ClientError>>,
     ) -> Result<Reply, ClientError> {
-        rx.blocking_recv()
-            .map_err(|_| closed(&self.shared.details.target))?
+        self.mux.wait(rx)
     }
 
     /// Runs a request to completion asynchronously.
@@ -379,7 +464,7 @@ impl Client {
             _ => Dest::None,
         };
         let rx = self.submit(request, dest)?;
-        rx.await.map_err(|_| closed(&self.shared.details.target))?
+        rx.await.map_err(|_| closed(&self.details().target))?
     }
 
     /// Runs a request to completion, blocking the calling thread. Must not
@@ -397,8 +482,8 @@ impl Client {
     /// the calling thread (not from inside an async runtime).
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<(), ClientError> {
         let length = u32::try_from(buf.len()).map_err(|_| ClientError::Refused {
-            target: self.shared.details.target.clone(),
-            export: self.shared.details.name.clone(),
+            target: self.details().target.clone(),
+            export: self.details().name.clone(),
             op: Op::Read,
             source: sluice_nbd_proto::RequestError::TooLong {
                 op: Op::Read,
@@ -422,7 +507,7 @@ impl Client {
 
     fn unexpected(&self, op: Op, reply: &Reply) -> ClientError {
         ClientError::Violation {
-            target: self.shared.details.target.clone(),
+            target: self.details().target.clone(),
             reason: format!("unexpected reply to a {op}: {reply:?}"),
         }
     }
@@ -437,10 +522,7 @@ impl Client {
     pub async fn read_into(&self, offset: u64, buf: Vec<u8>) -> Result<Vec<u8>, ClientError> {
         let length = buf.len() as u32;
         let rx = self.submit(ClientRequest::Read { offset, length }, Dest::Owned(buf))?;
-        match rx
-            .await
-            .map_err(|_| closed(&self.shared.details.target))??
-        {
+        match rx.await.map_err(|_| closed(&self.details().target))?? {
             Reply::Data(d) => Ok(d),
             other => Err(self.unexpected(Op::Read, &other)),
         }
@@ -503,414 +585,6 @@ impl Client {
     }
 }
 
-/// How often the reader wakes to check deadlines.
-fn tick(request_timeout: Duration) -> Duration {
-    (request_timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1))
-}
-
-/// The reader thread's state.
-struct Reader {
-    shared: Weak<Shared>,
-    target: String,
-    stream: Stream,
-    registrations: mpsc::Receiver<Entry>,
-    inbuf: RecvBuf,
-    decoder: ReplyDecoder,
-    table: CookieTable,
-    entries: HashMap<u64, Entry>,
-    log: ReplayLog<Sent>,
-    /// Log modifications (reconnect on and the export has a cache to flush).
-    logging: bool,
-    /// An internal FLUSH was asked for and has not completed.
-    flush_asked: bool,
-}
-
-/// Why the reader stopped reading the current connection.
-enum Stop {
-    /// The connection is gone; reconnecting may help.
-    Lost(ClientError),
-    /// Nothing will help (protocol violation, client dropped).
-    Fatal(ClientError),
-}
-
-impl Reader {
-    fn new(shared: &Arc<Shared>, stream: Stream, registrations: mpsc::Receiver<Entry>) -> Self {
-        let t = shared.details.transmission();
-        let reconnect = shared.options.reconnect;
-        Self {
-            shared: Arc::downgrade(shared),
-            target: shared.details.target.clone(),
-            stream,
-            registrations,
-            inbuf: RecvBuf::new(),
-            decoder: ReplyDecoder::new(t.reply_style, t.base_allocation_id),
-            table: CookieTable::with_capacity(256),
-            entries: HashMap::new(),
-            log: ReplayLog::new(reconnect.replay_log_bytes),
-            logging: reconnect.enabled() && shared.details.can_flush(),
-            flush_asked: false,
-        }
-    }
-
-    fn run(&mut self) {
-        let error = loop {
-            let stop = match self.serve() {
-                Ok(()) => continue,
-                Err(stop) => stop,
-            };
-            let Some(shared) = self.shared.upgrade() else {
-                break closed(&self.target);
-            };
-            match stop {
-                Stop::Lost(e) if shared.options.reconnect.enabled() => {
-                    warn!(target = %self.target, error = &e as &dyn std::error::Error, "connection lost; reconnecting");
-                    match self.reconnect(&shared, e) {
-                        Ok(()) => continue,
-                        Err(e) => break e,
-                    }
-                }
-                Stop::Lost(e) | Stop::Fatal(e) => break e,
-            }
-        };
-        debug!(target = %self.target, %error, "client reader stopped");
-        self.fail_all(&error);
-    }
-
-    /// Reads and completes replies until the connection stops.
-    fn serve(&mut self) -> Result<(), Stop> {
-        loop {
-            match self.inbuf.fill(&mut self.stream) {
-                Ok(true) => {}
-                Ok(false) => return Err(Stop::Lost(closed(&self.target))),
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                    ) => {}
-                Err(source) => {
-                    return Err(Stop::Lost(ClientError::Io {
-                        target: self.target.clone(),
-                        source,
-                    }))
-                }
-            }
-            if self.shared.strong_count() == 0 {
-                return Err(Stop::Fatal(closed(&self.target)));
-            }
-            self.register();
-            self.process().map_err(Stop::Fatal)?;
-            self.expire();
-        }
-    }
-
-    fn register(&mut self) {
-        while let Ok(entry) = self.registrations.try_recv() {
-            self.table.insert(entry.sent);
-            self.entries.insert(entry.sent.cookie, entry);
-        }
-    }
-
-    /// Completes every reply fully received.
-    fn process(&mut self) -> Result<(), ClientError> {
-        loop {
-            let step = self
-                .decoder
-                .decode(self.inbuf.data(), &mut self.table)
-                .map_err(|source| ClientError::Reply {
-                    target: self.target.clone(),
-                    source,
-                })?;
-            let d = match step {
-                Step::NeedMore(n) => {
-                    self.inbuf.reserve(n);
-                    return Ok(());
-                }
-                Step::Decoded(d) => d,
-            };
-            match d.event {
-                ReplyEvent::Data { cookie, rel, data } => {
-                    if let Some(e) = self.entries.get_mut(&cookie) {
-                        e.dest.put(rel, data.len(), Some(data));
-                    }
-                }
-                ReplyEvent::Hole { cookie, rel, len } => {
-                    if let Some(e) = self.entries.get_mut(&cookie) {
-                        e.dest.put(rel, len as usize, None);
-                    }
-                }
-                ReplyEvent::Extents { cookie, extents } => {
-                    if let Some(e) = self.entries.get_mut(&cookie) {
-                        e.extents = Some(extents);
-                    }
-                }
-                ReplyEvent::Nothing => {}
-            }
-            let used = d.used;
-            if let Some(f) = d.finished {
-                self.finish(f);
-            }
-            self.inbuf.consume(used);
-        }
-    }
-
-    fn finish(&mut self, f: Finished) {
-        let Some(mut e) = self.entries.remove(&f.sent.cookie) else {
-            return;
-        };
-        if f.result.is_ok() && self.logging {
-            if f.sent.op.modifies() {
-                if let Some(bytes) = e.bytes.take() {
-                    let seq = self.log.push(f.sent, bytes);
-                    if let Some(s) = self.shared.upgrade() {
-                        s.logged.store(seq, Ordering::Release);
-                    }
-                }
-            } else if f.sent.op == Op::Flush {
-                self.log.flushed(e.covers);
-            }
-        }
-        if matches!(e.notify, Notify::Internal) {
-            self.flush_asked = false;
-        }
-        if self.logging && self.log.over_limit() && !self.flush_asked {
-            if let Some(s) = self.shared.upgrade() {
-                lock(&s.writer).flush_wanted = true;
-                self.flush_asked = true;
-            }
-        }
-        let Notify::Caller(waiter) = std::mem::replace(&mut e.notify, Notify::Abandoned) else {
-            return;
-        };
-        let reply = match f.result {
-            Err(err) => Err(request_error(&self.target, &f.sent, err)),
-            Ok(()) => Ok(
-                match (f.sent.op, std::mem::replace(&mut e.dest, Dest::None)) {
-                    (Op::Read, Dest::Owned(v)) => Reply::Data(v),
-                    (Op::BlockStatus, _) => Reply::Extents(e.extents.take().unwrap_or_default()),
-                    _ => Reply::Done,
-                },
-            ),
-        };
-        let _ = waiter.send(reply);
-    }
-
-    /// Fails requests whose deadline passed; their replies are dropped
-    /// when they come.
-    fn expire(&mut self) {
-        let Some(shared) = self.shared.upgrade() else {
-            return;
-        };
-        let Some(after) = shared.options.request_timeout else {
-            return;
-        };
-        let now = Instant::now();
-        for e in self.entries.values_mut() {
-            if e.deadline.is_some_and(|d| d <= now) && matches!(e.notify, Notify::Caller(_)) {
-                e.dest = Dest::None;
-                if let Notify::Caller(w) = std::mem::replace(&mut e.notify, Notify::Abandoned) {
-                    let _ = w.send(Err(ClientError::Timeout {
-                        target: self.target.clone(),
-                        op: e.sent.op,
-                        offset: e.sent.offset,
-                        length: e.sent.length,
-                        after,
-                    }));
-                }
-            }
-        }
-    }
-
-    /// Gets a connection back within the window, replays the log and
-    /// re-sends what had no reply.
-    fn reconnect(&mut self, shared: &Arc<Shared>, lost: ClientError) -> Result<(), ClientError> {
-        {
-            let mut w = lock(&shared.writer);
-            if w.connected == Connected::Up {
-                w.connected = Connected::Reconnecting;
-            }
-        }
-        self.stream.shutdown();
-        let window = shared.options.reconnect.window;
-        let began = Instant::now();
-        let deadline = began + window;
-        let mut backoff = Duration::from_millis(20);
-        let mut last = lost;
-        let mut attempts = 0u32;
-        loop {
-            self.register();
-            self.expire();
-            if Arc::strong_count(shared) == 1 {
-                // Every handle to the client is gone: nobody to serve.
-                return Err(closed(&self.target));
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                return Err(ClientError::ReconnectFailed {
-                    target: self.target.clone(),
-                    window,
-                    last: Box::new(last),
-                });
-            }
-            attempts += 1;
-            let mut options = shared.options.clone();
-            options.connect_timeout = options.connect_timeout.min(deadline - now);
-            let attempt = open(&shared.uri, &options).and_then(|(stream, details)| {
-                self.check_same(shared, &details)?;
-                self.replay(stream)
-            });
-            match attempt {
-                Ok(stream) => match self.resume(shared, stream) {
-                    Ok(()) => {
-                        info!(
-                            target = %self.target,
-                            attempts,
-                            replayed = self.log.len(),
-                            after_ms = began.elapsed().as_millis() as u64,
-                            "reconnected"
-                        );
-                        return Ok(());
-                    }
-                    Err(e) => last = e,
-                },
-                Err(e @ ClientError::ExportChanged { .. }) => return Err(e),
-                Err(e @ ClientError::Request { .. }) => return Err(e),
-                Err(e) => last = e,
-            }
-            debug!(target = %self.target, error = &last as &dyn std::error::Error, "reconnect attempt failed");
-            std::thread::sleep(backoff.min(deadline.saturating_duration_since(Instant::now())));
-            backoff = (backoff * 2).min(Duration::from_secs(1));
-        }
-    }
-
-    /// The server must offer the same export as before: the requests kept
-    /// for re-sending are encoded for it.
-    fn check_same(&self, shared: &Shared, now: &ExportDetails) -> Result<(), ClientError> {
-        let was = &shared.details;
-        let what = if now.size != was.size {
-            format!("size {} is now {}", was.size, now.size)
-        } else if now.transmission() != was.transmission() {
-            format!(
-                "transmission flags/styles {:?} are now {:?}",
-                was.transmission(),
-                now.transmission()
-            )
-        } else {
-            return Ok(());
-        };
-        Err(ClientError::ExportChanged {
-            target: self.target.clone(),
-            export: was.name.clone(),
-            what,
-        })
-    }
-
-    /// Sends every logged modification again, one at a time.
-    fn replay(&self, mut stream: Stream) -> Result<Stream, ClientError> {
-        let io = |source| ClientError::Io {
-            target: self.target.clone(),
-            source,
-        };
-        let mut inbuf = RecvBuf::new();
-        for (sent, bytes) in self.log.requests() {
-            let mut table = CookieTable::with_capacity(1);
-            table.insert(*sent);
-            stream.write_all(bytes).map_err(io)?;
-            loop {
-                let step = self
-                    .decoder
-                    .decode(inbuf.data(), &mut table)
-                    .map_err(|source| ClientError::Reply {
-                        target: self.target.clone(),
-                        source,
-                    })?;
-                match step {
-                    Step::NeedMore(n) => {
-                        inbuf.reserve(n);
-                        if !inbuf.fill(&mut stream).map_err(io)? {
-                            return Err(closed(&self.target));
-                        }
-                    }
-                    Step::Decoded(d) => {
-                        let used = d.used;
-                        let finished = d.finished;
-                        inbuf.consume(used);
-                        if let Some(f) = finished {
-                            if let Err(e) = f.result {
-                                return Err(request_error(&self.target, &f.sent, e));
-                            }
-                            break;
-                        }
-                    }
-                }
-            }
-        }
-        Ok(stream)
-    }
-
-    /// Puts the new connection in place and re-sends every request still
-    /// waiting, with senders held off.
-    fn resume(&mut self, shared: &Shared, stream: Stream) -> Result<(), ClientError> {
-        let target = self.target.clone();
-        let io = |source| ClientError::Io {
-            target: target.clone(),
-            source,
-        };
-        let reader = stream.try_clone().map_err(io)?;
-        if let Some(t) = shared.options.request_timeout {
-            reader.set_read_timeout(Some(tick(t))).map_err(io)?;
-        }
-        let mut w = lock(&shared.writer);
-        self.register();
-        // Requests whose callers gave up are not sent again.
-        let abandoned: Vec<u64> = self
-            .entries
-            .iter()
-            .filter(|(_, e)| matches!(e.notify, Notify::Abandoned))
-            .map(|(c, _)| *c)
-            .collect();
-        for c in abandoned {
-            self.entries.remove(&c);
-            self.table.remove(c);
-        }
-        self.table.restart_all();
-        let mut cookies: Vec<u64> = self.entries.keys().copied().collect();
-        cookies.sort_unstable();
-        w.out.clear();
-        w.generation += 1;
-        let mut sock = lock(&shared.socket);
-        sock.stream = stream;
-        sock.generation = w.generation;
-        for c in &cookies {
-            let Some(e) = self.entries.get_mut(c) else {
-                continue;
-            };
-            e.extents = None;
-            if let Some(bytes) = &e.bytes {
-                sock.stream.write_all(bytes).map_err(io)?;
-            }
-        }
-        drop(sock);
-        w.connected = Connected::Up;
-        drop(w);
-        self.stream = reader;
-        self.inbuf.clear();
-        Ok(())
-    }
-
-    /// Fails every request waiting or registered, and new ones from now.
-    fn fail_all(&mut self, error: &ClientError) {
-        if let Some(shared) = self.shared.upgrade() {
-            lock(&shared.writer).connected = Connected::Failed;
-        }
-        self.register();
-        for (_, e) in self.entries.drain() {
-            if let Notify::Caller(w) = e.notify {
-                let _ = w.send(Err(copy_error(error)));
-            }
-        }
-    }
-}
-
 /// The same error for another waiter (`ClientError` holds `io::Error`s,
 /// which do not clone).
 fn copy_error(e: &ClientError) -> ClientError {
@@ -929,7 +603,7 @@ fn copy_error(e: &ClientError) -> ClientError {
         },
         ClientError::Io { target, source } => ClientError::Io {
             target: target.clone(),
-            source: std::io::Error::new(source.kind(), source.to_string()),
+            source: io::Error::new(source.kind(), source.to_string()),
         },
         ClientError::Reply { target, source } => ClientError::Reply {
             target: target.clone(),

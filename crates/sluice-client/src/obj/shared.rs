@@ -34,7 +34,7 @@ use super::link::{cost, reply_len, take_reply, Front, RawReply, Wire, WINDOW_BYT
 use super::merge::{MergeController, MergePolicy, MergeStats};
 use super::request::{DataOptions, ObjRequest, ObjResponse, ReadReply};
 use super::{ObjError, ObjOptions};
-use crate::net::mux::{Logged, Mux, MuxOptions, MuxProtocol, Next};
+use crate::net::mux::{Logged, Mux, MuxOptions, MuxProtocol, Next, Tickets};
 use crate::net::recv::RecvBuf;
 use crate::net::transport::Stream;
 use crate::net::uri::ObjUri;
@@ -169,7 +169,14 @@ impl MuxProtocol for ObjSession {
 
     fn parser(&self) {}
 
-    fn next(&self, _parser: &mut (), inbuf: &mut RecvBuf) -> Result<Next<Self>, ObjError> {
+    fn registered(&self, _parser: &mut (), _id: u64, _ticket: &Ticket) {}
+
+    fn next(
+        &self,
+        _parser: &mut (),
+        inbuf: &mut RecvBuf,
+        _tickets: &mut dyn Tickets<Ticket>,
+    ) -> Result<Next<Self>, ObjError> {
         Ok(
             match take_reply(inbuf, &self.session.limits, &self.server)? {
                 Front::Reply((id, result)) => Next::Done { id, result },
@@ -338,6 +345,9 @@ impl MuxProtocol for ObjSession {
             after,
         }
     }
+
+    /// Replies are copied out of the receive buffer: nothing is lent.
+    fn abandon(&self, _ticket: &mut Ticket) {}
 
     fn reconnect_failed(&self, window: Duration, last: ObjError) -> ObjError {
         ObjError::ReconnectFailed {

@@ -108,14 +108,21 @@ pub(crate) enum Logged {
 
 /// What the protocol's parser found at the front of the receive buffer.
 pub(crate) enum Next<P: MuxProtocol> {
-    /// Not a whole reply yet: the buffer must hold at least this many
-    /// bytes from its start.
+    /// Not a whole reply (or chunk) yet: the buffer must hold at least
+    /// this many bytes from its start.
     Need(usize),
+    /// A chunk of a reply, taken; its request is not finished.
+    More,
     /// The reply to request `id` is complete.
     Done {
         id: u64,
         result: Result<P::Raw, P::Refusal>,
     },
+}
+
+/// The waiting requests' tickets, by id, as the parser sees them.
+pub(crate) trait Tickets<T> {
+    fn get(&mut self, id: u64) -> Option<&mut T>;
 }
 
 /// A protocol the multiplexer can drive: how its replies are parsed and
@@ -142,11 +149,17 @@ pub(crate) trait MuxProtocol: Send + Sync + Sized + 'static {
 
     /// A parser for a new connection.
     fn parser(&self) -> Self::Parser;
-    /// Takes the next reply out of `inbuf`.
+    /// Tells the parser of a request about to be sent (or sent again)
+    /// under `id`.
+    fn registered(&self, parser: &mut Self::Parser, id: u64, ticket: &Self::Ticket);
+    /// Takes the next reply (or chunk of one) out of `inbuf`; `tickets`
+    /// are the waiting requests, for a chunk's data to be put where its
+    /// request wants it.
     fn next(
         &self,
         parser: &mut Self::Parser,
         inbuf: &mut RecvBuf,
+        tickets: &mut dyn Tickets<Self::Ticket>,
     ) -> Result<Next<Self>, Self::Error>;
     /// The caller's outcome of a request whose reply is complete.
     fn finish(
@@ -206,6 +219,9 @@ pub(crate) trait MuxProtocol: Send + Sync + Sized + 'static {
     fn violation(&self, reason: String) -> Self::Error;
     fn io_error(&self, source: io::Error) -> Self::Error;
     fn timed_out(&self, ticket: &Self::Ticket, after: Duration) -> Self::Error;
+    /// Lets go of what a request whose caller gave up lent it (a buffer
+    /// its reply was to be put in): nothing is put there after this.
+    fn abandon(&self, ticket: &mut Self::Ticket);
     fn reconnect_failed(&self, window: Duration, last: Self::Error) -> Self::Error;
     /// The error of a request that must not run twice and was in flight
     /// when the connection was lost: it may or may not have run.

@@ -12,13 +12,22 @@ use tracing::{debug, info, warn};
 use super::replay::ReplayLog;
 use super::{
     lock, reader_half, Connected, Entry, Logged, MuxProtocol, Next, Notify, Queued, Registration,
-    Shared, Waiting,
+    Shared, Tickets, Waiting,
 };
 use crate::net::recv::RecvBuf;
 use crate::net::transport::Stream;
 
 /// The waiting requests, by id.
 struct Table<P: MuxProtocol>(HashMap<u64, Waiting<P>>);
+
+impl<P: MuxProtocol> Tickets<P::Ticket> for Table<P> {
+    fn get(&mut self, id: u64) -> Option<&mut P::Ticket> {
+        match self.0.get_mut(&id) {
+            Some(Waiting::Request(e)) => Some(&mut e.ticket),
+            _ => None,
+        }
+    }
+}
 
 /// Why the reader stopped reading the current connection.
 enum Stop<E> {
@@ -35,7 +44,8 @@ pub(super) struct Reader<P: MuxProtocol> {
     inbuf: RecvBuf,
     parser: P::Parser,
     table: Table<P>,
-    log: ReplayLog<P::Record>,
+    /// Logged changes: their ids and records.
+    log: ReplayLog<(u64, P::Record)>,
     /// Log changes (reconnect on, and the server can flush).
     logging: bool,
     /// An internal FLUSH was asked for and has not completed.
@@ -100,7 +110,7 @@ impl<P: MuxProtocol> Reader<P> {
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
                 Err(e) => return self.lost(shared, shared.proto.io_error(e)),
             }
-            self.register();
+            self.register(shared);
             if let Err(e) = self.process(shared) {
                 return Stop::Fatal(e);
             }
@@ -116,10 +126,11 @@ impl<P: MuxProtocol> Reader<P> {
         }
     }
 
-    fn register(&mut self) {
+    fn register(&mut self, shared: &Shared<P>) {
         while let Ok(r) = self.registrations.try_recv() {
             match r {
                 Registration::Request { id, entry } => {
+                    shared.proto.registered(&mut self.parser, id, &entry.ticket);
                     self.table.0.insert(id, Waiting::Request(entry));
                 }
                 Registration::Group { id, members } => {
@@ -140,12 +151,15 @@ impl<P: MuxProtocol> Reader<P> {
     fn process(&mut self, shared: &Shared<P>) -> Result<(), P::Error> {
         let (mut done, mut freed) = (0usize, 0u64);
         loop {
-            let next = shared.proto.next(&mut self.parser, &mut self.inbuf)?;
+            let next = shared
+                .proto
+                .next(&mut self.parser, &mut self.inbuf, &mut self.table)?;
             match next {
                 Next::Need(n) => {
                     self.inbuf.reserve(n);
                     break;
                 }
+                Next::More => {}
                 Next::Done { id, result } => {
                     let (n, cost) = self.complete(shared, id, result)?;
                     done += n;
@@ -187,7 +201,7 @@ impl<P: MuxProtocol> Reader<P> {
                     self.member_done(g);
                 }
                 let cost = e.cost;
-                self.finish(shared, e, result);
+                self.finish(shared, id, e, result);
                 Ok((1, cost))
             }
             Some(Waiting::Group { .. }) => {
@@ -229,12 +243,18 @@ impl<P: MuxProtocol> Reader<P> {
     }
 
     /// Logs a completed change, and hands the outcome to its caller.
-    fn finish(&mut self, shared: &Shared<P>, mut e: Entry<P>, result: Result<P::Raw, P::Refusal>) {
+    fn finish(
+        &mut self,
+        shared: &Shared<P>,
+        id: u64,
+        mut e: Entry<P>,
+        result: Result<P::Raw, P::Refusal>,
+    ) {
         if result.is_ok() && self.logging {
             match shared.proto.logged(&e.ticket) {
                 Logged::Change => {
                     if let Some(bytes) = e.bytes.take() {
-                        let seq = self.log.push(shared.proto.record(&e.ticket), bytes);
+                        let seq = self.log.push((id, shared.proto.record(&e.ticket)), bytes);
                         shared.logged.store(seq, Ordering::Release);
                     }
                 }
@@ -263,6 +283,7 @@ impl<P: MuxProtocol> Reader<P> {
                 continue;
             };
             if e.deadline.is_some_and(|d| d <= now) && matches!(e.notify, Notify::Caller(_)) {
+                shared.proto.abandon(&mut e.ticket);
                 if let Notify::Caller(w) = std::mem::replace(&mut e.notify, Notify::Abandoned) {
                     let _ = w.send(Err(shared.proto.timed_out(&e.ticket, after)));
                 }
@@ -287,7 +308,7 @@ impl<P: MuxProtocol> Reader<P> {
         let mut last = lost;
         let mut attempts = 0u32;
         loop {
-            self.register();
+            self.register(shared);
             self.expire(shared);
             if shared.stopping.load(Ordering::Acquire) {
                 return Err(shared.proto.closed());
@@ -333,17 +354,20 @@ impl<P: MuxProtocol> Reader<P> {
         let proto = &shared.proto;
         let mut inbuf = RecvBuf::new();
         let mut parser = proto.parser();
-        for (record, bytes) in self.log.requests() {
+        for ((id, record), bytes) in self.log.requests() {
             stream.write_all(bytes).map_err(|e| proto.io_error(e))?;
-            let mut ticket = Some(proto.replay_ticket(record));
+            let ticket = proto.replay_ticket(record);
+            proto.registered(&mut parser, *id, &ticket);
+            let mut ticket = Some(ticket);
             loop {
-                match proto.next(&mut parser, &mut inbuf)? {
+                match proto.next(&mut parser, &mut inbuf, &mut ReplayTickets(&mut ticket))? {
                     Next::Need(n) => {
                         inbuf.reserve(n);
                         if !inbuf.fill(&mut stream).map_err(|e| proto.io_error(e))? {
                             return Err(proto.closed());
                         }
                     }
+                    Next::More => {}
                     Next::Done { result, .. } => {
                         let Some(t) = ticket.take() else {
                             return Err(proto.closed());
@@ -365,7 +389,8 @@ impl<P: MuxProtocol> Reader<P> {
         let reader = reader_half(&stream, &shared.options).map_err(|e| proto.io_error(e))?;
         let closer = stream.try_clone().map_err(|e| proto.io_error(e))?;
         let mut st = lock(&shared.state);
-        self.register();
+        self.register(shared);
+        let mut parser = proto.parser();
         let unsent: HashSet<u64> = st.queue.iter().map(|q| q.id).collect();
         st.queue.clear();
         let mut ids: Vec<u64> = self.table.0.keys().copied().collect();
@@ -382,11 +407,14 @@ impl<P: MuxProtocol> Reader<P> {
                 (Notify::Abandoned, _) | (_, None) => {
                     self.table.0.remove(&id);
                 }
-                (_, Some(bytes)) if again => st.queue.push_back(Queued {
-                    id,
-                    frame: bytes.clone(),
-                    cost: e.cost,
-                }),
+                (_, Some(bytes)) if again => {
+                    proto.registered(&mut parser, id, &e.ticket);
+                    st.queue.push_back(Queued {
+                        id,
+                        frame: bytes.clone(),
+                        cost: e.cost,
+                    });
+                }
                 _ => {
                     if let Some(Waiting::Request(e)) = self.table.0.remove(&id) {
                         let error = proto.lost_in_flight(&e.ticket);
@@ -409,7 +437,7 @@ impl<P: MuxProtocol> Reader<P> {
         st.connected = Connected::Up;
         self.stream = reader;
         self.inbuf.clear();
-        self.parser = proto.parser();
+        self.parser = parser;
         shared.pump(st);
         Ok(())
     }
@@ -417,7 +445,7 @@ impl<P: MuxProtocol> Reader<P> {
     /// Fails every request waiting or registered, and new ones from now.
     fn fail_all(&mut self, shared: &Shared<P>, error: P::Error) {
         let mut st = lock(&shared.state);
-        self.register();
+        self.register(shared);
         for (_, w) in self.table.0.drain() {
             if let Waiting::Request(Entry {
                 notify: Notify::Caller(w),
@@ -431,5 +459,14 @@ impl<P: MuxProtocol> Reader<P> {
         st.connected = Connected::Failed(error);
         drop(st);
         lock(&shared.closer).shutdown();
+    }
+}
+
+/// The one ticket of a replayed change, whatever id its reply carries.
+struct ReplayTickets<'a, T>(&'a mut Option<T>);
+
+impl<T> Tickets<T> for ReplayTickets<'_, T> {
+    fn get(&mut self, _id: u64) -> Option<&mut T> {
+        self.0.as_mut()
     }
 }
