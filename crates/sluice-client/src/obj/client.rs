@@ -32,12 +32,13 @@ use super::attr::{AttrChange, Attrs, Value};
 use super::codec::Codec;
 use super::error::{Addressee, Subject};
 use super::handshake::open;
-use super::link::{Link, RawReply, Wire};
+use super::link::Link;
 use super::merge::MergePolicy;
 use super::request::{
     DataOptions, Entry, ObjRequest, ObjResponse, Page, Range, ReadReply, Stat, LENGTH_ATTR,
     SERVER_ATTR_PREFIX,
 };
+use super::wire::{RawReply, Wire};
 use super::ObjError;
 use crate::net::mux::Reconnect;
 use crate::net::transport::DEFAULT_CONNECT_TIMEOUT;

@@ -14,9 +14,9 @@ use sluice_obj_proto::{
 
 use super::attr::{AttrChange, Attrs};
 use super::error::{Addressee, Subject};
-use super::link::{RawReply, Wire};
 use super::plan::{choose_as, coalesce, fits_one, split, PieceLimits, PINNED_DDT_BYTES};
 use super::request::{DataOptions, Entry, ObjRequest, ObjResponse, Page, ReadReply};
+use super::wire::{RawReply, Wire};
 use super::ObjError;
 
 pub(super) fn subject(op: Opcode, object: u64) -> Subject {

@@ -60,6 +60,7 @@ mod remote_meta;
 mod request;
 mod shared;
 mod split;
+mod wire;
 
 pub use attr::{AttrChange, Attrs, Value};
 pub use client::{ObjClient, ObjOptions};

@@ -30,9 +30,9 @@ use sluice_obj_proto::{
 use super::codec::{refused, Codec};
 use super::error::Subject;
 use super::handshake::open;
-use super::link::{cost, reply_len, take_reply, Front, RawReply, Wire, WINDOW_BYTES};
 use super::merge::{MergeController, MergePolicy, MergeStats};
 use super::request::{DataOptions, ObjRequest, ObjResponse, ReadReply};
+use super::wire::{cost, reply_len, take_reply, Front, RawReply, Wire, WINDOW_BYTES};
 use super::{ObjError, ObjOptions};
 use crate::net::mux::{Logged, Mux, MuxOptions, MuxProtocol, Next, Tickets};
 use crate::net::recv::RecvBuf;

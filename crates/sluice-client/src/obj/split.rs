@@ -9,9 +9,9 @@ use super::attr::Attrs;
 use super::client::ObjClient;
 use super::codec::{check_name, data_command, in_collection, refused, subject};
 use super::error::Subject;
-use super::link::Wire;
 use super::plan::pieces_overlap;
 use super::request::{DataOptions, ObjRequest, ObjResponse, ReadReply};
+use super::wire::Wire;
 use super::ObjError;
 
 impl ObjClient {
