@@ -87,6 +87,9 @@ pub enum OpenError {
         size: u64,
         align: usize,
     },
+    /// Another process has the file open (see [`crate::lock`]).
+    #[error(transparent)]
+    Locked(#[from] crate::lock::LockError),
 }
 
 /// A regular file or block device. Sparse where the filesystem allows:

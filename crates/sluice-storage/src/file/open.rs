@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use rustix::fs::SeekFrom;
 
 use super::{FileDevice, FileOptions, OpenError, DIRECT_ALIGN};
+use crate::lock::{lock_file, LockMode};
 use crate::MappedBytes;
 
 /// `f_type` of a tmpfs filesystem (statfs(2)).
@@ -27,6 +28,14 @@ impl FileDevice {
             check_can_create(path, options)?;
         }
         let (file, read_only) = open_file(path, options, exists)?;
+        // Before anything is resized or mapped: another process may be
+        // serving this file.
+        let mode = if read_only {
+            LockMode::Shared
+        } else {
+            LockMode::Exclusive
+        };
+        lock_file(&file, path, mode)?;
         let meta = file.metadata().map_err(|source| OpenError::Open {
             path: path.to_owned(),
             source,
