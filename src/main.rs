@@ -90,7 +90,8 @@ struct ServeArgs {
     #[arg(long = "listen", value_name = "ADDR")]
     listen: Vec<ListenAddr>,
     /// Export NAME=SPEC, SPEC being file:PATH[,size=BYTES][,ro][,direct] or
-    /// mem:BYTES[,ro] (repeatable). Default: default=file:./sluice-data/default.img,size=1G.
+    /// mem:BYTES[,ro] (repeatable). Default: default=file:./sluice-data/default.img
+    /// (created at 1G; an existing file is served at its size).
     #[arg(long = "export", value_name = "NAME=SPEC", value_parser = ExportConfig::parse_arg)]
     export: Vec<ExportConfig>,
     /// Serve the object store in DIR (created if missing) over the native
@@ -413,7 +414,10 @@ fn config_error(path: &Path, text: &str, e: &toml::de::Error) -> String {
 }
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
-const DEFAULT_EXPORT: &str = "default=file:./sluice-data/default.img,size=1G";
+/// The default export's image, created at [`DEFAULT_SIZE`] when missing
+/// and served at whatever size it has when it exists.
+const DEFAULT_IMAGE: &str = "./sluice-data/default.img";
+const DEFAULT_SIZE: &str = "1G";
 const DEFAULT_OBJECT_LISTEN: &str = "127.0.0.1:10810";
 const DEFAULT_OBJECTS: &str = "./sluice-data/objects";
 
@@ -555,8 +559,14 @@ fn serve_config(args: ServeArgs, listening: &Listening<'_>) -> Result<(ServerCon
     config.validate().map_err(|e| UsageError(e.to_string()))?;
     let mut created_dir = false;
     if config.export.is_empty() {
-        let default =
-            ExportConfig::parse_arg(DEFAULT_EXPORT).map_err(|e| UsageError(e.to_string()))?;
+        // No size was asked for: an image that exists (grown, say) is
+        // served as it is, not refused for being larger than the default.
+        let spec = if Path::new(DEFAULT_IMAGE).exists() {
+            format!("default=file:{DEFAULT_IMAGE}")
+        } else {
+            format!("default=file:{DEFAULT_IMAGE},size={DEFAULT_SIZE}")
+        };
+        let default = ExportConfig::parse_arg(&spec).map_err(|e| UsageError(e.to_string()))?;
         created_dir = !Path::new(DEFAULT_DIR).exists();
         std::fs::create_dir_all(DEFAULT_DIR)
             .with_context(|| format!("cannot create ./{DEFAULT_DIR} for the default export"))?;

@@ -48,7 +48,10 @@ pub(crate) fn run(args: MetaArgs) -> anyhow::Result<()> {
     let uri = args
         .meta
         .ok_or_else(|| UsageError("--meta URI names the metadata service".into()))?;
-    let store = store::open_meta_store(&uri)?;
+    // Adding servers starts a deployment: only it may create a SQLite
+    // store's directory.
+    let create = matches!(args.command, MetaCommand::AddServer { .. });
+    let store = store::open_meta_store(&uri, create)?;
     match args.command {
         MetaCommand::AddServer { servers } => {
             for s in &servers {

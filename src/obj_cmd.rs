@@ -17,7 +17,7 @@ use sluice_client::obj::{
     answer, AttrChange, ClientHandshakeError, DataOptions, Entry, ErrorCode, FlushScope, ObjClient,
     ObjError, ObjOptions, Range, Segment, Value, DEFAULT_PARTITION,
 };
-use sluice_client::{ObjUri, DEFAULT_OBJ_SERVER};
+use sluice_client::{ClientError, ObjUri, DEFAULT_OBJ_SERVER};
 use sluice_types::error_chain;
 
 mod striped;
@@ -259,7 +259,8 @@ fn connect(server: &str) -> Result<ObjClient, Failure> {
                 source: ClientHandshakeError::TlsRequired | ClientHandshakeError::TlsUnavailable,
                 ..
             }
-            | ObjError::BadUri(_) => String::new(),
+            | ObjError::BadUri(_)
+            | ObjError::Transport(ClientError::WrongProtocol { .. }) => String::new(),
             _ => format!(
                 "; is 'sluice serve' running at {server}? (--server URI names another server)"
             ),

@@ -90,3 +90,120 @@ fn a_second_server_on_the_same_object_store_is_refused() {
         .run();
 }
 
+#[test]
+fn a_misspelt_uri_key_fails_naming_it_and_the_known_keys() {
+    let dir = tempdir();
+    let server = ServerBuilder::new()
+        .export("d", "mem:1M")
+        .objects(&dir.path().join("objects"))
+        .start();
+    let uri = format!("{}?partiton=2", server.obj_uri());
+    let out = sluice().args(["obj", "--server", &uri, "ls"]).output();
+    out.assert_code(2);
+    let line = error_line(&out);
+    assert!(line.contains("unknown query key \"partiton\""), "{line}");
+    assert!(line.contains("known: partition"), "{line}");
+}
+
+#[test]
+fn a_missing_metadata_directory_is_an_error_unless_a_deployment_starts_there() {
+    let dir = tempdir();
+    let missing = dir.path().join("no").join("meta");
+    let uri = format!("sqlite:{}", missing.display());
+    let out = sluice().args(["obj", "--meta", &uri, "ls"]).output();
+    out.assert_code(1);
+    let line = error_line(&out);
+    assert!(line.contains("does not exist"), "{line}");
+    assert!(!missing.exists(), "the mistyped directory was created");
+    sluice()
+        .args(["meta", "--meta", &uri, "add-server", "sluice://127.0.0.1:1"])
+        .run();
+    assert!(missing.is_dir());
+    sluice().args(["obj", "--meta", &uri, "ls"]).run();
+}
+
+/// `sluice serve` started in `cwd` with `args`: the child and the
+/// address of its first `listening on` line.
+fn serve_in(cwd: &std::path::Path, args: &[&str]) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .current_dir(cwd)
+        .arg("serve")
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start sluice serve");
+    let stdout = child.stdout.take().expect("piped stdout");
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line.expect("read the server's stdout");
+        if let Some(addr) = line.trim().strip_prefix("listening on ") {
+            return (child, addr.to_owned());
+        }
+    }
+    let status = child.wait();
+    panic!("sluice serve exited before listening: {status:?}");
+}
+
+#[test]
+fn a_grown_default_image_is_served_at_its_size() {
+    let dir = tempdir();
+    std::fs::create_dir(dir.path().join("sluice-data")).unwrap();
+    let image = std::fs::File::create(dir.path().join("sluice-data/default.img")).unwrap();
+    image.set_len(3 << 30).unwrap();
+    let (mut child, addr) = serve_in(dir.path(), &["--listen", "127.0.0.1:0"]);
+    let out = crate::harness::tool("nbdinfo")
+        .arg("--size")
+        .arg(format!("nbd://{addr}/default"))
+        .output();
+    let _ = child.kill();
+    let _ = child.wait();
+    out.assert_success();
+    assert_eq!(out.stdout().trim(), (3u64 << 30).to_string());
+}
+
+/// Runs `args` and checks it fails within `bound` with one error line
+/// containing `needle`.
+fn fails_soon_saying(args: &[&str], needle: &str) {
+    let bound = std::time::Duration::from_secs(5);
+    let started = std::time::Instant::now();
+    let out = sluice().args(args).output();
+    let took = started.elapsed();
+    assert_ne!(out.code(), Some(0), "{}", out.describe());
+    let line = error_line(&out);
+    assert!(line.contains(needle), "{line}");
+    assert!(took < bound, "took {took:?}: {line}");
+}
+
+#[test]
+fn the_wrong_port_is_named_at_once() {
+    let dir = tempdir();
+    let server = ServerBuilder::new()
+        .export("d", "mem:1M")
+        .objects(&dir.path().join("objects"))
+        .start();
+    let nbd_as_objects = format!("sluice://{}", server.addr());
+    fails_soon_saying(
+        &["obj", "--server", &nbd_as_objects, "ls"],
+        "is an NBD port, not sluice's object port",
+    );
+    fails_soon_saying(
+        &["obj", "--meta", &nbd_as_objects, "ls"],
+        "is an NBD port, not sluice's object port",
+    );
+    let objects_as_nbd = |export: &str| format!("nbd://{}/{export}", server.objects[0]);
+    fails_soon_saying(
+        &[
+            "raid",
+            "create",
+            "--level",
+            "0",
+            "--unit",
+            "64K",
+            &objects_as_nbd("d"),
+            &objects_as_nbd("e"),
+        ],
+        "is sluice's object port, not NBD",
+    );
+}

@@ -175,6 +175,40 @@ impl ExportDetails {
     }
 }
 
+/// The protocol a client expected a server to greet in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Expected {
+    Nbd,
+    Objects,
+}
+
+/// The wrong-port error when `greeting` (the server's first bytes, at
+/// least 8) is the other protocol's: both servers speak first, so a
+/// client knows at once, instead of waiting out its timeout for a
+/// greeting of the length it expected.
+pub(crate) fn wrong_protocol(
+    greeting: &[u8],
+    expected: Expected,
+    target: &str,
+) -> Option<ClientError> {
+    let magic = u64::from_be_bytes(greeting.get(..8)?.try_into().ok()?);
+    let hint = match expected {
+        Expected::Nbd if magic == sluice_obj_proto::consts::GREETING_MAGIC => {
+            "is sluice's object port, not NBD; NBD is on port 10809 unless the server's \
+             --listen moved it"
+        }
+        Expected::Objects if magic == NBD_MAGIC => {
+            "is an NBD port, not sluice's object port; objects are on port 10810 unless \
+             the server's --object-listen moved it"
+        }
+        _ => return None,
+    };
+    Some(ClientError::WrongProtocol {
+        target: target.to_owned(),
+        hint,
+    })
+}
+
 /// Runs the handshake machine over `stream` until it finishes.
 fn drive(
     mut stream: Stream,
@@ -189,7 +223,14 @@ fn drive(
     };
     let mut input: Vec<u8> = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];
+    let mut greeted = false;
     loop {
+        if !greeted && input.len() >= 8 {
+            greeted = true;
+            if let Some(e) = wrong_protocol(&input, Expected::Nbd, target) {
+                return Err(e);
+            }
+        }
         let (used, status) =
             machine
                 .handle_input(&input)
