@@ -21,8 +21,10 @@ mod generate_cmd;
 mod meta_cmd;
 mod model_cmd;
 mod obj_cmd;
+mod pipe;
 mod raid_cmd;
 mod service;
+mod usage;
 
 /// `sluice --version`: the crate version, the commit it was built from
 /// (build.rs; "unknown" outside a git checkout unless SLUICE_GIT_COMMIT
@@ -621,7 +623,11 @@ fn init_logging(
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli: Cli = usage::parse();
+    // A server's stdout closing must not stop it.
+    if !matches!(cli.command, Command::Serve(_)) {
+        pipe::quiet_on_closed_stdout();
+    }
     let log = init_logging(cli.log_format, &cli.command);
     let subcommand = match cli.command {
         Command::Serve(_) => "serve",
@@ -655,14 +661,12 @@ fn main() -> ExitCode {
             // `{:#}`: each error of the chain once, joined by ": ". A
             // closed stderr loses the line; the exit status still tells.
             let mut stderr = std::io::stderr().lock();
-            let _ = writeln!(stderr, "sluice: error: {e:#}");
             if usage {
-                let _ = writeln!(
-                    stderr,
-                    "sluice: run 'sluice {subcommand} --help' for the accepted options"
-                );
+                let line = usage::with_help_hint(&format!("{e:#}"), subcommand);
+                let _ = writeln!(stderr, "sluice: error: {line}");
                 ExitCode::from(2)
             } else {
+                let _ = writeln!(stderr, "sluice: error: {e:#}");
                 ExitCode::FAILURE
             }
         }

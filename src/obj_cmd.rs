@@ -24,8 +24,8 @@ mod striped;
 mod values;
 
 use values::{
-    json_value, parse_assignment, parse_id, parse_range, parse_stride, parse_where, show_value,
-    Stride,
+    json_value, parse_assignment, parse_id, parse_range, parse_stride, parse_where, show_attr,
+    show_value, Stride,
 };
 
 /// Arguments of `sluice obj`.
@@ -348,9 +348,10 @@ fn stream_in(
 
 fn out(bytes: &[u8]) -> Outcome {
     let mut o = std::io::stdout().lock();
-    o.write_all(bytes)
-        .and_then(|()| o.flush())
-        .map_err(|e| Failure::Failed(format!("cannot write to stdout: {e}")))
+    o.write_all(bytes).and_then(|()| o.flush()).map_err(|e| {
+        crate::pipe::exit_if_closed(&e);
+        Failure::Failed(format!("cannot write to stdout: {e}"))
+    })
 }
 
 /// An object id argument (striped objects are named with --meta).
@@ -587,7 +588,8 @@ fn execute(args: ObjArgs) -> Outcome {
                 .map_err(fail)?
                 .get(PUT_INCOMPLETE_ATTR)
                 .is_some();
-            let fields: Vec<(String, &Value)> = stat
+            // (short name, full key, value)
+            let fields: Vec<(String, &str, &Value)> = stat
                 .attrs
                 .values()
                 .filter(|(k, _)| *k != sluice_client::obj::LENGTH_ATTR)
@@ -595,22 +597,22 @@ fn execute(args: ObjArgs) -> Outcome {
                     let short = k
                         .strip_prefix(sluice_client::obj::SERVER_ATTR_PREFIX)
                         .unwrap_or(k);
-                    (short.replace('.', "_"), v)
+                    (short.replace('.', "_"), k, v)
                 })
                 .collect();
             if json {
                 let mut map = serde_json::Map::new();
                 map.insert("id".into(), stat.object.into());
                 map.insert("length".into(), stat.length.into());
-                for (k, v) in &fields {
+                for (k, _, v) in &fields {
                     map.insert(k.clone(), json_value(v));
                 }
                 map.insert("incomplete".into(), incomplete.into());
                 out(format!("{}\n", serde_json::Value::Object(map)).as_bytes())
             } else {
                 let mut text = format!("id: {}\nlength: {}\n", stat.object, stat.length);
-                for (k, v) in &fields {
-                    text.push_str(&format!("{k}: {}\n", show_value(v)));
+                for (k, key, v) in &fields {
+                    text.push_str(&format!("{k}: {}\n", show_attr(key, v)));
                 }
                 if incomplete {
                     text.push_str("incomplete: a put of it did not finish; put it again\n");
@@ -652,7 +654,7 @@ fn print_entries(entries: &[Entry], attrs: bool, json: bool) -> Outcome {
         text.push_str(&e.object.to_string());
         if attrs {
             for (k, v) in e.attrs.values() {
-                text.push_str(&format!(" {k}={}", show_value(v)));
+                text.push_str(&format!(" {k}={}", show_attr(k, v)));
             }
         }
         text.push('\n');

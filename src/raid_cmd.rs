@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use crate::UsageError;
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use sluice_raid::{ArrayStatus, ScrubReport};
@@ -121,9 +122,14 @@ fn percent(done: u64, total: u64) -> f64 {
     }
 }
 
+/// A state as every `sluice raid` command spells it: `clean`,
+/// `degraded`, `active`.
+fn state(s: &dyn std::fmt::Debug) -> String {
+    format!("{s:?}").to_lowercase()
+}
+
 /// The text `sluice raid status` prints for one array.
 fn describe(export: &str, a: &ArrayStatus) -> String {
-    let state = |s: &dyn std::fmt::Debug| format!("{s:?}").to_lowercase();
     let mut out = format!(
         "{export}: {} unit {} size {} members {} state {}",
         a.level,
@@ -201,10 +207,16 @@ fn wait_for_rebuild(admin: &AdminArg, export: &str, member: usize) -> anyhow::Re
                 let m = a.array.members.get(member);
                 match m.map(|m| m.state) {
                     Some(sluice_raid::MemberCondition::Active) => {
-                        println!("member {member} of {export} rebuilt; array {:?}", a.array.state);
+                        println!(
+                            "member {member} of {export} rebuilt; array {}",
+                            state(&a.array.state)
+                        );
                         return Ok(());
                     }
-                    other => bail!("the rebuild of member {member} of {export} stopped: the member is {other:?}"),
+                    other => bail!(
+                        "the rebuild of member {member} of {export} stopped: the member is {}",
+                        other.map_or_else(|| "gone".to_owned(), |s| state(&s))
+                    ),
                 }
             }
         }
@@ -244,11 +256,19 @@ impl CreateArgs {
                 format!("raid{level}:unit={unit},members={}", uris.join(","))
             }
             (None, None, [spec]) => spec.clone(),
-            _ => bail!("give one array SPEC, or --level, --unit and the member URIs"),
+            _ => {
+                return Err(UsageError(
+                    "give one array SPEC, or --level, --unit and the member URIs".into(),
+                )
+                .into())
+            }
         };
-        let spec: VolumeSpec = text.parse()?;
+        let spec: VolumeSpec = text.parse().map_err(|e| UsageError(format!("{e}")))?;
         if !matches!(spec.base, BaseSpec::Raid(_)) {
-            bail!("{text:?} is not an array spec (raid0:... or raid5:...)");
+            return Err(UsageError(format!(
+                "{text:?} is not an array spec (raid0:... or raid5:...)"
+            ))
+            .into());
         }
         Ok(spec)
     }

@@ -207,3 +207,157 @@ fn the_wrong_port_is_named_at_once() {
         "is sluice's object port, not NBD",
     );
 }
+
+/// Runs `sluice ARGS`, reads a little of its stdout and closes the pipe:
+/// the command must end quietly with status 0, as `| head` expects.
+fn closed_pipe_ends_quietly(args: &[&str]) {
+    use std::io::Read;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start sluice");
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let mut first = [0u8; 16];
+    stdout.read_exact(&mut first).expect("the first bytes");
+    drop(stdout);
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .expect("piped stderr")
+        .read_to_string(&mut stderr)
+        .expect("read stderr");
+    let status = child.wait().expect("wait");
+    assert_eq!(
+        status.code(),
+        Some(0),
+        "{args:?}: {status}; stderr: {stderr}"
+    );
+    assert_eq!(stderr, "", "{args:?}");
+}
+
+#[test]
+fn a_closed_pipe_ends_quietly_with_status_0() {
+    closed_pipe_ends_quietly(&[
+        "model",
+        "mva",
+        "--demands",
+        "0.01,0.02",
+        "--customers",
+        "5000",
+        "--json",
+    ]);
+    closed_pipe_ends_quietly(&[
+        "model",
+        "mva",
+        "--demands",
+        "0.01,0.02",
+        "--customers",
+        "5000",
+    ]);
+    let dir = tempdir();
+    let server = ServerBuilder::new()
+        .export("d", "mem:1M")
+        .objects(&dir.path().join("objects"))
+        .start();
+    let uri = server.obj_uri();
+    let id = sluice()
+        .args(["obj", "--server", &uri, "create"])
+        .run()
+        .stdout();
+    let id = id.trim();
+    sluice()
+        .args(["obj", "--server", &uri, "put", id])
+        .input(vec![7u8; 4 << 20])
+        .run();
+    closed_pipe_ends_quietly(&["obj", "--server", &uri, "get", id]);
+}
+
+#[test]
+fn server_times_print_as_rfc3339_and_stay_numbers_in_json() {
+    let dir = tempdir();
+    let server = ServerBuilder::new()
+        .export("d", "mem:1M")
+        .objects(&dir.path().join("objects"))
+        .start();
+    let uri = server.obj_uri();
+    let id = sluice()
+        .args(["obj", "--server", &uri, "create"])
+        .run()
+        .stdout();
+    let id = id.trim();
+    let stat = sluice()
+        .args(["obj", "--server", &uri, "stat", id])
+        .run()
+        .stdout();
+    let created = stat
+        .lines()
+        .find_map(|l| l.strip_prefix("created: "))
+        .unwrap_or_else(|| panic!("no created line: {stat}"));
+    // 2026-11-29T04:34:36.154000133Z
+    let shape: String = created
+        .chars()
+        .map(|c| if c.is_ascii_digit() { '0' } else { c })
+        .collect();
+    assert_eq!(shape, "0000-00-00T00:00:00.000000000Z", "{stat}");
+    let ls = sluice()
+        .args(["obj", "--server", &uri, "ls", "--attrs"])
+        .run()
+        .stdout();
+    assert!(ls.contains(&format!("sluice.created={created}")), "{ls}");
+    let json = sluice()
+        .args(["obj", "--server", &uri, "stat", id, "--json"])
+        .run()
+        .json();
+    assert!(json["created"].is_u64(), "{json}");
+}
+
+#[test]
+fn usage_errors_are_one_short_line_with_status_2() {
+    for (args, says) in [
+        (&["obj", "--bogus"][..], "unexpected argument '--bogus'"),
+        (
+            &["serve", "--listne", "127.0.0.1:0"][..],
+            "a similar argument exists: '--listen'",
+        ),
+        (
+            &[
+                "raid",
+                "create",
+                "--level",
+                "0",
+                "--unit",
+                "64K",
+                "ndb://a/x",
+                "ndb://b/x",
+            ][..],
+            "\"ndb://a/x\" is not an nbd://",
+        ),
+        (
+            &["bench", "--uri", "ndb://a/x"][..],
+            "unknown scheme \"ndb\"",
+        ),
+        (
+            &[
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--export",
+                "d=ndb://a/x",
+            ][..],
+            "unknown backend \"ndb\"",
+        ),
+    ] {
+        let out = sluice().args(args).output();
+        out.assert_code(2);
+        let stderr = out.stderr();
+        assert_eq!(stderr.lines().count(), 1, "{}", out.describe());
+        assert!(stderr.starts_with("sluice: error: "), "{stderr}");
+        assert!(stderr.contains(says), "{stderr}");
+        assert!(stderr.contains("--help'"), "{stderr}");
+        assert!(stderr.len() < 300, "{} characters: {stderr}", stderr.len());
+    }
+}
