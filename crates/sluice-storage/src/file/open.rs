@@ -45,7 +45,7 @@ impl FileDevice {
         let size = if block_device {
             block_device_size(path, &file, options.size)?
         } else if file_type.is_file() {
-            regular_file_size(path, &file, meta.len(), options.size)?
+            regular_file_size(path, &file, meta.len(), options.size, read_only)?
         } else {
             return Err(OpenError::NotAFileOrDevice {
                 path: path.to_owned(),
@@ -102,6 +102,11 @@ fn check_can_create(path: &Path, options: &FileOptions) -> Result<(), OpenError>
         return Err(OpenError::MissingDirectory {
             path: path.to_owned(),
             dir: dir.to_owned(),
+        });
+    }
+    if options.read_only {
+        return Err(OpenError::MissingReadOnly {
+            path: path.to_owned(),
         });
     }
     if options.size.is_none() {
@@ -177,14 +182,20 @@ fn block_device_size(path: &Path, file: &File, requested: Option<u64>) -> Result
 }
 
 /// The size of a regular file of `actual` bytes: extended to the
-/// `requested` size if shorter, never truncated.
+/// `requested` size if shorter (unless `read_only`), never truncated.
 fn regular_file_size(
     path: &Path,
     file: &File,
     actual: u64,
     requested: Option<u64>,
+    read_only: bool,
 ) -> Result<u64, OpenError> {
     match requested {
+        Some(requested) if requested > actual && read_only => Err(OpenError::ReadOnlyTooSmall {
+            path: path.to_owned(),
+            actual,
+            requested,
+        }),
         Some(requested) if requested < actual => Err(OpenError::WouldTruncate {
             path: path.to_owned(),
             actual,
@@ -256,6 +267,24 @@ mod tests {
         ));
         let reopened = FileDevice::open(&path, &FileOptions::default()).unwrap();
         assert_eq!(reopened.size(), 8192);
+    }
+
+    #[test]
+    fn read_only_files_are_never_created_or_resized() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("img");
+        let ro = |size| FileOptions {
+            read_only: true,
+            size,
+            ..Default::default()
+        };
+        let e = FileDevice::open(&path, &ro(Some(4096))).unwrap_err();
+        assert!(matches!(e, OpenError::MissingReadOnly { .. }), "{e}");
+        assert!(!path.exists());
+        open_sparse(&dir, 4096);
+        let e = FileDevice::open(&path, &ro(Some(8192))).unwrap_err();
+        assert!(matches!(e, OpenError::ReadOnlyTooSmall { .. }), "{e}");
+        assert_eq!(FileDevice::open(&path, &ro(None)).unwrap().size(), 4096);
     }
 
     #[test]
