@@ -46,23 +46,52 @@ enum RaidCommand {
     Scrub(ScrubArgs),
 }
 
+/// The admin socket of the packaged configuration (contrib/sluice.toml).
+const PACKAGED_ADMIN: &str = "/run/sluice/admin.sock";
+
 /// `--admin PATH`.
 #[derive(Debug, Args)]
 struct AdminArg {
-    /// The server's admin socket (PATH or unix:PATH).
-    #[arg(long, value_name = "PATH", default_value = DEFAULT_ADMIN)]
-    admin: String,
+    /// The server's admin socket (PATH or unix:PATH). Default:
+    /// ./sluice-data/admin.sock (what 'sluice serve' opens with no
+    /// arguments), else /run/sluice/admin.sock (the packaged
+    /// configuration's) if that exists.
+    #[arg(long, value_name = "PATH")]
+    admin: Option<String>,
 }
 
 impl AdminArg {
     fn path(&self) -> &Path {
-        Path::new(self.admin.strip_prefix("unix:").unwrap_or(&self.admin))
+        match &self.admin {
+            Some(a) => Path::new(a.strip_prefix("unix:").unwrap_or(a)),
+            None if !Path::new(DEFAULT_ADMIN).exists() && Path::new(PACKAGED_ADMIN).exists() => {
+                Path::new(PACKAGED_ADMIN)
+            }
+            None => Path::new(DEFAULT_ADMIN),
+        }
     }
 
     /// Sends `request`; an error reply is an error.
     fn ask(&self, request: &AdminRequest) -> anyhow::Result<AdminReply> {
-        let reply = admin::request(self.path(), request)
-            .with_context(|| format!("cannot ask the server on {}", self.path().display()))?;
+        let path = self.path();
+        let reply = admin::request(path, request).map_err(|e| {
+            // Nothing there, or nobody answering: the server has no admin
+            // socket at this path.
+            let absent = matches!(&e, admin::AdminError::Io { source, .. }
+                if matches!(source.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused));
+            let hint = if absent {
+                format!(
+                    "; is a server running with '--admin unix:{}'? (--admin PATH names another socket)",
+                    path.display()
+                )
+            } else {
+                String::new()
+            };
+            anyhow::Error::new(e).context(format!(
+                "cannot ask the server on {}{hint}",
+                path.display()
+            ))
+        })?;
         if let AdminReply::Error { message } = reply {
             bail!("{message}");
         }

@@ -361,3 +361,37 @@ fn usage_errors_are_one_short_line_with_status_2() {
         assert!(stderr.len() < 300, "{} characters: {stderr}", stderr.len());
     }
 }
+
+#[test]
+fn admin_socket_mistakes_say_what_to_do() {
+    let dir = tempdir();
+    let socket = dir.path().join("none.sock");
+    let out = sluice()
+        .args(["raid", "status", "--admin"])
+        .arg(&socket)
+        .output();
+    out.assert_code(1);
+    let line = error_line(&out);
+    assert!(
+        line.contains(&format!(
+            "is a server running with '--admin unix:{}'",
+            socket.display()
+        )),
+        "{line}"
+    );
+    let missing = dir.path().join("no-such-dir").join("admin.sock");
+    let out = sluice()
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--export",
+            "d=mem:1M",
+            "--admin",
+        ])
+        .arg(format!("unix:{}", missing.display()))
+        .output();
+    out.assert_code(1);
+    let line = error_line(&out);
+    assert!(line.contains("no-such-dir does not exist"), "{line}");
+}
