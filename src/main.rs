@@ -375,12 +375,41 @@ impl std::fmt::Display for UsageError {
 }
 impl std::error::Error for UsageError {}
 
+/// The key of serde's "unknown field `KEY`, expected ..." message.
+fn unknown_key(message: &str) -> Option<&str> {
+    message
+        .strip_prefix("unknown field `")
+        .and_then(|rest| rest.split_once('`'))
+        .map(|(key, _)| key)
+}
+
+/// Where the line setting `key` begins its key, at or after `from`.
+fn key_offset(text: &str, key: &str, from: usize) -> Option<usize> {
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let indent = line.len() - line.trim_start().len();
+        let name = line
+            .split_once('=')
+            .map(|(k, _)| k.trim().trim_matches('"'));
+        if offset >= from && name == Some(key) {
+            return Some(offset + indent);
+        }
+        offset += line.len();
+    }
+    None
+}
+
 /// A TOML config error as a person reads it: where (line, column and the
 /// key on that line) and what, in words rather than Rust type names.
 fn config_error(path: &Path, text: &str, e: &toml::de::Error) -> String {
     let mut place = format!("config file {}", path.display());
     if let Some(span) = e.span() {
-        let before = &text[..span.start.min(text.len())];
+        // An unknown key's span is its whole table (line 1, column 1 at
+        // the top level): point at the key itself.
+        let start = unknown_key(e.message())
+            .and_then(|key| key_offset(text, key, span.start))
+            .unwrap_or(span.start);
+        let before = &text[..start.min(text.len())];
         let line = before.matches('\n').count() + 1;
         let line_start = before.rfind('\n').map_or(0, |i| i + 1);
         let column = before[line_start..].chars().count() + 1;

@@ -395,3 +395,58 @@ fn admin_socket_mistakes_say_what_to_do() {
     let line = error_line(&out);
     assert!(line.contains("no-such-dir does not exist"), "{line}");
 }
+
+#[test]
+fn the_same_listen_address_twice_is_named() {
+    let dir = tempdir();
+    let objects = dir.path().join("objects");
+    let objects = objects.to_str().unwrap();
+    for args in [
+        &["--listen", "127.0.0.1:1", "--listen", "127.0.0.1:1"][..],
+        &[
+            "--listen",
+            "127.0.0.1:1",
+            "--object-listen",
+            "127.0.0.1:1",
+            "--objects",
+            objects,
+        ][..],
+    ] {
+        let out = sluice()
+            .arg("serve")
+            .args(args)
+            .args(["--export", "d=mem:1M"])
+            .output();
+        out.assert_code(2);
+        let line = error_line(&out);
+        assert!(
+            line.contains("listen address 127.0.0.1:1 is given twice"),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn a_misspelt_config_key_is_reported_on_its_line() {
+    let dir = tempdir();
+    let config = dir.path().join("sluice.toml");
+    std::fs::write(
+        &config,
+        "listen = [\"127.0.0.1:0\"]\n  io_thread = 4\n",
+    )
+    .unwrap();
+    let out = sluice().args(["serve", "--config"]).arg(&config).output();
+    out.assert_code(2);
+    let line = error_line(&out);
+    assert!(line.contains("line 2, column 3"), "{line}");
+    assert!(line.contains("unknown field `io_thread`"), "{line}");
+    std::fs::write(
+        &config,
+        "listen = [\"127.0.0.1:0\"]\n\n[[export]]\nname = \"d\"\nspec = \"mem:1M\"\nro = true\n",
+    )
+    .unwrap();
+    let out = sluice().args(["serve", "--config"]).arg(&config).output();
+    out.assert_code(2);
+    let line = error_line(&out);
+    assert!(line.contains("line 6, column 1"), "{line}");
+}
