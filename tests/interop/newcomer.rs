@@ -430,11 +430,7 @@ fn the_same_listen_address_twice_is_named() {
 fn a_misspelt_config_key_is_reported_on_its_line() {
     let dir = tempdir();
     let config = dir.path().join("sluice.toml");
-    std::fs::write(
-        &config,
-        "listen = [\"127.0.0.1:0\"]\n  io_thread = 4\n",
-    )
-    .unwrap();
+    std::fs::write(&config, "listen = [\"127.0.0.1:0\"]\n  io_thread = 4\n").unwrap();
     let out = sluice().args(["serve", "--config"]).arg(&config).output();
     out.assert_code(2);
     let line = error_line(&out);
@@ -449,4 +445,21 @@ fn a_misspelt_config_key_is_reported_on_its_line() {
     out.assert_code(2);
     let line = error_line(&out);
     assert!(line.contains("line 6, column 1"), "{line}");
+}
+
+#[test]
+fn serve_stdin_serves_libnbd_connect_command() {
+    let dir = tempdir();
+    let image = dir.path().join("d.img");
+    crate::nbdsh::run_script(
+        "connect_command.py",
+        &[
+            env!("CARGO_BIN_EXE_sluice").to_owned(),
+            image.display().to_string(),
+        ],
+    );
+    // What the connection wrote is in the file once the server is gone.
+    let bytes = std::fs::read(&image).unwrap();
+    let want: Vec<u8> = (0..16).flat_map(|_| 0..=255u8).collect();
+    assert_eq!(&bytes[8192..8192 + want.len()], &want[..]);
 }
