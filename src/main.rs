@@ -91,8 +91,11 @@ struct ServeArgs {
     /// (LISTEN_FDS) the sockets systemd passes are used instead.
     #[arg(long = "listen", value_name = "ADDR")]
     listen: Vec<ListenAddr>,
-    /// Export NAME=SPEC, SPEC being file:PATH[,size=BYTES][,ro][,direct] or
-    /// mem:BYTES[,ro] (repeatable). Default: default=file:./sluice-data/default.img
+    /// Export NAME=SPEC, SPEC being file:PATH[,size=BYTES][,ro][,direct],
+    /// mem:BYTES[,ro], an NBD URI (nbd://HOST[:PORT]/EXPORT, nbds://,
+    /// nbd+unix://, nbds+unix://) of another server, or a RAID volume over
+    /// such URIs, raid0:/raid5:unit=SIZE,members=URI,URI,... (see
+    /// docs/RAID.md; repeatable). Default: default=file:./sluice-data/default.img
     /// (created at 1G; an existing file is served at its size).
     #[arg(long = "export", value_name = "NAME=SPEC", value_parser = ExportConfig::parse_arg)]
     export: Vec<ExportConfig>,

@@ -286,7 +286,16 @@ fn open_input(file: Option<&Path>) -> Result<Box<dyn Read>, Failure> {
             })?;
             Ok(Box::new(f))
         }
-        _ => Ok(Box::new(std::io::stdin().lock())),
+        _ => {
+            let stdin = std::io::stdin();
+            if std::io::IsTerminal::is_terminal(&stdin) {
+                // Otherwise it looks hung.
+                eprintln!(
+                    "sluice: reading the data from the terminal; end it with Ctrl-D (or give FILE)"
+                );
+            }
+            Ok(Box::new(stdin.lock()))
+        }
     }
 }
 

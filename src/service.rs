@@ -145,6 +145,10 @@ fn lookup_ids(
 /// Switches to `uid` and `gid` for good (supplementary groups: `gid` only).
 fn drop_privileges(uid: Option<nix::unistd::Uid>, gid: Option<nix::unistd::Gid>) -> Result<()> {
     use nix::unistd::{setgid, setgroups, setuid};
+    if uid.is_none() && gid.is_none() {
+        // Nothing asked (no --user or --group): nothing dropped.
+        return Ok(());
+    }
     if let Some(gid) = gid {
         setgroups(&[gid])
             .with_context(|| format!("cannot set the supplementary groups to {gid}"))?;

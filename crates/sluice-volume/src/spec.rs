@@ -286,9 +286,11 @@ impl FromStr for VolumeSpec {
                 if size.is_some() || direct {
                     return Err(bad("mem takes its size as mem:BYTES".into()));
                 }
-                BaseSpec::Memory {
-                    size: sluice_types::parse_size(first)?,
+                let size = sluice_types::parse_size(first)?;
+                if size == 0 {
+                    return Err(bad("a RAM disk of 0 bytes holds nothing".into()));
                 }
+                BaseSpec::Memory { size }
             }
             _ if size.is_some() || direct => {
                 return Err(bad(format!(
@@ -429,6 +431,7 @@ mod tests {
             ("file:", "empty path"),
             ("nokind", "missing KIND:"),
             ("mem:1M,size=2M", "mem takes its size as mem:BYTES"),
+            ("mem:0", "a RAM disk of 0 bytes"),
             ("mem:1M,direct", "mem takes its size as mem:BYTES"),
             ("file:/x,power-loss=soon", "bad power-loss seed \"soon\""),
             ("mem:1M,fail=write:eio", "three parts"),
