@@ -509,6 +509,13 @@ fn serve_config(args: ServeArgs, listening: &Listening<'_>) -> Result<(ServerCon
         config.cache = c;
     }
     if let Some(b) = args.cache_size {
+        if config.cache == sluice_server::CachePolicy::None {
+            return Err(UsageError(
+                "--cache-size sizes a cache there is none of; add --cache writethrough or writeback"
+                    .into(),
+            )
+            .into());
+        }
         config.cache_size = b;
     }
     if let Some(b) = args.readahead_max {

@@ -463,3 +463,17 @@ fn serve_stdin_serves_libnbd_connect_command() {
     let want: Vec<u8> = (0..16).flat_map(|_| 0..=255u8).collect();
     assert_eq!(&bytes[8192..8192 + want.len()], &want[..]);
 }
+
+#[test]
+fn a_cache_size_without_a_cache_is_a_usage_error() {
+    let out = sluice()
+        .args(["serve", "--listen", "127.0.0.1:0", "--export", "d=mem:1M"])
+        .args(["--cache", "none", "--cache-size", "1G"])
+        .output();
+    out.assert_code(2);
+    assert!(
+        error_line(&out).contains("--cache-size"),
+        "{}",
+        out.describe()
+    );
+}
