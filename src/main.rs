@@ -22,6 +22,7 @@ mod meta_cmd;
 mod model_cmd;
 mod obj_cmd;
 mod pipe;
+mod progress;
 mod raid_cmd;
 mod service;
 mod usage;

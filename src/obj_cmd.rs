@@ -334,8 +334,10 @@ fn stream_in(
     let mut buf = vec![0u8; CHUNK];
     let mut start = 0u64;
     let mut pos = 0u64;
+    let mut progress = crate::progress::Progress::bytes(&format!("object {id}"), None);
     loop {
         let n = read_chunk(input, &mut buf)?;
+        progress.add(n as u64);
         if append && pos == 0 {
             start = c
                 .append(id, &buf[..n], &DataOptions::default())
@@ -444,6 +446,8 @@ fn execute(args: ObjArgs) -> Outcome {
             if segments.is_empty() {
                 // The whole object, streamed a chunk at a time.
                 let length = c.stat(id).map_err(fail)?.length;
+                let mut progress =
+                    crate::progress::Progress::bytes(&format!("object {id}"), Some(length));
                 let mut at = 0;
                 while at < length {
                     let n = (length - at).min(CHUNK as u64);
@@ -453,6 +457,7 @@ fn execute(args: ObjArgs) -> Outcome {
                     };
                     out(&c.read(id, &[seg]).map_err(fail)?.data)?;
                     at += n;
+                    progress.add(n);
                 }
                 return Ok(());
             }
