@@ -124,6 +124,8 @@ fn a_full_filesystem_gives_enospc_and_frees_up_again() {
         .start();
     run_script("full_disk.py", &[srv.uri("disk"), FS.to_string()]);
     srv.assert_running();
+    // The operator hears of it too, not only the client.
+    srv.wait_for_log("no space left for the export's data");
     drop(srv);
     // Again with 512 KiB writes, whose payloads are spliced into the file.
     std::fs::remove_file(fs.dir.path().join("d.img")).expect("remove the image");
