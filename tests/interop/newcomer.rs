@@ -477,3 +477,39 @@ fn a_cache_size_without_a_cache_is_a_usage_error() {
         out.describe()
     );
 }
+
+#[test]
+fn large_transfers_show_progress_on_a_terminal_only() {
+    let dir = tempdir();
+    let server = ServerBuilder::new()
+        .export("d", "mem:1M")
+        .objects(&dir.path().join("objects"))
+        .start();
+    let uri = server.obj_uri();
+    let id = sluice()
+        .args(["obj", "--server", &uri, "create"])
+        .run()
+        .stdout();
+    let id = id.trim();
+    let big = dir.path().join("big");
+    std::fs::File::create(&big)
+        .and_then(|f| f.set_len(80 << 20))
+        .unwrap();
+    let put = format!(
+        "{} obj --server {uri} put {id} {}",
+        env!("CARGO_BIN_EXE_sluice"),
+        big.display()
+    );
+    // `script` runs the command on a terminal; what it drew is its output.
+    let drawn = crate::harness::tool("script")
+        .args(["-qec", &put, "/dev/null"])
+        .run()
+        .stdout();
+    assert!(
+        drawn.contains(&format!("object {id}")) && drawn.contains("MiB"),
+        "{drawn:?}"
+    );
+    let quiet = sluice().args(["obj", "--server", &uri, "get", id]).run();
+    assert_eq!(quiet.stderr(), "", "no progress when stderr is no terminal");
+    assert_eq!(quiet.output.stdout.len(), 80 << 20);
+}
