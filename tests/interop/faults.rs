@@ -122,6 +122,8 @@ fn a_full_filesystem_gives_enospc_and_frees_up_again() {
         .arg("--cache")
         .arg("none")
         .start();
+    // A 16 MiB sparse image on a 2 MiB filesystem: said at start.
+    srv.wait_for_log("writes past that will fail with ENOSPC");
     run_script("full_disk.py", &[srv.uri("disk"), FS.to_string()]);
     srv.assert_running();
     // The operator hears of it too, not only the client.

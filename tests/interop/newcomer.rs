@@ -513,3 +513,9 @@ fn large_transfers_show_progress_on_a_terminal_only() {
     assert_eq!(quiet.stderr(), "", "no progress when stderr is no terminal");
     assert_eq!(quiet.output.stdout.len(), 80 << 20);
 }
+
+#[test]
+fn a_ram_disk_larger_than_the_machine_is_warned_of() {
+    let server = ServerBuilder::new().export("d", "mem:1000T").start();
+    server.wait_for_log("larger than this machine's memory");
+}

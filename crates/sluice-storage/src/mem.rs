@@ -28,6 +28,15 @@ pub struct MemDevice {
 impl MemDevice {
     /// A zero-filled device of `size` bytes.
     pub fn new(size: u64, read_only: bool) -> Self {
+        let info = rustix::system::sysinfo();
+        let memory = u64::from(info.totalram).saturating_mul(u64::from(info.mem_unit));
+        if memory > 0 && size > memory {
+            tracing::warn!(
+                size,
+                memory,
+                "a RAM disk of {size} bytes is larger than this machine's memory ({memory} bytes); writes past that will fail"
+            );
+        }
         let shards = (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect();
         Self {
             size,

@@ -52,6 +52,9 @@ impl FileDevice {
             });
         };
         check_direct_alignment(path, options, size)?;
+        if file_type.is_file() && !read_only {
+            warn_if_it_cannot_fill(path, &file, size);
+        }
         let in_memory = is_in_memory(&file);
         let mapped = if options.direct || block_device || size == 0 {
             None
@@ -211,6 +214,26 @@ fn regular_file_size(
             Ok(requested)
         }
         _ => Ok(actual),
+    }
+}
+
+/// Warns when the filesystem of a sparse file has less space free than
+/// the file's holes: writes into them will fail with ENOSPC.
+fn warn_if_it_cannot_fill(path: &Path, file: &File, size: u64) {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(meta), Ok(fs)) = (file.metadata(), rustix::fs::fstatvfs(file)) else {
+        return;
+    };
+    let holes = size.saturating_sub(meta.blocks().saturating_mul(512));
+    let free = fs.f_bavail.saturating_mul(fs.f_frsize);
+    if holes > free {
+        tracing::warn!(
+            path = %path.display(),
+            holes,
+            free,
+            "{} has {holes} bytes not yet allocated but its filesystem only {free} bytes free; writes past that will fail with ENOSPC",
+            path.display()
+        );
     }
 }
 
