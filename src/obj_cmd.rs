@@ -59,8 +59,11 @@ enum ObjCommand {
     /// Store FILE (or stdin) as the whole object (with --meta: a new
     /// striped object NAME).
     Put {
+        /// The object's id (as create printed it), or with --meta the
+        /// striped object's name.
         #[arg(value_name = "ID|NAME")]
         target: String,
+        /// The data; stdin when absent or -.
         file: Option<PathBuf>,
         /// With --meta: bytes per stripe unit (a power of two, at least 4K).
         #[arg(long, value_name = "SIZE")]
@@ -72,6 +75,8 @@ enum ObjCommand {
     /// Write the object's bytes to stdout: all of it, or the ranges and
     /// the strided pattern given, in order.
     Get {
+        /// The object's id (as create printed it), or with --meta the
+        /// striped object's name.
         #[arg(value_name = "ID|NAME")]
         target: String,
         /// OFF:LEN (sizes like 4096, 4K, 1M); repeatable.
@@ -84,17 +89,21 @@ enum ObjCommand {
     /// Scatter FILE (or stdin) over the ranges, in order; the input must
     /// be exactly as long as the ranges together.
     Write {
+        /// The object's id.
         #[arg(value_parser = parse_id)]
         id: u64,
         /// OFF:LEN (sizes like 4096, 4K, 1M); repeatable, at least one.
         #[arg(long = "range", value_name = "OFF:LEN", value_parser = parse_range, required = true)]
         ranges: Vec<Segment>,
+        /// The data; stdin when absent or -.
         file: Option<PathBuf>,
     },
     /// Append FILE (or stdin) to the object; prints the offset it went to.
     Append {
+        /// The object's id.
         #[arg(value_parser = parse_id)]
         id: u64,
+        /// The data; stdin when absent or -.
         file: Option<PathBuf>,
     },
     /// Get or set attributes.
@@ -105,33 +114,41 @@ enum ObjCommand {
     Ls {
         /// With --meta: only names starting with this.
         prefix: Option<String>,
+        /// Only the objects of this collection.
         #[arg(long, value_name = "NAME")]
         collection: Option<String>,
         /// Show each object's attributes.
         #[arg(long)]
         attrs: bool,
+        /// Print JSON instead of text (times as nanoseconds since the epoch).
         #[arg(long)]
         json: bool,
     },
     /// Objects of a collection whose attributes meet every condition.
     Query {
+        /// The collection to search.
         #[arg(long, value_name = "NAME")]
         collection: String,
         /// KEY>=VALUE, KEY<=VALUE or KEY=VALUE; repeatable, at least one.
         #[arg(long = "where", value_name = "COND", value_parser = parse_where, required = true)]
         conditions: Vec<Range>,
+        /// Print JSON instead of text (times as nanoseconds since the epoch).
         #[arg(long)]
         json: bool,
     },
     /// Remove objects.
     Rm {
+        /// Object ids, or with --meta striped object names.
         #[arg(value_name = "ID|NAME", required = true)]
         targets: Vec<String>,
     },
     /// The object's length and the other attributes the server keeps.
     Stat {
+        /// The object's id (as create printed it), or with --meta the
+        /// striped object's name.
         #[arg(value_name = "ID|NAME")]
         target: String,
+        /// Print JSON instead of text (times as nanoseconds since the epoch).
         #[arg(long)]
         json: bool,
     },
@@ -150,6 +167,7 @@ enum AttrCommand {
     /// Set attributes: KEY=VALUE, VALUE an integer or text, or forced
     /// with int:, text: or hex: (bytes).
     Set {
+        /// The object's id.
         #[arg(value_parser = parse_id)]
         id: u64,
         #[arg(value_name = "KEY=VALUE", value_parser = parse_assignment, required = true)]
@@ -157,9 +175,12 @@ enum AttrCommand {
     },
     /// Print attributes as KEY=VALUE lines (all of them, or KEY...).
     Get {
+        /// The object's id.
         #[arg(value_parser = parse_id)]
         id: u64,
+        /// Only these attributes.
         keys: Vec<String>,
+        /// Print JSON instead of text (times as nanoseconds since the epoch).
         #[arg(long)]
         json: bool,
     },
