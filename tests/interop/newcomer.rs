@@ -120,6 +120,11 @@ fn a_missing_metadata_directory_is_an_error_unless_a_deployment_starts_there() {
         .run();
     assert!(missing.is_dir());
     sluice().args(["obj", "--meta", &uri, "ls"]).run();
+    let listed = sluice()
+        .args(["meta", "--meta", &uri, "ls-servers", "--json"])
+        .run()
+        .json();
+    assert_eq!(listed, serde_json::json!(["sluice://127.0.0.1:1"]));
 }
 
 /// `sluice serve` started in `cwd` with `args`: the child and the
