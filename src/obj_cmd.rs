@@ -25,7 +25,7 @@ mod values;
 
 use values::{
     json_value, parse_assignment, parse_id, parse_range, parse_stride, parse_where, show_attr,
-    show_value, Stride,
+    show_bytes, show_value, Stride,
 };
 
 /// Arguments of `sluice obj`.
@@ -645,7 +645,8 @@ fn execute(args: ObjArgs) -> Outcome {
                 map.insert("incomplete".into(), incomplete.into());
                 out(format!("{}\n", serde_json::Value::Object(map)).as_bytes())
             } else {
-                let mut text = format!("id: {}\nlength: {}\n", stat.object, stat.length);
+                let mut text =
+                    format!("id: {}\nlength: {}\n", stat.object, show_bytes(stat.length));
                 for (k, key, v) in &fields {
                     text.push_str(&format!("{k}: {}\n", show_attr(key, v)));
                 }

@@ -201,6 +201,25 @@ pub(crate) fn show_attr(key: &str, v: &Value) -> String {
     }
 }
 
+/// `bytes` for people: `3000000 (2.9 MiB)`, or just the digits under
+/// 1 KiB.
+pub(crate) fn show_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut value = bytes as f64;
+    let mut unit = None;
+    for u in UNITS {
+        if value < 1024.0 {
+            break;
+        }
+        value /= 1024.0;
+        unit = Some(u);
+    }
+    match unit {
+        Some(u) => format!("{bytes} ({value:.1} {u})"),
+        None => bytes.to_string(),
+    }
+}
+
 /// `nanos` since the epoch as `YYYY-MM-DDTHH:MM:SS.NNNNNNNNNZ`.
 fn rfc3339(nanos: i64) -> String {
     let secs = nanos.div_euclid(1_000_000_000);
@@ -309,6 +328,9 @@ mod tests {
             "1970-01-01T00:00:00.000000000Z"
         );
         assert_eq!(show_attr("created", &Value::Integer(5)), "5");
+        assert_eq!(show_bytes(1000), "1000");
+        assert_eq!(show_bytes(3_000_000), "3000000 (2.9 MiB)");
+        assert_eq!(show_bytes(1 << 30), "1073741824 (1.0 GiB)");
     }
 
     #[test]
