@@ -21,8 +21,11 @@ mod generate_cmd;
 mod meta_cmd;
 mod model_cmd;
 mod obj_cmd;
+mod pipe;
+mod progress;
 mod raid_cmd;
 mod service;
+mod usage;
 
 /// `sluice --version`: the crate version, the commit it was built from
 /// (build.rs; "unknown" outside a git checkout unless SLUICE_GIT_COMMIT
@@ -89,8 +92,12 @@ struct ServeArgs {
     /// (LISTEN_FDS) the sockets systemd passes are used instead.
     #[arg(long = "listen", value_name = "ADDR")]
     listen: Vec<ListenAddr>,
-    /// Export NAME=SPEC, SPEC being file:PATH[,size=BYTES][,ro][,direct] or
-    /// mem:BYTES[,ro] (repeatable). Default: default=file:./sluice-data/default.img,size=1G.
+    /// Export NAME=SPEC, SPEC being file:PATH[,size=BYTES][,ro][,direct],
+    /// mem:BYTES[,ro], an NBD URI (nbd://HOST[:PORT]/EXPORT, nbds://,
+    /// nbd+unix://, nbds+unix://) of another server, or a RAID volume over
+    /// such URIs, raid0:/raid5:unit=SIZE,members=URI,URI,... (see
+    /// docs/RAID.md; repeatable). Default: default=file:./sluice-data/default.img
+    /// (created at 1G; an existing file is served at its size).
     #[arg(long = "export", value_name = "NAME=SPEC", value_parser = ExportConfig::parse_arg)]
     export: Vec<ExportConfig>,
     /// Serve the object store in DIR (created if missing) over the native
@@ -372,12 +379,41 @@ impl std::fmt::Display for UsageError {
 }
 impl std::error::Error for UsageError {}
 
+/// The key of serde's "unknown field `KEY`, expected ..." message.
+fn unknown_key(message: &str) -> Option<&str> {
+    message
+        .strip_prefix("unknown field `")
+        .and_then(|rest| rest.split_once('`'))
+        .map(|(key, _)| key)
+}
+
+/// Where the line setting `key` begins its key, at or after `from`.
+fn key_offset(text: &str, key: &str, from: usize) -> Option<usize> {
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let indent = line.len() - line.trim_start().len();
+        let name = line
+            .split_once('=')
+            .map(|(k, _)| k.trim().trim_matches('"'));
+        if offset >= from && name == Some(key) {
+            return Some(offset + indent);
+        }
+        offset += line.len();
+    }
+    None
+}
+
 /// A TOML config error as a person reads it: where (line, column and the
 /// key on that line) and what, in words rather than Rust type names.
 fn config_error(path: &Path, text: &str, e: &toml::de::Error) -> String {
     let mut place = format!("config file {}", path.display());
     if let Some(span) = e.span() {
-        let before = &text[..span.start.min(text.len())];
+        // An unknown key's span is its whole table (line 1, column 1 at
+        // the top level): point at the key itself.
+        let start = unknown_key(e.message())
+            .and_then(|key| key_offset(text, key, span.start))
+            .unwrap_or(span.start);
+        let before = &text[..start.min(text.len())];
         let line = before.matches('\n').count() + 1;
         let line_start = before.rfind('\n').map_or(0, |i| i + 1);
         let column = before[line_start..].chars().count() + 1;
@@ -413,7 +449,10 @@ fn config_error(path: &Path, text: &str, e: &toml::de::Error) -> String {
 }
 
 const DEFAULT_LISTEN: &str = "127.0.0.1:10809";
-const DEFAULT_EXPORT: &str = "default=file:./sluice-data/default.img,size=1G";
+/// The default export's image, created at [`DEFAULT_SIZE`] when missing
+/// and served at whatever size it has when it exists.
+const DEFAULT_IMAGE: &str = "./sluice-data/default.img";
+const DEFAULT_SIZE: &str = "1G";
 const DEFAULT_OBJECT_LISTEN: &str = "127.0.0.1:10810";
 const DEFAULT_OBJECTS: &str = "./sluice-data/objects";
 
@@ -471,6 +510,13 @@ fn serve_config(args: ServeArgs, listening: &Listening<'_>) -> Result<(ServerCon
         config.cache = c;
     }
     if let Some(b) = args.cache_size {
+        if config.cache == sluice_server::CachePolicy::None {
+            return Err(UsageError(
+                "--cache-size sizes a cache there is none of; add --cache writethrough or writeback"
+                    .into(),
+            )
+            .into());
+        }
         config.cache_size = b;
     }
     if let Some(b) = args.readahead_max {
@@ -555,8 +601,14 @@ fn serve_config(args: ServeArgs, listening: &Listening<'_>) -> Result<(ServerCon
     config.validate().map_err(|e| UsageError(e.to_string()))?;
     let mut created_dir = false;
     if config.export.is_empty() {
-        let default =
-            ExportConfig::parse_arg(DEFAULT_EXPORT).map_err(|e| UsageError(e.to_string()))?;
+        // No size was asked for: an image that exists (grown, say) is
+        // served as it is, not refused for being larger than the default.
+        let spec = if Path::new(DEFAULT_IMAGE).exists() {
+            format!("default=file:{DEFAULT_IMAGE}")
+        } else {
+            format!("default=file:{DEFAULT_IMAGE},size={DEFAULT_SIZE}")
+        };
+        let default = ExportConfig::parse_arg(&spec).map_err(|e| UsageError(e.to_string()))?;
         created_dir = !Path::new(DEFAULT_DIR).exists();
         std::fs::create_dir_all(DEFAULT_DIR)
             .with_context(|| format!("cannot create ./{DEFAULT_DIR} for the default export"))?;
@@ -611,7 +663,11 @@ fn init_logging(
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli: Cli = usage::parse();
+    // A server's stdout closing must not stop it.
+    if !matches!(cli.command, Command::Serve(_)) {
+        pipe::quiet_on_closed_stdout();
+    }
     let log = init_logging(cli.log_format, &cli.command);
     let subcommand = match cli.command {
         Command::Serve(_) => "serve",
@@ -645,14 +701,12 @@ fn main() -> ExitCode {
             // `{:#}`: each error of the chain once, joined by ": ". A
             // closed stderr loses the line; the exit status still tells.
             let mut stderr = std::io::stderr().lock();
-            let _ = writeln!(stderr, "sluice: error: {e:#}");
             if usage {
-                let _ = writeln!(
-                    stderr,
-                    "sluice: run 'sluice {subcommand} --help' for the accepted options"
-                );
+                let line = usage::with_help_hint(&format!("{e:#}"), subcommand);
+                let _ = writeln!(stderr, "sluice: error: {line}");
                 ExitCode::from(2)
             } else {
+                let _ = writeln!(stderr, "sluice: error: {e:#}");
                 ExitCode::FAILURE
             }
         }

@@ -34,7 +34,11 @@ enum MetaCommand {
     },
     /// The object servers of the deployment, one per line, in the order
     /// they were added.
-    LsServers,
+    LsServers {
+        /// Print a JSON array of their URIs instead.
+        #[arg(long)]
+        json: bool,
+    },
     /// Remove object servers; refused while a striped object has a piece
     /// on one.
     RemoveServer {
@@ -48,7 +52,10 @@ pub(crate) fn run(args: MetaArgs) -> anyhow::Result<()> {
     let uri = args
         .meta
         .ok_or_else(|| UsageError("--meta URI names the metadata service".into()))?;
-    let store = store::open_meta_store(&uri)?;
+    // Adding servers starts a deployment: only it may create a SQLite
+    // store's directory.
+    let create = matches!(args.command, MetaCommand::AddServer { .. });
+    let store = store::open_meta_store(&uri, create)?;
     match args.command {
         MetaCommand::AddServer { servers } => {
             for s in &servers {
@@ -62,13 +69,15 @@ pub(crate) fn run(args: MetaArgs) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        MetaCommand::LsServers => {
-            let text: String = store
+        MetaCommand::LsServers { json } => {
+            let servers = store
                 .servers()
-                .map_err(|e| anyhow::Error::new(e).context("cannot list the object servers"))?
-                .iter()
-                .map(|s| format!("{s}\n"))
-                .collect();
+                .map_err(|e| anyhow::Error::new(e).context("cannot list the object servers"))?;
+            let text: String = if json {
+                format!("{}\n", serde_json::Value::from(servers))
+            } else {
+                servers.iter().map(|s| format!("{s}\n")).collect()
+            };
             print!("{text}");
             Ok(())
         }

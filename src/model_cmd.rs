@@ -440,8 +440,11 @@ pub(crate) fn is_usage_error(e: &anyhow::Error) -> bool {
 pub(crate) fn run(args: ModelArgs) -> Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    run_to(args, &mut out)?;
-    out.flush().context("cannot write to stdout")
+    match run_to(args, &mut out).and_then(|()| out.flush().context("cannot write to stdout")) {
+        // Whoever read the output stopped (`| head`): nothing went wrong.
+        Err(e) if crate::pipe::chain_has_closed_pipe(&e) => Ok(()),
+        result => result,
+    }
 }
 
 fn run_to(args: ModelArgs, out: &mut dyn Write) -> Result<()> {

@@ -17,15 +17,15 @@ use sluice_client::obj::{
     answer, AttrChange, ClientHandshakeError, DataOptions, Entry, ErrorCode, FlushScope, ObjClient,
     ObjError, ObjOptions, Range, Segment, Value, DEFAULT_PARTITION,
 };
-use sluice_client::{ObjUri, DEFAULT_OBJ_SERVER};
+use sluice_client::{ClientError, ObjUri, DEFAULT_OBJ_SERVER};
 use sluice_types::error_chain;
 
 mod striped;
 mod values;
 
 use values::{
-    json_value, parse_assignment, parse_id, parse_range, parse_stride, parse_where, show_value,
-    Stride,
+    json_value, parse_assignment, parse_id, parse_range, parse_stride, parse_where, show_attr,
+    show_bytes, show_value, Stride,
 };
 
 /// Arguments of `sluice obj`.
@@ -59,8 +59,11 @@ enum ObjCommand {
     /// Store FILE (or stdin) as the whole object (with --meta: a new
     /// striped object NAME).
     Put {
+        /// The object's id (as create printed it), or with --meta the
+        /// striped object's name.
         #[arg(value_name = "ID|NAME")]
         target: String,
+        /// The data; stdin when absent or -.
         file: Option<PathBuf>,
         /// With --meta: bytes per stripe unit (a power of two, at least 4K).
         #[arg(long, value_name = "SIZE")]
@@ -72,6 +75,8 @@ enum ObjCommand {
     /// Write the object's bytes to stdout: all of it, or the ranges and
     /// the strided pattern given, in order.
     Get {
+        /// The object's id (as create printed it), or with --meta the
+        /// striped object's name.
         #[arg(value_name = "ID|NAME")]
         target: String,
         /// OFF:LEN (sizes like 4096, 4K, 1M); repeatable.
@@ -84,17 +89,21 @@ enum ObjCommand {
     /// Scatter FILE (or stdin) over the ranges, in order; the input must
     /// be exactly as long as the ranges together.
     Write {
+        /// The object's id.
         #[arg(value_parser = parse_id)]
         id: u64,
         /// OFF:LEN (sizes like 4096, 4K, 1M); repeatable, at least one.
         #[arg(long = "range", value_name = "OFF:LEN", value_parser = parse_range, required = true)]
         ranges: Vec<Segment>,
+        /// The data; stdin when absent or -.
         file: Option<PathBuf>,
     },
     /// Append FILE (or stdin) to the object; prints the offset it went to.
     Append {
+        /// The object's id.
         #[arg(value_parser = parse_id)]
         id: u64,
+        /// The data; stdin when absent or -.
         file: Option<PathBuf>,
     },
     /// Get or set attributes.
@@ -105,33 +114,41 @@ enum ObjCommand {
     Ls {
         /// With --meta: only names starting with this.
         prefix: Option<String>,
+        /// Only the objects of this collection.
         #[arg(long, value_name = "NAME")]
         collection: Option<String>,
         /// Show each object's attributes.
         #[arg(long)]
         attrs: bool,
+        /// Print JSON instead of text (times as nanoseconds since the epoch).
         #[arg(long)]
         json: bool,
     },
     /// Objects of a collection whose attributes meet every condition.
     Query {
+        /// The collection to search.
         #[arg(long, value_name = "NAME")]
         collection: String,
         /// KEY>=VALUE, KEY<=VALUE or KEY=VALUE; repeatable, at least one.
         #[arg(long = "where", value_name = "COND", value_parser = parse_where, required = true)]
         conditions: Vec<Range>,
+        /// Print JSON instead of text (times as nanoseconds since the epoch).
         #[arg(long)]
         json: bool,
     },
     /// Remove objects.
     Rm {
+        /// Object ids, or with --meta striped object names.
         #[arg(value_name = "ID|NAME", required = true)]
         targets: Vec<String>,
     },
     /// The object's length and the other attributes the server keeps.
     Stat {
+        /// The object's id (as create printed it), or with --meta the
+        /// striped object's name.
         #[arg(value_name = "ID|NAME")]
         target: String,
+        /// Print JSON instead of text (times as nanoseconds since the epoch).
         #[arg(long)]
         json: bool,
     },
@@ -150,6 +167,7 @@ enum AttrCommand {
     /// Set attributes: KEY=VALUE, VALUE an integer or text, or forced
     /// with int:, text: or hex: (bytes).
     Set {
+        /// The object's id.
         #[arg(value_parser = parse_id)]
         id: u64,
         #[arg(value_name = "KEY=VALUE", value_parser = parse_assignment, required = true)]
@@ -157,9 +175,12 @@ enum AttrCommand {
     },
     /// Print attributes as KEY=VALUE lines (all of them, or KEY...).
     Get {
+        /// The object's id.
         #[arg(value_parser = parse_id)]
         id: u64,
+        /// Only these attributes.
         keys: Vec<String>,
+        /// Print JSON instead of text (times as nanoseconds since the epoch).
         #[arg(long)]
         json: bool,
     },
@@ -259,7 +280,8 @@ fn connect(server: &str) -> Result<ObjClient, Failure> {
                 source: ClientHandshakeError::TlsRequired | ClientHandshakeError::TlsUnavailable,
                 ..
             }
-            | ObjError::BadUri(_) => String::new(),
+            | ObjError::BadUri(_)
+            | ObjError::Transport(ClientError::WrongProtocol { .. }) => String::new(),
             _ => format!(
                 "; is 'sluice serve' running at {server}? (--server URI names another server)"
             ),
@@ -285,7 +307,16 @@ fn open_input(file: Option<&Path>) -> Result<Box<dyn Read>, Failure> {
             })?;
             Ok(Box::new(f))
         }
-        _ => Ok(Box::new(std::io::stdin().lock())),
+        _ => {
+            let stdin = std::io::stdin();
+            if std::io::IsTerminal::is_terminal(&stdin) {
+                // Otherwise it looks hung.
+                eprintln!(
+                    "sluice: reading the data from the terminal; end it with Ctrl-D (or give FILE)"
+                );
+            }
+            Ok(Box::new(stdin.lock()))
+        }
     }
 }
 
@@ -324,8 +355,10 @@ fn stream_in(
     let mut buf = vec![0u8; CHUNK];
     let mut start = 0u64;
     let mut pos = 0u64;
+    let mut progress = crate::progress::Progress::bytes(&format!("object {id}"), None);
     loop {
         let n = read_chunk(input, &mut buf)?;
+        progress.add(n as u64);
         if append && pos == 0 {
             start = c
                 .append(id, &buf[..n], &DataOptions::default())
@@ -347,9 +380,10 @@ fn stream_in(
 
 fn out(bytes: &[u8]) -> Outcome {
     let mut o = std::io::stdout().lock();
-    o.write_all(bytes)
-        .and_then(|()| o.flush())
-        .map_err(|e| Failure::Failed(format!("cannot write to stdout: {e}")))
+    o.write_all(bytes).and_then(|()| o.flush()).map_err(|e| {
+        crate::pipe::exit_if_closed(&e);
+        Failure::Failed(format!("cannot write to stdout: {e}"))
+    })
 }
 
 /// An object id argument (striped objects are named with --meta).
@@ -433,6 +467,8 @@ fn execute(args: ObjArgs) -> Outcome {
             if segments.is_empty() {
                 // The whole object, streamed a chunk at a time.
                 let length = c.stat(id).map_err(fail)?.length;
+                let mut progress =
+                    crate::progress::Progress::bytes(&format!("object {id}"), Some(length));
                 let mut at = 0;
                 while at < length {
                     let n = (length - at).min(CHUNK as u64);
@@ -442,6 +478,7 @@ fn execute(args: ObjArgs) -> Outcome {
                     };
                     out(&c.read(id, &[seg]).map_err(fail)?.data)?;
                     at += n;
+                    progress.add(n);
                 }
                 return Ok(());
             }
@@ -586,7 +623,8 @@ fn execute(args: ObjArgs) -> Outcome {
                 .map_err(fail)?
                 .get(PUT_INCOMPLETE_ATTR)
                 .is_some();
-            let fields: Vec<(String, &Value)> = stat
+            // (short name, full key, value)
+            let fields: Vec<(String, &str, &Value)> = stat
                 .attrs
                 .values()
                 .filter(|(k, _)| *k != sluice_client::obj::LENGTH_ATTR)
@@ -594,22 +632,23 @@ fn execute(args: ObjArgs) -> Outcome {
                     let short = k
                         .strip_prefix(sluice_client::obj::SERVER_ATTR_PREFIX)
                         .unwrap_or(k);
-                    (short.replace('.', "_"), v)
+                    (short.replace('.', "_"), k, v)
                 })
                 .collect();
             if json {
                 let mut map = serde_json::Map::new();
                 map.insert("id".into(), stat.object.into());
                 map.insert("length".into(), stat.length.into());
-                for (k, v) in &fields {
+                for (k, _, v) in &fields {
                     map.insert(k.clone(), json_value(v));
                 }
                 map.insert("incomplete".into(), incomplete.into());
                 out(format!("{}\n", serde_json::Value::Object(map)).as_bytes())
             } else {
-                let mut text = format!("id: {}\nlength: {}\n", stat.object, stat.length);
-                for (k, v) in &fields {
-                    text.push_str(&format!("{k}: {}\n", show_value(v)));
+                let mut text =
+                    format!("id: {}\nlength: {}\n", stat.object, show_bytes(stat.length));
+                for (k, key, v) in &fields {
+                    text.push_str(&format!("{k}: {}\n", show_attr(key, v)));
                 }
                 if incomplete {
                     text.push_str("incomplete: a put of it did not finish; put it again\n");
@@ -651,7 +690,7 @@ fn print_entries(entries: &[Entry], attrs: bool, json: bool) -> Outcome {
         text.push_str(&e.object.to_string());
         if attrs {
             for (k, v) in e.attrs.values() {
-                text.push_str(&format!(" {k}={}", show_value(v)));
+                text.push_str(&format!(" {k}={}", show_attr(k, v)));
             }
         }
         text.push('\n');

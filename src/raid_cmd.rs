@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use crate::UsageError;
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use sluice_raid::{ArrayStatus, ScrubReport};
@@ -45,23 +46,52 @@ enum RaidCommand {
     Scrub(ScrubArgs),
 }
 
+/// The admin socket of the packaged configuration (contrib/sluice.toml).
+const PACKAGED_ADMIN: &str = "/run/sluice/admin.sock";
+
 /// `--admin PATH`.
 #[derive(Debug, Args)]
 struct AdminArg {
-    /// The server's admin socket (PATH or unix:PATH).
-    #[arg(long, value_name = "PATH", default_value = DEFAULT_ADMIN)]
-    admin: String,
+    /// The server's admin socket (PATH or unix:PATH). Default:
+    /// ./sluice-data/admin.sock (what 'sluice serve' opens with no
+    /// arguments), else /run/sluice/admin.sock (the packaged
+    /// configuration's) if that exists.
+    #[arg(long, value_name = "PATH")]
+    admin: Option<String>,
 }
 
 impl AdminArg {
     fn path(&self) -> &Path {
-        Path::new(self.admin.strip_prefix("unix:").unwrap_or(&self.admin))
+        match &self.admin {
+            Some(a) => Path::new(a.strip_prefix("unix:").unwrap_or(a)),
+            None if !Path::new(DEFAULT_ADMIN).exists() && Path::new(PACKAGED_ADMIN).exists() => {
+                Path::new(PACKAGED_ADMIN)
+            }
+            None => Path::new(DEFAULT_ADMIN),
+        }
     }
 
     /// Sends `request`; an error reply is an error.
     fn ask(&self, request: &AdminRequest) -> anyhow::Result<AdminReply> {
-        let reply = admin::request(self.path(), request)
-            .with_context(|| format!("cannot ask the server on {}", self.path().display()))?;
+        let path = self.path();
+        let reply = admin::request(path, request).map_err(|e| {
+            // Nothing there, or nobody answering: the server has no admin
+            // socket at this path.
+            let absent = matches!(&e, admin::AdminError::Io { source, .. }
+                if matches!(source.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused));
+            let hint = if absent {
+                format!(
+                    "; is a server running with '--admin unix:{}'? (--admin PATH names another socket)",
+                    path.display()
+                )
+            } else {
+                String::new()
+            };
+            anyhow::Error::new(e).context(format!(
+                "cannot ask the server on {}{hint}",
+                path.display()
+            ))
+        })?;
         if let AdminReply::Error { message } = reply {
             bail!("{message}");
         }
@@ -121,9 +151,14 @@ fn percent(done: u64, total: u64) -> f64 {
     }
 }
 
+/// A state as every `sluice raid` command spells it: `clean`,
+/// `degraded`, `active`.
+fn state(s: &dyn std::fmt::Debug) -> String {
+    format!("{s:?}").to_lowercase()
+}
+
 /// The text `sluice raid status` prints for one array.
 fn describe(export: &str, a: &ArrayStatus) -> String {
-    let state = |s: &dyn std::fmt::Debug| format!("{s:?}").to_lowercase();
     let mut out = format!(
         "{export}: {} unit {} size {} members {} state {}",
         a.level,
@@ -201,10 +236,16 @@ fn wait_for_rebuild(admin: &AdminArg, export: &str, member: usize) -> anyhow::Re
                 let m = a.array.members.get(member);
                 match m.map(|m| m.state) {
                     Some(sluice_raid::MemberCondition::Active) => {
-                        println!("member {member} of {export} rebuilt; array {:?}", a.array.state);
+                        println!(
+                            "member {member} of {export} rebuilt; array {}",
+                            state(&a.array.state)
+                        );
                         return Ok(());
                     }
-                    other => bail!("the rebuild of member {member} of {export} stopped: the member is {other:?}"),
+                    other => bail!(
+                        "the rebuild of member {member} of {export} stopped: the member is {}",
+                        other.map_or_else(|| "gone".to_owned(), |s| state(&s))
+                    ),
                 }
             }
         }
@@ -244,11 +285,19 @@ impl CreateArgs {
                 format!("raid{level}:unit={unit},members={}", uris.join(","))
             }
             (None, None, [spec]) => spec.clone(),
-            _ => bail!("give one array SPEC, or --level, --unit and the member URIs"),
+            _ => {
+                return Err(UsageError(
+                    "give one array SPEC, or --level, --unit and the member URIs".into(),
+                )
+                .into())
+            }
         };
-        let spec: VolumeSpec = text.parse()?;
+        let spec: VolumeSpec = text.parse().map_err(|e| UsageError(format!("{e}")))?;
         if !matches!(spec.base, BaseSpec::Raid(_)) {
-            bail!("{text:?} is not an array spec (raid0:... or raid5:...)");
+            return Err(UsageError(format!(
+                "{text:?} is not an array spec (raid0:... or raid5:...)"
+            ))
+            .into());
         }
         Ok(spec)
     }

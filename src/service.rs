@@ -19,6 +19,8 @@ pub(crate) const PRIVATE_NBD_SOCKET: &str = "nbd.sock";
 /// The object socket's name in captive mode's private directory.
 pub(crate) const PRIVATE_OBJECT_SOCKET: &str = "objects.sock";
 
+mod stdin;
+
 /// `--pidfile`, `--user`, `--group`, `--exit-with-parent`, `--run`,
 /// `--print-uri`.
 #[derive(Debug, Default, Args)]
@@ -47,6 +49,11 @@ pub(crate) struct ServiceArgs {
     /// sluice://...) on stdout once listening.
     #[arg(long)]
     print_uri: bool,
+    /// Serve one NBD connection on standard input and output, then exit
+    /// (as `nbdkit -s` and inetd servers do; libnbd's connect_command,
+    /// nbd+ssh tunnels). Takes no --listen; logs go to stderr.
+    #[arg(long, conflicts_with_all = ["run", "print_uri", "listen"])]
+    stdin: bool,
 }
 
 /// Where the server listens and what it serves, for a status line.
@@ -138,6 +145,10 @@ fn lookup_ids(
 /// Switches to `uid` and `gid` for good (supplementary groups: `gid` only).
 fn drop_privileges(uid: Option<nix::unistd::Uid>, gid: Option<nix::unistd::Gid>) -> Result<()> {
     use nix::unistd::{setgid, setgroups, setuid};
+    if uid.is_none() && gid.is_none() {
+        // Nothing asked (no --user or --group): nothing dropped.
+        return Ok(());
+    }
     if let Some(gid) = gid {
         setgroups(&[gid])
             .with_context(|| format!("cannot set the supplementary groups to {gid}"))?;
@@ -314,6 +325,12 @@ pub(crate) fn serve(mut args: ServeArgs) -> Result<ExitCode> {
     let inherited = InheritedListeners::from_systemd()?;
     let service = std::mem::take(&mut args.service);
     let private_dir = match (&service.run, args.listen.is_empty(), &inherited) {
+        (_, true, None) if service.stdin => Some(
+            tempfile::Builder::new()
+                .prefix("sluice-stdin-")
+                .tempdir()
+                .context("cannot create a private directory for --stdin's socket")?,
+        ),
         (Some(_), true, None) => Some(
             tempfile::Builder::new()
                 .prefix("sluice-run-")
@@ -365,7 +382,8 @@ pub(crate) fn serve(mut args: ServeArgs) -> Result<ExitCode> {
     }
     let mut stdout = std::io::stdout().lock();
     let mut print = |line: String| writeln!(stdout, "{line}").context("cannot write to stdout");
-    if service.run.is_none() {
+    // With --stdin, stdout is the connection.
+    if service.run.is_none() && !service.stdin {
         for addr in server.local_addrs() {
             print(format!("listening on {addr}"))?;
         }
@@ -394,6 +412,12 @@ pub(crate) fn serve(mut args: ServeArgs) -> Result<ExitCode> {
         Some(cmd) => Some(start_captive(cmd, &server, tls)?),
         None => None,
     };
+    if service.stdin {
+        match (server.local_addrs().first(), &private_dir) {
+            (Some(ListenAddr::Unix(socket)), Some(_)) => stdin::start_relay(&server, socket)?,
+            _ => anyhow::bail!("--stdin: the server has no private socket to relay to"),
+        }
+    }
     server.run().context("server failed")?;
     drop(pidfile);
     drop(private_dir);

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use sluice_client::obj::{ObjOptions, RemoteMetaStore};
-use sluice_client::ObjUri;
-use sluice_meta::{EtcdConfig, EtcdMetaStore, MetaStore, SqliteMetaStore};
+use sluice_client::obj::{ObjError, ObjOptions, RemoteMetaStore};
+use sluice_client::{ClientError, ObjUri};
+use sluice_meta::{EtcdConfig, EtcdMetaStore, MetaError, MetaStore, SqliteMetaStore};
 
 use crate::UsageError;
 
@@ -29,8 +29,11 @@ pub(crate) fn cli_options() -> ObjOptions {
 
 /// The metadata service `uri` names: a sluice server's over the native
 /// protocol (`sluice://`, `sluices://`, `sluice+unix://`), etcd
-/// (`etcd://`, `etcds://` with TLS), or SQLite in a directory (`sqlite:DIR` or a path).
-pub(crate) fn open_meta_store(uri: &str) -> anyhow::Result<Arc<dyn MetaStore>> {
+/// (`etcd://`, `etcds://` with TLS), or SQLite in a directory (`sqlite:DIR` or a path),
+/// which must exist unless `create` (`sluice meta add-server`, which starts a
+/// deployment): a mistyped directory would otherwise be a new, empty
+/// deployment in which every object looks gone.
+pub(crate) fn open_meta_store(uri: &str, create: bool) -> anyhow::Result<Arc<dyn MetaStore>> {
     if uri.starts_with("sluice://")
         || uri.starts_with("sluices://")
         || uri.starts_with("sluice+unix://")
@@ -38,16 +41,25 @@ pub(crate) fn open_meta_store(uri: &str) -> anyhow::Result<Arc<dyn MetaStore>> {
         let parsed: ObjUri = uri
             .parse()
             .map_err(|e| UsageError(format!("--meta {uri}: {e}")))?;
-        let store = RemoteMetaStore::connect(parsed, cli_options()).with_context(|| {
-            format!("cannot reach the metadata service at {uri}; is 'sluice serve --meta DIR' running there?")
+        let store = RemoteMetaStore::connect(parsed, cli_options()).map_err(|e| {
+            match wrong_port(&e) {
+                // One line that says what to do.
+                Some(line) => anyhow::anyhow!(line),
+                None => anyhow::Error::new(e).context(format!(
+                    "cannot reach the metadata service at {uri}; is 'sluice serve --meta DIR' running there?"
+                )),
+            }
         })?;
         return Ok(Arc::new(store));
     }
     if uri.starts_with("etcd://") || uri.starts_with("etcds://") {
         let config =
             EtcdConfig::from_uri(uri).map_err(|e| UsageError(format!("--meta {uri}: {e}")))?;
-        let store = EtcdMetaStore::connect(config)
-            .with_context(|| format!("cannot reach etcd at {uri}"))?;
+        let store = EtcdMetaStore::connect(config).map_err(|e| match e {
+            // Already one line naming the endpoints.
+            MetaError::Unreachable { .. } => anyhow::Error::new(e),
+            e => anyhow::Error::new(e).context(format!("cannot reach etcd at {uri}")),
+        })?;
         return Ok(Arc::new(store));
     }
     if uri.starts_with("mem:") {
@@ -58,6 +70,13 @@ pub(crate) fn open_meta_store(uri: &str) -> anyhow::Result<Arc<dyn MetaStore>> {
     }
     if uri.starts_with("sqlite:") || !uri.contains("://") {
         let dir = Path::new(uri.strip_prefix("sqlite:").unwrap_or(uri));
+        if !create && !dir.is_dir() {
+            anyhow::bail!(
+                "metadata directory {} does not exist (a new deployment starts with \
+                 'sluice meta --meta {uri} add-server URI...', which creates it)",
+                dir.display()
+            );
+        }
         let store = SqliteMetaStore::open(dir)
             .with_context(|| format!("cannot open the metadata service in {}", dir.display()))?;
         return Ok(Arc::new(store));
@@ -68,12 +87,25 @@ pub(crate) fn open_meta_store(uri: &str) -> anyhow::Result<Arc<dyn MetaStore>> {
     .into())
 }
 
+/// The wrong-port message somewhere in `e`'s chain: the server greeted in
+/// the other protocol.
+fn wrong_port(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if let Some(ObjError::Transport(w @ ClientError::WrongProtocol { .. })) = c.downcast_ref() {
+            return Some(w.to_string());
+        }
+        cause = c.source();
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn usage(uri: &str) -> String {
-        let e = open_meta_store(uri).err().expect("refused");
+        let e = open_meta_store(uri, false).err().expect("refused");
         assert!(e.downcast_ref::<UsageError>().is_some(), "{e:#}");
         format!("{e:#}")
     }
@@ -91,12 +123,12 @@ mod tests {
     fn a_directory_opens_sqlite_and_keeps_what_it_was_given() {
         let dir = tempfile::tempdir().expect("temporary directory");
         let uri = format!("sqlite:{}", dir.path().display());
-        open_meta_store(&uri)
+        open_meta_store(&uri, false)
             .expect("open")
             .add_server("sluice://127.0.0.1:10810")
             .expect("add_server");
         // A bare path is the same store.
-        let again = open_meta_store(&dir.path().display().to_string()).expect("reopen");
+        let again = open_meta_store(&dir.path().display().to_string(), false).expect("reopen");
         assert_eq!(
             again.servers().expect("servers"),
             ["sluice://127.0.0.1:10810"]
@@ -104,9 +136,21 @@ mod tests {
     }
 
     #[test]
+    fn a_missing_directory_is_an_error_unless_asked_to_create_it() {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let missing = dir.path().join("no").join("such");
+        let uri = format!("sqlite:{}", missing.display());
+        let e = open_meta_store(&uri, false).err().expect("refused");
+        assert!(format!("{e:#}").contains("does not exist"), "{e:#}");
+        assert!(!missing.exists());
+        open_meta_store(&uri, true).expect("created");
+        assert!(missing.is_dir());
+    }
+
+    #[test]
     fn a_sluice_uri_with_no_server_fails_naming_it() {
         // Port 1 on loopback: nothing listens there.
-        let e = open_meta_store("sluice://127.0.0.1:1")
+        let e = open_meta_store("sluice://127.0.0.1:1", false)
             .err()
             .expect("refused");
         assert!(e.downcast_ref::<UsageError>().is_none());

@@ -60,7 +60,7 @@ fn meta_failure(what: &str, e: &MetaError) -> Failure {
 /// Runs one command against the deployment the metadata service at
 /// `meta` describes.
 pub(super) fn execute(meta: &str, command: ObjCommand) -> Outcome {
-    let store = open_meta_store(meta).map_err(|e| {
+    let store = open_meta_store(meta, false).map_err(|e| {
         let msg = format!("{e:#}");
         if e.downcast_ref::<UsageError>().is_some() {
             Failure::Usage(msg)

@@ -184,6 +184,65 @@ pub(crate) fn show_value(v: &Value) -> String {
     }
 }
 
+/// The attributes the server keeps as nanoseconds since the epoch.
+const TIME_ATTRS: [&str; 3] = [
+    "sluice.created",
+    "sluice.data_modified",
+    "sluice.attrs_modified",
+];
+
+/// The value of attribute `key` for people: the server's times in
+/// RFC 3339 (UTC), anything else as [`show_value`] prints it. `--json`
+/// keeps the numbers.
+pub(crate) fn show_attr(key: &str, v: &Value) -> String {
+    match v {
+        Value::Integer(nanos) if TIME_ATTRS.contains(&key) => rfc3339(*nanos),
+        v => show_value(v),
+    }
+}
+
+/// `bytes` for people: `3000000 (2.9 MiB)`, or just the digits under
+/// 1 KiB.
+pub(crate) fn show_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    let mut value = bytes as f64;
+    let mut unit = None;
+    for u in UNITS {
+        if value < 1024.0 {
+            break;
+        }
+        value /= 1024.0;
+        unit = Some(u);
+    }
+    match unit {
+        Some(u) => format!("{bytes} ({value:.1} {u})"),
+        None => bytes.to_string(),
+    }
+}
+
+/// `nanos` since the epoch as `YYYY-MM-DDTHH:MM:SS.NNNNNNNNNZ`.
+fn rfc3339(nanos: i64) -> String {
+    let secs = nanos.div_euclid(1_000_000_000);
+    let frac = nanos.rem_euclid(1_000_000_000);
+    let (days, rest) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{frac:09}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
 fn has_prefix(t: &str) -> bool {
     ["int:", "text:", "hex:"].iter().any(|p| t.starts_with(p))
 }
@@ -250,6 +309,28 @@ mod tests {
             Ok(("k".into(), Value::Text("v=w".into())))
         );
         assert!(parse_assignment("=v").is_err());
+    }
+
+    #[test]
+    fn server_times_print_as_rfc3339_and_other_values_as_they_are() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000000000Z");
+        assert_eq!(
+            rfc3339(1_795_926_876_154_000_133),
+            "2026-11-29T04:34:36.154000133Z"
+        );
+        assert_eq!(
+            rfc3339(951_782_400_000_000_001),
+            "2000-02-29T00:00:00.000000001Z"
+        );
+        assert_eq!(rfc3339(-1), "1969-12-31T23:59:59.999999999Z");
+        assert_eq!(
+            show_attr("sluice.created", &Value::Integer(0)),
+            "1970-01-01T00:00:00.000000000Z"
+        );
+        assert_eq!(show_attr("created", &Value::Integer(5)), "5");
+        assert_eq!(show_bytes(1000), "1000");
+        assert_eq!(show_bytes(3_000_000), "3000000 (2.9 MiB)");
+        assert_eq!(show_bytes(1 << 30), "1073741824 (1.0 GiB)");
     }
 
     #[test]

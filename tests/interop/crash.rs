@@ -193,13 +193,16 @@ fn start(image: &Path, cache: &str, power_loss_seed: Option<u64>) -> Server {
         Some(seed) => format!("power-loss={seed}"),
         None => String::new(),
     };
-    ServerBuilder::new()
+    let server = ServerBuilder::new()
         .file_export("disk", image, &opts)
         .arg("--cache")
-        .arg(cache)
-        .arg("--cache-size")
-        .arg("4M")
-        .start()
+        .arg(cache);
+    // A cache size without a cache is refused.
+    match cache {
+        "none" => server,
+        _ => server.arg("--cache-size").arg("4M"),
+    }
+    .start()
 }
 
 fn cycles(base: u64) -> u64 {

@@ -71,7 +71,7 @@ fn usage_errors_exit_2_and_point_at_the_subcommand_help() {
     assert!(line.contains("expected a whole number"), "{line}");
     assert!(!line.contains("usize"), "{line}");
     assert!(
-        out.stderr().contains("run 'sluice serve --help'"),
+        out.stderr().contains("; see 'sluice serve --help'"),
         "{}",
         out.describe()
     );
@@ -82,7 +82,7 @@ fn usage_errors_exit_2_and_point_at_the_subcommand_help() {
     out.assert_code(2);
     once(&error_line(&out), "unknown scheme");
     assert!(
-        out.stderr().contains("run 'sluice bench --help'"),
+        out.stderr().contains("; see 'sluice bench --help'"),
         "{}",
         out.describe()
     );

@@ -122,8 +122,12 @@ fn a_full_filesystem_gives_enospc_and_frees_up_again() {
         .arg("--cache")
         .arg("none")
         .start();
+    // A 16 MiB sparse image on a 2 MiB filesystem: said at start.
+    srv.wait_for_log("writes past that will fail with ENOSPC");
     run_script("full_disk.py", &[srv.uri("disk"), FS.to_string()]);
     srv.assert_running();
+    // The operator hears of it too, not only the client.
+    srv.wait_for_log("no space left for the export's data");
     drop(srv);
     // Again with 512 KiB writes, whose payloads are spliced into the file.
     std::fs::remove_file(fs.dir.path().join("d.img")).expect("remove the image");

@@ -443,6 +443,14 @@ impl ServerBuilder {
             cmd.arg("--listen").arg(l);
         }
         cmd.args(&self.args);
+        // Without exports `sluice serve` serves ./sluice-data/default.img,
+        // which the folder above would make one image for every test
+        // server; servers lock their images, so each gets its own.
+        if !self.args.iter().any(|a| a == "--export" || a == "--config") {
+            let image = logdir.path().join("default.img");
+            cmd.arg("--export")
+                .arg(format!("default=file:{},size=1G", image.display()));
+        }
         let cmdline = format!("{:?}", cmd);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())

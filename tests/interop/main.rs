@@ -21,6 +21,7 @@ mod multi_conn;
 mod nbdcopy;
 mod nbdinfo;
 mod nbdsh;
+mod newcomer;
 mod obj_cli;
 mod obj_reconnect;
 mod objects;

@@ -192,3 +192,21 @@ fn replace_rebuilds_under_fio_and_scrub_finds_and_repairs_parity() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no export named \"nosuch\""), "{stderr}");
 }
+
+/// `raid replace --wait` ends with the array's state spelt as `raid
+/// status` spells it.
+#[test]
+fn replace_wait_ends_with_the_state_in_the_status_spelling() {
+    let dir = tempdir();
+    let members: Vec<Server> = (0..3).map(|i| member(dir.path(), i)).collect();
+    let spec = raid5_spec(&members.iter().collect::<Vec<_>>());
+    create(&spec);
+    let admin = dir.path().join("admin.sock");
+    let _head = ServerBuilder::new()
+        .export("vol", &spec)
+        .arg(format!("--admin=unix:{}", admin.display()))
+        .start();
+    let fresh = member(dir.path(), 3);
+    let said = raid(&admin, &["replace", "vol", "1", &fresh.uri("m"), "--wait"]);
+    assert!(said.trim_end().ends_with("rebuilt; array clean"), "{said}");
+}

@@ -21,6 +21,13 @@ pub enum MetaError {
     },
     #[error("invalid {what}: {why}")]
     Invalid { what: String, why: String },
+    /// The backend did not answer when the store was opened.
+    #[error("cannot reach {backend} within {after:?}: {reason}")]
+    Unreachable {
+        backend: String,
+        after: std::time::Duration,
+        reason: String,
+    },
     #[error("metadata backend {backend} failed to {action}")]
     Backend {
         backend: String,

@@ -278,8 +278,8 @@ impl std::fmt::Debug for EtcdMetaStore {
 type Attempt<T> = Result<Result<T, MetaError>, etcd_client::Error>;
 
 impl EtcdMetaStore {
-    /// Connects to the cluster. The connection is made lazily: an
-    /// unreachable cluster shows on the first operation.
+    /// Connects to the cluster and reads from it once: one that cannot be
+    /// reached within the connect timeout is [`MetaError::Unreachable`].
     pub fn connect(config: EtcdConfig) -> Result<Self, MetaError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -288,9 +288,7 @@ impl EtcdMetaStore {
             .build()
             .map_err(|e| backend(&config, "start its runtime", e))?;
         let options = config.connect_options()?;
-        let client = runtime
-            .block_on(Client::connect(&config.endpoints, Some(options)))
-            .map_err(|e| backend(&config, "connect", e))?;
+        let client = crate::etcd_reach::connect(&runtime, &config, options)?;
         Ok(Self {
             config,
             client,
@@ -771,7 +769,7 @@ fn name_of<'a>(kv: &'a KeyValue, prefix: &str) -> Result<&'a str, MetaError> {
 
 /// Whether a request may succeed if tried again: its member went away,
 /// it timed out, the cluster had no leader.
-fn transient(e: &etcd_client::Error) -> bool {
+pub(crate) fn transient(e: &etcd_client::Error) -> bool {
     use tonic::Code;
     match e {
         etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
@@ -860,7 +858,7 @@ impl PlacementCounter {
     }
 }
 
-fn backend(
+pub(crate) fn backend(
     config: &EtcdConfig,
     action: impl Into<String>,
     source: impl std::error::Error + Send + Sync + 'static,

@@ -118,6 +118,14 @@ pub enum AdminError {
         #[source]
         source: io::Error,
     },
+    /// The socket's directory does not exist.
+    #[error("cannot bind admin socket {path}: directory {dir} does not exist")]
+    MissingDirectory {
+        /// The socket's path.
+        path: PathBuf,
+        /// Its missing directory.
+        dir: PathBuf,
+    },
     /// The server's answer is not an admin reply.
     #[error("admin socket {path} answered something that is not a reply")]
     BadReply {
@@ -152,6 +160,14 @@ impl AdminSocket {
             source,
         };
         clear_stale_socket(path)?;
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            if !dir.is_dir() {
+                return Err(AdminError::MissingDirectory {
+                    path: path.to_path_buf(),
+                    dir: dir.to_path_buf(),
+                });
+            }
+        }
         let listener = UnixListener::bind(path).map_err(|e| io("bind", e))?;
         let socket = Self {
             listener,

@@ -31,6 +31,8 @@ pub enum ConfigError {
     BadCachePolicy(String),
     #[error("export name {0:?} is used twice")]
     DuplicateExport(String),
+    #[error("listen address {0} is given twice; each --listen and --object-listen needs its own")]
+    DuplicateListen(String),
     #[error("export name {name:?} is invalid: {reason}")]
     BadExportName { name: String, reason: &'static str },
     #[error("bad TLS mode {0:?}: expected off, on or require")]
@@ -778,6 +780,16 @@ impl ServerConfig {
             }
         }
         self.tls.validate()?;
+        let object_listen = self.objects.iter().flat_map(|o| o.listen.iter());
+        let mut bound: Vec<&ListenAddr> = Vec::new();
+        for addr in self.listen.iter().chain(object_listen) {
+            // Port 0 picks a free port each time.
+            let any_port = matches!(addr, ListenAddr::Tcp(a) if a.port() == 0);
+            if !any_port && bound.contains(&addr) {
+                return Err(ConfigError::DuplicateListen(addr.to_string()));
+            }
+            bound.push(addr);
+        }
         if let Some(objects) = &self.objects {
             objects.published_limits()?;
             let allow = objects.partition_allow()?;

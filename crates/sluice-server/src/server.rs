@@ -64,6 +64,12 @@ pub enum ServerError {
         dir: PathBuf,
         source: sluice_meta::MetaError,
     },
+    #[error("cannot open the {what} in {dir}")]
+    Lock {
+        what: &'static str,
+        dir: PathBuf,
+        source: sluice_storage::lock::LockError,
+    },
     #[error("cannot open the object store in {dir}")]
     OpenObjects {
         dir: PathBuf,
@@ -95,6 +101,9 @@ fn open_objects(config: &ObjectConfig) -> Result<Objects, ServerError> {
         dir: config.dir.clone(),
         source,
     };
+    // Locked before the store replays its journal: another server may
+    // be serving this directory.
+    let lock = lock_dir("object store", &config.dir)?;
     let store = sluice_objstore::ObjectStore::open(&config.dir).map_err(open_err)?;
     let mut partitions = vec![DEFAULT_PARTITION];
     for &p in &config.partitions {
@@ -112,7 +121,25 @@ fn open_objects(config: &ObjectConfig) -> Result<Objects, ServerError> {
     Ok(Objects {
         store: Arc::new(store),
         partitions,
+        locks: vec![lock],
     })
+}
+
+/// Creates `dir` if missing and locks it for this process (a [`ServerError::Lock`]
+/// naming the process that holds it otherwise); `what` names it in errors.
+fn lock_dir(what: &'static str, dir: &Path) -> Result<std::fs::File, ServerError> {
+    let err = |source| ServerError::Lock {
+        what,
+        dir: dir.to_owned(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(|source| {
+        err(sluice_storage::lock::LockError::Io {
+            path: dir.to_owned(),
+            source,
+        })
+    })?;
+    sluice_storage::lock::lock_dir(dir, sluice_storage::lock::LockMode::Exclusive).map_err(err)
 }
 
 /// Checks the TLS settings against the exports named `names` and loads
@@ -170,10 +197,17 @@ fn serve_protocols(
     let reload_exports = Arc::clone(&export_access);
     let objects = match &config.objects {
         Some(oc) => {
-            let objects = open_objects(oc)?;
+            let mut objects = open_objects(oc)?;
             let meta = match (meta, &oc.meta) {
                 (Some(given), _) => Some(given),
-                (None, Some(dir)) => Some(crate::obj::open_meta(dir)?),
+                (None, Some(dir)) => {
+                    // The object store's lock covers a metadata service
+                    // kept in the same directory.
+                    if !same_dir(dir, &oc.dir) {
+                        objects.locks.push(lock_dir("metadata service", dir)?);
+                    }
+                    Some(crate::obj::open_meta(dir)?)
+                }
                 (None, None) => None,
             }
             .map(crate::obj::MetaService);
@@ -260,6 +294,17 @@ impl ServerHandle {
 struct Objects {
     store: Arc<sluice_objstore::ObjectStore>,
     partitions: Vec<u64>,
+    /// The locks on its directory and the metadata service's, held while
+    /// the server runs.
+    locks: Vec<std::fs::File>,
+}
+
+/// Whether `a` and `b` name one directory.
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
 }
 
 /// A bound, ready-to-run server: NBD, and the object protocol when an

@@ -18,6 +18,7 @@ mod cache;
 mod error;
 mod fault;
 mod file;
+pub mod lock;
 mod mapped;
 mod mem;
 mod power_loss;

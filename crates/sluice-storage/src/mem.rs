@@ -25,9 +25,25 @@ pub struct MemDevice {
     shards: Box<[Shard]>,
 }
 
+/// Bytes of memory the machine has (sysinfo(2)), 0 if unknown.
+// (`totalram` is a u64 on 64-bit targets and narrower on others.)
+#[allow(clippy::useless_conversion)]
+fn machine_memory() -> u64 {
+    let info = rustix::system::sysinfo();
+    u64::from(info.totalram).saturating_mul(u64::from(info.mem_unit))
+}
+
 impl MemDevice {
     /// A zero-filled device of `size` bytes.
     pub fn new(size: u64, read_only: bool) -> Self {
+        let memory = machine_memory();
+        if memory > 0 && size > memory {
+            tracing::warn!(
+                size,
+                memory,
+                "a RAM disk of {size} bytes is larger than this machine's memory ({memory} bytes); writes past that will fail"
+            );
+        }
         let shards = (0..SHARDS).map(|_| RwLock::new(HashMap::new())).collect();
         Self {
             size,

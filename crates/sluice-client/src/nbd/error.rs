@@ -75,6 +75,10 @@ pub enum ClientError {
     },
     #[error("the connection to {target} is closed")]
     Closed { target: String },
+    /// The server greeted in the other protocol sluice speaks: the user
+    /// gave the wrong port.
+    #[error("{target} {hint}")]
+    WrongProtocol { target: String, hint: &'static str },
 }
 
 impl ClientError {

@@ -10,6 +10,7 @@ use sluice_nbd_proto::{
     HeaderStyle, ReplyStyle, Transmission,
 };
 
+use crate::net::greeting::{wrong_protocol, Expected};
 use crate::net::mux::Reconnect;
 use crate::net::transport::{client_config, open_stream, Stream, DEFAULT_CONNECT_TIMEOUT};
 use crate::net::uri::NbdUri;
@@ -146,7 +147,14 @@ fn drive(
     };
     let mut input: Vec<u8> = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];
+    let mut greeted = false;
     loop {
+        if !greeted && input.len() >= 8 {
+            greeted = true;
+            if let Some(e) = wrong_protocol(&input, Expected::Nbd, target) {
+                return Err(e);
+            }
+        }
         let (used, status) =
             machine
                 .handle_input(&input)

@@ -181,7 +181,7 @@ impl FromStr for NbdUri {
             match &*key {
                 "socket" => socket = Some(PathBuf::from(value.into_owned())),
                 "tls-certificates" => certificates = Some(PathBuf::from(value.into_owned())),
-                _ => tracing::debug!(uri, %key, "ignoring unknown NBD URI parameter"),
+                other => return Err(bad(unknown_key(other, "socket, tls-certificates"))),
             }
         }
         let (target, server_name) = if unix {
@@ -393,6 +393,12 @@ pub struct BadObjUri {
     pub reason: String,
 }
 
+/// The reason a URI with the query key `key` is refused: a misspelt
+/// key ignored would read or write somewhere the user did not mean.
+fn unknown_key(key: &str, known: &str) -> String {
+    format!("unknown query key {key:?} (known: {known})")
+}
+
 /// A partition number, decimal or `0x` hex.
 fn parse_partition(v: &str) -> Result<u64, String> {
     let parsed = match v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
@@ -430,7 +436,12 @@ impl FromStr for ObjUri {
                 "tls-certificates" => certificates = Some(PathBuf::from(value.into_owned())),
                 "partition" => partition = Some(parse_partition(&value).map_err(bad)?),
                 "merge" => merge = Some(value.parse().map_err(|e| bad(format!("merge: {e}")))?),
-                _ => tracing::debug!(uri, %key, "ignoring unknown object server URI parameter"),
+                other => {
+                    return Err(bad(unknown_key(
+                        other,
+                        "partition, merge, tls-certificates",
+                    )))
+                }
             }
         }
         let (target, server_name) = if unix {
@@ -563,6 +574,14 @@ mod tests {
         assert!(reason("nbd://u:p@h/").contains("user"));
         assert!(reason("nbd://h:99999/").contains("not a URI"));
         assert!(reason("nbd://h/x#frag").contains("fragment"));
+        assert!(reason("nbd://h/x?sokcet=/s")
+            .contains("unknown query key \"sokcet\" (known: socket, tls-certificates)"));
+        let e = "sluice://h?partiton=2".parse::<ObjUri>().unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("unknown query key \"partiton\" (known: partition,"),
+            "{e}"
+        );
     }
 
     #[test]

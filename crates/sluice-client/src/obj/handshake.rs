@@ -5,8 +5,8 @@
 use sluice_obj_proto::{ClientHandshake, ClientHandshakeConfig, ClientStatus, Negotiated};
 
 use super::{ObjError, ObjOptions, DEFAULT_PARTITION};
-use crate::net::transport::open_stream;
-use crate::net::transport::{client_config, Stream};
+use crate::net::greeting::{wrong_protocol, Expected};
+use crate::net::transport::{client_config, open_stream, Stream};
 use crate::net::uri::ObjUri;
 use crate::ClientError;
 
@@ -27,7 +27,15 @@ pub(crate) fn open(uri: &ObjUri, options: &ObjOptions) -> Result<(Stream, Negoti
     });
     let mut input: Vec<u8> = Vec::with_capacity(4096);
     let mut chunk = [0u8; 4096];
+    let mut greeted = false;
     let session = loop {
+        if !greeted && input.len() >= 8 {
+            greeted = true;
+            let target = uri.target.to_string();
+            if let Some(e) = wrong_protocol(&input, Expected::Objects, &target) {
+                return Err(e.into());
+            }
+        }
         let (used, status) =
             machine
                 .handle_input(&input)

@@ -10,7 +10,7 @@ use sluice_nbd_proto::{
     read_data_header_len, Command, Extent, NbdErrno, ReplyStyle, TransmissionParams,
 };
 use sluice_storage::{BlockingClass, DeviceError, ZeroMode};
-use tracing::{debug, error};
+use tracing::{debug, error, warn};
 
 use crate::buffer::ReplyBuf;
 use crate::driver::{Access, Execute, Outcome};
@@ -269,6 +269,13 @@ pub(crate) fn encode_result(
             let errno = nbd_errno(&e);
             if errno == NbdErrno::Io {
                 error!(error = &e as &dyn std::error::Error, "device I/O failed");
+            } else if errno == NbdErrno::NoSpc {
+                // The operator's to fix (a sparse export outgrew its
+                // filesystem): not only the client should hear of it.
+                warn!(
+                    error = &e as &dyn std::error::Error,
+                    "no space left for the export's data; the client got ENOSPC"
+                );
             } else {
                 debug!(error = &e as &dyn std::error::Error, %errno, "request failed");
             }

@@ -723,14 +723,18 @@ mod tests {
     #[test]
     fn a_flush_with_nothing_dirty_writes_nothing_and_syncs_nothing() {
         let dir = tempfile::tempdir().unwrap();
-        let file = crate::FileDevice::open(
-            &dir.path().join("img"),
-            &crate::FileOptions {
-                size: Some(4 << 20),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+        // Creates the file; each mode then opens it afresh (one open at
+        // a time: the device locks its file).
+        drop(
+            crate::FileDevice::open(
+                &dir.path().join("img"),
+                &crate::FileOptions {
+                    size: Some(4 << 20),
+                    ..Default::default()
+                },
+            )
+            .unwrap(),
+        );
         for mode in [CacheMode::WriteBack, CacheMode::WriteThrough] {
             let cache = CacheDevice::new(Arc::new(file_clone(&dir)), no_readahead(mode)).unwrap();
             let count = |name: &str| {
@@ -753,7 +757,6 @@ mod tests {
             assert_eq!(count("file_syncs_total"), 1.0, "{mode:?}: no sync");
             assert_eq!(count("cache_writeback_bytes_total"), written);
         }
-        drop(file);
     }
 
     /// Another device over the file `dir` holds, with counters of its own.

@@ -59,6 +59,14 @@ pub enum OpenError {
     Open { path: PathBuf, source: io::Error },
     #[error("{path} does not exist; give a size to create it")]
     MissingSize { path: PathBuf },
+    #[error("{path} does not exist; a read-only export is served as it is, never created")]
+    MissingReadOnly { path: PathBuf },
+    #[error("{path} is {actual} bytes, less than the requested size {requested}; a read-only export is never resized")]
+    ReadOnlyTooSmall {
+        path: PathBuf,
+        actual: u64,
+        requested: u64,
+    },
     #[error("cannot create {path}: directory {dir} does not exist")]
     MissingDirectory { path: PathBuf, dir: PathBuf },
     #[error("{path} is {actual} bytes, larger than the requested size {requested}; refusing to truncate")]
@@ -87,6 +95,9 @@ pub enum OpenError {
         size: u64,
         align: usize,
     },
+    /// Another process has the file open (see [`crate::lock`]).
+    #[error(transparent)]
+    Locked(#[from] crate::lock::LockError),
 }
 
 /// A regular file or block device. Sparse where the filesystem allows:

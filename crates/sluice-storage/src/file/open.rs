@@ -11,6 +11,7 @@ use std::sync::Mutex;
 use rustix::fs::SeekFrom;
 
 use super::{FileDevice, FileOptions, OpenError, DIRECT_ALIGN};
+use crate::lock::{lock_file, LockMode};
 use crate::MappedBytes;
 
 /// `f_type` of a tmpfs filesystem (statfs(2)).
@@ -27,6 +28,14 @@ impl FileDevice {
             check_can_create(path, options)?;
         }
         let (file, read_only) = open_file(path, options, exists)?;
+        // Before anything is resized or mapped: another process may be
+        // serving this file.
+        let mode = if read_only {
+            LockMode::Shared
+        } else {
+            LockMode::Exclusive
+        };
+        lock_file(&file, path, mode)?;
         let meta = file.metadata().map_err(|source| OpenError::Open {
             path: path.to_owned(),
             source,
@@ -36,13 +45,16 @@ impl FileDevice {
         let size = if block_device {
             block_device_size(path, &file, options.size)?
         } else if file_type.is_file() {
-            regular_file_size(path, &file, meta.len(), options.size)?
+            regular_file_size(path, &file, meta.len(), options.size, read_only)?
         } else {
             return Err(OpenError::NotAFileOrDevice {
                 path: path.to_owned(),
             });
         };
         check_direct_alignment(path, options, size)?;
+        if file_type.is_file() && !read_only {
+            warn_if_it_cannot_fill(path, &file, size);
+        }
         let in_memory = is_in_memory(&file);
         let mapped = if options.direct || block_device || size == 0 {
             None
@@ -93,6 +105,11 @@ fn check_can_create(path: &Path, options: &FileOptions) -> Result<(), OpenError>
         return Err(OpenError::MissingDirectory {
             path: path.to_owned(),
             dir: dir.to_owned(),
+        });
+    }
+    if options.read_only {
+        return Err(OpenError::MissingReadOnly {
+            path: path.to_owned(),
         });
     }
     if options.size.is_none() {
@@ -168,14 +185,20 @@ fn block_device_size(path: &Path, file: &File, requested: Option<u64>) -> Result
 }
 
 /// The size of a regular file of `actual` bytes: extended to the
-/// `requested` size if shorter, never truncated.
+/// `requested` size if shorter (unless `read_only`), never truncated.
 fn regular_file_size(
     path: &Path,
     file: &File,
     actual: u64,
     requested: Option<u64>,
+    read_only: bool,
 ) -> Result<u64, OpenError> {
     match requested {
+        Some(requested) if requested > actual && read_only => Err(OpenError::ReadOnlyTooSmall {
+            path: path.to_owned(),
+            actual,
+            requested,
+        }),
         Some(requested) if requested < actual => Err(OpenError::WouldTruncate {
             path: path.to_owned(),
             actual,
@@ -191,6 +214,26 @@ fn regular_file_size(
             Ok(requested)
         }
         _ => Ok(actual),
+    }
+}
+
+/// Warns when the filesystem of a sparse file has less space free than
+/// the file's holes: writes into them will fail with ENOSPC.
+fn warn_if_it_cannot_fill(path: &Path, file: &File, size: u64) {
+    use std::os::unix::fs::MetadataExt;
+    let (Ok(meta), Ok(fs)) = (file.metadata(), rustix::fs::fstatvfs(file)) else {
+        return;
+    };
+    let holes = size.saturating_sub(meta.blocks().saturating_mul(512));
+    let free = fs.f_bavail.saturating_mul(fs.f_frsize);
+    if holes > free {
+        tracing::warn!(
+            path = %path.display(),
+            holes,
+            free,
+            "{} has {holes} bytes not yet allocated but its filesystem only {free} bytes free; writes past that will fail with ENOSPC",
+            path.display()
+        );
     }
 }
 
@@ -247,6 +290,24 @@ mod tests {
         ));
         let reopened = FileDevice::open(&path, &FileOptions::default()).unwrap();
         assert_eq!(reopened.size(), 8192);
+    }
+
+    #[test]
+    fn read_only_files_are_never_created_or_resized() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("img");
+        let ro = |size| FileOptions {
+            read_only: true,
+            size,
+            ..Default::default()
+        };
+        let e = FileDevice::open(&path, &ro(Some(4096))).unwrap_err();
+        assert!(matches!(e, OpenError::MissingReadOnly { .. }), "{e}");
+        assert!(!path.exists());
+        open_sparse(&dir, 4096);
+        let e = FileDevice::open(&path, &ro(Some(8192))).unwrap_err();
+        assert!(matches!(e, OpenError::ReadOnlyTooSmall { .. }), "{e}");
+        assert_eq!(FileDevice::open(&path, &ro(None)).unwrap().size(), 4096);
     }
 
     #[test]
