@@ -130,6 +130,8 @@
 //! [`DeviceError::Io`]: sluice_storage::DeviceError::Io
 
 mod array;
+mod assemble;
+mod block;
 pub mod clock;
 mod device;
 pub mod fan_out;
@@ -137,8 +139,14 @@ pub mod journal;
 mod layout;
 mod metrics;
 mod parity;
+mod read;
 mod rebuild;
+mod scrub;
+mod status;
+mod step;
 pub mod superblock;
+mod write;
+mod zero;
 
 pub use array::{
     check_members, create_array, read_superblocks, Assembly, MemberError, NamedMember,
@@ -149,8 +157,8 @@ pub use fan_out::{FanOut, MemberIo, MemberOp, ScopedFanOut};
 pub use journal::{JournalError, JournalPlace, JournalReport};
 pub use layout::{Geometry, GeometryError, Piece, RaidLevel};
 pub use parity::xor_into;
-pub use rebuild::{
+pub use scrub::ScrubReport;
+pub use status::{
     ArrayCondition, ArrayStatus, MemberCondition, MemberReport, RebuildProgress, ScrubProgress,
-    ScrubReport,
 };
 pub use uuid::Uuid;

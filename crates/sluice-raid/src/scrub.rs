@@ -1,0 +1,164 @@
+//! Scrubbing: checking (and repairing) every stripe's parity against
+//! its data while the array serves. The rules are in the `rebuild`
+//! module's documentation and docs/RAID.md.
+
+use std::sync::atomic::Ordering;
+
+use serde::{Deserialize, Serialize};
+
+use crate::device::{Outcome, RaidDevice, RaidError, NO_MEMBER};
+use crate::fan_out::{MemberIo, MemberOp};
+use crate::layout::RaidLevel;
+use crate::parity::xor_into;
+use crate::rebuild::pace;
+
+/// What a finished scrub found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScrubReport {
+    /// Stripes checked.
+    pub stripes: u64,
+    /// Stripes whose parity did not match their data.
+    pub mismatches: u64,
+    /// Stripes whose parity was rewritten (with repair).
+    pub repaired: u64,
+}
+
+/// Clears the scrub's running flag however the scrub ends.
+struct ScrubRunning<'a>(&'a RaidDevice);
+
+impl Drop for ScrubRunning<'_> {
+    fn drop(&mut self) {
+        self.0.scrub.running.store(false, Ordering::SeqCst);
+    }
+}
+
+impl RaidDevice {
+    /// Reads every stripe, checks its parity against its data and, with
+    /// `repair`, rewrites the parity of the stripes that differ. Runs on
+    /// the caller's thread at the rebuild rate; progress shows in
+    /// [`Self::status`] meanwhile. Needs a RAID 5 array with every
+    /// member active and no rebuild or other scrub running.
+    pub fn scrub(&self, repair: bool) -> Result<ScrubReport, RaidError> {
+        if self.geometry.level() != RaidLevel::Raid5 {
+            return Err(RaidError::Refused(
+                "a RAID 0 array has no parity to scrub".into(),
+            ));
+        }
+        if self.failed_count() > 0 || self.rebuild.member.load(Ordering::SeqCst) != NO_MEMBER {
+            return Err(RaidError::Refused(
+                "the array is degraded or rebuilding: scrubbing needs every member active".into(),
+            ));
+        }
+        if self.scrub.running.swap(true, Ordering::SeqCst) {
+            return Err(RaidError::Refused("a scrub is already running".into()));
+        }
+        let _running = ScrubRunning(self);
+        let state = &self.scrub;
+        let stripes = self.stripes();
+        state.total.store(stripes, Ordering::SeqCst);
+        for c in [&state.done, &state.mismatches, &state.repaired] {
+            c.store(0, Ordering::SeqCst);
+        }
+        state.repair.store(repair, Ordering::SeqCst);
+        state.ran.store(true, Ordering::SeqCst);
+        let unit = self.geometry.unit();
+        let n = self.counters.len();
+        let mut first = 0;
+        while first < stripes {
+            let started = self.clock.now();
+            let end = stripes.min(first + self.run_stripes());
+            let len = ((end - first) * unit) as usize;
+            let stopped = |source| RaidError::ScrubStopped {
+                stripe: first,
+                source,
+            };
+            {
+                let _locks = self.lock_stripes(first..end);
+                let mut bufs = vec![vec![0u8; len]; n];
+                let mut step: Vec<MemberIo<'_>> = bufs
+                    .iter_mut()
+                    .enumerate()
+                    .map(|(m, buf)| {
+                        MemberIo::new(
+                            m,
+                            MemberOp::Read {
+                                buf,
+                                offset: first * unit,
+                            },
+                        )
+                    })
+                    .collect();
+                if let Outcome::Retry = self.run(&mut step).map_err(stopped)? {
+                    return Err(stopped(self.array_failed(
+                        sluice_storage::IoOp::Read,
+                        first * unit,
+                        len as u64,
+                    )));
+                }
+                drop(step);
+                let mut fixes = Vec::new();
+                for s in first..end {
+                    let at = ((s - first) * unit) as usize..((s - first + 1) * unit) as usize;
+                    let parity = self.geometry.parity_member(s).unwrap_or(n - 1);
+                    let mut sum = vec![0u8; unit as usize];
+                    for (m, b) in bufs.iter().enumerate() {
+                        if m != parity {
+                            xor_into(&mut sum, &b[at.clone()]);
+                        }
+                    }
+                    if sum != bufs[parity][at] {
+                        state.mismatches.fetch_add(1, Ordering::SeqCst);
+                        tracing::warn!(array = %self.label, stripe = s, parity_member = parity,
+                            "scrub: parity does not match the data");
+                        fixes.push((s, parity, sum));
+                    }
+                }
+                if repair && !fixes.is_empty() {
+                    let mut step: Vec<MemberIo<'_>> = fixes
+                        .iter()
+                        .map(|(s, parity, sum)| {
+                            MemberIo::new(
+                                *parity,
+                                MemberOp::Write {
+                                    buf: sum,
+                                    offset: s * unit,
+                                    fua: false,
+                                },
+                            )
+                        })
+                        .collect();
+                    if let Outcome::Retry = self.run(&mut step).map_err(stopped)? {
+                        return Err(stopped(self.array_failed(
+                            sluice_storage::IoOp::Write,
+                            first * unit,
+                            len as u64,
+                        )));
+                    }
+                    state
+                        .repaired
+                        .fetch_add(fixes.len() as u64, Ordering::SeqCst);
+                }
+            }
+            state.done.store(end, Ordering::SeqCst);
+            pace(
+                &*self.clock,
+                len as u64,
+                self.rebuild.rate.load(Ordering::SeqCst),
+                started,
+            );
+            first = end;
+        }
+        if repair && state.repaired.load(Ordering::SeqCst) > 0 {
+            use sluice_storage::BlockDevice;
+            self.flush().map_err(|source| RaidError::ScrubStopped {
+                stripe: stripes,
+                source,
+            })?;
+        }
+        Ok(ScrubReport {
+            stripes,
+            mismatches: state.mismatches.load(Ordering::SeqCst),
+            repaired: state.repaired.load(Ordering::SeqCst),
+        })
+    }
+}
