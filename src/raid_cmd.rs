@@ -138,7 +138,7 @@ fn describe(export: &str, a: &ArrayStatus) -> String {
     out.push('\n');
     for m in &a.members {
         out.push_str(&format!(
-            "  member {} {} state {} events {} reads {} writes {} errors {} read_bytes {} written_bytes {}\n",
+            "  member {} {} state {} events {} reads {} writes {} errors {} read_bytes {} written_bytes {} probes {} last_answer {}\n",
             m.index,
             m.name,
             state(&m.state),
@@ -147,7 +147,12 @@ fn describe(export: &str, a: &ArrayStatus) -> String {
             m.writes,
             m.errors,
             m.read_bytes,
-            m.written_bytes
+            m.written_bytes,
+            m.probes,
+            m.silent_ms.map_or("never".into(), |ms| format!(
+                "{:.1}s ago",
+                ms as f64 / 1000.0
+            )),
         ));
     }
     if let Some(r) = &a.rebuild {

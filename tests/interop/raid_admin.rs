@@ -192,3 +192,60 @@ fn replace_rebuilds_under_fio_and_scrub_finds_and_repairs_parity() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("no export named \"nosuch\""), "{stderr}");
 }
+
+/// The counters of member `i` that move only with array I/O.
+fn io_counters(status: &str, i: usize) -> String {
+    let line = member_line(status, i);
+    let from = line.find(" reads ").expect("reads");
+    let to = line.find(" probes ").expect("probes");
+    line[from..to].to_owned()
+}
+
+#[test]
+fn a_member_killed_while_the_array_is_idle_shows_failed_without_io() {
+    let dir = tempdir();
+    let mut members: Vec<Server> = (0..3).map(|i| member(dir.path(), i)).collect();
+    let spec = format!(
+        "{},probe=100ms",
+        raid5_spec(&members.iter().collect::<Vec<_>>())
+    );
+    create(&spec);
+    let admin = dir.path().join("admin.sock");
+    let head = ServerBuilder::new()
+        .export("vol", &spec)
+        .metrics()
+        .arg(format!("--admin=unix:{}", admin.display()))
+        .start();
+    // Idle members are probed and answer.
+    let before = wait_status(&admin, "a probe answered", |s| {
+        !member_line(s, 1).contains(" probes 0 ")
+    });
+    assert!(before.contains("state clean"), "{before}");
+    assert!(member_line(&before, 1).contains("state active"), "{before}");
+
+    // Member 1 dies; nobody reads or writes the volume.
+    members[1].signal(Signal::KILL);
+    let _ = members[1].wait_exit(Duration::from_secs(5));
+    let after = wait_status(&admin, "member 1 failed", |s| {
+        member_line(s, 1).contains("state failed")
+    });
+    assert!(after.contains("state degraded"), "{after}");
+    for i in [0, 2] {
+        assert!(member_line(&after, i).contains("state active"), "{after}");
+        assert_eq!(
+            io_counters(&after, i),
+            io_counters(&before, i),
+            "the array did I/O:\n{before}\n{after}"
+        );
+    }
+
+    // The last good answers: member 1's stopped when it died, the
+    // others' keep coming (probes).
+    let json = raid(&admin, &["status", "--json", "vol"]);
+    let arrays: serde_json::Value = serde_json::from_str(&json).expect("status JSON");
+    let m = &arrays[0]["members"];
+    let last = |i: usize| m[i]["last_answer_unix_ms"].as_u64().expect("last answer");
+    assert!(last(1) < last(0) && last(1) < last(2), "{json}");
+    assert_eq!(m[1]["state"], "failed", "{json}");
+    assert!(metric(&head, "sluice_raid_member_last_answer_timestamp_seconds") > 1.0e9);
+}

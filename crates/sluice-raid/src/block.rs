@@ -80,7 +80,12 @@ impl BlockDevice for RaidDevice {
         }];
         let set = self.members.load();
         for (index, c) in self.counters.iter().enumerate() {
-            out.extend(member_metrics(index, &set.names[index], c));
+            out.extend(member_metrics(
+                index,
+                &set.names[index],
+                c,
+                self.last_answer_unix(index),
+            ));
         }
         out.extend(self.progress_metrics());
         if let Some(journal) = &self.journal {

@@ -151,6 +151,10 @@ pub struct RaidDevice {
     /// The time the rebuild and scrub read: when progress was last
     /// recorded, and the waits of the rate limit.
     pub(crate) clock: Arc<dyn Clock>,
+    /// The instant members' last answers count from (see `health.rs`).
+    pub(crate) epoch: Instant,
+    /// The probe thread is running (see `health.rs`).
+    pub(crate) probing: AtomicBool,
 }
 
 /// The members of an array as one value, replaced whole.
@@ -308,6 +312,8 @@ impl RaidDevice {
             .iter()
             .map(|m| MemberCounters {
                 failed: AtomicBool::new(m.is_none()),
+                // A member given counts as having answered at the start.
+                last_answer: AtomicU64::new(u64::from(m.is_some())),
                 ..MemberCounters::default()
             })
             .collect();
@@ -344,14 +350,22 @@ impl RaidDevice {
             data_offset: 0,
             superblocks: None,
             journal: None,
+            epoch: clock.now(),
+            probing: AtomicBool::new(false),
             clock,
         })
     }
 
     /// This array with its rebuild and scrub reading time from `clock`
     /// instead of the system's (a [`ManualClock`](crate::ManualClock) in
-    /// tests); the time progress was last recorded restarts at its now.
+    /// tests); the time progress was last recorded, and the members' last
+    /// answers, restart at its now.
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.epoch = clock.now();
+        for c in &mut self.counters {
+            let answered = c.last_answer.get_mut();
+            *answered = u64::from(*answered != 0);
+        }
         let recorded = self
             .rebuild
             .recorded

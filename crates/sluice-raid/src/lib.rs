@@ -135,6 +135,7 @@ mod block;
 pub mod clock;
 mod device;
 pub mod fan_out;
+mod health;
 pub mod journal;
 mod layout;
 mod metrics;
@@ -154,6 +155,7 @@ pub use array::{
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use device::{ArrayFailed, MemberStatus, RaidDevice, RaidError, DEFAULT_REBUILD_RATE};
 pub use fan_out::{FanOut, MemberIo, MemberOp, ScopedFanOut};
+pub use health::DEFAULT_PROBE_INTERVAL;
 pub use journal::{JournalError, JournalPlace, JournalReport};
 pub use layout::{Geometry, GeometryError, Piece, RaidLevel};
 pub use parity::xor_into;

@@ -61,6 +61,16 @@ pub struct MemberReport {
     pub read_bytes: u64,
     /// Bytes written to it.
     pub written_bytes: u64,
+    /// When it last answered a request or probe well, in milliseconds
+    /// since the Unix epoch (none if it never did).
+    #[serde(default)]
+    pub last_answer_unix_ms: Option<u64>,
+    /// How long ago that was, in milliseconds.
+    #[serde(default)]
+    pub silent_ms: Option<u64>,
+    /// Probes sent to it while it was idle.
+    #[serde(default)]
+    pub probes: u64,
 }
 
 /// How far a rebuild has come.
@@ -152,6 +162,11 @@ impl RaidDevice {
                 errors: m.errors,
                 read_bytes: m.read_bytes,
                 written_bytes: m.written_bytes,
+                last_answer_unix_ms: self.last_answer_unix(index).map(|t| (t * 1000.0) as u64),
+                silent_ms: self
+                    .silent_for(index)
+                    .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX)),
+                probes: self.counters[index].probes.load(Ordering::Relaxed),
             })
             .collect();
         let failed = self.failed_count();

@@ -106,7 +106,11 @@ impl RaidDevice {
         }
         let mut outcome = Outcome::Done;
         let mut request_error = None;
+        let now = self.clock.now();
         for io in step.iter_mut() {
+            if !matches!(io.result, Err(DeviceError::Io { .. })) {
+                self.answered_at(io.member, now);
+            }
             let Err(e) = std::mem::replace(&mut io.result, Ok(())) else {
                 continue;
             };

@@ -184,6 +184,7 @@ impl VolumeBuilder {
         if let Some(raid) = &raid {
             raid.array.set_rebuild_rate(self.rebuild_rate);
             raid.array.start_rebuild();
+            raid.array.start_probing(raid.spec.probe);
         }
         Ok(Volume { device, raid })
     }

@@ -96,6 +96,10 @@ pub struct RaidSpec {
     /// missing even when stripes may have parity that does not match
     /// their data (md's `start_dirty_degraded`); refused otherwise.
     pub start_dirty_degraded: bool,
+    /// How often members that have not answered are probed, so a dead
+    /// one is marked failed while the array is idle (`probe=DURATION`,
+    /// `probe=off`: zero, never).
+    pub probe: Duration,
 }
 
 /// Where an array's write-intent journal lives (see
@@ -141,7 +145,7 @@ pub enum LayerSpec {
 #[non_exhaustive]
 pub enum SpecError {
     /// The spec does not follow the syntax.
-    #[error("bad export spec {spec:?}: {reason} (expected file:PATH[,size=BYTES][,ro][,direct], mem:BYTES[,ro], URI[,ro][,timeout=DURATION][,reconnect=DURATION] with an nbd://, nbds://, nbd+unix:// or nbds+unix:// URI, or raid0|raid5:unit=SIZE,members=URI,URI,...[,journal=PATH|off][,start-dirty-degraded][,timeout=DURATION][,reconnect=DURATION], and for testing [,fail=OPS:ERRNO:TRIGGER][,power-loss[=SEED]])")]
+    #[error("bad export spec {spec:?}: {reason} (expected file:PATH[,size=BYTES][,ro][,direct], mem:BYTES[,ro], URI[,ro][,timeout=DURATION][,reconnect=DURATION] with an nbd://, nbds://, nbd+unix:// or nbds+unix:// URI, or raid0|raid5:unit=SIZE,members=URI,URI,...[,journal=PATH|off][,start-dirty-degraded][,probe=DURATION|off][,timeout=DURATION][,reconnect=DURATION], and for testing [,fail=OPS:ERRNO:TRIGGER][,power-loss[=SEED]])")]
     Syntax {
         /// The whole spec.
         spec: String,
@@ -180,7 +184,8 @@ impl FromStr for VolumeSpec {
     ///   further item that is a URI being the next member (so
     ///   `members=URI,URI,URI`), `journal=PATH` or `journal=off` (RAID
     ///   5's write-intent journal), `start-dirty-degraded` (start with a
-    ///   member missing even after an unclean shutdown), and `ro`,
+    ///   member missing even after an unclean shutdown), `probe=DURATION`
+    ///   or `probe=off` (how often idle members are probed), and `ro`,
     ///   `timeout=`, `reconnect=`
     ///   (applied to every member);
     ///
@@ -210,6 +215,7 @@ impl FromStr for VolumeSpec {
         let mut members: Option<Vec<String>> = None;
         let mut journal = None;
         let mut start_dirty_degraded = false;
+        let mut probe = sluice_raid::DEFAULT_PROBE_INTERVAL;
         // In a RAID spec the first item is an option like the others.
         let options = is_raid.then_some(first).into_iter().chain(parts);
         for opt in options {
@@ -233,6 +239,8 @@ impl FromStr for VolumeSpec {
                 Some(("timeout", v)) => timeout = Some(sluice_types::parse_duration(v)?),
                 Some(("reconnect", v)) => reconnect = Some(sluice_types::parse_duration(v)?),
                 Some(("unit", v)) if is_raid => unit = Some(sluice_types::parse_size(v)?),
+                Some(("probe", "off")) if is_raid => probe = Duration::ZERO,
+                Some(("probe", v)) if is_raid => probe = sluice_types::parse_duration(v)?,
                 Some(("journal", "")) if is_raid => return Err(bad("empty journal path".into())),
                 Some(("journal", "off")) if is_raid => journal = Some(JournalSpec::Off),
                 Some(("journal", v)) if is_raid => journal = Some(JournalSpec::File(v.into())),
@@ -328,6 +336,7 @@ impl FromStr for VolumeSpec {
                     members,
                     journal: journal.unwrap_or_default(),
                     start_dirty_degraded,
+                    probe,
                 })
             }
             other => return Err(bad(format!("unknown backend {other:?}"))),
@@ -504,6 +513,31 @@ mod tests {
     }
 
     #[test]
+    fn probe_is_an_array_option() {
+        let probe = |spec: &str| match spec.parse::<VolumeSpec>().expect("spec").base {
+            BaseSpec::Raid(raid) => raid.probe,
+            other => panic!("not an array: {other:?}"),
+        };
+        let members = "members=nbd://a/x,nbd://b/x";
+        assert_eq!(
+            probe(&format!("raid5:unit=4K,{members}")),
+            sluice_raid::DEFAULT_PROBE_INTERVAL
+        );
+        assert_eq!(
+            probe(&format!("raid5:unit=4K,probe=250ms,{members}")),
+            Duration::from_millis(250)
+        );
+        assert_eq!(
+            probe(&format!("raid0:unit=4K,probe=off,{members}")),
+            Duration::ZERO
+        );
+        let e = "mem:1M,probe=1s"
+            .parse::<VolumeSpec>()
+            .expect_err("not an array");
+        assert!(e.to_string().contains("unknown option"), "{e}");
+    }
+
+    #[test]
     fn start_dirty_degraded_is_an_array_flag() {
         let raid = |spec: &str| match spec.parse::<VolumeSpec>().expect("spec").base {
             BaseSpec::Raid(raid) => raid.start_dirty_degraded,
@@ -543,6 +577,7 @@ mod tests {
                 ],
                 journal: JournalSpec::Default,
                 start_dirty_degraded: false,
+                probe: sluice_raid::DEFAULT_PROBE_INTERVAL,
             })
         );
         // The testing layers go over the array.
