@@ -155,9 +155,11 @@ impl RaidDevice {
                 continue;
             }
             if self.mark_failed(member) {
+                // The same line as a failed request's: one event, one
+                // message, however it was noticed.
                 tracing::warn!(array = %self.label, member, name = %set.names[member],
-                    error = &e as &dyn std::error::Error,
-                    "member did not answer a probe while the array was idle; marked failed, continuing degraded");
+                    error = &e as &dyn std::error::Error, noticed_by = "probe",
+                    "member failed; continuing degraded");
             }
         }
         probed.len()
