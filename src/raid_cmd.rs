@@ -229,7 +229,7 @@ struct CreateArgs {
     /// Overwrite members that hold another array's superblock.
     #[arg(long)]
     force: bool,
-    /// RAID level (0 or 5), with --unit and member URIs instead of a SPEC.
+    /// RAID level (0, 1 or 5), with --unit and member URIs instead of a SPEC.
     #[arg(long, requires = "unit")]
     level: Option<u8>,
     /// Stripe unit (e.g. 64K), with --level.
@@ -253,7 +253,7 @@ impl CreateArgs {
         };
         let spec: VolumeSpec = text.parse()?;
         if !matches!(spec.base, BaseSpec::Raid(_)) {
-            bail!("{text:?} is not an array spec (raid0:... or raid5:...)");
+            bail!("{text:?} is not an array spec (raid0:..., raid1:... or raid5:...)");
         }
         Ok(spec)
     }

@@ -74,7 +74,8 @@ pub(crate) fn create(spec: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
     let said = String::from_utf8_lossy(&out.stdout);
-    assert!(said.contains("created raid5 array"), "{said}");
+    let level = spec.split(':').next().unwrap_or_default();
+    assert!(said.contains(&format!("created {level} array")), "{said}");
 }
 
 /// The head server exporting the array as `vol`.

@@ -4,7 +4,10 @@
 //! while fio writes and verifies, status showing the progress and then
 //! clean; the data is what a reference says (qemu-img compare); scrub
 //! finds no mismatch, then finds a parity block corrupted in a member's
-//! file, and `--repair` fixes it.
+//! file, and `--repair` fixes it. A member killed while the array is
+//! idle shows failed without any I/O. A RAID 1 volume loses a member
+//! under fio, gets it replaced and rebuilt, and then serves every byte
+//! from that rebuilt member alone.
 
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::Path;
@@ -15,7 +18,9 @@ use rustix::process::Signal;
 
 use crate::fio::fio_verify;
 use crate::harness::{tempdir, tool, write_random_file, Server, ServerBuilder, MIB};
-use crate::raid::{create, member, member_path, metric, qemu_io_ok, raid5_spec, sluice};
+use crate::raid::{
+    create, member, member_path, metric, qemu_io_ok, raid5_spec, sluice, MEMBER_OPTIONS,
+};
 
 /// `sluice raid ARGS --admin SOCKET`, which must succeed; its stdout.
 fn raid(admin: &Path, args: &[&str]) -> String {
@@ -248,4 +253,92 @@ fn a_member_killed_while_the_array_is_idle_shows_failed_without_io() {
     assert!(last(1) < last(0) && last(1) < last(2), "{json}");
     assert_eq!(m[1]["state"], "failed", "{json}");
     assert!(metric(&head, "sluice_raid_member_last_answer_timestamp_seconds") > 1.0e9);
+}
+
+#[test]
+fn raid1_survives_a_kill_under_fio_is_rebuilt_and_then_serves_from_the_copy_alone() {
+    let dir = tempdir();
+    let mut members: Vec<Server> = (0..3).map(|i| member(dir.path(), i)).collect();
+    let uris: Vec<String> = members.iter().map(|m| m.uri("m")).collect();
+    let spec = format!(
+        "raid1:unit=64K,members={},{MEMBER_OPTIONS},probe=200ms",
+        uris.join(",")
+    );
+    create(&spec);
+    let admin = dir.path().join("admin.sock");
+    let head = ServerBuilder::new()
+        .export("vol", &spec)
+        .metrics()
+        .arg(format!("--admin=unix:{}", admin.display()))
+        .arg("--rebuild-rate=0")
+        .start();
+    let uri = head.uri("vol");
+    let status = raid(&admin, &["status", "vol"]);
+    // One member's data area: 64 MiB less the 64 KiB before the data.
+    assert!(
+        status.starts_with("vol: raid1 unit 65536 size 67043328 members 3 state clean"),
+        "{status}"
+    );
+    let reference = dir.path().join("reference.raw");
+    write_random_file(&reference, 8 * MIB, 21, &[(MIB, 70_000)]);
+    tool("qemu-img")
+        .args(["convert", "-n", "-f", "raw", "-O", "raw"])
+        .arg(&reference)
+        .arg(&uri)
+        .run();
+
+    // Member 1 killed under a verified write load: fio sees no error.
+    thread::scope(|s| {
+        let fio = s.spawn(|| {
+            fio_verify(
+                &head,
+                "mirror",
+                &[
+                    "--rw=randwrite",
+                    "--bs=16k",
+                    "--iodepth=8",
+                    "--offset=32M",
+                    "--size=16M",
+                    "--verify=crc32c",
+                    "--rate=8m",
+                ],
+                16 << 20,
+            );
+        });
+        let _ = wait_status(&admin, "fio writing", |s| {
+            !member_line(s, 1).contains(" writes 0 ")
+        });
+        members[1].signal(Signal::KILL);
+        fio.join().expect("fio ran to the end and verified");
+    });
+    let status = wait_status(&admin, "member 1 failed", |s| {
+        member_line(s, 1).contains("state failed")
+    });
+    assert!(status.contains("state degraded"), "{status}");
+
+    // A fresh member in its place, copied from a mirror.
+    let fresh = member(dir.path(), 3);
+    let said = raid(&admin, &["replace", "--wait", "vol", "1", &fresh.uri("m")]);
+    assert!(said.contains("rebuilding"), "{said}");
+    let status = wait_status(&admin, "clean", |s| s.contains("state clean"));
+    assert!(member_line(&status, 1).contains("state active"), "{status}");
+
+    // Both other mirrors die with nobody reading: the copy alone serves
+    // the volume, every byte as the reference says.
+    for i in [0, 2] {
+        members[i].signal(Signal::KILL);
+        let _ = members[i].wait_exit(Duration::from_secs(5));
+    }
+    let status = wait_status(&admin, "members 0 and 2 failed", |s| {
+        member_line(s, 0).contains("state failed") && member_line(s, 2).contains("state failed")
+    });
+    assert!(status.contains("state degraded"), "{status}");
+    tool("qemu-img")
+        .args(["compare", "-f", "raw", "-F", "raw"])
+        .arg(&reference)
+        .arg(&uri)
+        .timeout(Duration::from_secs(120))
+        .run();
+    qemu_io_ok(&uri, &["write -P 7 40M 1M", "read -P 7 40M 1M"]);
+    assert_eq!(metric(&head, "sluice_raid_members_failed"), 2.0);
 }

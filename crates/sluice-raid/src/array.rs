@@ -140,10 +140,7 @@ pub struct Assembly {
 }
 
 fn geometry_text(level: RaidLevel, members: usize, unit: u64) -> String {
-    let level = match level {
-        RaidLevel::Raid0 => "raid0",
-        RaidLevel::Raid5 => "raid5",
-    };
+    let level = level.name();
     format!("{level} of {members} members with a {unit}-byte unit")
 }
 

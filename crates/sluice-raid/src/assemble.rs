@@ -10,7 +10,7 @@ use arc_swap::ArcSwap;
 use crate::array::{
     check_present_members, read_superblocks, MemberError, NamedMember, PartialAssembly,
 };
-use crate::device::{tolerance, MemberSet, RaidDevice, RaidError, NO_MEMBER};
+use crate::device::{MemberSet, RaidDevice, RaidError, NO_MEMBER};
 use crate::fan_out::FanOut;
 use crate::journal::{Journal, JournalPlace};
 use crate::layout::{Geometry, RaidLevel};
@@ -96,7 +96,7 @@ impl RaidDevice {
                 level: geometry.level(),
                 missing: missing.len(),
                 members: names.len(),
-                tolerance: tolerance(geometry.level()),
+                tolerance: geometry.tolerance(),
             });
         };
         array.label = format!("{} (array {})", array.label, newest.array_uuid);
@@ -312,12 +312,12 @@ fn check_assembly(
     members: &[Result<NamedMember, String>],
     missing: &[usize],
 ) -> Result<(PartialAssembly, Option<Superblock>), RaidError> {
-    if missing.len() > tolerance(geometry.level()) || missing.len() == members.len() {
+    if missing.len() > geometry.tolerance() || missing.len() == members.len() {
         return Err(RaidError::TooManyMissing {
             level: geometry.level(),
             missing: missing.len(),
             members: members.len(),
-            tolerance: tolerance(geometry.level()),
+            tolerance: geometry.tolerance(),
         });
     }
     let present: Vec<NamedMember> = members.iter().flatten().cloned().collect();

@@ -262,7 +262,7 @@ impl RaidDevice {
                 got: members.len(),
             });
         }
-        let tolerance = tolerance(geometry.level());
+        let tolerance = geometry.tolerance();
         let missing = members.iter().filter(|m| m.is_none()).count();
         if missing > tolerance || missing == members.len() {
             return Err(RaidError::TooManyMissing {
@@ -277,14 +277,16 @@ impl RaidDevice {
         let caps: Vec<Capability> = present().map(|m| m.capability()).collect();
         let all = |f: fn(&Capability) -> bool| caps.iter().all(f);
         let raid5 = geometry.level() == RaidLevel::Raid5;
+        let raid1 = geometry.level() == RaidLevel::Raid1;
         let read_only = caps.iter().any(|c| c.read_only);
         let capability = Capability {
             read_only,
             flush: all(|c| c.flush),
             fua: all(|c| c.fua),
-            // RAID 5 trims whole stripes by zeroing them on every member.
+            // RAID 5 trims whole stripes by zeroing them on every member,
+            // RAID 1 its range (so the mirrors read the same after).
             trim: !read_only
-                && if raid5 {
+                && if raid5 || raid1 {
                     all(|c| c.write_zeroes)
                 } else {
                     all(|c| c.trim)
@@ -392,7 +394,7 @@ impl RaidDevice {
         if counters.failed.load(Ordering::SeqCst) {
             return Ok(());
         }
-        let tolerance = tolerance(self.geometry.level());
+        let tolerance = self.geometry.tolerance();
         if self.failed_count() + 1 > tolerance {
             return Err(RaidError::WouldLoseData { index, tolerance });
         }
@@ -454,6 +456,22 @@ impl RaidDevice {
         {
             self.rebuild.generations[(stripe % STRIPE_LOCKS as u64) as usize]
                 .fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    /// [`Self::note_write`] for each of `stripes` (their locks held).
+    pub(crate) fn note_writes(&self, stripes: std::ops::Range<u64>) {
+        if self.rebuild.member.load(Ordering::SeqCst) == NO_MEMBER {
+            return;
+        }
+        let from = stripes
+            .start
+            .max(self.rebuild.cursor.load(Ordering::SeqCst));
+        let to = stripes
+            .end
+            .min(self.rebuild.window_end.load(Ordering::SeqCst));
+        for s in from..to {
+            self.note_write(s);
         }
     }
 
@@ -525,7 +543,7 @@ impl RaidDevice {
         offset: u64,
         len: u64,
     ) -> Result<(), DeviceError> {
-        if self.failed_count() > tolerance(self.geometry.level()) {
+        if self.failed_count() > self.geometry.tolerance() {
             return Err(self.array_failed(op, offset, len));
         }
         Ok(())
@@ -546,14 +564,6 @@ impl RaidDevice {
     }
 }
 
-/// Members a level can lose.
-pub(crate) fn tolerance(level: RaidLevel) -> usize {
-    match level {
-        RaidLevel::Raid0 => 0,
-        RaidLevel::Raid5 => 1,
-    }
-}
-
 impl Drop for RaidDevice {
     /// Marks a writable array with superblocks clean, once every member
     /// still in use has flushed; an array that lost too many members
@@ -561,7 +571,7 @@ impl Drop for RaidDevice {
     fn drop(&mut self) {
         if self.superblocks.is_none()
             || self.capability.read_only
-            || self.failed_count() > tolerance(self.geometry.level())
+            || self.failed_count() > self.geometry.tolerance()
         {
             return;
         }

@@ -28,7 +28,6 @@ use sluice_storage::DeviceError;
 
 use crate::device::RaidDevice;
 use crate::fan_out::{MemberIo, MemberOp};
-use crate::layout::RaidLevel;
 
 /// How often idle members are probed, unless the array is told
 /// otherwise: a dead member is marked failed within this plus its
@@ -147,7 +146,7 @@ impl RaidDevice {
                 (Some(a), Some(b)) => Arc::ptr_eq(a, b),
                 _ => false,
             };
-            if !same || self.geometry.level() == RaidLevel::Raid0 {
+            if !same || self.geometry.tolerance() == 0 {
                 // Replaced meanwhile, or an array that cannot lose a
                 // member: its next request decides.
                 tracing::warn!(array = %self.label, member, name = %set.names[member],

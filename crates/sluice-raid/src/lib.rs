@@ -139,6 +139,7 @@ mod health;
 pub mod journal;
 mod layout;
 mod metrics;
+mod mirror;
 mod parity;
 mod read;
 mod rebuild;

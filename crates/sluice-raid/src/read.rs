@@ -19,9 +19,14 @@ impl RaidDevice {
         for piece in self.geometry.pieces(offset, rest.len() as u64) {
             let (out, tail) = rest.split_at_mut(piece.len as usize);
             rest = tail;
-            if self.usable(piece.member, piece.stripe) {
+            let source = if self.geometry.level() == RaidLevel::Raid1 {
+                self.mirror_source(&piece)
+            } else {
+                Some(piece.member).filter(|&m| self.usable(m, piece.stripe))
+            };
+            if let Some(member) = source {
                 step.push(MemberIo::new(
-                    piece.member,
+                    member,
                     MemberOp::Read {
                         buf: out,
                         offset: piece.member_offset,
@@ -42,13 +47,15 @@ impl RaidDevice {
         Ok(Outcome::Done)
     }
 
-    /// Rebuilds a piece of a missing member from the rest of its stripe.
+    /// Rebuilds a piece of a missing member from the rest of its stripe
+    /// (by parity: a level without parity has nothing to rebuild it
+    /// from once no member holds it).
     pub(crate) fn reconstruct(
         &self,
         piece: &Piece,
         out: &mut [u8],
     ) -> Result<Outcome, DeviceError> {
-        if self.geometry.level() == RaidLevel::Raid0 || self.failed_count() > 1 {
+        if self.geometry.parity_member(piece.stripe).is_none() || self.failed_count() > 1 {
             return Err(self.array_failed(IoOp::Read, piece.member_offset, piece.len));
         }
         let _stripe = self.lock_stripe(piece.stripe);
@@ -120,9 +127,7 @@ impl RaidDevice {
                     Ok(answer) => answer,
                     // A member that fails here fails like on any other
                     // request; the rest of its piece is data from parity.
-                    Err(e @ DeviceError::Io { .. })
-                        if self.geometry.level() == RaidLevel::Raid5 =>
-                    {
+                    Err(e @ DeviceError::Io { .. }) if self.geometry.tolerance() > 0 => {
                         self.counters[piece.member]
                             .errors
                             .fetch_add(1, Ordering::Relaxed);

@@ -126,7 +126,7 @@ impl RaidDevice {
     /// while another rebuild or a scrub runs, and for a member smaller
     /// than the array's data on it.
     pub fn replace_member(&self, index: usize, member: NamedMember) -> Result<(), RaidError> {
-        if self.geometry.level() != RaidLevel::Raid5 {
+        if self.geometry.tolerance() == 0 {
             return Err(RaidError::Refused(
                 "a RAID 0 array has no redundancy to rebuild a member from".into(),
             ));
@@ -156,7 +156,7 @@ impl RaidDevice {
         if self.alive(index) {
             self.fail_member(index)?;
         }
-        if self.failed_count() > 1 {
+        if self.failed_count() > self.geometry.tolerance() {
             return Err(self_failed(self));
         }
         let (data_offset, data_size) = {
@@ -396,10 +396,20 @@ impl RaidDevice {
     }
 
     /// The members a rebuild of `target` reads: every other one, all
-    /// alive (`None`, logged, if one has failed).
+    /// alive (`None`, logged, if one has failed); on RAID 1, one alive
+    /// mirror.
     fn rebuild_sources(&self, target: usize) -> Option<Vec<usize>> {
         if self.rebuild.member.load(Ordering::SeqCst) != target || !self.alive(target) {
             return None;
+        }
+        if self.geometry.level() == RaidLevel::Raid1 {
+            // A copy of one active mirror.
+            let source = (0..self.counters.len()).find(|&m| m != target && self.alive(m));
+            if source.is_none() {
+                tracing::error!(array = %self.label, member = target,
+                    "rebuild stopped: no other mirror is left");
+            }
+            return source.map(|m| vec![m]);
         }
         let others: Vec<usize> = (0..self.counters.len()).filter(|&m| m != target).collect();
         if others.iter().any(|&m| !self.alive(m)) {

@@ -33,13 +33,15 @@ impl Drop for ScrubRunning<'_> {
 }
 
 impl RaidDevice {
-    /// Reads every stripe, checks its parity against its data and, with
-    /// `repair`, rewrites the parity of the stripes that differ. Runs on
+    /// Reads every stripe, checks its parity against its data (RAID 1:
+    /// the mirrors against each other) and, with `repair`, rewrites the
+    /// parity (the mirrors that differ from member 0) of the stripes
+    /// that differ. Runs on
     /// the caller's thread at the rebuild rate; progress shows in
-    /// [`Self::status`] meanwhile. Needs a RAID 5 array with every
+    /// [`Self::status`] meanwhile. Needs a RAID 1 or 5 array with every
     /// member active and no rebuild or other scrub running.
     pub fn scrub(&self, repair: bool) -> Result<ScrubReport, RaidError> {
-        if self.geometry.level() != RaidLevel::Raid5 {
+        if self.geometry.tolerance() == 0 {
             return Err(RaidError::Refused(
                 "a RAID 0 array has no parity to scrub".into(),
             ));
@@ -97,30 +99,24 @@ impl RaidDevice {
                 }
                 drop(step);
                 let mut fixes = Vec::new();
+                let mut stripes_off = 0;
                 for s in first..end {
                     let at = ((s - first) * unit) as usize..((s - first + 1) * unit) as usize;
-                    let parity = self.geometry.parity_member(s).unwrap_or(n - 1);
-                    let mut sum = vec![0u8; unit as usize];
-                    for (m, b) in bufs.iter().enumerate() {
-                        if m != parity {
-                            xor_into(&mut sum, &b[at.clone()]);
-                        }
-                    }
-                    if sum != bufs[parity][at] {
+                    let found = self.stripe_fixes(s, &bufs, at);
+                    if !found.is_empty() {
                         state.mismatches.fetch_add(1, Ordering::SeqCst);
-                        tracing::warn!(array = %self.label, stripe = s, parity_member = parity,
-                            "scrub: parity does not match the data");
-                        fixes.push((s, parity, sum));
+                        stripes_off += 1;
                     }
+                    fixes.extend(found.into_iter().map(|(m, b)| (s, m, b)));
                 }
                 if repair && !fixes.is_empty() {
                     let mut step: Vec<MemberIo<'_>> = fixes
                         .iter()
-                        .map(|(s, parity, sum)| {
+                        .map(|(s, member, right)| {
                             MemberIo::new(
-                                *parity,
+                                *member,
                                 MemberOp::Write {
-                                    buf: sum,
+                                    buf: right,
                                     offset: s * unit,
                                     fua: false,
                                 },
@@ -134,9 +130,7 @@ impl RaidDevice {
                             len as u64,
                         )));
                     }
-                    state
-                        .repaired
-                        .fetch_add(fixes.len() as u64, Ordering::SeqCst);
+                    state.repaired.fetch_add(stripes_off, Ordering::SeqCst);
                 }
             }
             state.done.store(end, Ordering::SeqCst);
@@ -160,5 +154,43 @@ impl RaidDevice {
             mismatches: state.mismatches.load(Ordering::SeqCst),
             repaired: state.repaired.load(Ordering::SeqCst),
         })
+    }
+
+    /// What stripe `s` (its chunks at `at` in each member's buffer of
+    /// `bufs`) needs rewritten to be consistent, as (member, right
+    /// contents): RAID 5, the parity from the data; RAID 1, every mirror
+    /// that differs from member 0 (as md, the first member is taken as
+    /// right). Logged.
+    fn stripe_fixes(
+        &self,
+        s: u64,
+        bufs: &[Vec<u8>],
+        at: std::ops::Range<usize>,
+    ) -> Vec<(usize, Vec<u8>)> {
+        if self.geometry.level() == RaidLevel::Raid1 {
+            let first = &bufs[0][at.clone()];
+            let differ: Vec<usize> = (1..bufs.len())
+                .filter(|&m| bufs[m][at.clone()] != *first)
+                .collect();
+            if !differ.is_empty() {
+                tracing::warn!(array = %self.label, stripe = s, members = ?differ,
+                    "scrub: mirrors differ from member 0");
+            }
+            return differ.into_iter().map(|m| (m, first.to_vec())).collect();
+        }
+        let n = bufs.len();
+        let parity = self.geometry.parity_member(s).unwrap_or(n - 1);
+        let mut sum = vec![0u8; at.len()];
+        for (m, b) in bufs.iter().enumerate() {
+            if m != parity {
+                xor_into(&mut sum, &b[at.clone()]);
+            }
+        }
+        if sum == bufs[parity][at] {
+            return Vec::new();
+        }
+        tracing::warn!(array = %self.label, stripe = s, parity_member = parity,
+            "scrub: parity does not match the data");
+        vec![(parity, sum)]
     }
 }

@@ -7,9 +7,8 @@ use serde::{Deserialize, Serialize};
 use sluice_storage::{DeviceMetric, MetricKind};
 use uuid::Uuid;
 
-use crate::device::{tolerance, RaidDevice, NO_MEMBER};
+use crate::device::{RaidDevice, NO_MEMBER};
 use crate::journal::{Journal, JournalReport};
-use crate::layout::RaidLevel;
 
 /// The array's condition as a whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -170,7 +169,7 @@ impl RaidDevice {
             })
             .collect();
         let failed = self.failed_count();
-        let tolerance = tolerance(self.geometry.level());
+        let tolerance = self.geometry.tolerance();
         let state = if failed > tolerance {
             ArrayCondition::Failed
         } else if rebuilding != NO_MEMBER {
@@ -183,11 +182,7 @@ impl RaidDevice {
         let unit = self.geometry.unit();
         let scrub = &self.scrub;
         ArrayStatus {
-            level: match self.geometry.level() {
-                RaidLevel::Raid0 => "raid0",
-                RaidLevel::Raid5 => "raid5",
-            }
-            .into(),
+            level: self.geometry.level().name().into(),
             unit,
             size: self.size,
             array_uuid: superblocks

@@ -12,7 +12,6 @@ use sluice_storage::{DeviceError, IoOp};
 use crate::array::write_superblock;
 use crate::device::{Outcome, RaidDevice, NO_MEMBER};
 use crate::fan_out::{MemberIo, MemberOp};
-use crate::layout::RaidLevel;
 use crate::superblock::{MemberRole, Superblock};
 
 impl RaidDevice {
@@ -118,7 +117,7 @@ impl RaidDevice {
                 .errors
                 .fetch_add(1, Ordering::Relaxed);
             let member_fault = matches!(e, DeviceError::Io { .. });
-            if member_fault && self.geometry.level() == RaidLevel::Raid5 {
+            if member_fault && self.geometry.tolerance() > 0 {
                 // A request to a member replaced while it was in flight
                 // failed on the old device: redo the step with the new.
                 let now = self.members.load();

@@ -139,6 +139,22 @@ impl RaidDevice {
                     fua,
                 })
             }
+            // Zeroed (allowing members to deallocate) on every mirror, so
+            // they all read the same after.
+            RaidLevel::Raid1 => {
+                let mode = ZeroMode {
+                    may_trim: true,
+                    fast: false,
+                    fua,
+                };
+                self.on_mirrors(IoOp::Trim, offset, length, |offset, length| {
+                    MemberOp::WriteZeroes {
+                        offset,
+                        length,
+                        mode,
+                    }
+                })
+            }
             RaidLevel::Raid5 => {
                 // Whole stripes are zeroed (allowing members to
                 // deallocate) on every member, parity included, so
@@ -181,6 +197,15 @@ impl RaidDevice {
                     offset,
                     length,
                     mode,
+                })
+            }
+            RaidLevel::Raid1 => {
+                self.on_mirrors(IoOp::WriteZeroes, offset, length, |offset, length| {
+                    MemberOp::WriteZeroes {
+                        offset,
+                        length,
+                        mode,
+                    }
                 })
             }
             RaidLevel::Raid5 => {

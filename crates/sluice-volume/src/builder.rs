@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use sluice_client::{ClientError, ConnectOptions, NbdUri, Reconnect, RemoteDevice};
 use sluice_raid::{
-    create_array, Geometry, JournalPlace, NamedMember, RaidDevice, RaidError, RaidLevel, Uuid,
+    create_array, Geometry, JournalPlace, NamedMember, RaidDevice, RaidError, Uuid,
     DEFAULT_REBUILD_RATE,
 };
 use sluice_storage::{
@@ -57,7 +57,7 @@ pub enum VolumeError {
     #[error(transparent)]
     Raid(Box<RaidError>),
     /// `create_raid` was given a spec that is not an array.
-    #[error("not an array spec (expected raid0: or raid5:)")]
+    #[error("not an array spec (expected raid0:, raid1: or raid5:)")]
     NotAnArray,
     /// A replacement member is not an NBD URI.
     #[error(
@@ -244,21 +244,22 @@ impl VolumeBuilder {
         let geometry =
             Geometry::new(raid.level, raid.members.len(), raid.unit).map_err(RaidError::from)?;
         let (opened, remotes) = self.open_members(raid);
-        // RAID 5 starts without one member it cannot reach (the array
-        // decides whether that is safe); otherwise the first member that
-        // could not be opened is the error.
+        // A redundant array starts without as many members as it
+        // survives losing (the array decides whether that is safe);
+        // otherwise the first member that could not be opened is the
+        // error.
         let unreachable = opened.iter().filter(|m| m.is_err()).count();
         let mut members = Vec::with_capacity(opened.len());
         let mut missing = None;
         for (index, m) in opened.into_iter().enumerate() {
             match m {
                 Ok(m) => members.push(Ok(m)),
-                Err((name, e)) if raid.level == RaidLevel::Raid5 && unreachable == 1 => {
+                Err((name, e)) if unreachable <= geometry.tolerance() => {
                     tracing::warn!(member = index, name = %name,
                         error = &e as &dyn std::error::Error,
                         "cannot open the array member; starting the array without it");
                     members.push(Err(name));
-                    missing = Some((index, e));
+                    missing.get_or_insert((index, e));
                 }
                 Err((_, source)) => {
                     return Err(VolumeError::Member {

@@ -54,7 +54,7 @@ pub enum BaseSpec {
     /// (`nbd://HOST[:PORT]/EXPORT`, `nbds://...`, `nbd+unix:///EXPORT?socket=PATH`,
     /// `nbds+unix://...`), opened through `sluice_client::RemoteDevice`.
     Remote(RemoteSpec),
-    /// RAID 0 or RAID 5 over member volumes
+    /// RAID 0, 1 or 5 over member volumes
     /// (`raid5:unit=SIZE,members=URI,URI,...`).
     Raid(RaidSpec),
 }
@@ -84,7 +84,7 @@ impl RemoteSpec {
 /// An array: level, stripe unit and member volumes in array order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RaidSpec {
-    /// RAID 0 or RAID 5.
+    /// RAID 0, 1 or 5.
     pub level: RaidLevel,
     /// Stripe unit in bytes.
     pub unit: u64,
@@ -145,7 +145,7 @@ pub enum LayerSpec {
 #[non_exhaustive]
 pub enum SpecError {
     /// The spec does not follow the syntax.
-    #[error("bad export spec {spec:?}: {reason} (expected file:PATH[,size=BYTES][,ro][,direct], mem:BYTES[,ro], URI[,ro][,timeout=DURATION][,reconnect=DURATION] with an nbd://, nbds://, nbd+unix:// or nbds+unix:// URI, or raid0|raid5:unit=SIZE,members=URI,URI,...[,journal=PATH|off][,start-dirty-degraded][,probe=DURATION|off][,timeout=DURATION][,reconnect=DURATION], and for testing [,fail=OPS:ERRNO:TRIGGER][,power-loss[=SEED]])")]
+    #[error("bad export spec {spec:?}: {reason} (expected file:PATH[,size=BYTES][,ro][,direct], mem:BYTES[,ro], URI[,ro][,timeout=DURATION][,reconnect=DURATION] with an nbd://, nbds://, nbd+unix:// or nbds+unix:// URI, or raid0|raid1|raid5:unit=SIZE,members=URI,URI,...[,journal=PATH|off][,start-dirty-degraded][,probe=DURATION|off][,timeout=DURATION][,reconnect=DURATION], and for testing [,fail=OPS:ERRNO:TRIGGER][,power-loss[=SEED]])")]
     Syntax {
         /// The whole spec.
         spec: String,
@@ -180,7 +180,7 @@ impl FromStr for VolumeSpec {
     ///   client takes), with `ro`, `timeout=DURATION` (longest wait for
     ///   a reply) and `reconnect=DURATION` (window to get a lost server
     ///   back);
-    /// - `raid0:` or `raid5:` with `unit=SIZE` and `members=URI`, every
+    /// - `raid0:`, `raid1:` or `raid5:` with `unit=SIZE` and `members=URI`, every
     ///   further item that is a URI being the next member (so
     ///   `members=URI,URI,URI`), `journal=PATH` or `journal=off` (RAID
     ///   5's write-intent journal), `start-dirty-degraded` (start with a
@@ -203,7 +203,7 @@ impl FromStr for VolumeSpec {
             .ok_or_else(|| bad("missing KIND:".into()))?;
         let mut parts = rest.split(',');
         let first = parts.next().unwrap_or_default();
-        let is_raid = matches!(kind, "raid0" | "raid5");
+        let is_raid = matches!(kind, "raid0" | "raid1" | "raid5");
         let mut read_only = false;
         let mut size = None;
         let mut direct = false;
@@ -306,11 +306,11 @@ impl FromStr for VolumeSpec {
                 let uri = spec.split(',').next().unwrap_or_default();
                 BaseSpec::Remote(remote(uri)?)
             }
-            "raid0" | "raid5" => {
-                let level = if kind == "raid0" {
-                    RaidLevel::Raid0
-                } else {
-                    RaidLevel::Raid5
+            "raid0" | "raid1" | "raid5" => {
+                let level = match kind {
+                    "raid0" => RaidLevel::Raid0,
+                    "raid1" => RaidLevel::Raid1,
+                    _ => RaidLevel::Raid5,
                 };
                 let unit = unit.ok_or_else(|| bad("missing unit=SIZE".into()))?;
                 let uris = members.ok_or_else(|| bad("missing members=URI,URI,...".into()))?;

@@ -117,15 +117,16 @@ fn remote_array(level: &'static str, n: usize, unit: &'static str) -> impl Fn(Ac
     }
 }
 
-/// RAID 5 over three member servers whose member 1 answers EIO to
-/// everything after its first 60 requests (`seen` keeps its device, to
-/// check it did fail).
-fn remote_raid5_failing_into(
+/// An array (`level`) over three member servers whose member 1
+/// answers EIO to everything after its first 60 requests (`seen` keeps
+/// its device, to check it did fail).
+fn remote_failing_into(
+    level: &'static str,
     access: Access,
     seen: Option<&std::sync::Mutex<Vec<Arc<FaultInjectionDevice>>>>,
 ) -> Subject {
     if access == Access::ReadOnly {
-        return remote_array("raid5", 3, "4K")(access);
+        return remote_array(level, 3, "4K")(access);
     }
     let mut members = members(3, 4 << 20);
     let rule: FaultRule = "all:eio:after=60".parse().expect("fault rule");
@@ -138,36 +139,41 @@ fn remote_raid5_failing_into(
         seen.lock().expect("not poisoned").push(failing.clone());
     }
     members[1].server = serve(failing);
-    let spec = spec_of("raid5", "4K", &members);
+    let spec = spec_of(level, "4K", &members);
     let builder = builder();
     builder.create_raid(&spec, false).expect("create the array");
     let device = builder.open("array", &spec).expect("open the array");
     Subject::new(device).keeping(members)
 }
 
-fn remote_raid5_failing(access: Access) -> Subject {
-    remote_raid5_failing_into(access, None)
+fn remote_failing(level: &'static str) -> impl Fn(Access) -> Subject {
+    move |access| remote_failing_into(level, access, None)
 }
 
 #[test]
 fn the_failing_remote_member_does_fail_during_the_suite() {
-    let seen = std::sync::Mutex::new(Vec::new());
-    let factory = |access| remote_raid5_failing_into(access, Some(&seen));
-    assert_eq!(
-        sluice_testkit::conformance::operation_sequences_match_a_model(&factory),
-        Ok(sluice_testkit::conformance::Outcome::Passed)
-    );
-    let seen = seen.lock().expect("not poisoned");
-    assert!(
-        seen.iter().any(|m| m.injected() > 0),
-        "no request failed on the failing member: the array never ran degraded"
-    );
+    for level in ["raid1", "raid5"] {
+        let seen = std::sync::Mutex::new(Vec::new());
+        let factory = |access| remote_failing_into(level, access, Some(&seen));
+        assert_eq!(
+            sluice_testkit::conformance::operation_sequences_match_a_model(&factory),
+            Ok(sluice_testkit::conformance::Outcome::Passed)
+        );
+        let seen = seen.lock().expect("not poisoned");
+        assert!(
+            seen.iter().any(|m| m.injected() > 0),
+            "no request failed on the failing member of {level}: the array never ran degraded"
+        );
+    }
 }
 
 sluice_testkit::conformance_tests! {
     remote_raid5_of_3 => remote_array("raid5", 3, "64K"),
     remote_raid0_of_2 => remote_array("raid0", 2, "4K"),
-    remote_raid5_member_fails_mid_run => remote_raid5_failing,
+    remote_raid5_member_fails_mid_run => remote_failing("raid5"),
+    remote_raid1_of_2 => remote_array("raid1", 2, "64K"),
+    remote_raid1_of_3 => remote_array("raid1", 3, "4K"),
+    remote_raid1_member_fails_mid_run => remote_failing("raid1"),
 }
 
 #[test]
