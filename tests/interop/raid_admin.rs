@@ -346,3 +346,82 @@ fn raid1_survives_a_kill_under_fio_is_rebuilt_and_then_serves_from_the_copy_alon
     qemu_io_ok(&uri, &["write -P 7 40M 1M", "read -P 7 40M 1M"]);
     assert_eq!(metric(&head, "sluice_raid_members_failed"), 2.0);
 }
+
+#[test]
+fn a_raid1_mirror_restarted_within_the_window_is_put_back_and_resynced_from_what_it_missed() {
+    let dir = tempdir();
+    let mut members: Vec<Server> = (0..2).map(|i| member(dir.path(), i)).collect();
+    let uris: Vec<String> = members.iter().map(|m| m.uri("m")).collect();
+    let spec = format!(
+        "raid1:unit=64K,members={},{MEMBER_OPTIONS},probe=200ms,readd=5m",
+        uris.join(",")
+    );
+    create(&spec);
+    let admin = dir.path().join("admin.sock");
+    let head = ServerBuilder::new()
+        .export("vol", &spec)
+        .arg(format!("--admin=unix:{}", admin.display()))
+        .arg("--rebuild-rate=0")
+        .start();
+    let uri = head.uri("vol");
+    let reference = dir.path().join("reference.raw");
+    write_random_file(&reference, 8 * MIB, 31, &[]);
+    tool("qemu-img")
+        .args(["convert", "-n", "-f", "raw", "-O", "raw"])
+        .arg(&reference)
+        .arg(&uri)
+        .run();
+
+    // Member 1 goes away; 1 MiB (one 16-stripe run of 64 KiB units) is
+    // written while it is.
+    let addr = members[1].addr();
+    members[1].signal(Signal::KILL);
+    let _ = members[1].wait_exit(Duration::from_secs(5));
+    wait_status(&admin, "member 1 failed", |s| {
+        member_line(s, 1).contains("state failed")
+    });
+    qemu_io_ok(&uri, &["write -P 5 4M 1M", "flush"]);
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&reference)
+        .expect("open the reference");
+    file.write_all_at(&vec![5u8; MIB as usize], 4 * MIB)
+        .expect("update the reference");
+    let written = |status: &str, i: usize| -> u64 {
+        let line = member_line(status, i);
+        let at = line.find(" written_bytes ").expect("written_bytes") + 15;
+        line[at..]
+            .split(' ')
+            .next()
+            .and_then(|v| v.parse().ok())
+            .expect("a number")
+    };
+    let before = written(&raid(&admin, &["status", "vol"]), 1);
+
+    // The same member server comes back on its file and address: the
+    // array puts it back by itself and copies only what it missed.
+    members[1] = ServerBuilder::new()
+        .listen(addr.to_string())
+        .export(
+            "m",
+            format!("file:{},size=64M", member_path(dir.path(), 1).display()),
+        )
+        .start();
+    let status = wait_status(&admin, "member 1 back and the array clean", |s| {
+        s.contains("state clean") && member_line(s, 1).contains("state active")
+    });
+    assert_eq!(written(&status, 1) - before, MIB, "{status}");
+
+    // Member 0 dies: member 1 alone has every byte.
+    members[0].signal(Signal::KILL);
+    let _ = members[0].wait_exit(Duration::from_secs(5));
+    wait_status(&admin, "member 0 failed", |s| {
+        member_line(s, 0).contains("state failed")
+    });
+    tool("qemu-img")
+        .args(["compare", "-f", "raw", "-F", "raw"])
+        .arg(&reference)
+        .arg(&uri)
+        .timeout(Duration::from_secs(120))
+        .run();
+}

@@ -16,6 +16,7 @@ use sluice_storage::{BlockDevice, BlockingClass, Capability, DeviceError, IoOp};
 use thiserror::Error;
 
 use crate::array::MemberError;
+use crate::bitmap::Missed;
 use crate::clock::{Clock, SystemClock};
 use crate::fan_out::{FanOut, ScopedFanOut};
 use crate::journal::{Journal, JournalError};
@@ -155,6 +156,12 @@ pub struct RaidDevice {
     pub(crate) epoch: Instant,
     /// The probe thread is running (see `health.rs`).
     pub(crate) probing: AtomicBool,
+    /// What each failed RAID 1 mirror missed (see `bitmap.rs`).
+    pub(crate) missed: Vec<Mutex<Option<Missed>>>,
+    /// Some member has had a bitmap (writes mark them only then).
+    pub(crate) any_missed: AtomicBool,
+    /// How long a failed mirror's bitmap is kept, nanoseconds (0: none).
+    pub(crate) readd_window: AtomicU64,
 }
 
 /// The members of an array as one value, replaced whole.
@@ -354,6 +361,9 @@ impl RaidDevice {
             journal: None,
             epoch: clock.now(),
             probing: AtomicBool::new(false),
+            missed: (0..members_len).map(|_| Mutex::new(None)).collect(),
+            any_missed: AtomicBool::new(false),
+            readd_window: AtomicU64::new(0),
             clock,
         })
     }

@@ -131,6 +131,7 @@
 
 mod array;
 mod assemble;
+mod bitmap;
 mod block;
 pub mod clock;
 mod device;
@@ -153,6 +154,7 @@ mod zero;
 pub use array::{
     check_members, create_array, read_superblocks, Assembly, MemberError, NamedMember,
 };
+pub use bitmap::DEFAULT_READD_WINDOW;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use device::{ArrayFailed, MemberStatus, RaidDevice, RaidError, DEFAULT_REBUILD_RATE};
 pub use fan_out::{FanOut, MemberIo, MemberOp, ScopedFanOut};

@@ -68,8 +68,11 @@ impl RaidDevice {
         } else {
             self.lock_stripes(stripes.clone())
         };
-        self.note_writes(stripes);
+        self.note_writes(stripes.clone());
         self.retrying(io_op, offset, len, || {
+            // Every attempt: a member that failed on the last one has a
+            // bitmap now.
+            self.mark_missed(stripes.clone());
             let rebuilding = self.rebuild.member.load(Ordering::SeqCst);
             let cursor = self.rebuild.cursor.load(Ordering::SeqCst) * unit;
             let mut step: Vec<MemberIo<'_>> = Vec::with_capacity(self.counters.len());

@@ -173,7 +173,9 @@ impl RaidDevice {
             }
             .into());
         }
-        {
+        let readd = self.same_member_back(index, &member);
+        if !readd {
+            *self.missed(index) = None;
             let mut s = superblocks.lock().unwrap_or_else(|p| p.into_inner());
             s[index].member_uuid = Uuid::new_v4();
         }
@@ -194,8 +196,14 @@ impl RaidDevice {
         let mut names = old.names.clone();
         devices[index] = Some(member.device);
         names[index] = member.name;
-        tracing::info!(array = %self.label, member = index, name = %names[index],
-            "member replaced; rebuilding it");
+        if readd {
+            let runs = self.missed(index).as_ref().map_or(0, |m| m.marked());
+            tracing::info!(array = %self.label, member = index, name = %names[index], runs,
+                "member back within the re-add window; resyncing only the runs it missed");
+        } else {
+            tracing::info!(array = %self.label, member = index, name = %names[index],
+                "member replaced; rebuilding it");
+        }
         self.members.store(Arc::new(MemberSet { devices, names }));
         self.counters[index].failed.store(false, Ordering::SeqCst);
         let name = self.members.load().names[index].clone();
@@ -279,6 +287,7 @@ impl RaidDevice {
             return None;
         }
         let stripes = self.stripes();
+        self.skip_unmissed(target);
         let first = self.rebuild.cursor.load(Ordering::SeqCst);
         if first >= stripes {
             self.finish_rebuild(target);
@@ -295,7 +304,11 @@ impl RaidDevice {
                 self.read_locked(target, range, None)?
             }
         };
-        let next_end = stripes.min(current.end + self.run_stripes());
+        let mut next_end = stripes.min(current.end + self.run_stripes());
+        if !self.may_have_missed(target, current.end..next_end) {
+            // A resync that will skip it: not worth reading ahead.
+            next_end = current.end;
+        }
         let next = self.read_ahead(target, current.end..next_end, &current)?;
         // The run is on the new member; it is current there unless a
         // write past the cursor reached it since it was read.
@@ -490,6 +503,7 @@ impl RaidDevice {
                     "cannot flush the rebuilt member");
             }
         }
+        *self.missed(target) = None;
         self.update_superblocks(|s| {
             s.roles[target] = MemberRole::Active;
             s.rebuilt = 0;

@@ -55,6 +55,10 @@ impl RaidDevice {
         if self.counters[index].failed.swap(true, Ordering::SeqCst) {
             return false;
         }
+        self.start_missed(index, rebuilding == index);
+        if rebuilding != NO_MEMBER && rebuilding != index {
+            self.start_missed(rebuilding, true);
+        }
         if rebuilding != NO_MEMBER {
             self.rebuild.member.store(NO_MEMBER, Ordering::SeqCst);
         }

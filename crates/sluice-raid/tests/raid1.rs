@@ -1,14 +1,16 @@
 //! RAID 1 behaviour the conformance suite does not see: reads spread
 //! over the mirrors and writes reaching every one, reads going on from
 //! the others as mirrors fail until none is left, a replaced mirror
-//! rebuilt by copying (and then holding every byte alone), and scrub
-//! finding and repairing a mirror that differs.
+//! rebuilt by copying (and then holding every byte alone), a mirror put
+//! back within the re-add window resynced by copying only what it
+//! missed, and scrub finding and repairing a mirror that differs.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use sluice_raid::{
-    create_array, ArrayCondition, ArrayFailed, Geometry, NamedMember, RaidDevice, RaidLevel,
-    ScopedFanOut,
+    create_array, ArrayCondition, ArrayFailed, Geometry, ManualClock, NamedMember, RaidDevice,
+    RaidLevel, ScopedFanOut,
 };
 use sluice_storage::{BlockDevice, DeviceError, MemDevice};
 use sluice_testkit::error_chain;
@@ -196,4 +198,93 @@ fn scrub_finds_a_mirror_that_differs_and_repair_copies_member_0() {
         .read_at(&mut copy, data_offset + 5 * UNIT)
         .expect("read member 2");
     assert!(copy[..] == model[5 * UNIT as usize..6 * UNIT as usize]);
+}
+
+/// A two-way mirror with superblocks over 4 MiB members, filled; the
+/// model of its volume.
+fn filled_pair(clock: Arc<ManualClock>) -> (Arc<RaidDevice>, Vec<Arc<MemDevice>>, Vec<u8>) {
+    let devices: Vec<Arc<MemDevice>> = (0..2)
+        .map(|_| Arc::new(MemDevice::new(4 << 20, false)))
+        .collect();
+    let geometry = Geometry::new(RaidLevel::Raid1, 2, UNIT).expect("geometry");
+    create_array(geometry, &named(&devices), false).expect("create");
+    let array = Arc::new(
+        RaidDevice::assemble(geometry, named(&devices), Arc::new(ScopedFanOut))
+            .expect("assemble")
+            .with_clock(clock),
+    );
+    let model = pattern(7, array.size() as usize);
+    array.write_at(&model, 0, false).expect("fill");
+    (array, devices, model)
+}
+
+/// Fails member 1, writes 4 KiB into stripes 10 and 500 (two rebuild
+/// runs of 64 stripes) while it is away, lets `away` pass, puts the
+/// same member back, writes into stripe 800 (a third run) and runs the
+/// rebuild to its end; returns the bytes
+/// the rebuild wrote to it, after checking it alone then holds the
+/// volume.
+fn away_and_back(window: Duration, away: Duration) -> u64 {
+    let clock = Arc::new(ManualClock::new());
+    let (array, devices, mut model) = filled_pair(clock.clone());
+    array.set_readd_window(window);
+    array.fail_member(1).expect("fail member 1");
+    for stripe in [10, 500] {
+        let at = stripe * UNIT + 100;
+        let data = pattern(stripe, 4096);
+        array.write_at(&data, at, false).expect("degraded write");
+        model[at as usize..][..4096].copy_from_slice(&data);
+    }
+    clock.advance(away);
+    let before = array.member_status()[1].written_bytes;
+    array
+        .replace_member(
+            1,
+            NamedMember {
+                name: "mem1".into(),
+                device: devices[1].clone(),
+            },
+        )
+        .expect("put member 1 back");
+    // A write past the cursor while it resyncs, to a run it had not
+    // missed: that run is copied too.
+    let at = 800 * UNIT + 5;
+    let data = pattern(800, 3000);
+    array
+        .write_at(&data, at, true)
+        .expect("write during the resync");
+    model[at as usize..][..3000].copy_from_slice(&data);
+    let mut steps = 0;
+    while array.rebuild_step().is_some() {
+        steps += 1;
+        assert!(steps < 10_000, "the rebuild does not end");
+    }
+    assert_eq!(array.status().state, ArrayCondition::Clean);
+    let written = array.member_status()[1].written_bytes - before;
+    array.fail_member(0).expect("fail member 0");
+    let mut back = vec![0u8; model.len()];
+    array.read_at(&mut back, 0).expect("read member 1 alone");
+    let first = back.iter().zip(&model).position(|(a, b)| a != b);
+    assert_eq!(first, None, "member 1 differs at this byte");
+    written
+}
+
+#[test]
+fn a_mirror_back_within_the_window_resyncs_only_what_it_missed() {
+    let run = 64 * UNIT;
+    let written = away_and_back(Duration::from_secs(60), Duration::from_secs(10));
+    assert_eq!(
+        written,
+        3 * run,
+        "the two runs it missed and the one written during the resync, nothing else"
+    );
+}
+
+#[test]
+fn a_mirror_back_after_the_window_is_rebuilt_whole() {
+    let volume = (4 << 20) - UNIT;
+    let written = away_and_back(Duration::from_secs(60), Duration::from_secs(61));
+    assert_eq!(written, volume);
+    // No window: no bitmap at all.
+    assert_eq!(away_and_back(Duration::ZERO, Duration::ZERO), volume);
 }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use sluice_client::{ClientError, ConnectOptions, NbdUri, Reconnect, RemoteDevice};
 use sluice_raid::{
-    create_array, Geometry, JournalPlace, NamedMember, RaidDevice, RaidError, Uuid,
+    create_array, Geometry, JournalPlace, NamedMember, RaidDevice, RaidError, RaidLevel, Uuid,
     DEFAULT_REBUILD_RATE,
 };
 use sluice_storage::{
@@ -125,6 +125,73 @@ impl RaidHandle {
     }
 }
 
+impl RaidHandle {
+    /// Connects again to member `index` (as its spec says) and puts it
+    /// back if it is the member that failed there within the re-add
+    /// window (see [`RaidDevice::readd_member`]): a RAID 1 mirror then
+    /// resyncs only what it missed.
+    pub fn readd(&self, index: usize) -> Result<(), VolumeError> {
+        let Some(BaseSpec::Remote(remote)) = self.spec.members.get(index).map(|m| &m.base) else {
+            return Err(VolumeError::NotAnArray);
+        };
+        let device = Arc::new(connect_remote(remote).map_err(|e| VolumeError::Member {
+            index,
+            source: Box::new(e),
+        })?);
+        self.array.readd_member(
+            index,
+            NamedMember {
+                name: remote.uri.clone(),
+                device: device.clone(),
+            },
+        )?;
+        self.fan_out.set_remote(index, Some(device));
+        self.array.start_rebuild();
+        Ok(())
+    }
+
+    /// Starts a thread that, every probe interval while the array is
+    /// open, tries to connect again to each member that failed within
+    /// the re-add window and puts it back when it is the same member
+    /// (RAID 1 with `readd=`; nothing otherwise).
+    fn start_readding(&self) {
+        let interval = self.spec.probe;
+        if self.spec.level != RaidLevel::Raid1 || self.spec.readd.is_zero() || interval.is_zero() {
+            return;
+        }
+        let weak = Arc::downgrade(&self.array);
+        // The thread must not keep the array open: it holds it only
+        // while it looks.
+        let (fan_out, spec) = (Arc::clone(&self.fan_out), self.spec.clone());
+        let spawned = std::thread::Builder::new()
+            .name("raid-readd".into())
+            .spawn(move || loop {
+                std::thread::sleep(interval);
+                let Some(array) = weak.upgrade() else {
+                    return;
+                };
+                let handle = Self {
+                    array,
+                    fan_out: Arc::clone(&fan_out),
+                    spec: spec.clone(),
+                };
+                for index in handle.array.readd_candidates() {
+                    match handle.readd(index) {
+                        Ok(()) => {}
+                        Err(e) => tracing::debug!(
+                            member = index,
+                            error = &e as &dyn std::error::Error,
+                            "member not back yet"
+                        ),
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "cannot start the member re-add thread");
+        }
+    }
+}
+
 /// Opens device stacks from [`VolumeSpec`]s, with the settings that are
 /// the server's rather than the spec's: today, the buffer cache put over
 /// every volume it opens.
@@ -185,6 +252,8 @@ impl VolumeBuilder {
             raid.array.set_rebuild_rate(self.rebuild_rate);
             raid.array.start_rebuild();
             raid.array.start_probing(raid.spec.probe);
+            raid.array.set_readd_window(raid.spec.readd);
+            raid.start_readding();
         }
         Ok(Volume { device, raid })
     }

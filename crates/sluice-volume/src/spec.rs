@@ -100,6 +100,11 @@ pub struct RaidSpec {
     /// one is marked failed while the array is idle (`probe=DURATION`,
     /// `probe=off`: zero, never).
     pub probe: Duration,
+    /// How long a failed RAID 1 mirror's missed writes are tracked, so
+    /// that when it answers again it is put back and resynced from them
+    /// (`readd=DURATION`, `readd=off`: zero, a member that failed must
+    /// be replaced).
+    pub readd: Duration,
 }
 
 /// Where an array's write-intent journal lives (see
@@ -145,7 +150,7 @@ pub enum LayerSpec {
 #[non_exhaustive]
 pub enum SpecError {
     /// The spec does not follow the syntax.
-    #[error("bad export spec {spec:?}: {reason} (expected file:PATH[,size=BYTES][,ro][,direct], mem:BYTES[,ro], URI[,ro][,timeout=DURATION][,reconnect=DURATION] with an nbd://, nbds://, nbd+unix:// or nbds+unix:// URI, or raid0|raid1|raid5:unit=SIZE,members=URI,URI,...[,journal=PATH|off][,start-dirty-degraded][,probe=DURATION|off][,timeout=DURATION][,reconnect=DURATION], and for testing [,fail=OPS:ERRNO:TRIGGER][,power-loss[=SEED]])")]
+    #[error("bad export spec {spec:?}: {reason} (expected file:PATH[,size=BYTES][,ro][,direct], mem:BYTES[,ro], URI[,ro][,timeout=DURATION][,reconnect=DURATION] with an nbd://, nbds://, nbd+unix:// or nbds+unix:// URI, or raid0|raid1|raid5:unit=SIZE,members=URI,URI,...[,journal=PATH|off][,start-dirty-degraded][,probe=DURATION|off][,readd=DURATION|off][,timeout=DURATION][,reconnect=DURATION], and for testing [,fail=OPS:ERRNO:TRIGGER][,power-loss[=SEED]])")]
     Syntax {
         /// The whole spec.
         spec: String,
@@ -185,7 +190,9 @@ impl FromStr for VolumeSpec {
     ///   `members=URI,URI,URI`), `journal=PATH` or `journal=off` (RAID
     ///   5's write-intent journal), `start-dirty-degraded` (start with a
     ///   member missing even after an unclean shutdown), `probe=DURATION`
-    ///   or `probe=off` (how often idle members are probed), and `ro`,
+    ///   or `probe=off` (how often idle members are probed), `readd=DURATION`
+    ///   or `readd=off` (RAID 1: how long a failed mirror may come back
+    ///   and be resynced from what it missed), and `ro`,
     ///   `timeout=`, `reconnect=`
     ///   (applied to every member);
     ///
@@ -216,6 +223,7 @@ impl FromStr for VolumeSpec {
         let mut journal = None;
         let mut start_dirty_degraded = false;
         let mut probe = sluice_raid::DEFAULT_PROBE_INTERVAL;
+        let mut readd = sluice_raid::DEFAULT_READD_WINDOW;
         // In a RAID spec the first item is an option like the others.
         let options = is_raid.then_some(first).into_iter().chain(parts);
         for opt in options {
@@ -241,6 +249,8 @@ impl FromStr for VolumeSpec {
                 Some(("unit", v)) if is_raid => unit = Some(sluice_types::parse_size(v)?),
                 Some(("probe", "off")) if is_raid => probe = Duration::ZERO,
                 Some(("probe", v)) if is_raid => probe = sluice_types::parse_duration(v)?,
+                Some(("readd", "off")) if is_raid => readd = Duration::ZERO,
+                Some(("readd", v)) if is_raid => readd = sluice_types::parse_duration(v)?,
                 Some(("journal", "")) if is_raid => return Err(bad("empty journal path".into())),
                 Some(("journal", "off")) if is_raid => journal = Some(JournalSpec::Off),
                 Some(("journal", v)) if is_raid => journal = Some(JournalSpec::File(v.into())),
@@ -337,6 +347,7 @@ impl FromStr for VolumeSpec {
                     journal: journal.unwrap_or_default(),
                     start_dirty_degraded,
                     probe,
+                    readd,
                 })
             }
             other => return Err(bad(format!("unknown backend {other:?}"))),
@@ -513,7 +524,7 @@ mod tests {
     }
 
     #[test]
-    fn probe_is_an_array_option() {
+    fn probe_and_readd_are_array_options() {
         let probe = |spec: &str| match spec.parse::<VolumeSpec>().expect("spec").base {
             BaseSpec::Raid(raid) => raid.probe,
             other => panic!("not an array: {other:?}"),
@@ -529,6 +540,22 @@ mod tests {
         );
         assert_eq!(
             probe(&format!("raid0:unit=4K,probe=off,{members}")),
+            Duration::ZERO
+        );
+        let readd = |spec: &str| match spec.parse::<VolumeSpec>().expect("spec").base {
+            BaseSpec::Raid(raid) => raid.readd,
+            other => panic!("not an array: {other:?}"),
+        };
+        assert_eq!(
+            readd(&format!("raid1:unit=4K,{members}")),
+            sluice_raid::DEFAULT_READD_WINDOW
+        );
+        assert_eq!(
+            readd(&format!("raid1:unit=4K,readd=30s,{members}")),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            readd(&format!("raid1:unit=4K,readd=off,{members}")),
             Duration::ZERO
         );
         let e = "mem:1M,probe=1s"
@@ -578,6 +605,7 @@ mod tests {
                 journal: JournalSpec::Default,
                 start_dirty_degraded: false,
                 probe: sluice_raid::DEFAULT_PROBE_INTERVAL,
+                readd: sluice_raid::DEFAULT_READD_WINDOW,
             })
         );
         // The testing layers go over the array.
