@@ -73,7 +73,10 @@ impl AdminArg {
 struct StatusArgs {
     #[command(flatten)]
     admin: AdminArg,
-    /// Print the server's answer as JSON.
+    /// Print the arrays as JSON: a list with one object per RAID export
+    /// (`export` and the array's status fields: level, unit, size,
+    /// state, members, rebuild, scrub, journal), the `arrays` of the
+    /// admin protocol's status reply.
     #[arg(long)]
     json: bool,
     /// Only this export.

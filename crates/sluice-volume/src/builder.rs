@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use sluice_client::{ClientError, ConnectOptions, NbdUri, Reconnect, RemoteDevice};
 use sluice_raid::{
-    create_array, Geometry, JournalPlace, NamedMember, RaidDevice, RaidError, RaidLevel, Uuid,
-    DEFAULT_REBUILD_RATE,
+    create_array, Geometry, JournalPlace, MemberError, NamedMember, RaidDevice, RaidError,
+    RaidLevel, Uuid, DEFAULT_REBUILD_RATE,
 };
 use sluice_storage::{
     BlockDevice, CacheConfig, CacheDevice, DeviceError, FaultInjectionDevice, FileDevice,
@@ -150,6 +150,17 @@ impl RaidHandle {
         Ok(())
     }
 
+    /// Starts the array's background work: the rebuild of a member
+    /// marked rebuilding (at `rebuild_rate`), probing idle members, and
+    /// putting failed RAID 1 mirrors back.
+    fn start_background(&self, rebuild_rate: u64) {
+        self.array.set_rebuild_rate(rebuild_rate);
+        self.array.start_rebuild();
+        self.array.start_probing(self.spec.probe);
+        self.array.set_readd_window(self.spec.readd);
+        self.start_readding();
+    }
+
     /// Starts a thread that, every probe interval while the array is
     /// open, tries to connect again to each member that failed within
     /// the re-add window and puts it back when it is the same member
@@ -249,11 +260,7 @@ impl VolumeBuilder {
             device = add_layer(name, device, &LayerSpec::Cache(config))?;
         }
         if let Some(raid) = &raid {
-            raid.array.set_rebuild_rate(self.rebuild_rate);
-            raid.array.start_rebuild();
-            raid.array.start_probing(raid.spec.probe);
-            raid.array.set_readd_window(raid.spec.readd);
-            raid.start_readding();
+            raid.start_background(self.rebuild_rate);
         }
         Ok(Volume { device, raid })
     }
@@ -302,7 +309,13 @@ impl VolumeBuilder {
             )?),
             BaseSpec::Memory { size } => Arc::new(MemDevice::new(*size, read_only)),
             BaseSpec::Remote(remote) => open_remote(remote)?,
-            BaseSpec::Raid(raid) => self.open_raid_handle(raid)?.array,
+            BaseSpec::Raid(raid) => {
+                // An array as a member of another: it runs its own
+                // rebuilds, probes and re-adds.
+                let handle = self.open_raid_handle(raid)?;
+                handle.start_background(self.rebuild_rate);
+                handle.array
+            }
         })
     }
 
@@ -344,13 +357,7 @@ impl VolumeBuilder {
             JournalSpec::Off => JournalPlace::Off,
             JournalSpec::File(path) => JournalPlace::File(path.clone()),
         };
-        let array = match RaidDevice::assemble_with_missing(
-            geometry,
-            members,
-            fan_out.clone(),
-            &journal,
-            raid.start_dirty_degraded,
-        ) {
+        let array = match assemble_kicking(geometry, members, &fan_out, &journal, raid) {
             Ok(array) => array,
             // Unless the missing member is the reason (a dirty degraded
             // start), the member that could not be opened is named: it
@@ -387,6 +394,13 @@ impl VolumeBuilder {
         };
         let geometry =
             Geometry::new(raid.level, raid.members.len(), raid.unit).map_err(RaidError::from)?;
+        // A two-level array: its member arrays first, so it is made
+        // over their volumes.
+        for member in &raid.members {
+            if matches!(member.base, BaseSpec::Raid(_)) {
+                self.create_raid(member, force)?;
+            }
+        }
         let members = self
             .open_members(raid)
             .0
@@ -444,6 +458,47 @@ impl VolumeBuilder {
 impl From<RaidError> for VolumeError {
     fn from(e: RaidError) -> Self {
         Self::Raid(Box::new(e))
+    }
+}
+
+/// Assembles the array from `members`; with the spec's `kick-stale`, a
+/// member that answers but is behind the others (stale, or recorded
+/// failed) is left out as if it could not be reached, while the array
+/// survives that (as md kicks such a member and starts degraded).
+fn assemble_kicking(
+    geometry: Geometry,
+    mut members: Vec<Result<NamedMember, String>>,
+    fan_out: &Arc<BatchFanOut>,
+    journal: &JournalPlace,
+    raid: &RaidSpec,
+) -> Result<RaidDevice, RaidError> {
+    loop {
+        let result = RaidDevice::assemble_with_missing(
+            geometry,
+            members.clone(),
+            fan_out.clone(),
+            journal,
+            raid.start_dirty_degraded,
+        );
+        let (index, why) = match &result {
+            Err(
+                e @ RaidError::Member(
+                    MemberError::Stale { index, .. } | MemberError::RecordedFailed { index, .. },
+                ),
+            ) if raid.kick_stale => (*index, e.to_string()),
+            _ => return result,
+        };
+        let missing = members.iter().filter(|m| m.is_err()).count();
+        let Some(Ok(member)) = members
+            .get(index)
+            .filter(|_| missing < geometry.tolerance())
+        else {
+            return result;
+        };
+        tracing::warn!(member = index, name = %member.name, why = %why,
+            "kick-stale: starting the array without the member; it must be replaced to come back");
+        members[index] = Err(member.name.clone());
+        fan_out.set_remote(index, None);
     }
 }
 
