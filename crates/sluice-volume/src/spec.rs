@@ -264,7 +264,7 @@ impl FromStr for VolumeSpec {
                 Some(("members", v)) if is_raid && members.is_none() => {
                     if !is_member(v) {
                         return Err(bad(format!(
-                            "member {v:?} is not an nbd://, nbds://, nbd+unix:// or nbds+unix:// URI or a (SPEC) of an array"
+                            "member {v:?} is not an nbd://, nbds://, nbd+unix:// or nbds+unix:// URI, or an array's spec in parentheses"
                         )));
                     }
                     members = Some(vec![v.to_owned()]);
@@ -381,12 +381,12 @@ impl FromStr for VolumeSpec {
 }
 
 /// Whether a spec item is a remote URI (a RAID member).
-/// The spec inside a member written `(SPEC)`, if `item` is one.
+/// The spec inside a member written in parentheses, if `item` is one.
 fn nested(item: &str) -> Option<&str> {
     item.strip_prefix('(')?.strip_suffix(')')
 }
 
-/// A member of an array spec: a URI, or an array's `(SPEC)`.
+/// A member of an array spec: a URI, or an array's spec in parentheses.
 fn is_member(item: &str) -> bool {
     is_uri(item) || nested(item).is_some()
 }
