@@ -103,7 +103,10 @@ impl AdminArg {
 struct StatusArgs {
     #[command(flatten)]
     admin: AdminArg,
-    /// Print the server's answer as JSON.
+    /// Print the arrays as JSON: a list with one object per RAID export
+    /// (`export` and the array's status fields: level, unit, size,
+    /// state, members, rebuild, scrub, journal), the `arrays` of the
+    /// admin protocol's status reply.
     #[arg(long)]
     json: bool,
     /// Only this export.
@@ -173,7 +176,7 @@ fn describe(export: &str, a: &ArrayStatus) -> String {
     out.push('\n');
     for m in &a.members {
         out.push_str(&format!(
-            "  member {} {} state {} events {} reads {} writes {} errors {} read_bytes {} written_bytes {}\n",
+            "  member {} {} state {} events {} reads {} writes {} errors {} read_bytes {} written_bytes {} probes {} last_answer {}\n",
             m.index,
             m.name,
             state(&m.state),
@@ -182,7 +185,12 @@ fn describe(export: &str, a: &ArrayStatus) -> String {
             m.writes,
             m.errors,
             m.read_bytes,
-            m.written_bytes
+            m.written_bytes,
+            m.probes,
+            m.silent_ms.map_or("never".into(), |ms| format!(
+                "{:.1}s ago",
+                ms as f64 / 1000.0
+            )),
         ));
     }
     if let Some(r) = &a.rebuild {
@@ -265,7 +273,7 @@ struct CreateArgs {
     /// Overwrite members that hold another array's superblock.
     #[arg(long)]
     force: bool,
-    /// RAID level (0 or 5), with --unit and member URIs instead of a SPEC.
+    /// RAID level (0, 1 or 5), with --unit and member URIs instead of a SPEC.
     #[arg(long, requires = "unit")]
     level: Option<u8>,
     /// Stripe unit (e.g. 64K), with --level.
@@ -295,7 +303,7 @@ impl CreateArgs {
         let spec: VolumeSpec = text.parse().map_err(|e| UsageError(format!("{e}")))?;
         if !matches!(spec.base, BaseSpec::Raid(_)) {
             return Err(UsageError(format!(
-                "{text:?} is not an array spec (raid0:... or raid5:...)"
+                "{text:?} is not an array spec (raid0:..., raid1:... or raid5:...)"
             ))
             .into());
         }

@@ -140,10 +140,7 @@ pub struct Assembly {
 }
 
 fn geometry_text(level: RaidLevel, members: usize, unit: u64) -> String {
-    let level = match level {
-        RaidLevel::Raid0 => "raid0",
-        RaidLevel::Raid5 => "raid5",
-    };
+    let level = level.name();
     format!("{level} of {members} members with a {unit}-byte unit")
 }
 
@@ -234,49 +231,7 @@ pub(crate) fn check_present_members(
         .filter_map(|(index, slot)| slot.map(|k| (index, &superblocks[k])))
         .collect();
     for (k, &(index, s)) in present.iter().enumerate() {
-        if s.array_uuid != array {
-            return Err(MemberError::Foreign {
-                index,
-                name: name(index),
-                found: s.array_uuid,
-                expected: array,
-            });
-        }
-        if let Some(&(first, _)) = present[..k]
-            .iter()
-            .find(|(_, o)| o.member_uuid == s.member_uuid)
-        {
-            return Err(MemberError::Duplicate {
-                index,
-                name: name(index),
-                first,
-                uuid: s.member_uuid,
-            });
-        }
-        if s.roles.len() != total {
-            return Err(MemberError::MemberCount {
-                index,
-                name: name(index),
-                recorded: s.roles.len(),
-                given: total,
-            });
-        }
-        let recorded = geometry_text(s.level, s.roles.len(), s.unit);
-        if recorded != given {
-            return Err(MemberError::Geometry {
-                index,
-                name: name(index),
-                recorded,
-                given,
-            });
-        }
-        if s.index != index {
-            return Err(MemberError::WrongPosition {
-                index,
-                name: name(index),
-                recorded: s.index,
-            });
-        }
+        check_identity(s, index, &name(index), array, &present[..k], total, &given)?;
     }
     let Some(newest) = superblocks.iter().max_by_key(|s| s.events) else {
         return Err(MemberError::MemberCount {
@@ -334,6 +289,61 @@ pub(crate) fn check_present_members(
         .map(|slot| slot.and_then(|_| superblocks.next()))
         .collect();
     Ok(PartialAssembly { superblocks, state })
+}
+
+/// Checks that member `index` (superblock `s`) belongs to `array`, is
+/// not one of the members `before` it again, and records the geometry
+/// `given` (`total` members) with itself in its place.
+fn check_identity(
+    s: &Superblock,
+    index: usize,
+    name: &str,
+    array: Uuid,
+    before: &[(usize, &Superblock)],
+    total: usize,
+    given: &str,
+) -> Result<(), MemberError> {
+    if s.array_uuid != array {
+        return Err(MemberError::Foreign {
+            index,
+            name: name.to_owned(),
+            found: s.array_uuid,
+            expected: array,
+        });
+    }
+    if let Some(&(first, _)) = before.iter().find(|(_, o)| o.member_uuid == s.member_uuid) {
+        return Err(MemberError::Duplicate {
+            index,
+            name: name.to_owned(),
+            first,
+            uuid: s.member_uuid,
+        });
+    }
+    if s.roles.len() != total {
+        return Err(MemberError::MemberCount {
+            index,
+            name: name.to_owned(),
+            recorded: s.roles.len(),
+            given: total,
+        });
+    }
+    let recorded = geometry_text(s.level, s.roles.len(), s.unit);
+    if recorded != given {
+        return Err(MemberError::Geometry {
+            index,
+            name: name.to_owned(),
+            recorded,
+            given: given.to_owned(),
+        });
+    }
+    if s.index != index {
+        return Err(MemberError::WrongPosition {
+            index,
+            name: name.to_owned(),
+            recorded: s.index,
+        });
+    }
+    Ok(())
 }
 
 /// Reads the superblock area of every member; an I/O error is the

@@ -8,9 +8,23 @@ use thiserror::Error;
 pub enum RaidLevel {
     /// Striping without redundancy.
     Raid0,
+    /// Mirroring: every member holds the whole volume.
+    Raid1,
     /// Striping with one rotating parity chunk per stripe
     /// (left-symmetric).
     Raid5,
+}
+
+impl RaidLevel {
+    /// The level as specs and status write it (`raid0`, `raid1`,
+    /// `raid5`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Raid0 => "raid0",
+            Self::Raid1 => "raid1",
+            Self::Raid5 => "raid5",
+        }
+    }
 }
 
 /// Why a geometry cannot be built.
@@ -65,7 +79,7 @@ impl Geometry {
         }
         let min = match level {
             RaidLevel::Raid0 => 1,
-            RaidLevel::Raid5 => 2,
+            RaidLevel::Raid1 | RaidLevel::Raid5 => 2,
         };
         if members < min {
             return Err(GeometryError::TooFewMembers {
@@ -97,11 +111,22 @@ impl Geometry {
     }
 
     /// Members holding data in each stripe (all of them for RAID 0, one
-    /// fewer for RAID 5).
+    /// fewer for RAID 5); RAID 1's stripe is one chunk, on every member.
     pub fn data_members(&self) -> usize {
         match self.level {
             RaidLevel::Raid0 => self.members,
+            RaidLevel::Raid1 => 1,
             RaidLevel::Raid5 => self.members - 1,
+        }
+    }
+
+    /// Members the array can lose and still hold every byte: none for
+    /// RAID 0, all but one for RAID 1, one for RAID 5.
+    pub fn tolerance(&self) -> usize {
+        match self.level {
+            RaidLevel::Raid0 => 0,
+            RaidLevel::Raid1 => self.members - 1,
+            RaidLevel::Raid5 => 1,
         }
     }
 
@@ -115,7 +140,7 @@ impl Geometry {
     /// member and moves one member left each stripe.
     pub fn parity_member(&self, stripe: u64) -> Option<usize> {
         match self.level {
-            RaidLevel::Raid0 => None,
+            RaidLevel::Raid0 | RaidLevel::Raid1 => None,
             RaidLevel::Raid5 => {
                 let n = self.members as u64;
                 Some((n - 1 - stripe % n) as usize)
@@ -124,10 +149,15 @@ impl Geometry {
     }
 
     /// Member holding data chunk `data_index` of `stripe`. RAID 0:
-    /// `data_index`. RAID 5 (left-symmetric): the data chunks start on
+    /// `data_index`. RAID 1: every member holds it; this is the one
+    /// reads go to first, `stripe mod members`, so reads spread over
+    /// the mirrors. RAID 5 (left-symmetric): the data chunks start on
     /// the member after the parity and wrap around, `(parity + 1 +
     /// data_index) mod members`.
     pub fn data_member(&self, stripe: u64, data_index: usize) -> usize {
+        if self.level == RaidLevel::Raid1 {
+            return (stripe % self.members as u64) as usize;
+        }
         match self.parity_member(stripe) {
             None => data_index,
             Some(parity) => (parity + 1 + data_index) % self.members,
@@ -245,6 +275,20 @@ mod tests {
         assert_eq!(g.map(512), (1, 0));
         assert_eq!(g.map(1024 + 7), (2, 7));
         assert_eq!(g.map(1536), (0, 512));
+    }
+
+    #[test]
+    fn raid1_mirrors_at_the_same_offset_and_reads_rotate() {
+        let g = Geometry::new(RaidLevel::Raid1, 3, 4096).expect("geometry");
+        assert_eq!(g.volume_size(10 * 4096 + 100), 10 * 4096);
+        assert_eq!(g.tolerance(), 2);
+        assert_eq!(g.parity_member(5), None);
+        // Chunk c is stripe c, on every member at the volume offset;
+        // its reads go to member c mod 3 first.
+        assert_eq!(g.map(0), (0, 0));
+        assert_eq!(g.map(4096 + 7), (1, 4096 + 7));
+        assert_eq!(g.map(3 * 4096), (0, 3 * 4096));
+        assert!(Geometry::new(RaidLevel::Raid1, 1, 4096).is_err());
     }
 
     #[test]

@@ -130,27 +130,40 @@
 //! [`DeviceError::Io`]: sluice_storage::DeviceError::Io
 
 mod array;
+mod assemble;
+mod bitmap;
+mod block;
 pub mod clock;
 mod device;
 pub mod fan_out;
+mod health;
 pub mod journal;
 mod layout;
 mod metrics;
+mod mirror;
 mod parity;
+mod read;
 mod rebuild;
+mod scrub;
+mod status;
+mod step;
 pub mod superblock;
+mod write;
+mod zero;
 
 pub use array::{
     check_members, create_array, read_superblocks, Assembly, MemberError, NamedMember,
 };
+pub use bitmap::DEFAULT_READD_WINDOW;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use device::{ArrayFailed, MemberStatus, RaidDevice, RaidError, DEFAULT_REBUILD_RATE};
 pub use fan_out::{FanOut, MemberIo, MemberOp, ScopedFanOut};
+pub use health::DEFAULT_PROBE_INTERVAL;
 pub use journal::{JournalError, JournalPlace, JournalReport};
 pub use layout::{Geometry, GeometryError, Piece, RaidLevel};
 pub use parity::xor_into;
-pub use rebuild::{
+pub use scrub::ScrubReport;
+pub use status::{
     ArrayCondition, ArrayStatus, MemberCondition, MemberReport, RebuildProgress, ScrubProgress,
-    ScrubReport,
 };
 pub use uuid::Uuid;

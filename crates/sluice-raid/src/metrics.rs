@@ -50,13 +50,25 @@ pub(crate) struct MemberCounters {
     pub(crate) read_bytes: AtomicU64,
     pub(crate) written_bytes: AtomicU64,
     pub(crate) latency: LatencyHistogram,
+    /// Probes sent to the member while it was idle (see `health.rs`).
+    pub(crate) probes: AtomicU64,
+    /// When the member last answered well: one more than the
+    /// nanoseconds after the array's epoch, 0 for never (see `health.rs`).
+    pub(crate) last_answer: AtomicU64,
 }
 
 const REQUEST_TIME: &str = "raid_member_request_duration_seconds";
 const REQUEST_TIME_HELP: &str = "Time a member request took as the array saw it: from issuing the fan-out step that held it to the step's end (requests awaited together end with the slowest)";
 
 /// The metrics of one member, labelled `member` (index) and `name`.
-pub(crate) fn member_metrics(index: usize, name: &str, c: &MemberCounters) -> Vec<DeviceMetric> {
+/// `last_answer` is when the member last answered well, in seconds
+/// since the Unix epoch (none if it never did).
+pub(crate) fn member_metrics(
+    index: usize,
+    name: &str,
+    c: &MemberCounters,
+    last_answer: Option<f64>,
+) -> Vec<DeviceMetric> {
     let labels = |extra: Option<(&'static str, String)>| -> Vec<(&'static str, String)> {
         [("member", index.to_string()), ("name", name.to_owned())]
             .into_iter()
@@ -104,6 +116,12 @@ pub(crate) fn member_metrics(index: usize, name: &str, c: &MemberCounters) -> Ve
             op("write"),
         ),
         counter(
+            "raid_member_probes_total",
+            "Probes sent to the member while it was idle, to notice it dying without I/O",
+            get(&c.probes),
+            None,
+        ),
+        counter(
             "raid_member_errors_total",
             "Member requests that failed",
             get(&c.errors),
@@ -121,6 +139,15 @@ pub(crate) fn member_metrics(index: usize, name: &str, c: &MemberCounters) -> Ve
             labels: labels(None),
         },
     ];
+    if let Some(at) = last_answer {
+        out.push(DeviceMetric {
+            name: "raid_member_last_answer_timestamp_seconds",
+            help: "When the member last answered a request or probe well (Unix time)",
+            kind: MetricKind::Gauge,
+            value: at,
+            labels: labels(None),
+        });
+    }
     let h = &c.latency;
     let mut cumulative = 0;
     for (i, bucket) in h.buckets.iter().enumerate() {
@@ -161,7 +188,7 @@ mod tests {
         for us in [10, 60, 60, 2_000, 20_000_000] {
             c.latency.record(Duration::from_micros(us));
         }
-        let m = member_metrics(2, "nbd://h/e", &c);
+        let m = member_metrics(2, "nbd://h/e", &c, None);
         let buckets: Vec<(String, f64)> = m
             .iter()
             .filter(|m| m.kind == MetricKind::Histogram(HistogramSeries::Bucket))

@@ -69,15 +69,12 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-use sluice_storage::{DeviceMetric, MetricKind};
 use uuid::Uuid;
 
 use crate::array::{MemberError, NamedMember};
 use crate::clock::Clock;
 use crate::device::{MemberSet, Outcome, RaidDevice, RaidError, ReadAhead, NO_MEMBER};
 use crate::fan_out::{MemberIo, MemberOp};
-use crate::journal::{Journal, JournalReport};
 use crate::layout::RaidLevel;
 use crate::parity::xor_into;
 use crate::superblock::MemberRole;
@@ -91,135 +88,9 @@ const MAX_RUN: u64 = 64;
 /// flush of the new member and a superblock write on every member).
 const RECORD_EVERY: Duration = Duration::from_secs(1);
 
-/// The array's condition as a whole.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ArrayCondition {
-    /// Every member active.
-    Clean,
-    /// A member missing or failed; running on parity.
-    Degraded,
-    /// A replacement member is being rebuilt.
-    Rebuilding,
-    /// More members lost than the level survives: requests fail.
-    Failed,
-}
-
-/// One member's condition.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum MemberCondition {
-    /// In use.
-    Active,
-    /// No device was given for it.
-    Missing,
-    /// Marked failed: never read or written again.
-    Failed,
-    /// Being rebuilt: holds data only below the rebuild cursor.
-    Rebuilding,
-}
-
-/// One member as [`RaidDevice::status`] reports it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MemberReport {
-    /// Position in the array.
-    pub index: usize,
-    /// What it is called (its URI).
-    pub name: String,
-    /// Its condition.
-    pub state: MemberCondition,
-    /// The event counter of its superblock as last written (none for an
-    /// array without superblocks).
-    pub events: Option<u64>,
-    /// Member reads issued.
-    pub reads: u64,
-    /// Member writes, trims and zeroings issued.
-    pub writes: u64,
-    /// Member requests that failed.
-    pub errors: u64,
-    /// Bytes read from it.
-    pub read_bytes: u64,
-    /// Bytes written to it.
-    pub written_bytes: u64,
-}
-
-/// How far a rebuild has come.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RebuildProgress {
-    /// The member being rebuilt.
-    pub member: usize,
-    /// Bytes of the member rebuilt so far.
-    pub done_bytes: u64,
-    /// Bytes of array data on the member.
-    pub total_bytes: u64,
-    /// The rate limit, bytes per second (0: none).
-    pub rate: u64,
-}
-
-/// How far the running (or last) scrub has come.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ScrubProgress {
-    /// Still running.
-    pub running: bool,
-    /// Rewriting the parity of mismatched stripes.
-    pub repair: bool,
-    /// Stripes checked so far.
-    pub done_stripes: u64,
-    /// Stripes in the array.
-    pub total_stripes: u64,
-    /// Stripes whose parity did not match their data.
-    pub mismatches: u64,
-    /// Of those, stripes whose parity was rewritten.
-    pub repaired: u64,
-}
-
-/// An array's state for operators (`sluice raid status`).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ArrayStatus {
-    /// `raid0` or `raid5`.
-    pub level: String,
-    /// Stripe unit in bytes.
-    pub unit: u64,
-    /// Volume size in bytes.
-    pub size: u64,
-    /// The array's uuid, if it has superblocks.
-    pub array_uuid: Option<Uuid>,
-    /// The condition of the whole.
-    pub state: ArrayCondition,
-    /// Every member, by index.
-    pub members: Vec<MemberReport>,
-    /// The rebuild under way, if any.
-    pub rebuild: Option<RebuildProgress>,
-    /// The running or last scrub, if any ran.
-    pub scrub: Option<ScrubProgress>,
-    /// The write-intent journal, if the array has one.
-    #[serde(default)]
-    pub journal: Option<JournalReport>,
-}
-
-/// What a finished scrub found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ScrubReport {
-    /// Stripes checked.
-    pub stripes: u64,
-    /// Stripes whose parity did not match their data.
-    pub mismatches: u64,
-    /// Stripes whose parity was rewritten (with repair).
-    pub repaired: u64,
-}
-
-/// Clears the scrub's running flag however the scrub ends.
-struct ScrubRunning<'a>(&'a RaidDevice);
-
-impl Drop for ScrubRunning<'_> {
-    fn drop(&mut self) {
-        self.0.scrub.running.store(false, Ordering::SeqCst);
-    }
-}
-
 /// Sleeps on `clock` what is left of the time `bytes` may take at
 /// `rate` bytes per second when the work on them began at `started`.
-fn pace(clock: &dyn Clock, bytes: u64, rate: u64, started: Instant) {
+pub(crate) fn pace(clock: &dyn Clock, bytes: u64, rate: u64, started: Instant) {
     if rate == 0 {
         return;
     }
@@ -237,7 +108,7 @@ impl RaidDevice {
     }
 
     /// Stripes one rebuild or scrub step covers.
-    fn run_stripes(&self) -> u64 {
+    pub(crate) fn run_stripes(&self) -> u64 {
         (RUN_BYTES / self.geometry.unit()).clamp(1, MAX_RUN)
     }
 
@@ -255,7 +126,7 @@ impl RaidDevice {
     /// while another rebuild or a scrub runs, and for a member smaller
     /// than the array's data on it.
     pub fn replace_member(&self, index: usize, member: NamedMember) -> Result<(), RaidError> {
-        if self.geometry.level() != RaidLevel::Raid5 {
+        if self.geometry.tolerance() == 0 {
             return Err(RaidError::Refused(
                 "a RAID 0 array has no redundancy to rebuild a member from".into(),
             ));
@@ -285,7 +156,7 @@ impl RaidDevice {
         if self.alive(index) {
             self.fail_member(index)?;
         }
-        if self.failed_count() > 1 {
+        if self.failed_count() > self.geometry.tolerance() {
             return Err(self_failed(self));
         }
         let (data_offset, data_size) = {
@@ -302,7 +173,9 @@ impl RaidDevice {
             }
             .into());
         }
-        {
+        let readd = self.same_member_back(index, &member);
+        if !readd {
+            *self.missed(index) = None;
             let mut s = superblocks.lock().unwrap_or_else(|p| p.into_inner());
             s[index].member_uuid = Uuid::new_v4();
         }
@@ -323,8 +196,14 @@ impl RaidDevice {
         let mut names = old.names.clone();
         devices[index] = Some(member.device);
         names[index] = member.name;
-        tracing::info!(array = %self.label, member = index, name = %names[index],
-            "member replaced; rebuilding it");
+        if readd {
+            let runs = self.missed(index).as_ref().map_or(0, |m| m.marked());
+            tracing::info!(array = %self.label, member = index, name = %names[index], runs,
+                "member back within the re-add window; resyncing only the runs it missed");
+        } else {
+            tracing::info!(array = %self.label, member = index, name = %names[index],
+                "member replaced; rebuilding it");
+        }
         self.members.store(Arc::new(MemberSet { devices, names }));
         self.counters[index].failed.store(false, Ordering::SeqCst);
         let name = self.members.load().names[index].clone();
@@ -408,6 +287,7 @@ impl RaidDevice {
             return None;
         }
         let stripes = self.stripes();
+        self.skip_unmissed(target);
         let first = self.rebuild.cursor.load(Ordering::SeqCst);
         if first >= stripes {
             self.finish_rebuild(target);
@@ -424,7 +304,11 @@ impl RaidDevice {
                 self.read_locked(target, range, None)?
             }
         };
-        let next_end = stripes.min(current.end + self.run_stripes());
+        let mut next_end = stripes.min(current.end + self.run_stripes());
+        if !self.may_have_missed(target, current.end..next_end) {
+            // A resync that will skip it: not worth reading ahead.
+            next_end = current.end;
+        }
         let next = self.read_ahead(target, current.end..next_end, &current)?;
         // The run is on the new member; it is current there unless a
         // write past the cursor reached it since it was read.
@@ -525,10 +409,20 @@ impl RaidDevice {
     }
 
     /// The members a rebuild of `target` reads: every other one, all
-    /// alive (`None`, logged, if one has failed).
+    /// alive (`None`, logged, if one has failed); on RAID 1, one alive
+    /// mirror.
     fn rebuild_sources(&self, target: usize) -> Option<Vec<usize>> {
         if self.rebuild.member.load(Ordering::SeqCst) != target || !self.alive(target) {
             return None;
+        }
+        if self.geometry.level() == RaidLevel::Raid1 {
+            // A copy of one active mirror.
+            let source = (0..self.counters.len()).find(|&m| m != target && self.alive(m));
+            if source.is_none() {
+                tracing::error!(array = %self.label, member = target,
+                    "rebuild stopped: no other mirror is left");
+            }
+            return source.map(|m| vec![m]);
         }
         let others: Vec<usize> = (0..self.counters.len()).filter(|&m| m != target).collect();
         if others.iter().any(|&m| !self.alive(m)) {
@@ -609,269 +503,12 @@ impl RaidDevice {
                     "cannot flush the rebuilt member");
             }
         }
+        *self.missed(target) = None;
         self.update_superblocks(|s| {
             s.roles[target] = MemberRole::Active;
             s.rebuilt = 0;
         });
         tracing::info!(array = %self.label, member = target, "rebuild finished; member active");
-    }
-
-    /// Reads every stripe, checks its parity against its data and, with
-    /// `repair`, rewrites the parity of the stripes that differ. Runs on
-    /// the caller's thread at the rebuild rate; progress shows in
-    /// [`Self::status`] meanwhile. Needs a RAID 5 array with every
-    /// member active and no rebuild or other scrub running.
-    pub fn scrub(&self, repair: bool) -> Result<ScrubReport, RaidError> {
-        if self.geometry.level() != RaidLevel::Raid5 {
-            return Err(RaidError::Refused(
-                "a RAID 0 array has no parity to scrub".into(),
-            ));
-        }
-        if self.failed_count() > 0 || self.rebuild.member.load(Ordering::SeqCst) != NO_MEMBER {
-            return Err(RaidError::Refused(
-                "the array is degraded or rebuilding: scrubbing needs every member active".into(),
-            ));
-        }
-        if self.scrub.running.swap(true, Ordering::SeqCst) {
-            return Err(RaidError::Refused("a scrub is already running".into()));
-        }
-        let _running = ScrubRunning(self);
-        let state = &self.scrub;
-        let stripes = self.stripes();
-        state.total.store(stripes, Ordering::SeqCst);
-        for c in [&state.done, &state.mismatches, &state.repaired] {
-            c.store(0, Ordering::SeqCst);
-        }
-        state.repair.store(repair, Ordering::SeqCst);
-        state.ran.store(true, Ordering::SeqCst);
-        let unit = self.geometry.unit();
-        let n = self.counters.len();
-        let mut first = 0;
-        while first < stripes {
-            let started = self.clock.now();
-            let end = stripes.min(first + self.run_stripes());
-            let len = ((end - first) * unit) as usize;
-            let stopped = |source| RaidError::ScrubStopped {
-                stripe: first,
-                source,
-            };
-            {
-                let _locks = self.lock_stripes(first..end);
-                let mut bufs = vec![vec![0u8; len]; n];
-                let mut step: Vec<MemberIo<'_>> = bufs
-                    .iter_mut()
-                    .enumerate()
-                    .map(|(m, buf)| {
-                        MemberIo::new(
-                            m,
-                            MemberOp::Read {
-                                buf,
-                                offset: first * unit,
-                            },
-                        )
-                    })
-                    .collect();
-                if let Outcome::Retry = self.run(&mut step).map_err(stopped)? {
-                    return Err(stopped(self.array_failed(
-                        sluice_storage::IoOp::Read,
-                        first * unit,
-                        len as u64,
-                    )));
-                }
-                drop(step);
-                let mut fixes = Vec::new();
-                for s in first..end {
-                    let at = ((s - first) * unit) as usize..((s - first + 1) * unit) as usize;
-                    let parity = self.geometry.parity_member(s).unwrap_or(n - 1);
-                    let mut sum = vec![0u8; unit as usize];
-                    for (m, b) in bufs.iter().enumerate() {
-                        if m != parity {
-                            xor_into(&mut sum, &b[at.clone()]);
-                        }
-                    }
-                    if sum != bufs[parity][at] {
-                        state.mismatches.fetch_add(1, Ordering::SeqCst);
-                        tracing::warn!(array = %self.label, stripe = s, parity_member = parity,
-                            "scrub: parity does not match the data");
-                        fixes.push((s, parity, sum));
-                    }
-                }
-                if repair && !fixes.is_empty() {
-                    let mut step: Vec<MemberIo<'_>> = fixes
-                        .iter()
-                        .map(|(s, parity, sum)| {
-                            MemberIo::new(
-                                *parity,
-                                MemberOp::Write {
-                                    buf: sum,
-                                    offset: s * unit,
-                                    fua: false,
-                                },
-                            )
-                        })
-                        .collect();
-                    if let Outcome::Retry = self.run(&mut step).map_err(stopped)? {
-                        return Err(stopped(self.array_failed(
-                            sluice_storage::IoOp::Write,
-                            first * unit,
-                            len as u64,
-                        )));
-                    }
-                    state
-                        .repaired
-                        .fetch_add(fixes.len() as u64, Ordering::SeqCst);
-                }
-            }
-            state.done.store(end, Ordering::SeqCst);
-            pace(
-                &*self.clock,
-                len as u64,
-                self.rebuild.rate.load(Ordering::SeqCst),
-                started,
-            );
-            first = end;
-        }
-        if repair && state.repaired.load(Ordering::SeqCst) > 0 {
-            use sluice_storage::BlockDevice;
-            self.flush().map_err(|source| RaidError::ScrubStopped {
-                stripe: stripes,
-                source,
-            })?;
-        }
-        Ok(ScrubReport {
-            stripes,
-            mismatches: state.mismatches.load(Ordering::SeqCst),
-            repaired: state.repaired.load(Ordering::SeqCst),
-        })
-    }
-
-    /// The array's level, members, their states and counters, and any
-    /// rebuild or scrub progress.
-    pub fn status(&self) -> ArrayStatus {
-        let set = self.members.load();
-        let rebuilding = self.rebuild.member.load(Ordering::SeqCst);
-        let superblocks = self
-            .superblocks
-            .as_ref()
-            .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).clone());
-        let members = self
-            .member_status()
-            .into_iter()
-            .enumerate()
-            .map(|(index, m)| MemberReport {
-                index,
-                name: set.names[index].clone(),
-                state: if !m.present {
-                    MemberCondition::Missing
-                } else if m.failed {
-                    MemberCondition::Failed
-                } else if index == rebuilding {
-                    MemberCondition::Rebuilding
-                } else {
-                    MemberCondition::Active
-                },
-                events: superblocks
-                    .as_ref()
-                    .and_then(|s| s.get(index))
-                    .map(|s| s.events),
-                reads: m.reads,
-                writes: m.writes,
-                errors: m.errors,
-                read_bytes: m.read_bytes,
-                written_bytes: m.written_bytes,
-            })
-            .collect();
-        let failed = self.failed_count();
-        let tolerance = match self.geometry.level() {
-            RaidLevel::Raid0 => 0,
-            RaidLevel::Raid5 => 1,
-        };
-        let state = if failed > tolerance {
-            ArrayCondition::Failed
-        } else if rebuilding != NO_MEMBER {
-            ArrayCondition::Rebuilding
-        } else if failed > 0 {
-            ArrayCondition::Degraded
-        } else {
-            ArrayCondition::Clean
-        };
-        let unit = self.geometry.unit();
-        let scrub = &self.scrub;
-        ArrayStatus {
-            level: match self.geometry.level() {
-                RaidLevel::Raid0 => "raid0",
-                RaidLevel::Raid5 => "raid5",
-            }
-            .into(),
-            unit,
-            size: self.size,
-            array_uuid: superblocks
-                .as_ref()
-                .and_then(|s| s.first())
-                .map(|s| s.array_uuid),
-            state,
-            members,
-            rebuild: (rebuilding != NO_MEMBER).then(|| RebuildProgress {
-                member: rebuilding,
-                done_bytes: self.rebuild.cursor.load(Ordering::SeqCst) * unit,
-                total_bytes: self.stripes() * unit,
-                rate: self.rebuild.rate.load(Ordering::SeqCst),
-            }),
-            scrub: scrub.ran.load(Ordering::SeqCst).then(|| ScrubProgress {
-                running: scrub.running.load(Ordering::SeqCst),
-                repair: scrub.repair.load(Ordering::SeqCst),
-                done_stripes: scrub.done.load(Ordering::SeqCst),
-                total_stripes: scrub.total.load(Ordering::SeqCst),
-                mismatches: scrub.mismatches.load(Ordering::SeqCst),
-                repaired: scrub.repaired.load(Ordering::SeqCst),
-            }),
-            journal: self.journal.as_ref().map(Journal::report),
-        }
-    }
-
-    /// Rebuild and scrub progress as metrics.
-    pub(crate) fn progress_metrics(&self) -> Vec<DeviceMetric> {
-        let unit = self.geometry.unit();
-        let rebuilding = self.rebuild.member.load(Ordering::SeqCst) != NO_MEMBER;
-        let gauge = |name, help, value: u64| DeviceMetric {
-            name,
-            help,
-            kind: MetricKind::Gauge,
-            value: value as f64,
-            labels: Vec::new(),
-        };
-        vec![
-            gauge(
-                "raid_rebuilding",
-                "1 while a replaced member is being rebuilt",
-                u64::from(rebuilding),
-            ),
-            gauge(
-                "raid_rebuild_bytes",
-                "Bytes of the member being (or last) rebuilt that hold current data",
-                self.rebuild.cursor.load(Ordering::SeqCst) * unit,
-            ),
-            gauge(
-                "raid_rebuild_total_bytes",
-                "Bytes of array data on each member (what a rebuild writes)",
-                self.stripes() * unit,
-            ),
-            gauge(
-                "raid_scrub_stripes",
-                "Stripes the running (or last) scrub has checked",
-                self.scrub.done.load(Ordering::SeqCst),
-            ),
-            gauge(
-                "raid_scrub_total_stripes",
-                "Stripes the running (or last) scrub checks",
-                self.scrub.total.load(Ordering::SeqCst),
-            ),
-            gauge(
-                "raid_scrub_mismatches",
-                "Stripes whose parity did not match their data in the running (or last) scrub",
-                self.scrub.mismatches.load(Ordering::SeqCst),
-            ),
-        ]
     }
 }
 

@@ -133,6 +133,7 @@ pub enum SuperblockError {
 fn level_code(level: RaidLevel) -> u8 {
     match level {
         RaidLevel::Raid0 => 0,
+        RaidLevel::Raid1 => 1,
         RaidLevel::Raid5 => 5,
     }
 }
@@ -254,6 +255,7 @@ impl Superblock {
         };
         let level = match bytes[48] {
             0 => RaidLevel::Raid0,
+            1 => RaidLevel::Raid1,
             5 => RaidLevel::Raid5,
             v => return Err(field("level", v.into())),
         };
@@ -293,7 +295,7 @@ impl Superblock {
                 v => Err(field("role", v.into())),
             })
             .collect::<Result<Vec<_>, _>>()?;
-        if level == RaidLevel::Raid5 && n < 2 {
+        if level != RaidLevel::Raid0 && n < 2 {
             return Err(field("members", n as u64));
         }
         let mut names = Vec::with_capacity(n);
@@ -485,10 +487,10 @@ mod tests {
         };
         assert_eq!(resigned(11, 3), Err(SuperblockError::Version(3)));
         assert_eq!(
-            resigned(48, 1),
+            resigned(48, 2),
             Err(SuperblockError::Field {
                 field: "level",
-                value: 1
+                value: 2
             })
         );
         assert_eq!(

@@ -1,7 +1,7 @@
-//! The device conformance suite over RAID 0 and RAID 5 arrays: memory
-//! members of several widths and stripe units, a RAID 5 with a member
-//! missing from the start, one whose member fails mid-run, and one over
-//! power-loss members (the durability check).
+//! The device conformance suite over RAID 0, 1 and 5 arrays: memory
+//! members of several widths and stripe units, RAID 1 and 5 arrays with
+//! a member missing from the start, with a member that fails mid-run,
+//! and over power-loss members (the durability check).
 
 use std::sync::{Arc, Mutex};
 
@@ -64,39 +64,50 @@ impl sluice_storage::DeviceLayer for Blocking {
     }
 }
 
-/// RAID 5 over members whose calls may block (threaded fan-out), one
+/// An array over members whose calls may block (threaded fan-out), one
 /// of them missing when `missing` says so.
-fn raid5_blocking(n: usize, unit: u64, missing: Option<usize>) -> impl Fn(Access) -> Subject {
+fn blocking(
+    level: RaidLevel,
+    n: usize,
+    unit: u64,
+    missing: Option<usize>,
+) -> impl Fn(Access) -> Subject {
     move |access| {
-        let mut members: Vec<Option<Arc<dyn BlockDevice>>> =
-            mem_members(RaidLevel::Raid5, n, unit, access)
-                .into_iter()
-                .map(|m| m.map(|m| Arc::new(Blocking(m)) as Arc<dyn BlockDevice>))
-                .collect();
+        let mut members: Vec<Option<Arc<dyn BlockDevice>>> = mem_members(level, n, unit, access)
+            .into_iter()
+            .map(|m| m.map(|m| Arc::new(Blocking(m)) as Arc<dyn BlockDevice>))
+            .collect();
         if let Some(i) = missing {
             members[i] = None;
         }
-        Subject::new(array(RaidLevel::Raid5, unit, members))
+        Subject::new(array(level, unit, members))
     }
 }
 
-/// RAID 5 with member `missing` absent from the start.
-fn raid5_missing(n: usize, unit: u64, missing: usize) -> impl Fn(Access) -> Subject {
+/// An array with member `missing` absent from the start.
+fn with_missing(
+    level: RaidLevel,
+    n: usize,
+    unit: u64,
+    missing: usize,
+) -> impl Fn(Access) -> Subject {
     move |access| {
-        let mut members = mem_members(RaidLevel::Raid5, n, unit, access);
+        let mut members = mem_members(level, n, unit, access);
         members[missing] = None;
-        Subject::new(array(RaidLevel::Raid5, unit, members))
+        Subject::new(array(level, unit, members))
     }
 }
 
-/// RAID 5 whose member 1 fails every request after its 40th; `seen`
-/// collects the failing members so a test can check they did fail.
-fn raid5_failing_into(
+/// A three-member array whose member 1 fails every request after its
+/// 40th; `seen` collects the failing members so a test can check they
+/// did fail.
+fn failing_into(
+    level: RaidLevel,
     access: Access,
     seen: Option<&Mutex<Vec<Arc<FaultInjectionDevice>>>>,
 ) -> Subject {
     let unit = 4096;
-    let mut members = mem_members(RaidLevel::Raid5, 3, unit, access);
+    let mut members = mem_members(level, 3, unit, access);
     let rule: FaultRule = "all:eio:after=40".parse().expect("fault rule");
     let inner = members[1].take().expect("member 1");
     let failing = Arc::new(FaultInjectionDevice::new(inner, "member 1", vec![rule]));
@@ -106,33 +117,39 @@ fn raid5_failing_into(
             .push(Arc::clone(&failing));
     }
     members[1] = Some(failing);
-    Subject::new(array(RaidLevel::Raid5, unit, members))
+    Subject::new(array(level, unit, members))
 }
 
-fn raid5_failing(access: Access) -> Subject {
-    raid5_failing_into(access, None)
+fn failing(level: RaidLevel) -> impl Fn(Access) -> Subject {
+    move |access| failing_into(level, access, None)
 }
 
 #[test]
 fn the_failing_member_does_fail_during_the_suite() {
-    let seen = Mutex::new(Vec::new());
-    let factory = |access| raid5_failing_into(access, Some(&seen));
-    assert_eq!(
-        sluice_testkit::conformance::operation_sequences_match_a_model(&factory),
-        Ok(sluice_testkit::conformance::Outcome::Passed)
-    );
-    let seen = seen.lock().expect("not poisoned");
-    assert!(
-        seen.iter().any(|m| m.injected() > 0),
-        "no request failed on the failing member: the stack never ran degraded"
-    );
+    for level in [RaidLevel::Raid1, RaidLevel::Raid5] {
+        let seen = Mutex::new(Vec::new());
+        let factory = |access| failing_into(level, access, Some(&seen));
+        assert_eq!(
+            sluice_testkit::conformance::operation_sequences_match_a_model(&factory),
+            Ok(sluice_testkit::conformance::Outcome::Passed)
+        );
+        let seen = seen.lock().expect("not poisoned");
+        assert!(
+            seen.iter().any(|m| m.injected() > 0),
+            "no request failed on the failing member of {level:?}: the stack never ran degraded"
+        );
+    }
 }
 
-/// RAID 5 over simulated disks with volatile caches; a crash cuts the
-/// power of all of them and reassembles the array.
-fn raid5_power_loss(access: Access) -> Subject {
+/// An array of three simulated disks with volatile caches; a crash cuts
+/// the power of all of them and reassembles the array.
+fn power_loss(level: RaidLevel) -> impl Fn(Access) -> Subject {
+    move |access| power_loss_array(level, access)
+}
+
+fn power_loss_array(level: RaidLevel, access: Access) -> Subject {
     let unit = 4096;
-    let disks: Vec<Arc<PowerLossDevice>> = mem_members(RaidLevel::Raid5, 3, unit, access)
+    let disks: Vec<Arc<PowerLossDevice>> = mem_members(level, 3, unit, access)
         .into_iter()
         .enumerate()
         .map(|(i, m)| {
@@ -153,14 +170,14 @@ fn raid5_power_loss(access: Access) -> Subject {
             .map(|d| Some(Arc::clone(d) as Arc<dyn BlockDevice>))
             .collect::<Vec<_>>()
     };
-    let device = array(RaidLevel::Raid5, unit, members());
+    let device = array(level, unit, members());
     let after = members();
     let crashing = disks.clone();
     Subject::new(device).with_crash(move || {
         for disk in &crashing {
             disk.power_loss();
         }
-        array(RaidLevel::Raid5, unit, after)
+        array(level, unit, after)
     })
 }
 
@@ -174,12 +191,25 @@ sluice_testkit::conformance_tests! {
     raid5_three_mem_16k => over_mem(RaidLevel::Raid5, 3, 16 << 10),
     raid5_five_mem_64k => over_mem(RaidLevel::Raid5, 5, 64 << 10),
     raid5_five_mem_4k => over_mem(RaidLevel::Raid5, 5, 4096),
-    raid5_three_missing_first => raid5_missing(3, 4096, 0),
-    raid5_four_missing_last => raid5_missing(4, 8192, 3),
-    raid5_member_fails_mid_run => raid5_failing,
-    raid5_over_power_loss => raid5_power_loss,
-    raid5_four_blocking_4k => raid5_blocking(4, 4096, None),
-    raid5_three_blocking_missing_one => raid5_blocking(3, 4096, Some(1)),
+    raid5_three_missing_first => with_missing(RaidLevel::Raid5, 3, 4096, 0),
+    raid5_four_missing_last => with_missing(RaidLevel::Raid5, 4, 8192, 3),
+    raid5_member_fails_mid_run => failing(RaidLevel::Raid5),
+    raid5_over_power_loss => power_loss(RaidLevel::Raid5),
+    raid5_four_blocking_4k => blocking(RaidLevel::Raid5, 4, 4096, None),
+    raid5_three_blocking_missing_one => blocking(RaidLevel::Raid5, 3, 4096, Some(1)),
+    raid1_two_mem_4k => over_mem(RaidLevel::Raid1, 2, 4096),
+    raid1_three_mem_512 => over_mem(RaidLevel::Raid1, 3, 512),
+    raid1_three_mem_64k => over_mem(RaidLevel::Raid1, 3, 64 << 10),
+    raid1_three_missing_first => with_missing(RaidLevel::Raid1, 3, 4096, 0),
+    raid1_three_missing_two => |access| {
+        let mut members = mem_members(RaidLevel::Raid1, 3, 4096, access);
+        members[0] = None;
+        members[2] = None;
+        Subject::new(array(RaidLevel::Raid1, 4096, members))
+    },
+    raid1_member_fails_mid_run => failing(RaidLevel::Raid1),
+    raid1_over_power_loss => power_loss(RaidLevel::Raid1),
+    raid1_three_blocking_missing_one => blocking(RaidLevel::Raid1, 3, 4096, Some(1)),
     raid0_three_blocking => |access| {
         let members = mem_members(RaidLevel::Raid0, 3, 4096, access)
             .into_iter()

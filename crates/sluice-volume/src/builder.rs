@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use sluice_client::{ClientError, ConnectOptions, NbdUri, Reconnect, RemoteDevice};
 use sluice_raid::{
-    create_array, Geometry, JournalPlace, NamedMember, RaidDevice, RaidError, RaidLevel, Uuid,
-    DEFAULT_REBUILD_RATE,
+    create_array, Geometry, JournalPlace, MemberError, NamedMember, RaidDevice, RaidError,
+    RaidLevel, Uuid, DEFAULT_REBUILD_RATE,
 };
 use sluice_storage::{
     BlockDevice, CacheConfig, CacheDevice, DeviceError, FaultInjectionDevice, FileDevice,
@@ -57,7 +57,7 @@ pub enum VolumeError {
     #[error(transparent)]
     Raid(Box<RaidError>),
     /// `create_raid` was given a spec that is not an array.
-    #[error("not an array spec (expected raid0: or raid5:)")]
+    #[error("not an array spec (expected raid0:, raid1: or raid5:)")]
     NotAnArray,
     /// A replacement member is not an NBD URI.
     #[error(
@@ -125,6 +125,84 @@ impl RaidHandle {
     }
 }
 
+impl RaidHandle {
+    /// Connects again to member `index` (as its spec says) and puts it
+    /// back if it is the member that failed there within the re-add
+    /// window (see [`RaidDevice::readd_member`]): a RAID 1 mirror then
+    /// resyncs only what it missed.
+    pub fn readd(&self, index: usize) -> Result<(), VolumeError> {
+        let Some(BaseSpec::Remote(remote)) = self.spec.members.get(index).map(|m| &m.base) else {
+            return Err(VolumeError::NotAnArray);
+        };
+        let device = Arc::new(connect_remote(remote).map_err(|e| VolumeError::Member {
+            index,
+            source: Box::new(e),
+        })?);
+        self.array.readd_member(
+            index,
+            NamedMember {
+                name: remote.uri.clone(),
+                device: device.clone(),
+            },
+        )?;
+        self.fan_out.set_remote(index, Some(device));
+        self.array.start_rebuild();
+        Ok(())
+    }
+
+    /// Starts the array's background work: the rebuild of a member
+    /// marked rebuilding (at `rebuild_rate`), probing idle members, and
+    /// putting failed RAID 1 mirrors back.
+    fn start_background(&self, rebuild_rate: u64) {
+        self.array.set_rebuild_rate(rebuild_rate);
+        self.array.start_rebuild();
+        self.array.start_probing(self.spec.probe);
+        self.array.set_readd_window(self.spec.readd);
+        self.start_readding();
+    }
+
+    /// Starts a thread that, every probe interval while the array is
+    /// open, tries to connect again to each member that failed within
+    /// the re-add window and puts it back when it is the same member
+    /// (RAID 1 with `readd=`; nothing otherwise).
+    fn start_readding(&self) {
+        let interval = self.spec.probe;
+        if self.spec.level != RaidLevel::Raid1 || self.spec.readd.is_zero() || interval.is_zero() {
+            return;
+        }
+        let weak = Arc::downgrade(&self.array);
+        // The thread must not keep the array open: it holds it only
+        // while it looks.
+        let (fan_out, spec) = (Arc::clone(&self.fan_out), self.spec.clone());
+        let spawned = std::thread::Builder::new()
+            .name("raid-readd".into())
+            .spawn(move || loop {
+                std::thread::sleep(interval);
+                let Some(array) = weak.upgrade() else {
+                    return;
+                };
+                let handle = Self {
+                    array,
+                    fan_out: Arc::clone(&fan_out),
+                    spec: spec.clone(),
+                };
+                for index in handle.array.readd_candidates() {
+                    match handle.readd(index) {
+                        Ok(()) => {}
+                        Err(e) => tracing::debug!(
+                            member = index,
+                            error = &e as &dyn std::error::Error,
+                            "member not back yet"
+                        ),
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "cannot start the member re-add thread");
+        }
+    }
+}
+
 /// Opens device stacks from [`VolumeSpec`]s, with the settings that are
 /// the server's rather than the spec's: today, the buffer cache put over
 /// every volume it opens.
@@ -182,8 +260,7 @@ impl VolumeBuilder {
             device = add_layer(name, device, &LayerSpec::Cache(config))?;
         }
         if let Some(raid) = &raid {
-            raid.array.set_rebuild_rate(self.rebuild_rate);
-            raid.array.start_rebuild();
+            raid.start_background(self.rebuild_rate);
         }
         Ok(Volume { device, raid })
     }
@@ -232,7 +309,13 @@ impl VolumeBuilder {
             )?),
             BaseSpec::Memory { size } => Arc::new(MemDevice::new(*size, read_only)),
             BaseSpec::Remote(remote) => open_remote(remote)?,
-            BaseSpec::Raid(raid) => self.open_raid_handle(raid)?.array,
+            BaseSpec::Raid(raid) => {
+                // An array as a member of another: it runs its own
+                // rebuilds, probes and re-adds.
+                let handle = self.open_raid_handle(raid)?;
+                handle.start_background(self.rebuild_rate);
+                handle.array
+            }
         })
     }
 
@@ -243,21 +326,22 @@ impl VolumeBuilder {
         let geometry =
             Geometry::new(raid.level, raid.members.len(), raid.unit).map_err(RaidError::from)?;
         let (opened, remotes) = self.open_members(raid);
-        // RAID 5 starts without one member it cannot reach (the array
-        // decides whether that is safe); otherwise the first member that
-        // could not be opened is the error.
+        // A redundant array starts without as many members as it
+        // survives losing (the array decides whether that is safe);
+        // otherwise the first member that could not be opened is the
+        // error.
         let unreachable = opened.iter().filter(|m| m.is_err()).count();
         let mut members = Vec::with_capacity(opened.len());
         let mut missing = None;
         for (index, m) in opened.into_iter().enumerate() {
             match m {
                 Ok(m) => members.push(Ok(m)),
-                Err((name, e)) if raid.level == RaidLevel::Raid5 && unreachable == 1 => {
+                Err((name, e)) if unreachable <= geometry.tolerance() => {
                     tracing::warn!(member = index, name = %name,
                         error = &e as &dyn std::error::Error,
                         "cannot open the array member; starting the array without it");
                     members.push(Err(name));
-                    missing = Some((index, e));
+                    missing.get_or_insert((index, e));
                 }
                 Err((_, source)) => {
                     return Err(VolumeError::Member {
@@ -273,13 +357,7 @@ impl VolumeBuilder {
             JournalSpec::Off => JournalPlace::Off,
             JournalSpec::File(path) => JournalPlace::File(path.clone()),
         };
-        let array = match RaidDevice::assemble_with_missing(
-            geometry,
-            members,
-            fan_out.clone(),
-            &journal,
-            raid.start_dirty_degraded,
-        ) {
+        let array = match assemble_kicking(geometry, members, &fan_out, &journal, raid) {
             Ok(array) => array,
             // Unless the missing member is the reason (a dirty degraded
             // start), the member that could not be opened is named: it
@@ -316,6 +394,13 @@ impl VolumeBuilder {
         };
         let geometry =
             Geometry::new(raid.level, raid.members.len(), raid.unit).map_err(RaidError::from)?;
+        // A two-level array: its member arrays first, so it is made
+        // over their volumes.
+        for member in &raid.members {
+            if matches!(member.base, BaseSpec::Raid(_)) {
+                self.create_raid(member, force)?;
+            }
+        }
         let members = self
             .open_members(raid)
             .0
@@ -373,6 +458,47 @@ impl VolumeBuilder {
 impl From<RaidError> for VolumeError {
     fn from(e: RaidError) -> Self {
         Self::Raid(Box::new(e))
+    }
+}
+
+/// Assembles the array from `members`; with the spec's `kick-stale`, a
+/// member that answers but is behind the others (stale, or recorded
+/// failed) is left out as if it could not be reached, while the array
+/// survives that (as md kicks such a member and starts degraded).
+fn assemble_kicking(
+    geometry: Geometry,
+    mut members: Vec<Result<NamedMember, String>>,
+    fan_out: &Arc<BatchFanOut>,
+    journal: &JournalPlace,
+    raid: &RaidSpec,
+) -> Result<RaidDevice, RaidError> {
+    loop {
+        let result = RaidDevice::assemble_with_missing(
+            geometry,
+            members.clone(),
+            fan_out.clone(),
+            journal,
+            raid.start_dirty_degraded,
+        );
+        let (index, why) = match &result {
+            Err(
+                e @ RaidError::Member(
+                    MemberError::Stale { index, .. } | MemberError::RecordedFailed { index, .. },
+                ),
+            ) if raid.kick_stale => (*index, e.to_string()),
+            _ => return result,
+        };
+        let missing = members.iter().filter(|m| m.is_err()).count();
+        let Some(Ok(member)) = members
+            .get(index)
+            .filter(|_| missing < geometry.tolerance())
+        else {
+            return result;
+        };
+        tracing::warn!(member = index, name = %member.name, why = %why,
+            "kick-stale: starting the array without the member; it must be replaced to come back");
+        members[index] = Err(member.name.clone());
+        fan_out.set_remote(index, None);
     }
 }
 

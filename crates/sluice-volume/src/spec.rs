@@ -54,7 +54,7 @@ pub enum BaseSpec {
     /// (`nbd://HOST[:PORT]/EXPORT`, `nbds://...`, `nbd+unix:///EXPORT?socket=PATH`,
     /// `nbds+unix://...`), opened through `sluice_client::RemoteDevice`.
     Remote(RemoteSpec),
-    /// RAID 0 or RAID 5 over member volumes
+    /// RAID 0, 1 or 5 over member volumes
     /// (`raid5:unit=SIZE,members=URI,URI,...`).
     Raid(RaidSpec),
 }
@@ -84,7 +84,7 @@ impl RemoteSpec {
 /// An array: level, stripe unit and member volumes in array order.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RaidSpec {
-    /// RAID 0 or RAID 5.
+    /// RAID 0, 1 or 5.
     pub level: RaidLevel,
     /// Stripe unit in bytes.
     pub unit: u64,
@@ -96,6 +96,19 @@ pub struct RaidSpec {
     /// missing even when stripes may have parity that does not match
     /// their data (md's `start_dirty_degraded`); refused otherwise.
     pub start_dirty_degraded: bool,
+    /// `kick-stale`: start without a member that answers but is behind
+    /// the others (stale, or recorded failed), as if it could not be
+    /// reached, as md kicks such a member; refused otherwise.
+    pub kick_stale: bool,
+    /// How often members that have not answered are probed, so a dead
+    /// one is marked failed while the array is idle (`probe=DURATION`,
+    /// `probe=off`: zero, never).
+    pub probe: Duration,
+    /// How long a failed RAID 1 mirror's missed writes are tracked, so
+    /// that when it answers again it is put back and resynced from them
+    /// (`readd=DURATION`, `readd=off`: zero, a member that failed must
+    /// be replaced).
+    pub readd: Duration,
 }
 
 /// Where an array's write-intent journal lives (see
@@ -140,7 +153,7 @@ pub enum LayerSpec {
 /// are in `sluice serve --help` and the README: a whole grammar in one
 /// error line hides what was wrong).
 const KINDS: &str = "expected file:PATH, mem:BYTES, an nbd://, nbds://, nbd+unix:// or \
-                     nbds+unix:// URI, or raid0:/raid5:unit=SIZE,members=URI,...";
+                     nbds+unix:// URI, or raid0:/raid1:/raid5:unit=SIZE,members=URI,... (a member may be a nested array spec in parentheses)";
 
 /// Why a spec could not be parsed.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -182,11 +195,15 @@ impl FromStr for VolumeSpec {
     ///   client takes), with `ro`, `timeout=DURATION` (longest wait for
     ///   a reply) and `reconnect=DURATION` (window to get a lost server
     ///   back);
-    /// - `raid0:` or `raid5:` with `unit=SIZE` and `members=URI`, every
+    /// - `raid0:`, `raid1:` or `raid5:` with `unit=SIZE` and `members=URI`, every
     ///   further item that is a URI being the next member (so
     ///   `members=URI,URI,URI`), `journal=PATH` or `journal=off` (RAID
     ///   5's write-intent journal), `start-dirty-degraded` (start with a
-    ///   member missing even after an unclean shutdown), and `ro`,
+    ///   member missing even after an unclean shutdown), `kick-stale`
+    ///   (start without a reachable member that is behind), `probe=DURATION`
+    ///   or `probe=off` (how often idle members are probed), `readd=DURATION`
+    ///   or `readd=off` (RAID 1: how long a failed mirror may come back
+    ///   and be resynced from what it missed), and `ro`,
     ///   `timeout=`, `reconnect=`
     ///   (applied to every member);
     ///
@@ -202,9 +219,9 @@ impl FromStr for VolumeSpec {
         let (kind, rest) = spec
             .split_once(':')
             .ok_or_else(|| bad(format!("missing KIND: ({KINDS})")))?;
-        let mut parts = rest.split(',');
+        let mut parts = split_items(rest).into_iter();
         let first = parts.next().unwrap_or_default();
-        let is_raid = matches!(kind, "raid0" | "raid5");
+        let is_raid = matches!(kind, "raid0" | "raid1" | "raid5");
         let mut read_only = false;
         let mut size = None;
         let mut direct = false;
@@ -216,10 +233,13 @@ impl FromStr for VolumeSpec {
         let mut members: Option<Vec<String>> = None;
         let mut journal = None;
         let mut start_dirty_degraded = false;
+        let mut kick_stale = false;
+        let mut probe = sluice_raid::DEFAULT_PROBE_INTERVAL;
+        let mut readd = sluice_raid::DEFAULT_READD_WINDOW;
         // In a RAID spec the first item is an option like the others.
         let options = is_raid.then_some(first).into_iter().chain(parts);
         for opt in options {
-            if let Some(list) = members.as_mut().filter(|_| is_uri(opt)) {
+            if let Some(list) = members.as_mut().filter(|_| is_member(opt)) {
                 list.push(opt.to_owned());
                 continue;
             }
@@ -228,6 +248,7 @@ impl FromStr for VolumeSpec {
                 None if opt == "direct" => direct = true,
                 None if opt == "power-loss" => power_loss_seed = Some(1),
                 None if opt == "start-dirty-degraded" && is_raid => start_dirty_degraded = true,
+                None if opt == "kick-stale" && is_raid => kick_stale = true,
                 Some(("size", v)) => size = Some(sluice_types::parse_size(v)?),
                 Some(("fail", v)) => rules.push(v.parse().map_err(|e| bad(format!("{e}")))?),
                 Some(("power-loss", v)) => {
@@ -239,13 +260,17 @@ impl FromStr for VolumeSpec {
                 Some(("timeout", v)) => timeout = Some(sluice_types::parse_duration(v)?),
                 Some(("reconnect", v)) => reconnect = Some(sluice_types::parse_duration(v)?),
                 Some(("unit", v)) if is_raid => unit = Some(sluice_types::parse_size(v)?),
+                Some(("probe", "off")) if is_raid => probe = Duration::ZERO,
+                Some(("probe", v)) if is_raid => probe = sluice_types::parse_duration(v)?,
+                Some(("readd", "off")) if is_raid => readd = Duration::ZERO,
+                Some(("readd", v)) if is_raid => readd = sluice_types::parse_duration(v)?,
                 Some(("journal", "")) if is_raid => return Err(bad("empty journal path".into())),
                 Some(("journal", "off")) if is_raid => journal = Some(JournalSpec::Off),
                 Some(("journal", v)) if is_raid => journal = Some(JournalSpec::File(v.into())),
                 Some(("members", v)) if is_raid && members.is_none() => {
-                    if !is_uri(v) {
+                    if !is_member(v) {
                         return Err(bad(format!(
-                            "member {v:?} is not an nbd://, nbds://, nbd+unix:// or nbds+unix:// URI"
+                            "member {v:?} is not an nbd://, nbds://, nbd+unix:// or nbds+unix:// URI, or an array's spec in parentheses"
                         )));
                     }
                     members = Some(vec![v.to_owned()]);
@@ -306,17 +331,22 @@ impl FromStr for VolumeSpec {
                 let uri = spec.split(',').next().unwrap_or_default();
                 BaseSpec::Remote(remote(uri)?)
             }
-            "raid0" | "raid5" => {
-                let level = if kind == "raid0" {
-                    RaidLevel::Raid0
-                } else {
-                    RaidLevel::Raid5
+            "raid0" | "raid1" | "raid5" => {
+                let level = match kind {
+                    "raid0" => RaidLevel::Raid0,
+                    "raid1" => RaidLevel::Raid1,
+                    _ => RaidLevel::Raid5,
                 };
                 let unit = unit.ok_or_else(|| bad("missing unit=SIZE".into()))?;
                 let uris = members.ok_or_else(|| bad("missing members=URI,URI,...".into()))?;
                 let members = uris
                     .iter()
-                    .map(|u| remote(u).map(|r| Self::new(BaseSpec::Remote(r))))
+                    .map(|u| match nested(u) {
+                        // An array as a member: its own spec, options
+                        // and all (a two-level array).
+                        Some(inner) => inner.parse::<Self>(),
+                        None => remote(u).map(|r| Self::new(BaseSpec::Remote(r))),
+                    })
                     .collect::<Result<Vec<_>, _>>()?;
                 let geometry = sluice_raid::Geometry::new(level, members.len(), unit)
                     .map_err(|e| bad(e.to_string()))?;
@@ -336,6 +366,9 @@ impl FromStr for VolumeSpec {
                     members,
                     journal: journal.unwrap_or_default(),
                     start_dirty_degraded,
+                    kick_stale,
+                    probe,
+                    readd,
                 })
             }
             other => return Err(bad(format!("unknown backend {other:?} ({KINDS})"))),
@@ -356,6 +389,36 @@ impl FromStr for VolumeSpec {
 }
 
 /// Whether a spec item is a remote URI (a RAID member).
+/// The spec inside a member written in parentheses, if `item` is one.
+fn nested(item: &str) -> Option<&str> {
+    item.strip_prefix('(')?.strip_suffix(')')
+}
+
+/// A member of an array spec: a URI, or an array's spec in parentheses.
+fn is_member(item: &str) -> bool {
+    is_uri(item) || nested(item).is_some()
+}
+
+/// `text` split at the commas outside parentheses (a nested array
+/// member's spec is one item).
+fn split_items(text: &str) -> Vec<&str> {
+    let mut items = Vec::new();
+    let (mut depth, mut start) = (0usize, 0);
+    for (i, c) in text.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                items.push(&text[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&text[start..]);
+    items
+}
+
 fn is_uri(item: &str) -> bool {
     item.split_once("://")
         .is_some_and(|(scheme, _)| URI_SCHEMES.contains(&scheme))
@@ -514,6 +577,83 @@ mod tests {
     }
 
     #[test]
+    fn probe_and_readd_are_array_options() {
+        let probe = |spec: &str| match spec.parse::<VolumeSpec>().expect("spec").base {
+            BaseSpec::Raid(raid) => raid.probe,
+            other => panic!("not an array: {other:?}"),
+        };
+        let members = "members=nbd://a/x,nbd://b/x";
+        assert_eq!(
+            probe(&format!("raid5:unit=4K,{members}")),
+            sluice_raid::DEFAULT_PROBE_INTERVAL
+        );
+        assert_eq!(
+            probe(&format!("raid5:unit=4K,probe=250ms,{members}")),
+            Duration::from_millis(250)
+        );
+        assert_eq!(
+            probe(&format!("raid0:unit=4K,probe=off,{members}")),
+            Duration::ZERO
+        );
+        let readd = |spec: &str| match spec.parse::<VolumeSpec>().expect("spec").base {
+            BaseSpec::Raid(raid) => raid.readd,
+            other => panic!("not an array: {other:?}"),
+        };
+        assert_eq!(
+            readd(&format!("raid1:unit=4K,{members}")),
+            sluice_raid::DEFAULT_READD_WINDOW
+        );
+        assert_eq!(
+            readd(&format!("raid1:unit=4K,readd=30s,{members}")),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            readd(&format!("raid1:unit=4K,readd=off,{members}")),
+            Duration::ZERO
+        );
+        let e = "mem:1M,probe=1s"
+            .parse::<VolumeSpec>()
+            .expect_err("not an array");
+        assert!(e.to_string().contains("unknown option"), "{e}");
+    }
+
+    #[test]
+    fn an_array_member_may_be_an_array_in_parentheses() {
+        let s: VolumeSpec = "raid0:unit=64K,members=(raid1:unit=4K,members=nbd://a/x,nbd://b/x,reconnect=1s),(raid5:unit=4K,members=nbd://c/x,nbd://d/x,nbd://e/x),timeout=3s"
+            .parse()
+            .expect("spec");
+        let BaseSpec::Raid(outer) = s.base else {
+            panic!("{s:?}")
+        };
+        assert_eq!((outer.level, outer.members.len()), (RaidLevel::Raid0, 2));
+        let inner = |i: usize| match &outer.members[i].base {
+            BaseSpec::Raid(r) => r.clone(),
+            other => panic!("member {i} is not an array: {other:?}"),
+        };
+        assert_eq!(
+            (inner(0).level, inner(0).members.len()),
+            (RaidLevel::Raid1, 2)
+        );
+        assert_eq!(
+            (inner(1).level, inner(1).members.len()),
+            (RaidLevel::Raid5, 3)
+        );
+        // Each level's options are its own.
+        assert_eq!(
+            inner(0).members[0].base,
+            BaseSpec::Remote(RemoteSpec {
+                reconnect: Duration::from_secs(1),
+                ..RemoteSpec::new("nbd://a/x")
+            })
+        );
+        // A member array with its parenthesis left open is no member.
+        let e = "raid0:unit=64K,members=(raid1:unit=4K,members=nbd://a/x,nbd://b/x"
+            .parse::<VolumeSpec>()
+            .expect_err("unbalanced");
+        assert!(e.to_string().contains("not an nbd://"), "{e}");
+    }
+
+    #[test]
     fn start_dirty_degraded_is_an_array_flag() {
         let raid = |spec: &str| match spec.parse::<VolumeSpec>().expect("spec").base {
             BaseSpec::Raid(raid) => raid.start_dirty_degraded,
@@ -553,6 +693,9 @@ mod tests {
                 ],
                 journal: JournalSpec::Default,
                 start_dirty_degraded: false,
+                kick_stale: false,
+                probe: sluice_raid::DEFAULT_PROBE_INTERVAL,
+                readd: sluice_raid::DEFAULT_READD_WINDOW,
             })
         );
         // The testing layers go over the array.

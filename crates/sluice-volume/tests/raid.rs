@@ -117,15 +117,16 @@ fn remote_array(level: &'static str, n: usize, unit: &'static str) -> impl Fn(Ac
     }
 }
 
-/// RAID 5 over three member servers whose member 1 answers EIO to
-/// everything after its first 60 requests (`seen` keeps its device, to
-/// check it did fail).
-fn remote_raid5_failing_into(
+/// An array (`level`) over three member servers whose member 1
+/// answers EIO to everything after its first 60 requests (`seen` keeps
+/// its device, to check it did fail).
+fn remote_failing_into(
+    level: &'static str,
     access: Access,
     seen: Option<&std::sync::Mutex<Vec<Arc<FaultInjectionDevice>>>>,
 ) -> Subject {
     if access == Access::ReadOnly {
-        return remote_array("raid5", 3, "4K")(access);
+        return remote_array(level, 3, "4K")(access);
     }
     let mut members = members(3, 4 << 20);
     let rule: FaultRule = "all:eio:after=60".parse().expect("fault rule");
@@ -138,36 +139,41 @@ fn remote_raid5_failing_into(
         seen.lock().expect("not poisoned").push(failing.clone());
     }
     members[1].server = serve(failing);
-    let spec = spec_of("raid5", "4K", &members);
+    let spec = spec_of(level, "4K", &members);
     let builder = builder();
     builder.create_raid(&spec, false).expect("create the array");
     let device = builder.open("array", &spec).expect("open the array");
     Subject::new(device).keeping(members)
 }
 
-fn remote_raid5_failing(access: Access) -> Subject {
-    remote_raid5_failing_into(access, None)
+fn remote_failing(level: &'static str) -> impl Fn(Access) -> Subject {
+    move |access| remote_failing_into(level, access, None)
 }
 
 #[test]
 fn the_failing_remote_member_does_fail_during_the_suite() {
-    let seen = std::sync::Mutex::new(Vec::new());
-    let factory = |access| remote_raid5_failing_into(access, Some(&seen));
-    assert_eq!(
-        sluice_testkit::conformance::operation_sequences_match_a_model(&factory),
-        Ok(sluice_testkit::conformance::Outcome::Passed)
-    );
-    let seen = seen.lock().expect("not poisoned");
-    assert!(
-        seen.iter().any(|m| m.injected() > 0),
-        "no request failed on the failing member: the array never ran degraded"
-    );
+    for level in ["raid1", "raid5"] {
+        let seen = std::sync::Mutex::new(Vec::new());
+        let factory = |access| remote_failing_into(level, access, Some(&seen));
+        assert_eq!(
+            sluice_testkit::conformance::operation_sequences_match_a_model(&factory),
+            Ok(sluice_testkit::conformance::Outcome::Passed)
+        );
+        let seen = seen.lock().expect("not poisoned");
+        assert!(
+            seen.iter().any(|m| m.injected() > 0),
+            "no request failed on the failing member of {level}: the array never ran degraded"
+        );
+    }
 }
 
 sluice_testkit::conformance_tests! {
     remote_raid5_of_3 => remote_array("raid5", 3, "64K"),
     remote_raid0_of_2 => remote_array("raid0", 2, "4K"),
-    remote_raid5_member_fails_mid_run => remote_raid5_failing,
+    remote_raid5_member_fails_mid_run => remote_failing("raid5"),
+    remote_raid1_of_2 => remote_array("raid1", 2, "64K"),
+    remote_raid1_of_3 => remote_array("raid1", 3, "4K"),
+    remote_raid1_member_fails_mid_run => remote_failing("raid1"),
 }
 
 #[test]
@@ -296,6 +302,17 @@ fn a_member_that_goes_away_is_failed_recorded_and_then_refused_as_stale() {
     let e = builder.open("array", &spec).expect_err("stale").to_string();
     let uri = back_again.uri("m");
     assert!(e.starts_with(&format!("member 1 ({uri}) is stale")), "{e}");
+
+    // With kick-stale it is left out instead, as if unreachable: the
+    // array starts degraded and serves what was written.
+    let spec: VolumeSpec = format!("{},kick-stale", spec_text(&servers))
+        .parse()
+        .expect("spec");
+    let array = builder.open("array", &spec).expect("kicked and started");
+    assert_eq!(failed_members(array.as_ref()), 1.0);
+    array.read_at(&mut back, 0).expect("degraded read");
+    assert_eq!(&back[..64 << 10], &data[..]);
+    assert_eq!(&back[64 << 10..], &more[..]);
 }
 
 #[test]
@@ -474,4 +491,97 @@ fn an_array_starts_degraded_without_a_member_it_cannot_reach() {
     drop(array);
     assert_eq!(superblock_of(&m0.memory).roles[1], MemberRole::Failed);
     assert_eq!(superblock_of(&m2.memory).roles[1], MemberRole::Failed);
+}
+
+/// RAID 0 over two RAID 1 pairs of member servers, written as one spec
+/// with each pair in parentheses.
+fn two_level_text(servers: &[&TestServer]) -> String {
+    let uri = |i: usize| servers[i].uri("m");
+    format!(
+        "raid0:unit=64K,members=(raid1:unit=4K,members={},{},timeout=2s,reconnect=300ms),(raid1:unit=4K,members={},{},timeout=2s,reconnect=300ms)",
+        uri(0),
+        uri(1),
+        uri(2),
+        uri(3)
+    )
+}
+
+fn two_level(access: Access) -> Subject {
+    if access == Access::ReadOnly {
+        let members = members(4, 4 << 20);
+        let servers: Vec<&TestServer> = members.iter().map(|m| &m.server).collect();
+        let spec: VolumeSpec = two_level_text(&servers).parse().expect("spec");
+        builder().create_raid(&spec, false).expect("create");
+        drop(servers);
+        let frozen: Vec<TestServer> = members
+            .iter()
+            .map(|m| serve(Arc::new(Frozen(m.memory.clone()))))
+            .collect();
+        let spec: VolumeSpec = two_level_text(&frozen.iter().collect::<Vec<_>>())
+            .parse()
+            .expect("spec");
+        let device = builder().open("array", &spec).expect("open read-only");
+        return Subject::new(device).keeping((members, frozen));
+    }
+    let members = members(4, 4 << 20);
+    let servers: Vec<&TestServer> = members.iter().map(|m| &m.server).collect();
+    let spec: VolumeSpec = two_level_text(&servers).parse().expect("spec");
+    let builder = builder();
+    builder
+        .create_raid(&spec, false)
+        .expect("create both levels");
+    let device = builder.open("array", &spec).expect("open");
+    drop(servers);
+    Subject::new(device).keeping(members)
+}
+
+sluice_testkit::conformance_tests! {
+    two_level_raid0_over_raid1_pairs => two_level,
+}
+
+#[test]
+fn a_two_level_array_survives_one_member_of_each_pair_going_away() {
+    let mut members = members(4, 4 << 20);
+    let servers: Vec<&TestServer> = members.iter().map(|m| &m.server).collect();
+    let spec: VolumeSpec = two_level_text(&servers).parse().expect("spec");
+    drop(servers);
+    let builder = builder();
+    builder
+        .create_raid(&spec, false)
+        .expect("create both levels");
+    // Each pair's members carry the pair's superblock; the pairs'
+    // volumes carry the outer array's.
+    let inner = superblock_of(&members[0].memory);
+    assert_eq!(inner.level, sluice_raid::RaidLevel::Raid1);
+    assert_eq!(
+        superblock_of(&members[1].memory).array_uuid,
+        inner.array_uuid
+    );
+    assert_ne!(
+        superblock_of(&members[2].memory).array_uuid,
+        inner.array_uuid
+    );
+    let array = builder.open("array", &spec).expect("open");
+    // Two pairs of 4 MiB members less their superblock areas, less the
+    // outer superblock area, in whole 64 KiB units.
+    assert_eq!(array.size(), 2 * ((4 << 20) - (64 << 10)) - 2 * (64 << 10));
+    let data = pattern(1 << 20, 3);
+    array.write_at(&data, 0, false).expect("write");
+    array.flush().expect("flush");
+    // One member of each pair goes away: every byte is still there.
+    drop(members.remove(3).server);
+    drop(members.remove(0).server);
+    let mut back = vec![0u8; data.len()];
+    array
+        .read_at(&mut back, 0)
+        .expect("read with half the members gone");
+    assert!(back == data, "wrong data from the surviving mirrors");
+    let more = pattern(256 << 10, 4);
+    array.write_at(&more, 700 << 10, true).expect("write");
+    array
+        .read_at(&mut back[..256 << 10], 700 << 10)
+        .expect("read");
+    assert!(back[..256 << 10] == more[..]);
+    // The outer array lost nothing: its members are the pairs.
+    assert_eq!(failed_members(array.as_ref()), 0.0);
 }

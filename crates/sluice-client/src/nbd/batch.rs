@@ -21,6 +21,7 @@ type Receiver = oneshot::Receiver<Result<Reply, ClientError>>;
 /// One started request.
 struct Started<'a> {
     device: &'a RemoteDevice,
+    op: IoOp,
     offset: u64,
     len: u64,
     rx: Option<Receiver>,
@@ -56,11 +57,12 @@ impl<'a> Batch<'a> {
             Err(e) => (None, Some(Err(e))),
             Ok(()) => match device.client().submit(request, dest) {
                 Ok(rx) => (Some(rx), None),
-                Err(e) => (None, Some(Err(device.error(e, offset, len)))),
+                Err(e) => (None, Some(Err(device.error(e, op, offset, len)))),
             },
         };
         self.started.push(Started {
             device,
+            op,
             offset,
             len,
             rx,
@@ -76,6 +78,7 @@ impl<'a> Batch<'a> {
         let Ok(length) = u32::try_from(buf.len()) else {
             self.started.push(Started {
                 device,
+                op: IoOp::Read,
                 offset,
                 len,
                 rx: None,
@@ -139,11 +142,12 @@ impl<'a> Batch<'a> {
             };
             let r = match rx.blocking_recv() {
                 Ok(Ok(_)) => Ok(()),
-                Ok(Err(e)) => Err(s.device.error(e, s.offset, s.len)),
+                Ok(Err(e)) => Err(s.device.error(e, s.op, s.offset, s.len)),
                 Err(_) => Err(s.device.error(
                     ClientError::Closed {
                         target: s.device.client().details().target.clone(),
                     },
+                    s.op,
                     s.offset,
                     s.len,
                 )),

@@ -6,7 +6,7 @@
 use std::io;
 
 use sluice_nbd_proto::consts::*;
-use sluice_nbd_proto::{NbdErrno, RequestError};
+use sluice_nbd_proto::{ClientRequest, NbdErrno, RequestError};
 use sluice_storage::{BlockingClass, Capability, DeviceError, IoOp};
 
 use crate::{ClientError, Op};
@@ -29,6 +29,19 @@ pub fn capability_from_flags(flags: u16, extents: bool, min_block: u32) -> Capab
         rotational: has(FLAG_ROTATIONAL),
         min_block: min_block.max(1),
         blocking: BlockingClass::Always,
+    }
+}
+
+/// The storage operation a request to send stands for.
+pub(crate) fn request_io_op(request: &ClientRequest<'_>) -> IoOp {
+    match request {
+        ClientRequest::Read { .. } => IoOp::Read,
+        ClientRequest::Write { .. } => IoOp::Write,
+        ClientRequest::Flush => IoOp::Flush,
+        ClientRequest::Trim { .. } => IoOp::Trim,
+        ClientRequest::WriteZeroes { .. } => IoOp::WriteZeroes,
+        ClientRequest::BlockStatus { .. } => IoOp::Extents,
+        _ => IoOp::Cache,
     }
 }
 
@@ -64,7 +77,18 @@ fn os_errno(e: NbdErrno) -> i32 {
 /// out of range, `ENOTSUP` unsupported; other errnos, and connection
 /// failures, are I/O errors (no space keeps its errno, so
 /// [`DeviceError::is_no_space`] still tells).
-pub fn device_error(e: ClientError, device: &str, offset: u64, len: u64, size: u64) -> DeviceError {
+///
+/// `op` is the operation asked for: an error that is not a request's
+/// answer (the connection lost, the client closed) is reported as a
+/// failure of that operation.
+pub fn device_error(
+    e: ClientError,
+    op: IoOp,
+    device: &str,
+    offset: u64,
+    len: u64,
+    size: u64,
+) -> DeviceError {
     let device = device.to_owned();
     let io_error = |op: Op, source: io::Error| DeviceError::Io {
         device: device.clone(),
@@ -107,7 +131,13 @@ pub fn device_error(e: ClientError, device: &str, offset: u64, len: u64, size: u
             },
         },
         ClientError::Timeout { op, .. } => io_error(op, io::Error::new(io::ErrorKind::TimedOut, e)),
-        other => io_error(Op::Read, io::Error::other(other)),
+        other => DeviceError::Io {
+            device,
+            op,
+            offset,
+            len,
+            source: io::Error::other(other),
+        },
     }
 }
 
@@ -148,7 +178,14 @@ mod tests {
 
     #[test]
     fn errnos_map_onto_device_errors() {
-        let e = device_error(request(Op::Write, NbdErrno::Perm), "d", 0, 1, 10);
+        let e = device_error(
+            request(Op::Write, NbdErrno::Perm),
+            io_op(Op::Write),
+            "d",
+            0,
+            1,
+            10,
+        );
         assert!(matches!(
             e,
             DeviceError::ReadOnly {
@@ -156,12 +193,33 @@ mod tests {
                 ..
             }
         ));
-        let e = device_error(request(Op::Read, NbdErrno::Inval), "d", 8, 4, 10);
+        let e = device_error(
+            request(Op::Read, NbdErrno::Inval),
+            io_op(Op::Read),
+            "d",
+            8,
+            4,
+            10,
+        );
         assert!(matches!(e, DeviceError::OutOfRange { size: 10, .. }));
         // EINVAL inside the device is not a range error.
-        let e = device_error(request(Op::Read, NbdErrno::Inval), "d", 0, 4, 10);
+        let e = device_error(
+            request(Op::Read, NbdErrno::Inval),
+            io_op(Op::Read),
+            "d",
+            0,
+            4,
+            10,
+        );
         assert!(matches!(e, DeviceError::Io { .. }));
-        let e = device_error(request(Op::WriteZeroes, NbdErrno::NotSup), "d", 0, 4, 10);
+        let e = device_error(
+            request(Op::WriteZeroes, NbdErrno::NotSup),
+            io_op(Op::WriteZeroes),
+            "d",
+            0,
+            4,
+            10,
+        );
         assert!(matches!(
             e,
             DeviceError::Unsupported {
@@ -169,12 +227,39 @@ mod tests {
                 ..
             }
         ));
-        let e = device_error(request(Op::Write, NbdErrno::NoSpc), "d", 0, 4, 10);
+        let e = device_error(
+            request(Op::Write, NbdErrno::NoSpc),
+            io_op(Op::Write),
+            "d",
+            0,
+            4,
+            10,
+        );
         assert!(e.is_no_space());
-        let e = device_error(request(Op::Flush, NbdErrno::Io), "d", 0, 0, 10);
+        let e = device_error(
+            request(Op::Flush, NbdErrno::Io),
+            io_op(Op::Flush),
+            "d",
+            0,
+            0,
+            10,
+        );
         let DeviceError::Io { op, source, .. } = e else {
             panic!("{e}")
         };
         assert_eq!((op, source.raw_os_error()), (IoOp::Flush, Some(libc::EIO)));
+    }
+
+    #[test]
+    fn a_connection_failure_is_reported_as_the_operation_asked_for() {
+        // A flush whose connection is gone was reported as "read of 0
+        // bytes at offset 0".
+        let closed = ClientError::Closed { target: "t".into() };
+        let e = device_error(closed, IoOp::Flush, "d", 0, 0, 10);
+        let DeviceError::Io { op, .. } = &e else {
+            panic!("{e}")
+        };
+        assert_eq!(*op, IoOp::Flush);
+        assert!(e.to_string().contains("flush"), "{e}");
     }
 }

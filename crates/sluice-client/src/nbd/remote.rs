@@ -11,7 +11,7 @@ use sluice_nbd_proto::consts::{STATE_HOLE, STATE_ZERO};
 use sluice_nbd_proto::{ClientRequest, HeaderStyle};
 use sluice_storage::{BlockDevice, Capability, DeviceError, Extent, IoOp, ZeroMode};
 
-use super::bridge::{capability_from_flags, device_error};
+use super::bridge::{capability_from_flags, device_error, request_io_op};
 use crate::{Client, ClientError, ConnectOptions, NbdUri, Reconnect, Reply};
 
 /// How long a remote device keeps trying to get a lost server back.
@@ -68,8 +68,8 @@ impl RemoteDevice {
 
     /// A client error on a request for `[offset, offset+len)` as a
     /// device error.
-    pub(crate) fn error(&self, e: ClientError, offset: u64, len: u64) -> DeviceError {
-        device_error(e, &self.name, offset, len, self.size())
+    pub(crate) fn error(&self, e: ClientError, op: IoOp, offset: u64, len: u64) -> DeviceError {
+        device_error(e, op, &self.name, offset, len, self.size())
     }
 
     /// Refuses, before anything is sent, a request for `[offset,
@@ -93,9 +93,10 @@ impl RemoteDevice {
         offset: u64,
         len: u64,
     ) -> Result<Reply, DeviceError> {
+        let op = request_io_op(&request);
         self.client
             .call_blocking(request)
-            .map_err(|e| device_error(e, &self.name, offset, len, self.size()))
+            .map_err(|e| device_error(e, op, &self.name, offset, len, self.size()))
     }
 }
 
@@ -115,7 +116,7 @@ impl BlockDevice for RemoteDevice {
             let len = piece.len() as u64;
             self.client
                 .read_at(piece, at)
-                .map_err(|e| device_error(e, &self.name, at, len, self.size()))?;
+                .map_err(|e| device_error(e, IoOp::Read, &self.name, at, len, self.size()))?;
             at += len;
         }
         Ok(())
@@ -235,6 +236,7 @@ impl BlockDevice for RemoteDevice {
                                 "block status at {at} answered without extents to move on by"
                             ),
                         },
+                        IoOp::Extents,
                         at,
                         end - at,
                     ))
