@@ -152,8 +152,8 @@ pub enum LayerSpec {
 /// The kinds of spec, for a spec of none of them (the options of each
 /// are in `sluice serve --help` and the README: a whole grammar in one
 /// error line hides what was wrong).
-const KINDS: &str = "expected file:PATH, mem:BYTES, an nbd://, nbds://, nbd+unix:// or \
-                     nbds+unix:// URI, or raid0:/raid1:/raid5:unit=SIZE,members=URI,... (a member may be a nested array spec in parentheses)";
+const KINDS: &str = "expected file:PATH, mem:BYTES, an nbd[s]:// or nbd[s]+unix:// URI, or \
+                     raid0|raid1|raid5:unit=SIZE,members=...";
 
 /// Why a spec could not be parsed.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]

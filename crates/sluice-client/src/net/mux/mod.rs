@@ -491,7 +491,7 @@ impl<P: MuxProtocol> Drop for Mux<P> {
     fn drop(&mut self) {
         let s = &*self.shared;
         s.stopping.store(true, Ordering::Release);
-        {
+        let reconnecting = {
             let st = lock(&s.state);
             if matches!(st.connected, Connected::Up) && !st.writing {
                 let mut bye = Vec::new();
@@ -499,10 +499,16 @@ impl<P: MuxProtocol> Drop for Mux<P> {
                 let mut sock = lock(&s.socket);
                 let _ = sock.stream.write_all(&bye);
             }
-        }
+            matches!(st.connected, Connected::Reconnecting)
+        };
         lock(&s.closer).shutdown();
         if let Some(reader) = self.reader.take() {
-            let _ = reader.join();
+            // A reader getting the connection back may be inside a
+            // connect attempt: it sees `stopping` after it and ends by
+            // itself, and no caller is left to wait for it.
+            if !reconnecting {
+                let _ = reader.join();
+            }
         }
     }
 }
