@@ -22,7 +22,7 @@
 
 use std::io;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sluice_nbd_proto::{
     ClientRequest, CookieTable, Extent, Op, ReplyDecoder, ReplyEvent, RequestEncoder, Sent,
@@ -277,15 +277,20 @@ impl MuxProtocol for NbdSession {
         false
     }
 
-    fn groups(&self, _send: &mut (), _in_flight: usize, frames: &[&[u8]]) -> Vec<usize> {
-        vec![1; frames.len()]
+    fn groups(
+        &self,
+        _send: &mut (),
+        _in_flight: usize,
+        _lens: &mut dyn Iterator<Item = usize>,
+    ) -> Option<Vec<usize>> {
+        None
     }
 
     fn group_header(&self, _id: u64, _body: usize, _out: &mut Vec<u8>) {}
 
     fn sent(&self, _send: &mut (), _requests: usize, _grouped: usize) {}
 
-    fn completed(&self, _send: &mut (), _now: Instant, _outstanding: usize) {}
+    fn completed(&self, _send: &mut (), _outstanding: usize) {}
 
     fn reopen(&self, timeout: Duration) -> Result<Stream, ClientError> {
         let mut options = self.options.clone();

@@ -255,9 +255,15 @@ impl MuxProtocol for ObjSession {
 
     /// Batch frames within the published limits (payload and member
     /// count) when the merge policy says so.
-    fn groups(&self, send: &mut MergeSend, in_flight: usize, frames: &[&[u8]]) -> Vec<usize> {
-        if !send.merge.should_merge(in_flight, frames.len()) {
-            return vec![1; frames.len()];
+    fn groups(
+        &self,
+        send: &mut MergeSend,
+        in_flight: usize,
+        lens: &mut dyn Iterator<Item = usize>,
+    ) -> Option<Vec<usize>> {
+        // The lengths come from a slice: the hint is exact.
+        if !send.merge.should_merge(in_flight, lens.size_hint().0) {
+            return None;
         }
         let Limits {
             max_payload,
@@ -266,8 +272,8 @@ impl MuxProtocol for ObjSession {
         } = self.session.limits;
         let mut groups = Vec::new();
         let (mut n, mut body) = (0usize, 0u64);
-        for f in frames {
-            let len = f.len() as u64;
+        for len in lens {
+            let len = len as u64;
             if n > 0 && (body + len > u64::from(max_payload) || n as u64 >= u64::from(max_batch)) {
                 groups.push(n);
                 (n, body) = (0, 0);
@@ -282,7 +288,7 @@ impl MuxProtocol for ObjSession {
             send.stats.frames += 1;
             send.stats.merged += g as u64;
         }
-        groups
+        Some(groups)
     }
 
     fn group_header(&self, id: u64, body: usize, out: &mut Vec<u8>) {
@@ -293,8 +299,8 @@ impl MuxProtocol for ObjSession {
         send.merge.sent(requests, grouped);
     }
 
-    fn completed(&self, send: &mut MergeSend, now: Instant, outstanding: usize) {
-        send.merge.completed(now, outstanding);
+    fn completed(&self, send: &mut MergeSend, outstanding: usize) {
+        send.merge.completed(Instant::now(), outstanding);
     }
 
     fn reopen(&self, timeout: Duration) -> Result<Stream, ObjError> {

@@ -193,16 +193,22 @@ pub(crate) trait MuxProtocol: Send + Sync + Sized + 'static {
     /// Whether a caller's request stays queued for the sender of the next
     /// reply's follow-up (temporal merge) rather than being sent now.
     fn hold(&self, send: &mut Self::SendState, in_flight: usize, queued: usize) -> bool;
-    /// How `frames` (encoded requests, in order) go on the wire: the size
-    /// of each group, in order; a group of one goes as it is, a larger
-    /// one in a frame of [`group_header`](Self::group_header).
-    fn groups(&self, send: &mut Self::SendState, in_flight: usize, frames: &[&[u8]]) -> Vec<usize>;
+    /// How the requests about to go out (their lengths on the wire, in
+    /// order) are grouped: the size of each group, in order, where a group
+    /// of one goes as it is and a larger one in a frame of
+    /// [`group_header`](Self::group_header); `None` when each goes alone.
+    fn groups(
+        &self,
+        send: &mut Self::SendState,
+        in_flight: usize,
+        lens: &mut dyn Iterator<Item = usize>,
+    ) -> Option<Vec<usize>>;
     /// The header of a group frame whose members take `body` bytes.
     fn group_header(&self, id: u64, body: usize, out: &mut Vec<u8>);
     /// `requests` went out, `grouped` of them in group frames.
     fn sent(&self, send: &mut Self::SendState, requests: usize, grouped: usize);
-    /// A request completed with `outstanding` others queued or in flight.
-    fn completed(&self, send: &mut Self::SendState, now: Instant, outstanding: usize);
+    /// Requests completed, with `outstanding` others queued or in flight.
+    fn completed(&self, send: &mut Self::SendState, outstanding: usize);
 
     /// Connects again, within `timeout`, and checks the server offers the
     /// same session (the waiting requests are encoded for it).
@@ -322,6 +328,8 @@ struct State<P: MuxProtocol> {
     /// The replay log is full: the next caller adds a FLUSH.
     flush_wanted: bool,
     send: P::SendState,
+    /// The last send's list of requests, kept for its capacity.
+    spare: Vec<Queued>,
 }
 
 struct Socket {
@@ -339,7 +347,7 @@ pub(crate) struct Shared<P: MuxProtocol> {
     /// A handle on the current socket, to shut it down while another
     /// thread is blocked in it.
     closer: Mutex<Stream>,
-    registrations: Mutex<mpsc::Sender<Registration<P>>>,
+    registrations: mpsc::Sender<Registration<P>>,
     /// Sequence number of the last change the reader put in the replay
     /// log; a FLUSH covers what was logged before it was sent.
     logged: AtomicU64,
@@ -398,6 +406,7 @@ impl<P: MuxProtocol> Mux<P> {
                 generation: 0,
                 flush_wanted: false,
                 send,
+                spare: Vec::new(),
             }),
             socket: Mutex::new(Socket {
                 stream,
@@ -405,7 +414,7 @@ impl<P: MuxProtocol> Mux<P> {
                 out: Vec::with_capacity(64 * 1024),
             }),
             closer: Mutex::new(closer),
-            registrations: Mutex::new(tx),
+            registrations: tx,
             logged: AtomicU64::new(0),
             stopping: AtomicBool::new(false),
             proto,
@@ -524,9 +533,7 @@ impl<P: MuxProtocol> Shared<P> {
     }
 
     fn register(&self, r: Registration<P>) -> Result<(), P::Error> {
-        lock(&self.registrations)
-            .send(r)
-            .map_err(|_| self.proto.closed())
+        self.registrations.send(r).map_err(|_| self.proto.closed())
     }
 
     /// Queues a FLUSH of the client's own (the replay log is full).
@@ -547,6 +554,39 @@ impl<P: MuxProtocol> Shared<P> {
         if self.register(Registration::Request { id, entry }).is_ok() {
             st.queue.push_back(Queued { id, frame, cost: 0 });
         }
+    }
+
+    /// Writes `items` with one call, in group frames as `heads` says (for
+    /// each group, its frame's id, 0 for none, and its size; empty when
+    /// every request goes alone), unless a reconnect came since they were
+    /// taken (it queued them again).
+    fn write(&self, generation: u64, items: &[Queued], heads: &[(u64, usize)]) -> io::Result<()> {
+        let mut sock = lock(&self.socket);
+        if sock.generation != generation {
+            return Ok(());
+        }
+        let Socket { stream, out, .. } = &mut *sock;
+        if let ([one], []) = (items, heads) {
+            return stream.write_all(&one.frame);
+        }
+        out.clear();
+        if heads.is_empty() {
+            items.iter().for_each(|q| out.extend_from_slice(&q.frame));
+        } else {
+            let mut at = 0;
+            for &(id, n) in heads {
+                let members = &items[at..at + n];
+                if id != 0 {
+                    let body = members.iter().map(|q| q.frame.len()).sum();
+                    self.proto.group_header(id, body, out);
+                }
+                members.iter().for_each(|q| out.extend_from_slice(&q.frame));
+                at += n;
+            }
+        }
+        let r = stream.write_all(out);
+        out.clear();
+        r
     }
 
     /// How many queued requests the window lets go now, and their weight
@@ -583,57 +623,44 @@ impl<P: MuxProtocol> Shared<P> {
                 st.writing = false;
                 return;
             }
-            let items: Vec<Queued> = st.queue.drain(..take).collect();
-            let frames: Vec<&[u8]> = items.iter().map(|q| q.frame.as_slice()).collect();
+            let mut items = std::mem::take(&mut st.spare);
+            items.extend(st.queue.drain(..take));
             let in_flight = st.in_flight;
-            let groups = self.proto.groups(&mut st.send, in_flight, &frames);
+            let groups = self.proto.groups(
+                &mut st.send,
+                in_flight,
+                &mut items.iter().map(|q| q.frame.len()),
+            );
             st.in_flight += take;
             st.cost += bytes;
             let generation = st.generation;
             // Group ids, registered before anything is sent.
-            let mut heads = Vec::with_capacity(groups.len());
-            let (mut at, mut grouped) = (0, 0);
-            for &n in &groups {
-                let mut head = None;
-                if n > 1 {
-                    let id = self.fresh_id();
-                    let members = items[at..at + n].iter().map(|q| q.id).collect();
-                    if self.register(Registration::Group { id, members }).is_ok() {
-                        head = Some(id);
-                        grouped += n;
+            let mut heads = Vec::new();
+            let mut grouped = 0;
+            if let Some(groups) = &groups {
+                let mut at = 0;
+                for &n in groups {
+                    let mut head = None;
+                    if n > 1 {
+                        let id = self.fresh_id();
+                        let members = items[at..at + n].iter().map(|q| q.id).collect();
+                        if self.register(Registration::Group { id, members }).is_ok() {
+                            head = Some((id, n));
+                            grouped += n;
+                        }
                     }
+                    heads.push(head.unwrap_or((0, n)));
+                    at += n;
                 }
-                heads.push(head);
-                at += n;
             }
             self.proto.sent(&mut st.send, take, grouped);
             drop(st);
-            let written = {
-                let mut sock = lock(&self.socket);
-                if sock.generation == generation {
-                    let Socket { stream, out, .. } = &mut *sock;
-                    out.clear();
-                    let mut at = 0;
-                    for (&n, head) in groups.iter().zip(&heads) {
-                        let members = &items[at..at + n];
-                        match head {
-                            Some(id) => {
-                                let body = members.iter().map(|q| q.frame.len()).sum();
-                                self.proto.group_header(*id, body, out);
-                                members.iter().for_each(|q| out.extend_from_slice(&q.frame));
-                            }
-                            None => members.iter().for_each(|q| out.extend_from_slice(&q.frame)),
-                        }
-                        at += n;
-                    }
-                    let r = stream.write_all(out);
-                    out.clear();
-                    r
-                } else {
-                    Ok(())
-                }
-            };
+            let written = self.write(generation, &items, &heads);
             st = lock(&self.state);
+            items.clear();
+            if items.capacity() > st.spare.capacity() {
+                st.spare = items;
+            }
             if let Err(source) = written {
                 st.writing = false;
                 // The reader sees the socket end: it reconnects (and

@@ -174,9 +174,7 @@ impl<P: MuxProtocol> Reader<P> {
         st.in_flight = st.in_flight.saturating_sub(done);
         st.cost = st.cost.saturating_sub(freed);
         let outstanding = st.in_flight + st.queue.len();
-        shared
-            .proto
-            .completed(&mut st.send, Instant::now(), outstanding);
+        shared.proto.completed(&mut st.send, outstanding);
         if self.logging && self.log.over_limit() && !self.flush_asked {
             st.flush_wanted = true;
             self.flush_asked = true;
