@@ -64,8 +64,11 @@ pub(crate) enum Dest {
 
 // SAFETY: a `Borrowed` pointer is written only by the reader thread, and
 // only while the caller that lent it is blocked waiting for this entry's
-// completion (see `Client::read_at`); the buffer is `&mut [u8]`, so no
-// one else touches it meanwhile.
+// completion (see `Client::read_at` and `batch`): the multiplexer hands the
+// outcome to the caller only after the last write (`finish`), and a
+// request whose caller times out has its `Dest` set to `None` (`abandon`)
+// before the caller is woken. The buffer is `&mut [u8]`, so no one else
+// touches it meanwhile.
 unsafe impl Send for Dest {}
 
 impl Dest {
