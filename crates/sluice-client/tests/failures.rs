@@ -1,13 +1,14 @@
 #![allow(clippy::unwrap_used)]
 //! What the client does when a server misbehaves: never answers the
-//! handshake, never answers a request, answers a cookie nobody sent, or
-//! sends data for a write. Each must be a clear error, never a hang and
+//! handshake, never answers a request, stops reading what it is sent,
+//! answers a cookie nobody sent, or sends data for a write. Each must be a clear error, never a hang and
 //! never quietly empty data. The misbehaving server speaks a real
 //! handshake (the protocol crate's `ServerHandshake`), then does one
 //! wrong thing.
 
 use std::io::{Read, Write};
-use std::net::TcpListener;
+use std::net::{TcpListener, TcpStream};
+use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -27,7 +28,7 @@ impl ExportCatalog for Disk {
         Some(ExportInfo {
             name: "disk".into(),
             description: String::new(),
-            size: 1 << 20,
+            size: 1 << 30,
             flags: FLAG_HAS_FLAGS | FLAG_SEND_FLUSH,
             block_sizes: BlockSizes::default(),
             base_allocation: false,
@@ -43,29 +44,39 @@ enum Misdeed {
     DataForWrite,
 }
 
-/// One connection: handshake (structured replies), then `misdeed`.
+/// Accepts one connection on `listener` and speaks the handshake
+/// (structured replies); returns the socket and what the client sent
+/// after it, or `None` if the client left.
+fn greet(listener: &TcpListener) -> Option<(TcpStream, Vec<u8>)> {
+    let (mut s, _) = listener.accept().unwrap();
+    let mut hs = ServerHandshake::new(HandshakeConfig::default());
+    let mut input = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        s.write_all(&hs.poll_output()).unwrap();
+        let n = s.read(&mut chunk).unwrap();
+        if n == 0 {
+            return None;
+        }
+        input.extend_from_slice(&chunk[..n]);
+        let (used, status) = hs.handle_input(&input, &Disk).unwrap();
+        input.drain(..used);
+        if let HandshakeStatus::Done(_) = status {
+            s.write_all(&hs.poll_output()).unwrap();
+            return Some((s, input));
+        }
+    }
+}
+
+/// One connection: handshake, then `misdeed`.
 fn rogue(misdeed: Misdeed) -> NbdUri {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     thread::spawn(move || {
-        let (mut s, _) = listener.accept().unwrap();
-        let mut hs = ServerHandshake::new(HandshakeConfig::default());
-        let mut input = Vec::new();
+        let Some((mut s, mut input)) = greet(&listener) else {
+            return;
+        };
         let mut chunk = [0u8; 4096];
-        loop {
-            s.write_all(&hs.poll_output()).unwrap();
-            let n = s.read(&mut chunk).unwrap();
-            if n == 0 {
-                return;
-            }
-            input.extend_from_slice(&chunk[..n]);
-            let (used, status) = hs.handle_input(&input, &Disk).unwrap();
-            input.drain(..used);
-            if let HandshakeStatus::Done(_) = status {
-                s.write_all(&hs.poll_output()).unwrap();
-                break;
-            }
-        }
         while input.len() < REQUEST_HEADER_LEN {
             let n = s.read(&mut chunk).unwrap();
             if n == 0 {
@@ -153,6 +164,71 @@ fn an_unanswered_request_times_out_on_both_drivers() {
         matches!(err, ClientError::Timeout { offset: 1024, .. }),
         "{err}"
     );
+}
+
+/// A server that completes the handshake and then never reads again
+/// (a peer cut off the network, or stopped): once the socket buffers
+/// are full, sending blocks. The request timeout must bound the send as
+/// it bounds the wait for a reply, on both drivers, or the caller hangs
+/// for as long as the connection stays open.
+#[test]
+fn a_server_that_stops_reading_fails_a_large_write_within_the_timeout() {
+    // Far more than the kernel buffers of a loopback connection hold.
+    let data = vec![7u8; 32 << 20];
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let uri = NbdUri::new(
+        Target::Tcp(listener.local_addr().unwrap().to_string()),
+        "disk",
+    );
+    let (release, held) = mpsc::channel::<()>();
+    let server = thread::spawn(move || {
+        let mut deaf = Vec::new();
+        for _ in 0..2 {
+            deaf.extend(greet(&listener).map(|(s, _)| s));
+        }
+        // Holds both connections open, unread, until the test is done.
+        let _ = held.recv();
+        drop(deaf);
+    });
+    let (done, outcome) = mpsc::channel();
+    let single = uri.clone();
+    let (data1, done1) = (data.clone(), done.clone());
+    thread::spawn(move || {
+        let mut c = Connection::connect(&single, &options()).unwrap();
+        let began = Instant::now();
+        let r = c
+            .queue(Request::Write {
+                offset: 0,
+                data: &data1,
+                fua: false,
+            })
+            .and_then(|_| c.receive(|_| panic!("no reply was sent")));
+        let _ = done1.send((
+            "Connection",
+            r.err().map(|e| e.to_string()),
+            began.elapsed(),
+        ));
+    });
+    thread::spawn(move || {
+        let client = Client::connect(&uri, &options()).unwrap();
+        let began = Instant::now();
+        let r = client.call_blocking(Request::Write {
+            offset: 0,
+            data: &data,
+            fua: false,
+        });
+        let _ = done.send(("Client", r.err().map(|e| e.to_string()), began.elapsed()));
+    });
+    for _ in 0..2 {
+        // Bounds a hang; the timeout is 300 ms.
+        let (driver, err, took) = outcome
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a write to a server that stopped reading returned");
+        assert!(err.is_some(), "{driver}: the write succeeded");
+        assert!(took < Duration::from_secs(10), "{driver}: took {took:?}");
+    }
+    drop(release);
+    server.join().unwrap();
 }
 
 #[test]

@@ -159,7 +159,11 @@ impl Connection {
         }
         let r = self.stream.write_all(&self.out);
         self.out.clear();
-        r.map_err(|e| self.io(e))
+        r.map_err(|e| {
+            // Part of a frame may have gone: nothing else can follow it.
+            self.stream.shutdown();
+            self.io(e)
+        })
     }
 
     /// Sends what is queued, waits for at least one reply (if any request

@@ -282,8 +282,7 @@ pub(crate) fn open(
         });
     };
     stream
-        .set_timeouts(None)
-        .and_then(|()| stream.set_read_timeout(options.request_timeout))
+        .set_timeouts(options.request_timeout)
         .map_err(|source| ClientError::Io {
             target: target.clone(),
             source,

@@ -107,6 +107,30 @@ impl Socket {
             Self::Unix(s) => s.set_read_timeout(t),
         }
     }
+
+    fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        match self {
+            Self::Tcp(s) => s.set_write_timeout(t),
+            Self::Unix(s) => s.set_write_timeout(t),
+        }
+    }
+}
+
+/// A send that ran into the write timeout says so (the socket reports
+/// it as `WouldBlock`); part of the data may have gone, so the
+/// connection cannot carry another frame.
+fn stalled(e: io::Error) -> io::Error {
+    if matches!(
+        e.kind(),
+        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+    ) {
+        io::Error::new(
+            io::ErrorKind::TimedOut,
+            "the peer took no data within the request timeout",
+        )
+    } else {
+        e
+    }
 }
 
 impl Read for Socket {
@@ -219,9 +243,16 @@ impl Stream {
         self.socket.shutdown();
     }
 
-    /// Read and write timeouts for the handshake (`None`: block).
+    /// Read and write timeouts (`None`: block): the handshake's, then
+    /// the request timeout, so a peer that stops taking data fails a
+    /// send as one that stops answering fails a wait.
     pub(crate) fn set_timeouts(&self, t: Option<Duration>) -> io::Result<()> {
         self.socket.set_timeouts(t)
+    }
+
+    /// Write timeout only (a last message on the way out).
+    pub(crate) fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        self.socket.set_write_timeout(t)
     }
 
     /// Read timeout only (for replies).
@@ -283,6 +314,10 @@ impl Stream {
     /// time on a plain socket, so a large payload is not copied into a
     /// buffer first; under TLS each is encrypted in turn).
     pub(crate) fn write_all_pair(&mut self, head: &[u8], data: &[u8]) -> io::Result<()> {
+        self.write_pair(head, data).map_err(stalled)
+    }
+
+    fn write_pair(&mut self, head: &[u8], data: &[u8]) -> io::Result<()> {
         if self.tls.is_some() {
             self.write_all(head)?;
             return self.write_all(data);
@@ -302,6 +337,10 @@ impl Stream {
 
     /// Writes all of `data`.
     pub(crate) fn write_all(&mut self, data: &[u8]) -> io::Result<()> {
+        self.write_whole(data).map_err(stalled)
+    }
+
+    fn write_whole(&mut self, data: &[u8]) -> io::Result<()> {
         let Some(tls) = &self.tls else {
             return self.socket.write_all(data);
         };

@@ -98,9 +98,6 @@ pub(crate) fn open(uri: &ObjUri, options: &ObjOptions) -> Result<(Stream, Negoti
         }
         input.extend_from_slice(&chunk[..n]);
     };
-    stream
-        .set_timeouts(None)
-        .and_then(|()| stream.set_read_timeout(options.request_timeout))
-        .map_err(io)?;
+    stream.set_timeouts(options.request_timeout).map_err(io)?;
     Ok((stream, session))
 }

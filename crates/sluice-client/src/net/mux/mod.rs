@@ -347,6 +347,9 @@ pub(crate) struct Shared<P: MuxProtocol> {
     /// A handle on the current socket, to shut it down while another
     /// thread is blocked in it.
     closer: Mutex<Stream>,
+    /// Why the last send failed (the reader reports it for the lost
+    /// connection rather than the end of stream the failure causes).
+    send_failed: Mutex<Option<io::Error>>,
     registrations: mpsc::Sender<Registration<P>>,
     /// Sequence number of the last change the reader put in the replay
     /// log; a FLUSH covers what was logged before it was sent.
@@ -367,6 +370,9 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     // cleanly.
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+/// How long a dropped client tries to tell the server it is going.
+const GOODBYE_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// How often the reader wakes to check deadlines.
 pub(crate) fn tick(request_timeout: Duration) -> Duration {
@@ -414,6 +420,7 @@ impl<P: MuxProtocol> Mux<P> {
                 out: Vec::with_capacity(64 * 1024),
             }),
             closer: Mutex::new(closer),
+            send_failed: Mutex::new(None),
             registrations: tx,
             logged: AtomicU64::new(0),
             stopping: AtomicBool::new(false),
@@ -506,6 +513,8 @@ impl<P: MuxProtocol> Drop for Mux<P> {
                 let mut bye = Vec::new();
                 s.proto.goodbye(s.fresh_id(), &mut bye);
                 let mut sock = lock(&s.socket);
+                // A server that takes nothing is not waited for.
+                let _ = sock.stream.set_write_timeout(Some(GOODBYE_TIMEOUT));
                 let _ = sock.stream.write_all(&bye);
             }
             matches!(st.connected, Connected::Reconnecting)
@@ -666,6 +675,7 @@ impl<P: MuxProtocol> Shared<P> {
                 // The reader sees the socket end: it reconnects (and
                 // sends these again), or fails every request.
                 tracing::debug!(error = &source as &dyn std::error::Error, "send failed");
+                lock(&self.send_failed).get_or_insert(source);
                 lock(&self.closer).shutdown();
                 return;
             }

@@ -118,11 +118,15 @@ impl<P: MuxProtocol> Reader<P> {
         }
     }
 
+    /// The connection ended with `e`, or with the send failure that
+    /// ended it.
     fn lost(&self, shared: &Shared<P>, e: P::Error) -> Stop<P::Error> {
         if shared.stopping.load(Ordering::Acquire) {
-            Stop::Fatal(shared.proto.closed())
-        } else {
-            Stop::Lost(e)
+            return Stop::Fatal(shared.proto.closed());
+        }
+        match lock(&shared.send_failed).take() {
+            Some(cause) => Stop::Lost(shared.proto.io_error(cause)),
+            None => Stop::Lost(e),
         }
     }
 
