@@ -133,3 +133,42 @@ fn a_server_without_a_metadata_service_says_so() {
         "{gone}"
     );
 }
+
+/// The store's calls share one connection; when its server goes away a
+/// call fails naming the server, and once a server answers at that
+/// address again the next call connects anew and works, with no new
+/// store.
+#[test]
+fn a_lost_connection_is_replaced_on_the_next_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let local = Arc::new(MemoryMetaStore::new());
+    let serve = |addr: std::net::SocketAddr| {
+        TestServer::builder()
+            .objects(dir.path().join("objects"))
+            .config(|c| {
+                c.objects.as_mut().expect("objects configured").listen =
+                    vec![sluice_server::ListenAddr::Tcp(addr)];
+            })
+            .meta(Arc::clone(&local) as Arc<dyn MetaStore>)
+            .start()
+    };
+    let first = serve("127.0.0.1:0".parse().unwrap());
+    let addr = first.obj_addr.unwrap();
+    let store = remote(&first);
+    // Calls from several threads at once, on the one connection.
+    std::thread::scope(|s| {
+        for i in 0..4 {
+            let store = &store;
+            s.spawn(move || store.add_server(&format!("sluice://10.0.0.{i}:1")).unwrap());
+        }
+    });
+    assert_eq!(store.servers().unwrap().len(), 4);
+    first.stop().unwrap();
+    let e = store.servers().unwrap_err();
+    assert!(
+        matches!(e, MetaError::Backend { ref backend, .. } if backend.contains(&addr.to_string())),
+        "{e:?}"
+    );
+    let _second = serve(addr);
+    assert_eq!(store.servers().unwrap().len(), 4);
+}

@@ -24,13 +24,12 @@
 use std::time::Duration;
 
 use sluice_obj_proto::{
-    AttachedExport, Command, DdtKind, Features, FlushScope, Limits, MetaReply, MetaRequest,
-    Negotiated, Opcode, Segment,
+    AttachedExport, DdtKind, Features, FlushScope, Limits, MetaReply, MetaRequest, Negotiated,
+    Segment,
 };
 
 use super::attr::{AttrChange, Attrs, Value};
 use super::codec::Codec;
-use super::error::{Addressee, Subject};
 use super::handshake::open;
 use super::link::Link;
 use super::merge::MergePolicy;
@@ -38,6 +37,7 @@ use super::request::{
     DataOptions, Entry, ObjRequest, ObjResponse, Page, Range, ReadReply, Stat, LENGTH_ATTR,
     SERVER_ATTR_PREFIX,
 };
+use super::split::{Carrier, Split};
 use super::wire::{RawReply, Wire};
 use super::ObjError;
 use crate::net::mux::Reconnect;
@@ -170,19 +170,11 @@ impl ObjClient {
     /// One call of the server's metadata service (`META`); a refusal of
     /// the service itself is [`MetaReply::Failed`], not an error.
     pub fn meta(&mut self, request: &MetaRequest) -> Result<MetaReply, ObjError> {
-        let subject = Subject {
-            op: Opcode::Meta,
-            target: Addressee::Partition(self.link.session.partition),
-        };
         let mut params = Vec::new();
-        request.encode(&mut params);
-        let wire =
-            self.codec()
-                .plain_wire(subject, Command::Meta { params: &params }, &[], false)?;
+        let wire = self.codec().meta_wire(request, &mut params)?;
         let reply = self.exchange(std::slice::from_ref(&wire), false).pop();
         let reply = reply.unwrap_or_else(|| Err(self.violation("no reply")))?;
-        MetaReply::decode(&reply.body)
-            .map_err(|e| self.violation(format!("undecodable metadata reply: {e}")))
+        self.codec().meta_reply(&reply)
     }
 
     /// Runs one command, splitting it as the limits require.
@@ -217,21 +209,8 @@ impl ObjClient {
     }
 
     /// Every wire, in flight together; the first failure wins.
-    pub(super) fn all(&mut self, wires: &[Wire<'_>]) -> Result<Vec<RawReply>, ObjError> {
+    fn all(&mut self, wires: &[Wire<'_>]) -> Result<Vec<RawReply>, ObjError> {
         self.exchange(wires, false).into_iter().collect()
-    }
-
-    /// Pieces of a write or punch: in flight together unless two
-    /// overlap, then one at a time.
-    pub(super) fn in_order(&mut self, wires: Vec<Wire<'_>>, overlap: bool) -> Result<(), ObjError> {
-        if overlap {
-            for w in wires {
-                self.all(std::slice::from_ref(&w))?;
-            }
-            Ok(())
-        } else {
-            self.all(&wires).map(drop)
-        }
     }
 
     /// Runs `requests` with as many in flight as allowed, in batch frames
@@ -587,5 +566,19 @@ impl ObjClient {
             fua,
         })
         .map(drop)
+    }
+}
+
+impl Carrier for ObjClient {
+    fn codec(&self) -> Codec<'_> {
+        Self::codec(self)
+    }
+
+    fn all(&mut self, wires: &[Wire<'_>]) -> Result<Vec<RawReply>, ObjError> {
+        Self::all(self, wires)
+    }
+
+    fn run(&mut self, req: &ObjRequest<'_>) -> Result<ObjResponse, ObjError> {
+        Self::run(self, req)
     }
 }

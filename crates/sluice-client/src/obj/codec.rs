@@ -9,7 +9,8 @@ use std::borrow::Cow;
 use sluice_obj_proto::consts::*;
 use sluice_obj_proto::{
     decode_id_list, AttrOp, AttrOps, Command, Ddt, DdtKind, Features, FlushScope, Limits,
-    Negotiated, Opcode, Page as WirePage, QueryRange, QueryRanges, Request, Segment,
+    MetaReply, MetaRequest, Negotiated, Opcode, Page as WirePage, QueryRange, QueryRanges, Request,
+    Segment,
 };
 
 use super::attr::{AttrChange, Attrs};
@@ -287,6 +288,28 @@ impl Codec<'_> {
             span_ok: false,
         };
         Wire::new(subject, &request, &[])
+    }
+
+    /// One call of the server's metadata service (its parameters,
+    /// encoded by the caller into `params`).
+    pub(super) fn meta_wire<'a>(
+        &self,
+        request: &MetaRequest,
+        params: &'a mut Vec<u8>,
+    ) -> Result<Wire<'a>, ObjError> {
+        let subject = Subject {
+            op: Opcode::Meta,
+            target: Addressee::Partition(self.session.partition),
+        };
+        params.clear();
+        request.encode(params);
+        self.plain_wire(subject, Command::Meta { params }, &[], false)
+    }
+
+    /// The metadata service's answer in `reply`.
+    pub(super) fn meta_reply(&self, reply: &RawReply) -> Result<MetaReply, ObjError> {
+        MetaReply::decode(&reply.body)
+            .map_err(|e| self.violation(format!("undecodable metadata reply: {e}")))
     }
 
     /// The one wire request `req` is, or `None` if it must be split (or

@@ -167,6 +167,12 @@ impl ObjError {
         }
     }
 
+    /// Whether the connection is still in step after this error: the
+    /// server answered, or the client refused to send.
+    pub(crate) fn connection_survives(&self) -> bool {
+        matches!(self, Self::Server { .. } | Self::Refused { .. })
+    }
+
     /// The same error for another waiter of a failed connection
     /// (`io::Error` does not clone).
     pub(crate) fn for_another(&self) -> Self {

@@ -15,7 +15,9 @@
 //! [`ObjClient::pipeline`] keep many commands in flight, matching the
 //! replies (which come in completion order) to them by request id.
 //! [`SharedObjClient`] is one connection for many threads at once, each
-//! call blocking only its caller. Both apply temporal merge
+//! call blocking only its caller; it cuts what exceeds the limits the
+//! same way, and with [`ObjOptions::reconnect`] gets a lost connection
+//! back. Both apply temporal merge
 //! ([`MergePolicy`], set in [`ObjOptions::merge`] or a URI's `?merge=`):
 //! requests waiting to be sent while others are in flight are packed
 //! into batch frames, always, never, or where measuring showed it pays

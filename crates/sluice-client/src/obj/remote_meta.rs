@@ -2,16 +2,16 @@
 //! over the native object protocol (`--meta sluice://HOST:PORT`), as a
 //! [`MetaStore`] like any local backend.
 //!
-//! Each call is one `META` request on a connection taken from a small
-//! pool (made on first use), so calls from many threads run in parallel
-//! and the server settles races between them exactly as the backend
-//! behind it does. The service's own refusals keep their kind
-//! ([`MetaError::Exists`], [`MetaError::NotFound`],
+//! Each call is one `META` request on one [`SharedObjClient`]
+//! connection (made on first use), so calls from many threads are in
+//! flight together and the server settles races between them exactly as
+//! the backend behind it does. The service's own refusals keep their
+//! kind ([`MetaError::Exists`], [`MetaError::NotFound`],
 //! [`MetaError::Conflict`], [`MetaError::ServerInUse`],
 //! [`MetaError::Invalid`]); a failed connection or request is
-//! [`MetaError::Backend`] naming the server, and its connection is
-//! dropped rather than reused. Nothing is retried: a call whose reply
-//! was lost may or may not have happened.
+//! [`MetaError::Backend`] naming the server, and a connection that
+//! failed is replaced by a new one on the next call. Nothing is retried:
+//! a call whose reply was lost may or may not have happened.
 //!
 //! Names longer than any entry's are settled here, as every backend
 //! settles them, since the protocol does not carry them: a create is
@@ -21,7 +21,7 @@
 //! protocol crate's wire types and `sluice-meta`'s.
 
 use std::collections::BTreeMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use sluice_meta::{check_name, Entry, EntryState, Layout, MetaError, MetaStore, Piece, Update};
 use sluice_obj_proto::meta::{MAX_META_NAME_LEN, MAX_META_PAGE};
@@ -29,12 +29,10 @@ use sluice_obj_proto::{
     MetaEntry, MetaFailure, MetaLayout, MetaPiece, MetaReply, MetaRequest, MetaState, MetaUpdate,
 };
 
-use super::client::{ObjClient, ObjOptions};
+use super::client::ObjOptions;
+use super::shared::SharedObjClient;
 use super::ObjError;
 use crate::net::uri::ObjUri;
-
-/// Most idle connections kept for later calls.
-const IDLE_CONNECTIONS: usize = 8;
 
 // Every name an entry can have fits the protocol, so a name that does
 // not fit names no entry.
@@ -55,7 +53,8 @@ pub struct RemoteMetaStore {
     /// The URI as given, for errors.
     name: String,
     options: ObjOptions,
-    idle: Mutex<Vec<ObjClient>>,
+    /// The connection calls share, once made.
+    connection: Mutex<Option<Arc<SharedObjClient>>>,
 }
 
 impl std::fmt::Debug for RemoteMetaStore {
@@ -73,7 +72,7 @@ impl RemoteMetaStore {
             name: uri.to_string(),
             uri,
             options,
-            idle: Mutex::new(Vec::new()),
+            connection: Mutex::new(None),
         }
     }
 
@@ -85,10 +84,22 @@ impl RemoteMetaStore {
         Ok(store)
     }
 
-    fn idle(&self) -> MutexGuard<'_, Vec<ObjClient>> {
-        // The pool is a plain list; a panic elsewhere cannot leave it
-        // half changed.
-        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    fn slot(&self) -> MutexGuard<'_, Option<Arc<SharedObjClient>>> {
+        // One optional handle; a panic elsewhere cannot leave it half
+        // changed.
+        self.connection.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The shared connection, made now if there is none. Connecting
+    /// holds the slot, so concurrent first calls make one connection.
+    fn connection(&self) -> Result<Arc<SharedObjClient>, ObjError> {
+        let mut slot = self.slot();
+        if let Some(c) = &*slot {
+            return Ok(Arc::clone(c));
+        }
+        let c = Arc::new(SharedObjClient::connect(&self.uri, &self.options)?);
+        *slot = Some(Arc::clone(&c));
+        Ok(c)
     }
 
     fn backend(&self, action: &str, source: ObjError) -> MetaError {
@@ -101,20 +112,18 @@ impl RemoteMetaStore {
 
     /// Runs one call; a refusal of the service becomes its error kind.
     fn call(&self, action: &str, request: &MetaRequest) -> Result<MetaReply, MetaError> {
-        let pooled = self.idle().pop();
-        let mut client = match pooled {
-            Some(c) => c,
-            None => {
-                ObjClient::connect(&self.uri, &self.options).map_err(|e| self.backend(action, e))?
+        let client = self.connection().map_err(|e| self.backend(action, e))?;
+        let reply = client.meta(request).map_err(|e| {
+            if !e.connection_survives() {
+                // The next call connects again (unless another call
+                // already did).
+                let mut slot = self.slot();
+                if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, &client)) {
+                    *slot = None;
+                }
             }
-        };
-        let reply = client.meta(request).map_err(|e| self.backend(action, e))?;
-        // Only a connection whose call completed goes back to the pool.
-        let mut idle = self.idle();
-        if idle.len() < IDLE_CONNECTIONS {
-            idle.push(client);
-        }
-        drop(idle);
+            self.backend(action, e)
+        })?;
         match reply {
             MetaReply::Failed(f) => Err(from_failure(f, &self.name)),
             other => Ok(other),

@@ -24,17 +24,19 @@ use std::time::{Duration, Instant};
 
 use sluice_obj_proto::consts::{FLAG_SCOPE_MASK, FLAG_SCOPE_SHIFT, REPLY_HEADER_LEN};
 use sluice_obj_proto::{
-    Command, ErrorCode, FlushScope, Limits, Negotiated, Opcode, Request, RequestHeader, Segment,
+    Command, ErrorCode, FlushScope, Limits, MetaReply, MetaRequest, Negotiated, Opcode, Request,
+    RequestHeader, Segment,
 };
 
-use super::codec::{refused, Codec};
+use super::codec::Codec;
 use super::error::Subject;
 use super::handshake::open;
 use super::merge::{MergeController, MergePolicy, MergeStats};
 use super::request::{DataOptions, ObjRequest, ObjResponse, ReadReply};
+use super::split::{Carrier, Split};
 use super::wire::{cost, reply_len, take_reply, Front, RawReply, Wire, WINDOW_BYTES};
 use super::{ObjError, ObjOptions};
-use crate::net::mux::{Logged, Mux, MuxOptions, MuxProtocol, Next, Tickets};
+use crate::net::mux::{Logged, Mux, MuxOptions, MuxProtocol, Next, Outcome, Tickets};
 use crate::net::recv::RecvBuf;
 use crate::net::transport::Stream;
 use crate::net::uri::ObjUri;
@@ -47,8 +49,8 @@ pub const READER_THREAD: &str = "sluice-obj-reader";
 /// A connection to an object server for many threads at once (`Sync`):
 /// share it by reference or in an `Arc`. Requests that fit one wire
 /// request are sent as they come; one that the server's limits would
-/// make several is refused (use [`ObjClient`](super::ObjClient), which
-/// splits).
+/// make several is cut as [`ObjClient`](super::ObjClient) cuts it, its
+/// pieces in flight together.
 pub struct SharedObjClient {
     mux: Mux<ObjSession>,
     ddt: Option<sluice_obj_proto::DdtKind>,
@@ -429,28 +431,35 @@ impl SharedObjClient {
         })
     }
 
-    /// Runs one command that fits one wire request; blocks this thread
-    /// until its reply.
+    /// Runs one command, split as the server's limits require; blocks
+    /// this thread until its reply (or its pieces' replies).
     pub fn run(&self, req: &ObjRequest<'_>) -> Result<ObjResponse, ObjError> {
         let codec = self.codec();
         let Some(wire) = codec.single(req)? else {
-            return Err(refused(
-                subject_of(&codec, req),
-                "too large for one request under the server's limits (ObjClient splits it)",
-            ));
+            let mut carrier = self;
+            return carrier.run_split(req);
         };
-        let raw = self.send(&wire)?;
+        let raw = self.mux.wait(self.submit(&wire)?)?;
         codec.interpret(req, raw)
     }
 
-    /// Sends one wire request and waits for its reply.
-    fn send(&self, wire: &Wire<'_>) -> Result<RawReply, ObjError> {
+    /// One call of the server's metadata service (`META`); a refusal of
+    /// the service itself is [`MetaReply::Failed`], not an error.
+    pub fn meta(&self, request: &MetaRequest) -> Result<MetaReply, ObjError> {
+        let codec = self.codec();
+        let mut params = Vec::new();
+        let wire = codec.meta_wire(request, &mut params)?;
+        let raw = self.mux.wait(self.submit(&wire)?)?;
+        codec.meta_reply(&raw)
+    }
+
+    /// Sends one wire request; its outcome comes on the receiver.
+    fn submit(&self, wire: &Wire<'_>) -> Result<Outcome<ObjSession>, ObjError> {
         let id = self.mux.fresh_id();
         let mut frame = Vec::with_capacity(wire.frame_len() as usize);
         wire.encode(id, self.session().partition, &mut frame);
         let ticket = Ticket::of(wire.subject.clone(), &wire.header);
-        let rx = self.mux.submit(id, frame, ticket, cost(wire))?;
-        self.mux.wait(rx)
+        self.mux.submit(id, frame, ticket, cost(wire))
     }
 
     /// Reads `segments` of `object`.
@@ -493,27 +502,23 @@ impl SharedObjClient {
     }
 }
 
-/// What a request is about, for refusing it before it is sent.
-fn subject_of(codec: &Codec<'_>, req: &ObjRequest<'_>) -> Subject {
-    use super::codec::{in_collection, subject};
-    use sluice_obj_proto::Opcode;
-    match *req {
-        ObjRequest::Create { collection, .. } => in_collection(Opcode::Create, collection),
-        ObjRequest::List { collection, .. } => in_collection(Opcode::List, collection),
-        ObjRequest::Query { collection, .. } => in_collection(Opcode::Query, collection),
-        ObjRequest::CreateAndWrite { collection, .. } => {
-            in_collection(Opcode::CreateAndWrite, collection)
-        }
-        ObjRequest::Remove { object, .. } => subject(Opcode::Remove, object),
-        ObjRequest::Read { object, .. } => subject(Opcode::Read, object),
-        ObjRequest::Write { object, .. } => subject(Opcode::Write, object),
-        ObjRequest::Append { object, .. } => subject(Opcode::Append, object),
-        ObjRequest::Punch { object, .. } => subject(Opcode::Punch, object),
-        ObjRequest::GetAttrs { object, .. } => subject(Opcode::GetAttrs, object),
-        ObjRequest::SetAttrs { object, .. } => subject(Opcode::SetAttrs, object),
-        ObjRequest::Truncate { object, .. } => subject(Opcode::Truncate, object),
-        ObjRequest::Flush(_) => in_collection(Opcode::Flush, ""),
-        ObjRequest::ExtentRead { export, .. } => codec.extent_subject(Opcode::ExtentRead, export),
-        ObjRequest::ExtentWrite { export, .. } => codec.extent_subject(Opcode::ExtentWrite, export),
+impl Carrier for &SharedObjClient {
+    fn codec(&self) -> Codec<'_> {
+        SharedObjClient::codec(self)
+    }
+
+    fn all(&mut self, wires: &[Wire<'_>]) -> Result<Vec<RawReply>, ObjError> {
+        // Every wire is sent before any reply is waited for, and every
+        // reply is waited for before a failure is reported.
+        let sent: Vec<_> = wires.iter().map(|w| self.submit(w)).collect();
+        let replies: Vec<_> = sent
+            .into_iter()
+            .map(|rx| rx.and_then(|rx| self.mux.wait(rx)))
+            .collect();
+        replies.into_iter().collect()
+    }
+
+    fn run(&mut self, req: &ObjRequest<'_>) -> Result<ObjResponse, ObjError> {
+        SharedObjClient::run(self, req)
     }
 }

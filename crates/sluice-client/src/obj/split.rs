@@ -1,23 +1,73 @@
 //! Commands that do not fit one request, cut to the server's limits:
 //! reads and writes in pieces (in flight together, attributes with the
 //! first or last), creates of many objects, appends and
-//! create-and-writes whose data outgrows one payload.
+//! create-and-writes whose data outgrows one payload. Both object
+//! clients split so: each is a [`Carrier`], and [`Split`] is written
+//! once over it.
 
 use sluice_obj_proto::{Opcode, Segment};
 
-use super::attr::Attrs;
-use super::client::ObjClient;
-use super::codec::{check_name, data_command, in_collection, refused, subject};
+use super::attr::{AttrChange, Attrs};
+use super::codec::{check_name, data_command, in_collection, refused, subject, Codec};
 use super::error::Subject;
 use super::plan::pieces_overlap;
 use super::request::{DataOptions, ObjRequest, ObjResponse, ReadReply};
-use super::wire::Wire;
+use super::wire::{RawReply, Wire};
 use super::ObjError;
 
-impl ObjClient {
+/// What splitting needs of a client.
+pub(super) trait Carrier {
+    /// How requests are encoded for this client's session.
+    fn codec(&self) -> Codec<'_>;
+    /// Every wire in flight together; the first failure wins.
+    fn all(&mut self, wires: &[Wire<'_>]) -> Result<Vec<RawReply>, ObjError>;
+    /// Runs one command, split as needed.
+    fn run(&mut self, req: &ObjRequest<'_>) -> Result<ObjResponse, ObjError>;
+
+    /// Pieces of a write or punch: in flight together unless two
+    /// overlap, then one at a time.
+    fn in_order(&mut self, wires: Vec<Wire<'_>>, overlap: bool) -> Result<(), ObjError> {
+        if overlap {
+            for w in wires {
+                self.all(std::slice::from_ref(&w))?;
+            }
+            Ok(())
+        } else {
+            self.all(&wires).map(drop)
+        }
+    }
+
+    fn violation(&self, reason: impl Into<String>) -> ObjError {
+        self.codec().violation(reason)
+    }
+
+    fn get_attrs(&mut self, object: u64, keys: &[&str]) -> Result<Attrs, ObjError> {
+        match self.run(&ObjRequest::GetAttrs { object, keys })? {
+            ObjResponse::Attrs(a) => Ok(a),
+            other => Err(self.violation(format!("GET_ATTRS answered {other:?}"))),
+        }
+    }
+
+    fn set_attrs(
+        &mut self,
+        object: u64,
+        changes: &[AttrChange],
+        fua: bool,
+    ) -> Result<(), ObjError> {
+        self.run(&ObjRequest::SetAttrs {
+            object,
+            changes,
+            fua,
+        })
+        .map(drop)
+    }
+}
+
+/// Cutting commands to the server's limits, for any [`Carrier`].
+pub(super) trait Split: Carrier {
     /// Runs a command that does not fit one request, cut as the
     /// server's limits require.
-    pub(super) fn run_split(&mut self, req: &ObjRequest<'_>) -> Result<ObjResponse, ObjError> {
+    fn run_split(&mut self, req: &ObjRequest<'_>) -> Result<ObjResponse, ObjError> {
         match *req {
             ObjRequest::Create {
                 collection,
@@ -101,7 +151,7 @@ impl ObjClient {
         if count == 0 {
             return Err(refused(s, "a count of 0 creates nothing"));
         }
-        let step = self.limits().max_segments.max(1);
+        let step = self.codec().limits().max_segments.max(1);
         let counts: Vec<u32> = (0..count)
             .step_by(step as usize)
             .map(|start| step.min(count - start))
@@ -140,7 +190,8 @@ impl ObjClient {
         // it, attributes with the last piece.
         let s = subject(Opcode::Append, object);
         self.codec().change_list(&s, &options.attrs)?;
-        let first_len = (u64::from(self.limits().max_payload).min(data.len() as u64)) as usize;
+        let first_len =
+            (u64::from(self.codec().limits().max_payload).min(data.len() as u64)) as usize;
         let (first, rest) = data.split_at(first_len);
         let plain = DataOptions {
             fua: options.fua,
@@ -259,13 +310,12 @@ impl ObjClient {
                 )));
             }
             if i == 0 {
-                out.attrs =
-                    Attrs::decode(&r.attrs, self.limits().max_attr_size).map_err(|source| {
-                        ObjError::Protocol {
-                            server: self.server().to_owned(),
-                            source,
-                        }
-                    })?;
+                out.attrs = Attrs::decode(&r.attrs, self.codec().limits().max_attr_size).map_err(
+                    |source| ObjError::Protocol {
+                        server: self.codec().server.to_owned(),
+                        source,
+                    },
+                )?;
             }
             out.real_bytes += r.real_bytes;
             out.data.extend_from_slice(&r.body);
@@ -335,3 +385,5 @@ impl ObjClient {
         Ok(())
     }
 }
+
+impl<C: Carrier> Split for C {}

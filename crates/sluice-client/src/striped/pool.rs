@@ -29,12 +29,6 @@ pub(crate) struct Pool {
     open: HashMap<Endpoint, ObjClient>,
 }
 
-/// Whether an error leaves the connection usable: the server answered
-/// (or the client refused to send), so the stream is still in step.
-fn connection_survives(e: &ObjError) -> bool {
-    matches!(e, ObjError::Server { .. } | ObjError::Refused { .. })
-}
-
 fn connect(endpoint: &Endpoint, options: &ObjOptions) -> Result<ObjClient, ObjError> {
     let uri: ObjUri = endpoint.server.parse()?;
     ObjClient::connect(&uri.with_partition(endpoint.partition), options)
@@ -82,7 +76,7 @@ fn run_on<J, T>(
         }
         let r = work(&mut client, job);
         if let Err(e) = &r {
-            if !connection_survives(e) {
+            if !e.connection_survives() {
                 broken = Some(e.for_another());
             }
         }
