@@ -282,6 +282,8 @@ impl RequestEncoder {
         if p.header_style == HeaderStyle::Compact && length > u64::from(u32::MAX) {
             return Err(RequestError::TooLong { op, length });
         }
+        // One allocation for the frame, not one per field.
+        out.reserve(p.header_style.header_len() + payload.len());
         RequestHeader {
             flags,
             kind,

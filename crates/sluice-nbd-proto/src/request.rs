@@ -105,6 +105,7 @@ impl RequestHeader {
             HeaderStyle::Compact => REQUEST_MAGIC,
             HeaderStyle::Extended => EXTENDED_REQUEST_MAGIC,
         };
+        out.reserve(style.header_len());
         out.extend_from_slice(&magic.to_be_bytes());
         out.extend_from_slice(&self.flags.to_be_bytes());
         out.extend_from_slice(&self.kind.to_be_bytes());
