@@ -45,7 +45,7 @@ impl Failure {
                 "; a create or remove did not finish: run 'sluice obj --meta URI fsck'"
             }
             StripedError::TooFewServers { .. } => {
-                "; add servers with 'sluice meta --meta URI add-server sluice://HOST:PORT' or ask for fewer with --servers N"
+                "; add servers with 'sluice meta --meta URI add-server sluice://HOST:PORT' or ask for fewer with --stripe-count N"
             }
             _ => "",
         };
@@ -75,7 +75,7 @@ pub(super) fn execute(meta: &str, command: ObjCommand) -> Outcome {
             target,
             file,
             stripe,
-            servers,
+            stripe_count,
         } => {
             let unit = match stripe {
                 Some(s) => {
@@ -83,7 +83,7 @@ pub(super) fn execute(meta: &str, command: ObjCommand) -> Outcome {
                 }
                 None => DEFAULT_STRIPE,
             };
-            let servers = match servers {
+            let servers = match stripe_count {
                 Some(n) => n as usize,
                 None => store
                     .servers()
