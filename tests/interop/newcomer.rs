@@ -692,3 +692,94 @@ fn the_stripe_count_is_not_the_object_server() {
     assert!(help.contains("--stripe-count <N>"), "{help}");
     assert!(!help.contains("--servers"), "{help}");
 }
+
+/// `sluice ARGS` on a terminal (`script` runs it on one): what it drew.
+fn on_a_terminal(args: &[&str]) -> String {
+    let mut command = env!("CARGO_BIN_EXE_sluice").to_owned();
+    for a in args {
+        command.push(' ');
+        command.push_str(a);
+    }
+    crate::harness::tool("script")
+        .args(["-qec", &command, "/dev/null"])
+        .run()
+        .stdout()
+}
+
+#[test]
+fn striped_transfers_show_progress_on_a_terminal_only() {
+    let dir = tempdir();
+    let server = ServerBuilder::new()
+        .export("d", "mem:1M")
+        .objects(&dir.path().join("objects"))
+        .start();
+    let meta = format!("sqlite:{}", dir.path().join("meta").display());
+    sluice()
+        .args(["meta", "--meta", &meta, "add-server", &server.obj_uri()])
+        .run();
+    let big = dir.path().join("big");
+    std::fs::File::create(&big)
+        .and_then(|f| f.set_len(80 << 20))
+        .unwrap();
+    let big = big.display().to_string();
+    let drawn = on_a_terminal(&["obj", "--meta", &meta, "put", "s/big", &big]);
+    assert!(
+        drawn.contains("s/big") && drawn.contains("MiB"),
+        "{drawn:?}"
+    );
+    let quiet = sluice()
+        .args(["obj", "--meta", &meta, "get", "s/big"])
+        .run();
+    assert_eq!(quiet.stderr(), "", "no progress when stderr is no terminal");
+    assert_eq!(quiet.output.stdout.len(), 80 << 20);
+    let get = format!(
+        "{} obj --meta {meta} get s/big > /dev/null",
+        env!("CARGO_BIN_EXE_sluice")
+    );
+    let drawn = crate::harness::tool("script")
+        .args(["-qec", &get, "/dev/null"])
+        .run()
+        .stdout();
+    assert!(
+        drawn.contains("s/big") && drawn.contains("MiB"),
+        "{drawn:?}"
+    );
+}
+
+#[test]
+fn rebuild_and_scrub_show_progress_on_a_terminal_only() {
+    use crate::raid::{create, member, raid5_spec};
+    let dir = tempdir();
+    let members: Vec<crate::harness::Server> = (0..3).map(|i| member(dir.path(), i)).collect();
+    let spec = raid5_spec(&members.iter().collect::<Vec<_>>());
+    create(&spec);
+    let admin = dir.path().join("admin.sock");
+    // Slow enough (64M per member at 32M/s) for a poll to see it run.
+    let _head = ServerBuilder::new()
+        .export("vol", &spec)
+        .arg(format!("--admin=unix:{}", admin.display()))
+        .arg("--rebuild-rate")
+        .arg("32M")
+        .start();
+    let admin = admin.display().to_string();
+    let fresh = member(dir.path(), 3);
+    let fresh_uri = fresh.uri("m");
+    let drawn = on_a_terminal(&[
+        "raid", "replace", "--admin", &admin, "--wait", "vol", "1", &fresh_uri,
+    ]);
+    assert!(drawn.contains("rebuilding member 1 of vol"), "{drawn:?}");
+    assert!(drawn.contains("rebuilt; array clean"), "{drawn:?}");
+    let drawn = on_a_terminal(&["raid", "scrub", "--admin", &admin, "vol"]);
+    assert!(drawn.contains("scrubbing vol"), "{drawn:?}");
+    assert!(drawn.contains("scrub of vol:"), "{drawn:?}");
+    let quiet = sluice()
+        .args(["raid", "scrub", "--admin", &admin, "vol"])
+        .run();
+    assert_eq!(quiet.stderr(), "", "no progress when stderr is no terminal");
+    let again = member(dir.path(), 4);
+    let quiet = sluice()
+        .args(["raid", "replace", "--admin", &admin, "--wait", "vol", "2"])
+        .arg(again.uri("m"))
+        .run();
+    assert_eq!(quiet.stderr(), "", "no progress when stderr is no terminal");
+}
