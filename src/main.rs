@@ -44,11 +44,30 @@ const VERSION: &str = concat!(
 #[command(name = "sluice", version = VERSION, about)]
 struct Cli {
     /// Log lines as text (default) or JSON objects, one per line (on
-    /// stderr; the level is set with RUST_LOG, default info).
+    /// stderr).
     #[arg(long, value_name = "FORMAT", global = true, default_value = "text")]
     log_format: LogFormat,
+    /// What is logged: error, warn, info, debug or trace, or a filter as
+    /// RUST_LOG takes it (info,sluice_server=debug). Default: RUST_LOG,
+    /// else info.
+    #[arg(long, value_name = "LEVEL", global = true, value_parser = parse_log_level)]
+    log_level: Option<String>,
     #[command(subcommand)]
     command: Command,
+}
+
+/// `--log-level`: a level, or a filter tracing takes, kept as written.
+/// A lone word must be a level: tracing would read `degub` as the name
+/// of a module to log everything of, and log nothing.
+fn parse_log_level(arg: &str) -> Result<String, String> {
+    const LEVELS: [&str; 6] = ["off", "error", "warn", "info", "debug", "trace"];
+    let hint = "give error, warn, info, debug, trace or a RUST_LOG filter such as info,sluice_server=debug";
+    if !arg.contains(['=', ',']) && !LEVELS.contains(&arg.to_ascii_lowercase().as_str()) {
+        return Err(format!("{arg:?} is not a level; {hint}"));
+    }
+    tracing_subscriber::EnvFilter::try_new(arg)
+        .map(|_| arg.to_owned())
+        .map_err(|e| format!("{e}; {hint}"))
 }
 
 /// `--log-format`.
@@ -93,7 +112,8 @@ struct ServeArgs {
     #[arg(long = "listen", value_name = "ADDR")]
     listen: Vec<ListenAddr>,
     /// Export NAME=SPEC, SPEC being file:PATH[,size=BYTES][,ro][,direct],
-    /// mem:BYTES[,ro], an NBD URI (nbd://HOST[:PORT]/EXPORT, nbds://,
+    /// mem:BYTES[,ro][,overcommit] (overcommit: larger than the machine's
+    /// memory), an NBD URI (nbd://HOST[:PORT]/EXPORT, nbds://,
     /// nbd+unix://, nbds+unix://) of another server, or a RAID volume over
     /// such URIs, raid0:/raid1:/raid5:unit=SIZE,members=URI,URI,... (a
     /// member may itself be an array spec in parentheses; see
@@ -645,10 +665,15 @@ fn default_log_filter(command: &Command) -> &'static str {
 /// the process ends; dropping it writes out the queued lines.
 fn init_logging(
     format: LogFormat,
+    level: Option<&str>,
     command: &Command,
 ) -> tracing_appender::non_blocking::WorkerGuard {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log_filter(command)));
+    let filter = match level {
+        // Checked when the arguments were parsed.
+        Some(level) => tracing_subscriber::EnvFilter::new(level),
+        None => tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_log_filter(command))),
+    };
     let (writer, guard) = sluice_server::log::stderr_writer();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -669,7 +694,7 @@ fn main() -> ExitCode {
     if !matches!(cli.command, Command::Serve(_)) {
         pipe::quiet_on_closed_stdout();
     }
-    let log = init_logging(cli.log_format, &cli.command);
+    let log = init_logging(cli.log_format, cli.log_level.as_deref(), &cli.command);
     let subcommand = match cli.command {
         Command::Serve(_) => "serve",
         Command::Bench(_) => "bench",

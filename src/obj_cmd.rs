@@ -24,17 +24,20 @@ mod striped;
 mod values;
 
 use values::{
-    json_value, parse_assignment, parse_id, parse_range, parse_stride, parse_where, show_attr,
-    show_bytes, show_value, Stride,
+    json_value, parse_assignment, parse_id, parse_range, parse_stride, parse_stripe_count,
+    parse_where, show_attr, show_bytes, show_value, Stride,
 };
 
 /// Arguments of `sluice obj`.
 #[derive(Debug, Args)]
 pub(crate) struct ObjArgs {
-    /// The object server: sluice://HOST[:PORT], sluices://HOST[:PORT]?tls-certificates=DIR
-    /// or sluice+unix:///PATH; add ?partition=N for a partition other than the default.
-    #[arg(long, value_name = "URI", default_value = DEFAULT_OBJ_SERVER, global = true)]
-    server: String,
+    /// The object server of single objects: sluice://HOST[:PORT],
+    /// sluices://HOST[:PORT]?tls-certificates=DIR or sluice+unix:///PATH;
+    /// add ?partition=N for a partition other than the default. Default
+    /// sluice://127.0.0.1:10810. Not with --meta, whose metadata service
+    /// lists the servers.
+    #[arg(long, value_name = "URI", global = true)]
+    server: Option<String>,
     /// Striped objects by NAME instead: the metadata service
     /// (sluice://HOST[:PORT] of a 'sluice serve --meta' server,
     /// etcd://HOST:PORT[,...], etcds://... for TLS, or sqlite:DIR) names their layouts; see
@@ -68,9 +71,10 @@ enum ObjCommand {
         /// With --meta: bytes per stripe unit (a power of two, at least 4K).
         #[arg(long, value_name = "SIZE")]
         stripe: Option<String>,
-        /// With --meta: spread it over N object servers (default: all).
-        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-        servers: Option<u32>,
+        /// With --meta: spread it over N of the object servers the
+        /// metadata service lists (default: all of them).
+        #[arg(long, alias = "servers", value_name = "N", value_parser = parse_stripe_count)]
+        stripe_count: Option<u32>,
     },
     /// Write the object's bytes to stdout: all of it, or the ranges and
     /// the strided pattern given, in order.
@@ -394,6 +398,11 @@ fn id(arg: &str) -> Result<u64, Failure> {
 
 fn execute(args: ObjArgs) -> Outcome {
     if let Some(meta) = &args.meta {
+        if args.server.is_some() {
+            return Err(Failure::Usage(
+                "--server names the object server of single objects; with --meta the metadata service lists the servers (--stripe-count N spreads a put over N of them)".into(),
+            ));
+        }
         return striped::execute(meta, args.command);
     }
     // Ids are checked before connecting, so a name given without
@@ -405,7 +414,7 @@ fn execute(args: ObjArgs) -> Outcome {
         ObjCommand::Rm { targets } => targets.iter().try_for_each(|t| id(t).map(drop))?,
         _ => {}
     }
-    let mut client = connect(&args.server)?;
+    let mut client = connect(args.server.as_deref().unwrap_or(DEFAULT_OBJ_SERVER))?;
     let c = &mut client;
     let fail = |e: ObjError| Failure::from_obj(&e);
     match args.command {
@@ -421,11 +430,11 @@ fn execute(args: ObjArgs) -> Outcome {
             target,
             file,
             stripe,
-            servers,
+            stripe_count,
         } => {
-            if stripe.is_some() || servers.is_some() {
+            if stripe.is_some() || stripe_count.is_some() {
                 return Err(Failure::Usage(
-                    "--stripe and --servers place striped objects; give --meta URI".into(),
+                    "--stripe and --stripe-count place striped objects; give --meta URI".into(),
                 ));
             }
             let id = id(&target)?;

@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::time::Duration;
 
+use crate::progress::Progress;
 use crate::UsageError;
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
@@ -225,6 +226,7 @@ fn describe(export: &str, a: &ArrayStatus) -> String {
 
 /// Shows the rebuild of `member` of `export` until it ends.
 fn wait_for_rebuild(admin: &AdminArg, export: &str, member: usize) -> anyhow::Result<()> {
+    let mut progress = None;
     loop {
         let arrays = statuses(admin, Some(export.to_owned()))?;
         let Some(a) = arrays.first() else {
@@ -232,15 +234,18 @@ fn wait_for_rebuild(admin: &AdminArg, export: &str, member: usize) -> anyhow::Re
         };
         match &a.array.rebuild {
             Some(r) if r.member == member => {
-                eprint!(
-                    "\rrebuilding member {member}: {:5.1}% ({} of {} MiB)",
-                    percent(r.done_bytes, r.total_bytes),
-                    r.done_bytes >> 20,
-                    r.total_bytes >> 20
-                );
+                progress
+                    .get_or_insert_with(|| {
+                        Progress::operation(
+                            &format!("rebuilding member {member} of {export}"),
+                            r.total_bytes,
+                            "bytes",
+                        )
+                    })
+                    .set(r.done_bytes);
             }
             _ => {
-                eprintln!();
+                drop(progress.take());
                 let m = a.array.members.get(member);
                 match m.map(|m| m.state) {
                     Some(sluice_raid::MemberCondition::Active) => {
@@ -257,8 +262,54 @@ fn wait_for_rebuild(admin: &AdminArg, export: &str, member: usize) -> anyhow::Re
                 }
             }
         }
-        std::thread::sleep(Duration::from_millis(500));
+        std::thread::sleep(POLL);
     }
+}
+
+/// How often a command that shows a server's progress asks for it.
+const POLL: Duration = Duration::from_millis(500);
+
+/// Runs `scrub` (the request, which answers when the scrub ends) and,
+/// on a terminal, shows the scrub's progress meanwhile from status
+/// requests on a second connection.
+fn with_scrub_progress<T>(
+    admin: &AdminArg,
+    export: &str,
+    scrub: impl FnOnce() -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
+    if !crate::progress::drawn() {
+        return scrub();
+    }
+    let (done, ended) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            let mut progress = None;
+            // Until the scrub's answer came (or the sender is gone).
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = ended.recv_timeout(POLL) {
+                let Ok(arrays) = statuses(admin, Some(export.to_owned())) else {
+                    continue;
+                };
+                if let Some(s) = arrays
+                    .first()
+                    .and_then(|a| a.array.scrub.as_ref())
+                    .filter(|s| s.running)
+                {
+                    progress
+                        .get_or_insert_with(|| {
+                            Progress::operation(
+                                &format!("scrubbing {export}"),
+                                s.total_stripes,
+                                "stripes",
+                            )
+                        })
+                        .set(s.done_stripes);
+                }
+            }
+        });
+        let result = scrub();
+        drop(done);
+        result
+    })
 }
 
 fn scrub_text(export: &str, r: &ScrubReport) -> String {
@@ -365,10 +416,12 @@ pub(crate) fn run(args: RaidArgs) -> anyhow::Result<()> {
             Ok(())
         }
         RaidCommand::Scrub(args) => {
-            let reply = args.admin.ask(&AdminRequest::Scrub {
+            let request = AdminRequest::Scrub {
                 export: args.export.clone(),
                 repair: args.repair,
-            })?;
+            };
+            let reply =
+                with_scrub_progress(&args.admin, &args.export, || args.admin.ask(&request))?;
             let AdminReply::Scrubbed { export, report } = reply else {
                 bail!("the server answered a scrub request with {reply:?}");
             };

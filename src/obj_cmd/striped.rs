@@ -19,6 +19,7 @@ use sluice_types::{error_chain, parse_duration, parse_size};
 
 use super::{open_input, out, read_chunk, Failure, ObjCommand, Outcome, CHUNK};
 use crate::meta_cmd::store::{cli_options, open_meta_store};
+use crate::progress::Progress;
 use crate::UsageError;
 
 /// The stripe unit of `put` without `--stripe`.
@@ -45,7 +46,7 @@ impl Failure {
                 "; a create or remove did not finish: run 'sluice obj --meta URI fsck'"
             }
             StripedError::TooFewServers { .. } => {
-                "; add servers with 'sluice meta --meta URI add-server sluice://HOST:PORT' or ask for fewer with --servers N"
+                "; add servers with 'sluice meta --meta URI add-server sluice://HOST:PORT' or ask for fewer with --stripe-count N"
             }
             _ => "",
         };
@@ -75,7 +76,7 @@ pub(super) fn execute(meta: &str, command: ObjCommand) -> Outcome {
             target,
             file,
             stripe,
-            servers,
+            stripe_count,
         } => {
             let unit = match stripe {
                 Some(s) => {
@@ -83,7 +84,7 @@ pub(super) fn execute(meta: &str, command: ObjCommand) -> Outcome {
                 }
                 None => DEFAULT_STRIPE,
             };
-            let servers = match servers {
+            let servers = match stripe_count {
                 Some(n) => n as usize,
                 None => store
                     .servers()
@@ -113,6 +114,7 @@ pub(super) fn execute(meta: &str, command: ObjCommand) -> Outcome {
             }
             if segments.is_empty() {
                 let size = object.size();
+                let mut progress = Progress::bytes(&target, Some(size));
                 let mut at = 0;
                 while at < size {
                     let length = (size - at).min(CHUNK as u64);
@@ -120,6 +122,7 @@ pub(super) fn execute(meta: &str, command: ObjCommand) -> Outcome {
                         .read(&mut object, &Pattern::Contiguous { offset: at, length })
                         .map_err(fail)?;
                     out(&read.data)?;
+                    progress.add(length);
                     at += length;
                 }
                 return Ok(());
@@ -203,6 +206,7 @@ fn command_name(c: &ObjCommand) -> &'static str {
 /// Streams `input` into `object` from offset 0, a chunk at a time.
 fn put(client: &mut StripedClient, object: &mut StripedObject, input: &mut dyn Read) -> Outcome {
     let mut buf = vec![0u8; CHUNK];
+    let mut progress = Progress::bytes(object.name(), None);
     let mut at = 0u64;
     loop {
         let n = read_chunk(input, &mut buf)?;
@@ -221,6 +225,7 @@ fn put(client: &mut StripedClient, object: &mut StripedObject, input: &mut dyn R
                     ))
                 })?;
             at += n as u64;
+            progress.add(n as u64);
         }
         if n < buf.len() {
             return Ok(());

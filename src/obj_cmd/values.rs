@@ -20,6 +20,17 @@ pub(crate) fn parse_id(arg: &str) -> Result<u64, String> {
     })
 }
 
+/// `put --stripe-count N`: how many object servers a striped object
+/// spreads over (1 or more). A URI here was meant for `--server`.
+pub(crate) fn parse_stripe_count(arg: &str) -> Result<u32, String> {
+    match arg.parse::<u32>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!(
+            "{arg:?} is not a number of object servers (1 or more); --server URI names the object server of single objects"
+        )),
+    }
+}
+
 /// `OFF:LEN`, each a size (`4096`, `4K`, `1M`).
 pub(crate) fn parse_range(arg: &str) -> Result<Segment, String> {
     let (off, len) = arg

@@ -520,7 +520,266 @@ fn large_transfers_show_progress_on_a_terminal_only() {
 }
 
 #[test]
-fn a_ram_disk_larger_than_the_machine_is_warned_of() {
-    let server = ServerBuilder::new().export("d", "mem:1000T").start();
+fn a_ram_disk_larger_than_the_machine_is_refused_unless_overcommitted() {
+    let out = sluice()
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--export",
+            "d=mem:1000T",
+        ])
+        .output();
+    out.assert_code(1);
+    let line = error_line(&out);
+    assert!(
+        line.contains("is larger than this machine's memory") && line.contains(",overcommit"),
+        "{line}"
+    );
+    let server = ServerBuilder::new()
+        .export("d", "mem:1000T,overcommit")
+        .start();
     server.wait_for_log("larger than this machine's memory");
+}
+
+#[test]
+fn an_array_with_too_few_members_is_a_usage_error_naming_the_spec() {
+    for (spec, says) in [
+        (
+            "raid0:unit=64K,members=nbd://a/x",
+            "raid0 needs at least 2 members, got 1",
+        ),
+        (
+            "raid1:unit=64K,members=nbd://a/x",
+            "raid1 needs at least 2 members, got 1",
+        ),
+        (
+            "raid5:unit=64K,members=nbd://a/x,nbd://b/x",
+            "raid5 needs at least 3 members, got 2",
+        ),
+    ] {
+        let export = format!("d={spec}");
+        for args in [
+            &["raid", "create", spec][..],
+            &["serve", "--listen", "127.0.0.1:0", "--export", &export][..],
+        ] {
+            let out = sluice().args(args).output();
+            out.assert_code(2);
+            assert_eq!(out.stderr().lines().count(), 1, "{}", out.describe());
+            let line = error_line(&out);
+            assert!(line.contains(says), "{line}");
+            assert!(line.contains(&format!("{spec:?}")), "{line}");
+        }
+    }
+    let out = sluice()
+        .args([
+            "raid",
+            "create",
+            "--level",
+            "0",
+            "--unit",
+            "64K",
+            "nbd://a/x",
+        ])
+        .output();
+    out.assert_code(2);
+    assert!(
+        error_line(&out).contains("raid0 needs at least 2 members, got 1"),
+        "{}",
+        out.describe()
+    );
+}
+
+#[test]
+fn global_flags_work_after_the_subcommand() {
+    let dir = tempdir();
+    // The level after `serve`: warnings pass, the info lines do not.
+    let mut server = ServerBuilder::new()
+        .export("d", "mem:1000T,overcommit")
+        .arg("--log-level")
+        .arg("warn")
+        .arg("--log-format")
+        .arg("json")
+        .start();
+    server.wait_for_log("larger than this machine's memory");
+    server.signal(rustix::process::Signal::TERM);
+    assert!(server
+        .wait_exit(std::time::Duration::from_secs(10))
+        .is_some());
+    let log = server.stderr_log();
+    assert!(log.contains("\"level\":\"WARN\""), "{log}");
+    assert!(!log.contains("\"level\":\"INFO\""), "{log}");
+    // After `obj put`, where the object server is named too.
+    let server = ServerBuilder::new()
+        .export("d", "mem:1M")
+        .objects(&dir.path().join("objects"))
+        .start();
+    let uri = server.obj_uri();
+    let id = sluice()
+        .args(["obj", "create", "--server", &uri, "--log-level", "debug"])
+        .run()
+        .stdout();
+    sluice()
+        .args([
+            "obj",
+            "put",
+            id.trim(),
+            "--log-format",
+            "json",
+            "--server",
+            &uri,
+        ])
+        .args(["--log-level", "info,sluice_client=debug"])
+        .input(b"data".to_vec())
+        .run();
+    // A misspelt level is a usage error naming the flag, not a filter
+    // that logs nothing.
+    let out = sluice()
+        .args(["obj", "ls", "--server", &uri, "--log-level", "degub"])
+        .output();
+    out.assert_code(2);
+    let line = error_line(&out);
+    assert!(
+        line.contains("--log-level") && line.contains("\"degub\" is not a level"),
+        "{line}"
+    );
+}
+
+#[test]
+fn the_stripe_count_is_not_the_object_server() {
+    let dir = tempdir();
+    let meta = format!("sqlite:{}", dir.path().display());
+    // A URI where the count goes names the flag for a URI.
+    let out = sluice()
+        .args(["obj", "--meta", &meta, "put", "x", "--stripe-count"])
+        .arg("sluice://127.0.0.1:10810")
+        .output();
+    out.assert_code(2);
+    let line = error_line(&out);
+    assert!(
+        line.contains("--stripe-count <N>") && line.contains("--server URI"),
+        "{line}"
+    );
+    // The old spelling is the same flag.
+    let out = sluice()
+        .args(["obj", "--meta", &meta, "put", "x", "--servers", "0"])
+        .output();
+    out.assert_code(2);
+    assert!(
+        error_line(&out).contains("--stripe-count <N>"),
+        "{}",
+        out.describe()
+    );
+    // --server with --meta is refused, not ignored.
+    let out = sluice()
+        .args([
+            "obj",
+            "--meta",
+            &meta,
+            "--server",
+            "sluice://127.0.0.1:1",
+            "ls",
+        ])
+        .output();
+    out.assert_code(2);
+    let line = error_line(&out);
+    assert!(
+        line.contains("with --meta the metadata service lists the servers"),
+        "{line}"
+    );
+    // And help names the one flag.
+    let help = sluice().args(["obj", "put", "--help"]).run().stdout();
+    assert!(help.contains("--stripe-count <N>"), "{help}");
+    assert!(!help.contains("--servers"), "{help}");
+}
+
+/// `sluice ARGS` on a terminal (`script` runs it on one): what it drew.
+fn on_a_terminal(args: &[&str]) -> String {
+    let mut command = env!("CARGO_BIN_EXE_sluice").to_owned();
+    for a in args {
+        command.push(' ');
+        command.push_str(a);
+    }
+    crate::harness::tool("script")
+        .args(["-qec", &command, "/dev/null"])
+        .run()
+        .stdout()
+}
+
+#[test]
+fn striped_transfers_show_progress_on_a_terminal_only() {
+    let dir = tempdir();
+    let server = ServerBuilder::new()
+        .export("d", "mem:1M")
+        .objects(&dir.path().join("objects"))
+        .start();
+    let meta = format!("sqlite:{}", dir.path().join("meta").display());
+    sluice()
+        .args(["meta", "--meta", &meta, "add-server", &server.obj_uri()])
+        .run();
+    let big = dir.path().join("big");
+    std::fs::File::create(&big)
+        .and_then(|f| f.set_len(80 << 20))
+        .unwrap();
+    let big = big.display().to_string();
+    let drawn = on_a_terminal(&["obj", "--meta", &meta, "put", "s/big", &big]);
+    assert!(
+        drawn.contains("s/big") && drawn.contains("MiB"),
+        "{drawn:?}"
+    );
+    let quiet = sluice()
+        .args(["obj", "--meta", &meta, "get", "s/big"])
+        .run();
+    assert_eq!(quiet.stderr(), "", "no progress when stderr is no terminal");
+    assert_eq!(quiet.output.stdout.len(), 80 << 20);
+    let get = format!(
+        "{} obj --meta {meta} get s/big > /dev/null",
+        env!("CARGO_BIN_EXE_sluice")
+    );
+    let drawn = crate::harness::tool("script")
+        .args(["-qec", &get, "/dev/null"])
+        .run()
+        .stdout();
+    assert!(
+        drawn.contains("s/big") && drawn.contains("MiB"),
+        "{drawn:?}"
+    );
+}
+
+#[test]
+fn rebuild_and_scrub_show_progress_on_a_terminal_only() {
+    use crate::raid::{create, member, raid5_spec};
+    let dir = tempdir();
+    let members: Vec<crate::harness::Server> = (0..3).map(|i| member(dir.path(), i)).collect();
+    let spec = raid5_spec(&members.iter().collect::<Vec<_>>());
+    create(&spec);
+    let admin = dir.path().join("admin.sock");
+    // Slow enough (64M per member at 32M/s) for a poll to see it run.
+    let _head = ServerBuilder::new()
+        .export("vol", &spec)
+        .arg(format!("--admin=unix:{}", admin.display()))
+        .arg("--rebuild-rate")
+        .arg("32M")
+        .start();
+    let admin = admin.display().to_string();
+    let fresh = member(dir.path(), 3);
+    let fresh_uri = fresh.uri("m");
+    let drawn = on_a_terminal(&[
+        "raid", "replace", "--admin", &admin, "--wait", "vol", "1", &fresh_uri,
+    ]);
+    assert!(drawn.contains("rebuilding member 1 of vol"), "{drawn:?}");
+    assert!(drawn.contains("rebuilt; array clean"), "{drawn:?}");
+    let drawn = on_a_terminal(&["raid", "scrub", "--admin", &admin, "vol"]);
+    assert!(drawn.contains("scrubbing vol"), "{drawn:?}");
+    assert!(drawn.contains("scrub of vol:"), "{drawn:?}");
+    let quiet = sluice()
+        .args(["raid", "scrub", "--admin", &admin, "vol"])
+        .run();
+    assert_eq!(quiet.stderr(), "", "no progress when stderr is no terminal");
+    let again = member(dir.path(), 4);
+    let quiet = sluice()
+        .args(["raid", "replace", "--admin", &admin, "--wait", "vol", "2"])
+        .arg(again.uri("m"))
+        .run();
+    assert_eq!(quiet.stderr(), "", "no progress when stderr is no terminal");
 }

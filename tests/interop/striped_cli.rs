@@ -132,7 +132,7 @@ fn put_get_round_trips_over_one_to_four_servers() {
             file.to_str().unwrap(),
             "--stripe",
             "4K",
-            "--servers",
+            "--stripe-count",
             &servers,
         ]));
         assert_eq!(ok(d.obj(&["get", &name])).output.stdout, data, "{name}");
@@ -225,7 +225,7 @@ fn servers_are_added_listed_and_removed_only_when_unused() {
     );
     assert_eq!(d.meta.servers().unwrap(), uris);
 
-    ok(d.obj_in(&["put", "x", "--servers", "4"], b"data"));
+    ok(d.obj_in(&["put", "x", "--stripe-count", "4"], b"data"));
     assert_fails(
         &d.meta_cmd(&["remove-server", &uris[2]]),
         1,
@@ -591,7 +591,7 @@ fn serve_meta_keeps_the_layouts_across_a_restart() {
         file.to_str().unwrap(),
         "--stripe",
         "16K",
-        "--servers",
+        "--stripe-count",
         "3",
     ]));
     let Deployment {
@@ -651,7 +651,7 @@ fn striped_objects_over_etcd_survive_losing_the_etcd_leader() {
         path,
         "--stripe",
         "8K",
-        "--servers",
+        "--stripe-count",
         "3",
     ]));
     let leader = etcd.leader().expect("the cluster has a leader");
@@ -662,7 +662,7 @@ fn striped_objects_over_etcd_survive_losing_the_etcd_leader() {
         path,
         "--stripe",
         "4K",
-        "--servers",
+        "--stripe-count",
         "2",
     ]));
     for name in ["e/one", "e/two"] {

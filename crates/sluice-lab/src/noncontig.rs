@@ -509,7 +509,10 @@ impl Bed {
             export: vec![
                 ExportConfig {
                     name: MEM_EXPORT.into(),
-                    spec: VolumeSpec::new(BaseSpec::Memory { size: export_bytes }),
+                    spec: VolumeSpec::new(BaseSpec::Memory {
+                        size: export_bytes,
+                        overcommit: false,
+                    }),
                     description: "noncontig mem".into(),
                 },
                 ExportConfig {

@@ -575,11 +575,11 @@ mod tests {
             "{e}"
         );
 
-        // Two members of a three-member array.
-        let e = refused(ok(array(3).into_iter().take(2).collect()));
+        // Three members of a four-member array.
+        let e = refused(ok(array(4).into_iter().take(3).collect()));
         assert!(
             e.starts_with(
-                "member 0 (nbd://m0/x) belongs to an array of 3 members, but 2 were given"
+                "member 0 (nbd://m0/x) belongs to an array of 4 members, but 3 were given"
             ),
             "{e}"
         );

@@ -25,6 +25,17 @@ impl RaidLevel {
             Self::Raid5 => "raid5",
         }
     }
+
+    /// The fewest members an array of this level is made of, as md
+    /// asks for: striping over one member or parity over one data
+    /// member is a plain disk or a mirror under another name, and most
+    /// likely a member left out of the list.
+    pub fn min_members(&self) -> usize {
+        match self {
+            Self::Raid0 | Self::Raid1 => 2,
+            Self::Raid5 => 3,
+        }
+    }
 }
 
 /// Why a geometry cannot be built.
@@ -34,7 +45,7 @@ pub enum GeometryError {
     #[error("stripe unit {0} is not a power of two of at least 512 bytes")]
     BadUnit(u64),
     /// Too few members for the level.
-    #[error("{level:?} needs at least {min} members, got {got}")]
+    #[error("{} needs at least {min} members, got {got}", .level.name())]
     TooFewMembers {
         level: RaidLevel,
         min: usize,
@@ -77,10 +88,7 @@ impl Geometry {
         if unit < 512 || !unit.is_power_of_two() {
             return Err(GeometryError::BadUnit(unit));
         }
-        let min = match level {
-            RaidLevel::Raid0 => 1,
-            RaidLevel::Raid1 | RaidLevel::Raid5 => 2,
-        };
+        let min = level.min_members();
         if members < min {
             return Err(GeometryError::TooFewMembers {
                 level,

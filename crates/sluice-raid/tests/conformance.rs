@@ -185,7 +185,6 @@ sluice_testkit::conformance_tests! {
     raid0_two_mem_4k => over_mem(RaidLevel::Raid0, 2, 4096),
     raid0_three_mem_512 => over_mem(RaidLevel::Raid0, 3, 512),
     raid0_five_mem_64k => over_mem(RaidLevel::Raid0, 5, 64 << 10),
-    raid5_two_mem_4k => over_mem(RaidLevel::Raid5, 2, 4096),
     raid5_three_mem_4k => over_mem(RaidLevel::Raid5, 3, 4096),
     raid5_three_mem_512 => over_mem(RaidLevel::Raid5, 3, 512),
     raid5_three_mem_16k => over_mem(RaidLevel::Raid5, 3, 16 << 10),

@@ -127,11 +127,17 @@ fn members_without_superblocks_or_in_the_wrong_order_are_refused() {
         e.starts_with("member 1 (mem1) belongs to another array"),
         "{e}"
     );
-    let e = RaidDevice::assemble(geometry(2), named(&devices[..2]), fan_out())
+    let four = vec![
+        devices[0].clone(),
+        devices[1].clone(),
+        devices[2].clone(),
+        other[0].clone(),
+    ];
+    let e = RaidDevice::assemble(geometry(4), named(&four), fan_out())
         .expect_err("count")
         .to_string();
     assert!(
-        e.contains("belongs to an array of 3 members, but 2 were given"),
+        e.contains("belongs to an array of 3 members, but 4 were given"),
         "{e}"
     );
 }

@@ -30,7 +30,7 @@ pub use fault::{
 };
 pub use file::{FileDevice, FileOptions, OpenError};
 pub use mapped::MappedBytes;
-pub use mem::MemDevice;
+pub use mem::{machine_memory, MemDevice};
 pub use power_loss::{PowerLossConfig, PowerLossDevice, PowerLossReport};
 
 /// How long a device's calls may block the calling thread.

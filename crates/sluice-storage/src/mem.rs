@@ -28,13 +28,16 @@ pub struct MemDevice {
 /// Bytes of memory the machine has (sysinfo(2)), 0 if unknown.
 // (`totalram` is a u64 on 64-bit targets and narrower on others.)
 #[allow(clippy::useless_conversion)]
-fn machine_memory() -> u64 {
+pub fn machine_memory() -> u64 {
     let info = rustix::system::sysinfo();
     u64::from(info.totalram).saturating_mul(u64::from(info.mem_unit))
 }
 
 impl MemDevice {
-    /// A zero-filled device of `size` bytes.
+    /// A zero-filled device of `size` bytes. Larger than the machine's
+    /// memory it is still made (pages are allocated on first write), with
+    /// a warning: callers that must refuse that check
+    /// [`machine_memory`] first.
     pub fn new(size: u64, read_only: bool) -> Self {
         let memory = machine_memory();
         if memory > 0 && size > memory {

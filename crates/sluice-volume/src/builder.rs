@@ -9,8 +9,8 @@ use sluice_raid::{
     RaidLevel, Uuid, DEFAULT_REBUILD_RATE,
 };
 use sluice_storage::{
-    BlockDevice, CacheConfig, CacheDevice, DeviceError, FaultInjectionDevice, FileDevice,
-    FileOptions, MemDevice, OpenError, PowerLossConfig, PowerLossDevice,
+    machine_memory, BlockDevice, CacheConfig, CacheDevice, DeviceError, FaultInjectionDevice,
+    FileDevice, FileOptions, MemDevice, OpenError, PowerLossConfig, PowerLossDevice,
 };
 use thiserror::Error;
 
@@ -21,6 +21,9 @@ use crate::{BaseSpec, JournalSpec, LayerSpec, RaidSpec, RemoteSpec, VolumeSpec};
 /// spec says (`journal=`): `sluice serve`'s data folder, beside its
 /// default export and admin socket.
 pub const DEFAULT_JOURNAL_DIR: &str = "./sluice-data";
+
+/// Bytes in a GiB, for sizes in messages.
+const GIB: f64 = (1u64 << 30) as f64;
 
 /// Why a volume could not be opened.
 #[derive(Debug, Error)]
@@ -56,6 +59,18 @@ pub enum VolumeError {
     /// boxed: it is large).
     #[error(transparent)]
     Raid(Box<RaidError>),
+    /// A RAM disk larger than the machine's memory, without
+    /// `overcommit` in its spec.
+    #[error(
+        "a RAM disk of {size} bytes ({:.1} GiB) is larger than this machine's memory ({:.1} GiB); add ,overcommit to its spec to serve it anyway (writes past the memory then fail)",
+        *.size as f64 / GIB, *.memory as f64 / GIB
+    )]
+    MemoryTooLarge {
+        /// The size asked for.
+        size: u64,
+        /// Bytes of memory the machine has.
+        memory: u64,
+    },
     /// `create_raid` was given a spec that is not an array.
     #[error("not an array spec (expected raid0:, raid1: or raid5:)")]
     NotAnArray,
@@ -307,7 +322,16 @@ impl VolumeBuilder {
                     size: *size,
                 },
             )?),
-            BaseSpec::Memory { size } => Arc::new(MemDevice::new(*size, read_only)),
+            BaseSpec::Memory { size, overcommit } => {
+                let memory = machine_memory();
+                if !overcommit && memory > 0 && *size > memory {
+                    return Err(VolumeError::MemoryTooLarge {
+                        size: *size,
+                        memory,
+                    });
+                }
+                Arc::new(MemDevice::new(*size, read_only))
+            }
             BaseSpec::Remote(remote) => open_remote(remote)?,
             BaseSpec::Raid(raid) => {
                 // An array as a member of another: it runs its own

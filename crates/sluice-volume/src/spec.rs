@@ -45,10 +45,14 @@ pub enum BaseSpec {
         /// Open with O_DIRECT.
         direct: bool,
     },
-    /// A sparse RAM disk (`mem:BYTES`).
+    /// A sparse RAM disk (`mem:BYTES[,overcommit]`).
     Memory {
         /// Size in bytes.
         size: u64,
+        /// `overcommit`: serve it even when it is larger than the
+        /// machine's memory (writes past the memory then fail); refused
+        /// otherwise, when the volume is opened.
+        overcommit: bool,
     },
     /// An export of another NBD server, written as its URI
     /// (`nbd://HOST[:PORT]/EXPORT`, `nbds://...`, `nbd+unix:///EXPORT?socket=PATH`,
@@ -190,7 +194,9 @@ impl FromStr for VolumeSpec {
 
     /// Parses `KIND:ARG[,OPTION]...`:
     ///
-    /// - `file:PATH` or `mem:BYTES`, with `size=BYTES`, `ro`, `direct`;
+    /// - `file:PATH` or `mem:BYTES`, with `size=BYTES`, `ro`, `direct`
+    ///   (`mem:` takes `ro` and `overcommit`: larger than the machine's
+    ///   memory);
     /// - an NBD URI (`nbd://HOST[:PORT]/EXPORT` and the other schemes the
     ///   client takes), with `ro`, `timeout=DURATION` (longest wait for
     ///   a reply) and `reconnect=DURATION` (window to get a lost server
@@ -225,6 +231,7 @@ impl FromStr for VolumeSpec {
         let mut read_only = false;
         let mut size = None;
         let mut direct = false;
+        let mut overcommit = false;
         let mut rules = Vec::new();
         let mut power_loss_seed = None;
         let mut timeout = None;
@@ -246,6 +253,7 @@ impl FromStr for VolumeSpec {
             match opt.split_once('=') {
                 None if opt == "ro" => read_only = true,
                 None if opt == "direct" => direct = true,
+                None if opt == "overcommit" && kind == "mem" => overcommit = true,
                 None if opt == "power-loss" => power_loss_seed = Some(1),
                 None if opt == "start-dirty-degraded" && is_raid => start_dirty_degraded = true,
                 None if opt == "kick-stale" && is_raid => kick_stale = true,
@@ -315,7 +323,7 @@ impl FromStr for VolumeSpec {
                 if size == 0 {
                     return Err(bad("a RAM disk of 0 bytes holds nothing".into()));
                 }
-                BaseSpec::Memory { size }
+                BaseSpec::Memory { size, overcommit }
             }
             _ if size.is_some() || direct => {
                 return Err(bad(format!(
@@ -483,7 +491,13 @@ mod tests {
         let s: VolumeSpec = "file:/dev/sdb,direct".parse().expect("spec");
         assert!(matches!(s.base, BaseSpec::File { direct: true, .. }));
         let m: VolumeSpec = "mem:64M".parse().expect("spec");
-        assert_eq!(m, VolumeSpec::new(BaseSpec::Memory { size: 64 << 20 }));
+        assert_eq!(
+            m,
+            VolumeSpec::new(BaseSpec::Memory {
+                size: 64 << 20,
+                overcommit: false
+            })
+        );
     }
 
     #[test]
@@ -516,11 +530,19 @@ mod tests {
                 "member \"/dev/sdb\" is not an nbd://",
             ),
             (
-                "raid5:unit=64K,members=nbd://a/x",
-                "needs at least 2 members",
+                "raid5:unit=64K,members=nbd://a/x,nbd://b/x",
+                "raid5 needs at least 3 members, got 2",
             ),
             (
-                "raid5:unit=1000,members=nbd://a/x,nbd://b/x",
+                "raid0:unit=64K,members=nbd://a/x",
+                "raid0 needs at least 2 members, got 1",
+            ),
+            (
+                "raid1:unit=64K,members=nbd://a/x",
+                "raid1 needs at least 2 members, got 1",
+            ),
+            (
+                "raid5:unit=1000,members=nbd://a/x,nbd://b/x,nbd://c/x",
                 "stripe unit 1000",
             ),
             (
@@ -582,7 +604,7 @@ mod tests {
             BaseSpec::Raid(raid) => raid.probe,
             other => panic!("not an array: {other:?}"),
         };
-        let members = "members=nbd://a/x,nbd://b/x";
+        let members = "members=nbd://a/x,nbd://b/x,nbd://c/x";
         assert_eq!(
             probe(&format!("raid5:unit=4K,{members}")),
             sluice_raid::DEFAULT_PROBE_INTERVAL
@@ -660,9 +682,9 @@ mod tests {
             other => panic!("not an array: {other:?}"),
         };
         assert!(raid(
-            "raid5:unit=4K,start-dirty-degraded,members=nbd://a/x,nbd://b/x"
+            "raid5:unit=4K,start-dirty-degraded,members=nbd://a/x,nbd://b/x,nbd://c/x"
         ));
-        assert!(!raid("raid5:unit=4K,members=nbd://a/x,nbd://b/x"));
+        assert!(!raid("raid5:unit=4K,members=nbd://a/x,nbd://b/x,nbd://c/x"));
         let e = "mem:1M,start-dirty-degraded"
             .parse::<VolumeSpec>()
             .expect_err("not an array");
@@ -716,11 +738,11 @@ mod tests {
             other => panic!("{other:?}"),
         };
         assert_eq!(
-            journal("raid5:unit=4K,journal=/var/lib/j,members=nbd://a/x,nbd://b/x"),
+            journal("raid5:unit=4K,journal=/var/lib/j,members=nbd://a/x,nbd://b/x,nbd://c/x"),
             JournalSpec::File("/var/lib/j".into())
         );
         assert_eq!(
-            journal("raid5:unit=4K,members=nbd://a/x,nbd://b/x,journal=off"),
+            journal("raid5:unit=4K,members=nbd://a/x,nbd://b/x,nbd://c/x,journal=off"),
             JournalSpec::Off
         );
     }
