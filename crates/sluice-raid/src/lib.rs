@@ -142,6 +142,8 @@ mod layout;
 mod metrics;
 mod mirror;
 mod parity;
+mod pq;
+mod raid6;
 mod read;
 mod rebuild;
 mod scrub;
