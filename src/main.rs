@@ -95,7 +95,7 @@ struct ServeArgs {
     /// Export NAME=SPEC, SPEC being file:PATH[,size=BYTES][,ro][,direct],
     /// mem:BYTES[,ro], an NBD URI (nbd://HOST[:PORT]/EXPORT, nbds://,
     /// nbd+unix://, nbds+unix://) of another server, or a RAID volume over
-    /// such URIs, raid0:/raid1:/raid5:unit=SIZE,members=URI,URI,... (a
+    /// such URIs, raid0:/raid1:/raid5:/raid6:unit=SIZE,members=URI,URI,... (a
     /// member may itself be an array spec in parentheses; see
     /// docs/RAID.md; repeatable). Default: default=file:./sluice-data/default.img
     /// (created at 1G; an existing file is served at its size).

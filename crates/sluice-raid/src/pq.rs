@@ -24,15 +24,16 @@ use crate::layout::Geometry;
 
 /// Why a stripe's chunks cannot be recovered.
 #[derive(Debug, Error, PartialEq, Eq)]
-pub(crate) enum PqError {
-    /// More chunks are missing than RAID 6 survives.
+pub enum PqError {
+    /// More chunks are missing than RAID 6 survives (or the geometry
+    /// is not RAID 6).
     #[error("stripe {stripe} has {missing} chunks missing, more than the two P and Q survive")]
     TooManyMissing { stripe: u64, missing: usize },
 }
 
 /// `P` and `Q` of `data` (two or more equal-length chunks, in data
 /// order) into `p` and `q`.
-pub(crate) fn pq_into(data: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
+pub fn pq_into(data: &[&[u8]], p: &mut [u8], q: &mut [u8]) {
     // The lengths always agree here (chunks of one stripe range), and
     // RAID 6 has at least two data chunks.
     if raid::pq_gen(data, p, q).is_err() {
@@ -62,7 +63,7 @@ fn pow2(n: usize) -> u8 {
 /// Fills in every missing chunk (`None`) of `stripe` in `chunks`, one
 /// per member, all of one length: lost data from P and Q, lost P or Q
 /// from the data. At most two may be missing.
-pub(crate) fn recover(
+pub fn recover(
     geometry: &Geometry,
     stripe: u64,
     chunks: &mut [Option<Vec<u8>>],
