@@ -655,6 +655,20 @@ mod tests {
     }
 
     #[test]
+    fn raid6_is_a_level_with_a_journal() {
+        let s: VolumeSpec =
+            "raid6:unit=64K,journal=/j/r6,members=nbd://a/x,nbd://b/x,nbd://c/x,nbd://d/x"
+                .parse()
+                .expect("spec");
+        let BaseSpec::Raid(raid) = s.base else {
+            panic!("not an array: {:?}", s.base);
+        };
+        assert_eq!(raid.level, RaidLevel::Raid6);
+        assert_eq!(raid.members.len(), 4);
+        assert_eq!(raid.journal, JournalSpec::File("/j/r6".into()));
+    }
+
+    #[test]
     fn start_dirty_degraded_is_an_array_flag() {
         let raid = |spec: &str| match spec.parse::<VolumeSpec>().expect("spec").base {
             BaseSpec::Raid(raid) => raid.start_dirty_degraded,
