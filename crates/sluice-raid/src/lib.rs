@@ -1,4 +1,4 @@
-//! RAID 0 and RAID 5 as a block device over any member
+//! RAID 0, 1, 5 and 6 as a block device over any member
 //! [`BlockDevice`](sluice_storage::BlockDevice)s. This crate knows
 //! nothing of networks: a member is whatever device it is given (memory,
 //! a file, a remote export through the client).
