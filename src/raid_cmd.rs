@@ -324,7 +324,7 @@ struct CreateArgs {
     /// Overwrite members that hold another array's superblock.
     #[arg(long)]
     force: bool,
-    /// RAID level (0, 1 or 5), with --unit and member URIs instead of a SPEC.
+    /// RAID level (0, 1, 5 or 6), with --unit and member URIs instead of a SPEC.
     #[arg(long, requires = "unit")]
     level: Option<u8>,
     /// Stripe unit (e.g. 64K), with --level.
@@ -354,7 +354,7 @@ impl CreateArgs {
         let spec: VolumeSpec = text.parse().map_err(|e| UsageError(format!("{e}")))?;
         if !matches!(spec.base, BaseSpec::Raid(_)) {
             return Err(UsageError(format!(
-                "{text:?} is not an array spec (raid0:..., raid1:... or raid5:...)"
+                "{text:?} is not an array spec (raid0:..., raid1:..., raid5:... or raid6:...)"
             ))
             .into());
         }

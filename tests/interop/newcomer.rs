@@ -554,8 +554,12 @@ fn an_array_with_too_few_members_is_a_usage_error_naming_the_spec() {
             "raid1 needs at least 2 members, got 1",
         ),
         (
-            "raid5:unit=64K,members=nbd://a/x,nbd://b/x",
-            "raid5 needs at least 3 members, got 2",
+            "raid5:unit=64K,members=nbd://a/x",
+            "raid5 needs at least 2 members, got 1",
+        ),
+        (
+            "raid6:unit=64K,members=nbd://a/x,nbd://b/x,nbd://c/x",
+            "raid6 needs at least 4 members, got 3",
         ),
     ] {
         let export = format!("d={spec}");

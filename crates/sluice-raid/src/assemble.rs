@@ -13,8 +13,7 @@ use crate::array::{
 use crate::device::{MemberSet, RaidDevice, RaidError, NO_MEMBER};
 use crate::fan_out::FanOut;
 use crate::journal::{Journal, JournalPlace};
-use crate::layout::{Geometry, RaidLevel};
-use crate::parity::xor_into;
+use crate::layout::Geometry;
 use crate::superblock::{ArrayState, MemberRole, Superblock};
 use uuid::Uuid;
 
@@ -123,11 +122,11 @@ impl RaidDevice {
             missing.first().copied(),
             start_dirty_degraded,
         )?;
-        if let (Some(&index), ArrayState::Dirty, None, RaidLevel::Raid5) = (
+        if let (Some(&index), ArrayState::Dirty, None, 1..) = (
             missing.first(),
             assembly.state,
             &array.journal,
-            geometry.level(),
+            geometry.level().parities(),
         ) {
             let why = "the array was not shut down cleanly and has no journal".to_owned();
             if !start_dirty_degraded && !array.capability.read_only {
@@ -139,7 +138,7 @@ impl RaidDevice {
             }
         }
         if assembly.state == ArrayState::Dirty
-            && geometry.level() == RaidLevel::Raid5
+            && geometry.level().parities() > 0
             && array.journal.is_none()
         {
             tracing::warn!(array = %array.label,
@@ -202,7 +201,7 @@ impl RaidDevice {
         missing: Option<usize>,
         start_dirty_degraded: bool,
     ) -> Result<(), RaidError> {
-        if self.geometry.level() == RaidLevel::Raid5 && !self.capability.read_only {
+        if self.geometry.level().parities() > 0 && !self.capability.read_only {
             if let Some(opened) = journal.open(array_uuid)? {
                 let (journal, stripes) = (opened.journal, opened.stripes);
                 if opened.created && state == ArrayState::Dirty {
@@ -260,8 +259,7 @@ impl RaidDevice {
                 .as_deref()
                 .expect("an assembled array has every member")
         };
-        let mut parity = vec![0u8; unit as usize];
-        let mut chunk = vec![0u8; unit as usize];
+        let mut chunks = vec![vec![0u8; unit as usize]; self.geometry.data_members()];
         let rebuilding = self.rebuild.member.load(Ordering::SeqCst);
         let cursor = self.rebuild.cursor.load(Ordering::SeqCst);
         for &stripe in stripes.iter().filter(|&&s| s < self.stripes()) {
@@ -275,21 +273,19 @@ impl RaidDevice {
                 continue;
             }
             let at = self.data_offset + stripe * unit;
-            parity.fill(0);
-            for k in 0..self.geometry.data_members() {
+            for (k, chunk) in chunks.iter_mut().enumerate() {
                 let m = self.geometry.data_member(stripe, k);
                 device(m)
-                    .read_at(&mut chunk, at)
+                    .read_at(chunk, at)
                     .map_err(|e| fail(stripe, m, e))?;
-                xor_into(&mut parity, &chunk);
             }
-            let p = self
-                .geometry
-                .parity_member(stripe)
-                .expect("RAID 5 has parity");
-            device(p)
-                .write_at(&parity, at, false)
-                .map_err(|e| fail(stripe, p, e))?;
+            let data: Vec<&[u8]> = chunks.iter().map(Vec::as_slice).collect();
+            // RAID 5: P; RAID 6: P and Q.
+            for (p, parity) in self.parity_of(stripe, &data) {
+                device(p)
+                    .write_at(&parity, at, false)
+                    .map_err(|e| fail(stripe, p, e))?;
+            }
             journal.counters.resynced.fetch_add(1, Ordering::Relaxed);
         }
         if let Some(&last) = stripes.last() {

@@ -31,7 +31,7 @@ impl BlockDevice for RaidDevice {
         match self.geometry.level() {
             RaidLevel::Raid0 => self.write_raid0(buf, offset, fua),
             RaidLevel::Raid1 => self.write_raid1(buf, offset, fua),
-            RaidLevel::Raid5 => self.write_raid5(buf, offset, fua),
+            RaidLevel::Raid5 | RaidLevel::Raid6 => self.write_parity(buf, offset, fua),
         }
     }
 

@@ -283,7 +283,8 @@ impl RaidDevice {
         let smallest = present().map(|m| m.size()).min().unwrap_or(0);
         let caps: Vec<Capability> = present().map(|m| m.capability()).collect();
         let all = |f: fn(&Capability) -> bool| caps.iter().all(f);
-        let raid5 = geometry.level() == RaidLevel::Raid5;
+        // RAID 5 and 6: parity.
+        let raid5 = geometry.level().parities() > 0;
         let raid1 = geometry.level() == RaidLevel::Raid1;
         let read_only = caps.iter().any(|c| c.read_only);
         let capability = Capability {

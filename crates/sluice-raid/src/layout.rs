@@ -13,27 +13,41 @@ pub enum RaidLevel {
     /// Striping with one rotating parity chunk per stripe
     /// (left-symmetric).
     Raid5,
+    /// Striping with two rotating parity chunks per stripe, P (XOR) and
+    /// Q (the Reed-Solomon syndrome over GF(2^8)), left-symmetric.
+    Raid6,
 }
 
 impl RaidLevel {
     /// The level as specs and status write it (`raid0`, `raid1`,
-    /// `raid5`).
+    /// `raid5`, `raid6`).
     pub fn name(&self) -> &'static str {
         match self {
             Self::Raid0 => "raid0",
             Self::Raid1 => "raid1",
             Self::Raid5 => "raid5",
+            Self::Raid6 => "raid6",
+        }
+    }
+
+    /// Parity chunks per stripe: 1 for RAID 5, 2 for RAID 6, else 0.
+    pub fn parities(&self) -> usize {
+        match self {
+            Self::Raid0 | Self::Raid1 => 0,
+            Self::Raid5 => 1,
+            Self::Raid6 => 2,
         }
     }
 
     /// The fewest members an array of this level is made of, as md
-    /// asks for: striping over one member or parity over one data
-    /// member is a plain disk or a mirror under another name, and most
-    /// likely a member left out of the list.
+    /// asks for: striping over one member is a plain disk under another
+    /// name, most likely a member left out of the list. RAID 5 over two
+    /// members (md allows it, a mirror in effect) stays allowed, so
+    /// arrays made so still start; RAID 6 over three would be a mirror.
     pub fn min_members(&self) -> usize {
         match self {
-            Self::Raid0 | Self::Raid1 => 2,
-            Self::Raid5 => 3,
+            Self::Raid0 | Self::Raid1 | Self::Raid5 => 2,
+            Self::Raid6 => 4,
         }
     }
 }
@@ -119,22 +133,21 @@ impl Geometry {
     }
 
     /// Members holding data in each stripe (all of them for RAID 0, one
-    /// fewer for RAID 5); RAID 1's stripe is one chunk, on every member.
+    /// fewer for RAID 5, two fewer for RAID 6); RAID 1's stripe is one
+    /// chunk, on every member.
     pub fn data_members(&self) -> usize {
         match self.level {
-            RaidLevel::Raid0 => self.members,
             RaidLevel::Raid1 => 1,
-            RaidLevel::Raid5 => self.members - 1,
+            level => self.members - level.parities(),
         }
     }
 
     /// Members the array can lose and still hold every byte: none for
-    /// RAID 0, all but one for RAID 1, one for RAID 5.
+    /// RAID 0, all but one for RAID 1, one for RAID 5, two for RAID 6.
     pub fn tolerance(&self) -> usize {
         match self.level {
-            RaidLevel::Raid0 => 0,
             RaidLevel::Raid1 => self.members - 1,
-            RaidLevel::Raid5 => 1,
+            level => level.parities(),
         }
     }
 
@@ -143,16 +156,26 @@ impl Geometry {
         self.unit * self.data_members() as u64
     }
 
-    /// Member holding the parity of `stripe` (RAID 5 only):
-    /// `members - 1 - stripe mod members`, so parity starts on the last
-    /// member and moves one member left each stripe.
+    /// Member holding the parity (RAID 6: P, the XOR) of `stripe`
+    /// (RAID 5 and 6 only): `members - 1 - stripe mod members`, so
+    /// parity starts on the last member and moves one member left each
+    /// stripe.
     pub fn parity_member(&self, stripe: u64) -> Option<usize> {
         match self.level {
             RaidLevel::Raid0 | RaidLevel::Raid1 => None,
-            RaidLevel::Raid5 => {
+            RaidLevel::Raid5 | RaidLevel::Raid6 => {
                 let n = self.members as u64;
                 Some((n - 1 - stripe % n) as usize)
             }
+        }
+    }
+
+    /// Member holding RAID 6's Q syndrome of `stripe`: the one after P
+    /// (md's left-symmetric RAID 6).
+    pub fn q_member(&self, stripe: u64) -> Option<usize> {
+        match self.level {
+            RaidLevel::Raid6 => self.parity_member(stripe).map(|p| (p + 1) % self.members),
+            _ => None,
         }
     }
 
@@ -161,6 +184,7 @@ impl Geometry {
     /// reads go to first, `stripe mod members`, so reads spread over
     /// the mirrors. RAID 5 (left-symmetric): the data chunks start on
     /// the member after the parity and wrap around, `(parity + 1 +
+    /// data_index) mod members`; RAID 6, after P and Q, `(parity + 2 +
     /// data_index) mod members`.
     pub fn data_member(&self, stripe: u64, data_index: usize) -> usize {
         if self.level == RaidLevel::Raid1 {
@@ -168,8 +192,13 @@ impl Geometry {
         }
         match self.parity_member(stripe) {
             None => data_index,
-            Some(parity) => (parity + 1 + data_index) % self.members,
+            Some(parity) => (parity + self.level.parities() + data_index) % self.members,
         }
+    }
+
+    /// The data index of `member` in `stripe`, if it holds data there.
+    pub fn data_index(&self, stripe: u64, member: usize) -> Option<usize> {
+        (0..self.data_members()).find(|&k| self.data_member(stripe, k) == member)
     }
 
     /// Volume size for members of `smallest_member` bytes: each member
@@ -274,6 +303,36 @@ mod tests {
                 &["12", "13", "14", "P"],
             ],
         );
+    }
+
+    /// md's left-symmetric RAID 6: P on `N - 1 - s mod N`, Q after it,
+    /// the data after Q.
+    #[test]
+    fn raid6_left_symmetric_five_members() {
+        let g = Geometry::new(RaidLevel::Raid6, 5, 4096).expect("geometry");
+        let table: [[&str; 5]; 5] = [
+            ["Q", "0", "1", "2", "P"],
+            ["3", "4", "5", "P", "Q"],
+            ["7", "8", "P", "Q", "6"],
+            ["11", "P", "Q", "9", "10"],
+            ["P", "Q", "12", "13", "14"],
+        ];
+        for (stripe, row) in table.iter().enumerate() {
+            let s = stripe as u64;
+            for (member, cell) in row.iter().enumerate() {
+                match *cell {
+                    "P" => assert_eq!(g.parity_member(s), Some(member), "stripe {s}"),
+                    "Q" => assert_eq!(g.q_member(s), Some(member), "stripe {s}"),
+                    chunk => {
+                        let chunk: u64 = chunk.parse().expect("chunk number");
+                        assert_eq!(g.map(chunk * 4096 + 5), (member, s * 4096 + 5));
+                    }
+                }
+            }
+        }
+        assert_eq!(g.tolerance(), 2);
+        assert_eq!(g.stripe_bytes(), 3 * 4096);
+        assert!(Geometry::new(RaidLevel::Raid6, 3, 4096).is_err());
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! RAID 0 and RAID 5 as a block device over any member
+//! RAID 0, 1, 5 and 6 as a block device over any member
 //! [`BlockDevice`](sluice_storage::BlockDevice)s. This crate knows
 //! nothing of networks: a member is whatever device it is given (memory,
 //! a file, a remote export through the client).
@@ -125,7 +125,10 @@
 //! buffers (one stripe unit, cache-resident as parity work is). On the
 //! 2-vCPU development machine, with a load average of 5 to 7 from other
 //! builds, two runs gave 36 and 42 GB/s: about 300 times a 1 Gbit/s
-//! link (0.125 GB/s) and 30 times a 10 Gbit/s one.
+//! link (0.125 GB/s) and 30 times a 10 Gbit/s one. RAID 6's P+Q
+//! ([`pq_into`]) and the recovery of two lost data chunks
+//! ([`recover`]) are measured by `--example pq_throughput`
+//! (docs/BENCHMARKS.md has the figures).
 //!
 //! [`DeviceError::Io`]: sluice_storage::DeviceError::Io
 
@@ -142,6 +145,8 @@ mod layout;
 mod metrics;
 mod mirror;
 mod parity;
+mod pq;
+mod raid6;
 mod read;
 mod rebuild;
 mod scrub;
@@ -162,6 +167,7 @@ pub use health::DEFAULT_PROBE_INTERVAL;
 pub use journal::{JournalError, JournalPlace, JournalReport};
 pub use layout::{Geometry, GeometryError, Piece, RaidLevel};
 pub use parity::xor_into;
+pub use pq::{pq_into, recover, PqError};
 pub use scrub::ScrubReport;
 pub use status::{
     ArrayCondition, ArrayStatus, MemberCondition, MemberReport, RebuildProgress, ScrubProgress,

@@ -55,8 +55,13 @@ impl RaidDevice {
         piece: &Piece,
         out: &mut [u8],
     ) -> Result<Outcome, DeviceError> {
-        if self.geometry.parity_member(piece.stripe).is_none() || self.failed_count() > 1 {
+        if self.geometry.parity_member(piece.stripe).is_none()
+            || self.failed_count() > self.geometry.tolerance()
+        {
             return Err(self.array_failed(IoOp::Read, piece.member_offset, piece.len));
+        }
+        if self.geometry.level() == RaidLevel::Raid6 {
+            return self.reconstruct6(piece, out);
         }
         let _stripe = self.lock_stripe(piece.stripe);
         let members = self.counters.len();

@@ -237,6 +237,7 @@ impl RaidDevice {
                 };
                 let clock = Arc::clone(&array.clock);
                 let started = clock.now();
+                let failed = array.failed_count();
                 let step = array.rebuild_step();
                 let rate = array.rebuild.rate.load(Ordering::SeqCst);
                 match step {
@@ -244,6 +245,11 @@ impl RaidDevice {
                         drop(array);
                         pace(&*clock, bytes, rate, started);
                     }
+                    // RAID 6 keeps rebuilding when another member fails
+                    // during a step (see `mark_failed`): the step is
+                    // done again without it.
+                    None if array.failed_count() > failed
+                        && array.rebuild.member.load(Ordering::SeqCst) != NO_MEMBER => {}
                     None => {
                         array.rebuild.running.store(false, Ordering::SeqCst);
                         return;
@@ -395,11 +401,16 @@ impl RaidDevice {
             return None;
         }
         drop(step);
-        let mut bufs = bufs.into_iter();
-        let mut rebuilt = bufs.next()?;
-        for b in bufs {
-            xor_into(&mut rebuilt, &b);
-        }
+        let rebuilt = if self.geometry.level() == RaidLevel::Raid6 {
+            self.rebuilt_pq(target, range.start, &others, &bufs)?
+        } else {
+            let mut bufs = bufs.into_iter();
+            let mut rebuilt = bufs.next()?;
+            for b in bufs {
+                xor_into(&mut rebuilt, &b);
+            }
+            rebuilt
+        };
         Some(ReadAhead {
             first: range.start,
             end: range.end,
@@ -423,6 +434,18 @@ impl RaidDevice {
                     "rebuild stopped: no other mirror is left");
             }
             return source.map(|m| vec![m]);
+        }
+        if self.geometry.level() == RaidLevel::Raid6 {
+            // P and Q rebuild the target with one other member gone.
+            let others: Vec<usize> = (0..self.counters.len())
+                .filter(|&m| m != target && self.alive(m))
+                .collect();
+            if others.len() + self.geometry.tolerance() < self.counters.len() {
+                tracing::error!(array = %self.label, member = target,
+                    "rebuild stopped: two other members have failed");
+                return None;
+            }
+            return Some(others);
         }
         let others: Vec<usize> = (0..self.counters.len()).filter(|&m| m != target).collect();
         if others.iter().any(|&m| !self.alive(m)) {

@@ -178,6 +178,9 @@ impl RaidDevice {
             }
             return differ.into_iter().map(|m| (m, first.to_vec())).collect();
         }
+        if self.geometry.level() == RaidLevel::Raid6 {
+            return self.pq_fixes(s, bufs, at);
+        }
         let n = bufs.len();
         let parity = self.geometry.parity_member(s).unwrap_or(n - 1);
         let mut sum = vec![0u8; at.len()];

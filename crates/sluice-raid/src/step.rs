@@ -12,6 +12,7 @@ use sluice_storage::{DeviceError, IoOp};
 use crate::array::write_superblock;
 use crate::device::{Outcome, RaidDevice, NO_MEMBER};
 use crate::fan_out::{MemberIo, MemberOp};
+use crate::layout::RaidLevel;
 use crate::superblock::{MemberRole, Superblock};
 
 impl RaidDevice {
@@ -44,9 +45,21 @@ impl RaidDevice {
     /// member being rebuilt holds data only below the cursor, so when
     /// another member fails the rebuilding one fails first: the array
     /// then has lost too many members and answers errors, never data
-    /// rebuilt from an incomplete stripe.
+    /// rebuilt from an incomplete stripe. RAID 6, which survives the
+    /// two, keeps rebuilding it after a first failure.
     pub(crate) fn mark_failed(&self, index: usize) -> bool {
         let rebuilding = self.rebuild.member.load(Ordering::SeqCst);
+        // RAID 6 can lose another member and still rebuild the one it
+        // rebuilds (that one and the failed one are then the two it
+        // survives): the rebuild goes on.
+        let rebuilding = if self.geometry.level() == RaidLevel::Raid6
+            && rebuilding != index
+            && self.failed_count() + 2 <= self.geometry.tolerance()
+        {
+            NO_MEMBER
+        } else {
+            rebuilding
+        };
         if rebuilding != NO_MEMBER && rebuilding != index {
             self.counters[rebuilding]
                 .failed

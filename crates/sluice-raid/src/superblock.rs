@@ -135,6 +135,7 @@ fn level_code(level: RaidLevel) -> u8 {
         RaidLevel::Raid0 => 0,
         RaidLevel::Raid1 => 1,
         RaidLevel::Raid5 => 5,
+        RaidLevel::Raid6 => 6,
     }
 }
 
@@ -257,6 +258,7 @@ impl Superblock {
             0 => RaidLevel::Raid0,
             1 => RaidLevel::Raid1,
             5 => RaidLevel::Raid5,
+            6 => RaidLevel::Raid6,
             v => return Err(field("level", v.into())),
         };
         let state = match bytes[49] {
@@ -295,7 +297,7 @@ impl Superblock {
                 v => Err(field("role", v.into())),
             })
             .collect::<Result<Vec<_>, _>>()?;
-        if level != RaidLevel::Raid0 && n < 2 {
+        if (level != RaidLevel::Raid0 && n < 2) || (level == RaidLevel::Raid6 && n < 4) {
             return Err(field("members", n as u64));
         }
         let mut names = Vec::with_capacity(n);

@@ -9,7 +9,7 @@ use sluice_storage::{DeviceError, IoOp};
 
 use crate::device::{Outcome, RaidDevice};
 use crate::fan_out::{MemberIo, MemberOp};
-use crate::layout::Piece;
+use crate::layout::{Piece, RaidLevel};
 use crate::parity::xor_into;
 
 /// Most whole stripes written in one fan-out step (bounds the parity
@@ -41,7 +41,9 @@ impl RaidDevice {
         self.run(&mut step).map(|_| ())
     }
 
-    pub(crate) fn write_raid5(
+    /// RAID 5 and 6 writes, a stripe at a time (runs of whole stripes
+    /// together).
+    pub(crate) fn write_parity(
         &self,
         buf: &[u8],
         offset: u64,
@@ -74,8 +76,13 @@ impl RaidDevice {
                     }
                     None => None,
                 };
+                let raid6 = self.geometry.level() == RaidLevel::Raid6;
                 self.retrying(IoOp::Write, offset, buf.len() as u64, || {
-                    self.write_stripe(stripe, buf, fua)
+                    if raid6 {
+                        self.write_stripe6(stripe, buf, fua)
+                    } else {
+                        self.write_stripe(stripe, buf, fua)
+                    }
                 })?;
                 continue;
             }
@@ -102,9 +109,9 @@ impl RaidDevice {
         Ok(())
     }
 
-    /// Writes whole stripes: parity from the new data, no reads; a
-    /// missing member's chunk is left to the parity (or a missing
-    /// parity member's to nobody).
+    /// Writes whole stripes: parity (RAID 6: P and Q) from the new data,
+    /// no reads; a missing member's chunk is left to the parity (or a
+    /// missing parity member's to nobody).
     pub(crate) fn write_full_stripes(
         &self,
         run: &[&[Piece]],
@@ -113,14 +120,11 @@ impl RaidDevice {
     ) -> Result<Outcome, DeviceError> {
         let unit = self.geometry.unit();
         let data = |p: &Piece| &src[p.range_offset as usize..(p.range_offset + p.len) as usize];
-        let parities: Vec<Vec<u8>> = run
+        let parities: Vec<Vec<(usize, Vec<u8>)>> = run
             .iter()
             .map(|stripe| {
-                let mut parity = vec![0u8; unit as usize];
-                for p in stripe.iter() {
-                    xor_into(&mut parity, data(p));
-                }
-                parity
+                let chunks: Vec<&[u8]> = stripe.iter().map(&data).collect();
+                self.parity_of(stripe[0].stripe, &chunks)
             })
             .collect();
         let mut step = Vec::with_capacity(run.len() * self.counters.len());
@@ -135,19 +139,17 @@ impl RaidDevice {
                     },
                 ));
             }
-            let member = self
-                .geometry
-                .parity_member(stripe[0].stripe)
-                .expect("RAID 5 has parity");
-            if self.usable(member, stripe[0].stripe) {
-                step.push(MemberIo::new(
-                    member,
-                    MemberOp::Write {
-                        buf: parity,
-                        offset: stripe[0].stripe * unit,
-                        fua,
-                    },
-                ));
+            for (member, parity) in parity {
+                if self.usable(*member, stripe[0].stripe) {
+                    step.push(MemberIo::new(
+                        *member,
+                        MemberOp::Write {
+                            buf: parity,
+                            offset: stripe[0].stripe * unit,
+                            fua,
+                        },
+                    ));
+                }
             }
         }
         self.run(&mut step)

@@ -155,7 +155,7 @@ impl RaidDevice {
                     }
                 })
             }
-            RaidLevel::Raid5 => {
+            RaidLevel::Raid5 | RaidLevel::Raid6 => {
                 // Whole stripes are zeroed (allowing members to
                 // deallocate) on every member, parity included, so
                 // parity stays the XOR of the data; partial stripes are
@@ -208,12 +208,12 @@ impl RaidDevice {
                     }
                 })
             }
-            RaidLevel::Raid5 => {
+            RaidLevel::Raid5 | RaidLevel::Raid6 => {
                 if mode.fast {
                     return Err(DeviceError::Unsupported {
                         device: self.label.clone(),
                         op: IoOp::WriteZeroes,
-                        reason: "RAID 5 zeroes partial stripes by writing them",
+                        reason: "RAID 5 and 6 zero partial stripes by writing them",
                     });
                 }
                 let (head, stripes, tail) = self.whole_stripes(offset, length);
@@ -224,7 +224,7 @@ impl RaidDevice {
                     let mut done = 0;
                     while done < len {
                         let n = (len - done).min(zeroes.len() as u64);
-                        self.write_raid5(&zeroes[..n as usize], at + done, mode.fua)?;
+                        self.write_parity(&zeroes[..n as usize], at + done, mode.fua)?;
                         done += n;
                     }
                 }

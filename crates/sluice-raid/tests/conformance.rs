@@ -1,7 +1,8 @@
-//! The device conformance suite over RAID 0, 1 and 5 arrays: memory
-//! members of several widths and stripe units, RAID 1 and 5 arrays with
-//! a member missing from the start, with a member that fails mid-run,
-//! and over power-loss members (the durability check).
+//! The device conformance suite over RAID 0, 1, 5 and 6 arrays: memory
+//! members of several widths and stripe units, RAID 1, 5 and 6 arrays
+//! with a member (RAID 6: two) missing from the start, with a member
+//! (RAID 6: two) that fails mid-run, and over power-loss members (the
+//! durability check).
 
 use std::sync::{Arc, Mutex};
 
@@ -98,45 +99,77 @@ fn with_missing(
     }
 }
 
-/// A three-member array whose member 1 fails every request after its
-/// 40th; `seen` collects the failing members so a test can check they
+/// Members of the arrays the failing and power-loss cases build: three,
+/// or five for RAID 6.
+fn width(level: RaidLevel) -> usize {
+    if level == RaidLevel::Raid6 {
+        5
+    } else {
+        3
+    }
+}
+
+/// An array whose member 1 fails every request after its 40th (and,
+/// with `second`, member 3 after its 90th: RAID 6 runs on with both
+/// gone); `seen` collects the failing members so a test can check they
 /// did fail.
 fn failing_into(
     level: RaidLevel,
     access: Access,
+    second: bool,
     seen: Option<&Mutex<Vec<Arc<FaultInjectionDevice>>>>,
 ) -> Subject {
     let unit = 4096;
-    let mut members = mem_members(level, 3, unit, access);
-    let rule: FaultRule = "all:eio:after=40".parse().expect("fault rule");
-    let inner = members[1].take().expect("member 1");
-    let failing = Arc::new(FaultInjectionDevice::new(inner, "member 1", vec![rule]));
-    if let Some(seen) = seen {
-        seen.lock()
-            .expect("not poisoned")
-            .push(Arc::clone(&failing));
+    let mut members = mem_members(level, width(level), unit, access);
+    let faults = [(1, "all:eio:after=40"), (3, "all:eio:after=90")];
+    for (index, rule) in faults.into_iter().take(if second { 2 } else { 1 }) {
+        let rule: FaultRule = rule.parse().expect("fault rule");
+        let inner = members[index].take().expect("member");
+        let failing = Arc::new(FaultInjectionDevice::new(
+            inner,
+            format!("member {index}"),
+            vec![rule],
+        ));
+        if let Some(seen) = seen {
+            seen.lock()
+                .expect("not poisoned")
+                .push(Arc::clone(&failing));
+        }
+        members[index] = Some(failing);
     }
-    members[1] = Some(failing);
     Subject::new(array(level, unit, members))
 }
 
 fn failing(level: RaidLevel) -> impl Fn(Access) -> Subject {
-    move |access| failing_into(level, access, None)
+    move |access| failing_into(level, access, false, None)
+}
+
+fn failing_two(level: RaidLevel) -> impl Fn(Access) -> Subject {
+    move |access| failing_into(level, access, true, None)
 }
 
 #[test]
-fn the_failing_member_does_fail_during_the_suite() {
-    for level in [RaidLevel::Raid1, RaidLevel::Raid5] {
+fn the_failing_members_do_fail_during_the_suite() {
+    for (level, second) in [
+        (RaidLevel::Raid1, false),
+        (RaidLevel::Raid5, false),
+        (RaidLevel::Raid6, false),
+        (RaidLevel::Raid6, true),
+    ] {
         let seen = Mutex::new(Vec::new());
-        let factory = |access| failing_into(level, access, Some(&seen));
+        let factory = |access| failing_into(level, access, second, Some(&seen));
         assert_eq!(
             sluice_testkit::conformance::operation_sequences_match_a_model(&factory),
             Ok(sluice_testkit::conformance::Outcome::Passed)
         );
         let seen = seen.lock().expect("not poisoned");
+        // Each subject built pushed its failing members in turn: one
+        // subject must have had all of them fail.
+        let want = if second { 2 } else { 1 };
         assert!(
-            seen.iter().any(|m| m.injected() > 0),
-            "no request failed on the failing member of {level:?}: the stack never ran degraded"
+            seen.chunks(want)
+                .any(|built| built.iter().all(|m| m.injected() > 0)),
+            "the failing members of {level:?} never all failed: the stack never ran that degraded"
         );
     }
 }
@@ -149,7 +182,7 @@ fn power_loss(level: RaidLevel) -> impl Fn(Access) -> Subject {
 
 fn power_loss_array(level: RaidLevel, access: Access) -> Subject {
     let unit = 4096;
-    let disks: Vec<Arc<PowerLossDevice>> = mem_members(level, 3, unit, access)
+    let disks: Vec<Arc<PowerLossDevice>> = mem_members(level, width(level), unit, access)
         .into_iter()
         .enumerate()
         .map(|(i, m)| {
@@ -185,6 +218,7 @@ sluice_testkit::conformance_tests! {
     raid0_two_mem_4k => over_mem(RaidLevel::Raid0, 2, 4096),
     raid0_three_mem_512 => over_mem(RaidLevel::Raid0, 3, 512),
     raid0_five_mem_64k => over_mem(RaidLevel::Raid0, 5, 64 << 10),
+    raid5_two_mem_4k => over_mem(RaidLevel::Raid5, 2, 4096),
     raid5_three_mem_4k => over_mem(RaidLevel::Raid5, 3, 4096),
     raid5_three_mem_512 => over_mem(RaidLevel::Raid5, 3, 512),
     raid5_three_mem_16k => over_mem(RaidLevel::Raid5, 3, 16 << 10),
@@ -196,6 +230,20 @@ sluice_testkit::conformance_tests! {
     raid5_over_power_loss => power_loss(RaidLevel::Raid5),
     raid5_four_blocking_4k => blocking(RaidLevel::Raid5, 4, 4096, None),
     raid5_three_blocking_missing_one => blocking(RaidLevel::Raid5, 3, 4096, Some(1)),
+    raid6_four_mem_4k => over_mem(RaidLevel::Raid6, 4, 4096),
+    raid6_five_mem_512 => over_mem(RaidLevel::Raid6, 5, 512),
+    raid6_six_mem_64k => over_mem(RaidLevel::Raid6, 6, 64 << 10),
+    raid6_five_missing_first => with_missing(RaidLevel::Raid6, 5, 4096, 0),
+    raid6_six_missing_two => |access| {
+        let mut members = mem_members(RaidLevel::Raid6, 6, 8192, access);
+        members[1] = None;
+        members[4] = None;
+        Subject::new(array(RaidLevel::Raid6, 8192, members))
+    },
+    raid6_member_fails_mid_run => failing(RaidLevel::Raid6),
+    raid6_two_members_fail_mid_run => failing_two(RaidLevel::Raid6),
+    raid6_over_power_loss => power_loss(RaidLevel::Raid6),
+    raid6_five_blocking_missing_one => blocking(RaidLevel::Raid6, 5, 4096, Some(2)),
     raid1_two_mem_4k => over_mem(RaidLevel::Raid1, 2, 4096),
     raid1_three_mem_512 => over_mem(RaidLevel::Raid1, 3, 512),
     raid1_three_mem_64k => over_mem(RaidLevel::Raid1, 3, 64 << 10),

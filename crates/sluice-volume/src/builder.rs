@@ -72,7 +72,7 @@ pub enum VolumeError {
         memory: u64,
     },
     /// `create_raid` was given a spec that is not an array.
-    #[error("not an array spec (expected raid0:, raid1: or raid5:)")]
+    #[error("not an array spec (expected raid0:, raid1:, raid5: or raid6:)")]
     NotAnArray,
     /// A replacement member is not an NBD URI.
     #[error(

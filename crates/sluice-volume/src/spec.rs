@@ -94,7 +94,7 @@ pub struct RaidSpec {
     pub unit: u64,
     /// The members, in array order (member 0 first); each a whole stack.
     pub members: Vec<VolumeSpec>,
-    /// Where RAID 5 keeps its write-intent journal (`journal=PATH|off`).
+    /// Where RAID 5 and 6 keep their write-intent journal (`journal=PATH|off`).
     pub journal: JournalSpec,
     /// `start-dirty-degraded`: start a RAID 5 array with a member
     /// missing even when stripes may have parity that does not match
@@ -157,7 +157,7 @@ pub enum LayerSpec {
 /// are in `sluice serve --help` and the README: a whole grammar in one
 /// error line hides what was wrong).
 const KINDS: &str = "expected file:PATH, mem:BYTES, an nbd[s]:// or nbd[s]+unix:// URI, or \
-                     raid0|raid1|raid5:unit=SIZE,members=...";
+                     raid0|raid1|raid5|raid6:unit=SIZE,members=...";
 
 /// Why a spec could not be parsed.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -201,10 +201,10 @@ impl FromStr for VolumeSpec {
     ///   client takes), with `ro`, `timeout=DURATION` (longest wait for
     ///   a reply) and `reconnect=DURATION` (window to get a lost server
     ///   back);
-    /// - `raid0:`, `raid1:` or `raid5:` with `unit=SIZE` and `members=URI`, every
+    /// - `raid0:`, `raid1:`, `raid5:` or `raid6:` with `unit=SIZE` and `members=URI`, every
     ///   further item that is a URI being the next member (so
     ///   `members=URI,URI,URI`), `journal=PATH` or `journal=off` (RAID
-    ///   5's write-intent journal), `start-dirty-degraded` (start with a
+    ///   5's and 6's write-intent journal), `start-dirty-degraded` (start with a
     ///   member missing even after an unclean shutdown), `kick-stale`
     ///   (start without a reachable member that is behind), `probe=DURATION`
     ///   or `probe=off` (how often idle members are probed), `readd=DURATION`
@@ -227,7 +227,7 @@ impl FromStr for VolumeSpec {
             .ok_or_else(|| bad(format!("missing KIND: ({KINDS})")))?;
         let mut parts = split_items(rest).into_iter();
         let first = parts.next().unwrap_or_default();
-        let is_raid = matches!(kind, "raid0" | "raid1" | "raid5");
+        let is_raid = matches!(kind, "raid0" | "raid1" | "raid5" | "raid6");
         let mut read_only = false;
         let mut size = None;
         let mut direct = false;
@@ -339,11 +339,12 @@ impl FromStr for VolumeSpec {
                 let uri = spec.split(',').next().unwrap_or_default();
                 BaseSpec::Remote(remote(uri)?)
             }
-            "raid0" | "raid1" | "raid5" => {
+            "raid0" | "raid1" | "raid5" | "raid6" => {
                 let level = match kind {
                     "raid0" => RaidLevel::Raid0,
                     "raid1" => RaidLevel::Raid1,
-                    _ => RaidLevel::Raid5,
+                    "raid5" => RaidLevel::Raid5,
+                    _ => RaidLevel::Raid6,
                 };
                 let unit = unit.ok_or_else(|| bad("missing unit=SIZE".into()))?;
                 let uris = members.ok_or_else(|| bad("missing members=URI,URI,...".into()))?;
@@ -530,8 +531,12 @@ mod tests {
                 "member \"/dev/sdb\" is not an nbd://",
             ),
             (
-                "raid5:unit=64K,members=nbd://a/x,nbd://b/x",
-                "raid5 needs at least 3 members, got 2",
+                "raid5:unit=64K,members=nbd://a/x",
+                "raid5 needs at least 2 members, got 1",
+            ),
+            (
+                "raid6:unit=64K,members=nbd://a/x,nbd://b/x,nbd://c/x",
+                "raid6 needs at least 4 members, got 3",
             ),
             (
                 "raid0:unit=64K,members=nbd://a/x",
@@ -673,6 +678,20 @@ mod tests {
             .parse::<VolumeSpec>()
             .expect_err("unbalanced");
         assert!(e.to_string().contains("not an nbd://"), "{e}");
+    }
+
+    #[test]
+    fn raid6_is_a_level_with_a_journal() {
+        let s: VolumeSpec =
+            "raid6:unit=64K,journal=/j/r6,members=nbd://a/x,nbd://b/x,nbd://c/x,nbd://d/x"
+                .parse()
+                .expect("spec");
+        let BaseSpec::Raid(raid) = s.base else {
+            panic!("not an array: {:?}", s.base);
+        };
+        assert_eq!(raid.level, RaidLevel::Raid6);
+        assert_eq!(raid.members.len(), 4);
+        assert_eq!(raid.journal, JournalSpec::File("/j/r6".into()));
     }
 
     #[test]

@@ -117,18 +117,19 @@ fn remote_array(level: &'static str, n: usize, unit: &'static str) -> impl Fn(Ac
     }
 }
 
-/// An array (`level`) over three member servers whose member 1
-/// answers EIO to everything after its first 60 requests (`seen` keeps
-/// its device, to check it did fail).
+/// An array (`level`) over three member servers (five for RAID 6) whose
+/// member 1 answers EIO to everything after its first 60 requests
+/// (`seen` keeps its device, to check it did fail).
 fn remote_failing_into(
     level: &'static str,
     access: Access,
     seen: Option<&std::sync::Mutex<Vec<Arc<FaultInjectionDevice>>>>,
 ) -> Subject {
+    let width = if level == "raid6" { 5 } else { 3 };
     if access == Access::ReadOnly {
-        return remote_array(level, 3, "4K")(access);
+        return remote_array(level, width, "4K")(access);
     }
-    let mut members = members(3, 4 << 20);
+    let mut members = members(width, 4 << 20);
     let rule: FaultRule = "all:eio:after=60".parse().expect("fault rule");
     let failing = Arc::new(FaultInjectionDevice::new(
         members[1].memory.clone(),
@@ -152,7 +153,7 @@ fn remote_failing(level: &'static str) -> impl Fn(Access) -> Subject {
 
 #[test]
 fn the_failing_remote_member_does_fail_during_the_suite() {
-    for level in ["raid1", "raid5"] {
+    for level in ["raid1", "raid5", "raid6"] {
         let seen = std::sync::Mutex::new(Vec::new());
         let factory = |access| remote_failing_into(level, access, Some(&seen));
         assert_eq!(
@@ -171,6 +172,9 @@ sluice_testkit::conformance_tests! {
     remote_raid5_of_3 => remote_array("raid5", 3, "64K"),
     remote_raid0_of_2 => remote_array("raid0", 2, "4K"),
     remote_raid5_member_fails_mid_run => remote_failing("raid5"),
+    remote_raid6_of_4 => remote_array("raid6", 4, "64K"),
+    remote_raid6_of_5 => remote_array("raid6", 5, "4K"),
+    remote_raid6_member_fails_mid_run => remote_failing("raid6"),
     remote_raid1_of_2 => remote_array("raid1", 2, "64K"),
     remote_raid1_of_3 => remote_array("raid1", 3, "4K"),
     remote_raid1_member_fails_mid_run => remote_failing("raid1"),
