@@ -108,12 +108,12 @@ pub enum ObjStoreError {
     ChangePanicked,
 }
 
-pub(crate) trait MetaContext<T> {
-    fn meta(self, what: &'static str) -> Result<T, ObjStoreError>;
+pub(crate) trait DbContext<T> {
+    fn db(self, what: &'static str) -> Result<T, ObjStoreError>;
 }
 
-impl<T> MetaContext<T> for Result<T, rusqlite::Error> {
-    fn meta(self, what: &'static str) -> Result<T, ObjStoreError> {
+impl<T> DbContext<T> for Result<T, rusqlite::Error> {
+    fn db(self, what: &'static str) -> Result<T, ObjStoreError> {
         self.map_err(|source| ObjStoreError::Metadata { what, source })
     }
 }

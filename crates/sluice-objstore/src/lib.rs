@@ -25,9 +25,9 @@
 //!   ordering that makes them atomic to readers and after a crash.
 
 mod data;
+mod db;
 mod error;
 mod inline;
-mod meta;
 mod page_cache;
 mod segments;
 mod store;

@@ -291,7 +291,7 @@ fn durable_and_journaled_changes_commit_alone_in_order() {
 /// batches naming the objects in both orders (and a single write between
 /// them); readers check every read's bytes against its tag. A reader
 /// that saw new bytes under an old tag (or the reverse) would find them
-/// apart; writers taking the two stripes in different orders would hang.
+/// apart; writers taking the two shards in different orders would hang.
 #[test]
 fn readers_never_see_a_batch_members_data_without_its_attributes() {
     let (_dir, store) = store();
@@ -369,7 +369,7 @@ fn readers_never_see_a_batch_members_data_without_its_attributes() {
 
 /// A change to an object changed earlier in the same batch starts from
 /// that change, however many other objects the batch changes meanwhile
-/// (more than the store caches per stripe: a state kept in the cache
+/// (more than the store caches per shard: a state kept in the cache
 /// before its commit could be evicted and reloaded without it).
 #[test]
 fn a_later_change_to_an_object_starts_from_its_earlier_one_in_a_large_batch() {

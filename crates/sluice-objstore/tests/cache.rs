@@ -2,7 +2,7 @@
 //! The store's per-object caches (logical length, mandatory attributes,
 //! open data file) stay exact under concurrent writes, appends, punches,
 //! attribute sets and removes, with more objects than the cache holds
-//! (so entries are evicted and reloaded while others use the stripe).
+//! (so entries are evicted and reloaded while others use the shard).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -105,7 +105,7 @@ struct Model {
 /// every read against a byte-vector model of the object. Each object's
 /// model is locked across the store call and its own update, so the
 /// model is exact; the store's cache sees every interleaving of objects
-/// sharing a stripe.
+/// sharing a shard.
 #[test]
 fn cached_state_matches_a_model_under_concurrent_changes() {
     let (dir, store) = open();

@@ -34,7 +34,7 @@ fn lend_resident_lends_cached_ranges_inside_the_length_only() {
         partition: P,
         object: id,
     };
-    // The first read loads the object's state into its stripe.
+    // The first read loads the object's state into its shard.
     store.read(obj, &[Segment::new(0, 1)], &[]).unwrap();
     let file = store.lend_resident(obj, 4096, 65536).expect("lent");
     let mut got = vec![0u8; 65536];

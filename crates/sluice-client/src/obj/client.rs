@@ -30,8 +30,8 @@ use sluice_obj_proto::{
 
 use super::attr::{AttrChange, Attrs, Value};
 use super::codec::Codec;
+use super::connection::Connection;
 use super::handshake::open;
-use super::link::Link;
 use super::merge::MergePolicy;
 use super::request::{
     DataOptions, Entry, ObjRequest, ObjResponse, Page, Range, ReadReply, Stat, LENGTH_ATTR,
@@ -93,22 +93,22 @@ impl Default for ObjOptions {
 
 /// A connection to an object server, owned by one thread.
 pub struct ObjClient {
-    link: Link,
+    connection: Connection,
     options: ObjOptions,
 }
 
 impl std::fmt::Debug for ObjClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ObjClient")
-            .field("server", &self.link.server)
-            .field("session", &self.link.session)
+            .field("server", &self.connection.server)
+            .field("session", &self.connection.session)
             .finish()
     }
 }
 
 impl Drop for ObjClient {
     fn drop(&mut self) {
-        self.link.disconnect();
+        self.connection.disconnect();
     }
 }
 
@@ -117,7 +117,7 @@ impl ObjClient {
     pub fn connect(uri: &ObjUri, options: &ObjOptions) -> Result<Self, ObjError> {
         let (stream, session) = open(uri, options)?;
         Ok(Self {
-            link: Link::new(
+            connection: Connection::new(
                 stream,
                 uri.to_string(),
                 session,
@@ -130,32 +130,32 @@ impl ObjClient {
 
     /// What the handshake agreed on (features, limits, partition).
     pub fn session(&self) -> &Negotiated {
-        &self.link.session
+        &self.connection.session
     }
 
     /// The server, as its URI.
     pub fn server(&self) -> &str {
-        &self.link.server
+        &self.connection.server
     }
 
     /// The NBD exports attached in the handshake ([`ObjOptions::exports`]),
     /// with the handles extent commands name them by.
     pub fn exports(&self) -> &[AttachedExport] {
-        &self.link.session.exports
+        &self.connection.session.exports
     }
 
     pub(super) fn limits(&self) -> Limits {
-        self.link.session.limits
+        self.connection.session.limits
     }
 
     fn can_batch(&self) -> bool {
-        self.link.session.features.contains(Features::BATCH)
+        self.connection.session.features.contains(Features::BATCH)
     }
 
     pub(super) fn codec(&self) -> Codec<'_> {
         Codec {
-            session: &self.link.session,
-            server: &self.link.server,
+            session: &self.connection.session,
+            server: &self.connection.server,
             ddt: self.options.ddt,
             spans: true,
         }
@@ -205,7 +205,7 @@ impl ObjClient {
         batch: bool,
     ) -> Vec<Result<RawReply, ObjError>> {
         let n = self.options.max_in_flight;
-        self.link.exchange(wires, batch, n)
+        self.connection.exchange(wires, batch, n)
     }
 
     /// Every wire, in flight together; the first failure wins.
@@ -377,7 +377,7 @@ impl ObjClient {
     /// then allocates and faults in no fresh memory per read (the
     /// client keeps up to 64 MiB of such buffers; the rest are dropped).
     pub fn recycle(&mut self, data: Vec<u8>) {
-        self.link.recycle(data);
+        self.connection.recycle(data);
     }
 
     /// Writes `data` over `segments` (in list order; a later segment wins

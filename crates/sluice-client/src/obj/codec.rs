@@ -91,7 +91,7 @@ pub(super) struct Codec<'s> {
     /// The DDT the caller pinned ([`ObjOptions::ddt`](super::ObjOptions::ddt)).
     pub(super) ddt: Option<DdtKind>,
     /// The connection driver takes span replies to list reads (see
-    /// [`Link`](super::link::Link)), so READs whose segments have a
+    /// [`Connection`](super::connection::Connection)), so READs whose segments have a
     /// dense span ask for one.
     pub(super) spans: bool,
 }

@@ -53,9 +53,9 @@
 mod attr;
 mod client;
 mod codec;
+mod connection;
 mod error;
 mod handshake;
-mod link;
 mod merge;
 pub mod plan;
 mod remote_meta;

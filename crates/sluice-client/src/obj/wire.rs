@@ -2,7 +2,7 @@
 //! sending ([`Wire`]), a reply taken out of the receive buffer
 //! ([`take_reply`]), and what each weighs in the window of bytes in
 //! flight. Both connection drivers use them: the single-thread
-//! [`Link`](super::link::Link) and the shared client over the
+//! [`Connection`](super::connection::Connection) and the shared client over the
 //! multiplexer core.
 
 use sluice_obj_proto::consts::{FLAG_SPAN_OK, REPLY_HEADER_LEN, REQUEST_HEADER_LEN};
@@ -122,7 +122,7 @@ pub(super) enum Front {
 }
 
 /// Takes the next whole reply out of `inbuf`: the one way both
-/// connection drivers ([`Link`] and the shared client) parse replies.
+/// connection drivers ([`Connection`] and the shared client) parse replies.
 /// A reply claiming more than the server's published limit allows (plus
 /// a generous allowance for attributes) is a violation, so a corrupt
 /// length cannot make the client allocate without bound.

@@ -2,7 +2,7 @@
 
 use rusqlite::params;
 
-use crate::error::{MetaContext, ObjStoreError};
+use crate::error::{DbContext, ObjStoreError};
 use crate::ObjectRef;
 
 use super::checks::check_attrs;
@@ -45,13 +45,13 @@ impl ObjectStore {
         durable: bool,
     ) -> Result<(), ObjStoreError> {
         check_attrs(attrs)?;
-        let stripe = self.stripe(object);
-        let _guard = stripe.write();
-        let mut cached = self.cached(stripe, object)?;
+        let shard = self.shard(object);
+        let _guard = shard.write();
+        let mut cached = self.cached(shard, object)?;
         let at = now();
         let sets = attrs.to_vec();
         let removes: Vec<String> = remove.iter().map(|k| (*k).to_owned()).collect();
-        let result = self.meta.commit(durable, move |tx| {
+        let result = self.db.commit(durable, move |tx| {
             put_attrs(tx, object, &sets)?;
             let (p, o) = (object.partition.0 as i64, object.object.0 as i64);
             if !removes.is_empty() {
@@ -59,18 +59,18 @@ impl ObjectStore {
                     .prepare_cached(
                         "DELETE FROM attrs WHERE partition = ?1 AND object = ?2 AND key = ?3",
                     )
-                    .meta("prepare attribute removal")?;
+                    .db("prepare attribute removal")?;
                 for key in &removes {
-                    stmt.execute(params![p, o, key]).meta("remove attribute")?;
+                    stmt.execute(params![p, o, key]).db("remove attribute")?;
                 }
             }
             if !sets.is_empty() || !removes.is_empty() {
                 tx.prepare_cached(
                     "UPDATE objects SET attrs_modified = ?3 WHERE partition = ?1 AND id = ?2",
                 )
-                .meta("prepare attribute time")?
+                .db("prepare attribute time")?
                 .execute(params![p, o, at])
-                .meta("update attribute time")?;
+                .db("update attribute time")?;
             }
             Ok(())
         });
@@ -79,11 +79,11 @@ impl ObjectStore {
                 if !attrs.is_empty() || !remove.is_empty() {
                     cached.info.attrs_modified = at;
                 }
-                stripe.keep(object, cached);
+                shard.keep(object, cached);
                 Ok(())
             }
             Err(e) => {
-                stripe.forget(object);
+                shard.forget(object);
                 Err(e)
             }
         }

@@ -4,12 +4,12 @@
 use std::sync::Arc;
 
 use crate::error::ObjStoreError;
-use crate::{meta, ObjectRef};
+use crate::{db, ObjectRef};
 
 use super::change::Staged;
 use super::checks::check_change;
 use super::rows::{prepare_length_update, put_change};
-use super::stripe::stripe_index;
+use super::shard::shard_index;
 use super::times::write_times;
 use super::types::{BatchChange, BatchOutcome, Changed};
 use super::ObjectStore;
@@ -34,7 +34,7 @@ impl ObjectStore {
     ///
     /// Every guarantee of a single call holds for each change:
     ///
-    /// - *Atomic to readers.* The stripes of all the changes' objects are
+    /// - *Atomic to readers.* The shards of all the changes' objects are
     ///   taken for writing (once each, in index order, so two batches,
     ///   or a batch and a single change, never wait on each other in a
     ///   cycle) and held until the commit returned, so no reader sees a
@@ -65,22 +65,22 @@ impl ObjectStore {
             .iter()
             .map(|c| check_change(c).err().map(Err))
             .collect();
-        let mut stripes: Vec<usize> = changes
+        let mut shards: Vec<usize> = changes
             .iter()
             .zip(&results)
             .filter(|(_, r)| r.is_none())
-            .map(|(c, _)| stripe_index(c.object))
+            .map(|(c, _)| shard_index(c.object))
             .collect();
-        stripes.sort_unstable();
-        stripes.dedup();
-        let guards: Vec<_> = stripes.iter().map(|&i| self.stripes[i].write()).collect();
+        shards.sort_unstable();
+        shards.dedup();
+        let guards: Vec<_> = shards.iter().map(|&i| self.shards[i].write()).collect();
         let mut staged: Vec<(usize, Staged)> = Vec::with_capacity(changes.len());
         let mut commits = 0;
         for (i, c) in changes.iter().enumerate() {
             if results[i].is_some() {
                 continue;
             }
-            let stripe = self.stripe(c.object);
+            let shard = self.shard(c.object);
             // A change staged to write its file after the commit (see
             // `Deferred`) commits before a later change to its object
             // that would write the file before it (one setting no
@@ -94,28 +94,28 @@ impl ObjectStore {
             }
             if c.opts.durable || self.has_journal(c.object) {
                 commits += self.commit_staged(&mut staged, &mut results);
-                let r = self.change_locked(stripe, c.object, c.opts, c.edit);
+                let r = self.change_locked(shard, c.object, c.opts, c.edit);
                 match &r {
                     Ok(_) => commits += 1,
-                    Err(_) => stripe.forget(c.object),
+                    Err(_) => shard.forget(c.object),
                 }
                 results[i] = Some(r.map(|(info, before)| Changed { info, before }));
                 continue;
             }
             // A change to an object changed earlier in the batch starts
-            // from that change's state: not from the stripe's cache, which
+            // from that change's state: not from the shard's cache, which
             // holds committed states only (and may have evicted it).
             let start = staged
                 .iter()
                 .rev()
                 .find(|(_, s)| s.row.object == c.object)
                 .map(|(_, s)| &s.after);
-            match self.stage(stripe, c.object, start, c.opts, c.edit) {
+            match self.stage(shard, c.object, start, c.opts, c.edit) {
                 // Only a change on committed state may skip the commit:
                 // one on top of a staged change waits for it.
                 Ok(s) if start.is_none() && self.defer_commit(&s, c.opts) => {
                     let info = s.after.info;
-                    stripe.keep(c.object, s.after);
+                    shard.keep(c.object, s.after);
                     results[i] = Some(Ok(Changed {
                         info,
                         before: s.before,
@@ -128,7 +128,7 @@ impl ObjectStore {
                     if start.is_some() {
                         commits += self.commit_staged(&mut staged, &mut results);
                     }
-                    stripe.forget(c.object);
+                    shard.forget(c.object);
                     results[i] = Some(Err(e));
                 }
             }
@@ -147,7 +147,7 @@ impl ObjectStore {
     /// Commits the rows of `staged` changes in one transaction (each in
     /// a savepoint), settles each, and records their outcomes; returns
     /// the transactions made (0 with nothing staged, else 1). The
-    /// caller holds the changes' stripes.
+    /// caller holds the changes' shards.
     fn commit_staged(
         &self,
         staged: &mut Vec<(usize, Staged)>,
@@ -165,7 +165,7 @@ impl ObjectStore {
         let objects: Vec<ObjectRef> = rows.iter().map(|r| r.object).collect();
         let times = self.take_times();
         let kept = times.clone();
-        let committed = self.meta.commit(false, move |tx| {
+        let committed = self.db.commit(false, move |tx| {
             let sql = |e| ObjStoreError::Commit {
                 source: Arc::new(e),
             };
@@ -176,7 +176,7 @@ impl ObjectStore {
             // and each change runs in a savepoint of its own, so only
             // the failing one (and later changes to its object) are lost.
             let mut update = prepare_length_update(tx)?;
-            let all = meta::in_savepoint(tx, |tx| {
+            let all = db::in_savepoint(tx, |tx| {
                 rows.iter()
                     .map(|row| put_change(tx, &mut update, row))
                     .collect::<Result<Vec<_>, _>>()
@@ -192,8 +192,7 @@ impl ObjectStore {
                     done.push(Err(ObjStoreError::RolledBackWith { object: row.object }));
                     continue;
                 }
-                let r =
-                    meta::in_savepoint(tx, |tx| put_change(tx, &mut update, row)).map_err(sql)?;
+                let r = db::in_savepoint(tx, |tx| put_change(tx, &mut update, row)).map_err(sql)?;
                 if r.is_err() {
                     failed.push(row.object);
                 }
@@ -206,13 +205,13 @@ impl ObjectStore {
                 for ((object, (i, before, after, journal_bytes, deferred)), r) in
                     objects.into_iter().zip(rest).zip(done)
                 {
-                    let stripe = self.stripe(object);
+                    let shard = self.shard(object);
                     results[i] = Some(match r {
                         Ok(rows_done) => {
                             let info = after.info;
                             let (applied, need) = self.apply_deferred(object, deferred.as_ref());
                             self.settle_change(
-                                stripe,
+                                shard,
                                 object,
                                 after,
                                 rows_done,
@@ -222,7 +221,7 @@ impl ObjectStore {
                             applied.map(|()| Changed { info, before })
                         }
                         Err(e) => {
-                            stripe.forget(object);
+                            shard.forget(object);
                             Err(e)
                         }
                     });
@@ -237,12 +236,12 @@ impl ObjectStore {
                     .collect();
                 // Whatever failed, the next use loads the state afresh.
                 for &(object, i) in members.iter().skip(1) {
-                    self.stripe(object).forget(object);
+                    self.shard(object).forget(object);
                     results[i] = Some(Err(shared_failure(&e, object)));
                 }
                 // The first change gets the cause itself.
                 if let Some(&(object, i)) = members.first() {
-                    self.stripe(object).forget(object);
+                    self.shard(object).forget(object);
                     results[i] = Some(Err(e));
                 }
             }

@@ -1,7 +1,7 @@
 //! One data change (write, write from a source, append, punch): staged
-//! under its object's stripe (inline, moved to its file, or in its file,
+//! under its object's shard (inline, moved to its file, or in its file,
 //! journaled or not), committed, then settled into the journal state and
-//! the stripe's cache.
+//! the shard's cache.
 
 use std::borrow::Cow;
 use std::fs::File;
@@ -19,7 +19,7 @@ use super::journal::{Journaled, RowsNeed};
 use super::rows::{
     prepare_length_update, put_change, retire_rows, ChangeRow, DataRows, JournalRow, RowsDone,
 };
-use super::stripe::{Body, Cached, Stripe};
+use super::shard::{Body, Cached, Shard};
 use super::times::write_times;
 use super::types::{BatchChange, Edit, ObjectInfo, WriteOptions, WriteSource};
 use super::{lock, now, ObjectStore};
@@ -68,7 +68,7 @@ impl Bytes<'_> {
     }
 }
 
-/// A data change made under its object's stripe whose metadata is not
+/// A data change made under its object's shard whose metadata is not
 /// committed yet: the row to commit, and the state before and after.
 pub(super) struct Staged {
     pub(super) row: ChangeRow,
@@ -141,7 +141,7 @@ impl ObjectStore {
     /// from its source directly. A hint, asked without waiting for the
     /// object's lock: `false` when it is not known.
     pub fn has_cached_file(&self, object: ObjectRef) -> bool {
-        self.stripe(object)
+        self.shard(object)
             .cache()
             .get(&object)
             .is_some_and(|c| matches!(c.body, Body::File(_)))
@@ -172,7 +172,7 @@ impl ObjectStore {
             .map(|(info, _)| info)
     }
 
-    /// One change to an object's data under its stripe: the bytes change
+    /// One change to an object's data under its shard: the bytes change
     /// (inline, moved to the file, or in the file), then the new length,
     /// times, `opts.attrs` and the rows the change needs commit
     /// together, and the cached state follows. Returns the state after
@@ -184,13 +184,13 @@ impl ObjectStore {
         edit: Edit<'_>,
     ) -> Result<(ObjectInfo, ObjectInfo), ObjStoreError> {
         check_change(&BatchChange { object, edit, opts })?;
-        let stripe = self.stripe(object);
+        let shard = self.shard(object);
         let result = {
-            let _guard = stripe.write();
-            let result = self.change_locked(stripe, object, opts, edit);
+            let _guard = shard.write();
+            let result = self.change_locked(shard, object, opts, edit);
             if result.is_err() {
                 // Whatever failed, the next use loads the state afresh.
-                stripe.forget(object);
+                shard.forget(object);
             }
             result
         };
@@ -202,15 +202,15 @@ impl ObjectStore {
 
     pub(super) fn change_locked(
         &self,
-        stripe: &Stripe,
+        shard: &Shard,
         object: ObjectRef,
         opts: &WriteOptions,
         edit: Edit<'_>,
     ) -> Result<(ObjectInfo, ObjectInfo), ObjStoreError> {
-        let staged = self.stage(stripe, object, None, opts, edit)?;
+        let staged = self.stage(shard, object, None, opts, edit)?;
         if self.defer_commit(&staged, opts) {
             let info = staged.after.info;
-            stripe.keep(object, staged.after);
+            shard.keep(object, staged.after);
             return Ok((info, staged.before));
         }
         let Staged {
@@ -223,7 +223,7 @@ impl ObjectStore {
         let times = self.take_times();
         let kept = times.clone();
         let done = self
-            .meta
+            .db
             .commit(opts.durable, move |tx| {
                 write_times(tx, &times)?;
                 put_change(tx, &mut prepare_length_update(tx)?, &row)
@@ -231,7 +231,7 @@ impl ObjectStore {
             .inspect_err(|_| self.restore_times(kept))?;
         let info = after.info;
         let (applied, need) = self.apply_deferred(object, deferred.as_ref());
-        self.settle_change(stripe, object, after, done, journal_bytes, need);
+        self.settle_change(shard, object, after, done, journal_bytes, need);
         applied.map(|()| (info, before))
     }
 
@@ -267,14 +267,14 @@ impl ObjectStore {
         Ok(())
     }
 
-    /// The data half of a change under its object's stripe: the bytes
+    /// The data half of a change under its object's shard: the bytes
     /// change (inline, moved to the file, or in the file) and the
     /// metadata to commit is returned with the state after it. `start`:
     /// the object's state after a change staged before this one and not
-    /// committed yet (else its committed state, from the stripe's cache).
+    /// committed yet (else its committed state, from the shard's cache).
     pub(super) fn stage(
         &self,
-        stripe: &Stripe,
+        shard: &Shard,
         object: ObjectRef,
         start: Option<&Cached>,
         opts: &WriteOptions,
@@ -282,7 +282,7 @@ impl ObjectStore {
     ) -> Result<Staged, ObjStoreError> {
         let mut cached = match start {
             Some(c) => c.clone(),
-            None => self.cached(stripe, object)?,
+            None => self.cached(shard, object)?,
         };
         let before = cached.info;
         let single;
@@ -373,7 +373,7 @@ impl ObjectStore {
     /// cached state becomes `after`.
     pub(super) fn settle_change(
         &self,
-        stripe: &Stripe,
+        shard: &Shard,
         object: ObjectRef,
         after: Cached,
         done: RowsDone,
@@ -404,7 +404,7 @@ impl ObjectStore {
             RowsDone::Retired => self.forget_journaled(object),
             RowsDone::Other => {}
         }
-        stripe.keep(object, after);
+        shard.keep(object, after);
     }
 
     /// Moves an inline object that grows past the inline limit to its
@@ -466,7 +466,7 @@ impl ObjectStore {
             if deferred {
                 retire = Some(j.seq);
             } else {
-                self.meta
+                self.db
                     .commit(false, move |tx| retire_rows(tx, object, j.seq))?;
                 self.forget_journaled(object);
             }

@@ -7,9 +7,9 @@ use std::sync::Arc;
 
 use rusqlite::{params, Connection};
 
-use crate::error::{MetaContext, ObjStoreError};
+use crate::error::{DbContext, ObjStoreError};
 use crate::segments::Segment;
-use crate::{data, inline, meta, ObjectId, ObjectRef, PartitionId};
+use crate::{data, db, inline, ObjectId, ObjectRef, PartitionId};
 
 use super::change::written_end;
 use super::checks::{check_attrs, check_payload};
@@ -90,19 +90,19 @@ fn insert_objects(
             "INSERT INTO objects (partition, id, length, created, data_modified, attrs_modified)
              VALUES (?1, ?2, ?3, ?4, ?4, ?4)",
         )
-        .meta("prepare create")?;
+        .db("prepare create")?;
     let mut member = tx
         .prepare_cached("INSERT INTO members (partition, collection, object) VALUES (?1, ?2, ?3)")
-        .meta("prepare collection member")?;
+        .db("prepare collection member")?;
     let mut ids = Vec::with_capacity(count as usize);
     for id in first..first + i64::from(count) {
         insert
             .execute(params![partition.0 as i64, id, length as i64, at])
-            .meta("create object")?;
+            .db("create object")?;
         if let Some(name) = collection {
             member
                 .execute(params![partition.0 as i64, name, id])
-                .meta("add collection member")?;
+                .db("add collection member")?;
         }
         let object = ObjectRef {
             partition,
@@ -162,9 +162,9 @@ impl ObjectStore {
             let reserved = ids.next + count.max(ID_BLOCK);
             // Synced: an id handed out must never come back after a
             // crash (a file of the object it named may be left).
-            self.meta.commit(true, move |tx| {
+            self.db.commit(true, move |tx| {
                 tx.execute("UPDATE store SET next_object = ?1", [reserved as i64])
-                    .meta("reserve object ids")?;
+                    .db("reserve object ids")?;
                 Ok(())
             })?;
             ids.reserved = reserved;
@@ -214,13 +214,13 @@ impl ObjectStore {
             source,
         })?;
         fsync_dir(&self.root)?;
-        self.meta.commit(true, move |tx| {
+        self.db.commit(true, move |tx| {
             let n = tx
                 .execute(
                     "INSERT OR IGNORE INTO partitions (id) VALUES (?1)",
                     [partition.0 as i64],
                 )
-                .meta("create partition")?;
+                .db("create partition")?;
             if n == 0 {
                 return Err(ObjStoreError::PartitionExists { partition });
             }
@@ -241,14 +241,14 @@ impl ObjectStore {
         name: &str,
     ) -> Result<(), ObjStoreError> {
         let name = name.to_owned();
-        self.meta.commit(false, move |tx| {
+        self.db.commit(false, move |tx| {
             check_partition(tx, partition)?;
             let n = tx
                 .execute(
                     "INSERT OR IGNORE INTO collections (partition, name) VALUES (?1, ?2)",
                     params![partition.0 as i64, name],
                 )
-                .meta("create collection")?;
+                .db("create collection")?;
             if n == 0 {
                 return Err(ObjStoreError::CollectionExists { partition, name });
             }
@@ -259,7 +259,7 @@ impl ObjectStore {
     /// Creates `count` empty objects in `partition` (members of
     /// `collection` if given), each with `opts.attrs`, in one
     /// transaction (shared with concurrent changes: see
-    /// `meta::Committer`); returns their ids in increasing order.
+    /// `db::Committer`); returns their ids in increasing order.
     pub fn create(
         &self,
         partition: PartitionId,
@@ -342,7 +342,7 @@ impl ObjectStore {
         }
         let durable = creates.iter().any(|c| c.opts.durable);
         let indices: Vec<usize> = inserts.iter().map(|i| i.index).collect();
-        let made = self.meta.commit(durable, move |tx| {
+        let made = self.db.commit(durable, move |tx| {
             if let [insert] = inserts.as_slice() {
                 // Alone, its failure is the change's: the transaction (or
                 // the committer's savepoint for it) rolls it back.
@@ -350,8 +350,8 @@ impl ObjectStore {
             }
             let mut made = Vec::with_capacity(inserts.len());
             for insert in &inserts {
-                let result = meta::in_savepoint(tx, |tx| insert.apply(tx, partition, at))
-                    .meta("savepoint of a create")?;
+                let result = db::in_savepoint(tx, |tx| insert.apply(tx, partition, at))
+                    .db("savepoint of a create")?;
                 made.push(result);
             }
             Ok(made)
@@ -447,18 +447,18 @@ impl ObjectStore {
 
     /// Removes an object, its attributes and its data.
     pub fn remove(&self, object: ObjectRef) -> Result<(), ObjStoreError> {
-        let stripe = self.stripe(object);
-        let _guard = stripe.write();
+        let shard = self.shard(object);
+        let _guard = shard.write();
         // Closed before the file goes: no cached descriptor outlives it.
-        stripe.forget(object);
-        self.meta.commit(false, move |tx| {
+        shard.forget(object);
+        self.db.commit(false, move |tx| {
             let (p, o) = (object.partition.0 as i64, object.object.0 as i64);
             let n = tx
                 .execute(
                     "DELETE FROM objects WHERE partition = ?1 AND id = ?2",
                     params![p, o],
                 )
-                .meta("remove object")?;
+                .db("remove object")?;
             if n == 0 {
                 return Err(ObjStoreError::UnknownObject { object });
             }
@@ -466,21 +466,21 @@ impl ObjectStore {
                 "DELETE FROM attrs WHERE partition = ?1 AND object = ?2",
                 params![p, o],
             )
-            .meta("remove attributes")?;
+            .db("remove attributes")?;
             tx.execute(
                 "DELETE FROM members WHERE partition = ?1 AND object = ?2",
                 params![p, o],
             )
-            .meta("remove collection memberships")?;
+            .db("remove collection memberships")?;
             tx.execute("DELETE FROM inline_data WHERE object = ?1", params![o])
-                .meta("remove inline data")?;
+                .db("remove inline data")?;
             // In the removal's transaction: a replay never writes a
             // removed object's bytes back.
             tx.execute(
                 "DELETE FROM journal WHERE partition = ?1 AND object = ?2",
                 params![p, o],
             )
-            .meta("remove journal rows")?;
+            .db("remove journal rows")?;
             Ok(())
         })?;
         // Only once its rows are gone: until then its later changes

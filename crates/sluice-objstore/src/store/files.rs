@@ -26,7 +26,7 @@ pub(super) fn fsync_dir(path: &Path) -> Result<(), ObjStoreError> {
 /// commit failed). Past the length they read as zeros, but a later write
 /// further out would extend the length over them and expose them, so
 /// they go before the object's state is cached. The caller holds the
-/// object's stripe, so no change is between its data and its commit.
+/// object's shard, so no change is between its data and its commit.
 pub(super) fn drop_stale_tail(file: &File, length: u64) -> io::Result<()> {
     if file.metadata()?.len() > length {
         file.set_len(length)?;

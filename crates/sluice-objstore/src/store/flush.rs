@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 
 use rusqlite::params;
 
-use crate::error::{MetaContext, ObjStoreError};
+use crate::error::{DbContext, ObjStoreError};
 use crate::{ObjectId, ObjectRef, PartitionId};
 
 use super::journal::{Journaled, RowsNeed};
@@ -38,12 +38,12 @@ impl ObjectStore {
                 .prepare_cached(
                     "SELECT object FROM members WHERE partition = ?1 AND collection = ?2",
                 )
-                .meta("prepare collection members")?;
+                .db("prepare collection members")?;
             let ids = stmt
                 .query_map(params![partition.0 as i64, name], |r| r.get::<_, i64>(0))
-                .meta("list collection members")?
+                .db("list collection members")?
                 .collect::<Result<Vec<_>, _>>()
-                .meta("list collection members")?;
+                .db("list collection members")?;
             ids.into_iter().map(|id| ObjectId(id as u64)).collect()
         };
         self.flush_where(partition, |o| members.contains(&o.object))
@@ -119,7 +119,7 @@ impl ObjectStore {
         let retire: Vec<(ObjectRef, i64)> = covered.iter().map(|(o, j)| (*o, j.seq)).collect();
         let times = self.take_times();
         let kept = times.clone();
-        self.meta
+        self.db
             .commit(true, move |tx| {
                 write_times(tx, &times)?;
                 for (object, seq) in retire {

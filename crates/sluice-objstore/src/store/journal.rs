@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs::File;
 use std::sync::atomic::Ordering;
 
-use crate::error::{MetaContext, ObjStoreError};
+use crate::error::{DbContext, ObjStoreError};
 use crate::segments::Segment;
 use crate::{data, ObjectId, ObjectRef, PartitionId};
 
@@ -60,14 +60,14 @@ impl ObjectStore {
             let conn = self.reader();
             let mut stmt = conn
                 .prepare("SELECT partition, object, offset, len, data FROM journal ORDER BY seq")
-                .meta("prepare journal replay")?;
+                .db("prepare journal replay")?;
             let rows = stmt
                 .query_map([], |r| {
                     Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
                 })
-                .meta("read journal")?
+                .db("read journal")?
                 .collect::<Result<Vec<Row>, _>>()
-                .meta("read journal")?;
+                .db("read journal")?;
             rows
         };
         if rows.is_empty() {
@@ -104,9 +104,9 @@ impl ObjectStore {
             objects = files.len(),
             "replayed the object store's journal"
         );
-        self.meta.commit(true, |tx| {
+        self.db.commit(true, |tx| {
             tx.execute("DELETE FROM journal", [])
-                .meta("retire replayed journal")?;
+                .db("retire replayed journal")?;
             Ok(())
         })
     }
@@ -119,7 +119,7 @@ impl ObjectStore {
 
     /// Retires the journal once it holds more than
     /// [`StoreOptions::journal_retire`] bytes. Called after a change,
-    /// outside its stripe: retiring syncs other objects' files. The
+    /// outside its shard: retiring syncs other objects' files. The
     /// change is done and durable as asked whatever happens here; a
     /// failed retirement leaves the rows to the next one.
     pub(super) fn retire_if_due(&self) {

@@ -1,7 +1,7 @@
 //! The [`ObjectStore`]: the typed API the server calls.
 //!
 //! Concurrency. Changes to the database go through the group
-//! committer (`meta::Committer`): changes arriving while a group commits
+//! committer (`db::Committer`): changes arriving while a group commits
 //! are committed together in the next one, one transaction and at most
 //! one WAL fsync for all of them, so concurrent creates and attribute
 //! sets do not queue for a commit each; [`ObjectStore::create_many`]
@@ -10,27 +10,27 @@
 //! once and need not wait in the queue once per create. Metadata reads
 //! use a second connection (WAL lets it read while a group commits).
 //! Neither connection is held across data I/O. Each object's mandatory
-//! attributes and open data file are cached in its stripe (see
-//! `Stripe`), so a read or write of a known object asks SQLite nothing
+//! attributes and open data file are cached in its shard (see
+//! `Shard`), so a read or write of a known object asks SQLite nothing
 //! and opens nothing.
 //!
-//! Atomicity. Each object maps to one of 64 striped reader-writer locks.
-//! A command that changes data takes its stripe for writing, writes the
+//! Atomicity. Each object maps to one of 64 sharded reader-writer locks.
+//! A command that changes data takes its shard for writing, writes the
 //! data, then commits the new length, the modified times and the
 //! attribute sets riding on it in one transaction, then releases the
-//! stripe. Reads (with or without attributes) take the stripe for
+//! shard. Reads (with or without attributes) take the shard for
 //! reading around reading the metadata and the data, so no reader sees
 //! a command's data without the attributes set with it. A batch of
-//! changes (`ObjectStore::change_batch`) takes the stripes of all its
+//! changes (`ObjectStore::change_batch`) takes the shards of all its
 //! objects, each once and in index order (so batches never wait on each
 //! other in a cycle), writes every change's data, commits all their
 //! metadata in one transaction (each change in a savepoint, so one that
 //! fails is rolled back alone), then releases them. Lock order:
-//! stripes (in index order), then a stripe's cache, the journal state (then the dirty set), the
+//! shards (in index order), then a shard's cache, the journal state (then the dirty set), the
 //! id block, the committer (queue, then connection) or the read
 //! connection; never the reverse (the id block is held across its
 //! reservation's commit), and no change run by the committer takes a
-//! stripe. The data-modified times waiting in memory are a leaf: taken
+//! shard. The data-modified times waiting in memory are a leaf: taken
 //! under any of these, with nothing taken under them.
 //!
 //! Crash safety. Data is written before the transaction that makes it
@@ -74,7 +74,7 @@
 //! the file (`RowsNeed::Nothing`), so neither it nor the changes after
 //! it are journaled for them, and they never cost a sync.
 //!
-//! Modules. `types` holds the public types; `stripe` the lock stripes
+//! Modules. `types` holds the public types; `shard` the lock shards
 //! and the object states they cache; `rows` the SQL of the rows a
 //! change commits and of the lookups; `times` the data-modified times
 //! waiting in memory; `checks` what a request is checked for before it
@@ -96,7 +96,7 @@ mod journal;
 mod query;
 mod read;
 mod rows;
-mod stripe;
+mod shard;
 mod times;
 mod truncate;
 mod types;
@@ -109,13 +109,13 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use rusqlite::Connection;
 
-use crate::error::{MetaContext, ObjStoreError};
-use crate::meta::Committer;
-use crate::{meta, ObjectRef, PartitionId};
+use crate::db::Committer;
+use crate::error::{DbContext, ObjStoreError};
+use crate::{db, ObjectRef, PartitionId};
 
 use self::create::Ids;
 use self::journal::Journaled;
-use self::stripe::{Stripe, STRIPES};
+use self::shard::{Shard, SHARDS};
 use self::times::write_times;
 
 pub use self::types::{
@@ -132,10 +132,10 @@ pub struct ObjectStore {
     root: PathBuf,
     options: StoreOptions,
     /// Every change to the database goes through it.
-    meta: Committer,
+    db: Committer,
     /// Metadata reads (see [`ObjectStore::reader`]).
     reader: Mutex<Connection>,
-    stripes: Vec<Stripe>,
+    shards: Vec<Shard>,
     /// Objects written since their last fsync.
     dirty: Mutex<HashSet<ObjectRef>>,
     /// Partitions whose folder gained a file since its last fsync.
@@ -149,7 +149,7 @@ pub struct ObjectStore {
     journal_bytes: AtomicU64,
     /// How many objects `journaled` holds, kept beside it so that a
     /// write to a store with none takes no lock to learn so (a write
-    /// to an object that has rows follows, under the object's stripe,
+    /// to an object that has rows follows, under the object's shard,
     /// the write that added them and so sees a count above zero).
     journaled_objects: AtomicUsize,
     ids: Mutex<Ids>,
@@ -183,7 +183,7 @@ impl Drop for ObjectStore {
             return;
         }
         let count = times.len();
-        if let Err(e) = self.meta.commit(false, move |tx| write_times(tx, &times)) {
+        if let Err(e) = self.db.commit(false, move |tx| write_times(tx, &times)) {
             tracing::warn!(root = %self.root.display(), objects = count, error = %e, "writing data-modified times at close failed; those objects keep their older times");
         }
     }
@@ -207,17 +207,17 @@ impl ObjectStore {
             source,
         })?;
         let path = root.join(DB_FILE);
-        let writer = meta::open(&path)?;
-        let reader = meta::open(&path)?;
+        let writer = db::open(&path)?;
+        let reader = db::open(&path)?;
         let next: i64 = writer
             .query_row("SELECT next_object FROM store", [], |r| r.get(0))
-            .meta("read next object id")?;
+            .db("read next object id")?;
         let store = Self {
             root,
             options,
-            meta: Committer::new(writer),
+            db: Committer::new(writer),
             reader: Mutex::new(reader),
-            stripes: (0..STRIPES).map(|_| Stripe::default()).collect(),
+            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
             dirty: Mutex::new(HashSet::new()),
             new_files: Mutex::new(HashSet::new()),
             journaled: Mutex::new(HashMap::new()),
@@ -236,9 +236,9 @@ impl ObjectStore {
     }
 
     /// The connection metadata reads use (changes go through
-    /// `meta::Committer::commit`). WAL lets it read while a group commits;
-    /// a read that must see a change made under an object's stripe takes
-    /// that stripe, so the change's commit has returned by then.
+    /// `db::Committer::commit`). WAL lets it read while a group commits;
+    /// a read that must see a change made under an object's shard takes
+    /// that shard, so the change's commit has returned by then.
     fn reader(&self) -> MutexGuard<'_, Connection> {
         // A panic while holding the connection leaves no half-done
         // statement behind (rusqlite resets statements on drop).
@@ -248,7 +248,7 @@ impl ObjectStore {
     /// Metadata transactions committed since the store was opened (a
     /// group commit is one, however many changes it held).
     pub fn commits(&self) -> u64 {
-        self.meta.commits()
+        self.db.commits()
     }
 
     /// Data changes since the store was opened that committed nothing:

@@ -4,7 +4,7 @@
 use rusqlite::params;
 use rusqlite::types::Value;
 
-use crate::error::{MetaContext, ObjStoreError};
+use crate::error::{DbContext, ObjStoreError};
 use crate::{ObjectId, ObjectRef, PartitionId};
 
 use super::rows::{check_collection, check_partition, read_attrs};
@@ -41,12 +41,12 @@ impl ObjectStore {
                      AND id > ?3 ORDER BY id LIMIT ?4",
                 ),
             }
-            .meta("prepare listing")?;
+            .db("prepare listing")?;
             let mut rows = stmt
                 .query(params![partition.0 as i64, collection, after, fetch])
-                .meta("list objects")?;
-            while let Some(row) = rows.next().meta("list objects")? {
-                ids.push(row.get(0).meta("read object id")?);
+                .db("list objects")?;
+            while let Some(row) = rows.next().db("list objects")? {
+                ids.push(row.get(0).db("read object id")?);
             }
         }
         let next = if ids.len() > limit {
@@ -128,12 +128,12 @@ impl ObjectStore {
             }
         }
         sql += " ORDER BY 1";
-        let mut stmt = conn.prepare_cached(&sql).meta("prepare query")?;
+        let mut stmt = conn.prepare_cached(&sql).db("prepare query")?;
         let ids = stmt
             .query_map(rusqlite::params_from_iter(values), |r| r.get::<_, i64>(0))
-            .meta("query")?
+            .db("query")?
             .collect::<Result<Vec<_>, _>>()
-            .meta("query")?;
+            .db("query")?;
         Ok(ids.into_iter().map(|id| ObjectId(id as u64)).collect())
     }
 }

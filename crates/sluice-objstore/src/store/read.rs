@@ -1,4 +1,4 @@
-//! The read paths: under the object's stripe (`read`, `read_into`),
+//! The read paths: under the object's shard (`read`, `read_into`),
 //! only when it would not wait (`read_into_nowait`), and the lending of
 //! a resident object file (`lend_resident`).
 
@@ -11,7 +11,7 @@ use crate::{data, inline, ObjectRef};
 
 use super::checks::{check_read_len, check_segments};
 use super::rows::read_attrs;
-use super::stripe::{Body, Cached};
+use super::shard::{Body, Cached};
 use super::types::{AttrValue, ReadFound, ReadResult};
 use super::ObjectStore;
 
@@ -53,9 +53,9 @@ impl ObjectStore {
     ) -> Result<ReadFound, ObjStoreError> {
         let total = check_segments(object, segments)?;
         check_read_len(object, total)?;
-        let stripe = self.stripe(object);
-        let _guard = stripe.read();
-        let cached = self.cached(stripe, object)?;
+        let shard = self.shard(object);
+        let _guard = shard.read();
+        let cached = self.cached(shard, object)?;
         let attrs = if attr_keys.is_empty() {
             Vec::new()
         } else {
@@ -66,10 +66,10 @@ impl ObjectStore {
 
     /// [`read_into`](Self::read_into) without attributes, when it would
     /// not wait: the object's state is cached, no change to the object
-    /// holds its stripe (tried, not waited for), and the span of the
+    /// holds its shard (tried, not waited for), and the span of the
     /// segments inside the object's length is all in the page cache.
     /// `Ok(None)`, with `place` not called, otherwise. As atomic as
-    /// `read_into`: the stripe is held across the read.
+    /// `read_into`: the shard is held across the read.
     pub fn read_into_nowait<'b>(
         &self,
         object: ObjectRef,
@@ -78,11 +78,11 @@ impl ObjectStore {
     ) -> Result<Option<ReadFound>, ObjStoreError> {
         let total = check_segments(object, segments)?;
         check_read_len(object, total)?;
-        let stripe = self.stripe(object);
-        let Some(_guard) = stripe.try_read() else {
+        let shard = self.shard(object);
+        let Some(_guard) = shard.try_read() else {
             return Ok(None);
         };
-        let Some(cached) = stripe.cache().get(&object).cloned() else {
+        let Some(cached) = shard.cache().get(&object).cloned() else {
             return Ok(None);
         };
         let start = segments.iter().map(|s| s.offset).min().unwrap_or(0);
@@ -102,7 +102,7 @@ impl ObjectStore {
     }
 
     /// The part of a read after its object's state (and attributes) are
-    /// known, under its stripe.
+    /// known, under its shard.
     fn read_cached<'b>(
         &self,
         object: ObjectRef,
@@ -152,13 +152,13 @@ impl ObjectStore {
     /// `[offset, offset + len)` of it without copying it here (the
     /// server's `sendfile`), when that range reads as the file's bytes
     /// and reading it now cannot wait: the object's state is cached (no
-    /// SQLite, no open), no change to the object holds its stripe (the
-    /// stripe is tried, never waited for), the range lies inside the
+    /// SQLite, no open), no change to the object holds its shard (the
+    /// shard is tried, never waited for), the range lies inside the
     /// object's logical length, and every page of it is in the page
     /// cache. `None` otherwise; [`read_into`](Self::read_into) then
     /// reads it.
     ///
-    /// The length is checked under the stripe, but the caller reads the
+    /// The length is checked under the shard, but the caller reads the
     /// bytes after it is released, so unlike `read_into` a change to the
     /// range made meanwhile may show through, byte by byte old or new (a
     /// write's, or a punch's zeros); a removal leaves the lent file's
@@ -166,10 +166,10 @@ impl ObjectStore {
     /// (only a removal shortens an object), so no byte past the end is
     /// ever lent.
     pub fn lend_resident(&self, object: ObjectRef, offset: u64, len: u64) -> Option<Arc<File>> {
-        let stripe = self.stripe(object);
-        let _guard = stripe.try_read()?;
+        let shard = self.shard(object);
+        let _guard = shard.try_read()?;
         let (length, file) = {
-            let cache = stripe.cache();
+            let cache = shard.cache();
             let c = cache.get(&object)?;
             // Inline objects have no file to lend.
             let Body::File(file) = &c.body else {

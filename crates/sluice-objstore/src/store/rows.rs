@@ -10,7 +10,7 @@ use std::sync::Arc;
 use rusqlite::types::{ToSqlOutput, Value, ValueRef};
 use rusqlite::{params, CachedStatement, Connection, OptionalExtension};
 
-use crate::error::{MetaContext, ObjStoreError};
+use crate::error::{DbContext, ObjStoreError};
 use crate::{ObjectRef, PartitionId};
 
 use super::types::{AttrValue, ObjectInfo};
@@ -106,7 +106,7 @@ pub(super) fn read_info(conn: &Connection, object: ObjectRef) -> Result<ObjectIn
         "SELECT length, created, data_modified, attrs_modified FROM objects
          WHERE partition = ?1 AND id = ?2",
     )
-    .meta("prepare object lookup")?
+    .db("prepare object lookup")?
     .query_row(
         params![object.partition.0 as i64, object.object.0 as i64],
         |r| {
@@ -119,7 +119,7 @@ pub(super) fn read_info(conn: &Connection, object: ObjectRef) -> Result<ObjectIn
         },
     )
     .optional()
-    .meta("look up object")?
+    .db("look up object")?
     .ok_or(ObjStoreError::UnknownObject { object })
 }
 
@@ -135,11 +135,11 @@ pub(super) fn read_attrs(
             .prepare_cached(
                 "SELECT key, value FROM attrs WHERE partition = ?1 AND object = ?2 ORDER BY key",
             )
-            .meta("prepare attribute listing")?;
-        let mut rows = stmt.query(params![p, o]).meta("list attributes")?;
-        while let Some(row) = rows.next().meta("list attributes")? {
-            let key: String = row.get(0).meta("read attribute key")?;
-            if let Some(v) = AttrValue::from_sql(row.get_ref(1).meta("read attribute")?) {
+            .db("prepare attribute listing")?;
+        let mut rows = stmt.query(params![p, o]).db("list attributes")?;
+        while let Some(row) = rows.next().db("list attributes")? {
+            let key: String = row.get(0).db("read attribute key")?;
+            if let Some(v) = AttrValue::from_sql(row.get_ref(1).db("read attribute")?) {
                 out.push((key, v));
             }
         }
@@ -148,11 +148,11 @@ pub(super) fn read_attrs(
             .prepare_cached(
                 "SELECT value FROM attrs WHERE partition = ?1 AND object = ?2 AND key = ?3",
             )
-            .meta("prepare attribute lookup")?;
+            .db("prepare attribute lookup")?;
         for key in keys {
-            let mut rows = stmt.query(params![p, o, key]).meta("get attribute")?;
-            if let Some(row) = rows.next().meta("get attribute")? {
-                if let Some(v) = AttrValue::from_sql(row.get_ref(0).meta("read attribute")?) {
+            let mut rows = stmt.query(params![p, o, key]).db("get attribute")?;
+            if let Some(row) = rows.next().db("get attribute")? {
+                if let Some(v) = AttrValue::from_sql(row.get_ref(0).db("read attribute")?) {
                     out.push(((*key).to_owned(), v));
                 }
             }
@@ -189,16 +189,16 @@ pub(super) fn put_attrs(
     for rows in attrs.chunks(ATTRS_INSERT.len()) {
         let mut stmt = tx
             .prepare_cached(ATTRS_INSERT[rows.len() - 1])
-            .meta("prepare attribute set")?;
-        stmt.raw_bind_parameter(1, p).meta("set attribute")?;
-        stmt.raw_bind_parameter(2, o).meta("set attribute")?;
+            .db("prepare attribute set")?;
+        stmt.raw_bind_parameter(1, p).db("set attribute")?;
+        stmt.raw_bind_parameter(2, o).db("set attribute")?;
         for (i, (key, value)) in rows.iter().enumerate() {
             stmt.raw_bind_parameter(3 + 2 * i, key.as_str())
-                .meta("set attribute")?;
+                .db("set attribute")?;
             stmt.raw_bind_parameter(4 + 2 * i, ToSqlOutput::Borrowed(value.as_sql()))
-                .meta("set attribute")?;
+                .db("set attribute")?;
         }
-        stmt.raw_execute().meta("set attribute")?;
+        stmt.raw_execute().db("set attribute")?;
     }
     Ok(())
 }
@@ -209,10 +209,10 @@ pub(super) fn check_partition(
 ) -> Result<(), ObjStoreError> {
     let found: Option<i64> = conn
         .prepare_cached("SELECT id FROM partitions WHERE id = ?1")
-        .meta("prepare partition lookup")?
+        .db("prepare partition lookup")?
         .query_row([partition.0 as i64], |r| r.get(0))
         .optional()
-        .meta("look up partition")?;
+        .db("look up partition")?;
     found
         .map(|_| ())
         .ok_or(ObjStoreError::UnknownPartition { partition })
@@ -226,10 +226,10 @@ pub(super) fn check_collection(
     check_partition(conn, partition)?;
     let found: Option<String> = conn
         .prepare_cached("SELECT name FROM collections WHERE partition = ?1 AND name = ?2")
-        .meta("prepare collection lookup")?
+        .db("prepare collection lookup")?
         .query_row(params![partition.0 as i64, name], |r| r.get(0))
         .optional()
-        .meta("look up collection")?;
+        .db("look up collection")?;
     found.map(|_| ()).ok_or(ObjStoreError::UnknownCollection {
         partition,
         name: name.to_owned(),
@@ -241,10 +241,10 @@ pub(super) fn read_inline(
     object: ObjectRef,
 ) -> Result<Option<Vec<u8>>, ObjStoreError> {
     conn.prepare_cached("SELECT data FROM inline_data WHERE object = ?1")
-        .meta("prepare inline data lookup")?
+        .db("prepare inline data lookup")?
         .query_row([object.object.0 as i64], |r| r.get(0))
         .optional()
-        .meta("look up inline data")
+        .db("look up inline data")
 }
 
 /// The statement that sets a data change's length and both times.
@@ -256,8 +256,7 @@ const UPDATE_LENGTH: &str = "UPDATE objects SET length = ?3, data_modified = ?4,
 /// once for all its changes: fetching it from rusqlite's cache and
 /// handing it back cost a fifth of a change's rows).
 pub(super) fn prepare_length_update(tx: &Connection) -> Result<CachedStatement<'_>, ObjStoreError> {
-    tx.prepare_cached(UPDATE_LENGTH)
-        .meta("prepare length update")
+    tx.prepare_cached(UPDATE_LENGTH).db("prepare length update")
 }
 
 /// Commits a data change's row: the length and both times in one
@@ -277,7 +276,7 @@ pub(super) fn put_change(
             row.at,
             !row.attrs.is_empty()
         ])
-        .meta("update length")?;
+        .db("update length")?;
     put_attrs(tx, object, &row.attrs)?;
     put_rows(tx, object, &row.rows)
 }
@@ -290,9 +289,9 @@ pub(super) fn retire_rows(
 ) -> Result<(), ObjStoreError> {
     let (p, o) = (object.partition.0 as i64, object.object.0 as i64);
     tx.prepare_cached("DELETE FROM journal WHERE partition = ?1 AND object = ?2 AND seq <= ?3")
-        .meta("prepare journal retirement")?
+        .db("prepare journal retirement")?
         .execute(params![p, o, seq])
-        .meta("retire journal rows")?;
+        .db("retire journal rows")?;
     Ok(())
 }
 
@@ -314,16 +313,16 @@ pub(super) fn put_rows(
                 "INSERT INTO inline_data (object, data) VALUES (?1, ?2)
                  ON CONFLICT (object) DO UPDATE SET data = excluded.data",
             )
-            .meta("prepare inline data")?
+            .db("prepare inline data")?
             .execute(params![o, bytes.as_slice()])
-            .meta("store inline data")?;
+            .db("store inline data")?;
             Ok(RowsDone::Other)
         }
         DataRows::Uninline => {
             tx.prepare_cached("DELETE FROM inline_data WHERE object = ?1")
-                .meta("prepare inline data removal")?
+                .db("prepare inline data removal")?
                 .execute([o])
-                .meta("remove inline data")?;
+                .db("remove inline data")?;
             Ok(RowsDone::Other)
         }
         DataRows::Journal {
@@ -339,11 +338,11 @@ pub(super) fn put_rows(
                     "INSERT INTO journal (partition, object, offset, len, data)
                      VALUES (?1, ?2, ?3, ?4, ?5)",
                 )
-                .meta("prepare journal row")?;
+                .db("prepare journal row")?;
             for &(offset, len, range) in rows {
                 let data = range.map(|(a, b)| &bytes[a..b]);
                 stmt.execute(params![p, o, offset as i64, len as i64, data])
-                    .meta("journal a write")?;
+                    .db("journal a write")?;
             }
             Ok(match (rows.is_empty(), retire) {
                 (true, None) => RowsDone::Other,

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use rusqlite::{params, Connection};
 
-use crate::error::{MetaContext, ObjStoreError};
+use crate::error::{DbContext, ObjStoreError};
 use crate::ObjectRef;
 
 use super::change::Staged;
@@ -34,14 +34,14 @@ pub(super) fn write_times(
             "UPDATE objects SET data_modified = max(data_modified, ?3)
              WHERE partition = ?1 AND id = ?2",
         )
-        .meta("prepare data-modified time")?;
+        .db("prepare data-modified time")?;
     for &(object, at) in times {
         stmt.execute(params![
             object.partition.0 as i64,
             object.object.0 as i64,
             at
         ])
-        .meta("write data-modified time")?;
+        .db("write data-modified time")?;
     }
     Ok(())
 }

@@ -7,7 +7,7 @@ use crate::ObjectRef;
 
 use super::journal::RowsNeed;
 use super::rows::{prepare_length_update, put_change, ChangeRow, DataRows};
-use super::stripe::{Body, Stripe};
+use super::shard::{Body, Shard};
 use super::times::write_times;
 use super::types::ObjectInfo;
 use super::{lock, now, ObjectStore};
@@ -29,25 +29,25 @@ impl ObjectStore {
         length: u64,
         durable: bool,
     ) -> Result<ObjectInfo, ObjStoreError> {
-        let stripe = self.stripe(object);
-        let _guard = stripe.write();
-        let result = self.truncate_locked(stripe, object, length, durable);
+        let shard = self.shard(object);
+        let _guard = shard.write();
+        let result = self.truncate_locked(shard, object, length, durable);
         if result.is_err() {
             // Whatever failed, the next use loads the state afresh (and
             // drops a tail past the committed length).
-            stripe.forget(object);
+            shard.forget(object);
         }
         result
     }
 
     fn truncate_locked(
         &self,
-        stripe: &Stripe,
+        shard: &Shard,
         object: ObjectRef,
         length: u64,
         durable: bool,
     ) -> Result<ObjectInfo, ObjStoreError> {
-        let mut cached = self.cached(stripe, object)?;
+        let mut cached = self.cached(shard, object)?;
         let before = cached.info;
         let rows = match &cached.body {
             Body::Inline(bytes) => {
@@ -86,7 +86,7 @@ impl ObjectStore {
         let times = self.take_times();
         let kept = times.clone();
         let done = self
-            .meta
+            .db
             .commit(durable, move |tx| {
                 write_times(tx, &times)?;
                 put_change(tx, &mut prepare_length_update(tx)?, &row)
@@ -105,7 +105,7 @@ impl ObjectStore {
                 .map_err(self.io_err(object, "truncate")),
             _ => Ok(()),
         };
-        self.settle_change(stripe, object, cached, done, 0, RowsNeed::Sync);
+        self.settle_change(shard, object, cached, done, 0, RowsNeed::Sync);
         cut.map(|()| before)
     }
 

@@ -24,13 +24,13 @@ use crate::net::recv::RecvBuf;
 use crate::net::transport::Stream;
 
 /// Reply bodies this large are received straight into their own buffer
-/// (see [`Link::receive_large`]); smaller ones come many to a read.
+/// (see [`Connection::receive_large`]); smaller ones come many to a read.
 const DIRECT_BODY: u64 = 64 * 1024;
 /// Request data this large is written from the caller's buffer (see
-/// [`Link::queue`]); smaller data is copied into the send buffer, to go
+/// [`Connection::queue`]); smaller data is copied into the send buffer, to go
 /// out with the requests around it in one write.
 const DIRECT_DATA: usize = 64 * 1024;
-/// Most bytes of buffers handed back ([`Link::recycle`]) kept for the
+/// Most bytes of buffers handed back ([`Connection::recycle`]) kept for the
 /// next large bodies: four windows' worth of replies (a caller that
 /// pipelines many reads holds their results until the last arrives).
 const SPARE_BYTES: usize = 4 * WINDOW_BYTES as usize;
@@ -123,7 +123,7 @@ impl InFlight {
 }
 
 /// A negotiated connection.
-pub(crate) struct Link {
+pub(crate) struct Connection {
     stream: Stream,
     pub(crate) server: String,
     pub(crate) session: Negotiated,
@@ -148,7 +148,7 @@ pub(crate) struct Link {
     send_failed: Option<ObjError>,
 }
 
-impl Link {
+impl Connection {
     pub(crate) fn new(
         stream: Stream,
         server: String,
@@ -721,7 +721,7 @@ mod tests {
     #[test]
     fn requests_freed_by_replies_read_together_go_out_in_one_write() {
         let (client_end, mut server) = packet_pair();
-        let mut link = Link::new(
+        let mut connection = Connection::new(
             Stream::plain(Socket::Unix(client_end)),
             "test".into(),
             session(),
@@ -757,7 +757,7 @@ mod tests {
             }
             packets
         });
-        let results = link.exchange(&wires, false, 4);
+        let results = connection.exchange(&wires, false, 4);
         assert!(results.iter().all(Result::is_ok), "{results:?}");
         let packets = fake.join().unwrap();
         assert_eq!(
@@ -808,7 +808,7 @@ mod tests {
         let (client_end, mut server) = UnixStream::pair().unwrap();
         let mut session = session();
         session.features = Features::SPAN_READS;
-        let mut link = Link::new(
+        let mut connection = Connection::new(
             Stream::plain(Socket::Unix(client_end)),
             "test".into(),
             session.clone(),
@@ -881,11 +881,14 @@ mod tests {
                 .flat_map(|s| (s.offset..s.offset + s.length).map(object_byte))
                 .collect()
         };
-        let results = link.exchange(&wires[..2], false, 1);
+        let results = connection.exchange(&wires[..2], false, 1);
         let bodies: Vec<Vec<u8>> = results.into_iter().map(|r| r.unwrap().body).collect();
         assert!(bodies[0] == want(&small), "small span out of order");
         assert!(bodies[1] == want(&large), "large span out of order");
-        let e = link.exchange(&wires[2..], false, 1).remove(0).unwrap_err();
+        let e = connection
+            .exchange(&wires[2..], false, 1)
+            .remove(0)
+            .unwrap_err();
         assert!(
             matches!(&e, ObjError::Violation { reason, .. } if reason.contains("did not ask")),
             "{e}"

@@ -1,5 +1,5 @@
-//! The lock stripes objects hash to, and the state of known objects
-//! each keeps (see [`Stripe`]).
+//! The lock shards objects hash to, and the state of known objects
+//! each keeps (see [`Shard`]).
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -14,11 +14,11 @@ use super::rows::read_inline;
 use super::types::ObjectInfo;
 use super::ObjectStore;
 
-pub(super) const STRIPES: usize = 64;
+pub(super) const SHARDS: usize = 64;
 
-/// Objects whose state (and open file) each stripe keeps: 512 open data
+/// Objects whose state (and open file) each shard keeps: 512 open data
 /// files at most, well under the usual descriptor limit of 1024.
-const CACHED_PER_STRIPE: usize = 8;
+const CACHED_PER_SHARD: usize = 8;
 
 /// Where an object's bytes are.
 #[derive(Debug, Clone)]
@@ -39,22 +39,22 @@ pub(super) struct Cached {
     pub(super) body: Body,
 }
 
-/// One of the [`STRIPES`] that objects hash to: the reader-writer lock a
-/// request on the object takes, and the cached state of the stripe's
+/// One of the [`SHARDS`] that objects hash to: the reader-writer lock a
+/// request on the object takes, and the cached state of the shard's
 /// objects. The cache is exact because it changes only under the
-/// stripe's lock: a change to an object holds it for writing and
+/// shard's lock: a change to an object holds it for writing and
 /// updates (or forgets) the entry before releasing it, and a reader
 /// holds it for reading, so the state it loads on a miss cannot be
-/// changing meanwhile. Bounded by [`CACHED_PER_STRIPE`] (open files
+/// changing meanwhile. Bounded by [`CACHED_PER_SHARD`] (open files
 /// count against the process's descriptor limit); removing an object
 /// closes its file first.
 #[derive(Debug, Default)]
-pub(super) struct Stripe {
+pub(super) struct Shard {
     lock: RwLock<()>,
     cache: Mutex<HashMap<ObjectRef, Cached>>,
 }
 
-impl Stripe {
+impl Shard {
     pub(super) fn read(&self) -> RwLockReadGuard<'_, ()> {
         self.lock.read().unwrap_or_else(|e| e.into_inner())
     }
@@ -79,7 +79,7 @@ impl Stripe {
     /// Caches `state` for `object`, evicting another object when full.
     pub(super) fn keep(&self, object: ObjectRef, state: Cached) {
         let mut cache = self.cache();
-        if cache.len() >= CACHED_PER_STRIPE && !cache.contains_key(&object) {
+        if cache.len() >= CACHED_PER_SHARD && !cache.contains_key(&object) {
             // Any other entry: its object is not in use under this lock,
             // and the next use reloads it.
             if let Some(&victim) = cache.keys().next() {
@@ -94,30 +94,26 @@ impl Stripe {
     }
 }
 
-/// The stripe `object` maps to.
-pub(super) fn stripe_index(object: ObjectRef) -> usize {
+/// The shard `object` maps to.
+pub(super) fn shard_index(object: ObjectRef) -> usize {
     let h = object
         .object
         .0
         .wrapping_mul(0x9E37_79B9_7F4A_7C15)
         .wrapping_add(object.partition.0);
-    (h >> 58) as usize % STRIPES
+    (h >> 58) as usize % SHARDS
 }
 
 impl ObjectStore {
-    pub(super) fn stripe(&self, object: ObjectRef) -> &Stripe {
-        &self.stripes[stripe_index(object)]
+    pub(super) fn shard(&self, object: ObjectRef) -> &Shard {
+        &self.shards[shard_index(object)]
     }
 
     /// The object's cached state, loaded on a miss. The caller holds the
-    /// object's stripe (for reading or writing), so no change to the
+    /// object's shard (for reading or writing), so no change to the
     /// object runs meanwhile and what is loaded stays exact.
-    pub(super) fn cached(
-        &self,
-        stripe: &Stripe,
-        object: ObjectRef,
-    ) -> Result<Cached, ObjStoreError> {
-        if let Some(c) = stripe.cache().get(&object) {
+    pub(super) fn cached(&self, shard: &Shard, object: ObjectRef) -> Result<Cached, ObjStoreError> {
+        if let Some(c) = shard.cache().get(&object) {
             return Ok(c.clone());
         }
         let (info, bytes) = {
@@ -144,7 +140,7 @@ impl ObjectStore {
             },
         };
         let c = Cached { info, body };
-        stripe.keep(object, c.clone());
+        shard.keep(object, c.clone());
         Ok(c)
     }
 }

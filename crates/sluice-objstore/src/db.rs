@@ -20,7 +20,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use rusqlite::Connection;
 
-use crate::error::{MetaContext, ObjStoreError};
+use crate::error::{DbContext, ObjStoreError};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS store (next_object INTEGER NOT NULL, flushes INTEGER NOT NULL);
@@ -77,12 +77,12 @@ CREATE INDEX IF NOT EXISTS journal_by_object ON journal (partition, object, seq)
 ";
 
 pub(crate) fn open(path: &Path) -> Result<Connection, ObjStoreError> {
-    let conn = Connection::open(path).meta("open")?;
+    let conn = Connection::open(path).db("open")?;
     conn.pragma_update(None, "journal_mode", "WAL")
-        .meta("set WAL mode")?;
+        .db("set WAL mode")?;
     conn.pragma_update(None, "synchronous", "NORMAL")
-        .meta("set synchronous")?;
-    conn.execute_batch(SCHEMA).meta("create schema")?;
+        .db("set synchronous")?;
+    conn.execute_batch(SCHEMA).db("create schema")?;
     // Every statement the store runs stays prepared (the default 16
     // would evict some under a mixed load, and parsing one costs more
     // than most changes).
