@@ -371,7 +371,7 @@ pub fn striped(opts: &PresetOptions, args: &StripedArgs) -> Result<StripedReport
     let bytes = args
         .object_size
         .map_or(if opts.quick { 32 << 20 } else { 128 << 20 }, |s| s.0);
-    if bytes % REQUEST != 0 || bytes / REQUEST < u64::from(args.threads) {
+    if !bytes.is_multiple_of(REQUEST) || bytes / REQUEST < u64::from(args.threads) {
         bail!(
             "--object-size {bytes}: must be whole MiB, at least 1 MiB per thread ({} threads)",
             args.threads

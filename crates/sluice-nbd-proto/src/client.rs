@@ -239,7 +239,7 @@ pub fn parse_block_status(
         }
     } else {
         let rest = &payload[4..];
-        if rest.len() % 8 != 0 {
+        if !rest.len().is_multiple_of(8) {
             return Err(bad());
         }
         for d in rest.chunks_exact(8) {

@@ -248,7 +248,7 @@ impl TransmissionParams {
         let fua = h.flags & CMD_FLAG_FUA != 0;
         let read_only = adv(FLAG_READ_ONLY);
         let align = u64::from(self.min_block.max(1));
-        let aligned = h.offset % align == 0 && h.length % align == 0;
+        let aligned = h.offset.is_multiple_of(align) && h.length.is_multiple_of(align);
         if !aligned
             && matches!(
                 h.kind,

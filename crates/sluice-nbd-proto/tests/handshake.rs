@@ -93,7 +93,10 @@ fn hex(s: &str) -> Vec<u8> {
         .bytes()
         .filter(|b| !b.is_ascii_whitespace() && *b != b'_')
         .collect();
-    assert!(digits.len() % 2 == 0, "odd number of hex digits in {s:?}");
+    assert!(
+        digits.len().is_multiple_of(2),
+        "odd number of hex digits in {s:?}"
+    );
     digits
         .chunks(2)
         .map(|p| u8::from_str_radix(std::str::from_utf8(p).expect("ascii"), 16).expect("hex digit"))

@@ -127,7 +127,7 @@ fn check_invariants(ddt: &Ddt<'_>) {
 struct Open;
 impl PartitionCatalog for Open {
     fn partition(&self, id: u64, _tls: bool) -> PartitionAccess {
-        if id % 2 == 0 {
+        if id.is_multiple_of(2) {
             PartitionAccess::Allowed
         } else {
             PartitionAccess::Denied

@@ -177,7 +177,7 @@ fn partial_write(seed: u64, i: u64, data_members: u64) -> (u64, u64) {
     let start = (r >> 8) % stripe_sectors;
     // Mostly inside one chunk, sometimes over chunks and (one in eight)
     // over the end of the stripe into the next; never a whole stripe.
-    let most = if (r >> 20) % 8 == 0 {
+    let most = if (r >> 20).is_multiple_of(8) {
         stripe_sectors
     } else {
         sectors_per_unit

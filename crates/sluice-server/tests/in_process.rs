@@ -465,7 +465,7 @@ fn run_deep_queue(c: &mut RawClient, server: &TestServer, data: &[u8], deadline:
             "read {cookie} returned other data"
         );
         answered += 1;
-        if answered % 2048 == 0 {
+        if answered.is_multiple_of(2048) {
             let waits = metric(&server.scrape(), "sluice_coalesced_waits_total ");
             if waits > 0.0 || started.elapsed() > deadline {
                 break waits;

@@ -51,7 +51,7 @@ pub fn check_accepted(
     let flag = |f: u16| h.flags & f != 0;
     let in_range = |off: u64, len: u64| off.checked_add(len).is_some_and(|e| e <= p.size);
     let align = u64::from(p.min_block.max(1));
-    let aligned = h.offset % align == 0 && h.length % align == 0;
+    let aligned = h.offset.is_multiple_of(align) && h.length.is_multiple_of(align);
     let writable = !adv(FLAG_READ_ONLY);
     let same_range = |offset: u64, length: u64| (offset, length) == (h.offset, h.length);
     let fua_kept = |fua: bool| fua == flag(CMD_FLAG_FUA);

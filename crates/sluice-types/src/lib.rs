@@ -71,11 +71,11 @@ pub fn parse_size(value: &str) -> Result<u64, ParseError> {
 /// A byte count as `parse_size` reads it back, shortest first: `4k`, `1m`,
 /// `2g` for whole binary multiples, else the digits (`1536`).
 pub fn format_size(n: u64) -> String {
-    if n >= 1 << 30 && n % (1 << 30) == 0 {
+    if n >= 1 << 30 && n.is_multiple_of(1 << 30) {
         format!("{}g", n >> 30)
-    } else if n >= 1 << 20 && n % (1 << 20) == 0 {
+    } else if n >= 1 << 20 && n.is_multiple_of(1 << 20) {
         format!("{}m", n >> 20)
-    } else if n >= 1 << 10 && n % (1 << 10) == 0 {
+    } else if n >= 1 << 10 && n.is_multiple_of(1 << 10) {
         format!("{}k", n >> 10)
     } else {
         n.to_string()

@@ -83,7 +83,7 @@ impl FileDevice {
 /// Refuses a size O_DIRECT cannot serve: not a multiple of
 /// [`DIRECT_ALIGN`].
 fn check_direct_alignment(path: &Path, options: &FileOptions, size: u64) -> Result<(), OpenError> {
-    if options.direct && size % DIRECT_ALIGN as u64 != 0 {
+    if options.direct && !size.is_multiple_of(DIRECT_ALIGN as u64) {
         return Err(OpenError::UnalignedDirect {
             path: path.to_owned(),
             size,
