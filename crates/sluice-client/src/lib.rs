@@ -58,6 +58,44 @@
 //! one: a caller sharing an export between clients must flush before
 //! relying on another client seeing its writes, as NBD requires anyway.
 //! [`Connection`] does not reconnect (it keeps no copies of requests).
+//!
+//! # Blocking and async
+//!
+//! Every client here blocks the calling thread, with one exception: the
+//! NBD [`Client`] also has an async face (`client.read(off, len).await`),
+//! because a block device is what async servers and proxies (written on
+//! tokio) put behind their own requests, one task each. Its futures are
+//! runtime-agnostic: they wait on a channel the client's reader thread
+//! completes, never on the runtime's I/O driver. The object clients
+//! ([`obj::ObjClient`], [`obj::SharedObjClient`]) and
+//! [`striped::StripedClient`] are blocking only: their calls move whole
+//! objects or lists of ranges, which callers make from worker threads;
+//! an async caller runs them under its runtime's `spawn_blocking`.
+//!
+//! # Errors
+//!
+//! One error type per protocol: [`ClientError`] for NBD, [`obj::ObjError`]
+//! for the object protocol, and [`striped::StripedError`] for striped
+//! objects, which names the piece and server that failed and carries the
+//! [`obj::ObjError`] or metadata error underneath as its source.
+//!
+//! # Example
+//!
+//! ```no_run
+//! use sluice_client::{Client, ConnectOptions, NbdUri, Request};
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let uri: NbdUri = "nbd://127.0.0.1:10809/disk".parse()?;
+//! let client = Client::connect(&uri, &ConnectOptions::default())?;
+//! // Blocking calls, from any number of threads at once.
+//! client.call_blocking(Request::Write { offset: 4096, data: b"hello", fua: false })?;
+//! client.call_blocking(Request::Flush)?;
+//! let mut buf = [0u8; 5];
+//! client.read_at(&mut buf, 4096)?;
+//! assert_eq!(&buf, b"hello");
+//! # Ok(())
+//! # }
+//! ```
 
 mod nbd;
 mod net;
