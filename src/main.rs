@@ -115,7 +115,8 @@ struct ServeArgs {
     /// mem:BYTES[,ro][,overcommit] (overcommit: larger than the machine's
     /// memory), an NBD URI (nbd://HOST[:PORT]/EXPORT, nbds://,
     /// nbd+unix://, nbds+unix://) of another server, or a RAID volume over
-    /// such URIs, raid0:/raid1:/raid5:/raid6:unit=SIZE,members=URI,URI,... (a
+    /// such URIs, raid0:/raid1:/raid5:/raid6:/raid10:unit=SIZE,members=URI,URI,...
+    /// (raid10: md's near layout, copies=N, default 2; a
     /// member may itself be an array spec in parentheses; see
     /// docs/RAID.md; repeatable). Default: default=file:./sluice-data/default.img
     /// (created at 1G; an existing file is served at its size).

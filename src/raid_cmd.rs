@@ -324,9 +324,12 @@ struct CreateArgs {
     /// Overwrite members that hold another array's superblock.
     #[arg(long)]
     force: bool,
-    /// RAID level (0, 1, 5 or 6), with --unit and member URIs instead of a SPEC.
+    /// RAID level (0, 1, 5, 6 or 10), with --unit and member URIs instead of a SPEC.
     #[arg(long, requires = "unit")]
     level: Option<u8>,
+    /// RAID 10: copies of each chunk (md's near layout; default 2).
+    #[arg(long, requires = "level")]
+    copies: Option<usize>,
     /// Stripe unit (e.g. 64K), with --level.
     #[arg(long, requires = "level")]
     unit: Option<String>,
@@ -341,7 +344,11 @@ impl CreateArgs {
     fn spec(&self) -> anyhow::Result<VolumeSpec> {
         let text = match (&self.level, &self.unit, self.members.as_slice()) {
             (Some(level), Some(unit), uris) => {
-                format!("raid{level}:unit={unit},members={}", uris.join(","))
+                let copies = self
+                    .copies
+                    .map(|c| format!("copies={c},"))
+                    .unwrap_or_default();
+                format!("raid{level}:unit={unit},{copies}members={}", uris.join(","))
             }
             (None, None, [spec]) => spec.clone(),
             _ => {
@@ -354,7 +361,7 @@ impl CreateArgs {
         let spec: VolumeSpec = text.parse().map_err(|e| UsageError(format!("{e}")))?;
         if !matches!(spec.base, BaseSpec::Raid(_)) {
             return Err(UsageError(format!(
-                "{text:?} is not an array spec (raid0:..., raid1:..., raid5:... or raid6:...)"
+                "{text:?} is not an array spec (raid0:..., raid1:..., raid5:..., raid6:... or raid10:...)"
             ))
             .into());
         }
@@ -375,7 +382,7 @@ pub(crate) fn run(args: RaidArgs) -> anyhow::Result<()> {
             };
             println!(
                 "created {} array {uuid}: {} members, {}-byte stripe unit",
-                format!("{:?}", raid.level).to_lowercase(),
+                raid.level.name(),
                 raid.members.len(),
                 raid.unit
             );

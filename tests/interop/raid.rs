@@ -2,7 +2,9 @@
 //! by a fourth, driven by real clients: qemu-io, nbdinfo and fio with
 //! verification; a member killed under fio (the volume goes on
 //! degraded), the killed member refused as stale when it comes back, and
-//! a second failure giving I/O errors promptly instead of a hang.
+//! a second failure giving I/O errors promptly instead of a hang. The
+//! fault tests run on RAID 6 over four members too, with two members
+//! killed where RAID 5 loses one.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -37,8 +39,57 @@ pub(crate) fn member_path(dir: &Path, i: usize) -> PathBuf {
 }
 
 pub(crate) fn raid5_spec(members: &[&Server]) -> String {
+    raid_spec(RAID5, members)
+}
+
+/// A level the fault tests run on: its spec's level, its member count,
+/// the members it survives losing (killed together) and one more that
+/// it does not survive losing on top of them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Level {
+    pub(crate) name: &'static str,
+    pub(crate) members: usize,
+    pub(crate) survives: &'static [usize],
+    pub(crate) fatal: usize,
+}
+
+pub(crate) const RAID5: Level = Level {
+    name: "raid5",
+    members: 3,
+    survives: &[1],
+    fatal: 0,
+};
+
+pub(crate) const RAID6: Level = Level {
+    name: "raid6",
+    members: 4,
+    survives: &[1, 3],
+    fatal: 0,
+};
+
+/// The spec of an array of `level` over `members`, 64 KiB unit.
+pub(crate) fn raid_spec(level: Level, members: &[&Server]) -> String {
     let uris: Vec<String> = members.iter().map(|m| m.uri("m")).collect();
-    format!("raid5:unit=64K,members={},{MEMBER_OPTIONS}", uris.join(","))
+    format!(
+        "{}:unit=64K,members={},{MEMBER_OPTIONS}",
+        level.name,
+        uris.join(",")
+    )
+}
+
+/// Waits until member `i` of `head`'s array `vol` has taken more than
+/// `n` requests (failing after a minute, so a load that never starts
+/// fails the test rather than hangs it).
+pub(crate) fn wait_member_requests(head: &Server, i: usize, n: f64) {
+    let series = format!("sluice_raid_member_requests_total{{export=\"vol\",member=\"{i}\"");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric(head, &series) <= n {
+        assert!(
+            Instant::now() < deadline,
+            "member {i} never took {n} requests"
+        );
+        thread::sleep(Duration::from_millis(50));
+    }
 }
 
 /// `sluice ARGS...`, with a time limit; returns its output whatever its
@@ -204,12 +255,32 @@ fn raid5_over_three_sluice_members_serves_qemu_io_nbdinfo_and_fio() {
 
 #[test]
 fn a_member_killed_under_fio_verify_leaves_the_volume_degraded_and_correct() {
+    killed_under_fio_verify(RAID5);
+}
+
+#[test]
+fn raid6_two_members_killed_under_fio_verify_leave_the_volume_degraded_and_correct() {
+    killed_under_fio_verify(RAID6);
+}
+
+/// The members `level` survives losing are killed while fio writes and
+/// verifies; fio's verify passes, each is failed and logged once by its
+/// URI, and coming back they are refused as stale.
+fn killed_under_fio_verify(level: Level) {
     let dir = tempdir();
-    let mut members: Vec<Server> = (0..3).map(|i| member(dir.path(), i)).collect();
-    let spec = raid5_spec(&members.iter().collect::<Vec<_>>());
+    let mut members: Vec<Server> = (0..level.members).map(|i| member(dir.path(), i)).collect();
+    let spec = raid_spec(level, &members.iter().collect::<Vec<_>>());
     create(&spec);
     let mut head = head(&spec);
-    let killed_uri = members[1].uri("m");
+    let killed_uris: Vec<String> = level
+        .survives
+        .iter()
+        .map(|&i| members[i].uri("m"))
+        .collect();
+    let before = metric(
+        &head,
+        "sluice_raid_member_requests_total{export=\"vol\",member=\"0\"",
+    );
     thread::scope(|s| {
         let fio = s.spawn(|| {
             fio_verify(
@@ -227,26 +298,55 @@ fn a_member_killed_under_fio_verify_leaves_the_volume_degraded_and_correct() {
                 24 << 20,
             );
         });
-        thread::sleep(Duration::from_secs(1));
-        members[1].signal(Signal::KILL);
+        // The kill lands in fio's writes: once they reach the members.
+        wait_member_requests(&head, 0, before + 100.0);
+        for &i in level.survives {
+            members[i].signal(Signal::KILL);
+        }
         fio.join().expect("fio ran to the end and verified");
     });
     head.assert_running();
-    assert_eq!(metric(&head, "sluice_raid_members_failed"), 1.0);
-    let log = head.wait_for_log("member failed; continuing degraded");
-    let failures: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("member failed; continuing degraded"))
-        .collect();
-    assert_eq!(failures.len(), 1, "logged once:\n{log}");
-    assert!(failures[0].contains(&killed_uri), "{}", failures[0]);
+    assert_eq!(
+        metric(&head, "sluice_raid_members_failed"),
+        level.survives.len() as f64
+    );
+    let failures = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("member failed; continuing degraded"))
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut log = head.wait_for_log("member failed; continuing degraded");
+    while failures(&log) < level.survives.len() {
+        assert!(
+            Instant::now() < deadline,
+            "not every failure logged:\n{log}"
+        );
+        thread::sleep(Duration::from_millis(20));
+        log = head.stderr_log();
+    }
+    assert_eq!(
+        failures(&log),
+        level.survives.len(),
+        "logged once each:\n{log}"
+    );
+    for uri in &killed_uris {
+        assert!(
+            log.lines()
+                .any(|l| l.contains("member failed; continuing degraded") && l.contains(uri)),
+            "{uri} failed, by its name:\n{log}"
+        );
+    }
 
-    // The array is shut down (clean), the killed member's server comes
-    // back on its file: stale, refused at start, named.
+    // The array is shut down (clean), the killed members' servers come
+    // back on their files: stale, refused at start, named.
     drop(head);
-    let _ = members[1].wait_exit(Duration::from_secs(5));
-    let back = member(dir.path(), 1);
-    let spec = raid5_spec(&[&members[0], &back, &members[2]]);
+    for &i in level.survives {
+        let _ = members[i].wait_exit(Duration::from_secs(5));
+        members[i] = member(dir.path(), i);
+    }
+    let back = &members[level.survives[0]];
+    let spec = raid_spec(level, &members.iter().collect::<Vec<_>>());
     let out = sluice(
         &[
             "serve",
@@ -262,21 +362,35 @@ fn a_member_killed_under_fio_verify_leaves_the_volume_degraded_and_correct() {
         !out.status.success(),
         "a stale member must stop the start: {stderr}"
     );
-    let said = format!("member 1 ({}) is stale", back.uri("m"));
+    let said = format!("member {} ({}) is stale", level.survives[0], back.uri("m"));
     assert!(stderr.contains(&said), "{stderr}");
 }
 
 #[test]
 fn a_second_failure_gives_io_errors_promptly() {
+    failure_too_many_gives_io_errors_promptly(RAID5);
+}
+
+#[test]
+fn raid6_a_third_failure_gives_io_errors_promptly() {
+    failure_too_many_gives_io_errors_promptly(RAID6);
+}
+
+/// The members `level` survives losing are killed and reads stay right;
+/// one more, and reads fail with EIO at once.
+fn failure_too_many_gives_io_errors_promptly(level: Level) {
     let dir = tempdir();
-    let members: Vec<Server> = (0..3).map(|i| member(dir.path(), i)).collect();
-    let spec = raid5_spec(&members.iter().collect::<Vec<_>>());
+    let members: Vec<Server> = (0..level.members).map(|i| member(dir.path(), i)).collect();
+    let spec = raid_spec(level, &members.iter().collect::<Vec<_>>());
     create(&spec);
     // The array from the TOML configuration this time.
     let config = dir.path().join("sluice.toml");
     std::fs::write(
         &config,
-        format!("[[export]]\nname = \"vol\"\nspec = \"{spec}\"\ndescription = \"RAID 5\"\n"),
+        format!(
+            "[[export]]\nname = \"vol\"\nspec = \"{spec}\"\ndescription = \"{}\"\n",
+            level.name
+        ),
     )
     .expect("write the config");
     let head = ServerBuilder::new()
@@ -285,10 +399,12 @@ fn a_second_failure_gives_io_errors_promptly() {
         .start();
     let uri = head.uri("vol");
     qemu_io_ok(&uri, &["write -P 0x77 0 1M", "flush"]);
-    members[0].signal(Signal::KILL);
-    // One member lost: reads still right.
+    for &i in level.survives {
+        members[i].signal(Signal::KILL);
+    }
+    // As many members lost as the level survives: reads still right.
     qemu_io_ok(&uri, &["read -P 0x77 0 1M"]);
-    members[2].signal(Signal::KILL);
+    members[level.fatal].signal(Signal::KILL);
     let started = Instant::now();
     let out = qemu_io(&uri, &["read -P 0x77 0 1M"]);
     assert!(
@@ -299,7 +415,7 @@ fn a_second_failure_gives_io_errors_promptly() {
     let text = format!("{}{}", out.stdout(), out.stderr());
     assert!(
         text.contains("Input/output error"),
-        "reads that need two lost members fail with EIO; {}",
+        "reads that need one lost member too many fail with EIO; {}",
         out.describe()
     );
     assert!(!text.contains("read 1048576/1048576"), "{}", out.describe());

@@ -19,7 +19,8 @@ use rustix::process::Signal;
 use crate::fio::fio_verify;
 use crate::harness::{tempdir, tool, write_random_file, Server, ServerBuilder, MIB};
 use crate::raid::{
-    create, member, member_path, metric, qemu_io_ok, raid5_spec, sluice, MEMBER_OPTIONS,
+    create, member, member_path, metric, qemu_io_ok, raid5_spec, raid_spec, sluice, Level,
+    MEMBER_OPTIONS, RAID5, RAID6,
 };
 
 /// `sluice raid ARGS --admin SOCKET`, which must succeed; its stdout.
@@ -66,9 +67,22 @@ fn member_line(status: &str, i: usize) -> &str {
 
 #[test]
 fn replace_rebuilds_under_fio_and_scrub_finds_and_repairs_parity() {
+    replace_under_fio_and_scrub(RAID5);
+}
+
+#[test]
+fn raid6_replace_rebuilds_under_fio_and_scrub_finds_and_repairs_parity() {
+    replace_under_fio_and_scrub(RAID6);
+}
+
+/// Member 1 of an array of `level` is killed and replaced by a fresh
+/// member server, rebuilt while fio writes and verifies; the volume is
+/// the reference after, and scrub finds and repairs a corrupted parity
+/// block.
+fn replace_under_fio_and_scrub(level: Level) {
     let dir = tempdir();
-    let mut members: Vec<Server> = (0..3).map(|i| member(dir.path(), i)).collect();
-    let spec = raid5_spec(&members.iter().collect::<Vec<_>>());
+    let mut members: Vec<Server> = (0..level.members).map(|i| member(dir.path(), i)).collect();
+    let spec = raid_spec(level, &members.iter().collect::<Vec<_>>());
     create(&spec);
     let admin = dir.path().join("admin.sock");
     let head = ServerBuilder::new()
@@ -84,7 +98,10 @@ fn replace_rebuilds_under_fio_and_scrub_finds_and_repairs_parity() {
     assert_eq!(mode & 0o777, 0o600, "admin socket mode {mode:o}");
     let uri = head.uri("vol");
     let status = raid(&admin, &["status"]);
-    assert!(status.starts_with("vol: raid5 unit 65536"), "{status}");
+    assert!(
+        status.starts_with(&format!("vol: {} unit 65536", level.name)),
+        "{status}"
+    );
     assert!(status.contains("state clean"), "{status}");
 
     // The reference: 8 MiB with zero runs, written over the volume.
@@ -115,7 +132,7 @@ fn replace_rebuilds_under_fio_and_scrub_finds_and_repairs_parity() {
 
     // A fresh member server in its place, rebuilt while fio writes and
     // verifies past the reference's bytes.
-    let fresh = member(dir.path(), 3);
+    let fresh = member(dir.path(), level.members);
     let fresh_uri = fresh.uri("m");
     let said = raid(&admin, &["replace", "vol", "1", &fresh_uri]);
     assert!(said.contains("rebuilding"), "{said}");
@@ -162,12 +179,13 @@ fn replace_rebuilds_under_fio_and_scrub_finds_and_repairs_parity() {
     let clean = raid(&admin, &["scrub", "vol"]);
     assert!(clean.contains(", 0 mismatches"), "{clean}");
 
-    // Parity of stripe 0 is on member 2 (left-symmetric); its data
-    // starts one 64 KiB unit into the member file.
+    // Parity (RAID 6: P) of stripe 0 is on the last member
+    // (left-symmetric); its data starts one 64 KiB unit into the member
+    // file.
     let file = std::fs::OpenOptions::new()
         .write(true)
-        .open(member_path(dir.path(), 2))
-        .expect("open member 2's file");
+        .open(member_path(dir.path(), level.members - 1))
+        .expect("open the parity member's file");
     file.write_all_at(b"corrupted parity", 64 * 1024 + 100)
         .expect("corrupt");
     file.sync_all().expect("sync");

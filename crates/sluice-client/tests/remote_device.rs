@@ -222,3 +222,58 @@ fn a_batch_has_every_member_request_in_flight_at_once() {
     handle.shutdown();
     thread.join().unwrap().unwrap();
 }
+
+/// An error and every cause under it, as one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        text.push_str(": ");
+        text.push_str(&c.to_string());
+        cause = c.source();
+    }
+    text
+}
+
+/// A server that went away and refuses connections: once the reconnect
+/// window has run out, each request fails as the operation it was (a
+/// flush as a flush, not "read of 0 bytes at offset 0"), saying the
+/// connection could not be made, and to what (each waiting request got
+/// a copy of the error, which said "the server broke the protocol:
+/// cannot connect").
+#[test]
+fn a_refused_reconnect_is_reported_as_such_for_the_operation_asked_for() {
+    let server = TestServer::builder()
+        .export("disk", Arc::new(MemDevice::new(SIZE, false)))
+        .start();
+    let uri = server.uri("disk");
+    // The server's address, as the client names the target.
+    let addr = uri
+        .trim_start_matches("nbd://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let options = sluice_client::ConnectOptions {
+        reconnect: sluice_client::Reconnect::within(Duration::from_millis(300)),
+        ..Default::default()
+    };
+    let dev = RemoteDevice::connect(&uri.parse().unwrap(), &options).unwrap();
+    dev.flush().unwrap();
+    server.stop().unwrap();
+    let mut buf = vec![0u8; 4096];
+    for (op, e) in [
+        ("flush", dev.flush().unwrap_err()),
+        ("read", dev.read_at(&mut buf, 0).unwrap_err()),
+    ] {
+        let text = chain(&e);
+        assert!(text.starts_with(&format!("{op} of ")), "{text}");
+        assert!(!text.contains("broke the protocol"), "{text}");
+        assert!(text.contains("could not reconnect"), "{text}");
+        assert!(
+            text.contains(&format!("cannot connect to {addr}")),
+            "{text}"
+        );
+        assert!(text.contains("refused"), "{text}");
+    }
+}

@@ -308,7 +308,7 @@ fn check_assembly(
     members: &[Result<NamedMember, String>],
     missing: &[usize],
 ) -> Result<(PartialAssembly, Option<Superblock>), RaidError> {
-    if missing.len() > geometry.tolerance() || missing.len() == members.len() {
+    if !geometry.survives(|m| missing.contains(&m)) {
         return Err(RaidError::TooManyMissing {
             level: geometry.level(),
             missing: missing.len(),

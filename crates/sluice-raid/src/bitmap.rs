@@ -30,7 +30,6 @@ use std::time::{Duration, Instant};
 
 use crate::array::{read_superblocks, NamedMember};
 use crate::device::{RaidDevice, RaidError};
-use crate::layout::RaidLevel;
 
 /// How long a failed mirror's bitmap is kept when the volume spec does
 /// not say (`readd=`).
@@ -113,10 +112,7 @@ impl RaidDevice {
     pub(crate) fn start_missed(&self, member: usize, was_rebuilding: bool) {
         let mut missed = self.missed(member);
         *missed = None;
-        if self.geometry.level() != RaidLevel::Raid1
-            || self.readd_window().is_zero()
-            || was_rebuilding
-        {
+        if !self.geometry.mirrored() || self.readd_window().is_zero() || was_rebuilding {
             return;
         }
         *missed = Some(Missed::new(

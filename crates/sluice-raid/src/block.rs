@@ -30,7 +30,7 @@ impl BlockDevice for RaidDevice {
         self.check_range(IoOp::Write, offset, buf.len() as u64)?;
         match self.geometry.level() {
             RaidLevel::Raid0 => self.write_raid0(buf, offset, fua),
-            RaidLevel::Raid1 => self.write_raid1(buf, offset, fua),
+            RaidLevel::Raid1 | RaidLevel::Raid10 { .. } => self.write_raid1(buf, offset, fua),
             RaidLevel::Raid5 | RaidLevel::Raid6 => self.write_parity(buf, offset, fua),
         }
     }

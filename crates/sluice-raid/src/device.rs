@@ -271,7 +271,7 @@ impl RaidDevice {
         }
         let tolerance = geometry.tolerance();
         let missing = members.iter().filter(|m| m.is_none()).count();
-        if missing > tolerance || missing == members.len() {
+        if !geometry.survives(|m| members[m].is_none()) {
             return Err(RaidError::TooManyMissing {
                 level: geometry.level(),
                 missing,
@@ -285,7 +285,7 @@ impl RaidDevice {
         let all = |f: fn(&Capability) -> bool| caps.iter().all(f);
         // RAID 5 and 6: parity.
         let raid5 = geometry.level().parities() > 0;
-        let raid1 = geometry.level() == RaidLevel::Raid1;
+        let raid1 = geometry.mirrored();
         let read_only = caps.iter().any(|c| c.read_only);
         let capability = Capability {
             read_only,
@@ -406,7 +406,7 @@ impl RaidDevice {
             return Ok(());
         }
         let tolerance = self.geometry.tolerance();
-        if self.failed_count() + 1 > tolerance {
+        if !self.geometry.survives(|m| m == index || !self.alive(m)) {
             return Err(RaidError::WouldLoseData { index, tolerance });
         }
         tracing::warn!(array = %self.label, member = index, name = %self.members.load().names[index],
@@ -440,6 +440,12 @@ impl RaidDevice {
             .iter()
             .filter(|c| c.failed.load(Ordering::SeqCst))
             .count()
+    }
+
+    /// Whether the array has lost data: more members failed than the
+    /// level survives (on RAID 10, every member of one mirror set).
+    pub(crate) fn lost(&self) -> bool {
+        !self.geometry.survives(|m| !self.alive(m))
     }
 
     pub(crate) fn alive(&self, member: usize) -> bool {
@@ -554,7 +560,7 @@ impl RaidDevice {
         offset: u64,
         len: u64,
     ) -> Result<(), DeviceError> {
-        if self.failed_count() > self.geometry.tolerance() {
+        if self.lost() {
             return Err(self.array_failed(op, offset, len));
         }
         Ok(())
@@ -580,10 +586,7 @@ impl Drop for RaidDevice {
     /// still in use has flushed; an array that lost too many members
     /// stays dirty.
     fn drop(&mut self) {
-        if self.superblocks.is_none()
-            || self.capability.read_only
-            || self.failed_count() > self.geometry.tolerance()
-        {
+        if self.superblocks.is_none() || self.capability.read_only || self.lost() {
             return;
         }
         let set = self.members.load();

@@ -16,24 +16,35 @@ pub enum RaidLevel {
     /// Striping with two rotating parity chunks per stripe, P (XOR) and
     /// Q (the Reed-Solomon syndrome over GF(2^8)), left-symmetric.
     Raid6,
+    /// md's near layout: each chunk on `copies` neighbouring members,
+    /// the chunks striped over the mirror sets (RAID 1+0 as one array).
+    Raid10 {
+        /// Copies of each chunk (md's `near=`), at least 2.
+        copies: usize,
+    },
 }
+
+/// RAID 10's copies of each chunk when a spec does not say (md's
+/// default, `near=2`).
+pub const DEFAULT_RAID10_COPIES: usize = 2;
 
 impl RaidLevel {
     /// The level as specs and status write it (`raid0`, `raid1`,
-    /// `raid5`, `raid6`).
+    /// `raid5`, `raid6`, `raid10`).
     pub fn name(&self) -> &'static str {
         match self {
             Self::Raid0 => "raid0",
             Self::Raid1 => "raid1",
             Self::Raid5 => "raid5",
             Self::Raid6 => "raid6",
+            Self::Raid10 { .. } => "raid10",
         }
     }
 
     /// Parity chunks per stripe: 1 for RAID 5, 2 for RAID 6, else 0.
     pub fn parities(&self) -> usize {
         match self {
-            Self::Raid0 | Self::Raid1 => 0,
+            Self::Raid0 | Self::Raid1 | Self::Raid10 { .. } => 0,
             Self::Raid5 => 1,
             Self::Raid6 => 2,
         }
@@ -44,10 +55,13 @@ impl RaidLevel {
     /// name, most likely a member left out of the list. RAID 5 over two
     /// members (md allows it, a mirror in effect) stays allowed, so
     /// arrays made so still start; RAID 6 over three would be a mirror.
+    /// RAID 10 needs one mirror set, `copies` members, as md's near
+    /// layout does (two members with `near=2`: a mirror).
     pub fn min_members(&self) -> usize {
         match self {
             Self::Raid0 | Self::Raid1 | Self::Raid5 => 2,
             Self::Raid6 => 4,
+            Self::Raid10 { copies } => (*copies).max(2),
         }
     }
 }
@@ -65,6 +79,9 @@ pub enum GeometryError {
         min: usize,
         got: usize,
     },
+    /// RAID 10's copies do not divide the members into mirror sets.
+    #[error("raid10 with {copies} copies needs a multiple of {copies} members (at least 2 copies), got {members}: md's near layout over a member count it does not divide (copies at different offsets) is not supported")]
+    Copies { copies: usize, members: usize },
 }
 
 /// The shape of an array: level, member count and stripe unit (the
@@ -102,6 +119,11 @@ impl Geometry {
         if unit < 512 || !unit.is_power_of_two() {
             return Err(GeometryError::BadUnit(unit));
         }
+        if let RaidLevel::Raid10 { copies } = level {
+            if copies < 2 || !members.is_multiple_of(copies) {
+                return Err(GeometryError::Copies { copies, members });
+            }
+        }
         let min = level.min_members();
         if members < min {
             return Err(GeometryError::TooFewMembers {
@@ -138,16 +160,63 @@ impl Geometry {
     pub fn data_members(&self) -> usize {
         match self.level {
             RaidLevel::Raid1 => 1,
+            RaidLevel::Raid10 { copies } => self.members / copies,
             level => self.members - level.parities(),
         }
     }
 
-    /// Members the array can lose and still hold every byte: none for
-    /// RAID 0, all but one for RAID 1, one for RAID 5, two for RAID 6.
+    /// Members holding each chunk: all of them for RAID 1, `copies` for
+    /// RAID 10, one otherwise.
+    pub fn copies(&self) -> usize {
+        match self.level {
+            RaidLevel::Raid1 => self.members,
+            RaidLevel::Raid10 { copies } => copies,
+            _ => 1,
+        }
+    }
+
+    /// Whether chunks are mirrored (RAID 1 and 10) rather than
+    /// protected by parity or not at all.
+    pub fn mirrored(&self) -> bool {
+        self.copies() > 1
+    }
+
+    /// The members holding the same chunks as `member` (its mirror set:
+    /// every member on RAID 1, its `copies` neighbours on RAID 10, only
+    /// itself otherwise).
+    pub fn mirror_set(&self, member: usize) -> std::ops::Range<usize> {
+        let copies = self.copies();
+        let first = member / copies * copies;
+        first..first + copies
+    }
+
+    /// Members the array can lose, whichever they are, and still hold
+    /// every byte: none for RAID 0, all but one for RAID 1, one for
+    /// RAID 5, two for RAID 6, one fewer than the copies for RAID 10
+    /// (which survives more when they are in different mirror sets:
+    /// see [`Self::survives`]).
     pub fn tolerance(&self) -> usize {
         match self.level {
             RaidLevel::Raid1 => self.members - 1,
+            RaidLevel::Raid10 { copies } => copies - 1,
             level => level.parities(),
+        }
+    }
+
+    /// Whether every byte is still held with the members `gone` says
+    /// are gone: RAID 10 while each mirror set keeps one member, other
+    /// levels while no more are gone than they survive (and one is
+    /// left).
+    pub fn survives(&self, gone: impl Fn(usize) -> bool) -> bool {
+        let lost = (0..self.members).filter(|&m| gone(m)).count();
+        if lost == self.members {
+            return false;
+        }
+        match self.level {
+            RaidLevel::Raid10 { copies } => (0..self.members)
+                .step_by(copies)
+                .all(|first| (first..first + copies).any(|m| !gone(m))),
+            _ => lost <= self.tolerance(),
         }
     }
 
@@ -162,7 +231,7 @@ impl Geometry {
     /// stripe.
     pub fn parity_member(&self, stripe: u64) -> Option<usize> {
         match self.level {
-            RaidLevel::Raid0 | RaidLevel::Raid1 => None,
+            RaidLevel::Raid0 | RaidLevel::Raid1 | RaidLevel::Raid10 { .. } => None,
             RaidLevel::Raid5 | RaidLevel::Raid6 => {
                 let n = self.members as u64;
                 Some((n - 1 - stripe % n) as usize)
@@ -185,10 +254,15 @@ impl Geometry {
     /// the mirrors. RAID 5 (left-symmetric): the data chunks start on
     /// the member after the parity and wrap around, `(parity + 1 +
     /// data_index) mod members`; RAID 6, after P and Q, `(parity + 2 +
-    /// data_index) mod members`.
+    /// data_index) mod members`. RAID 10 (md's near layout over a
+    /// multiple of the copies): data chunk `k` is on mirror set `k`,
+    /// members `k * copies` to `k * copies + copies - 1`, and reads go
+    /// first to the one `stripe mod copies` into it. (RAID 1 is the near
+    /// layout with as many copies as members.)
     pub fn data_member(&self, stripe: u64, data_index: usize) -> usize {
-        if self.level == RaidLevel::Raid1 {
-            return (stripe % self.members as u64) as usize;
+        if self.mirrored() {
+            let copies = self.copies();
+            return data_index * copies + (stripe % copies as u64) as usize;
         }
         match self.parity_member(stripe) {
             None => data_index,
@@ -356,6 +430,36 @@ mod tests {
         assert_eq!(g.map(4096 + 7), (1, 4096 + 7));
         assert_eq!(g.map(3 * 4096), (0, 3 * 4096));
         assert!(Geometry::new(RaidLevel::Raid1, 1, 4096).is_err());
+    }
+
+    /// md's near layout with two copies over four members, written out:
+    /// chunks 0, 2, 4 on members 0 and 1, chunks 1, 3, 5 on 2 and 3, one
+    /// row (member offset) per stripe.
+    #[test]
+    fn raid10_near_two_copies_four_members() {
+        let g = Geometry::new(RaidLevel::Raid10 { copies: 2 }, 4, 4096).expect("geometry");
+        assert_eq!(g.data_members(), 2);
+        assert_eq!(g.volume_size(10 * 4096), 20 * 4096);
+        for (chunk, set, row) in [(0u64, 0, 0u64), (1, 1, 0), (2, 0, 1), (3, 1, 1), (4, 0, 2)] {
+            let (member, at) = g.map(chunk * 4096 + 9);
+            assert_eq!(g.mirror_set(member), set * 2..set * 2 + 2, "chunk {chunk}");
+            assert_eq!(at, row * 4096 + 9, "chunk {chunk}");
+        }
+        // Reads of a set alternate between its two members by stripe.
+        assert_eq!(g.map(0).0, 0);
+        assert_eq!(g.map(2 * 4096).0, 1);
+        assert_eq!(g.tolerance(), 1);
+        // One member of each set may go, not both of one set.
+        assert!(g.survives(|m| m == 0 || m == 3));
+        assert!(!g.survives(|m| m == 2 || m == 3));
+        assert!(Geometry::new(RaidLevel::Raid10 { copies: 2 }, 3, 4096).is_err());
+        assert!(Geometry::new(RaidLevel::Raid10 { copies: 1 }, 3, 4096).is_err());
+        // Two members with two copies: a mirror, laid out as RAID 1.
+        let pair = Geometry::new(RaidLevel::Raid10 { copies: 2 }, 2, 4096).expect("geometry");
+        let raid1 = Geometry::new(RaidLevel::Raid1, 2, 4096).expect("geometry");
+        for x in [0, 4096, 3 * 4096 + 5] {
+            assert_eq!(pair.map(x), raid1.map(x));
+        }
     }
 
     #[test]

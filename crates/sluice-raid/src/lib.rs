@@ -1,4 +1,4 @@
-//! RAID 0, 1, 5 and 6 as a block device over any member
+//! RAID 0, 1, 5, 6 and 10 as a block device over any member
 //! [`BlockDevice`](sluice_storage::BlockDevice)s. This crate knows
 //! nothing of networks: a member is whatever device it is given (memory,
 //! a file, a remote export through the client).
@@ -165,7 +165,7 @@ pub use device::{ArrayFailed, MemberStatus, RaidDevice, RaidError, DEFAULT_REBUI
 pub use fan_out::{FanOut, MemberIo, MemberOp, ScopedFanOut};
 pub use health::DEFAULT_PROBE_INTERVAL;
 pub use journal::{JournalError, JournalPlace, JournalReport};
-pub use layout::{Geometry, GeometryError, Piece, RaidLevel};
+pub use layout::{Geometry, GeometryError, Piece, RaidLevel, DEFAULT_RAID10_COPIES};
 pub use parity::xor_into;
 pub use pq::{pq_into, recover, PqError};
 pub use scrub::ScrubReport;

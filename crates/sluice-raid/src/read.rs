@@ -19,12 +19,7 @@ impl RaidDevice {
         for piece in self.geometry.pieces(offset, rest.len() as u64) {
             let (out, tail) = rest.split_at_mut(piece.len as usize);
             rest = tail;
-            let source = if self.geometry.level() == RaidLevel::Raid1 {
-                self.mirror_source(&piece)
-            } else {
-                Some(piece.member).filter(|&m| self.usable(m, piece.stripe))
-            };
-            if let Some(member) = source {
+            if let Some(member) = self.read_source(&piece) {
                 step.push(MemberIo::new(
                     member,
                     MemberOp::Read {
@@ -55,9 +50,7 @@ impl RaidDevice {
         piece: &Piece,
         out: &mut [u8],
     ) -> Result<Outcome, DeviceError> {
-        if self.geometry.parity_member(piece.stripe).is_none()
-            || self.failed_count() > self.geometry.tolerance()
-        {
+        if self.geometry.parity_member(piece.stripe).is_none() || self.lost() {
             return Err(self.array_failed(IoOp::Read, piece.member_offset, piece.len));
         }
         if self.geometry.level() == RaidLevel::Raid6 {
@@ -104,21 +97,19 @@ impl RaidDevice {
             if out.len() > max_extents {
                 break;
             }
-            let member = match &set.devices[piece.member] {
-                Some(m) if self.usable(piece.member, piece.stripe) => m,
-                _ => {
-                    self.check_survives(IoOp::Extents, offset, length)?;
-                    // Rebuilt from parity on read: data, not known zero.
-                    push_extent(
-                        &mut out,
-                        Extent {
-                            length: piece.len,
-                            hole: false,
-                            zero: false,
-                        },
-                    );
-                    continue;
-                }
+            let source = self.read_source(&piece);
+            let Some(member) = source.and_then(|s| set.devices[s].as_ref()) else {
+                self.check_survives(IoOp::Extents, offset, length)?;
+                // Rebuilt from parity on read: data, not known zero.
+                push_extent(
+                    &mut out,
+                    Extent {
+                        length: piece.len,
+                        hole: false,
+                        zero: false,
+                    },
+                );
+                continue;
             };
             // The member may stop at `max_extents` of its own; ask again
             // from there until the piece is covered or we have enough.
@@ -133,12 +124,11 @@ impl RaidDevice {
                     // A member that fails here fails like on any other
                     // request; the rest of its piece is data from parity.
                     Err(e @ DeviceError::Io { .. }) if self.geometry.tolerance() > 0 => {
-                        self.counters[piece.member]
-                            .errors
-                            .fetch_add(1, Ordering::Relaxed);
-                        if self.mark_failed(piece.member) {
-                            tracing::warn!(array = %self.label, member = piece.member,
-                                name = %set.names[piece.member], error = &e as &dyn std::error::Error,
+                        let failed = source.unwrap_or(piece.member);
+                        self.counters[failed].errors.fetch_add(1, Ordering::Relaxed);
+                        if self.mark_failed(failed) {
+                            tracing::warn!(array = %self.label, member = failed,
+                                name = %set.names[failed], error = &e as &dyn std::error::Error,
                                 "member failed; continuing degraded");
                         }
                         self.check_survives(IoOp::Extents, offset, length)?;
@@ -170,7 +160,7 @@ impl RaidDevice {
                         len: piece.len - covered,
                         source: io::Error::other(format!(
                             "member {} reported no extents",
-                            piece.member
+                            source.unwrap_or(piece.member)
                         )),
                     });
                 }
@@ -184,10 +174,7 @@ impl RaidDevice {
         self.check_range(IoOp::Cache, offset, length)?;
         let set = self.members.load();
         for p in self.geometry.pieces(offset, length) {
-            if let Some(m) = set.devices[p.member]
-                .as_ref()
-                .filter(|_| self.usable(p.member, p.stripe))
-            {
+            if let Some(m) = self.read_source(&p).and_then(|s| set.devices[s].as_ref()) {
                 // A hint: errors are not the request's.
                 let _ = m.cache(self.data_offset + p.member_offset, p.len);
             }

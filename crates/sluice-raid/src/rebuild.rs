@@ -156,7 +156,7 @@ impl RaidDevice {
         if self.alive(index) {
             self.fail_member(index)?;
         }
-        if self.failed_count() > self.geometry.tolerance() {
+        if self.lost() {
             return Err(self_failed(self));
         }
         let (data_offset, data_size) = {
@@ -420,15 +420,18 @@ impl RaidDevice {
     }
 
     /// The members a rebuild of `target` reads: every other one, all
-    /// alive (`None`, logged, if one has failed); on RAID 1, one alive
-    /// mirror.
+    /// alive (`None`, logged, if one has failed); on RAID 1 and 10, one
+    /// alive mirror of its set.
     fn rebuild_sources(&self, target: usize) -> Option<Vec<usize>> {
         if self.rebuild.member.load(Ordering::SeqCst) != target || !self.alive(target) {
             return None;
         }
-        if self.geometry.level() == RaidLevel::Raid1 {
+        if self.geometry.mirrored() {
             // A copy of one active mirror.
-            let source = (0..self.counters.len()).find(|&m| m != target && self.alive(m));
+            let source = self
+                .geometry
+                .mirror_set(target)
+                .find(|&m| m != target && self.alive(m));
             if source.is_none() {
                 tracing::error!(array = %self.label, member = target,
                     "rebuild stopped: no other mirror is left");

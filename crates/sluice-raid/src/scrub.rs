@@ -158,25 +158,32 @@ impl RaidDevice {
 
     /// What stripe `s` (its chunks at `at` in each member's buffer of
     /// `bufs`) needs rewritten to be consistent, as (member, right
-    /// contents): RAID 5, the parity from the data; RAID 1, every mirror
-    /// that differs from member 0 (as md, the first member is taken as
-    /// right). Logged.
+    /// contents): RAID 5, the parity from the data; RAID 1 and 10, every
+    /// mirror that differs from the first member of its set (as md, the
+    /// first member is taken as right). Logged.
     fn stripe_fixes(
         &self,
         s: u64,
         bufs: &[Vec<u8>],
         at: std::ops::Range<usize>,
     ) -> Vec<(usize, Vec<u8>)> {
-        if self.geometry.level() == RaidLevel::Raid1 {
-            let first = &bufs[0][at.clone()];
-            let differ: Vec<usize> = (1..bufs.len())
-                .filter(|&m| bufs[m][at.clone()] != *first)
-                .collect();
-            if !differ.is_empty() {
-                tracing::warn!(array = %self.label, stripe = s, members = ?differ,
-                    "scrub: mirrors differ from member 0");
+        if self.geometry.mirrored() {
+            // Each mirror set against its first member.
+            let mut fixes = Vec::new();
+            for first in (0..bufs.len()).step_by(self.geometry.copies()) {
+                let right = &bufs[first][at.clone()];
+                let differ: Vec<usize> = self
+                    .geometry
+                    .mirror_set(first)
+                    .filter(|&m| bufs[m][at.clone()] != *right)
+                    .collect();
+                if !differ.is_empty() {
+                    tracing::warn!(array = %self.label, stripe = s, members = ?differ,
+                        "scrub: mirrors differ from member {first}");
+                }
+                fixes.extend(differ.into_iter().map(|m| (m, right.to_vec())));
             }
-            return differ.into_iter().map(|m| (m, first.to_vec())).collect();
+            return fixes;
         }
         if self.geometry.level() == RaidLevel::Raid6 {
             return self.pq_fixes(s, bufs, at);

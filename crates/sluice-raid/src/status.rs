@@ -169,8 +169,7 @@ impl RaidDevice {
             })
             .collect();
         let failed = self.failed_count();
-        let tolerance = self.geometry.tolerance();
-        let state = if failed > tolerance {
+        let state = if self.lost() {
             ArrayCondition::Failed
         } else if rebuilding != NO_MEMBER {
             ArrayCondition::Rebuilding

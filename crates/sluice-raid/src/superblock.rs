@@ -136,6 +136,7 @@ fn level_code(level: RaidLevel) -> u8 {
         RaidLevel::Raid1 => 1,
         RaidLevel::Raid5 => 5,
         RaidLevel::Raid6 => 6,
+        RaidLevel::Raid10 { .. } => 10,
     }
 }
 
@@ -177,7 +178,12 @@ impl Superblock {
             ArrayState::Clean => 0,
             ArrayState::Dirty => 1,
         });
-        out.extend_from_slice(&0u16.to_be_bytes());
+        // RAID 10's copies; reserved (zero) on the other levels.
+        let copies = match self.level {
+            RaidLevel::Raid10 { copies } => u16::try_from(copies).unwrap_or(u16::MAX),
+            _ => 0,
+        };
+        out.extend_from_slice(&copies.to_be_bytes());
         out.extend_from_slice(&(n as u32).to_be_bytes());
         out.extend_from_slice(&(self.index as u32).to_be_bytes());
         out.extend_from_slice(&0u32.to_be_bytes());
@@ -259,6 +265,13 @@ impl Superblock {
             1 => RaidLevel::Raid1,
             5 => RaidLevel::Raid5,
             6 => RaidLevel::Raid6,
+            // RAID 10's copies in the first reserved field.
+            10 => match u16::from_be_bytes([bytes[50], bytes[51]]) {
+                copies @ 2.. => RaidLevel::Raid10 {
+                    copies: copies.into(),
+                },
+                copies => return Err(field("copies", copies.into())),
+            },
             v => return Err(field("level", v.into())),
         };
         let state = match bytes[49] {
@@ -266,8 +279,11 @@ impl Superblock {
             1 => ArrayState::Dirty,
             v => return Err(field("state", v.into())),
         };
-        let reserved =
-            u64::from(u16::from_be_bytes([bytes[50], bytes[51]])) | u64::from(u32_at(60));
+        let copies_field = match level {
+            RaidLevel::Raid10 { .. } => 0,
+            _ => u16::from_be_bytes([bytes[50], bytes[51]]),
+        };
+        let reserved = u64::from(copies_field) | u64::from(u32_at(60));
         if reserved != 0 {
             return Err(field("reserved", reserved));
         }
@@ -297,7 +313,11 @@ impl Superblock {
                 v => Err(field("role", v.into())),
             })
             .collect::<Result<Vec<_>, _>>()?;
-        if (level != RaidLevel::Raid0 && n < 2) || (level == RaidLevel::Raid6 && n < 4) {
+        let copies_fit = match level {
+            RaidLevel::Raid10 { copies } => n.is_multiple_of(copies),
+            _ => true,
+        };
+        if (level != RaidLevel::Raid0 && n < level.min_members()) || !copies_fit {
             return Err(field("members", n as u64));
         }
         let mut names = Vec::with_capacity(n);

@@ -141,13 +141,13 @@ impl RaidDevice {
             }
             // Zeroed (allowing members to deallocate) on every mirror, so
             // they all read the same after.
-            RaidLevel::Raid1 => {
+            RaidLevel::Raid1 | RaidLevel::Raid10 { .. } => {
                 let mode = ZeroMode {
                     may_trim: true,
                     fast: false,
                     fua,
                 };
-                self.on_mirrors(IoOp::Trim, offset, length, |offset, length| {
+                self.on_mirrors(IoOp::Trim, offset, length, |_, offset, length| {
                     MemberOp::WriteZeroes {
                         offset,
                         length,
@@ -199,8 +199,8 @@ impl RaidDevice {
                     mode,
                 })
             }
-            RaidLevel::Raid1 => {
-                self.on_mirrors(IoOp::WriteZeroes, offset, length, |offset, length| {
+            RaidLevel::Raid1 | RaidLevel::Raid10 { .. } => {
+                self.on_mirrors(IoOp::WriteZeroes, offset, length, |_, offset, length| {
                     MemberOp::WriteZeroes {
                         offset,
                         length,

@@ -1,8 +1,9 @@
-//! The device conformance suite over RAID 0, 1, 5 and 6 arrays: memory
-//! members of several widths and stripe units, RAID 1, 5 and 6 arrays
-//! with a member (RAID 6: two) missing from the start, with a member
-//! (RAID 6: two) that fails mid-run, and over power-loss members (the
-//! durability check).
+//! The device conformance suite over RAID 0, 1, 5, 6 and 10 arrays:
+//! memory members of several widths and stripe units, RAID 1, 5, 6 and
+//! 10 arrays with a member (RAID 6: two; RAID 10: one of each mirror
+//! set) missing from the start, with a member (RAID 6: two; RAID 10:
+//! one of each mirror set) that fails mid-run, and over power-loss
+//! members (the durability check).
 
 use std::sync::{Arc, Mutex};
 
@@ -11,6 +12,9 @@ use sluice_storage::{
     BlockDevice, FaultInjectionDevice, FaultRule, MemDevice, PowerLossConfig, PowerLossDevice,
 };
 use sluice_testkit::conformance::{Access, Subject};
+
+/// RAID 10 as md makes it by default: near layout, two copies.
+const RAID10: RaidLevel = RaidLevel::Raid10 { copies: 2 };
 
 /// Volume size the suite works in.
 const SIZE: u64 = 4 << 20;
@@ -100,18 +104,18 @@ fn with_missing(
 }
 
 /// Members of the arrays the failing and power-loss cases build: three,
-/// or five for RAID 6.
+/// five for RAID 6, four (two mirror sets) for RAID 10.
 fn width(level: RaidLevel) -> usize {
-    if level == RaidLevel::Raid6 {
-        5
-    } else {
-        3
+    match level {
+        RaidLevel::Raid6 => 5,
+        RaidLevel::Raid10 { .. } => 4,
+        _ => 3,
     }
 }
 
 /// An array whose member 1 fails every request after its 40th (and,
 /// with `second`, member 3 after its 90th: RAID 6 runs on with both
-/// gone); `seen` collects the failing members so a test can check they
+/// gone, and so does RAID 10, whose two mirror sets each lose one); `seen` collects the failing members so a test can check they
 /// did fail.
 fn failing_into(
     level: RaidLevel,
@@ -155,6 +159,8 @@ fn the_failing_members_do_fail_during_the_suite() {
         (RaidLevel::Raid5, false),
         (RaidLevel::Raid6, false),
         (RaidLevel::Raid6, true),
+        (RAID10, false),
+        (RAID10, true),
     ] {
         let seen = Mutex::new(Vec::new());
         let factory = |access| failing_into(level, access, second, Some(&seen));
@@ -257,6 +263,21 @@ sluice_testkit::conformance_tests! {
     raid1_member_fails_mid_run => failing(RaidLevel::Raid1),
     raid1_over_power_loss => power_loss(RaidLevel::Raid1),
     raid1_three_blocking_missing_one => blocking(RaidLevel::Raid1, 3, 4096, Some(1)),
+    raid10_two_mem_4k => over_mem(RAID10, 2, 4096),
+    raid10_four_mem_4k => over_mem(RAID10, 4, 4096),
+    raid10_six_mem_512 => over_mem(RAID10, 6, 512),
+    raid10_six_mem_64k => over_mem(RAID10, 6, 64 << 10),
+    raid10_six_three_copies_4k => over_mem(RaidLevel::Raid10 { copies: 3 }, 6, 4096),
+    raid10_four_missing_one_of_each_set => |access| {
+        let mut members = mem_members(RAID10, 4, 4096, access);
+        members[0] = None;
+        members[3] = None;
+        Subject::new(array(RAID10, 4096, members))
+    },
+    raid10_member_fails_mid_run => failing(RAID10),
+    raid10_one_of_each_set_fails_mid_run => failing_two(RAID10),
+    raid10_over_power_loss => power_loss(RAID10),
+    raid10_four_blocking_missing_one => blocking(RAID10, 4, 4096, Some(2)),
     raid0_three_blocking => |access| {
         let members = mem_members(RaidLevel::Raid0, 3, 4096, access)
             .into_iter()

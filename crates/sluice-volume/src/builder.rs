@@ -72,7 +72,7 @@ pub enum VolumeError {
         memory: u64,
     },
     /// `create_raid` was given a spec that is not an array.
-    #[error("not an array spec (expected raid0:, raid1:, raid5: or raid6:)")]
+    #[error("not an array spec (expected raid0:, raid1:, raid5:, raid6: or raid10:)")]
     NotAnArray,
     /// A replacement member is not an NBD URI.
     #[error(
@@ -179,10 +179,11 @@ impl RaidHandle {
     /// Starts a thread that, every probe interval while the array is
     /// open, tries to connect again to each member that failed within
     /// the re-add window and puts it back when it is the same member
-    /// (RAID 1 with `readd=`; nothing otherwise).
+    /// (RAID 1 and 10 with `readd=`; nothing otherwise).
     fn start_readding(&self) {
         let interval = self.spec.probe;
-        if self.spec.level != RaidLevel::Raid1 || self.spec.readd.is_zero() || interval.is_zero() {
+        let mirrored = matches!(self.spec.level, RaidLevel::Raid1 | RaidLevel::Raid10 { .. });
+        if !mirrored || self.spec.readd.is_zero() || interval.is_zero() {
             return;
         }
         let weak = Arc::downgrade(&self.array);

@@ -157,7 +157,7 @@ pub enum LayerSpec {
 /// are in `sluice serve --help` and the README: a whole grammar in one
 /// error line hides what was wrong).
 const KINDS: &str = "expected file:PATH, mem:BYTES, an nbd[s]:// or nbd[s]+unix:// URI, or \
-                     raid0|raid1|raid5|raid6:unit=SIZE,members=...";
+                     raid0|raid1|raid5|raid6|raid10:unit=SIZE,members=...";
 
 /// Why a spec could not be parsed.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
@@ -201,7 +201,8 @@ impl FromStr for VolumeSpec {
     ///   client takes), with `ro`, `timeout=DURATION` (longest wait for
     ///   a reply) and `reconnect=DURATION` (window to get a lost server
     ///   back);
-    /// - `raid0:`, `raid1:`, `raid5:` or `raid6:` with `unit=SIZE` and `members=URI`, every
+    /// - `raid0:`, `raid1:`, `raid5:`, `raid6:` or `raid10:` (with
+    ///   `copies=N`, default 2) with `unit=SIZE` and `members=URI`, every
     ///   further item that is a URI being the next member (so
     ///   `members=URI,URI,URI`), `journal=PATH` or `journal=off` (RAID
     ///   5's and 6's write-intent journal), `start-dirty-degraded` (start with a
@@ -227,7 +228,7 @@ impl FromStr for VolumeSpec {
             .ok_or_else(|| bad(format!("missing KIND: ({KINDS})")))?;
         let mut parts = split_items(rest).into_iter();
         let first = parts.next().unwrap_or_default();
-        let is_raid = matches!(kind, "raid0" | "raid1" | "raid5" | "raid6");
+        let is_raid = matches!(kind, "raid0" | "raid1" | "raid5" | "raid6" | "raid10");
         let mut read_only = false;
         let mut size = None;
         let mut direct = false;
@@ -237,6 +238,7 @@ impl FromStr for VolumeSpec {
         let mut timeout = None;
         let mut reconnect = None;
         let mut unit = None;
+        let mut copies = None;
         let mut members: Option<Vec<String>> = None;
         let mut journal = None;
         let mut start_dirty_degraded = false;
@@ -268,6 +270,12 @@ impl FromStr for VolumeSpec {
                 Some(("timeout", v)) => timeout = Some(sluice_types::parse_duration(v)?),
                 Some(("reconnect", v)) => reconnect = Some(sluice_types::parse_duration(v)?),
                 Some(("unit", v)) if is_raid => unit = Some(sluice_types::parse_size(v)?),
+                Some(("copies", v)) if kind == "raid10" => {
+                    copies =
+                        Some(v.parse::<usize>().map_err(|e| {
+                            bad(format!("copies={v:?} is not a number of copies: {e}"))
+                        })?)
+                }
                 Some(("probe", "off")) if is_raid => probe = Duration::ZERO,
                 Some(("probe", v)) if is_raid => probe = sluice_types::parse_duration(v)?,
                 Some(("readd", "off")) if is_raid => readd = Duration::ZERO,
@@ -339,12 +347,15 @@ impl FromStr for VolumeSpec {
                 let uri = spec.split(',').next().unwrap_or_default();
                 BaseSpec::Remote(remote(uri)?)
             }
-            "raid0" | "raid1" | "raid5" | "raid6" => {
+            "raid0" | "raid1" | "raid5" | "raid6" | "raid10" => {
                 let level = match kind {
                     "raid0" => RaidLevel::Raid0,
                     "raid1" => RaidLevel::Raid1,
                     "raid5" => RaidLevel::Raid5,
-                    _ => RaidLevel::Raid6,
+                    "raid6" => RaidLevel::Raid6,
+                    _ => RaidLevel::Raid10 {
+                        copies: copies.unwrap_or(sluice_raid::DEFAULT_RAID10_COPIES),
+                    },
                 };
                 let unit = unit.ok_or_else(|| bad("missing unit=SIZE".into()))?;
                 let uris = members.ok_or_else(|| bad("missing members=URI,URI,...".into()))?;

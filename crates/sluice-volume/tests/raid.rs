@@ -117,29 +117,37 @@ fn remote_array(level: &'static str, n: usize, unit: &'static str) -> impl Fn(Ac
     }
 }
 
-/// An array (`level`) over three member servers (five for RAID 6) whose
-/// member 1 answers EIO to everything after its first 60 requests
-/// (`seen` keeps its device, to check it did fail).
+/// An array (`level`) over three member servers (five for RAID 6, four
+/// for RAID 10) whose member 1 answers EIO to everything after its
+/// first 60 requests, and on RAID 10 member 3 after its first 120 too
+/// (one member of each mirror set; `seen` keeps their devices, to check
+/// they did fail).
 fn remote_failing_into(
     level: &'static str,
     access: Access,
     seen: Option<&std::sync::Mutex<Vec<Arc<FaultInjectionDevice>>>>,
 ) -> Subject {
-    let width = if level == "raid6" { 5 } else { 3 };
+    let (width, failing): (usize, &[(usize, &str)]) = match level {
+        "raid6" => (5, &[(1, "all:eio:after=60")]),
+        "raid10" => (4, &[(1, "all:eio:after=60"), (3, "all:eio:after=120")]),
+        _ => (3, &[(1, "all:eio:after=60")]),
+    };
     if access == Access::ReadOnly {
         return remote_array(level, width, "4K")(access);
     }
     let mut members = members(width, 4 << 20);
-    let rule: FaultRule = "all:eio:after=60".parse().expect("fault rule");
-    let failing = Arc::new(FaultInjectionDevice::new(
-        members[1].memory.clone(),
-        "member 1",
-        vec![rule],
-    ));
-    if let Some(seen) = seen {
-        seen.lock().expect("not poisoned").push(failing.clone());
+    for &(index, rule) in failing {
+        let rule: FaultRule = rule.parse().expect("fault rule");
+        let failing = Arc::new(FaultInjectionDevice::new(
+            members[index].memory.clone(),
+            format!("member {index}"),
+            vec![rule],
+        ));
+        if let Some(seen) = seen {
+            seen.lock().expect("not poisoned").push(failing.clone());
+        }
+        members[index].server = serve(failing);
     }
-    members[1].server = serve(failing);
     let spec = spec_of(level, "4K", &members);
     let builder = builder();
     builder.create_raid(&spec, false).expect("create the array");
@@ -153,7 +161,7 @@ fn remote_failing(level: &'static str) -> impl Fn(Access) -> Subject {
 
 #[test]
 fn the_failing_remote_member_does_fail_during_the_suite() {
-    for level in ["raid1", "raid5", "raid6"] {
+    for (level, failing) in [("raid1", 1), ("raid5", 1), ("raid6", 1), ("raid10", 2)] {
         let seen = std::sync::Mutex::new(Vec::new());
         let factory = |access| remote_failing_into(level, access, Some(&seen));
         assert_eq!(
@@ -161,9 +169,12 @@ fn the_failing_remote_member_does_fail_during_the_suite() {
             Ok(sluice_testkit::conformance::Outcome::Passed)
         );
         let seen = seen.lock().expect("not poisoned");
+        // Each subject built pushed its failing members in turn: in one
+        // they must all have failed.
         assert!(
-            seen.iter().any(|m| m.injected() > 0),
-            "no request failed on the failing member of {level}: the array never ran degraded"
+            seen.chunks(failing)
+                .any(|built| built.iter().all(|m| m.injected() > 0)),
+            "the failing members of {level} never all failed: the array never ran that degraded"
         );
     }
 }
@@ -178,6 +189,9 @@ sluice_testkit::conformance_tests! {
     remote_raid1_of_2 => remote_array("raid1", 2, "64K"),
     remote_raid1_of_3 => remote_array("raid1", 3, "4K"),
     remote_raid1_member_fails_mid_run => remote_failing("raid1"),
+    remote_raid10_of_4 => remote_array("raid10", 4, "64K"),
+    remote_raid10_of_6 => remote_array("raid10", 6, "4K"),
+    remote_raid10_one_of_each_set_fails_mid_run => remote_failing("raid10"),
 }
 
 #[test]

@@ -611,7 +611,7 @@ fn copy_error(e: &ClientError) -> ClientError {
         },
         ClientError::Io { target, source } => ClientError::Io {
             target: target.clone(),
-            source: io::Error::new(source.kind(), source.to_string()),
+            source: copy_io(source),
         },
         ClientError::Reply { target, source } => ClientError::Reply {
             target: target.clone(),
@@ -641,10 +641,71 @@ fn copy_error(e: &ClientError) -> ClientError {
             errno: *errno,
             message: message.clone(),
         },
-        // Every other error already names its server in its message.
-        other => ClientError::Violation {
-            target: "the server".into(),
-            reason: other.to_string(),
+        // Each kind stays itself: a refused connection copied as "the
+        // server broke the protocol: cannot connect" misnamed the cause.
+        ClientError::Connect { target, source } => ClientError::Connect {
+            target: target.clone(),
+            source: copy_io(source),
         },
+        ClientError::ConnectTimeout { target, after } => ClientError::ConnectTimeout {
+            target: target.clone(),
+            after: *after,
+        },
+        ClientError::BadUri { uri, reason } => ClientError::BadUri {
+            uri: uri.clone(),
+            reason: reason.clone(),
+        },
+        ClientError::Tls { target, reason } => ClientError::Tls {
+            target: target.clone(),
+            reason: reason.clone(),
+        },
+        ClientError::Handshake { target, source } => ClientError::Handshake {
+            target: target.clone(),
+            source: source.clone(),
+        },
+        ClientError::Protocol { target, source } => ClientError::Protocol {
+            target: target.clone(),
+            source: source.clone(),
+        },
+        ClientError::Violation { target, reason } => ClientError::Violation {
+            target: target.clone(),
+            reason: reason.clone(),
+        },
+        ClientError::Timeout {
+            target,
+            op,
+            offset,
+            length,
+            after,
+        } => ClientError::Timeout {
+            target: target.clone(),
+            op: *op,
+            offset: *offset,
+            length: *length,
+            after: *after,
+        },
+        ClientError::Refused {
+            target,
+            export,
+            op,
+            source,
+        } => ClientError::Refused {
+            target: target.clone(),
+            export: export.clone(),
+            op: *op,
+            source: *source,
+        },
+        ClientError::WrongProtocol { target, hint } => ClientError::WrongProtocol {
+            target: target.clone(),
+            hint,
+        },
+    }
+}
+
+/// An `io::Error` of the same kind, OS error and message.
+fn copy_io(e: &io::Error) -> io::Error {
+    match e.raw_os_error() {
+        Some(code) => io::Error::from_raw_os_error(code),
+        None => io::Error::new(e.kind(), e.to_string()),
     }
 }
