@@ -411,27 +411,8 @@ pub fn run_workload(
                 for i in 0..workers {
                     let ctx = &ctx;
                     let client = client.clone();
-                    let op = move |kind: OpKind, off: u64, buf: &mut [u8]| -> Result<()> {
-                        match kind {
-                            OpKind::Read => match client.call_blocking(Request::Read {
-                                offset: off,
-                                length: buf.len() as u32,
-                            })? {
-                                Reply::Data(d) if d.len() == buf.len() => {
-                                    buf.copy_from_slice(&d);
-                                    Ok(())
-                                }
-                                other => bail!("unexpected reply to a read: {other:?}"),
-                            },
-                            OpKind::Write => {
-                                client.call_blocking(Request::Write {
-                                    offset: off,
-                                    data: buf,
-                                    fua: false,
-                                })?;
-                                Ok(())
-                            }
-                        }
+                    let op = move |kind: OpKind, off: u64, buf: &mut [u8]| {
+                        shared_client_op(&client, kind, off, buf)
                     };
                     handles.push(
                         std::thread::Builder::new()
@@ -476,27 +457,7 @@ pub fn run_workload(
         let polled = started.elapsed();
         let server_after = server_cpu.sample();
         drop(shared_client);
-        let mut total = WorkerStats::default();
-        let mut first_error = None;
-        for (i, h) in handles.into_iter().enumerate() {
-            match h.join() {
-                Ok(Ok((st, conn))) => {
-                    total.merge(&st);
-                    if let Some(c) = conn {
-                        let _ = c.disconnect();
-                    }
-                }
-                Ok(Err(e)) => {
-                    first_error.get_or_insert(e.context(format!("worker {i}")));
-                }
-                Err(_) => {
-                    first_error.get_or_insert(anyhow!("worker {i} panicked"));
-                }
-            }
-        }
-        if let Some(e) = first_error {
-            return Err(e);
-        }
+        let total = join_workers(handles)?;
         // The workers' own clocks, not the polling loop's.
         let elapsed = total
             .finished
@@ -508,9 +469,21 @@ pub fn run_workload(
         Ok((total, elapsed, server_cpu_s))
     })?;
     progress.finish_and_clear();
+    Ok(run_result(opts, workload, &stats, elapsed, server_cpu_s))
+}
+
+/// The result of a run of `workload` from the workers' statistics, its
+/// duration and the server's CPU time, if known.
+fn run_result(
+    opts: &RunOptions,
+    workload: &Workload,
+    stats: &WorkerStats,
+    elapsed: Duration,
+    server_cpu_s: Option<f64>,
+) -> RunResult {
     let ops = stats.reads + stats.writes;
     let secs = elapsed.as_secs_f64().max(1e-9);
-    Ok(RunResult {
+    RunResult {
         target: opts.target_label.clone(),
         driver: "own".into(),
         case: workload.label(),
@@ -528,7 +501,64 @@ pub fn run_workload(
         client_cpu_s: stats.cpu.as_secs_f64(),
         server_cpu_s,
         verified_reads: stats.verified,
-    })
+    }
+}
+
+/// One read or write of a worker sharing the run's one client.
+fn shared_client_op(client: &Client, kind: OpKind, off: u64, buf: &mut [u8]) -> Result<()> {
+    match kind {
+        OpKind::Read => match client.call_blocking(Request::Read {
+            offset: off,
+            length: buf.len() as u32,
+        })? {
+            Reply::Data(d) if d.len() == buf.len() => {
+                buf.copy_from_slice(&d);
+                Ok(())
+            }
+            other => bail!("unexpected reply to a read: {other:?}"),
+        },
+        OpKind::Write => {
+            client.call_blocking(Request::Write {
+                offset: off,
+                data: buf,
+                fua: false,
+            })?;
+            Ok(())
+        }
+    }
+}
+
+/// A running worker: what it measured and, for an NBD worker with its
+/// own connection, that connection.
+type WorkerHandle<'scope> =
+    std::thread::ScopedJoinHandle<'scope, Result<(WorkerStats, Option<Connection>)>>;
+
+/// Waits for every worker and adds up their statistics (disconnecting
+/// the connections they hand back); the first worker's failure, if any,
+/// fails the run.
+fn join_workers(handles: Vec<WorkerHandle<'_>>) -> Result<WorkerStats> {
+    let mut total = WorkerStats::default();
+    let mut first_error = None;
+    for (i, h) in handles.into_iter().enumerate() {
+        match h.join() {
+            Ok(Ok((st, conn))) => {
+                total.merge(&st);
+                if let Some(c) = conn {
+                    let _ = c.disconnect();
+                }
+            }
+            Ok(Err(e)) => {
+                first_error.get_or_insert(e.context(format!("worker {i}")));
+            }
+            Err(_) => {
+                first_error.get_or_insert(anyhow!("worker {i} panicked"));
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(total),
+    }
 }
 
 fn progress_bar(show: bool, workload: &Workload) -> ProgressBar {
