@@ -47,18 +47,14 @@ use sluice_model::noncontig::{Ddt, Direction, NoncontigParams};
 use crate::link::{LinkMeasurement, LinkRate};
 use crate::setup::PresetOptions;
 
+mod bed;
+mod points;
 mod report;
 
-use report::print_report;
-
-mod points;
-
+use bed::{client_index, requests, slices, timed, transfer, Bed, Op, Place};
 pub use points::{check_targets, finish_points};
 use points::{Key, Points};
-
-mod bed;
-
-use bed::{client_index, requests, slices, timed, transfer, Bed, Op, Place};
+use report::print_report;
 
 /// The hole after each block of the view.
 pub const HOLE: u64 = 2;

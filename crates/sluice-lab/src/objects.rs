@@ -39,12 +39,10 @@ use crate::objserver::ObjServer;
 use crate::setup::PresetOptions;
 
 mod ceph;
+mod groups;
 
 pub use ceph::find_osd;
 use ceph::{ceph_rows, sluice_ceph_rows};
-
-mod groups;
-
 use groups::{attr_group, create_group, ddt_group, nbd_group, populate_query, query_group, Ctx};
 
 const KIB4: usize = 4096;

@@ -62,15 +62,11 @@ use crate::link::{Link, LinkMeasurement, LinkRate, ShaperStats};
 use crate::setup::PresetOptions;
 
 mod cases;
-
-use cases::{degraded, full_stripe, raid0, rebuild, small_writes};
-
 mod jobs;
-
-use jobs::jobs_sweep;
-
 mod report;
 
+use cases::{degraded, full_stripe, raid0, rebuild, small_writes};
+use jobs::jobs_sweep;
 use report::print_report;
 
 /// The paper's stripe unit.

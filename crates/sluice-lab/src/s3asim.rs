@@ -64,15 +64,11 @@ use crate::setup::PresetOptions;
 use crate::striped::Bed;
 
 mod run;
-
-use run::{run_once, RunSpec};
-
 mod servers;
-
-use servers::{Servers, Target};
-
 mod workload;
 
+use run::{run_once, RunSpec};
+use servers::{Servers, Target};
 pub use workload::{IndexEntry, Pair, Search, SearchParams};
 
 /// Sequences in the database, whatever its size: a bigger database has

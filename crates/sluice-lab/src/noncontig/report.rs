@@ -17,11 +17,11 @@ fn pct(e: Option<f64>) -> String {
     e.map_or_else(|| "-".into(), |e| format!("{:+.0}%", e * 100.0))
 }
 
-pub(super) fn times(r: Option<f64>) -> String {
+fn times(r: Option<f64>) -> String {
     r.map_or_else(|| "-".into(), |r| format!("{r:.1}x"))
 }
 
-pub(super) fn mb(v: Option<f64>) -> String {
+fn mb(v: Option<f64>) -> String {
     v.map_or_else(|| "-".into(), compact)
 }
 
