@@ -437,74 +437,13 @@ fn execute(args: ObjArgs) -> Outcome {
                     "--stripe and --stripe-count place striped objects; give --meta URI".into(),
                 ));
             }
-            let id = id(&target)?;
-            let mut input = open_input(file.as_deref())?;
-            let before = c.stat(id).map_err(fail)?.length;
-            // Marked incomplete (durably) before the first byte changes,
-            // unmarked once the last is durable.
-            let mark = AttrChange::set(PUT_INCOMPLETE_ATTR, Value::Text("true".into()));
-            c.set_attrs(id, &[mark], true).map_err(fail)?;
-            let (_, len) = stream_in(c, id, &mut input, false)
-                .map_err(|f| match f {
-                    Failure::Failed(m) => Failure::Failed(format!(
-                        "{m}; the put of object {id} did not finish, so it is marked incomplete: put it again"
-                    )),
-                    usage => usage,
-                })?;
-            if before > len {
-                // A shorter object: the old tail goes.
-                c.truncate(id, len, false)
-                    .map_err(|e| put_failure(id, &e))?;
-            }
-            c.flush(FlushScope::Object(id))
-                .and_then(|()| {
-                    c.set_attrs(id, &[AttrChange::Remove(PUT_INCOMPLETE_ATTR.into())], true)
-                })
-                .map_err(|e| put_failure(id, &e))
+            put(c, &target, file.as_deref())
         }
         ObjCommand::Get {
             target,
             ranges,
             stride,
-        } => {
-            let id = id(&target)?;
-            check_complete(c, id)?;
-            let mut segments = ranges;
-            if let Some(s) = stride {
-                segments.extend(s.segments());
-            }
-            if segments.is_empty() {
-                // The whole object, streamed a chunk at a time.
-                let length = c.stat(id).map_err(fail)?.length;
-                let mut progress =
-                    crate::progress::Progress::bytes(&format!("object {id}"), Some(length));
-                let mut at = 0;
-                while at < length {
-                    let n = (length - at).min(CHUNK as u64);
-                    let seg = Segment {
-                        offset: at,
-                        length: n,
-                    };
-                    out(&c.read(id, &[seg]).map_err(fail)?.data)?;
-                    at += n;
-                    progress.add(n);
-                }
-                return Ok(());
-            }
-            let total = segments
-                .iter()
-                .try_fold(0u64, |t, s| t.checked_add(s.length))
-                .ok_or_else(|| Failure::Usage("the ranges add up past 2^64 bytes".into()))?;
-            let reply = c.read(id, &segments).map_err(fail)?;
-            out(&reply.data)?;
-            if reply.real_bytes < total {
-                eprintln!(
-                    "sluice: note: {} of the {total} bytes lie past the end of object {id} and read as zeros",
-                    total - reply.real_bytes
-                );
-            }
-            Ok(())
-        }
+        } => get(c, &target, ranges, stride),
         ObjCommand::Write { id, ranges, file } => {
             let data = read_input(file.as_deref())?;
             let want = ranges
@@ -535,43 +474,7 @@ fn execute(args: ObjArgs) -> Outcome {
             c.set_attrs(id, &changes, false).map_err(fail)?;
             c.flush(FlushScope::Object(id)).map_err(fail)
         }
-        ObjCommand::Attr(AttrCommand::Get { id, keys, json }) => {
-            let keys_ref: Vec<&str> = keys.iter().map(String::as_str).collect();
-            let attrs = c.get_attrs(id, &keys_ref).map_err(fail)?;
-            let missing: Vec<&str> = keys_ref
-                .iter()
-                .copied()
-                .filter(|k| attrs.get(k).is_none())
-                .collect();
-            if json {
-                let mut map = serde_json::Map::new();
-                for (k, v) in &attrs.0 {
-                    map.insert(
-                        k.clone(),
-                        v.as_ref().map_or(serde_json::Value::Null, json_value),
-                    );
-                }
-                for k in &missing {
-                    map.entry(*k).or_insert(serde_json::Value::Null);
-                }
-                out(format!("{}\n", serde_json::Value::Object(map)).as_bytes())?;
-            } else {
-                let text: String = attrs
-                    .values()
-                    .map(|(k, v)| format!("{k}={}\n", show_value(v)))
-                    .collect();
-                out(text.as_bytes())?;
-            }
-            match missing.as_slice() {
-                [] => Ok(()),
-                [one] => Err(Failure::Failed(format!(
-                    "object {id} has no attribute {one:?}; set it with 'sluice obj attr set {id} {one}=VALUE'"
-                ))),
-                many => Err(Failure::Failed(format!(
-                    "object {id} has no attributes {many:?}; set them with 'sluice obj attr set {id} KEY=VALUE...'"
-                ))),
-            }
-        }
+        ObjCommand::Attr(AttrCommand::Get { id, keys, json }) => attr_get(c, id, &keys, json),
         ObjCommand::Ls {
             prefix,
             collection,
@@ -598,76 +501,195 @@ fn execute(args: ObjArgs) -> Outcome {
             let with_attrs = entries.iter().any(|e| !e.attrs.is_empty());
             print_entries(&entries, with_attrs, json)
         }
-        ObjCommand::Rm { targets } => {
-            let ids = targets
-                .iter()
-                .map(|t| id(t))
-                .collect::<Result<Vec<_>, _>>()?;
-            let results = c.remove_many(&ids, false);
-            // Whatever was removed is durable, failures or not.
-            c.flush(FlushScope::Partition).map_err(fail)?;
-            let failed: Vec<(u64, ObjError)> = ids
-                .iter()
-                .zip(results)
-                .filter_map(|(id, r)| r.err().map(|e| (*id, e)))
-                .collect();
-            match failed.as_slice() {
-                [] => Ok(()),
-                [(_, e)] => Err(Failure::from_obj(e)),
-                [(_, e), rest @ ..] => {
-                    let others: Vec<String> = rest.iter().map(|(id, _)| id.to_string()).collect();
-                    let (Failure::Failed(m) | Failure::Usage(m)) = Failure::from_obj(e);
-                    Err(Failure::Failed(format!(
-                        "{m} (objects {} failed too; the others were removed)",
-                        others.join(", ")
-                    )))
-                }
-            }
-        }
-        ObjCommand::Stat { target, json } => {
-            let id = id(&target)?;
-            let stat = c.stat(id).map_err(fail)?;
-            let incomplete = c
-                .get_attrs(id, &[PUT_INCOMPLETE_ATTR])
-                .map_err(fail)?
-                .get(PUT_INCOMPLETE_ATTR)
-                .is_some();
-            // (short name, full key, value)
-            let fields: Vec<(String, &str, &Value)> = stat
-                .attrs
-                .values()
-                .filter(|(k, _)| *k != sluice_client::obj::LENGTH_ATTR)
-                .map(|(k, v)| {
-                    let short = k
-                        .strip_prefix(sluice_client::obj::SERVER_ATTR_PREFIX)
-                        .unwrap_or(k);
-                    (short.replace('.', "_"), k, v)
-                })
-                .collect();
-            if json {
-                let mut map = serde_json::Map::new();
-                map.insert("id".into(), stat.object.into());
-                map.insert("length".into(), stat.length.into());
-                for (k, _, v) in &fields {
-                    map.insert(k.clone(), json_value(v));
-                }
-                map.insert("incomplete".into(), incomplete.into());
-                out(format!("{}\n", serde_json::Value::Object(map)).as_bytes())
-            } else {
-                let mut text =
-                    format!("id: {}\nlength: {}\n", stat.object, show_bytes(stat.length));
-                for (k, key, v) in &fields {
-                    text.push_str(&format!("{k}: {}\n", show_attr(key, v)));
-                }
-                if incomplete {
-                    text.push_str("incomplete: a put of it did not finish; put it again\n");
-                }
-                out(text.as_bytes())
-            }
-        }
+        ObjCommand::Rm { targets } => rm(c, &targets),
+        ObjCommand::Stat { target, json } => stat(c, &target, json),
         ObjCommand::Fsck { .. } => Err(Failure::Usage(
             "fsck checks striped objects; give --meta URI".into(),
         )),
+    }
+}
+
+/// `obj put ID [FILE]`: the whole object from FILE (or stdin), marked
+/// incomplete until the last byte is durable.
+fn put(c: &mut ObjClient, target: &str, file: Option<&Path>) -> Outcome {
+    let fail = |e: ObjError| Failure::from_obj(&e);
+    let id = id(target)?;
+    let mut input = open_input(file)?;
+    let before = c.stat(id).map_err(fail)?.length;
+    // Marked incomplete (durably) before the first byte changes,
+    // unmarked once the last is durable.
+    let mark = AttrChange::set(PUT_INCOMPLETE_ATTR, Value::Text("true".into()));
+    c.set_attrs(id, &[mark], true).map_err(fail)?;
+    let (_, len) = stream_in(c, id, &mut input, false).map_err(|f| match f {
+        Failure::Failed(m) => Failure::Failed(format!(
+            "{m}; the put of object {id} did not finish, so it is marked incomplete: put it again"
+        )),
+        usage => usage,
+    })?;
+    if before > len {
+        // A shorter object: the old tail goes.
+        c.truncate(id, len, false)
+            .map_err(|e| put_failure(id, &e))?;
+    }
+    c.flush(FlushScope::Object(id))
+        .and_then(|()| c.set_attrs(id, &[AttrChange::Remove(PUT_INCOMPLETE_ATTR.into())], true))
+        .map_err(|e| put_failure(id, &e))
+}
+
+/// `obj get ID [RANGE...] [--stride ...]`: the whole object streamed to
+/// stdout, or the ranges and strided pattern given, in order.
+fn get(c: &mut ObjClient, target: &str, ranges: Vec<Segment>, stride: Option<Stride>) -> Outcome {
+    let fail = |e: ObjError| Failure::from_obj(&e);
+    let id = id(target)?;
+    check_complete(c, id)?;
+    let mut segments = ranges;
+    if let Some(s) = stride {
+        segments.extend(s.segments());
+    }
+    if segments.is_empty() {
+        // The whole object, streamed a chunk at a time.
+        let length = c.stat(id).map_err(fail)?.length;
+        let mut progress = crate::progress::Progress::bytes(&format!("object {id}"), Some(length));
+        let mut at = 0;
+        while at < length {
+            let n = (length - at).min(CHUNK as u64);
+            let seg = Segment {
+                offset: at,
+                length: n,
+            };
+            out(&c.read(id, &[seg]).map_err(fail)?.data)?;
+            at += n;
+            progress.add(n);
+        }
+        return Ok(());
+    }
+    let total = segments
+        .iter()
+        .try_fold(0u64, |t, s| t.checked_add(s.length))
+        .ok_or_else(|| Failure::Usage("the ranges add up past 2^64 bytes".into()))?;
+    let reply = c.read(id, &segments).map_err(fail)?;
+    out(&reply.data)?;
+    if reply.real_bytes < total {
+        eprintln!(
+            "sluice: note: {} of the {total} bytes lie past the end of object {id} and read as zeros",
+            total - reply.real_bytes
+        );
+    }
+    Ok(())
+}
+
+/// `obj attr get ID KEY... [--json]`: the values asked for; fails naming
+/// the keys the object does not have.
+fn attr_get(c: &mut ObjClient, id: u64, keys: &[String], json: bool) -> Outcome {
+    let fail = |e: ObjError| Failure::from_obj(&e);
+    let keys_ref: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let attrs = c.get_attrs(id, &keys_ref).map_err(fail)?;
+    let missing: Vec<&str> = keys_ref
+        .iter()
+        .copied()
+        .filter(|k| attrs.get(k).is_none())
+        .collect();
+    if json {
+        let mut map = serde_json::Map::new();
+        for (k, v) in &attrs.0 {
+            map.insert(
+                k.clone(),
+                v.as_ref().map_or(serde_json::Value::Null, json_value),
+            );
+        }
+        for k in &missing {
+            map.entry(*k).or_insert(serde_json::Value::Null);
+        }
+        out(format!("{}\n", serde_json::Value::Object(map)).as_bytes())?;
+    } else {
+        let text: String = attrs
+            .values()
+            .map(|(k, v)| format!("{k}={}\n", show_value(v)))
+            .collect();
+        out(text.as_bytes())?;
+    }
+    match missing.as_slice() {
+        [] => Ok(()),
+        [one] => Err(Failure::Failed(format!(
+            "object {id} has no attribute {one:?}; set it with 'sluice obj attr set {id} {one}=VALUE'"
+        ))),
+        many => Err(Failure::Failed(format!(
+            "object {id} has no attributes {many:?}; set them with 'sluice obj attr set {id} KEY=VALUE...'"
+        ))),
+    }
+}
+
+/// `obj rm ID...`: removes them all, durably, and reports the ones that
+/// failed.
+fn rm(c: &mut ObjClient, targets: &[String]) -> Outcome {
+    let fail = |e: ObjError| Failure::from_obj(&e);
+    let ids = targets
+        .iter()
+        .map(|t| id(t))
+        .collect::<Result<Vec<_>, _>>()?;
+    let results = c.remove_many(&ids, false);
+    // Whatever was removed is durable, failures or not.
+    c.flush(FlushScope::Partition).map_err(fail)?;
+    let failed: Vec<(u64, ObjError)> = ids
+        .iter()
+        .zip(results)
+        .filter_map(|(id, r)| r.err().map(|e| (*id, e)))
+        .collect();
+    match failed.as_slice() {
+        [] => Ok(()),
+        [(_, e)] => Err(Failure::from_obj(e)),
+        [(_, e), rest @ ..] => {
+            let others: Vec<String> = rest.iter().map(|(id, _)| id.to_string()).collect();
+            let (Failure::Failed(m) | Failure::Usage(m)) = Failure::from_obj(e);
+            Err(Failure::Failed(format!(
+                "{m} (objects {} failed too; the others were removed)",
+                others.join(", ")
+            )))
+        }
+    }
+}
+
+/// `obj stat ID [--json]`: length, server attributes and whether a put
+/// of it did not finish.
+fn stat(c: &mut ObjClient, target: &str, json: bool) -> Outcome {
+    let fail = |e: ObjError| Failure::from_obj(&e);
+    let id = id(target)?;
+    let stat = c.stat(id).map_err(fail)?;
+    let incomplete = c
+        .get_attrs(id, &[PUT_INCOMPLETE_ATTR])
+        .map_err(fail)?
+        .get(PUT_INCOMPLETE_ATTR)
+        .is_some();
+    // (short name, full key, value)
+    let fields: Vec<(String, &str, &Value)> = stat
+        .attrs
+        .values()
+        .filter(|(k, _)| *k != sluice_client::obj::LENGTH_ATTR)
+        .map(|(k, v)| {
+            let short = k
+                .strip_prefix(sluice_client::obj::SERVER_ATTR_PREFIX)
+                .unwrap_or(k);
+            (short.replace('.', "_"), k, v)
+        })
+        .collect();
+    if json {
+        let mut map = serde_json::Map::new();
+        map.insert("id".into(), stat.object.into());
+        map.insert("length".into(), stat.length.into());
+        for (k, _, v) in &fields {
+            map.insert(k.clone(), json_value(v));
+        }
+        map.insert("incomplete".into(), incomplete.into());
+        out(format!("{}\n", serde_json::Value::Object(map)).as_bytes())
+    } else {
+        let mut text = format!("id: {}\nlength: {}\n", stat.object, show_bytes(stat.length));
+        for (k, key, v) in &fields {
+            text.push_str(&format!("{k}: {}\n", show_attr(key, v)));
+        }
+        if incomplete {
+            text.push_str("incomplete: a put of it did not finish; put it again\n");
+        }
+        out(text.as_bytes())
     }
 }
 

@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use sluice_bench::machine::Machine;
-use sluice_bench::matrix::{self, Failure, MatrixRuns, Measured};
+use sluice_bench::matrix::{self, Failure, MatrixRuns, Measured, Summary};
 use sluice_bench::peers::{self, PeerServer, PeerSpec};
 use sluice_bench::runner::RunResult;
-use sluice_model::plot::{Axes, Figure, XAxis};
+use sluice_model::plot::{Axes, Chart, Figure, XAxis};
 use sluice_model::text::{compact, scaled, Table};
 
 use crate::epilogue::Epilogue;
@@ -401,52 +401,7 @@ pub fn filesystem(opts: &PresetOptions) -> Result<PresetReport> {
             size >> 20,
             image.path().display()
         ));
-        let n = targets.len();
-        for round in 0..opts.rounds {
-            for k in 0..n {
-                let spec = &targets[(k + round as usize) % n];
-                let stack = match Ext4Stack::build(Some(spec), image.path()) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        eprintln!("round {round} {}: {e:#}", spec.label);
-                        runs.failures.push(Failure {
-                            round,
-                            target: spec.label.clone(),
-                            driver: "fio-ext4".into(),
-                            case: String::new(),
-                            error: format!("{e:#}"),
-                        });
-                        continue;
-                    }
-                };
-                for job in &jobs {
-                    match run_job(&stack, job, &spec.label) {
-                        Ok(r) => {
-                            eprintln!(
-                                "round {round} {:<10} {:<20} {:>9} IOPS {:>8} MiB/s  srv {} us/op",
-                                spec.label,
-                                job.name,
-                                scaled(r.iops),
-                                compact(r.mib_s),
-                                r.server_us_per_op().map_or_else(|| "-".into(), compact)
-                            );
-                            runs.runs.push(Measured { round, result: r });
-                        }
-                        Err(e) => {
-                            eprintln!("round {round} {} {}: {e:#}", spec.label, job.name);
-                            runs.failures.push(Failure {
-                                round,
-                                target: spec.label.clone(),
-                                driver: "fio-ext4".into(),
-                                case: job.name.into(),
-                                error: format!("{e:#}"),
-                            });
-                        }
-                    }
-                }
-                drop(stack);
-            }
-        }
+        run_rounds(opts, &targets, image.path(), &jobs, &mut runs);
     }
     runs.wall_s = t0.elapsed().as_secs_f64();
     let summaries = matrix::summarise(&runs.runs, "nbdkit");
@@ -480,6 +435,81 @@ pub fn filesystem(opts: &PresetOptions) -> Result<PresetReport> {
         epilogue.finish(opts, &report)?;
         return Ok(report);
     }
+    let t = summary_table(&report.summaries);
+    let charts = round_charts(&report, &targets, &jobs);
+    let figure = Figure {
+        title: "Filesystem over NBD (ext4 on nbdfuse + loop): each round".into(),
+        columns: 2,
+        charts,
+    };
+    epilogue
+        .table("fio on ext4 over nbdfuse + loop (median of rounds)", t)
+        .figure(figure)
+        .finish(opts, &report)?;
+    Ok(report)
+}
+
+/// The preset's measurements: `opts.rounds` rounds, each taking the
+/// targets in a rotated order and running every job on a fresh ext4
+/// stack over `image`; failures are recorded and the rest goes on.
+fn run_rounds(
+    opts: &PresetOptions,
+    targets: &[PeerSpec],
+    image: &Path,
+    jobs: &[FsJob],
+    runs: &mut MatrixRuns,
+) {
+    let n = targets.len();
+    for round in 0..opts.rounds {
+        for k in 0..n {
+            let spec = &targets[(k + round as usize) % n];
+            let stack = match Ext4Stack::build(Some(spec), image) {
+                Ok(s) => s,
+                Err(e) => {
+                    eprintln!("round {round} {}: {e:#}", spec.label);
+                    runs.failures.push(Failure {
+                        round,
+                        target: spec.label.clone(),
+                        driver: "fio-ext4".into(),
+                        case: String::new(),
+                        error: format!("{e:#}"),
+                    });
+                    continue;
+                }
+            };
+            for job in jobs {
+                match run_job(&stack, job, &spec.label) {
+                    Ok(r) => {
+                        eprintln!(
+                            "round {round} {:<10} {:<20} {:>9} IOPS {:>8} MiB/s  srv {} us/op",
+                            spec.label,
+                            job.name,
+                            scaled(r.iops),
+                            compact(r.mib_s),
+                            r.server_us_per_op().map_or_else(|| "-".into(), compact)
+                        );
+                        runs.runs.push(Measured { round, result: r });
+                    }
+                    Err(e) => {
+                        eprintln!("round {round} {} {}: {e:#}", spec.label, job.name);
+                        runs.failures.push(Failure {
+                            round,
+                            target: spec.label.clone(),
+                            driver: "fio-ext4".into(),
+                            case: job.name.into(),
+                            error: format!("{e:#}"),
+                        });
+                    }
+                }
+            }
+            drop(stack);
+        }
+    }
+}
+
+/// The preset's table: each job's medians over rounds per target, and
+/// the ratio to nbdkit.
+fn summary_table(summaries: &[Summary]) -> Table {
     let mut t = Table::new([
         "job",
         "target",
@@ -491,7 +521,7 @@ pub fn filesystem(opts: &PresetOptions) -> Result<PresetReport> {
         "srv us/op",
         "x nbdkit",
     ]);
-    for s in &report.summaries {
+    for s in summaries {
         t.row([
             s.case.clone(),
             s.target.clone(),
@@ -504,13 +534,17 @@ pub fn filesystem(opts: &PresetOptions) -> Result<PresetReport> {
             s.ratio.map_or_else(|| "-".into(), |r| format!("{r:.2}")),
         ]);
     }
+    t
+}
+
+/// One chart per job: IOPS (or MiB/s) of each target in each round.
+fn round_charts(report: &PresetReport, targets: &[PeerSpec], jobs: &[FsJob]) -> Vec<Chart> {
     let axes = Axes {
         x_label: "round".into(),
         y_label: "IOPS or MiB/s".into(),
         x_axis: XAxis::Linear,
     };
-    let charts = jobs
-        .iter()
+    jobs.iter()
         .map(|job| {
             let lines = targets
                 .iter()
@@ -535,15 +569,5 @@ pub fn filesystem(opts: &PresetOptions) -> Result<PresetReport> {
             let unit = if job.bandwidth { "MiB/s" } else { "IOPS" };
             axes.chart(format!("{} ({unit})", job.name), lines)
         })
-        .collect();
-    let figure = Figure {
-        title: "Filesystem over NBD (ext4 on nbdfuse + loop): each round".into(),
-        columns: 2,
-        charts,
-    };
-    epilogue
-        .table("fio on ext4 over nbdfuse + loop (median of rounds)", t)
-        .figure(figure)
-        .finish(opts, &report)?;
-    Ok(report)
+        .collect()
 }

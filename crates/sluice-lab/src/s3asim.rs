@@ -43,20 +43,16 @@
 //! function of their offset, so a result written at the wrong place, or
 //! not at all, is found), so a fast but wrong run cannot pass.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc;
-use std::sync::{Arc, Barrier, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{bail, Context, Result};
 use serde::Serialize;
 use sluice_bench::machine::Machine;
 use sluice_bench::machine::{load1, steal_now, steal_since};
 use sluice_bench::peers;
 use sluice_bench::stats::{ratio, Spread};
 use sluice_bench::workload::{parse_duration, Size};
-use sluice_client::obj::{DataOptions, MergePolicy, ObjClient, ObjOptions, Segment};
-use sluice_client::striped::{Pattern, StripedClient, StripedObject, StripedWrite};
 use sluice_client::ObjUri;
 use sluice_meta::{MemoryMetaStore, MetaStore, SqliteMetaStore};
 use sluice_model::plot::{Axes, Figure, XAxis};
@@ -64,9 +60,16 @@ use sluice_model::text::Table;
 
 use crate::epilogue::Epilogue;
 use crate::link::{LinkMeasurement, LinkRate};
-use crate::objserver::ObjServer;
 use crate::setup::PresetOptions;
 use crate::striped::Bed;
+
+mod run;
+mod servers;
+mod workload;
+
+use run::{run_once, RunSpec};
+use servers::{Servers, Target};
+pub use workload::{IndexEntry, Pair, Search, SearchParams};
 
 /// Sequences in the database, whatever its size: a bigger database has
 /// longer sequences, so its results are longer.
@@ -92,205 +95,6 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 const VERIFY_CHUNK: u64 = 1 << 20;
 /// The default link (`--link-rate`): the paper's 800 Mbit/s.
 const DEFAULT_RATE: LinkRate = LinkRate(800_000_000);
-
-// ---------------------------------------------------------------- workload
-
-/// What one search is: its size and the seed everything is drawn from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-pub struct SearchParams {
-    pub queries: u32,
-    pub fragments: u32,
-    /// Results per (query, fragment) pair, drawn uniformly from this
-    /// inclusive range.
-    pub results_min: u32,
-    pub results_max: u32,
-    /// Bytes of the database ([`SEQUENCES`] sequences).
-    pub db_size: u64,
-    pub seed: u64,
-}
-
-impl SearchParams {
-    /// Mean bytes of one database sequence, and so of one result.
-    pub fn mean_result(&self) -> u64 {
-        self.db_size / SEQUENCES
-    }
-
-    fn check(&self) -> Result<()> {
-        if self.queries == 0 || self.fragments == 0 {
-            bail!("a search needs at least one query and one fragment");
-        }
-        if self.results_min > self.results_max || self.results_max == 0 {
-            bail!(
-                "results per pair {}..={}: the range must be non-empty and not all zero",
-                self.results_min,
-                self.results_max
-            );
-        }
-        if self.db_size < MIN_DB_SIZE {
-            bail!(
-                "database size {}: at least {} ({} sequences of 32 bytes)",
-                sluice_types::format_size(self.db_size),
-                sluice_types::format_size(MIN_DB_SIZE),
-                SEQUENCES
-            );
-        }
-        Ok(())
-    }
-}
-
-/// One result in a query's index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IndexEntry {
-    pub offset: u64,
-    pub length: u32,
-    pub score: u32,
-}
-
-/// One (query, fragment) pair: the work a worker is handed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pair {
-    pub query: u32,
-    pub fragment: u32,
-    /// Where its results go, in offset order.
-    pub results: Vec<Segment>,
-}
-
-/// A whole search: every pair's results placed in the result object, and
-/// the index the master writes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Search {
-    pub params: SearchParams,
-    /// In hand-out order: query by query, fragment by fragment.
-    pub pairs: Vec<Pair>,
-    /// Each query's results, best score first.
-    pub index: Vec<Vec<IndexEntry>>,
-    /// The encoded index, all queries in order: bytes `0..len` of the
-    /// object.
-    pub index_bytes: Vec<u8>,
-    /// Bytes of the object: the index, then every query's results.
-    pub size: u64,
-}
-
-impl Search {
-    /// Draws the search `params` describes; the same params give the same
-    /// search.
-    pub fn generate(params: SearchParams) -> Result<Self> {
-        params.check()?;
-        // Counts from a stream of their own, so every database size of one
-        // seed has the same number of results per pair.
-        let mut counts = fastrand::Rng::with_seed(params.seed);
-        let mut rng = fastrand::Rng::with_seed(sluice_types::splitmix64(params.seed));
-        let mean = params.mean_result();
-        let (lo, hi) = (mean / 2, mean + mean / 2);
-        // Per query: (score, fragment, hit, length) of each result.
-        let mut drawn: Vec<Vec<(u32, u32, u32, u64)>> = Vec::new();
-        for _ in 0..params.queries {
-            let mut hits = Vec::new();
-            for f in 0..params.fragments {
-                let n = counts.u32(params.results_min..=params.results_max);
-                for k in 0..n {
-                    hits.push((rng.u32(..), f, k, rng.u64(lo..=hi)));
-                }
-            }
-            // Best score first; ties in a fixed order.
-            hits.sort_by(|a, b| b.0.cmp(&a.0).then((a.1, a.2).cmp(&(b.1, b.2))));
-            drawn.push(hits);
-        }
-        let total: u64 = drawn.iter().map(|q| q.len() as u64).sum();
-        let index_len = total * INDEX_ENTRY;
-        let mut at = index_len;
-        let mut index = Vec::with_capacity(drawn.len());
-        let mut pairs = Vec::new();
-        let mut index_bytes = Vec::with_capacity(index_len as usize);
-        for (q, hits) in drawn.iter().enumerate() {
-            let mut entries = Vec::with_capacity(hits.len());
-            let mut by_fragment: Vec<Vec<Segment>> = vec![Vec::new(); params.fragments as usize];
-            for &(score, f, _, length) in hits {
-                entries.push(IndexEntry {
-                    offset: at,
-                    // At most 1.5 x the database over 16 Ki sequences.
-                    length: u32::try_from(length).context("a result over 4 GiB")?,
-                    score,
-                });
-                by_fragment[f as usize].push(Segment { offset: at, length });
-                at += length;
-            }
-            for e in &entries {
-                index_bytes.extend_from_slice(&e.offset.to_le_bytes());
-                index_bytes.extend_from_slice(&e.length.to_le_bytes());
-                index_bytes.extend_from_slice(&e.score.to_le_bytes());
-            }
-            for (f, results) in by_fragment.into_iter().enumerate() {
-                pairs.push(Pair {
-                    query: q as u32,
-                    fragment: f as u32,
-                    results,
-                });
-            }
-            index.push(entries);
-        }
-        Ok(Self {
-            params,
-            pairs,
-            index,
-            index_bytes,
-            size: at,
-        })
-    }
-
-    /// Results in all.
-    pub fn results(&self) -> u64 {
-        self.index.iter().map(|q| q.len() as u64).sum()
-    }
-
-    /// Bytes of results in all.
-    pub fn result_bytes(&self) -> u64 {
-        self.size - self.index_bytes.len() as u64
-    }
-
-    /// Where query `q`'s index starts in the object.
-    pub fn index_offset(&self, q: usize) -> u64 {
-        self.index[..q].iter().map(|e| e.len() as u64).sum::<u64>() * INDEX_ENTRY
-    }
-
-    /// The encoded index of query `q`.
-    pub fn query_index(&self, q: usize) -> &[u8] {
-        let start = self.index_offset(q) as usize;
-        &self.index_bytes[start..start + self.index[q].len() * INDEX_ENTRY as usize]
-    }
-
-    /// What the object must hold at `offset..offset + len` once the
-    /// search is done: the index, then result bytes that are a function
-    /// of their offset.
-    pub fn expected(&self, offset: u64, len: usize) -> Vec<u8> {
-        let mut out = vec![0u8; len];
-        let index_len = self.index_bytes.len() as u64;
-        for (i, b) in out.iter_mut().enumerate() {
-            let at = offset + i as u64;
-            *b = if at < index_len {
-                self.index_bytes[at as usize]
-            } else {
-                result_byte(self.params.seed, at)
-            };
-        }
-        out
-    }
-
-    /// The bytes of `segments`, laid end to end (what a write of them
-    /// carries).
-    pub fn gather(&self, segments: &[Segment]) -> Vec<u8> {
-        let mut out = Vec::with_capacity(segments.iter().map(|s| s.length as usize).sum());
-        for s in segments {
-            out.extend((s.offset..s.offset + s.length).map(|at| result_byte(self.params.seed, at)));
-        }
-        out
-    }
-}
-
-/// The byte of a result at object offset `at`.
-fn result_byte(seed: u64, at: u64) -> u8 {
-    sluice_types::splitmix64(seed ^ (at >> 3)).to_le_bytes()[(at & 7) as usize]
-}
 
 // ---------------------------------------------------------------- options
 
@@ -467,356 +271,6 @@ pub struct S3aSimReport {
     pub failures: Vec<String>,
 }
 
-// ---------------------------------------------------------------- servers
-
-/// The object servers of one network, started as first needed.
-enum Servers {
-    Loopback {
-        servers: Vec<ObjServer>,
-        dir: tempfile::TempDir,
-    },
-    Shaped(Bed),
-}
-
-impl Servers {
-    fn uris(&mut self, n: usize) -> Result<Vec<String>> {
-        match self {
-            Self::Loopback { servers, dir } => {
-                while servers.len() < n {
-                    let d = dir.path().join(format!("server-{}", servers.len()));
-                    std::fs::create_dir_all(&d)
-                        .with_context(|| format!("cannot create {}", d.display()))?;
-                    servers.push(ObjServer::start(&d, 1 << 20)?);
-                }
-                Ok(servers[..n].iter().map(|s| s.obj_uri.to_string()).collect())
-            }
-            Self::Shaped(bed) => bed.uris(n),
-        }
-    }
-}
-
-/// Where the runs of one setup write: a server, or a metadata store that
-/// names the servers.
-enum Target {
-    One(ObjUri),
-    Striped(Arc<dyn MetaStore>),
-}
-
-/// The result object of one run.
-#[derive(Debug, Clone)]
-enum ObjectRef {
-    One(u64),
-    Striped(String),
-}
-
-fn options() -> ObjOptions {
-    ObjOptions {
-        request_timeout: Some(REQUEST_TIMEOUT),
-        // Each write is what the mode says it is: no temporal merge
-        // behind it (one thread per connection rarely queues anyway).
-        merge: MergePolicy::Off,
-        ..ObjOptions::default()
-    }
-}
-
-/// One process's handle on the result object.
-enum Writer {
-    One {
-        client: Box<ObjClient>,
-        id: u64,
-    },
-    Striped {
-        client: Box<StripedClient>,
-        object: Box<StripedObject>,
-    },
-}
-
-impl Writer {
-    fn open(target: &Target, object: &ObjectRef) -> Result<Self> {
-        match (target, object) {
-            (Target::One(uri), ObjectRef::One(id)) => Ok(Self::One {
-                client: Box::new(
-                    ObjClient::connect(uri, &options())
-                        .with_context(|| format!("cannot connect to {uri}"))?,
-                ),
-                id: *id,
-            }),
-            (Target::Striped(meta), ObjectRef::Striped(name)) => {
-                let mut client = StripedClient::new(Arc::clone(meta), options());
-                let object = client
-                    .open(name)
-                    .with_context(|| format!("cannot open {name}"))?;
-                Ok(Self::Striped {
-                    client: Box::new(client),
-                    object: Box::new(object),
-                })
-            }
-            _ => bail!("a result object of another setup"),
-        }
-    }
-
-    /// Writes `data` over `segments` in one request.
-    fn write(&mut self, segments: &[Segment], data: &[u8]) -> Result<()> {
-        match self {
-            Self::One { client, id } => client
-                .write(*id, segments, data, &DataOptions::default())
-                .with_context(|| format!("write of {} segment(s) to object {id}", segments.len())),
-            Self::Striped { client, object } => client
-                .write(
-                    object,
-                    &Pattern::Segments(segments),
-                    data,
-                    &StripedWrite::default(),
-                )
-                .with_context(|| {
-                    format!(
-                        "write of {} segment(s) to {}",
-                        segments.len(),
-                        object.name()
-                    )
-                }),
-        }
-    }
-
-    fn read(&mut self, offset: u64, length: u64) -> Result<Vec<u8>> {
-        let segment = Segment { offset, length };
-        match self {
-            Self::One { client, id } => Ok(client
-                .read(*id, &[segment])
-                .with_context(|| format!("read of {length} bytes at {offset} of object {id}"))?
-                .data),
-            Self::Striped { client, object } => Ok(client
-                .read(object, &Pattern::Contiguous { offset, length })
-                .with_context(|| {
-                    format!("read of {length} bytes at {offset} of {}", object.name())
-                })?
-                .data),
-        }
-    }
-}
-
-// ---------------------------------------------------------------- one run
-
-/// What each worker needs for a run.
-struct RunSpec<'a> {
-    target: &'a Target,
-    search: &'a Search,
-    mode: Mode,
-    workers: u32,
-    compute: Duration,
-}
-
-/// Makes a fresh result object.
-fn create_object(target: &Target, serial: u64) -> Result<ObjectRef> {
-    match target {
-        Target::One(uri) => {
-            let mut c = ObjClient::connect(uri, &options())
-                .with_context(|| format!("cannot connect to {uri}"))?;
-            let ids = c
-                .create("s3asim", 1, false)
-                .with_context(|| format!("cannot create the result object on {uri}"))?;
-            let id = *ids
-                .first()
-                .ok_or_else(|| anyhow!("{uri} created no object"))?;
-            Ok(ObjectRef::One(id))
-        }
-        Target::Striped(meta) => {
-            let name = format!("s3asim/result-{}-{serial}", std::process::id());
-            StripedClient::new(Arc::clone(meta), options())
-                .create(&name, STRIPE_UNIT, FOUR)
-                .with_context(|| format!("cannot create {name}"))?;
-            Ok(ObjectRef::Striped(name))
-        }
-    }
-}
-
-fn remove_object(target: &Target, object: &ObjectRef) -> Result<()> {
-    match (target, object) {
-        (Target::One(uri), ObjectRef::One(id)) => ObjClient::connect(uri, &options())
-            .and_then(|mut c| c.remove(*id, false))
-            .with_context(|| format!("cannot remove object {id} on {uri}")),
-        (Target::Striped(meta), ObjectRef::Striped(name)) => {
-            StripedClient::new(Arc::clone(meta), options())
-                .remove(name)
-                .with_context(|| format!("cannot remove {name}"))
-        }
-        _ => bail!("a result object of another setup"),
-    }
-}
-
-/// A worker: takes pairs until the queue is empty, computes, writes.
-fn worker(
-    spec: &RunSpec<'_>,
-    object: &ObjectRef,
-    tasks: &Mutex<mpsc::Receiver<usize>>,
-    done: &mpsc::Sender<Result<usize>>,
-    stop: &AtomicBool,
-    start: &Barrier,
-) -> Result<u64> {
-    let opened = Writer::open(spec.target, object);
-    // Every worker reaches the barrier, so a failed open cannot leave the
-    // others waiting.
-    start.wait();
-    let mut writer = opened?;
-    let mut requests = 0;
-    while !stop.load(Ordering::Relaxed) {
-        let next = tasks
-            .lock()
-            .map_err(|_| anyhow!("a worker panicked"))?
-            .recv();
-        let Ok(k) = next else { break };
-        let pair = &spec.search.pairs[k];
-        if !spec.compute.is_zero() {
-            std::thread::sleep(spec.compute);
-        }
-        let data = spec.search.gather(&pair.results);
-        let written = match spec.mode {
-            Mode::Naive => {
-                let mut at = 0;
-                pair.results.iter().try_for_each(|s| {
-                    let end = at + s.length as usize;
-                    let r = writer.write(std::slice::from_ref(s), &data[at..end]);
-                    at = end;
-                    requests += 1;
-                    r
-                })
-            }
-            Mode::Noncontig if pair.results.is_empty() => Ok(()),
-            Mode::Noncontig => {
-                requests += 1;
-                writer.write(&pair.results, &data)
-            }
-        };
-        let failed = written.is_err();
-        // The master may have gone after an error of its own.
-        let _ = done.send(
-            written
-                .map(|()| k)
-                .with_context(|| format!("query {} fragment {}", pair.query, pair.fragment)),
-        );
-        if failed {
-            break;
-        }
-    }
-    Ok(requests)
-}
-
-/// One run: a fresh object, the search, the check; its time and requests.
-fn run_once(spec: &RunSpec<'_>, serial: u64) -> Result<(f64, u64, u64)> {
-    let search = spec.search;
-    let object = create_object(spec.target, serial)?;
-    let result = search_and_verify(spec, &object);
-    // The servers keep objects in files: free them for the next run.
-    if let Err(e) = remove_object(spec.target, &object) {
-        eprintln!("{e:#}");
-    }
-    let (took, requests) = result?;
-    Ok((took, requests, search.size))
-}
-
-fn search_and_verify(spec: &RunSpec<'_>, object: &ObjectRef) -> Result<(f64, u64)> {
-    let search = spec.search;
-    let mut master = Writer::open(spec.target, object)?;
-    let (task_tx, task_rx) = mpsc::channel();
-    let tasks = Mutex::new(task_rx);
-    let (done_tx, done_rx) = mpsc::channel();
-    let stop = AtomicBool::new(false);
-    let start = Barrier::new(spec.workers as usize + 1);
-    let fragments = search.params.fragments as usize;
-    let (took, master_requests, results) = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..spec.workers)
-            .map(|_| {
-                let (tasks, done, stop, start) = (&tasks, done_tx.clone(), &stop, &start);
-                s.spawn(move || worker(spec, object, tasks, &done, stop, start))
-            })
-            .collect();
-        drop(done_tx);
-        start.wait();
-        let began = Instant::now();
-        for k in 0..search.pairs.len() {
-            // Workers hold the receiver until the scope ends.
-            let _ = task_tx.send(k);
-        }
-        drop(task_tx);
-        let mut left = vec![fragments; search.index.len()];
-        let mut master_requests = 0u64;
-        let mut outcome = Ok(());
-        for _ in 0..search.pairs.len() {
-            let Ok(r) = done_rx.recv() else {
-                outcome = Err(anyhow!("the workers stopped before the search was done"));
-                break;
-            };
-            let q = match r {
-                Ok(k) => search.pairs[k].query as usize,
-                Err(e) => {
-                    outcome = Err(e);
-                    break;
-                }
-            };
-            left[q] -= 1;
-            if left[q] == 0 && !search.index[q].is_empty() {
-                let at = search.index_offset(q);
-                let bytes = search.query_index(q);
-                let seg = Segment {
-                    offset: at,
-                    length: bytes.len() as u64,
-                };
-                master_requests += 1;
-                if let Err(e) = master.write(&[seg], bytes) {
-                    outcome = Err(e.context(format!("the index of query {q}")));
-                    break;
-                }
-            }
-        }
-        if outcome.is_err() {
-            stop.store(true, Ordering::Relaxed);
-        }
-        let results: Vec<Result<u64>> = handles
-            .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(anyhow!("a worker panicked")))
-            })
-            .collect();
-        let took = began.elapsed().as_secs_f64();
-        (took, master_requests, outcome.map(|()| results))
-    });
-    let mut requests = master_requests;
-    for r in results? {
-        requests += r?;
-    }
-    verify(&mut master, search).context("the result object after the search")?;
-    Ok((took, requests))
-}
-
-/// Reads the whole object back and compares it with what the search
-/// says it holds.
-fn verify(master: &mut Writer, search: &Search) -> Result<()> {
-    let mut at = 0;
-    while at < search.size {
-        let n = VERIFY_CHUNK.min(search.size - at);
-        let got = master.read(at, n)?;
-        let want = search.expected(at, n as usize);
-        if got != want {
-            let i = got
-                .iter()
-                .zip(&want)
-                .position(|(a, b)| a != b)
-                .unwrap_or(got.len().min(want.len()));
-            bail!(
-                "byte {} reads {:?}, the search wrote {:?} there ({} of {} bytes read)",
-                at + i as u64,
-                got.get(i),
-                want.get(i),
-                got.len(),
-                n
-            );
-        }
-        at += n;
-    }
-    Ok(())
-}
-
 // ---------------------------------------------------------------- preset
 
 /// The points and sizes a run uses.
@@ -904,33 +358,8 @@ pub fn s3asim(opts: &PresetOptions, args: &S3aSimArgs) -> Result<S3aSimReport> {
     let mut links = Vec::new();
     let mut serial = 0u64;
     for net in nets {
-        let mut servers = match net {
-            Net::Loopback => Servers::Loopback {
-                servers: Vec::new(),
-                dir: crate::setup::scratch_dir("s3asim")?,
-            },
-            Net::Shaped => {
-                let bin = match peers::resolve_sluice_bin(opts.sluice_bin.as_deref()) {
-                    Ok(b) => b,
-                    Err(e) => {
-                        let why = format!("shaped runs skipped: {e:#}");
-                        eprintln!("{why}");
-                        notes.push(why);
-                        continue;
-                    }
-                };
-                if let Some(why) = crate::link::unavailable() {
-                    let why = format!("shaped runs skipped: {why}");
-                    eprintln!("{why}");
-                    notes.push(why);
-                    continue;
-                }
-                Servers::Shaped(Bed::new(
-                    bin,
-                    opts.link_rate.unwrap_or(DEFAULT_RATE),
-                    "s3asim",
-                )?)
-            }
+        let Some(mut servers) = start_servers(opts, net, &mut notes)? else {
+            continue;
         };
         for &setup in &setups {
             eprintln!("# {} over {}", setup.name(), net.name());
@@ -1037,6 +466,44 @@ pub fn s3asim(opts: &PresetOptions, args: &S3aSimArgs) -> Result<S3aSimReport> {
     };
     print_report(opts, &report, t0.elapsed())?;
     Ok(report)
+}
+
+/// The object servers of `net`, or none when `net` cannot run here
+/// (the reason goes to stderr and `notes`).
+fn start_servers(
+    opts: &PresetOptions,
+    net: Net,
+    notes: &mut Vec<String>,
+) -> Result<Option<Servers>> {
+    let servers = match net {
+        Net::Loopback => Servers::Loopback {
+            servers: Vec::new(),
+            dir: crate::setup::scratch_dir("s3asim")?,
+        },
+        Net::Shaped => {
+            let bin = match peers::resolve_sluice_bin(opts.sluice_bin.as_deref()) {
+                Ok(b) => b,
+                Err(e) => {
+                    let why = format!("shaped runs skipped: {e:#}");
+                    eprintln!("{why}");
+                    notes.push(why);
+                    return Ok(None);
+                }
+            };
+            if let Some(why) = crate::link::unavailable() {
+                let why = format!("shaped runs skipped: {why}");
+                eprintln!("{why}");
+                notes.push(why);
+                return Ok(None);
+            }
+            Servers::Shaped(Bed::new(
+                bin,
+                opts.link_rate.unwrap_or(DEFAULT_RATE),
+                "s3asim",
+            )?)
+        }
+    };
+    Ok(Some(servers))
 }
 
 /// The target of `setup` over `servers`, and the folder of its SQLite
@@ -1253,8 +720,12 @@ fn figure(rows: &[S3aSimRow]) -> Figure {
 
 #[cfg(test)]
 mod tests {
+    use super::run::{create_object, search_and_verify, verify};
+    use super::servers::Writer;
     use super::*;
+    use crate::objserver::ObjServer;
     use clap::Parser;
+    use sluice_client::obj::Segment;
 
     fn params(db_size: u64, seed: u64) -> SearchParams {
         SearchParams {

@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 pub mod conformance;
 mod error;
 mod etcd;
+mod etcd_config;
 mod etcd_reach;
 mod memory;
 mod record;

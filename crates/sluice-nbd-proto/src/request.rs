@@ -199,41 +199,29 @@ const fn reject(errno: NbdErrno, reason: &'static str) -> RejectedRequest {
     RejectedRequest { errno, reason }
 }
 
+/// Whether `kind` is a command this server knows.
+const fn is_known_command(kind: u16) -> bool {
+    matches!(
+        kind,
+        CMD_READ
+            | CMD_WRITE
+            | CMD_DISC
+            | CMD_FLUSH
+            | CMD_TRIM
+            | CMD_CACHE
+            | CMD_WRITE_ZEROES
+            | CMD_BLOCK_STATUS
+    )
+}
+
 impl TransmissionParams {
     /// Checks a request against the negotiated parameters: known command,
     /// flags that exist, were advertised and apply to the command, range
     /// inside the export, payload within limits, write access.
     pub fn validate(&self, h: &RequestHeader) -> Result<Command, RejectedRequest> {
         let adv = |flag: u16| self.flags & flag != 0;
-        let extended = self.header_style == HeaderStyle::Extended;
-        let mut allowed = 0u16;
-        if adv(FLAG_SEND_FUA) {
-            allowed |= CMD_FLAG_FUA;
-        }
-        match h.kind {
-            CMD_READ if adv(FLAG_SEND_DF) => allowed |= CMD_FLAG_DF,
-            CMD_WRITE if extended => allowed |= CMD_FLAG_PAYLOAD_LEN,
-            CMD_WRITE_ZEROES => {
-                allowed |= CMD_FLAG_NO_HOLE;
-                if adv(FLAG_SEND_FAST_ZERO) {
-                    allowed |= CMD_FLAG_FAST_ZERO;
-                }
-            }
-            CMD_BLOCK_STATUS => allowed |= CMD_FLAG_REQ_ONE,
-            _ => {}
-        }
-        let known_kind = matches!(
-            h.kind,
-            CMD_READ
-                | CMD_WRITE
-                | CMD_DISC
-                | CMD_FLUSH
-                | CMD_TRIM
-                | CMD_CACHE
-                | CMD_WRITE_ZEROES
-                | CMD_BLOCK_STATUS
-        );
-        if !known_kind {
+        let allowed = self.allowed_flags(h.kind);
+        if !is_known_command(h.kind) {
             return Err(reject(NbdErrno::Inval, "unknown command"));
         }
         if h.kind == CMD_DISC {
@@ -247,14 +235,7 @@ impl TransmissionParams {
         }
         let fua = h.flags & CMD_FLAG_FUA != 0;
         let read_only = adv(FLAG_READ_ONLY);
-        let align = u64::from(self.min_block.max(1));
-        let aligned = h.offset.is_multiple_of(align) && h.length.is_multiple_of(align);
-        if !aligned
-            && matches!(
-                h.kind,
-                CMD_READ | CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES | CMD_CACHE
-            )
-        {
+        if !self.aligned(h) {
             return Err(reject(
                 NbdErrno::Inval,
                 "request not aligned to the minimum block size",
@@ -262,13 +243,7 @@ impl TransmissionParams {
         }
         let end = h.offset.checked_add(h.length);
         let in_range = end.is_some_and(|e| e <= self.size);
-        // The spec: a server SHOULD NOT send EOVERFLOW unless chunked
-        // replies were negotiated; with simple replies it is EINVAL.
-        let too_large = if self.reply_style == ReplyStyle::Simple {
-            NbdErrno::Inval
-        } else {
-            NbdErrno::Overflow
-        };
+        let too_large = self.too_large_errno();
         match h.kind {
             CMD_READ => {
                 if h.length > u64::from(self.max_payload) {
@@ -380,6 +355,52 @@ impl TransmissionParams {
                 })
             }
             _ => Err(reject(NbdErrno::Inval, "unknown command")),
+        }
+    }
+
+    /// The command flags a request of `kind` may carry: those that apply
+    /// to it and whose feature was advertised.
+    fn allowed_flags(&self, kind: u16) -> u16 {
+        let adv = |flag: u16| self.flags & flag != 0;
+        let extended = self.header_style == HeaderStyle::Extended;
+        let mut allowed = 0u16;
+        if adv(FLAG_SEND_FUA) {
+            allowed |= CMD_FLAG_FUA;
+        }
+        match kind {
+            CMD_READ if adv(FLAG_SEND_DF) => allowed |= CMD_FLAG_DF,
+            CMD_WRITE if extended => allowed |= CMD_FLAG_PAYLOAD_LEN,
+            CMD_WRITE_ZEROES => {
+                allowed |= CMD_FLAG_NO_HOLE;
+                if adv(FLAG_SEND_FAST_ZERO) {
+                    allowed |= CMD_FLAG_FAST_ZERO;
+                }
+            }
+            CMD_BLOCK_STATUS => allowed |= CMD_FLAG_REQ_ONE,
+            _ => {}
+        }
+        allowed
+    }
+
+    /// Whether a request's range is aligned to the minimum block size;
+    /// only the commands that touch data need to be.
+    fn aligned(&self, h: &RequestHeader) -> bool {
+        let align = u64::from(self.min_block.max(1));
+        h.offset % align == 0 && h.length % align == 0
+            || !matches!(
+                h.kind,
+                CMD_READ | CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES | CMD_CACHE
+            )
+    }
+
+    /// The error of a read or write longer than the maximum payload.
+    fn too_large_errno(&self) -> NbdErrno {
+        // The spec: a server SHOULD NOT send EOVERFLOW unless chunked
+        // replies were negotiated; with simple replies it is EINVAL.
+        if self.reply_style == ReplyStyle::Simple {
+            NbdErrno::Inval
+        } else {
+            NbdErrno::Overflow
         }
     }
 }

@@ -229,71 +229,26 @@ impl FromStr for VolumeSpec {
         let mut parts = split_items(rest).into_iter();
         let first = parts.next().unwrap_or_default();
         let is_raid = matches!(kind, "raid0" | "raid1" | "raid5" | "raid6" | "raid10");
-        let mut read_only = false;
-        let mut size = None;
-        let mut direct = false;
-        let mut overcommit = false;
-        let mut rules = Vec::new();
-        let mut power_loss_seed = None;
-        let mut timeout = None;
-        let mut reconnect = None;
-        let mut unit = None;
-        let mut copies = None;
-        let mut members: Option<Vec<String>> = None;
-        let mut journal = None;
-        let mut start_dirty_degraded = false;
-        let mut kick_stale = false;
-        let mut probe = sluice_raid::DEFAULT_PROBE_INTERVAL;
-        let mut readd = sluice_raid::DEFAULT_READD_WINDOW;
         // In a RAID spec the first item is an option like the others.
-        let options = is_raid.then_some(first).into_iter().chain(parts);
-        for opt in options {
-            if let Some(list) = members.as_mut().filter(|_| is_member(opt)) {
-                list.push(opt.to_owned());
-                continue;
-            }
-            match opt.split_once('=') {
-                None if opt == "ro" => read_only = true,
-                None if opt == "direct" => direct = true,
-                None if opt == "overcommit" && kind == "mem" => overcommit = true,
-                None if opt == "power-loss" => power_loss_seed = Some(1),
-                None if opt == "start-dirty-degraded" && is_raid => start_dirty_degraded = true,
-                None if opt == "kick-stale" && is_raid => kick_stale = true,
-                Some(("size", v)) => size = Some(sluice_types::parse_size(v)?),
-                Some(("fail", v)) => rules.push(v.parse().map_err(|e| bad(format!("{e}")))?),
-                Some(("power-loss", v)) => {
-                    power_loss_seed = Some(
-                        v.parse()
-                            .map_err(|e| bad(format!("bad power-loss seed {v:?}: {e}")))?,
-                    )
-                }
-                Some(("timeout", v)) => timeout = Some(sluice_types::parse_duration(v)?),
-                Some(("reconnect", v)) => reconnect = Some(sluice_types::parse_duration(v)?),
-                Some(("unit", v)) if is_raid => unit = Some(sluice_types::parse_size(v)?),
-                Some(("copies", v)) if kind == "raid10" => {
-                    copies =
-                        Some(v.parse::<usize>().map_err(|e| {
-                            bad(format!("copies={v:?} is not a number of copies: {e}"))
-                        })?)
-                }
-                Some(("probe", "off")) if is_raid => probe = Duration::ZERO,
-                Some(("probe", v)) if is_raid => probe = sluice_types::parse_duration(v)?,
-                Some(("readd", "off")) if is_raid => readd = Duration::ZERO,
-                Some(("readd", v)) if is_raid => readd = sluice_types::parse_duration(v)?,
-                Some(("journal", "")) if is_raid => return Err(bad("empty journal path".into())),
-                Some(("journal", "off")) if is_raid => journal = Some(JournalSpec::Off),
-                Some(("journal", v)) if is_raid => journal = Some(JournalSpec::File(v.into())),
-                Some(("members", v)) if is_raid && members.is_none() => {
-                    if !is_member(v) {
-                        return Err(bad(format!(
-                            "member {v:?} is not an nbd://, nbds://, nbd+unix:// or nbds+unix:// URI, or an array's spec in parentheses"
-                        )));
-                    }
-                    members = Some(vec![v.to_owned()]);
-                }
-                _ => return Err(bad(format!("unknown option {opt:?}"))),
-            }
-        }
+        let items = is_raid.then_some(first).into_iter().chain(parts);
+        let SpecOptions {
+            read_only,
+            size,
+            direct,
+            overcommit,
+            rules,
+            power_loss_seed,
+            timeout,
+            reconnect,
+            unit,
+            copies,
+            members,
+            journal,
+            start_dirty_degraded,
+            kick_stale,
+            probe,
+            readd,
+        } = SpecOptions::parse(spec, kind, items)?;
         let remote_options_used = timeout.is_some() || reconnect.is_some();
         let remote = |uri: &str| -> Result<RemoteSpec, SpecError> {
             uri.parse::<NbdUri>().map_err(|e| SpecError::Uri {
@@ -404,6 +359,126 @@ impl FromStr for VolumeSpec {
             base,
             read_only,
             layers,
+        })
+    }
+}
+
+/// The options of a spec, every item after KIND (and after the path,
+/// size or URI of a non-RAID spec), before they are checked against
+/// the kind of volume.
+struct SpecOptions {
+    read_only: bool,
+    size: Option<u64>,
+    direct: bool,
+    overcommit: bool,
+    rules: Vec<FaultRule>,
+    power_loss_seed: Option<u64>,
+    timeout: Option<Duration>,
+    reconnect: Option<Duration>,
+    unit: Option<u64>,
+    /// RAID 10's copies of each chunk (`copies=N`).
+    copies: Option<usize>,
+    members: Option<Vec<String>>,
+    journal: Option<JournalSpec>,
+    start_dirty_degraded: bool,
+    kick_stale: bool,
+    probe: Duration,
+    readd: Duration,
+}
+
+impl SpecOptions {
+    /// Reads `items`, the options of `spec` (of kind `kind`); a RAID
+    /// spec's URIs after `members=` are its further members.
+    fn parse<'a>(
+        spec: &str,
+        kind: &str,
+        items: impl Iterator<Item = &'a str>,
+    ) -> Result<Self, SpecError> {
+        let bad = |reason: String| SpecError::Syntax {
+            spec: spec.to_owned(),
+            reason,
+        };
+        let is_raid = matches!(kind, "raid0" | "raid1" | "raid5" | "raid6" | "raid10");
+        let mut read_only = false;
+        let mut size = None;
+        let mut direct = false;
+        let mut overcommit = false;
+        let mut rules = Vec::new();
+        let mut power_loss_seed = None;
+        let mut timeout = None;
+        let mut reconnect = None;
+        let mut unit = None;
+        let mut copies = None;
+        let mut members: Option<Vec<String>> = None;
+        let mut journal = None;
+        let mut start_dirty_degraded = false;
+        let mut kick_stale = false;
+        let mut probe = sluice_raid::DEFAULT_PROBE_INTERVAL;
+        let mut readd = sluice_raid::DEFAULT_READD_WINDOW;
+        for opt in items {
+            if let Some(list) = members.as_mut().filter(|_| is_member(opt)) {
+                list.push(opt.to_owned());
+                continue;
+            }
+            match opt.split_once('=') {
+                None if opt == "ro" => read_only = true,
+                None if opt == "direct" => direct = true,
+                None if opt == "overcommit" && kind == "mem" => overcommit = true,
+                None if opt == "power-loss" => power_loss_seed = Some(1),
+                None if opt == "start-dirty-degraded" && is_raid => start_dirty_degraded = true,
+                None if opt == "kick-stale" && is_raid => kick_stale = true,
+                Some(("size", v)) => size = Some(sluice_types::parse_size(v)?),
+                Some(("fail", v)) => rules.push(v.parse().map_err(|e| bad(format!("{e}")))?),
+                Some(("power-loss", v)) => {
+                    power_loss_seed = Some(
+                        v.parse()
+                            .map_err(|e| bad(format!("bad power-loss seed {v:?}: {e}")))?,
+                    )
+                }
+                Some(("timeout", v)) => timeout = Some(sluice_types::parse_duration(v)?),
+                Some(("reconnect", v)) => reconnect = Some(sluice_types::parse_duration(v)?),
+                Some(("unit", v)) if is_raid => unit = Some(sluice_types::parse_size(v)?),
+                Some(("copies", v)) if kind == "raid10" => {
+                    copies =
+                        Some(v.parse::<usize>().map_err(|e| {
+                            bad(format!("copies={v:?} is not a number of copies: {e}"))
+                        })?)
+                }
+                Some(("probe", "off")) if is_raid => probe = Duration::ZERO,
+                Some(("probe", v)) if is_raid => probe = sluice_types::parse_duration(v)?,
+                Some(("readd", "off")) if is_raid => readd = Duration::ZERO,
+                Some(("readd", v)) if is_raid => readd = sluice_types::parse_duration(v)?,
+                Some(("journal", "")) if is_raid => return Err(bad("empty journal path".into())),
+                Some(("journal", "off")) if is_raid => journal = Some(JournalSpec::Off),
+                Some(("journal", v)) if is_raid => journal = Some(JournalSpec::File(v.into())),
+                Some(("members", v)) if is_raid && members.is_none() => {
+                    if !is_member(v) {
+                        return Err(bad(format!(
+                            "member {v:?} is not an nbd://, nbds://, nbd+unix:// or nbds+unix:// URI, or an array's spec in parentheses"
+                        )));
+                    }
+                    members = Some(vec![v.to_owned()]);
+                }
+                _ => return Err(bad(format!("unknown option {opt:?}"))),
+            }
+        }
+        Ok(Self {
+            read_only,
+            size,
+            direct,
+            overcommit,
+            rules,
+            power_loss_seed,
+            timeout,
+            reconnect,
+            unit,
+            copies,
+            members,
+            journal,
+            start_dirty_degraded,
+            kick_stale,
+            probe,
+            readd,
         })
     }
 }
