@@ -386,7 +386,7 @@ impl TransmissionParams {
     /// only the commands that touch data need to be.
     fn aligned(&self, h: &RequestHeader) -> bool {
         let align = u64::from(self.min_block.max(1));
-        h.offset % align == 0 && h.length % align == 0
+        h.offset.is_multiple_of(align) && h.length.is_multiple_of(align)
             || !matches!(
                 h.kind,
                 CMD_READ | CMD_WRITE | CMD_TRIM | CMD_WRITE_ZEROES | CMD_CACHE

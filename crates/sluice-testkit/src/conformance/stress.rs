@@ -103,7 +103,7 @@ pub fn flush_and_fua_survive_a_crash(factory: Factory<'_>) -> CheckResult {
     let ops = 400;
     for i in 0..ops {
         x = splitmix64(x);
-        if x % 10 == 0 && i < ops - 8 {
+        if x.is_multiple_of(10) && i < ops - 8 {
             let f = model.begin_flush();
             op("flush", dev.flush())?;
             model.flush_acked(f);
@@ -112,7 +112,7 @@ pub fn flush_and_fua_survive_a_crash(factory: Factory<'_>) -> CheckResult {
         let count = ((x >> 8) % (64 / unit) + 1) * unit;
         let sector = (x >> 20) % ((sectors - count) / unit) * unit;
         // The last writes are FUA with no flush after them.
-        let fua = (x >> 40) % 4 == 0 || i >= ops - 8;
+        let fua = (x >> 40).is_multiple_of(4) || i >= ops - 8;
         let data = &mut buf[..count as usize * SECTOR];
         let w = model.begin_write(sector, count, data);
         op(
