@@ -6,7 +6,7 @@
 //! - **contiguous**: one transfer of each size in one request, sent
 //!   contiguous, as a scatter/gather list of one segment and as a strided
 //!   request of one segment (the client's DDT pinned with
-//!   [`ObjOptions::ddt`]): all three should be equal.
+//!   [`ObjOptions::ddt`](sluice_client::obj::ObjOptions::ddt)): all three should be equal.
 //! - **view**: an MPI-vector-like file view, blocks of x bytes each
 //!   followed by a 2-byte hole, a fixed payload in all (1 MiB by default,
 //!   `--total`), for x from 8 B to 64 KiB: iterative (one request per

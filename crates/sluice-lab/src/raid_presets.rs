@@ -13,7 +13,7 @@
 //!   128 KiB write, four full stripes; N workers at queue depth 1). The
 //!   head's and members' metrics are scraped around the sweep and give
 //!   each station's demand by the utilization law (`sluice-model`'s
-//!   [`Calibration`]): the head's CPU, the members' CPUs and each
+//!   [`Calibration`](sluice_model::calibration::Calibration)): the head's CPU, the members' CPUs and each
 //!   direction of the members' links (the bytes its `tbf` shaper sent
 //!   over the rate it charges); the members work on each job side by
 //!   side, so those stations take the largest member's demand. A job's
@@ -22,7 +22,7 @@
 //!   the slowest, and every station in series), and the balanced job
 //!   bounds take their lower edge from the slowest branch and their
 //!   upper edge from the stations in series. They are drawn beside the
-//!   measurement, with the paper's equations (2)-(10) ([`raid_curve`])
+//!   measurement, with the paper's equations (2)-(10) ([`raid_curve`](sluice_model::raid::raid_curve))
 //!   evaluated with the calibrated per-unit CPU times and the link's
 //!   measured rate.
 //! - `raid0`: 1 MiB sequential reads (queue depth 4) over RAID 0 of 1..4

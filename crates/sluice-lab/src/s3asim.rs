@@ -27,7 +27,7 @@
 //! database size.
 //!
 //! Setups ([`Setup`]): one object server and an ordinary object; four
-//! object servers and a [`StripedClient`] object whose layout lives in a
+//! object servers and a [`StripedClient`](sluice_client::striped::StripedClient) object whose layout lives in a
 //! SQLite metadata store ([`SqliteMetaStore`]); and the paper's
 //! four-server baseline, the same striping with the layout held by the
 //! processes themselves ([`MemoryMetaStore`]), so no metadata service is

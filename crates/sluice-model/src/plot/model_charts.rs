@@ -216,7 +216,7 @@ pub const VALIDATION_SIZE: (u32, u32) = (1400, 600);
 
 /// Measured response time and throughput against the exact MVA prediction
 /// and the bounds, by concurrency N: two charts, R(N) and X(N), to draw
-/// side by side ([`render_svg_panels`]). Bounds are left out when the
+/// side by side ([`render_svg_panels`](super::render_svg_panels)). Bounds are left out when the
 /// network has load-dependent stations.
 pub fn validation_charts(v: &Validation, title: &str) -> [Chart; 2] {
     let n = |p: &crate::validation::ValidationPoint| f64::from(p.customers);
