@@ -456,10 +456,7 @@ impl ObjClient {
 
     /// The attributes `keys` of `object` (none: all of them).
     pub fn get_attrs(&mut self, object: u64, keys: &[&str]) -> Result<Attrs, ObjError> {
-        match self.run(&ObjRequest::GetAttrs { object, keys })? {
-            ObjResponse::Attrs(a) => Ok(a),
-            other => Err(self.violation(format!("GET_ATTRS answered {other:?}"))),
-        }
+        Carrier::get_attrs(self, object, keys)
     }
 
     /// Sets `object`'s length to `length`: bytes past a shorter length
@@ -481,12 +478,7 @@ impl ObjClient {
         changes: &[AttrChange],
         fua: bool,
     ) -> Result<(), ObjError> {
-        self.run(&ObjRequest::SetAttrs {
-            object,
-            changes,
-            fua,
-        })
-        .map(drop)
+        Carrier::set_attrs(self, object, changes, fua)
     }
 
     /// One page of the members of `collection` in every range.
