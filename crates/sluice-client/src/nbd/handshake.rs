@@ -10,10 +10,11 @@ use sluice_nbd_proto::{
     HeaderStyle, ReplyStyle, Transmission,
 };
 
-use crate::net::greeting::{wrong_protocol, Expected};
+use crate::net::greeting::Expected;
+use crate::net::handshake::{self, ClientMachine, DriveFailure, HandshakePeer, HandshakeStep};
 use crate::net::mux::Reconnect;
-use crate::net::transport::{client_config, open_stream, Stream, DEFAULT_CONNECT_TIMEOUT};
-use crate::net::uri::NbdUri;
+use crate::net::transport::{open_stream, Stream, DEFAULT_CONNECT_TIMEOUT};
+use crate::net::uri::{NbdUri, TlsSettings};
 use crate::ClientError;
 
 /// What to ask the server for, and how long to wait.
@@ -133,98 +134,50 @@ impl ExportDetails {
     }
 }
 
+impl ClientMachine for ClientHandshake {
+    /// The status the handshake ended in (an export, a list, ...).
+    type Outcome = ClientStatus;
+    type Error = sluice_nbd_proto::ClientHandshakeError;
+
+    fn handle_input(
+        &mut self,
+        input: &[u8],
+    ) -> Result<(usize, HandshakeStep<ClientStatus>), Self::Error> {
+        let (used, status) = Self::handle_input(self, input)?;
+        let step = match status {
+            ClientStatus::NeedInput => HandshakeStep::NeedInput,
+            ClientStatus::StartTls => HandshakeStep::StartTls,
+            done => HandshakeStep::Done(done),
+        };
+        Ok((used, step))
+    }
+
+    fn poll_output(&mut self) -> Vec<u8> {
+        Self::poll_output(self)
+    }
+}
+
 /// Runs the handshake machine over `stream` until it finishes.
 fn drive(
-    mut stream: Stream,
+    stream: Stream,
     machine: &mut ClientHandshake,
-    tls: Option<&crate::net::uri::TlsSettings>,
+    tls: Option<&TlsSettings>,
     target: &str,
     timeout: Duration,
 ) -> Result<(Stream, ClientStatus), ClientError> {
-    let io = |source| ClientError::Io {
-        target: target.to_owned(),
-        source,
+    let peer = HandshakePeer {
+        target,
+        expected: Expected::Nbd,
+        tls,
+        timeout,
     };
-    let mut input: Vec<u8> = Vec::with_capacity(4096);
-    let mut chunk = [0u8; 4096];
-    let mut greeted = false;
-    loop {
-        if !greeted && input.len() >= 8 {
-            greeted = true;
-            if let Some(e) = wrong_protocol(&input, Expected::Nbd, target) {
-                return Err(e);
-            }
-        }
-        let (used, status) =
-            machine
-                .handle_input(&input)
-                .map_err(|source| ClientError::Handshake {
-                    target: target.to_owned(),
-                    source,
-                })?;
-        input.drain(..used);
-        match status {
-            ClientStatus::NeedInput => {
-                let out = machine.poll_output();
-                if !out.is_empty() {
-                    stream.write_all(&out).map_err(io)?;
-                }
-            }
-            ClientStatus::StartTls => {
-                let out = machine.poll_output();
-                if !input.is_empty() {
-                    return Err(ClientError::Violation {
-                        target: target.to_owned(),
-                        reason: "plaintext bytes after accepting NBD_OPT_STARTTLS".into(),
-                    });
-                }
-                let settings = tls.ok_or_else(|| ClientError::Violation {
-                    target: target.to_owned(),
-                    reason: "STARTTLS accepted though not asked for".into(),
-                })?;
-                let config = client_config(settings, target)?;
-                stream = stream.start_tls(config, &settings.server_name, target)?;
-                if !out.is_empty() {
-                    stream.write_all(&out).map_err(io)?;
-                }
-                continue;
-            }
-            done => {
-                let out = machine.poll_output();
-                if !out.is_empty() {
-                    stream.write_all(&out).map_err(io)?;
-                }
-                if !input.is_empty() {
-                    return Err(ClientError::Violation {
-                        target: target.to_owned(),
-                        reason: "unexpected bytes after the handshake".into(),
-                    });
-                }
-                return Ok((stream, done));
-            }
-        }
-        let n = match stream.read(&mut chunk) {
-            Ok(n) => n,
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(ClientError::ConnectTimeout {
-                    target: target.to_owned(),
-                    after: timeout,
-                })
-            }
-            Err(e) => return Err(io(e)),
-        };
-        if n == 0 {
-            return Err(ClientError::Closed {
-                target: target.to_owned(),
-            });
-        }
-        input.extend_from_slice(&chunk[..n]);
-    }
+    handshake::drive(stream, machine, &peer).map_err(|failure| match failure {
+        DriveFailure::Machine(source) => ClientError::Handshake {
+            target: target.to_owned(),
+            source,
+        },
+        DriveFailure::Connection(e) => e,
+    })
 }
 
 /// Lists the exports of the server at `uri` as (name, description).

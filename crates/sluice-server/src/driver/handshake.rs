@@ -29,13 +29,17 @@ pub(crate) enum HandshakeStep<N> {
     StartTls,
 }
 
+/// What a session handshake made of its input: the bytes consumed and
+/// the step, or why the handshake failed.
+pub(crate) type Handled<N, P> = Result<(usize, HandshakeStep<N>), HandshakeFailure<P>>;
+
 /// One protocol's sans-IO server handshake machine together with what
 /// the session answers it from.
 pub(crate) trait SessionHandshake {
     /// What a finished handshake agreed on.
     type Negotiated;
-    /// The protocol's handshake failure.
-    type Failure: HandshakeLoopFailure;
+    /// The protocol crate's handshake error.
+    type Error: std::error::Error + 'static;
     /// Bytes to send now (empty when there is nothing).
     fn poll_output(&mut self) -> Vec<u8>;
     /// Consumes as much of `input` as forms complete messages, answering
@@ -47,16 +51,23 @@ pub(crate) trait SessionHandshake {
         &mut self,
         input: &[u8],
         peer: Option<&PeerIdentity>,
-    ) -> Result<(usize, HandshakeStep<Self::Negotiated>), Self::Failure>;
+    ) -> Handled<Self::Negotiated, Self::Error>;
 }
 
-/// The failures the handshake loop itself meets, which each protocol's
-/// handshake failure has among its own.
-pub(crate) trait HandshakeLoopFailure: From<io::Error> + From<TlsHandshakeError> {
-    /// The client did not finish the handshake within `limit`.
-    fn timed_out(limit: Duration) -> Self;
-    /// STARTTLS was accepted on a listener without TLS credentials.
-    fn no_tls_credentials() -> Self;
+/// Why a connection's handshake failed, whichever the protocol: `P` is
+/// the protocol crate's handshake error.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HandshakeFailure<P: std::error::Error + 'static> {
+    #[error("socket error during the handshake")]
+    Io(#[from] io::Error),
+    #[error(transparent)]
+    Protocol(P),
+    #[error("client did not finish the handshake within {0:?}")]
+    TimedOut(Duration),
+    #[error(transparent)]
+    Tls(#[from] TlsHandshakeError),
+    #[error("internal error: STARTTLS accepted without TLS credentials")]
+    NoTlsCredentials,
 }
 
 /// Runs `hs` over the connection, starting TLS with `tls` when the client
@@ -69,7 +80,7 @@ pub(crate) fn run_handshake<H: SessionHandshake>(
     buf: &mut RecvBuf,
     tls: Option<&TlsAcceptor>,
     env: &DriverEnv,
-) -> Result<Option<H::Negotiated>, H::Failure> {
+) -> Result<Option<H::Negotiated>, HandshakeFailure<H::Error>> {
     let deadline = Instant::now() + env.timeouts.handshake();
     let mut peer: Option<PeerIdentity> = None;
     loop {
@@ -93,7 +104,7 @@ pub(crate) fn run_handshake<H: SessionHandshake>(
                 // The answer goes out in plaintext; whatever the client
                 // sent after STARTTLS is the start of its TLS handshake.
                 stream.write_all(&hs.poll_output())?;
-                let acceptor = tls.ok_or_else(H::Failure::no_tls_credentials)?;
+                let acceptor = tls.ok_or(HandshakeFailure::NoTlsCredentials)?;
                 match stream.start_tls(buf, acceptor, &env.stop, deadline)? {
                     Some(identity) => peer = identity,
                     None => return Ok(None),
@@ -110,7 +121,7 @@ pub(crate) fn run_handshake<H: SessionHandshake>(
                 HandshakeInput::More => {}
                 HandshakeInput::Gone => return Ok(None),
                 HandshakeInput::TimedOut => {
-                    return Err(H::Failure::timed_out(env.timeouts.handshake()))
+                    return Err(HandshakeFailure::TimedOut(env.timeouts.handshake()))
                 }
             }
         }
@@ -156,9 +167,10 @@ fn await_handshake_input(
 /// What a connection does with its handshake's outcome, whichever the
 /// protocol: the negotiated session, or `None` once the connection is
 /// closed (the client left, or the handshake failed: counted and logged
-/// with its causes).
-pub(crate) fn handshake_outcome<T, E: std::error::Error + 'static>(
-    result: Result<Option<T>, E>,
+/// with its causes and `protocol`).
+pub(crate) fn handshake_outcome<T, P: std::error::Error + 'static>(
+    result: Result<Option<T>, HandshakeFailure<P>>,
+    protocol: &'static str,
     stream: &mut Stream,
     env: &DriverEnv,
 ) -> Option<T> {
@@ -174,6 +186,7 @@ pub(crate) fn handshake_outcome<T, E: std::error::Error + 'static>(
                 .handshakes_failed
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             info!(
+                protocol,
                 error = &e as &dyn std::error::Error,
                 "handshake failed; closing connection"
             );

@@ -41,7 +41,7 @@ use tracing::{error, info};
 
 pub(crate) use dispatch::{Dispatch, Placement, PoolJob};
 pub(crate) use handshake::{
-    handshake_outcome, run_handshake, HandshakeLoopFailure, HandshakeStep, SessionHandshake,
+    handshake_outcome, run_handshake, Handled, HandshakeFailure, HandshakeStep, SessionHandshake,
 };
 pub(crate) use receive::PayloadIo;
 

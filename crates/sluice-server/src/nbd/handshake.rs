@@ -1,37 +1,20 @@
 //! The NBD handshake on a connection: drives the sans-IO
 //! `ServerHandshake` over the socket, including STARTTLS.
 
-use std::io;
-use std::time::Duration;
-
 use sluice_nbd_proto::{
-    ExportAccess, ExportCatalog, ExportInfo, HandshakeConfig, HandshakeStatus, Negotiated, Refusal,
-    ServerHandshake,
+    ExportAccess, ExportCatalog, ExportInfo, HandshakeConfig, HandshakeError, HandshakeStatus,
+    Negotiated, Refusal, ServerHandshake,
 };
 use tracing::info;
 
 use super::NbdService;
 use crate::buffer::RecvBuf;
 use crate::driver::{
-    run_handshake, DriverEnv, HandshakeLoopFailure, HandshakeStep, SessionHandshake,
+    run_handshake, DriverEnv, Handled, HandshakeFailure, HandshakeStep, SessionHandshake,
 };
 use crate::export::ExportRegistry;
 use crate::stream::Stream;
-use crate::tls::{AccessPolicy, PeerIdentity, TlsHandshakeError};
-
-#[derive(Debug, thiserror::Error)]
-pub(super) enum HandshakeFailure {
-    #[error("socket error during the handshake")]
-    Io(#[from] io::Error),
-    #[error(transparent)]
-    Protocol(#[from] sluice_nbd_proto::HandshakeError),
-    #[error("client did not finish the handshake within {0:?}")]
-    TimedOut(Duration),
-    #[error(transparent)]
-    Tls(#[from] TlsHandshakeError),
-    #[error("internal error: STARTTLS accepted without TLS credentials")]
-    NoTlsCredentials,
-}
+use crate::tls::{AccessPolicy, PeerIdentity};
 
 /// The export catalog as one session sees it.
 pub(crate) struct SessionCatalog<'a> {
@@ -55,15 +38,6 @@ impl ExportCatalog for SessionCatalog<'_> {
     }
 }
 
-impl HandshakeLoopFailure for HandshakeFailure {
-    fn timed_out(limit: Duration) -> Self {
-        Self::TimedOut(limit)
-    }
-    fn no_tls_credentials() -> Self {
-        Self::NoTlsCredentials
-    }
-}
-
 /// Runs the handshake; `None` when the client left (or the server
 /// stopped) before it was done. What the client sent after the handshake
 /// stays in `buf`.
@@ -72,7 +46,7 @@ pub(super) fn handshake(
     buf: &mut RecvBuf,
     service: &NbdService,
     env: &DriverEnv,
-) -> Result<Option<Negotiated>, HandshakeFailure> {
+) -> Result<Option<Negotiated>, HandshakeFailure<HandshakeError>> {
     let hs = NbdHandshake {
         machine: ServerHandshake::new(HandshakeConfig {
             tls: service.tls_policy,
@@ -95,7 +69,7 @@ struct NbdHandshake<'a> {
 
 impl SessionHandshake for NbdHandshake<'_> {
     type Negotiated = Negotiated;
-    type Failure = HandshakeFailure;
+    type Error = HandshakeError;
 
     fn poll_output(&mut self) -> Vec<u8> {
         self.machine.poll_output()
@@ -105,7 +79,7 @@ impl SessionHandshake for NbdHandshake<'_> {
         &mut self,
         input: &[u8],
         peer: Option<&PeerIdentity>,
-    ) -> Result<(usize, HandshakeStep<Negotiated>), HandshakeFailure> {
+    ) -> Handled<Negotiated, HandshakeError> {
         let catalog = SessionCatalog {
             registry: &self.service.registry,
             policy: &self.service.access,
@@ -116,7 +90,7 @@ impl SessionHandshake for NbdHandshake<'_> {
         if let Some(refusal) = self.machine.take_refusal() {
             log_refusal(&refusal, &mut self.refusals);
         }
-        let (used, status) = handled?;
+        let (used, status) = handled.map_err(HandshakeFailure::Protocol)?;
         let step = match status {
             HandshakeStatus::NeedInput => HandshakeStep::NeedInput,
             HandshakeStatus::Aborted => HandshakeStep::Aborted,

@@ -4,13 +4,11 @@
 //! store, the export registry and the allow-lists.
 
 use std::collections::BTreeMap;
-use std::io;
-use std::time::Duration;
 
 use sluice_nbd_proto::ExportAccess;
 use sluice_obj_proto::{
-    answer, HandshakeConfig, HandshakeStatus, Negotiated, PartitionAccess, PartitionCatalog,
-    Refusal, ServerHandshake,
+    answer, HandshakeConfig, HandshakeError, HandshakeStatus, Negotiated, PartitionAccess,
+    PartitionCatalog, Refusal, ServerHandshake,
 };
 use sluice_objstore::{ObjStoreError, ObjectStore, PartitionId};
 use tracing::{info, warn};
@@ -19,25 +17,11 @@ use super::ObjService;
 use crate::buffer::RecvBuf;
 use crate::config::TlsIdentity;
 use crate::driver::{
-    run_handshake, DriverEnv, HandshakeLoopFailure, HandshakeStep, SessionHandshake,
+    run_handshake, DriverEnv, Handled, HandshakeFailure, HandshakeStep, SessionHandshake,
 };
 use crate::export::ExportRegistry;
 use crate::stream::Stream;
-use crate::tls::{AccessPolicy, PeerIdentity, TlsHandshakeError};
-
-#[derive(Debug, thiserror::Error)]
-pub(super) enum HandshakeFailure {
-    #[error("socket error during the object protocol handshake")]
-    Io(#[from] io::Error),
-    #[error(transparent)]
-    Protocol(#[from] sluice_obj_proto::HandshakeError),
-    #[error("client did not finish the object protocol handshake within {0:?}")]
-    TimedOut(Duration),
-    #[error(transparent)]
-    Tls(#[from] TlsHandshakeError),
-    #[error("internal error: STARTTLS accepted without TLS credentials")]
-    NoTlsCredentials,
-}
+use crate::tls::{AccessPolicy, PeerIdentity};
 
 /// Which client identities may select which partitions: a partition
 /// with an allow-list needs TLS and a listed client certificate.
@@ -110,15 +94,6 @@ impl PartitionCatalog for SessionCatalog<'_> {
     }
 }
 
-impl HandshakeLoopFailure for HandshakeFailure {
-    fn timed_out(limit: Duration) -> Self {
-        Self::TimedOut(limit)
-    }
-    fn no_tls_credentials() -> Self {
-        Self::NoTlsCredentials
-    }
-}
-
 /// Runs the handshake; `None` when the client left (or aborted, or the
 /// server stopped) before it was done. What the client sent after the
 /// handshake stays in `buf`.
@@ -127,7 +102,7 @@ pub(super) fn handshake(
     buf: &mut RecvBuf,
     service: &ObjService,
     env: &DriverEnv,
-) -> Result<Option<Negotiated>, HandshakeFailure> {
+) -> Result<Option<Negotiated>, HandshakeFailure<HandshakeError>> {
     let hs = ObjHandshake {
         machine: ServerHandshake::new(HandshakeConfig {
             tls: service.tls_policy,
@@ -148,7 +123,7 @@ struct ObjHandshake<'a> {
 
 impl SessionHandshake for ObjHandshake<'_> {
     type Negotiated = Negotiated;
-    type Failure = HandshakeFailure;
+    type Error = HandshakeError;
 
     fn poll_output(&mut self) -> Vec<u8> {
         self.machine.poll_output()
@@ -158,7 +133,7 @@ impl SessionHandshake for ObjHandshake<'_> {
         &mut self,
         input: &[u8],
         peer: Option<&PeerIdentity>,
-    ) -> Result<(usize, HandshakeStep<Negotiated>), HandshakeFailure> {
+    ) -> Handled<Negotiated, HandshakeError> {
         let catalog = SessionCatalog {
             store: &self.service.store,
             partitions: &self.service.partitions,
@@ -170,7 +145,7 @@ impl SessionHandshake for ObjHandshake<'_> {
         if let Some(refusal) = self.machine.take_refusal() {
             log_refusal(&refusal);
         }
-        let (used, status) = handled?;
+        let (used, status) = handled.map_err(HandshakeFailure::Protocol)?;
         let step = match status {
             HandshakeStatus::NeedInput => HandshakeStep::NeedInput,
             HandshakeStatus::StartTls => HandshakeStep::StartTls,

@@ -83,7 +83,7 @@ impl ConnectionHandler for ObjService {
     fn serve(&self, mut stream: Stream, env: &DriverEnv) {
         let mut buf = RecvBuf::new(4096);
         let result = handshake::handshake(&mut stream, &mut buf, self, env);
-        let Some(negotiated) = handshake_outcome(result, &mut stream, env) else {
+        let Some(negotiated) = handshake_outcome(result, self.protocol(), &mut stream, env) else {
             return;
         };
         let mut exports = Vec::with_capacity(negotiated.exports.len());
