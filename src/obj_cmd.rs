@@ -8,6 +8,7 @@
 //! other failure 1, each with one line on stderr naming the object and
 //! what to do.
 
+use sluice_client::Durability;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -420,7 +421,11 @@ fn execute(args: ObjArgs) -> Outcome {
     match args.command {
         ObjCommand::Create { collection, count } => {
             let ids = c
-                .create(collection.as_deref().unwrap_or(""), count, false)
+                .create(
+                    collection.as_deref().unwrap_or(""),
+                    count,
+                    Durability::Buffered,
+                )
                 .map_err(fail)?;
             c.flush(FlushScope::Partition).map_err(fail)?;
             let text: String = ids.iter().map(|id| format!("{id}\n")).collect();
@@ -471,7 +476,8 @@ fn execute(args: ObjArgs) -> Outcome {
                 .into_iter()
                 .map(|(k, v)| AttrChange::Set(k, v))
                 .collect();
-            c.set_attrs(id, &changes, false).map_err(fail)?;
+            c.set_attrs(id, &changes, Durability::Buffered)
+                .map_err(fail)?;
             c.flush(FlushScope::Object(id)).map_err(fail)
         }
         ObjCommand::Attr(AttrCommand::Get { id, keys, json }) => attr_get(c, id, &keys, json),
@@ -519,7 +525,8 @@ fn put(c: &mut ObjClient, target: &str, file: Option<&Path>) -> Outcome {
     // Marked incomplete (durably) before the first byte changes,
     // unmarked once the last is durable.
     let mark = AttrChange::set(PUT_INCOMPLETE_ATTR, Value::Text("true".into()));
-    c.set_attrs(id, &[mark], true).map_err(fail)?;
+    c.set_attrs(id, &[mark], Durability::Durable)
+        .map_err(fail)?;
     let (_, len) = stream_in(c, id, &mut input, false).map_err(|f| match f {
         Failure::Failed(m) => Failure::Failed(format!(
             "{m}; the put of object {id} did not finish, so it is marked incomplete: put it again"
@@ -528,11 +535,17 @@ fn put(c: &mut ObjClient, target: &str, file: Option<&Path>) -> Outcome {
     })?;
     if before > len {
         // A shorter object: the old tail goes.
-        c.truncate(id, len, false)
+        c.truncate(id, len, Durability::Buffered)
             .map_err(|e| put_failure(id, &e))?;
     }
     c.flush(FlushScope::Object(id))
-        .and_then(|()| c.set_attrs(id, &[AttrChange::Remove(PUT_INCOMPLETE_ATTR.into())], true))
+        .and_then(|()| {
+            c.set_attrs(
+                id,
+                &[AttrChange::Remove(PUT_INCOMPLETE_ATTR.into())],
+                Durability::Durable,
+            )
+        })
         .map_err(|e| put_failure(id, &e))
 }
 
@@ -627,7 +640,7 @@ fn rm(c: &mut ObjClient, targets: &[String]) -> Outcome {
         .iter()
         .map(|t| id(t))
         .collect::<Result<Vec<_>, _>>()?;
-    let results = c.remove_many(&ids, false);
+    let results = c.remove_many(&ids, Durability::Buffered);
     // Whatever was removed is durable, failures or not.
     c.flush(FlushScope::Partition).map_err(fail)?;
     let failed: Vec<(u64, ObjError)> = ids

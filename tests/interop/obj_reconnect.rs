@@ -7,6 +7,7 @@
 //! window runs out, and a third that a request that must not run twice
 //! is not sent again.
 
+use sluice_client::Durability;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread;
@@ -125,9 +126,11 @@ fn wait_for(counts: &Counts, counter: &AtomicU64, at_least: u64, what: &str) -> 
 /// Makes `n` objects of `OBJECT` zero bytes each, durable.
 fn objects(uri: &ObjUri, n: usize) -> Vec<u64> {
     let mut c = ObjClient::connect(uri, &ObjOptions::default()).expect("connect");
-    let ids = c.create("", n as u32, false).expect("create");
+    let ids = c
+        .create("", n as u32, Durability::Buffered)
+        .expect("create");
     for id in &ids {
-        c.truncate(*id, OBJECT, false).expect("size");
+        c.truncate(*id, OBJECT, Durability::Buffered).expect("size");
     }
     c.flush(FlushScope::Partition).expect("flush");
     ids

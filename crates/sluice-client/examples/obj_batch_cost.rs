@@ -10,6 +10,7 @@
 //! own 4 MiB that moves with the round.
 
 use sluice_client::obj::{DataOptions, MergePolicy, ObjClient, ObjOptions, ObjRequest, Segment};
+use sluice_client::Durability;
 use sluice_client::ObjUri;
 
 const BLOCK: u64 = 4096;
@@ -32,7 +33,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ..ObjOptions::default()
     };
     let mut client = ObjClient::connect(&uri.with_merge(MergePolicy::Off), &options)?;
-    let objects = client.create("batch-cost", MEMBERS as u32, false)?;
+    let objects = client.create("batch-cost", MEMBERS as u32, Durability::Buffered)?;
     let data = vec![0x5au8; BLOCK as usize];
     let opts = DataOptions::default();
     for round in 0..rounds {

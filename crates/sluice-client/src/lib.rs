@@ -72,6 +72,15 @@
 //! objects or lists of ranges, which callers make from worker threads;
 //! an async caller runs them under its runtime's `spawn_blocking`.
 //!
+//! # Arguments
+//!
+//! Calls that change data say when the change must be durable with a
+//! [`Durability`] (`Buffered` until the next flush, or `Durable` before
+//! the reply), never a bare `bool`; what rides on a data command (its
+//! durability and attribute changes) is an options struct,
+//! [`obj::DataOptions`], and connecting takes [`ConnectOptions`] or
+//! [`obj::ObjOptions`].
+//!
 //! # Errors
 //!
 //! One error type per protocol: [`ClientError`] for NBD, [`obj::ObjError`]
@@ -97,11 +106,13 @@
 //! # }
 //! ```
 
+mod durability;
 mod nbd;
 mod net;
 pub mod obj;
 pub mod striped;
 
+pub use durability::Durability;
 pub use nbd::{
     batch, capability_from_flags, device_error, list_exports, Batch, Client, ClientError,
     Completion, ConnectOptions, Connection, ExportDetails, Op, Outcome, RemoteDevice, Reply,

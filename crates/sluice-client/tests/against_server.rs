@@ -3,6 +3,7 @@
 //! port: handshake variants, pipelining and out-of-order completion,
 //! error mapping, multi-conn, concurrent use.
 
+use sluice_client::Durability;
 use std::sync::Arc;
 
 use sluice_client::{
@@ -340,7 +341,10 @@ fn multi_conn_flush_on_one_connection_covers_writes_on_another() {
     rt.block_on(async {
         let conns = Client::connect_many(&server.uri("m"), &ConnectOptions::default(), 3).unwrap();
         let data = pattern(4096 * 4, 9);
-        conns[0].write(8192, &data, false).await.unwrap();
+        conns[0]
+            .write(8192, &data, Durability::Buffered)
+            .await
+            .unwrap();
         conns[1].flush().await.unwrap();
         assert_eq!(conns[2].read(8192, data.len() as u32).await.unwrap(), data);
     });

@@ -8,6 +8,7 @@ use sluice_client::obj::{
     open_range, AttrChange, DataOptions, ErrorCode, Features, FlushScope, ObjClient, ObjError,
     ObjOptions, ObjRequest, ObjResponse, Range, Segment, Value, DEFAULT_PARTITION,
 };
+use sluice_client::Durability;
 use sluice_client::ObjUri;
 use sluice_testkit::test_server::TestServer;
 
@@ -97,7 +98,7 @@ fn every_command_round_trips() {
     let mut c = f.client();
     assert_eq!(c.session().partition, DEFAULT_PARTITION);
 
-    let ids = c.create("c", 3, false).unwrap();
+    let ids = c.create("c", 3, Durability::Buffered).unwrap();
     assert_eq!(ids.len(), 3);
     let (a, b) = (ids[0], ids[1]);
 
@@ -120,7 +121,7 @@ fn every_command_round_trips() {
 
     // Attributes riding on data commands, both ways.
     let opts = DataOptions {
-        fua: true,
+        durability: Durability::Durable,
         attrs: vec![AttrChange::set("kind", "log"), AttrChange::set("n", 1)],
     };
     let at = c.append(b, b"first", &opts).unwrap();
@@ -137,7 +138,7 @@ fn every_command_round_trips() {
 
     // Create-and-write, punch, stat.
     let opts = DataOptions {
-        fua: false,
+        durability: Durability::Buffered,
         attrs: vec![AttrChange::set("blob", vec![0u8, 1, 2])],
     };
     let d = c
@@ -155,9 +156,9 @@ fn every_command_round_trips() {
     );
 
     // Truncate: shorter, then longer again; the cut bytes read as zeros.
-    c.truncate(d, 100, false).unwrap();
+    c.truncate(d, 100, Durability::Buffered).unwrap();
     assert_eq!(c.stat(d).unwrap().length, 100);
-    c.truncate(d, 200, true).unwrap();
+    c.truncate(d, 200, Durability::Durable).unwrap();
     let r = c.read(d, &[seg(0, 200)]).unwrap();
     assert_eq!(&r.data[..100], &pattern(2, 8192)[..100]);
     assert!(r.data[100..].iter().all(|&b| b == 0));
@@ -165,7 +166,7 @@ fn every_command_round_trips() {
 
     // An object and three attributes in one request, no data.
     let three = DataOptions {
-        fua: false,
+        durability: Durability::Buffered,
         attrs: vec![
             AttrChange::set("x", 1),
             AttrChange::set("y", "two"),
@@ -179,10 +180,14 @@ fn every_command_round_trips() {
 
     // Set, remove, list with attributes, query.
     for (i, id) in ids.iter().enumerate() {
-        c.set_attrs(*id, &[AttrChange::set("rank", i as i64)], false)
-            .unwrap();
+        c.set_attrs(
+            *id,
+            &[AttrChange::set("rank", i as i64)],
+            Durability::Buffered,
+        )
+        .unwrap();
     }
-    c.set_attrs(a, &[AttrChange::Remove("rank".into())], true)
+    c.set_attrs(a, &[AttrChange::Remove("rank".into())], Durability::Durable)
         .unwrap();
     assert_eq!(c.get_attrs(a, &["rank"]).unwrap().get("rank"), None);
     let listed = c.list("c", Some(&["rank"])).unwrap();
@@ -217,7 +222,7 @@ fn every_command_round_trips() {
     c.flush(FlushScope::Partition).unwrap();
 
     // Remove; the object is then unknown, and the error says which.
-    c.remove(ids[2], true).unwrap();
+    c.remove(ids[2], Durability::Durable).unwrap();
     let e = c.read(ids[2], &[seg(0, 1)]).unwrap_err();
     assert_eq!(e.code(), Some(ErrorCode::NoSuchObject));
     assert!(e.is_not_found());
@@ -231,7 +236,7 @@ fn requests_past_the_published_limits_are_split_transparently() {
     let f = start();
     let mut c = f.client();
     let limits = c.session().limits;
-    let id = c.create("", 1, false).unwrap()[0];
+    let id = c.create("", 1, Durability::Buffered).unwrap()[0];
 
     // More segments than one request may carry, irregular (SGL) and
     // overlapping across the cut: the later bytes must still win.
@@ -278,7 +283,9 @@ fn requests_past_the_published_limits_are_split_transparently() {
     assert!(r.data == big[7..7 + limits.max_payload as usize]);
 
     // More objects than one CREATE may make.
-    let ids = c.create("many", limits.max_segments + 3, false).unwrap();
+    let ids = c
+        .create("many", limits.max_segments + 3, Durability::Buffered)
+        .unwrap();
     assert_eq!(ids.len(), limits.max_segments as usize + 3);
     let mut unique = ids.clone();
     unique.sort_unstable();
@@ -301,7 +308,7 @@ fn the_pieces_of_a_long_write_go_out_before_any_reply() {
         ..ObjOptions::default()
     };
     let mut c = ObjClient::connect(&relay.uri.parse().unwrap(), &options).unwrap();
-    let id = c.create("", 1, false).unwrap()[0];
+    let id = c.create("", 1, Durability::Buffered).unwrap()[0];
     // Three pieces of 8-byte blocks behind 2-byte holes.
     let n = u64::from(c.session().limits.max_segments) * 3;
     let segs: Vec<Segment> = (0..n).map(|i| seg(i * 10, 8)).collect();
@@ -341,9 +348,9 @@ fn attributes_on_data_need_the_feature() {
         ..ObjOptions::default()
     };
     let mut c = ObjClient::connect(&f.uri(), &options).unwrap();
-    let id = c.create("", 1, false).unwrap()[0];
+    let id = c.create("", 1, Durability::Buffered).unwrap()[0];
     let opts = DataOptions {
-        fua: false,
+        durability: Durability::Buffered,
         attrs: vec![AttrChange::set("k", 1)],
     };
     let e = c.write(id, &[seg(0, 2)], b"ab", &opts).unwrap_err();
@@ -354,7 +361,7 @@ fn attributes_on_data_need_the_feature() {
     // Without attributes, and attributes on their own, work.
     c.write(id, &[seg(0, 2)], b"ab", &DataOptions::default())
         .unwrap();
-    c.set_attrs(id, &opts.attrs, false).unwrap();
+    c.set_attrs(id, &opts.attrs, Durability::Buffered).unwrap();
     assert_eq!(
         c.get_attrs(id, &["k"]).unwrap().get("k"),
         Some(&Value::Integer(1))
@@ -374,10 +381,10 @@ fn batch_case(features: Features) {
     );
     let limits = c.session().limits;
     let n = limits.max_batch as usize * 2 + 5;
-    let ids = c.create("b", n as u32, false).unwrap();
+    let ids = c.create("b", n as u32, Durability::Buffered).unwrap();
     let data: Vec<Vec<u8>> = (0..n).map(|i| pattern(i as u64, 64 + i)).collect();
     let opts = DataOptions {
-        fua: false,
+        durability: Durability::Buffered,
         attrs: vec![AttrChange::set("tag", "batched")],
     };
     let segs: Vec<[Segment; 1]> = data.iter().map(|d| [seg(0, d.len() as u64)]).collect();
@@ -433,7 +440,7 @@ fn batch_case(features: Features) {
             other => panic!("{other:?}"),
         }
     }
-    let removed = c.remove_many(&ids, false);
+    let removed = c.remove_many(&ids, Durability::Buffered);
     assert!(removed.iter().all(Result::is_ok));
 }
 
@@ -441,7 +448,7 @@ fn batch_case(features: Features) {
 fn bad_input_is_refused_before_sending_or_by_the_server() {
     let f = start();
     let mut c = f.client();
-    let id = c.create("", 1, false).unwrap()[0];
+    let id = c.create("", 1, Durability::Buffered).unwrap()[0];
     // Data shorter than the segments: refused locally, naming the object.
     let e = c
         .write(id, &[seg(0, 10)], b"short", &DataOptions::default())
@@ -454,11 +461,11 @@ fn bad_input_is_refused_before_sending_or_by_the_server() {
     // An attribute over the published size limit.
     let big = vec![0u8; c.session().limits.max_attr_size as usize + 1];
     let e = c
-        .set_attrs(id, &[AttrChange::set("big", big)], false)
+        .set_attrs(id, &[AttrChange::set("big", big)], Durability::Buffered)
         .unwrap_err();
     assert!(e.to_string().contains("big"), "{e}");
     // Text that reads as a number stays text (and is found as text).
-    c.set_attrs(id, &[AttrChange::set("code", "42")], false)
+    c.set_attrs(id, &[AttrChange::set("code", "42")], Durability::Buffered)
         .unwrap();
     assert_eq!(
         c.get_attrs(id, &["code"]).unwrap().get("code"),
@@ -466,7 +473,11 @@ fn bad_input_is_refused_before_sending_or_by_the_server() {
     );
     // The server's own keys are the server's.
     let e = c
-        .set_attrs(id, &[AttrChange::set("sluice.length", 1)], false)
+        .set_attrs(
+            id,
+            &[AttrChange::set("sluice.length", 1)],
+            Durability::Buffered,
+        )
         .unwrap_err();
     assert!(e.code().is_some(), "{e}");
     // Still usable.
@@ -507,7 +518,7 @@ fn sluices_uris_run_the_protocol_over_tls_with_a_client_certificate() {
     .unwrap();
     let mut c = ObjClient::connect(&uri, &ObjOptions::default()).unwrap();
     assert!(c.session().tls);
-    let id = c.create("", 1, false).unwrap()[0];
+    let id = c.create("", 1, Durability::Buffered).unwrap()[0];
     c.write(id, &[seg(0, 5)], b"hello", &DataOptions::default())
         .unwrap();
     assert_eq!(c.read(id, &[seg(0, 5)]).unwrap().data, b"hello");
@@ -578,7 +589,7 @@ fn the_client_picks_the_ddt_and_the_number_of_requests() {
     let uri: ObjUri = server.obj_uri().parse().unwrap();
     let mut c = ObjClient::connect(&uri, &ObjOptions::default()).unwrap();
     let max = c.session().limits.max_segments as u64;
-    let id = c.create("", 1, false).unwrap()[0];
+    let id = c.create("", 1, Durability::Buffered).unwrap()[0];
     c.write(
         id,
         &[seg(0, 1 << 16)],
@@ -630,7 +641,7 @@ fn a_pinned_ddt_goes_on_the_wire_as_pinned() {
     };
     let (mut sgl, mut strided) = (pinned(DdtKind::Sgl), pinned(DdtKind::Strided));
     let data = pattern(3, 4096);
-    let id = sgl.create("", 1, false).unwrap()[0];
+    let id = sgl.create("", 1, Durability::Buffered).unwrap()[0];
     let count = |ddt| requests(&server, "write", ddt) + requests(&server, "read", ddt);
     let (c0, s0, t0) = (count("contiguous"), count("sgl"), count("strided"));
 
@@ -676,7 +687,7 @@ mod model {
         ) {
             let f = start();
             let mut c = f.client();
-            let id = c.create("", 1, false).unwrap()[0];
+            let id = c.create("", 1, Durability::Buffered).unwrap()[0];
             let mut model = Vec::new();
             for (write, segs, seed) in ops {
                 let total: u64 = segs.iter().map(|s| s.length).sum();
@@ -722,11 +733,13 @@ fn extents_of_an_attached_export_read_and_write_as_one_request() {
     let mut model = vec![0u8; size as usize];
     let segs = [seg(1 << 20, 100), seg(5, 10), seg(3 << 20, 4096)];
     let data = pattern(21, 4206);
-    c.extent_write(export.handle, &segs, &data, false).unwrap();
+    c.extent_write(export.handle, &segs, &data, Durability::Buffered)
+        .unwrap();
     model_write(&mut model, &segs, &data);
     let big = pattern(22, c.session().limits.max_payload as usize + 12345);
     let big_seg = [seg(8 << 20, big.len() as u64)];
-    c.extent_write(export.handle, &big_seg, &big, true).unwrap();
+    c.extent_write(export.handle, &big_seg, &big, Durability::Durable)
+        .unwrap();
     model_write(&mut model, &big_seg, &big);
     let strided: Vec<Segment> = (0..1000).map(|i| seg(i * 4096, 7)).collect();
     for read in [segs.to_vec(), strided, big_seg.to_vec()] {
@@ -875,7 +888,7 @@ fn large_writes_alone_pipelined_and_in_batch_frames_land_whole() {
     let f = start();
     let mut c = f.client();
     let mib = 1usize << 20;
-    let ids = c.create("", 6, false).unwrap();
+    let ids = c.create("", 6, Durability::Buffered).unwrap();
     let big: Vec<Vec<u8>> = (0..6u64)
         .map(|k| pattern(k + 40, mib + k as usize * 3))
         .collect();

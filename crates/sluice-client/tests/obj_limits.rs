@@ -8,6 +8,7 @@ use sluice_client::obj::{
     AttrChange, DataOptions, ObjClient, ObjError, ObjOptions, ObjRequest, ObjResponse, Segment,
     Value,
 };
+use sluice_client::Durability;
 use sluice_client::ObjUri;
 use sluice_server::ByteSize;
 use sluice_testkit::test_server::TestServer;
@@ -60,7 +61,7 @@ fn configured_limits_are_published_and_obeyed() {
     );
 
     // 200 KiB in one call: four requests of at most 64 KiB.
-    let id = c.create("", 1, false).unwrap()[0];
+    let id = c.create("", 1, Durability::Buffered).unwrap()[0];
     let data: Vec<u8> = (0..200u32 << 10).map(|i| (i % 253) as u8).collect();
     let w0 = requests(&server, "write", "contiguous");
     c.write(
@@ -90,12 +91,12 @@ fn configured_limits_are_published_and_obeyed() {
 
     // More objects than one CREATE may make, and a batch of ten (frames
     // of at most four members; the server refuses a larger frame whole).
-    assert_eq!(c.create("", 19, false).unwrap().len(), 19);
+    assert_eq!(c.create("", 19, Durability::Buffered).unwrap().len(), 19);
     let reqs: Vec<ObjRequest<'_>> = (0..10)
         .map(|_| ObjRequest::Create {
             collection: "",
             count: 1,
-            fua: false,
+            durability: Durability::Buffered,
         })
         .collect();
     for r in c.batch(&reqs) {
@@ -108,11 +109,11 @@ fn configured_limits_are_published_and_obeyed() {
     // An attribute value over the published size is refused before it
     // is sent; one at the limit is kept.
     let long = AttrChange::Set("k".into(), Value::Bytes(vec![1; 101]));
-    let e = c.set_attrs(id, &[long], false).unwrap_err();
+    let e = c.set_attrs(id, &[long], Durability::Buffered).unwrap_err();
     assert!(!matches!(e, ObjError::Server { .. }), "{e:?}");
     assert!(e.to_string().contains("100"), "{e}");
     let fits = AttrChange::Set("k".into(), Value::Bytes(vec![1; 100]));
-    c.set_attrs(id, &[fits], false).unwrap();
+    c.set_attrs(id, &[fits], Durability::Buffered).unwrap();
 }
 
 /// The shared client cuts what the limits make several as `ObjClient`
@@ -140,7 +141,7 @@ fn the_shared_client_splits_what_the_limits_make_several() {
     let created = |count| match c.run(&ObjRequest::Create {
         collection: "",
         count,
-        fua: false,
+        durability: Durability::Buffered,
     }) {
         Ok(ObjResponse::Created(ids)) => ids,
         other => panic!("CREATE answered {other:?}"),
@@ -161,7 +162,7 @@ fn the_shared_client_splits_what_the_limits_make_several() {
                     .map(|i| (i % 251) as u8 ^ k as u8)
                     .collect();
                 let options = DataOptions {
-                    fua: false,
+                    durability: Durability::Buffered,
                     attrs: vec![AttrChange::Set("k".into(), Value::Integer(k as i64))],
                 };
                 c.write(id, &[seg(0, data.len() as u64)], &data, &options)

@@ -10,6 +10,7 @@ use sluice_client::obj::{
     DataOptions, Features, MergePolicy, ObjClient, ObjOptions, ObjRequest, ObjResponse, Segment,
     SharedObjClient, HOLD_IN_FLIGHT,
 };
+use sluice_client::Durability;
 use sluice_client::ObjUri;
 use sluice_testkit::test_server::TestServer;
 
@@ -58,7 +59,7 @@ impl Fixture {
     /// Objects to write into.
     fn objects(&self, n: u32) -> Vec<u64> {
         let mut c = self.client(MergePolicy::Off);
-        c.create("", n, false).unwrap()
+        c.create("", n, Durability::Buffered).unwrap()
     }
 }
 

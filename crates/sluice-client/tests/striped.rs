@@ -7,6 +7,7 @@
 //! answers, a create race, and fsck after a crash at every step of
 //! create and remove.
 
+use sluice_client::Durability;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Barrier, OnceLock};
 use std::time::{Duration, Instant};
@@ -644,8 +645,10 @@ fn fsck_after_a_crash_at_each_create_step() {
     // Unrelated objects, in the pieces' collection unmarked and
     // elsewhere, are never touched.
     let mut plain = d.obj_client(0);
-    let unrelated = plain.create(PIECE_COLLECTION, 1, false).unwrap()[0];
-    let elsewhere = plain.create("other", 1, false).unwrap()[0];
+    let unrelated = plain
+        .create(PIECE_COLLECTION, 1, Durability::Buffered)
+        .unwrap()[0];
+    let elsewhere = plain.create("other", 1, Durability::Buffered).unwrap()[0];
 
     // Crash after the pieces: orphans, which a grace period protects
     // (a create may still be running) and fsck then removes.
@@ -692,7 +695,9 @@ fn fsck_after_a_crash_at_each_create_step() {
     let o = c.create_until("lost", UNIT, 2, CreateStep::Entry).unwrap();
     let gone = &o.layout().pieces[1];
     let at = d.uris.iter().position(|u| *u == gone.server).unwrap();
-    d.obj_client(at).remove(gone.object, false).unwrap();
+    d.obj_client(at)
+        .remove(gone.object, Durability::Buffered)
+        .unwrap();
     let report = c.fsck(&NOW).unwrap();
     assert_eq!(report.undone, ["lost"]);
 

@@ -9,6 +9,7 @@
 //! compared with the better of the two fixed policies at each point (the
 //! paper's claim: within 5%).
 
+use sluice_client::Durability;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -310,7 +311,7 @@ pub fn merge(opts: &MergeOptions) -> Result<MergeReport> {
 pub(crate) fn prepare_objects(server: &ObjServer, count: usize) -> Result<Vec<u64>> {
     let mut c = ObjClient::connect(&server.obj_uri, &ObjOptions::default())
         .with_context(|| format!("cannot connect to {}", server.obj_uri))?;
-    let ids = c.create("merge", count as u32, false)?;
+    let ids = c.create("merge", count as u32, Durability::Buffered)?;
     let zeros = vec![0u8; SPAN_BLOCKS as usize * BLOCK];
     for &id in &ids {
         let whole = [Segment {

@@ -34,6 +34,7 @@
 //! contiguous read of the whole span checking every block and that every
 //! hole is still zero.
 
+use sluice_client::Durability;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -561,7 +562,7 @@ fn zero_export(c: &mut ObjClient, export: u64, bytes: u64) -> Result<()> {
             length: bytes,
         }],
         &zeros,
-        false,
+        Durability::Buffered,
     )
     .context("cannot zero the export")
 }
@@ -587,7 +588,7 @@ fn round(
         }];
         let what = format!("{} contiguous {size}", bed.kind.name());
         let r = (|| -> Result<()> {
-            let object = bed.clients[0].create("noncontig", 1, false)?[0];
+            let object = bed.clients[0].create("noncontig", 1, Durability::Buffered)?[0];
             point(
                 bed,
                 "contiguous",
@@ -598,7 +599,7 @@ fn round(
                 min,
                 points,
             )?;
-            bed.clients[0].remove(object, false)?;
+            bed.clients[0].remove(object, Durability::Buffered)?;
             Ok(())
         })();
         if let Err(e) = r {
@@ -612,7 +613,7 @@ fn round(
             let r = (|| -> Result<()> {
                 let (place, object) = match volume {
                     Volume::Object => {
-                        let id = bed.clients[0].create("noncontig", 1, false)?[0];
+                        let id = bed.clients[0].create("noncontig", 1, Durability::Buffered)?[0];
                         (Place::Object(id), Some(id))
                     }
                     Volume::Mem | Volume::File => {
@@ -627,7 +628,7 @@ fn round(
                 };
                 point(bed, "view", volume, place, &segs, round, min, points)?;
                 if let Some(id) = object {
-                    bed.clients[0].remove(id, false)?;
+                    bed.clients[0].remove(id, Durability::Buffered)?;
                 }
                 Ok(())
             })();

@@ -3,6 +3,7 @@
 //! (docs/design/0003-member-fan-out.md). It lives here because this is
 //! the crate that knows both the RAID layer and the client.
 
+use sluice_client::Durability;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -87,7 +88,9 @@ impl FanOut for BatchFanOut {
                 };
                 let position = match &mut io.op {
                     MemberOp::Read { buf, offset } => b.read_at(device, buf, *offset),
-                    MemberOp::Write { buf, offset, fua } => b.write_at(device, buf, *offset, *fua),
+                    MemberOp::Write { buf, offset, fua } => {
+                        b.write_at(device, buf, *offset, Durability::from_fua(*fua))
+                    }
                     MemberOp::Flush => b.flush(device),
                     MemberOp::Trim { .. } | MemberOp::WriteZeroes { .. } => {
                         unreachable!("trims and zeroing are never batched")

@@ -14,6 +14,7 @@ use sluice_storage::{DeviceError, IoOp};
 use tokio::sync::oneshot;
 
 use super::client::Dest;
+use crate::Durability;
 use crate::{ClientError, RemoteDevice, Reply};
 
 type Receiver = oneshot::Receiver<Result<Reply, ClientError>>;
@@ -111,9 +112,10 @@ impl<'a> Batch<'a> {
         device: &'a RemoteDevice,
         data: &[u8],
         offset: u64,
-        fua: bool,
+        durability: Durability,
     ) -> usize {
         let len = data.len() as u64;
+        let fua = durability.is_durable();
         self.start(
             device,
             IoOp::Write,

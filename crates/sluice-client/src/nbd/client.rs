@@ -35,6 +35,7 @@ use super::handshake::{open, ConnectOptions, ExportDetails};
 use crate::net::mux::{Logged, Mux, MuxOptions, MuxProtocol, Next, Tickets};
 use crate::net::recv::RecvBuf;
 use crate::net::transport::Stream;
+use crate::Durability;
 use crate::{ClientError, NbdUri};
 
 /// The name of each [`Client`]'s reader thread.
@@ -537,7 +538,13 @@ impl Client {
     }
 
     /// Writes `data` at `offset`.
-    pub async fn write(&self, offset: u64, data: &[u8], fua: bool) -> Result<(), ClientError> {
+    pub async fn write(
+        &self,
+        offset: u64,
+        data: &[u8],
+        durability: Durability,
+    ) -> Result<(), ClientError> {
+        let fua = durability.is_durable();
         self.call(ClientRequest::Write { offset, data, fua })
             .await
             .map(drop)

@@ -43,6 +43,7 @@ use super::ObjError;
 use crate::net::mux::Reconnect;
 use crate::net::transport::DEFAULT_CONNECT_TIMEOUT;
 use crate::net::uri::ObjUri;
+use crate::Durability;
 
 /// How to connect and how much to keep in flight.
 #[derive(Debug, Clone)]
@@ -271,12 +272,12 @@ impl ObjClient {
         &mut self,
         collection: &str,
         count: u32,
-        fua: bool,
+        durability: Durability,
     ) -> Result<Vec<u64>, ObjError> {
         match self.run(&ObjRequest::Create {
             collection,
             count,
-            fua,
+            durability,
         })? {
             ObjResponse::Created(ids) => Ok(ids),
             other => Err(self.violation(format!("CREATE answered {other:?}"))),
@@ -284,15 +285,20 @@ impl ObjClient {
     }
 
     /// Removes `object`.
-    pub fn remove(&mut self, object: u64, fua: bool) -> Result<(), ObjError> {
-        self.run(&ObjRequest::Remove { object, fua }).map(drop)
+    pub fn remove(&mut self, object: u64, durability: Durability) -> Result<(), ObjError> {
+        self.run(&ObjRequest::Remove { object, durability })
+            .map(drop)
     }
 
     /// Removes every object, pipelined; one result per object.
-    pub fn remove_many(&mut self, objects: &[u64], fua: bool) -> Vec<Result<(), ObjError>> {
+    pub fn remove_many(
+        &mut self,
+        objects: &[u64],
+        durability: Durability,
+    ) -> Vec<Result<(), ObjError>> {
         let reqs: Vec<ObjRequest<'_>> = objects
             .iter()
-            .map(|&object| ObjRequest::Remove { object, fua })
+            .map(|&object| ObjRequest::Remove { object, durability })
             .collect();
         self.batch(&reqs).into_iter().map(|r| r.map(drop)).collect()
     }
@@ -461,12 +467,17 @@ impl ObjClient {
 
     /// Sets `object`'s length to `length`: bytes past a shorter length
     /// are gone (extended again, they read as zeros), and a longer one
-    /// reads as zeros up to it. `fua`: durable before it returns.
-    pub fn truncate(&mut self, object: u64, length: u64, fua: bool) -> Result<(), ObjError> {
+    /// reads as zeros up to it. `durability`: durable before it returns.
+    pub fn truncate(
+        &mut self,
+        object: u64,
+        length: u64,
+        durability: Durability,
+    ) -> Result<(), ObjError> {
         self.run(&ObjRequest::Truncate {
             object,
             length,
-            fua,
+            durability,
         })
         .map(drop)
     }
@@ -476,9 +487,9 @@ impl ObjClient {
         &mut self,
         object: u64,
         changes: &[AttrChange],
-        fua: bool,
+        durability: Durability,
     ) -> Result<(), ObjError> {
-        Carrier::set_attrs(self, object, changes, fua)
+        Carrier::set_attrs(self, object, changes, durability)
     }
 
     /// One page of the members of `collection` in every range.
@@ -549,13 +560,13 @@ impl ObjClient {
         export: u64,
         segments: &[Segment],
         data: &[u8],
-        fua: bool,
+        durability: Durability,
     ) -> Result<(), ObjError> {
         self.run(&ObjRequest::ExtentWrite {
             export,
             segments,
             data,
-            fua,
+            durability,
         })
         .map(drop)
     }

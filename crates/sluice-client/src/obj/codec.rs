@@ -19,6 +19,7 @@ use super::plan::{choose_as, coalesce, fits_one, split, PieceLimits, PINNED_DDT_
 use super::request::{DataOptions, Entry, ObjRequest, ObjResponse, Page, ReadReply};
 use super::wire::{RawReply, Wire};
 use super::ObjError;
+use crate::Durability;
 
 pub(super) fn subject(op: Opcode, object: u64) -> Subject {
     Subject {
@@ -242,7 +243,7 @@ impl Codec<'_> {
         piece: &[Segment],
         attrs: &[u8],
         data: &'a [u8],
-        fua: bool,
+        durability: Durability,
     ) -> Result<Wire<'a>, ObjError> {
         let layout = choose_as(piece, self.ddt);
         let mut raw = Vec::new();
@@ -265,7 +266,7 @@ impl Codec<'_> {
             id: 0,
             command,
             attrs: self.attr_ops(attrs)?,
-            fua,
+            fua: durability.is_durable(),
             span_ok,
         };
         let region: &'a [u8] = if command.data().is_empty() { &[] } else { data };
@@ -278,13 +279,13 @@ impl Codec<'_> {
         subject: Subject,
         command: Command<'_>,
         attrs: &[u8],
-        fua: bool,
+        durability: Durability,
     ) -> Result<Wire<'a>, ObjError> {
         let request = Request {
             id: 0,
             command,
             attrs: self.attr_ops(attrs)?,
-            fua,
+            fua: durability.is_durable(),
             span_ok: false,
         };
         Wire::new(subject, &request, &[])
@@ -303,7 +304,7 @@ impl Codec<'_> {
         };
         params.clear();
         request.encode(params);
-        self.plain_wire(subject, Command::Meta { params }, &[], false)
+        self.plain_wire(subject, Command::Meta { params }, &[], Durability::Buffered)
     }
 
     /// The metadata service's answer in `reply`.
@@ -340,7 +341,7 @@ impl Codec<'_> {
             offset: 0,
             length: 0,
         });
-        let (s, command, segments, data, attrs, fua) = match *req {
+        let (s, command, segments, data, attrs, durability) = match *req {
             ObjRequest::Read {
                 object,
                 segments,
@@ -352,7 +353,7 @@ impl Codec<'_> {
                     object,
                     ddt: no_ddt,
                 };
-                (s, c, segments, &[][..], a, false)
+                (s, c, segments, &[][..], a, Durability::Buffered)
             }
             ObjRequest::Write {
                 object,
@@ -368,7 +369,7 @@ impl Codec<'_> {
                     ddt: no_ddt,
                     data,
                 };
-                (s, c, segments, data, a, options.fua)
+                (s, c, segments, data, a, options.durability)
             }
             ObjRequest::Punch {
                 object,
@@ -381,7 +382,7 @@ impl Codec<'_> {
                     object,
                     ddt: no_ddt,
                 };
-                (s, c, segments, &[][..], a, options.fua)
+                (s, c, segments, &[][..], a, options.durability)
             }
             ObjRequest::Append {
                 object,
@@ -397,7 +398,7 @@ impl Codec<'_> {
                     id: 0,
                     command: Command::Append { object, data },
                     attrs: self.attr_ops(&a)?,
-                    fua: options.fua,
+                    fua: options.durability.is_durable(),
                     span_ok: false,
                 };
                 return Wire::new(s, &request, data).map(Some);
@@ -414,13 +415,13 @@ impl Codec<'_> {
                     export,
                     ddt: no_ddt,
                 };
-                (s, c, segments, &[][..], Vec::new(), false)
+                (s, c, segments, &[][..], Vec::new(), Durability::Buffered)
             }
             ObjRequest::ExtentWrite {
                 export,
                 segments,
                 data,
-                fua,
+                durability,
             } => {
                 let s = self.extent_subject(Opcode::ExtentWrite, export);
                 self.check_data_len(&s, segments, data)?;
@@ -429,14 +430,14 @@ impl Codec<'_> {
                     ddt: no_ddt,
                     data,
                 };
-                (s, c, segments, data, Vec::new(), fua)
+                (s, c, segments, data, Vec::new(), durability)
             }
             _ => unreachable!("single sends only data commands here"),
         };
         let Some(piece) = self.one_piece(&s, segments, attrs.len())? else {
             return Ok(None);
         };
-        self.data_wire(s, command, &piece, &attrs, data, fua)
+        self.data_wire(s, command, &piece, &attrs, data, durability)
             .map(Some)
     }
 
@@ -468,7 +469,7 @@ impl Codec<'_> {
                 id: 0,
                 command,
                 attrs: self.attr_ops(&a)?,
-                fua: options.fua,
+                fua: options.durability.is_durable(),
                 span_ok: false,
             };
             return Wire::new(s, &request, &[]).map(Some);
@@ -477,7 +478,7 @@ impl Codec<'_> {
         let Some(piece) = self.one_piece(&s, &merged, extra)? else {
             return Ok(None);
         };
-        self.data_wire(s, command, &piece, &a, data, options.fua)
+        self.data_wire(s, command, &piece, &a, data, options.durability)
             .map(Some)
     }
 
@@ -487,18 +488,18 @@ impl Codec<'_> {
             ObjRequest::Create {
                 collection,
                 count,
-                fua,
+                durability,
             } => {
                 let s = in_collection(Opcode::Create, collection);
                 check_name(&s, collection)?;
                 let c = Command::Create { count, collection };
-                self.plain_wire(s, c, &[], fua)
+                self.plain_wire(s, c, &[], durability)
             }
-            ObjRequest::Remove { object, fua } => self.plain_wire(
+            ObjRequest::Remove { object, durability } => self.plain_wire(
                 subject(Opcode::Remove, object),
                 Command::Remove { object },
                 &[],
-                fua,
+                durability,
             ),
             ObjRequest::List {
                 collection,
@@ -518,7 +519,7 @@ impl Codec<'_> {
                     max: self.page_max(max),
                     with_attrs: attrs.is_some(),
                 };
-                self.plain_wire(s, c, &a, false)
+                self.plain_wire(s, c, &a, Durability::Buffered)
             }
             ObjRequest::Flush(scope) => {
                 let s = match scope {
@@ -533,21 +534,21 @@ impl Codec<'_> {
                         target: Addressee::Partition(self.session.partition),
                     },
                 };
-                self.plain_wire(s, Command::Flush(scope), &[], false)
+                self.plain_wire(s, Command::Flush(scope), &[], Durability::Buffered)
             }
             ObjRequest::GetAttrs { object, keys } => {
                 let s = subject(Opcode::GetAttrs, object);
                 let a = self.get_list(&s, keys)?;
-                self.plain_wire(s, Command::GetAttrs { object }, &a, false)
+                self.plain_wire(s, Command::GetAttrs { object }, &a, Durability::Buffered)
             }
             ObjRequest::SetAttrs {
                 object,
                 changes,
-                fua,
+                durability,
             } => {
                 let s = subject(Opcode::SetAttrs, object);
                 let a = self.change_list(&s, changes)?;
-                self.plain_wire(s, Command::SetAttrs { object }, &a, fua)
+                self.plain_wire(s, Command::SetAttrs { object }, &a, durability)
             }
             ObjRequest::Query {
                 collection,
@@ -558,12 +559,12 @@ impl Codec<'_> {
             ObjRequest::Truncate {
                 object,
                 length,
-                fua,
+                durability,
             } => self.plain_wire(
                 subject(Opcode::Truncate, object),
                 Command::Truncate { object, length },
                 &[],
-                fua,
+                durability,
             ),
             _ => unreachable!("single sends only plain commands here"),
         }
@@ -607,7 +608,7 @@ impl Codec<'_> {
             max: self.page_max(max),
             ranges,
         };
-        self.plain_wire(s, c, &[], false)
+        self.plain_wire(s, c, &[], Durability::Buffered)
     }
 
     /// A page size the server takes.

@@ -659,6 +659,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use std::io::{Read, Write};
+
+    use crate::Durability;
     use std::os::fd::{FromRawFd, OwnedFd};
     use std::os::unix::net::UnixStream;
 
@@ -793,7 +795,7 @@ mod tests {
                 segments,
                 &[],
                 &[],
-                false,
+                Durability::Buffered,
             )
             .unwrap()
     }

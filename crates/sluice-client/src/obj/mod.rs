@@ -31,15 +31,16 @@
 //!
 //! ```no_run
 //! use sluice_client::obj::{AttrChange, DataOptions, FlushScope, ObjClient, ObjOptions, Segment};
+//! use sluice_client::Durability;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let uri = sluice_client::DEFAULT_OBJ_SERVER.parse()?;
 //! let mut client = ObjClient::connect(&uri, &ObjOptions::default())?;
-//! let id = client.create("photos", 1, false)?[0];
+//! let id = client.create("photos", 1, Durability::Buffered)?[0];
 //! // Two ranges and an attribute, one request.
 //! let segments = [Segment { offset: 0, length: 4 }, Segment { offset: 4096, length: 2 }];
 //! let options = DataOptions {
-//!     fua: false,
+//!     durability: Durability::Buffered,
 //!     attrs: vec![AttrChange::set("camera", "x100")],
 //! };
 //! client.write(id, &segments, b"headtl", &options)?;

@@ -5,21 +5,22 @@
 use sluice_obj_proto::{FlushScope, Segment};
 
 use super::attr::{AttrChange, Attrs, Value};
+use crate::Durability;
 
 /// What rides on a command that changes data.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DataOptions {
-    /// Durable before the reply.
-    pub fua: bool,
+    /// Whether the change is durable before the reply.
+    pub durability: Durability,
     /// Attribute changes applied with the data.
     pub attrs: Vec<AttrChange>,
 }
 
 impl DataOptions {
     /// Durable before the reply, no attributes.
-    pub fn fua() -> Self {
+    pub fn durable() -> Self {
         Self {
-            fua: true,
+            durability: Durability::Durable,
             attrs: Vec::new(),
         }
     }
@@ -84,11 +85,11 @@ pub enum ObjRequest<'a> {
     Create {
         collection: &'a str,
         count: u32,
-        fua: bool,
+        durability: Durability,
     },
     Remove {
         object: u64,
-        fua: bool,
+        durability: Durability,
     },
     /// One page; `attrs`: `None` for no attributes, `Some(&[])` for all.
     List {
@@ -134,14 +135,14 @@ pub enum ObjRequest<'a> {
     SetAttrs {
         object: u64,
         changes: &'a [AttrChange],
-        fua: bool,
+        durability: Durability,
     },
     /// Set the object's length: bytes past a shorter one are gone, a
     /// longer one reads as zeros up to it.
     Truncate {
         object: u64,
         length: u64,
-        fua: bool,
+        durability: Durability,
     },
     Query {
         collection: &'a str,
@@ -159,7 +160,7 @@ pub enum ObjRequest<'a> {
         export: u64,
         segments: &'a [Segment],
         data: &'a [u8],
-        fua: bool,
+        durability: Durability,
     },
 }
 

@@ -14,6 +14,7 @@ use super::plan::pieces_overlap;
 use super::request::{DataOptions, ObjRequest, ObjResponse, ReadReply};
 use super::wire::{RawReply, Wire};
 use super::ObjError;
+use crate::Durability;
 
 /// What splitting needs of a client.
 pub(super) trait Carrier {
@@ -52,12 +53,12 @@ pub(super) trait Carrier {
         &mut self,
         object: u64,
         changes: &[AttrChange],
-        fua: bool,
+        durability: Durability,
     ) -> Result<(), ObjError> {
         self.run(&ObjRequest::SetAttrs {
             object,
             changes,
-            fua,
+            durability,
         })
         .map(drop)
     }
@@ -72,8 +73,8 @@ pub(super) trait Split: Carrier {
             ObjRequest::Create {
                 collection,
                 count,
-                fua,
-            } => self.create_split(req, collection, count, fua),
+                durability,
+            } => self.create_split(req, collection, count, durability),
             ObjRequest::Read {
                 object,
                 segments,
@@ -92,11 +93,11 @@ pub(super) trait Split: Carrier {
                 export,
                 segments,
                 data,
-                fua,
+                durability,
             } => {
                 let s = self.codec().extent_subject(Opcode::ExtentWrite, export);
                 let options = DataOptions {
-                    fua,
+                    durability,
                     attrs: Vec::new(),
                 };
                 self.write_pieces(&s, Opcode::ExtentWrite, export, segments, data, &options)?;
@@ -145,7 +146,7 @@ pub(super) trait Split: Carrier {
         req: &ObjRequest<'_>,
         collection: &str,
         count: u32,
-        fua: bool,
+        durability: Durability,
     ) -> Result<ObjResponse, ObjError> {
         let s = in_collection(Opcode::Create, collection);
         if count == 0 {
@@ -161,7 +162,7 @@ pub(super) trait Split: Carrier {
             let req = ObjRequest::Create {
                 collection,
                 count: c,
-                fua,
+                durability,
             };
             match self.codec().single(&req)? {
                 Some(w) => wires.push(w),
@@ -194,7 +195,7 @@ pub(super) trait Split: Carrier {
             (u64::from(self.codec().limits().max_payload).min(data.len() as u64)) as usize;
         let (first, rest) = data.split_at(first_len);
         let plain = DataOptions {
-            fua: options.fua,
+            durability: options.durability,
             attrs: Vec::new(),
         };
         let at = match self.run(&ObjRequest::Append {
@@ -238,7 +239,7 @@ pub(super) trait Split: Carrier {
             .split_at_checked(first_len as usize)
             .ok_or_else(|| refused(s.clone(), "fewer data bytes than the segments take"))?;
         let plain = DataOptions {
-            fua: options.fua,
+            durability: options.durability,
             attrs: Vec::new(),
         };
         let id = match self.run(&ObjRequest::CreateAndWrite {
@@ -292,8 +293,14 @@ pub(super) trait Split: Carrier {
             .map(|(i, p)| {
                 // Attributes are read with the first piece.
                 let a = if i == 0 { a.clone() } else { Vec::new() };
-                self.codec()
-                    .data_wire(s.clone(), data_command(op, object), p, &a, &[], false)
+                self.codec().data_wire(
+                    s.clone(),
+                    data_command(op, object),
+                    p,
+                    &a,
+                    &[],
+                    Durability::Buffered,
+                )
             })
             .collect::<Result<_, _>>()?;
         let total: u64 = merged.iter().map(|s| s.length).sum();
@@ -343,7 +350,7 @@ pub(super) trait Split: Carrier {
         let merged = self.codec().segments(s, segments)?;
         if merged.is_empty() {
             if !options.attrs.is_empty() {
-                return self.set_attrs(object, &options.attrs, options.fua);
+                return self.set_attrs(object, &options.attrs, options.durability);
             }
             return Ok(());
         }
@@ -372,7 +379,7 @@ pub(super) trait Split: Carrier {
                 p,
                 &attrs,
                 chunk,
-                options.fua,
+                options.durability,
             )?);
         }
         // Attributes must not change unless the data landed: their piece

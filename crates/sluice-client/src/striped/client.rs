@@ -65,6 +65,7 @@ use crate::obj::DataOptions;
 use crate::obj::{AttrChange, Value};
 use crate::obj::{FlushScope, ObjError, DEFAULT_PARTITION};
 use crate::obj::{ObjClient, ObjOptions};
+use crate::Durability;
 
 /// The collection every piece of a striped object is made in.
 pub const PIECE_COLLECTION: &str = "sluice-striped";
@@ -200,8 +201,8 @@ pub struct StripedRead {
 /// What rides on a striped write.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct StripedWrite {
-    /// Each server makes its part durable before replying.
-    pub fua: bool,
+    /// `Durable`: each server makes its part durable before replying.
+    pub durability: Durability,
     /// Attributes of the whole object to set once the data is written.
     pub set_attrs: BTreeMap<String, Vec<u8>>,
     /// Attributes to remove, likewise.
@@ -461,7 +462,10 @@ impl StripedClient {
                 if put {
                     attrs.push(AttrChange::set(PIECE_PUT_ATTR, Value::Integer(1)));
                 }
-                let options = DataOptions { fua: true, attrs };
+                let options = DataOptions {
+                    durability: Durability::Durable,
+                    attrs,
+                };
                 (endpoint, options)
             })
             .collect();
@@ -520,12 +524,12 @@ impl StripedClient {
             .iter()
             .map(|(_, p)| (endpoint(p), p.object))
             .collect();
-        let results = self
-            .pool
-            .fan_out(&jobs, |c, &object| match c.remove(object, true) {
+        let results = self.pool.fan_out(&jobs, |c, &object| {
+            match c.remove(object, Durability::Durable) {
                 Err(e) if e.is_not_found() => Ok(()),
                 other => other,
-            });
+            }
+        });
         first_failure("remove", name, &pieces, results).map(drop)
     }
 
@@ -637,7 +641,7 @@ impl StripedClient {
             .map(|(p, (_, piece))| (endpoint(piece), (piece.object, p)))
             .collect();
         let plain = DataOptions {
-            fua: options.fua,
+            durability: options.durability,
             attrs: Vec::new(),
         };
         let results = self.pool.fan_out(&jobs, |c, &(id, p)| {

@@ -4,6 +4,7 @@
 //! that did not finish; removes pieces no entry names, of its own
 //! deployment only (object servers may be shared by several).
 
+use crate::Durability;
 use std::collections::{BTreeSet, HashSet};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -298,12 +299,12 @@ impl StripedClient {
             .iter()
             .map(|o| (endpoint(&o.piece), o.piece.object))
             .collect();
-        let removed = self
-            .pool
-            .fan_out(&jobs, |c, &object| match c.remove(object, true) {
+        let removed = self.pool.fan_out(&jobs, |c, &object| {
+            match c.remove(object, Durability::Durable) {
                 Err(e) if e.is_not_found() => Ok(()),
                 other => other,
-            });
+            }
+        });
         for (o, r) in orphans.into_iter().zip(removed) {
             match r {
                 Ok(()) => report.orphans.push(o),

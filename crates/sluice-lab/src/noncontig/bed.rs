@@ -2,6 +2,7 @@
 //! over one link with a client per DDT, and the timed transfers of a
 //! view's segments through it.
 
+use sluice_client::Durability;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -221,7 +222,7 @@ pub(super) fn requests<'a>(
             export,
             segments,
             data,
-            fua: false,
+            durability: Durability::Buffered,
         },
         (Place::Export(export), Op::Read) => ObjRequest::ExtentRead { export, segments },
     };

@@ -2,6 +2,7 @@
 //! on a Ceph cluster through librados (a python3 script) and on sluice
 //! beside it, for the comparison rows.
 
+use sluice_client::Durability;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -117,8 +118,8 @@ pub(super) fn sluice_ceph_rows(ctx: &Ctx<'_>, round: u32, out: &mut Vec<ObjSampl
     let small = vec![0x77u8; KIB4];
     let big = vec![0x88u8; MIB];
     // 4 KiB writes go to 1024 objects, 1 MiB ones to 16.
-    let targets = c.create("", 1024, false)?;
-    let bigs = c.create("", 16, false)?;
+    let targets = c.create("", 1024, Durability::Buffered)?;
+    let bigs = c.create("", 16, Durability::Buffered)?;
     let seg4 = [Segment {
         offset: 0,
         length: KIB4 as u64,
@@ -128,7 +129,7 @@ pub(super) fn sluice_ceph_rows(ctx: &Ctx<'_>, round: u32, out: &mut Vec<ObjSampl
         length: MIB as u64,
     }];
     let no = DataOptions::default();
-    let fua = DataOptions::fua();
+    let fua = DataOptions::durable();
     let fill: Vec<ObjRequest<'_>> = bigs
         .iter()
         .map(|&o| ObjRequest::Write {

@@ -2,6 +2,7 @@
 //! `create`, `query`): each times its operations for a round and adds
 //! its samples.
 
+use sluice_client::Durability;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -89,7 +90,7 @@ pub(super) fn ddt_group(ctx: &Ctx<'_>, round: u32, out: &mut Vec<ObjSample>) -> 
         })?;
         out.push(m.finish(round, "ddt", row, true));
     }
-    c.remove(obj, false)?;
+    c.remove(obj, Durability::Buffered)?;
     Ok(())
 }
 
@@ -105,7 +106,7 @@ pub(super) fn nbd_group(ctx: &Ctx<'_>, round: u32, out: &mut Vec<ObjSample>) -> 
     let span = ctx.span;
     let mut c = ctx.server.client(NBD_QD)?;
     let data = vec![0x5au8; MIB];
-    let obj = c.create("", 1, false)?[0];
+    let obj = c.create("", 1, Durability::Buffered)?[0];
     // Fill the object first so that reads read data, as on the export.
     let offsets: Vec<[Segment; 1]> = (0..span / MIB as u64)
         .map(|i| {
@@ -212,7 +213,7 @@ pub(super) fn nbd_group(ctx: &Ctx<'_>, round: u32, out: &mut Vec<ObjSample>) -> 
         })?;
         out.push(m.finish(round, "nbd", row, true));
     }
-    c.remove(obj, false)?;
+    c.remove(obj, Durability::Buffered)?;
     Ok(())
 }
 
@@ -241,7 +242,7 @@ pub(super) fn attr_group(ctx: &Ctx<'_>, round: u32, out: &mut Vec<ObjSample>) ->
                 DataOptions::default()
             } else {
                 DataOptions {
-                    fua: false,
+                    durability: Durability::Buffered,
                     attrs: vec![AttrChange::set("version", n)],
                 }
             };
@@ -252,7 +253,7 @@ pub(super) fn attr_group(ctx: &Ctx<'_>, round: u32, out: &mut Vec<ObjSample>) ->
         })?;
         out.push(m.finish(round, "attr", row, true));
     }
-    c.remove(obj, false)?;
+    c.remove(obj, Durability::Buffered)?;
     Ok(())
 }
 
@@ -286,7 +287,7 @@ pub(super) fn create_row(
             .map(|_| {
                 serial += 1;
                 DataOptions {
-                    fua,
+                    durability: Durability::from_fua(fua),
                     attrs: three_attrs(serial),
                 }
             })
@@ -326,7 +327,7 @@ pub(super) fn create_group(ctx: &Ctx<'_>, round: u32, out: &mut Vec<ObjSample>) 
 
 pub(super) fn remove_all(c: &mut ObjClient, ids: &[u64]) -> Result<()> {
     for chunk in ids.chunks(4096) {
-        for r in c.remove_many(chunk, false) {
+        for r in c.remove_many(chunk, Durability::Buffered) {
             r.context("cannot remove a bench object")?;
         }
     }
@@ -346,7 +347,7 @@ pub(super) fn populate_query(server: &ObjServer, count: u64) -> Result<Duration>
         let end = (next + 2048).min(count);
         let opts: Vec<DataOptions> = (next..end)
             .map(|i| DataOptions {
-                fua: false,
+                durability: Durability::Buffered,
                 attrs: vec![AttrChange::set(QUERY_KEY, i as i64)],
             })
             .collect();

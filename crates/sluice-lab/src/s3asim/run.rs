@@ -1,6 +1,7 @@
 //! One s3asim run: workers search and write their results, the master
 //! verifies what they wrote, and the objects are removed again.
 
+use sluice_client::Durability;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Barrier, Mutex};
@@ -29,7 +30,7 @@ pub(super) fn create_object(target: &Target, serial: u64) -> Result<ObjectRef> {
             let mut c = ObjClient::connect(uri, &options())
                 .with_context(|| format!("cannot connect to {uri}"))?;
             let ids = c
-                .create("s3asim", 1, false)
+                .create("s3asim", 1, Durability::Buffered)
                 .with_context(|| format!("cannot create the result object on {uri}"))?;
             let id = *ids
                 .first()
@@ -49,7 +50,7 @@ pub(super) fn create_object(target: &Target, serial: u64) -> Result<ObjectRef> {
 fn remove_object(target: &Target, object: &ObjectRef) -> Result<()> {
     match (target, object) {
         (Target::One(uri), ObjectRef::One(id)) => ObjClient::connect(uri, &options())
-            .and_then(|mut c| c.remove(*id, false))
+            .and_then(|mut c| c.remove(*id, Durability::Buffered))
             .with_context(|| format!("cannot remove object {id} on {uri}")),
         (Target::Striped(meta), ObjectRef::Striped(name)) => {
             StripedClient::new(Arc::clone(meta), options())
