@@ -2,7 +2,8 @@
 //! over `sluice_client::striped::StripedClient` and the metadata service
 //! `--meta` names. `put` makes a new striped object and streams the
 //! input into it a chunk at a time; `get` reads it (whole, or the ranges
-//! given); `ls`, `stat`, `rm` and `fsck` are one call each. Like the
+//! given); `ls`, `stat`, `rm` and `fsck` are one call each (`fsck`
+//! with a bar of entries checked on a terminal). Like the
 //! single-object commands, what changes data is durable when the
 //! command exits 0.
 
@@ -176,7 +177,15 @@ pub(super) fn execute(meta: &str, command: ObjCommand) -> Outcome {
                 _ => parse_duration(&grace)
                     .map_err(|e| Failure::Usage(format!("--grace {grace}: {e}")))?,
             };
-            let report = client.fsck(&FsckOptions { grace }).map_err(fail)?;
+            // A bar of entries checked, on a terminal only; cleared
+            // (dropped) before the report prints.
+            let mut bar: Option<Progress> = None;
+            let report = client.fsck_with_progress(&FsckOptions { grace }, |done, total| {
+                bar.get_or_insert_with(|| Progress::operation("fsck", total, "entries"))
+                    .set(done);
+            });
+            drop(bar);
+            let report = report.map_err(fail)?;
             out(fsck_text(&report).as_bytes())?;
             match report.failures.len() {
                 0 => Ok(()),

@@ -96,13 +96,28 @@ impl StripedClient {
     /// pieces no entry names. The metadata service must answer; object
     /// servers that do not are reported in [`FsckReport::failures`].
     pub fn fsck(&mut self, options: &FsckOptions) -> Result<FsckReport, StripedError> {
+        self.fsck_with_progress(options, |_, _| {})
+    }
+
+    /// [`fsck`](Self::fsck), calling `progress(done, total)` as it goes:
+    /// once with `done` 0 when it has listed the `total` entries, then
+    /// after each entry it checked, the last time with `done == total`
+    /// (the orphaned pieces are looked for after that).
+    pub fn fsck_with_progress(
+        &mut self,
+        options: &FsckOptions,
+        mut progress: impl FnMut(u64, u64),
+    ) -> Result<FsckReport, StripedError> {
         let mut report = FsckReport::default();
-        for entry in self.all_entries()? {
+        let entries = self.all_entries()?;
+        let total = entries.len() as u64;
+        progress(0, total);
+        for (checked, entry) in (1..).zip(entries) {
             let done = match entry.state {
-                EntryState::Ready => continue,
+                EntryState::Ready => Ok(()),
                 EntryState::Writing => {
                     report.incomplete.push(entry.name.clone());
-                    continue;
+                    Ok(())
                 }
                 EntryState::Creating => self.settle_creating(&entry, &mut report),
                 EntryState::Removing => self
@@ -112,6 +127,7 @@ impl StripedClient {
             if let Err(e) = done {
                 report.failures.push(e);
             }
+            progress(checked, total);
         }
         self.remove_orphans(options, &mut report)?;
         Ok(report)
