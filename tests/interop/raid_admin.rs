@@ -20,7 +20,7 @@ use crate::fio::fio_verify;
 use crate::harness::{tempdir, tool, write_random_file, Server, ServerBuilder, MIB};
 use crate::raid::{
     create, member, member_path, metric, qemu_io_ok, raid5_spec, raid_spec, sluice, Level,
-    MEMBER_OPTIONS, RAID5, RAID6,
+    MEMBER_OPTIONS, RAID10, RAID5, RAID6,
 };
 
 /// `sluice raid ARGS --admin SOCKET`, which must succeed; its stdout.
@@ -73,6 +73,11 @@ fn replace_rebuilds_under_fio_and_scrub_finds_and_repairs_parity() {
 #[test]
 fn raid6_replace_rebuilds_under_fio_and_scrub_finds_and_repairs_parity() {
     replace_under_fio_and_scrub(RAID6);
+}
+
+#[test]
+fn raid10_replace_rebuilds_under_fio_and_scrub_finds_and_repairs_a_copy() {
+    replace_under_fio_and_scrub(RAID10);
 }
 
 /// Member 1 of an array of `level` is killed and replaced by a fresh
@@ -180,8 +185,8 @@ fn replace_under_fio_and_scrub(level: Level) {
     assert!(clean.contains(", 0 mismatches"), "{clean}");
 
     // Parity (RAID 6: P) of stripe 0 is on the last member
-    // (left-symmetric); its data starts one 64 KiB unit into the member
-    // file.
+    // (left-symmetric; RAID 10: the second copy of chunk 1); its data
+    // starts one 64 KiB unit into the member file.
     let file = std::fs::OpenOptions::new()
         .write(true)
         .open(member_path(dir.path(), level.members - 1))
