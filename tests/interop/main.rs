@@ -31,6 +31,7 @@ mod qemu_io;
 mod raid;
 mod raid_admin;
 mod raid_cut;
+mod raid_dead;
 mod raw_protocol;
 mod reconnect;
 mod safety;

@@ -44,6 +44,7 @@ fn options(window: Duration) -> ObjOptions {
             // Small, so the client's own FLUSHes (and trimming the log)
             // happen during the run too.
             replay_log_bytes: 512 * KIB as usize,
+            fail_when_refused: false,
         },
         ..ObjOptions::default()
     }

@@ -4,7 +4,8 @@
 //! degraded), the killed member refused as stale when it comes back, and
 //! a second failure giving I/O errors promptly instead of a hang. The
 //! fault tests run on RAID 6 over four members too, with two members
-//! killed where RAID 5 loses one.
+//! killed where RAID 5 loses one, and on RAID 10 over four members with
+//! one member of each mirror set killed.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -64,6 +65,16 @@ pub(crate) const RAID6: Level = Level {
     name: "raid6",
     members: 4,
     survives: &[1, 3],
+    fatal: 0,
+};
+
+/// RAID 10 over four members, two copies: members 0 and 1 are a mirror
+/// set, 2 and 3 the other; it survives 1 and 2 (one of each set), not 0
+/// on top (its set's other copy is 1).
+pub(crate) const RAID10: Level = Level {
+    name: "raid10",
+    members: 4,
+    survives: &[1, 2],
     fatal: 0,
 };
 
@@ -367,6 +378,11 @@ fn killed_under_fio_verify(level: Level) {
 }
 
 #[test]
+fn raid10_one_member_of_each_set_killed_under_fio_verify_leaves_the_volume_degraded_and_correct() {
+    killed_under_fio_verify(RAID10);
+}
+
+#[test]
 fn a_second_failure_gives_io_errors_promptly() {
     failure_too_many_gives_io_errors_promptly(RAID5);
 }
@@ -374,6 +390,11 @@ fn a_second_failure_gives_io_errors_promptly() {
 #[test]
 fn raid6_a_third_failure_gives_io_errors_promptly() {
     failure_too_many_gives_io_errors_promptly(RAID6);
+}
+
+#[test]
+fn raid10_losing_both_copies_of_a_set_gives_io_errors_promptly() {
+    failure_too_many_gives_io_errors_promptly(RAID10);
 }
 
 /// The members `level` survives losing are killed and reads stay right;

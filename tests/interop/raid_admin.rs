@@ -20,7 +20,7 @@ use crate::fio::fio_verify;
 use crate::harness::{tempdir, tool, write_random_file, Server, ServerBuilder, MIB};
 use crate::raid::{
     create, member, member_path, metric, qemu_io_ok, raid5_spec, raid_spec, sluice, Level,
-    MEMBER_OPTIONS, RAID5, RAID6,
+    MEMBER_OPTIONS, RAID10, RAID5, RAID6,
 };
 
 /// `sluice raid ARGS --admin SOCKET`, which must succeed; its stdout.
@@ -73,6 +73,11 @@ fn replace_rebuilds_under_fio_and_scrub_finds_and_repairs_parity() {
 #[test]
 fn raid6_replace_rebuilds_under_fio_and_scrub_finds_and_repairs_parity() {
     replace_under_fio_and_scrub(RAID6);
+}
+
+#[test]
+fn raid10_replace_rebuilds_under_fio_and_scrub_finds_and_repairs_a_copy() {
+    replace_under_fio_and_scrub(RAID10);
 }
 
 /// Member 1 of an array of `level` is killed and replaced by a fresh
@@ -180,8 +185,8 @@ fn replace_under_fio_and_scrub(level: Level) {
     assert!(clean.contains(", 0 mismatches"), "{clean}");
 
     // Parity (RAID 6: P) of stripe 0 is on the last member
-    // (left-symmetric); its data starts one 64 KiB unit into the member
-    // file.
+    // (left-symmetric; RAID 10: the second copy of chunk 1); its data
+    // starts one 64 KiB unit into the member file.
     let file = std::fs::OpenOptions::new()
         .write(true)
         .open(member_path(dir.path(), level.members - 1))
@@ -460,4 +465,95 @@ fn a_raid1_mirror_restarted_within_the_window_is_put_back_and_resynced_from_what
         .arg(&uri)
         .timeout(Duration::from_secs(120))
         .run();
+}
+
+/// RAID 6 with two members lost: each is replaced and rebuilt, one at a
+/// time (a second replace while the first rebuilds is refused, naming
+/// it), and then the two rebuilt members with the two original ones
+/// gone still hold the whole volume.
+#[test]
+fn raid6_two_members_lost_are_rebuilt_one_after_the_other_and_hold_the_volume() {
+    let dir = tempdir();
+    let mut members: Vec<Server> = (0..4).map(|i| member(dir.path(), i)).collect();
+    let spec = raid_spec(RAID6, &members.iter().collect::<Vec<_>>());
+    create(&spec);
+    let admin = dir.path().join("admin.sock");
+    let head = ServerBuilder::new()
+        .export("vol", &spec)
+        .arg(format!("--admin=unix:{}", admin.display()))
+        .arg("--rebuild-rate=32M")
+        .start();
+    let uri = head.uri("vol");
+    let reference = dir.path().join("reference.raw");
+    write_random_file(&reference, 8 * MIB, 17, &[(MIB, 70_000)]);
+    tool("qemu-img")
+        .args(["convert", "-n", "-f", "raw", "-O", "raw"])
+        .arg(&reference)
+        .arg(&uri)
+        .run();
+    let compare = || {
+        tool("qemu-img")
+            .args(["compare", "-f", "raw", "-F", "raw"])
+            .arg(&reference)
+            .arg(&uri)
+            .timeout(Duration::from_secs(120))
+            .run();
+    };
+    for i in [1, 3] {
+        members[i].signal(Signal::KILL);
+        let _ = members[i].wait_exit(Duration::from_secs(5));
+    }
+    compare();
+    let status = raid(&admin, &["status", "vol"]);
+    for i in [1, 3] {
+        assert!(member_line(&status, i).contains("state failed"), "{status}");
+    }
+
+    let fresh: Vec<Server> = (4..6).map(|i| member(dir.path(), i)).collect();
+    let said = raid(&admin, &["replace", "vol", "1", &fresh[0].uri("m")]);
+    assert!(said.contains("rebuilding"), "{said}");
+    wait_status(&admin, "member 1's rebuild under way", |s| {
+        s.lines()
+            .any(|l| l.starts_with("  rebuild member 1 ") && !l.contains("100.0%"))
+    });
+    let admin_arg = admin.display().to_string();
+    let out = sluice(
+        &[
+            "raid",
+            "replace",
+            "--admin",
+            &admin_arg,
+            "vol",
+            "3",
+            &fresh[1].uri("m"),
+        ],
+        Duration::from_secs(30),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let status = raid(&admin, &["status", "vol"]);
+    if member_line(&status, 1).contains("state rebuilding") {
+        assert!(!out.status.success(), "a second rebuild at once: {stderr}");
+        assert!(stderr.contains("member 1 is being rebuilt"), "{stderr}");
+    }
+    wait_status(&admin, "member 1 rebuilt", |s| {
+        member_line(s, 1).contains("state active")
+    });
+    if !out.status.success() {
+        let said = raid(
+            &admin,
+            &["replace", "vol", "3", &fresh[1].uri("m"), "--wait"],
+        );
+        assert!(said.trim_end().ends_with("rebuilt; array clean"), "{said}");
+    }
+    let status = wait_status(&admin, "clean", |s| s.contains("state clean"));
+    assert!(member_line(&status, 3).contains("state active"), "{status}");
+    compare();
+
+    // The two original survivors go: the rebuilt members and P and Q
+    // hold every byte.
+    for i in [0, 2] {
+        members[i].signal(Signal::KILL);
+        let _ = members[i].wait_exit(Duration::from_secs(5));
+    }
+    compare();
 }

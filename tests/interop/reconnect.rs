@@ -44,6 +44,7 @@ fn options(window: Duration) -> ConnectOptions {
             // Small, so the client's own FLUSHes (and trimming the log)
             // happen during the run too.
             replay_log_bytes: 2 * MIB as usize,
+            fail_when_refused: false,
         },
         ..ConnectOptions::default()
     }

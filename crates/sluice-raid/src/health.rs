@@ -20,6 +20,7 @@
 //! drive it with a [`ManualClock`](crate::ManualClock) and wait for it
 //! to sleep again rather than sleeping themselves.
 
+use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant, SystemTime};
@@ -136,6 +137,16 @@ impl RaidDevice {
                 // The member answered, if not with data: it is there.
                 Err(e) if !matches!(e, DeviceError::Io { .. }) => {
                     self.answered(member);
+                    continue;
+                }
+                // Its server refuses connections but the member's client
+                // is still within its reconnect window: an idle array
+                // waits the window out, so a member server restarted
+                // while nothing is written comes back as it was. A
+                // request (a write) does not wait: see `step.rs`.
+                Err(DeviceError::Io { source, .. })
+                    if source.kind() == io::ErrorKind::ConnectionRefused =>
+                {
                     continue;
                 }
                 Err(e) => e,

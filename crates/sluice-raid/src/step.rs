@@ -90,7 +90,11 @@ impl RaidDevice {
 
     /// Issues one step and sorts its results: a member fault marks the
     /// member failed (RAID 5) and asks for a retry; any other error (a
-    /// bad request, or any error on RAID 0) is the request's.
+    /// bad request, or any error on RAID 0) is the request's. A remote
+    /// member of a redundant array whose server refuses connections
+    /// fails its requests at once rather than after its reconnect window
+    /// (sluice-volume connects it so), so a write that reached the other
+    /// members completes degraded without waiting for that window.
     pub(crate) fn run(&self, step: &mut [MemberIo<'_>]) -> Result<Outcome, DeviceError> {
         if step.is_empty() {
             return Ok(Outcome::Done);

@@ -1,8 +1,9 @@
-//! Starting a RAID 5 array with a member missing (not reachable at
-//! start): it runs degraded when the others agree and the array was
-//! shut down cleanly or its journal holds no stripe; it is refused when
-//! stripes may have parity that does not match their data (as md
-//! refuses a dirty degraded start), unless asked to start anyway.
+//! Starting a RAID 5 array with a member missing, or a RAID 6 array with
+//! one or two (not reachable at start): it runs degraded when the others
+//! agree and the array was shut down cleanly or its journal holds no
+//! stripe; it is refused when stripes may have parity that does not
+//! match their data (as md refuses a dirty degraded start), unless asked
+//! to start anyway.
 
 use std::sync::Arc;
 
@@ -20,25 +21,28 @@ use common::pattern;
 const UNIT: u64 = 4096;
 const MEMBER: u64 = 1 << 20;
 
-fn geometry() -> Geometry {
-    Geometry::new(RaidLevel::Raid5, 3, UNIT).expect("geometry")
-}
-
 struct Setup {
+    geometry: Geometry,
     devices: Vec<Arc<MemDevice>>,
     journal: Arc<MemDevice>,
 }
 
 impl Setup {
+    /// RAID 5 over three members.
     fn new() -> Self {
-        let devices: Vec<Arc<MemDevice>> = (0..3)
+        Self::of(RaidLevel::Raid5, 3)
+    }
+
+    fn of(level: RaidLevel, members: usize) -> Self {
+        let devices: Vec<Arc<MemDevice>> = (0..members)
             .map(|_| Arc::new(MemDevice::new(MEMBER, false)))
             .collect();
         let setup = Self {
+            geometry: Geometry::new(level, members, UNIT).expect("geometry"),
             devices,
             journal: Arc::new(MemDevice::new(JOURNAL_BYTES, false)),
         };
-        create_array(geometry(), &setup.given(None), false).expect("create");
+        create_array(setup.geometry, &setup.given(None), false).expect("create");
         setup
     }
 
@@ -85,7 +89,7 @@ impl Setup {
             JournalPlace::Off
         };
         RaidDevice::assemble_with_missing(
-            geometry(),
+            self.geometry,
             members,
             Arc::new(ScopedFanOut),
             &place,
@@ -193,6 +197,63 @@ fn two_members_missing_are_refused() {
     let e = setup.start(&[0, 2], true, true).expect_err("too many");
     assert!(
         matches!(e, RaidError::TooManyMissing { missing: 2, .. }),
+        "{e}"
+    );
+}
+
+#[test]
+fn raid6_dirty_and_degraded_by_one_or_two_is_refused_unless_forced() {
+    for missing in [&[2][..], &[0, 3]] {
+        let setup = Setup::of(RaidLevel::Raid6, 5);
+        let (array, model) = setup.written(true);
+        // The server dies: the journal keeps the stripe it wrote partially.
+        std::mem::forget(array);
+        let e = setup
+            .start(missing, true, false)
+            .expect_err("dirty and degraded");
+        let first = missing[0];
+        assert!(
+            e.to_string().starts_with(&format!(
+                "member {first} (mem{first}) is missing and the journal"
+            )),
+            "{e}"
+        );
+        assert!(e.to_string().contains("start-dirty-degraded"), "{e}");
+        let array = setup.start(missing, true, true).expect("forced");
+        assert_eq!(array.status().state, ArrayCondition::Degraded);
+        for &m in missing {
+            assert_eq!(array.status().members[m].state, MemberCondition::Missing);
+        }
+        // The partial write finished before the crash: P and Q matched,
+        // so every chunk of the missing members reads back.
+        assert_reads(&array, &model);
+    }
+}
+
+#[test]
+fn raid6_unclean_shutdown_without_a_journal_refuses_a_degraded_start() {
+    let setup = Setup::of(RaidLevel::Raid6, 4);
+    let (array, model) = setup.written(false);
+    std::mem::forget(array);
+    let e = setup
+        .start(&[1, 2], false, false)
+        .expect_err("dirty and degraded");
+    assert!(
+        e.to_string()
+            .contains("the array was not shut down cleanly and has no journal"),
+        "{e}"
+    );
+    let array = setup.start(&[1, 2], false, true).expect("forced");
+    assert_reads(&array, &model);
+}
+
+#[test]
+fn raid6_three_members_missing_are_refused() {
+    let setup = Setup::of(RaidLevel::Raid6, 5);
+    drop(setup.written(true).0);
+    let e = setup.start(&[0, 2, 4], true, true).expect_err("too many");
+    assert!(
+        matches!(e, RaidError::TooManyMissing { missing: 3, .. }),
         "{e}"
     );
 }

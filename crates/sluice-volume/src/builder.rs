@@ -123,10 +123,14 @@ impl RaidHandle {
             _ => RemoteSpec::new(uri),
         };
         remote.uri = uri.to_owned();
-        let device = Arc::new(connect_remote(&remote).map_err(|e| VolumeError::Member {
-            index,
-            source: Box::new(e),
-        })?);
+        let redundant = self.spec.level != RaidLevel::Raid0;
+        let device =
+            Arc::new(
+                connect_remote(&remote, redundant).map_err(|e| VolumeError::Member {
+                    index,
+                    source: Box::new(e),
+                })?,
+            );
         self.array.replace_member(
             index,
             NamedMember {
@@ -149,10 +153,14 @@ impl RaidHandle {
         let Some(BaseSpec::Remote(remote)) = self.spec.members.get(index).map(|m| &m.base) else {
             return Err(VolumeError::NotAnArray);
         };
-        let device = Arc::new(connect_remote(remote).map_err(|e| VolumeError::Member {
-            index,
-            source: Box::new(e),
-        })?);
+        let redundant = self.spec.level != RaidLevel::Raid0;
+        let device =
+            Arc::new(
+                connect_remote(remote, redundant).map_err(|e| VolumeError::Member {
+                    index,
+                    source: Box::new(e),
+                })?,
+            );
         self.array.readd_member(
             index,
             NamedMember {
@@ -447,13 +455,14 @@ impl VolumeBuilder {
     fn open_members(&self, raid: &RaidSpec) -> OpenedMembers {
         let mut members = Vec::new();
         let mut remotes = Vec::new();
+        let redundant = raid.level != RaidLevel::Raid0;
         for (index, spec) in raid.members.iter().enumerate() {
             let name = match &spec.base {
                 BaseSpec::Remote(remote) => remote.uri.clone(),
                 _ => format!("member {index}"),
             };
             match (&spec.base, spec.layers.is_empty()) {
-                (BaseSpec::Remote(remote), true) => match connect_remote(remote) {
+                (BaseSpec::Remote(remote), true) => match connect_remote(remote, redundant) {
                     Ok(device) => {
                         let device = Arc::new(device);
                         members.push(Ok(NamedMember {
@@ -536,8 +545,12 @@ type OpenedMembers = (
 );
 
 /// Connects to a remote export with the spec's timeout and reconnect
-/// window.
-fn connect_remote(remote: &RemoteSpec) -> Result<RemoteDevice, VolumeError> {
+/// window. A member of an array that survives losing it (`redundant`)
+/// does not hold requests while its server refuses connections: they
+/// fail at once, the array fails the member and goes on degraded
+/// instead of stalling for the window (docs/RAID.md, "What a dead
+/// member costs"); anything else waits the window out.
+fn connect_remote(remote: &RemoteSpec, redundant: bool) -> Result<RemoteDevice, VolumeError> {
     let error = |source| VolumeError::Remote {
         uri: remote.uri.clone(),
         source: Box::new(source),
@@ -545,14 +558,17 @@ fn connect_remote(remote: &RemoteSpec) -> Result<RemoteDevice, VolumeError> {
     let uri: NbdUri = remote.uri.parse().map_err(error)?;
     let options = ConnectOptions {
         request_timeout: Some(remote.timeout),
-        reconnect: Reconnect::within(remote.reconnect),
+        reconnect: Reconnect {
+            fail_when_refused: redundant,
+            ..Reconnect::within(remote.reconnect)
+        },
         ..ConnectOptions::default()
     };
     RemoteDevice::connect(&uri, &options).map_err(error)
 }
 
 fn open_remote(remote: &RemoteSpec) -> Result<Arc<dyn BlockDevice>, VolumeError> {
-    Ok(Arc::new(connect_remote(remote)?))
+    Ok(Arc::new(connect_remote(remote, false)?))
 }
 
 /// Puts one layer over `device`.

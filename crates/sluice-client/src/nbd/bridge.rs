@@ -131,6 +131,14 @@ pub fn device_error(
             },
         },
         ClientError::Timeout { op, .. } => io_error(op, io::Error::new(io::ErrorKind::TimedOut, e)),
+        // Its kind tells the caller the member is down, not slow.
+        ClientError::Refusing { .. } => DeviceError::Io {
+            device,
+            op,
+            offset,
+            len,
+            source: io::Error::new(io::ErrorKind::ConnectionRefused, e),
+        },
         other => DeviceError::Io {
             device,
             op,

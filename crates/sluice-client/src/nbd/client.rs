@@ -356,6 +356,16 @@ impl MuxProtocol for NbdSession {
         }
     }
 
+    fn refused(&self, e: &ClientError) -> Option<ClientError> {
+        let ClientError::Connect { source, .. } = e else {
+            return None;
+        };
+        (source.kind() == io::ErrorKind::ConnectionRefused).then(|| ClientError::Refusing {
+            target: self.target().to_owned(),
+            last: Box::new(copy_error(e)),
+        })
+    }
+
     /// Never called: every NBD request may be sent again.
     fn lost_in_flight(&self, _t: &Ticket) -> ClientError {
         self.closed()
@@ -701,6 +711,10 @@ fn copy_error(e: &ClientError) -> ClientError {
             export: export.clone(),
             op: *op,
             source: *source,
+        },
+        ClientError::Refusing { target, last } => ClientError::Refusing {
+            target: target.clone(),
+            last: Box::new(copy_error(last)),
         },
         ClientError::WrongProtocol { target, hint } => ClientError::WrongProtocol {
             target: target.clone(),

@@ -73,6 +73,14 @@ pub enum ClientError {
         #[source]
         last: Box<Self>,
     },
+    /// Reconnecting with `fail_when_refused`: the last attempt was
+    /// refused, so the request was not held for the rest of the window.
+    #[error("lost the connection to {target}, which refuses connections: request not held while reconnecting")]
+    Refusing {
+        target: String,
+        #[source]
+        last: Box<Self>,
+    },
     #[error("the connection to {target} is closed")]
     Closed { target: String },
     /// The server greeted in the other protocol sluice speaks: the user
@@ -91,7 +99,8 @@ impl ClientError {
             | Self::Io { .. }
             | Self::Closed { .. }
             | Self::Timeout { .. }
-            | Self::ReconnectFailed { .. } => true,
+            | Self::ReconnectFailed { .. }
+            | Self::Refusing { .. } => true,
             Self::Request { errno, .. } => *errno == NbdErrno::Shutdown,
             _ => false,
         }

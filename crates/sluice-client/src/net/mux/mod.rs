@@ -64,6 +64,14 @@ pub struct Reconnect {
     /// replay after a reconnect; when they exceed this, the client sends
     /// a FLUSH of its own.
     pub replay_log_bytes: usize,
+    /// While getting the connection back, once an attempt was refused
+    /// (nothing listens at the server's address: it is down, not slow),
+    /// fail the requests waiting and every new one at once rather than
+    /// holding them for the rest of the window; the client goes on
+    /// trying to reconnect, and requests wait again only after it
+    /// succeeds. For callers that have somewhere else to go (a member
+    /// of a redundant array); off by default.
+    pub fail_when_refused: bool,
 }
 
 impl Reconnect {
@@ -71,6 +79,7 @@ impl Reconnect {
     pub const OFF: Self = Self {
         window: Duration::ZERO,
         replay_log_bytes: 0,
+        fail_when_refused: false,
     };
 
     /// Reconnecting on, within `window`, with the default log size.
@@ -78,6 +87,7 @@ impl Reconnect {
         Self {
             window,
             replay_log_bytes: 16 << 20,
+            fail_when_refused: false,
         }
     }
 
@@ -229,6 +239,12 @@ pub(crate) trait MuxProtocol: Send + Sync + Sized + 'static {
     /// its reply was to be put in): nothing is put there after this.
     fn abandon(&self, ticket: &mut Self::Ticket);
     fn reconnect_failed(&self, window: Duration, last: Self::Error) -> Self::Error;
+    /// If `e` (a failed reconnect attempt) is a refused connection, the
+    /// error requests get while the server refuses (see
+    /// [`Reconnect::fail_when_refused`]); `None` for any other failure.
+    fn refused(&self, _e: &Self::Error) -> Option<Self::Error> {
+        None
+    }
     /// The error of a request that must not run twice and was in flight
     /// when the connection was lost: it may or may not have run.
     fn lost_in_flight(&self, ticket: &Self::Ticket) -> Self::Error;
@@ -327,6 +343,10 @@ struct State<P: MuxProtocol> {
     generation: u64,
     /// The replay log is full: the next caller adds a FLUSH.
     flush_wanted: bool,
+    /// Reconnecting, the last attempt was refused, and the client fails
+    /// requests rather than holding them
+    /// ([`Reconnect::fail_when_refused`]): what they fail with.
+    refused: Option<P::Error>,
     send: P::SendState,
     /// The last send's list of requests, kept for its capacity.
     spare: Vec<Queued>,
@@ -411,6 +431,7 @@ impl<P: MuxProtocol> Mux<P> {
                 connected: Connected::Up,
                 generation: 0,
                 flush_wanted: false,
+                refused: None,
                 send,
                 spare: Vec::new(),
             }),
@@ -476,6 +497,9 @@ impl<P: MuxProtocol> Mux<P> {
         };
         let mut st = lock(&s.state);
         if let Connected::Failed(e) = &st.connected {
+            return Err(s.proto.copy_error(e));
+        }
+        if let Some(e) = &st.refused {
             return Err(s.proto.copy_error(e));
         }
         // Registered before the bytes can reach the server.

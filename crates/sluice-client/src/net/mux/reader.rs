@@ -341,12 +341,42 @@ impl<P: MuxProtocol> Reader<P> {
                 Err(e) if shared.proto.is_final(&e) => return Err(e),
                 Err(e) => last = e,
             }
+            self.note_refused(shared, &last);
             debug!(
                 error = &last as &dyn std::error::Error,
                 "reconnect attempt failed"
             );
             std::thread::sleep(backoff.min(deadline.saturating_duration_since(Instant::now())));
             backoff = (backoff * 2).min(Duration::from_secs(1));
+        }
+    }
+
+    /// After a failed reconnect attempt: if it was refused and the
+    /// client does not hold requests for a server that refuses
+    /// ([`Reconnect::fail_when_refused`](super::Reconnect)), fails every
+    /// request waiting (as a timeout does: not sent again after a
+    /// reconnect) and, until the next attempt, every new one.
+    fn note_refused(&mut self, shared: &Shared<P>, last: &P::Error) {
+        if !shared.options.reconnect.fail_when_refused {
+            return;
+        }
+        let refused = shared.proto.refused(last);
+        let mut st = lock(&shared.state);
+        self.register(shared);
+        st.refused = refused;
+        let Some(error) = &st.refused else {
+            return;
+        };
+        for w in self.table.0.values_mut() {
+            let Waiting::Request(e) = w else {
+                continue;
+            };
+            if matches!(e.notify, Notify::Caller(_)) {
+                shared.proto.abandon(&mut e.ticket);
+                if let Notify::Caller(w) = std::mem::replace(&mut e.notify, Notify::Abandoned) {
+                    let _ = w.send(Err(shared.proto.copy_error(error)));
+                }
+            }
         }
     }
 
@@ -437,6 +467,7 @@ impl<P: MuxProtocol> Reader<P> {
         }
         *lock(&shared.closer) = closer;
         st.connected = Connected::Up;
+        st.refused = None;
         self.stream = reader;
         self.inbuf.clear();
         self.parser = parser;
@@ -458,6 +489,7 @@ impl<P: MuxProtocol> Reader<P> {
             }
         }
         st.queue.clear();
+        st.refused = None;
         st.connected = Connected::Failed(error);
         drop(st);
         lock(&shared.closer).shutdown();
