@@ -621,7 +621,23 @@ fn serve_config(args: ServeArgs, listening: &Listening<'_>) -> Result<(ServerCon
         );
     }
     config.validate().map_err(|e| UsageError(e.to_string()))?;
-    let mut created_dir = false;
+    let created_dir = !Path::new(DEFAULT_DIR).exists();
+    // sluice's own directory is made when something of sluice's goes in
+    // it: the default object store, or an admin socket where `sluice raid`
+    // looks for one. Made before anything binds, so the socket finds it.
+    let in_default_dir = |p: &Path| {
+        p.parent()
+            .is_some_and(|d| d == Path::new(DEFAULT_DIR) || d == Path::new(".").join(DEFAULT_DIR))
+    };
+    let default_objects = config
+        .objects
+        .as_ref()
+        .is_some_and(|o| o.dir == Path::new(DEFAULT_OBJECTS));
+    let default_admin = matches!(&config.admin, Some(ListenAddr::Unix(p)) if in_default_dir(p));
+    if default_objects || default_admin {
+        std::fs::create_dir_all(DEFAULT_DIR)
+            .with_context(|| format!("cannot create ./{DEFAULT_DIR}"))?;
+    }
     if config.export.is_empty() {
         // No size was asked for: an image that exists (grown, say) is
         // served as it is, not refused for being larger than the default.
@@ -631,7 +647,6 @@ fn serve_config(args: ServeArgs, listening: &Listening<'_>) -> Result<(ServerCon
             format!("default=file:{DEFAULT_IMAGE},size={DEFAULT_SIZE}")
         };
         let default = ExportConfig::parse_arg(&spec).map_err(|e| UsageError(e.to_string()))?;
-        created_dir = !Path::new(DEFAULT_DIR).exists();
         std::fs::create_dir_all(DEFAULT_DIR)
             .with_context(|| format!("cannot create ./{DEFAULT_DIR} for the default export"))?;
         config.export.push(default);
@@ -644,6 +659,7 @@ fn serve_config(args: ServeArgs, listening: &Listening<'_>) -> Result<(ServerCon
             );
         }
     }
+    let created_dir = created_dir && Path::new(DEFAULT_DIR).exists();
     Ok((config, created_dir))
 }
 

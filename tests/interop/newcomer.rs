@@ -787,3 +787,27 @@ fn rebuild_and_scrub_show_progress_on_a_terminal_only() {
         .run();
     assert_eq!(quiet.stderr(), "", "no progress when stderr is no terminal");
 }
+
+#[test]
+fn an_admin_socket_in_sluices_own_directory_needs_no_mkdir() {
+    // What the README's RAID block does in a fresh directory.
+    let dir = tempdir();
+    let (mut child, _) = serve_in(
+        dir.path(),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--export",
+            "vol=mem:16M",
+            "--admin",
+            "unix:./sluice-data/admin.sock",
+        ],
+    );
+    let status = sluice()
+        .current_dir(dir.path())
+        .args(["raid", "status", "--json"])
+        .output();
+    let _ = child.kill();
+    let _ = child.wait();
+    status.assert_success();
+}

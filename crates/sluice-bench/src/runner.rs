@@ -105,7 +105,8 @@ fn with_timeout<T: Send + 'static>(
         })
         .context("cannot start a connect thread")?;
     match rx.recv_timeout(CONNECT_TIMEOUT) {
-        Ok(r) => r.with_context(|| format!("cannot connect to {uri}")),
+        // The client's error names the server and what failed.
+        Ok(r) => Ok(r?),
         Err(_) => bail!(
             "no handshake from {uri} within {CONNECT_TIMEOUT:?} (is the server at its connection limit?)"
         ),

@@ -57,7 +57,6 @@ fn attributes_ride_on_writes_and_keep_their_types() {
     assert!(info.created <= info.data_modified && info.data_modified == info.attrs_modified);
 
     // A plain write moves data-modified only.
-    std::thread::sleep(std::time::Duration::from_millis(2));
     let after = store
         .write(obj, &[Segment::new(0, 1)], b"X", &WriteOptions::default())
         .unwrap();

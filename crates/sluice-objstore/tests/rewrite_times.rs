@@ -5,7 +5,6 @@
 //! with the next data change's commit, a flush, or the store's close.
 
 use std::path::Path;
-use std::time::Duration;
 
 use sluice_objstore::{
     BatchChange, Edit, ObjectInfo, ObjectRef, ObjectStore, PartitionId, Segment, WriteOptions,
@@ -49,10 +48,9 @@ fn stored_time(dir: &Path, object: ObjectRef) -> i64 {
     .unwrap()
 }
 
-/// Rewrites 8 bytes inside the object, a little later than anything
-/// before (times are nanoseconds, but the clock may be coarse).
+/// Rewrites 8 bytes inside the object (every change's time is later
+/// than the one before).
 fn rewrite(store: &ObjectStore, object: ObjectRef, opts: &WriteOptions) -> ObjectInfo {
-    std::thread::sleep(Duration::from_millis(2));
     store
         .write(object, &[Segment::new(100, 8)], b"rewrite!", opts)
         .unwrap()

@@ -103,7 +103,7 @@ mod types;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -163,10 +163,24 @@ pub struct ObjectStore {
     deferred_commits: AtomicU64,
 }
 
+/// The latest change time handed out in this process (see [`now`]).
+static LAST_TIME: AtomicI64 = AtomicI64::new(0);
+
+/// A change's time, in nanoseconds since the epoch: the clock's, but
+/// always later than every time handed out before in this process, so
+/// two changes never share a time and times never go backwards, however
+/// coarse the clock or if it steps back.
 fn now() -> i64 {
-    SystemTime::now()
+    let clock = SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i64)
+        .map_or(0, |d| d.as_nanos() as i64);
+    let next = |last: i64| clock.max(last.saturating_add(1));
+    let last = LAST_TIME
+        .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |last| {
+            Some(next(last))
+        })
+        .unwrap_or_else(|last| last);
+    next(last)
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -262,5 +276,31 @@ impl ObjectStore {
     /// Objects whose data-modified time is in memory only, now.
     pub fn unwritten_times(&self) -> usize {
         lock(&self.unwritten_times).len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::now;
+
+    #[test]
+    fn change_times_only_grow() {
+        // Many threads at once: no two times equal, each thread's in order.
+        let threads: Vec<_> = (0..4)
+            .map(|_| std::thread::spawn(|| (0..20_000).map(|_| now()).collect::<Vec<_>>()))
+            .collect();
+        let mut all = Vec::new();
+        for t in threads {
+            let times = t.join().expect("a timing thread");
+            assert!(
+                times.windows(2).all(|w| w[0] < w[1]),
+                "a time went back or repeated"
+            );
+            all.extend(times);
+        }
+        let n = all.len();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), n, "two changes shared a time");
     }
 }
