@@ -1,6 +1,8 @@
 //! DDT bytes alone: an SGL or strided DDT parsed against fuzzed limits
 //! never panics, and one it accepts re-encodes to the same bytes and
-//! keeps its invariants; where it has a span (ascending segments), a
+//! keeps its invariants; an SGL's segments lie at the master offset plus
+//! their entries' offsets, and encoding them from that master offset
+//! gives the DDT bytes back; where it has a span (ascending segments), a
 //! span body gathers back to exactly the segments' bytes.
 //!
 //! Input layout:
@@ -15,7 +17,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluice_obj_proto::{Ddt, DdtKind, Limits};
+use sluice_obj_proto::{encode_sgl_from, Ddt, DdtKind, Limits, Segment};
 
 fuzz_target!(|data: &[u8]| {
     if data.len() < 17 {
@@ -48,6 +50,16 @@ fuzz_target!(|data: &[u8]| {
         total += s.length;
     }
     assert_eq!(total, length);
+    if kind == DdtKind::Sgl {
+        let segments: Vec<Segment> = ddt.segments().collect();
+        for (s, e) in segments.iter().zip(raw[4..].chunks_exact(16)) {
+            let relative = u64::from_be_bytes(e[..8].try_into().expect("8 bytes"));
+            assert_eq!(s.offset, offset + relative);
+        }
+        let mut from = Vec::new();
+        encode_sgl_from(offset, &segments, &mut from).expect("no segment before the master");
+        assert_eq!(from, raw);
+    }
     assert!(ddt.segment_count() >= 1 && ddt.segment_count() <= limits.max_segments);
     if let Some(span) = ddt.span() {
         assert!(span.length >= total);

@@ -121,8 +121,12 @@ impl Features {
     pub const ATTRS_ON_DATA: Self = Self(1 << 3);
     /// Span replies to list reads that ask for one (negotiated).
     pub const SPAN_READS: Self = Self(1 << 4);
+    /// SGL DDTs with a non-zero master offset, their entries' offsets
+    /// relative to it (negotiated; without it an SGL's master offset is 0).
+    pub const SGL_MASTER: Self = Self(1 << 5);
     /// Bits a client may ask for in HELLO.
-    pub const NEGOTIABLE: Self = Self(Self::BATCH.0 | Self::ATTRS_ON_DATA.0 | Self::SPAN_READS.0);
+    pub const NEGOTIABLE: Self =
+        Self(Self::BATCH.0 | Self::ATTRS_ON_DATA.0 | Self::SPAN_READS.0 | Self::SGL_MASTER.0);
     /// Bits only the greeting carries.
     pub const SERVER_ONLY: Self = Self(Self::TLS_AVAILABLE.0 | Self::TLS_REQUIRED.0);
 

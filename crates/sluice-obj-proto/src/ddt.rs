@@ -14,7 +14,8 @@ use crate::wire::{be64, Reader};
 pub enum DdtKind {
     /// One range: the header's master offset and length.
     Contiguous,
-    /// A scatter/gather list: (offset, length) pairs in any order.
+    /// A scatter/gather list: (offset, length) pairs in any order, each
+    /// offset relative to the master offset.
     Sgl,
     /// `count` segments of `length` bytes, `stride` apart from the master
     /// offset.
@@ -79,15 +80,31 @@ pub enum DdtError {
     },
     #[error("the DDT describes more bytes than the server's limit of {limit}")]
     TooLong { limit: u32 },
-    #[error("the master offset must be 0 with an SGL DDT (it is {0})")]
-    OffsetWithSgl(u64),
+    #[error(
+        "SGL segment {index} at offset {offset} from the master offset {master} starts past 2^64"
+    )]
+    MasterOverflow {
+        index: u32,
+        master: u64,
+        offset: u64,
+    },
+    #[error("segment {index} at offset {offset} lies before the master offset {master}, which an SGL cannot describe")]
+    BeforeMaster {
+        index: u32,
+        master: u64,
+        offset: u64,
+    },
     #[error("the header's length {header} differs from the {ddt} bytes the DDT describes")]
     LengthMismatch { header: u64, ddt: u64 },
 }
 
 /// A checked scatter/gather list, borrowing its entries from the payload.
+/// Each entry's offset is relative to the master offset: the segment it
+/// names starts at `master + offset` (with a master offset of 0, the
+/// entries' offsets are the object's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Sgl<'a> {
+    master: u64,
     entries: &'a [u8],
     total: u64,
 }
@@ -288,20 +305,45 @@ impl<'a> Ddt<'a> {
     pub const fn master_offset(&self) -> u64 {
         match self {
             Self::Contiguous(s) => s.offset,
-            Self::Sgl(_) => 0,
+            Self::Sgl(s) => s.master,
             Self::Strided(s) => s.offset,
         }
     }
 }
 
-/// Appends an SGL DDT (a client builds one from its own segments; the
-/// server checks it with [`Ddt::parse`]).
+/// Appends an SGL DDT for master offset 0 (a client builds one from its
+/// own segments; the server checks it with [`Ddt::parse`]).
 pub fn encode_sgl(segments: &[Segment], out: &mut Vec<u8>) {
     out.extend_from_slice(&(segments.len() as u32).to_be_bytes());
     for s in segments {
         out.extend_from_slice(&s.offset.to_be_bytes());
         out.extend_from_slice(&s.length.to_be_bytes());
     }
+}
+
+/// Appends the SGL DDT of `segments` (absolute offsets) for a header
+/// whose master offset is `master`: each entry carries its segment's
+/// offset less `master`. A segment starting before `master` cannot be
+/// described so; nothing is appended then.
+pub fn encode_sgl_from(
+    master: u64,
+    segments: &[Segment],
+    out: &mut Vec<u8>,
+) -> Result<(), DdtError> {
+    if let Some((i, s)) = segments.iter().enumerate().find(|(_, s)| s.offset < master) {
+        return Err(DdtError::BeforeMaster {
+            index: i as u32,
+            master,
+            offset: s.offset,
+        });
+    }
+    out.reserve(4 + segments.len() * SGL_ENTRY_LEN);
+    out.extend_from_slice(&(segments.len() as u32).to_be_bytes());
+    for s in segments {
+        out.extend_from_slice(&(s.offset - master).to_be_bytes());
+        out.extend_from_slice(&s.length.to_be_bytes());
+    }
+    Ok(())
 }
 
 /// Appends a strided DDT.
@@ -330,11 +372,8 @@ fn check_count(kind: DdtKind, count: u32, limits: &Limits) -> Result<(), DdtErro
 }
 
 impl<'a> Sgl<'a> {
-    fn parse(offset: u64, raw: &'a [u8], limits: &Limits) -> Result<Self, DdtError> {
+    fn parse(master: u64, raw: &'a [u8], limits: &Limits) -> Result<Self, DdtError> {
         let kind = DdtKind::Sgl;
-        if offset != 0 {
-            return Err(DdtError::OffsetWithSgl(offset));
-        }
         let mut r = Reader::new(raw);
         let Some(count) = r.u32() else {
             return Err(DdtError::BadLength {
@@ -357,10 +396,17 @@ impl<'a> Sgl<'a> {
         let mut total = 0u64;
         for (i, e) in entries.chunks_exact(SGL_ENTRY_LEN).enumerate() {
             let index = i as u32;
-            let (offset, length) = (be64(e, 0), be64(e, 8));
+            let (relative, length) = (be64(e, 0), be64(e, 8));
             if length == 0 {
                 return Err(DdtError::EmptySegment { index });
             }
+            let Some(offset) = master.checked_add(relative) else {
+                return Err(DdtError::MasterOverflow {
+                    index,
+                    master,
+                    offset: relative,
+                });
+            };
             if offset.checked_add(length).is_none() {
                 return Err(DdtError::Overflow {
                     index,
@@ -376,7 +422,16 @@ impl<'a> Sgl<'a> {
                 });
             }
         }
-        Ok(Self { entries, total })
+        Ok(Self {
+            master,
+            entries,
+            total,
+        })
+    }
+
+    /// The master offset the entries' offsets are relative to.
+    pub const fn master(&self) -> u64 {
+        self.master
     }
 
     /// Number of entries.
@@ -456,7 +511,7 @@ impl Iterator for Segments<'_> {
                 let at = i as usize * SGL_ENTRY_LEN;
                 let e = s.entries.get(at..at + SGL_ENTRY_LEN)?;
                 Some(Segment {
-                    offset: be64(e, 0),
+                    offset: s.master + be64(e, 0),
                     length: be64(e, 8),
                 })
             }
@@ -489,7 +544,7 @@ impl Iterator for Segments<'_> {
                     f(
                         acc,
                         Segment {
-                            offset: be64(e, 0),
+                            offset: s.master + be64(e, 0),
                             length: be64(e, 8),
                         },
                     )

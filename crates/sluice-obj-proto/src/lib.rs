@@ -25,7 +25,8 @@ pub use client_handshake::{
 };
 pub use consts::{Features, Limits};
 pub use ddt::{
-    encode_sgl, encode_strided, Ddt, DdtError, DdtKind, Segment, Segments, Sgl, Strided,
+    encode_sgl, encode_sgl_from, encode_strided, Ddt, DdtError, DdtKind, Segment, Segments, Sgl,
+    Strided,
 };
 pub use handshake::{
     answer, AttachedExport, HandshakeConfig, HandshakeError, HandshakeStatus, Negotiated,

@@ -97,6 +97,13 @@ impl Req {
         self
     }
 
+    /// The header's master offset (after [`sgl`](Self::sgl), the SGL's
+    /// entries become relative to it).
+    pub fn master(mut self, offset: u64) -> Self {
+        self.offset = offset;
+        self
+    }
+
     /// A strided DDT from `offset` (header length set to the total).
     pub fn strided(mut self, offset: u64, stride: u64, length: u64, count: u32) -> Self {
         self.ddt.clear();

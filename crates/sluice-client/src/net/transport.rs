@@ -310,19 +310,23 @@ impl Stream {
         }
     }
 
-    /// Writes all of `head` and then all of `data` (one `writev` at a
-    /// time on a plain socket, so a large payload is not copied into a
-    /// buffer first; under TLS each is encrypted in turn).
-    pub(crate) fn write_all_pair(&mut self, head: &[u8], data: &[u8]) -> io::Result<()> {
-        self.write_pair(head, data).map_err(stalled)
+    /// Writes all of `head` and then all of each buffer of `data` in
+    /// order (`writev` on a plain socket, so a large payload, or one
+    /// gathered from a caller's buffers, is not copied into a buffer
+    /// first; under TLS each is encrypted in turn).
+    pub(crate) fn write_all_gather(&mut self, head: &[u8], data: &[&[u8]]) -> io::Result<()> {
+        self.write_gather(head, data).map_err(stalled)
     }
 
-    fn write_pair(&mut self, head: &[u8], data: &[u8]) -> io::Result<()> {
+    fn write_gather(&mut self, head: &[u8], data: &[&[u8]]) -> io::Result<()> {
         if self.tls.is_some() {
             self.write_all(head)?;
-            return self.write_all(data);
+            return data.iter().try_for_each(|d| self.write_all(d));
         }
-        let mut bufs = [io::IoSlice::new(head), io::IoSlice::new(data)];
+        let mut bufs: Vec<io::IoSlice<'_>> = std::iter::once(head)
+            .chain(data.iter().copied())
+            .map(io::IoSlice::new)
+            .collect();
         let mut left: &mut [io::IoSlice<'_>] = &mut bufs;
         while !left.is_empty() {
             match self.socket.write_vectored(left) {

@@ -21,6 +21,7 @@
 //! - CREATE of more objects than one request may make is several
 //!   requests; the ids come back in order.
 
+use std::io::{IoSlice, IoSliceMut};
 use std::time::Duration;
 
 use sluice_obj_proto::{
@@ -404,6 +405,34 @@ impl ObjClient {
         .map(drop)
     }
 
+    /// Writes the bytes of `bufs`, gathered in order, over `segments`
+    /// (as [`write`](Self::write) writes one buffer): their lengths must
+    /// add up to the segments' (refused before anything is sent). The
+    /// buffers are sent as they are, never copied into one; what exceeds
+    /// the server's limits is split.
+    pub fn write_vectored(
+        &mut self,
+        object: u64,
+        segments: &[Segment],
+        bufs: &[IoSlice<'_>],
+        options: &DataOptions,
+    ) -> Result<(), ObjError> {
+        self.write_gathered(object, segments, bufs, options)
+    }
+
+    /// Reads `segments` into `bufs`, filled in order (their lengths must
+    /// add up to the segments', refused before anything is sent); returns
+    /// how many of the bytes lie below the object's length (the rest read
+    /// as zeros).
+    pub fn read_vectored(
+        &mut self,
+        object: u64,
+        segments: &[Segment],
+        bufs: &mut [IoSliceMut<'_>],
+    ) -> Result<u64, ObjError> {
+        self.read_scattered(object, segments, bufs)
+    }
+
     /// Appends `data`; returns the offset it was written at.
     pub fn append(
         &mut self,
@@ -583,5 +612,9 @@ impl Carrier for ObjClient {
 
     fn run(&mut self, req: &ObjRequest<'_>) -> Result<ObjResponse, ObjError> {
         Self::run(self, req)
+    }
+
+    fn recycle(&mut self, data: Vec<u8>) {
+        Self::recycle(self, data);
     }
 }

@@ -15,6 +15,7 @@ use sluice_obj_proto::{
 
 use super::attr::{AttrChange, Attrs};
 use super::error::{Addressee, Subject};
+use super::gather::Payload;
 use super::plan::{choose_as, coalesce, fits_one, split, PieceLimits, PINNED_DDT_BYTES};
 use super::request::{DataOptions, Entry, ObjRequest, ObjResponse, Page, ReadReply};
 use super::wire::{RawReply, Wire};
@@ -242,12 +243,17 @@ impl Codec<'_> {
         command: Command<'_>,
         piece: &[Segment],
         attrs: &[u8],
-        data: &'a [u8],
+        data: Payload<'a>,
         durability: Durability,
     ) -> Result<Wire<'a>, ObjError> {
-        let layout = choose_as(piece, self.ddt);
+        let mut layout = choose_as(piece, self.ddt);
+        if self.session.features.contains(Features::SGL_MASTER) {
+            layout = layout.with_master();
+        }
         let mut raw = Vec::new();
-        layout.encode(&mut raw);
+        layout
+            .encode(&mut raw)
+            .map_err(|e| self.violation(format!("a DDT the client built: {e}")))?;
         let ddt = Ddt::parse(
             layout.kind(),
             layout.master_offset(),
@@ -256,7 +262,13 @@ impl Codec<'_> {
             &self.limits(),
         )
         .map_err(|e| self.violation(format!("a DDT the client built: {e}")))?;
-        let command = command.with_piece(ddt, data);
+        // Gathered data is no one slice: the command holds none, and
+        // the wire sends the buffers (see `Wire::new`).
+        let one: &[u8] = match data {
+            Payload::One(b) => b,
+            Payload::Many(_) => &[],
+        };
+        let command = command.with_piece(ddt, one);
         let span_ok = matches!(command, Command::Read { .. })
             && self.spans
             && ddt.kind() != DdtKind::Contiguous
@@ -269,7 +281,10 @@ impl Codec<'_> {
             fua: durability.is_durable(),
             span_ok,
         };
-        let region: &'a [u8] = if command.data().is_empty() { &[] } else { data };
+        let region = match data {
+            Payload::One(_) if command.data().is_empty() => Payload::default(),
+            data => data,
+        };
         Wire::new(subject, &request, region)
     }
 
@@ -288,7 +303,7 @@ impl Codec<'_> {
             fua: durability.is_durable(),
             span_ok: false,
         };
-        Wire::new(subject, &request, &[])
+        Wire::new(subject, &request, Payload::default())
     }
 
     /// One call of the server's metadata service (its parameters,
@@ -362,7 +377,7 @@ impl Codec<'_> {
                 options,
             } => {
                 let s = subject(Opcode::Write, object);
-                self.check_data_len(&s, segments, data)?;
+                self.check_data_len(&s, segments, data.len())?;
                 let a = self.change_list(&s, &options.attrs)?;
                 let c = Command::Write {
                     object,
@@ -401,7 +416,7 @@ impl Codec<'_> {
                     fua: options.durability.is_durable(),
                     span_ok: false,
                 };
-                return Wire::new(s, &request, data).map(Some);
+                return Wire::new(s, &request, data.into()).map(Some);
             }
             ObjRequest::CreateAndWrite {
                 collection,
@@ -424,7 +439,7 @@ impl Codec<'_> {
                 durability,
             } => {
                 let s = self.extent_subject(Opcode::ExtentWrite, export);
-                self.check_data_len(&s, segments, data)?;
+                self.check_data_len(&s, segments, data.len())?;
                 let c = Command::ExtentWrite {
                     export,
                     ddt: no_ddt,
@@ -437,7 +452,7 @@ impl Codec<'_> {
         let Some(piece) = self.one_piece(&s, segments, attrs.len())? else {
             return Ok(None);
         };
-        self.data_wire(s, command, &piece, &attrs, data, durability)
+        self.data_wire(s, command, &piece, &attrs, data.into(), durability)
             .map(Some)
     }
 
@@ -451,7 +466,7 @@ impl Codec<'_> {
         options: &DataOptions,
     ) -> Result<Option<Wire<'a>>, ObjError> {
         let s = in_collection(Opcode::CreateAndWrite, collection);
-        self.check_data_len(&s, segments, data)?;
+        self.check_data_len(&s, segments, data.len())?;
         check_name(&s, collection)?;
         let a = self.change_list(&s, &options.attrs)?;
         let command = Command::CreateAndWrite {
@@ -472,13 +487,13 @@ impl Codec<'_> {
                 fua: options.durability.is_durable(),
                 span_ok: false,
             };
-            return Wire::new(s, &request, &[]).map(Some);
+            return Wire::new(s, &request, Payload::default()).map(Some);
         }
         let extra = a.len() + 1 + collection.len();
         let Some(piece) = self.one_piece(&s, &merged, extra)? else {
             return Ok(None);
         };
-        self.data_wire(s, command, &piece, &a, data, options.durability)
+        self.data_wire(s, command, &piece, &a, data.into(), options.durability)
             .map(Some)
     }
 
@@ -666,17 +681,16 @@ impl Codec<'_> {
         &self,
         subject: &Subject,
         segments: &[Segment],
-        data: &[u8],
+        data_len: usize,
     ) -> Result<(), ObjError> {
         let want = segments
             .iter()
             .try_fold(0u64, |t, s| t.checked_add(s.length));
-        if want != Some(data.len() as u64) {
+        if want != Some(data_len as u64) {
             return Err(refused(
                 subject.clone(),
                 format!(
-                    "{} data bytes for segments totalling {}",
-                    data.len(),
+                    "{data_len} data bytes for segments totalling {}",
                     want.map_or_else(|| "more than 2^64".into(), |w| w.to_string())
                 ),
             ));

@@ -325,7 +325,7 @@ impl Connection {
 
     /// Encodes one request with a fresh id; returns the id. Large data
     /// is not copied: what is queued goes out at once, then the data from
-    /// the caller's buffer (a failure to send is kept for [`send`](Self::send)
+    /// the caller's buffers, in one vectored write (a failure to send is kept for [`send`](Self::send)
     /// to report).
     fn queue(&mut self, wire: &Wire<'_>) -> u64 {
         let id = self.fresh_id();
@@ -335,7 +335,7 @@ impl Connection {
         }
         wire.encode_head(id, self.session.partition, &mut self.out);
         if self.send_failed.is_none() {
-            if let Err(source) = self.stream.write_all_pair(&self.out, wire.data) {
+            if let Err(source) = self.stream.write_all_gather(&self.out, wire.data.slices()) {
                 self.send_failed = Some(ObjError::Io {
                     server: self.server.clone(),
                     source,
@@ -737,7 +737,7 @@ mod tests {
                     op: Opcode::Remove,
                     target: Addressee::Object(o),
                 };
-                Wire::new(subject, &request, &[]).unwrap()
+                Wire::new(subject, &request, Default::default()).unwrap()
             })
             .collect();
         let fake = std::thread::spawn(move || {
@@ -794,10 +794,49 @@ mod tests {
                 super::super::codec::data_command(Opcode::Read, object),
                 segments,
                 &[],
-                &[],
+                Default::default(),
                 Durability::Buffered,
             )
             .unwrap()
+    }
+
+    /// An SGL goes at its lowest segment's offset, its entries relative
+    /// to it, only when the session negotiated `SGL_MASTER`; either way
+    /// it describes the same bytes.
+    #[test]
+    fn an_sgl_carries_a_master_offset_only_when_negotiated() {
+        let list = [
+            Segment {
+                offset: 9000,
+                length: 3,
+            },
+            Segment {
+                offset: 8192,
+                length: 5,
+            },
+        ];
+        for (features, master) in [(Features(0), 0), (Features::SGL_MASTER, 8192)] {
+            let mut session = session();
+            session.features = features;
+            let codec = Codec {
+                session: &session,
+                server: "test",
+                ddt: None,
+                spans: false,
+            };
+            let wire = read_wire(&codec, 1, &list);
+            assert_eq!(wire.header.offset, master, "{features:?}");
+            let raw = &wire.regions[..wire.header.ddt_len as usize];
+            let ddt = Ddt::parse(
+                DdtKind::Sgl,
+                wire.header.offset,
+                wire.header.length,
+                raw,
+                &session.limits,
+            )
+            .unwrap();
+            assert_eq!(ddt.segments().collect::<Vec<_>>(), list);
+        }
     }
 
     /// A span reply, small (read whole into the receive buffer and

@@ -25,6 +25,10 @@
 //! exports of the same server, attached when connecting
 //! ([`ObjOptions::exports`]), are read and written the same way, as
 //! extents ([`ObjClient::extent_read`], [`ObjClient::extent_write`]).
+//! Reads and writes also take the data as a list of the caller's
+//! buffers ([`ObjClient::read_vectored`], [`ObjClient::write_vectored`]
+//! and the same on [`SharedObjClient`]): a write is gathered from them
+//! as it is sent, a read scattered into them.
 //!
 //! Named objects striped over several object servers are in
 //! [`striped`](crate::striped).
@@ -56,6 +60,7 @@ mod client;
 mod codec;
 mod connection;
 mod error;
+mod gather;
 mod handshake;
 mod merge;
 pub mod plan;

@@ -10,7 +10,7 @@
 use std::borrow::Cow;
 
 use sluice_obj_proto::consts::SGL_ENTRY_LEN;
-use sluice_obj_proto::{encode_sgl, encode_strided, DdtKind, Segment};
+use sluice_obj_proto::{encode_sgl_from, encode_strided, DdtError, DdtKind, Segment};
 
 /// How one request lays out its segments (an SGL borrows the caller's
 /// list: a request of thousands of segments is encoded from it, never
@@ -26,17 +26,40 @@ pub enum Layout<'a> {
         length: u64,
         count: u32,
     },
-    /// Any list.
-    Sgl(&'a [Segment]),
+    /// Any list, its entries' offsets relative to `master` (0 unless
+    /// [`with_master`](Layout::with_master) chose one).
+    Sgl { master: u64, list: &'a [Segment] },
 }
 
-impl Layout<'_> {
+impl<'a> Layout<'a> {
     /// The DDT kind for the request flags.
     pub fn kind(&self) -> DdtKind {
         match self {
             Self::Contiguous(_) => DdtKind::Contiguous,
             Self::Strided { .. } => DdtKind::Strided,
-            Self::Sgl(_) => DdtKind::Sgl,
+            Self::Sgl { .. } => DdtKind::Sgl,
+        }
+    }
+
+    /// An SGL of `list` at master offset 0 (its entries' offsets are the
+    /// object's, as every server takes them).
+    pub fn sgl(list: &'a [Segment]) -> Self {
+        Self::Sgl { master: 0, list }
+    }
+
+    /// The same layout with an SGL's master offset at its lowest segment,
+    /// so its entries' offsets are relative to it, as in the object
+    /// paper ("Object-Based Storage"), where a command's list is relative
+    /// to its master offset (only for a session that negotiated
+    /// `SGL_MASTER`). The bytes it describes are unchanged; other
+    /// layouts are returned as they are.
+    pub fn with_master(self) -> Self {
+        match self {
+            Self::Sgl { list, .. } => Self::Sgl {
+                master: list.iter().map(|s| s.offset).min().unwrap_or(0),
+                list,
+            },
+            other => other,
         }
     }
 
@@ -45,7 +68,7 @@ impl Layout<'_> {
         match self {
             Self::Contiguous(s) => s.offset,
             Self::Strided { offset, .. } => *offset,
-            Self::Sgl(_) => 0,
+            Self::Sgl { master, .. } => *master,
         }
     }
 
@@ -54,21 +77,26 @@ impl Layout<'_> {
         match self {
             Self::Contiguous(s) => s.length,
             Self::Strided { length, count, .. } => length * u64::from(*count),
-            Self::Sgl(list) => list.iter().map(|s| s.length).sum(),
+            Self::Sgl { list, .. } => list.iter().map(|s| s.length).sum(),
         }
     }
 
-    /// Appends the DDT bytes (none for contiguous).
-    pub fn encode(&self, out: &mut Vec<u8>) {
+    /// Appends the DDT bytes (none for contiguous); an SGL with a
+    /// segment before its master offset cannot be encoded (never one of
+    /// [`choose`]'s or [`with_master`](Self::with_master)'s).
+    pub fn encode(&self, out: &mut Vec<u8>) -> Result<(), DdtError> {
         match self {
-            Self::Contiguous(_) => {}
+            Self::Contiguous(_) => Ok(()),
             Self::Strided {
                 stride,
                 length,
                 count,
                 ..
-            } => encode_strided(*stride, *length, *count, out),
-            Self::Sgl(list) => encode_sgl(list, out),
+            } => {
+                encode_strided(*stride, *length, *count, out);
+                Ok(())
+            }
+            Self::Sgl { master, list } => encode_sgl_from(*master, list, out),
         }
     }
 
@@ -87,7 +115,7 @@ impl Layout<'_> {
                     length: *length,
                 })
                 .collect(),
-            Self::Sgl(list) => list.to_vec(),
+            Self::Sgl { list, .. } => list.to_vec(),
         }
     }
 }
@@ -149,7 +177,7 @@ pub fn choose(segments: &[Segment]) -> Layout<'_> {
                     count: segments.len() as u32,
                 }
             } else {
-                Layout::Sgl(segments)
+                Layout::sgl(segments)
             }
         }
     }
@@ -163,7 +191,7 @@ pub fn choose(segments: &[Segment]) -> Layout<'_> {
 /// pick, so the bytes a request moves never depend on the pin.
 pub fn choose_as(segments: &[Segment], pin: Option<DdtKind>) -> Layout<'_> {
     match (pin, segments) {
-        (Some(DdtKind::Sgl), [_, ..]) => Layout::Sgl(segments),
+        (Some(DdtKind::Sgl), [_, ..]) => Layout::sgl(segments),
         (Some(DdtKind::Strided), [one]) => Layout::Strided {
             offset: one.offset,
             stride: one.length,
@@ -404,7 +432,7 @@ mod tests {
             }
         );
         let mut ddt = Vec::new();
-        choose(&s).encode(&mut ddt);
+        choose(&s).encode(&mut ddt).unwrap();
         assert_eq!(ddt.len(), 20);
     }
 
@@ -413,17 +441,17 @@ mod tests {
         let one = [seg(64, 512)];
         assert_eq!(choose_as(&one, None), Layout::Contiguous(seg(64, 512)));
         assert_eq!(choose_as(&one, Some(DdtKind::Contiguous)), choose(&one));
-        assert_eq!(choose_as(&one, Some(DdtKind::Sgl)), Layout::Sgl(&one));
+        assert_eq!(choose_as(&one, Some(DdtKind::Sgl)), Layout::sgl(&one));
         let strided = choose_as(&one, Some(DdtKind::Strided));
         assert_eq!(strided.segments(), one.to_vec());
         assert_eq!(strided.kind(), DdtKind::Strided);
         let mut ddt = Vec::new();
-        strided.encode(&mut ddt);
+        strided.encode(&mut ddt).unwrap();
         assert!(ddt.len() as u64 <= PINNED_DDT_BYTES);
         let regular = [seg(0, 4), seg(6, 4), seg(12, 4)];
         assert_eq!(
             choose_as(&regular, Some(DdtKind::Sgl)),
-            Layout::Sgl(&regular)
+            Layout::sgl(&regular)
         );
         assert_eq!(
             choose_as(&regular, Some(DdtKind::Strided)),
@@ -433,9 +461,38 @@ mod tests {
         let irregular = [seg(0, 4), seg(20, 4), seg(6, 4)];
         assert_eq!(
             choose_as(&irregular, Some(DdtKind::Strided)),
-            Layout::Sgl(&irregular)
+            Layout::sgl(&irregular)
         );
         assert_eq!(choose_as(&[], Some(DdtKind::Sgl)), choose(&[]));
+    }
+
+    #[test]
+    fn an_sgl_at_its_lowest_segment_carries_offsets_relative_to_it() {
+        let list = [seg(4096 + 300, 4), seg(4096 + 100, 2), seg(4096 + 200, 1)];
+        let at = choose(&list).with_master();
+        assert_eq!(
+            at,
+            Layout::Sgl {
+                master: 4196,
+                list: &list
+            }
+        );
+        assert_eq!(at.master_offset(), 4196);
+        let mut ddt = Vec::new();
+        at.encode(&mut ddt).unwrap();
+        let mut want = Vec::new();
+        let relative = [seg(200, 4), seg(0, 2), seg(100, 1)];
+        sluice_obj_proto::encode_sgl(&relative, &mut want);
+        assert_eq!(ddt, want);
+        // Other layouts have no list to make relative.
+        let regular = [seg(0, 4), seg(6, 4)];
+        assert_eq!(choose(&regular).with_master(), choose(&regular));
+        // A list before its master offset is refused, not wrapped.
+        let bad = Layout::Sgl {
+            master: 4197,
+            list: &list,
+        };
+        assert!(bad.encode(&mut Vec::new()).is_err());
     }
 
     #[test]
@@ -447,7 +504,7 @@ mod tests {
             vec![seg(0, 8), seg(4, 8)],              // overlapping
             vec![seg(0, 4), seg(10, 4), seg(10, 4)], // repeated
         ] {
-            assert_eq!(choose(&s), Layout::Sgl(&s), "{s:?}");
+            assert_eq!(choose(&s), Layout::sgl(&s), "{s:?}");
         }
     }
 
@@ -558,15 +615,18 @@ mod tests {
                 prop_assert!(!p.is_empty());
                 prop_assert!(p.len() as u32 <= max_segments);
                 let p = coalesce(p).expect("ends below 2^64");
-                let layout = choose(&p);
-                prop_assert_eq!(layout.segments(), p.to_vec());
-                let mut ddt = Vec::new();
-                layout.encode(&mut ddt);
-                let total = layout.total();
-                prop_assert!(ddt.len() as u64 + total <= max_bytes);
-                let parsed = Ddt::parse(layout.kind(), layout.master_offset(), total, &ddt, &wire)
-                    .map_err(|e| TestCaseError::fail(format!("{e}")))?;
-                prop_assert_eq!(parsed.segments().collect::<Vec<_>>(), p.to_vec());
+                // At master offset 0, and at the lowest segment's
+                // (SGL_MASTER): the same bytes either way.
+                for layout in [choose(&p), choose(&p).with_master()] {
+                    prop_assert_eq!(layout.segments(), p.to_vec());
+                    let mut ddt = Vec::new();
+                    layout.encode(&mut ddt).map_err(|e| TestCaseError::fail(format!("{e}")))?;
+                    let total = layout.total();
+                    prop_assert!(ddt.len() as u64 + total <= max_bytes);
+                    let parsed = Ddt::parse(layout.kind(), layout.master_offset(), total, &ddt, &wire)
+                        .map_err(|e| TestCaseError::fail(format!("{e}")))?;
+                    prop_assert_eq!(parsed.segments().collect::<Vec<_>>(), p.to_vec());
+                }
             }
         }
 

@@ -19,7 +19,7 @@
 //!
 //! [`HOLD_IN_FLIGHT`]: super::HOLD_IN_FLIGHT
 
-use std::io;
+use std::io::{self, IoSlice, IoSliceMut};
 use std::time::{Duration, Instant};
 
 use sluice_obj_proto::consts::{FLAG_SCOPE_MASK, FLAG_SCOPE_SHIFT, REPLY_HEADER_LEN};
@@ -489,6 +489,37 @@ impl SharedObjClient {
             options,
         })
         .map(drop)
+    }
+
+    /// Writes the bytes of `bufs`, gathered in order, over `segments`
+    /// of `object`; their lengths must add up to the segments' (refused
+    /// before anything is sent). What exceeds the server's limits is
+    /// split. Each request's frame is built whole for the connection's
+    /// thread (and kept for replay), so the buffers are copied into it
+    /// there, as one buffer's bytes are.
+    pub fn write_vectored(
+        &self,
+        object: u64,
+        segments: &[Segment],
+        bufs: &[IoSlice<'_>],
+        options: &DataOptions,
+    ) -> Result<(), ObjError> {
+        let mut carrier = self;
+        carrier.write_gathered(object, segments, bufs, options)
+    }
+
+    /// Reads `segments` of `object` into `bufs`, filled in order (their
+    /// lengths must add up to the segments', refused before anything is
+    /// sent); returns how many of the bytes lie below the object's
+    /// length.
+    pub fn read_vectored(
+        &self,
+        object: u64,
+        segments: &[Segment],
+        bufs: &mut [IoSliceMut<'_>],
+    ) -> Result<u64, ObjError> {
+        let mut carrier = self;
+        carrier.read_scattered(object, segments, bufs)
     }
 
     fn codec(&self) -> Codec<'_> {

@@ -5,11 +5,14 @@
 //! clients split so: each is a [`Carrier`], and [`Split`] is written
 //! once over it.
 
+use std::io::{IoSlice, IoSliceMut};
+
 use sluice_obj_proto::{Opcode, Segment};
 
 use super::attr::{AttrChange, Attrs};
 use super::codec::{check_name, data_command, in_collection, refused, subject, Codec};
 use super::error::Subject;
+use super::gather::{scatter, total_mut, Payload};
 use super::plan::pieces_overlap;
 use super::request::{DataOptions, ObjRequest, ObjResponse, ReadReply};
 use super::wire::{RawReply, Wire};
@@ -24,6 +27,10 @@ pub(super) trait Carrier {
     fn all(&mut self, wires: &[Wire<'_>]) -> Result<Vec<RawReply>, ObjError>;
     /// Runs one command, split as needed.
     fn run(&mut self, req: &ObjRequest<'_>) -> Result<ObjResponse, ObjError>;
+
+    /// Takes back a read's buffer, done with (a client that keeps them
+    /// for later large reads does; others drop it).
+    fn recycle(&mut self, _data: Vec<u8>) {}
 
     /// Pieces of a write or punch: in flight together unless two
     /// overlap, then one at a time.
@@ -100,7 +107,14 @@ pub(super) trait Split: Carrier {
                     durability,
                     attrs: Vec::new(),
                 };
-                self.write_pieces(&s, Opcode::ExtentWrite, export, segments, data, &options)?;
+                self.write_pieces(
+                    &s,
+                    Opcode::ExtentWrite,
+                    export,
+                    segments,
+                    data.into(),
+                    &options,
+                )?;
                 Ok(ObjResponse::Done)
             }
             ObjRequest::Write {
@@ -110,7 +124,7 @@ pub(super) trait Split: Carrier {
                 options,
             } => {
                 let s = subject(Opcode::Write, object);
-                self.write_pieces(&s, Opcode::Write, object, segments, data, options)?;
+                self.write_pieces(&s, Opcode::Write, object, segments, data.into(), options)?;
                 Ok(ObjResponse::Done)
             }
             ObjRequest::Punch {
@@ -119,7 +133,14 @@ pub(super) trait Split: Carrier {
                 options,
             } => {
                 let s = subject(Opcode::Punch, object);
-                self.write_pieces(&s, Opcode::Punch, object, segments, &[], options)?;
+                self.write_pieces(
+                    &s,
+                    Opcode::Punch,
+                    object,
+                    segments,
+                    Payload::default(),
+                    options,
+                )?;
                 Ok(ObjResponse::Done)
             }
             ObjRequest::Append {
@@ -210,7 +231,7 @@ pub(super) trait Split: Carrier {
             offset: at + first_len as u64,
             length: rest.len() as u64,
         }];
-        self.write_pieces(&s, Opcode::Write, object, &seg, rest, options)?;
+        self.write_pieces(&s, Opcode::Write, object, &seg, rest.into(), options)?;
         Ok(ObjResponse::Offset(at))
     }
 
@@ -257,7 +278,7 @@ pub(super) trait Split: Carrier {
             Opcode::Write,
             id,
             &rest,
-            tail,
+            tail.into(),
             options,
         )?;
         Ok(ObjResponse::Object(id))
@@ -298,7 +319,7 @@ pub(super) trait Split: Carrier {
                     data_command(op, object),
                     p,
                     &a,
-                    &[],
+                    Payload::default(),
                     Durability::Buffered,
                 )
             })
@@ -339,12 +360,12 @@ pub(super) trait Split: Carrier {
         op: Opcode,
         object: u64,
         segments: &[Segment],
-        data: &[u8],
+        data: Payload<'_>,
         options: &DataOptions,
     ) -> Result<(), ObjError> {
         let carries = matches!(op, Opcode::Write | Opcode::ExtentWrite);
         if carries {
-            self.codec().check_data_len(s, segments, data)?;
+            self.codec().check_data_len(s, segments, data.len())?;
         }
         let a = self.codec().change_list(s, &options.attrs)?;
         let merged = self.codec().segments(s, segments)?;
@@ -361,12 +382,12 @@ pub(super) trait Split: Carrier {
         let last = pieces.len() - 1;
         for (i, p) in pieces.iter().enumerate() {
             let chunk = match (carries, pieces.len()) {
-                (false, _) => &[][..],
+                (false, _) => Payload::default(),
                 // The only piece moves every byte (checked above).
-                (true, 1) => data,
+                (true, 1) => data.clone(),
                 (true, _) => {
                     let len: u64 = p.iter().map(|s| s.length).sum();
-                    data.get(at..at + len as usize).ok_or_else(|| {
+                    data.cut(at, len as usize).ok_or_else(|| {
                         refused(s.clone(), "fewer data bytes than the segments take")
                     })?
                 }
@@ -390,6 +411,71 @@ pub(super) trait Split: Carrier {
             self.all(std::slice::from_ref(&w))?;
         }
         Ok(())
+    }
+
+    /// Writes the bytes of `bufs`, in order, over `segments` of
+    /// `object`, split as [`write_pieces`](Self::write_pieces) splits; no
+    /// byte is copied to gather them here (each piece's wire names the
+    /// parts of the buffers it sends).
+    fn write_gathered(
+        &mut self,
+        object: u64,
+        segments: &[Segment],
+        bufs: &[IoSlice<'_>],
+        options: &DataOptions,
+    ) -> Result<(), ObjError> {
+        let s = subject(Opcode::Write, object);
+        // The same check a write of one buffer gets (its data is not
+        // looked at).
+        let req = ObjRequest::Write {
+            object,
+            segments,
+            data: &[],
+            options,
+        };
+        self.codec().check_attrs_on_data(&req)?;
+        self.write_pieces(
+            &s,
+            Opcode::Write,
+            object,
+            segments,
+            Payload::gather(bufs),
+            options,
+        )
+    }
+
+    /// Reads `segments` of `object` into `bufs`, in order; their lengths
+    /// must add up to the segments' (refused before anything is sent).
+    /// Returns how many of the bytes lie below the object's length.
+    fn read_scattered(
+        &mut self,
+        object: u64,
+        segments: &[Segment],
+        bufs: &mut [IoSliceMut<'_>],
+    ) -> Result<u64, ObjError> {
+        let s = subject(Opcode::Read, object);
+        let want = segments
+            .iter()
+            .try_fold(0u64, |t, s| t.checked_add(s.length));
+        let have = total_mut(bufs);
+        if want.is_none() || want != have {
+            return Err(refused(
+                s,
+                format!(
+                    "buffers of {} bytes for segments totalling {}",
+                    have.map_or_else(|| "more than 2^64".into(), |h| h.to_string()),
+                    want.map_or_else(|| "more than 2^64".into(), |w| w.to_string())
+                ),
+            ));
+        }
+        let reply = self.read_pieces(s, Opcode::Read, object, segments, &[])?;
+        // One copy, out of the reply's body: replies are received into
+        // buffers of the connection (on another thread for the shared
+        // client), which the caller's buffers cannot be handed to.
+        scatter(&reply.data, bufs);
+        let real = reply.real_bytes;
+        self.recycle(reply.data);
+        Ok(real)
     }
 }
 

@@ -11,6 +11,7 @@ use sluice_obj_proto::{
 };
 
 use super::error::Subject;
+use super::gather::Payload;
 use super::ObjError;
 use crate::net::recv::RecvBuf;
 
@@ -26,28 +27,34 @@ pub(crate) struct Wire<'a> {
     pub(crate) header: RequestHeader,
     /// The DDT, parameter and attribute regions after it.
     pub(crate) regions: Vec<u8>,
-    /// The data region, sent from the caller's buffer.
-    pub(crate) data: &'a [u8],
+    /// The data region, sent from the caller's buffers.
+    pub(crate) data: Payload<'a>,
     /// Body bytes the reply will carry (reads), for the window.
     pub(crate) reply_len: u64,
 }
 
 impl<'a> Wire<'a> {
-    /// `request` as it goes on the wire; `data` is its data region
-    /// ([`Command::data`]), named again with the caller's lifetime.
+    /// `request` as it goes on the wire; `data` is its data region:
+    /// [`Command::data`] named again with the caller's lifetime, or, for
+    /// data gathered from several buffers, which no one slice the
+    /// command could hold names, those buffers (the command then holds
+    /// none, and the header counts theirs).
     pub(crate) fn new(
         subject: Subject,
         request: &Request<'_>,
-        data: &'a [u8],
+        data: Payload<'a>,
     ) -> Result<Self, ObjError> {
-        debug_assert_eq!(data.len(), request.command.data().len());
+        debug_assert!(
+            request.command.data().is_empty() || data.len() == request.command.data().len()
+        );
         let mut regions = Vec::new();
-        let header = request
+        let mut header = request
             .encode_head(0, &mut regions)
             .map_err(|e| ObjError::Refused {
                 subject: subject.clone(),
                 reason: e.to_string(),
             })?;
+        header.data_len = data.len() as u32;
         let reply_len = match request.command {
             Command::Read { ddt, .. } | Command::ExtentRead { ddt, .. } => ddt.total(),
             _ => 0,
@@ -83,7 +90,7 @@ impl<'a> Wire<'a> {
 
     pub(super) fn encode(&self, id: u64, partition: u64, out: &mut Vec<u8>) {
         self.encode_head(id, partition, out);
-        out.extend_from_slice(self.data);
+        self.data.extend_into(out);
     }
 
     /// [`encode`](Self::encode) without the data region (which follows).

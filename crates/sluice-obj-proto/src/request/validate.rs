@@ -163,7 +163,8 @@ impl Negotiated {
 
     /// Whether this session may send `req`, decoded from `h`: the
     /// partition chosen in the handshake, features negotiated for what
-    /// it carries (attributes on data commands, span replies), and an
+    /// it carries (attributes on data commands, span replies, an SGL's
+    /// master offset), and an
     /// attached export that holds an extent command's range.
     pub fn check(&self, h: &RequestHeader, req: &Request<'_>) -> Result<(), Rejected> {
         let op = req.command.opcode();
@@ -191,6 +192,18 @@ impl Negotiated {
                 ErrorCode::NotNegotiated,
                 format!("{op:?} asks for a span reply, which this session did not negotiate"),
             ));
+        }
+        if let Some(Ddt::Sgl(sgl)) = req.command.ddt() {
+            if sgl.master() != 0 && !self.features.contains(Features::SGL_MASTER) {
+                return Err(reject(
+                    h,
+                    ErrorCode::NotNegotiated,
+                    format!(
+                        "{op:?} has an SGL at master offset {}, which this session did not negotiate",
+                        sgl.master()
+                    ),
+                ));
+            }
         }
         match req.command {
             Command::ExtentRead { export, ddt } => self.check_extent(h, export, &ddt, false),
