@@ -128,6 +128,14 @@ enum ObjCommand {
         /// Print JSON instead of text (times as nanoseconds since the epoch).
         #[arg(long)]
         json: bool,
+        /// With --meta: one page of at most N names (1 to 1024) instead
+        /// of all of them; with --json, its "next" continues it.
+        #[arg(long, value_name = "N")]
+        limit: Option<usize>,
+        /// With --meta: one page of the names after NAME (the last name
+        /// of the previous page) instead of all of them.
+        #[arg(long, value_name = "NAME")]
+        after: Option<String>,
     },
     /// Objects of a collection whose attributes meet every condition.
     Query {
@@ -486,10 +494,17 @@ fn execute(args: ObjArgs) -> Outcome {
             collection,
             attrs,
             json,
+            limit,
+            after,
         } => {
             if prefix.is_some() {
                 return Err(Failure::Usage(
                     "PREFIX lists striped objects; give --meta URI (or --collection NAME)".into(),
+                ));
+            }
+            if limit.is_some() || after.is_some() {
+                return Err(Failure::Usage(
+                    "--limit and --after page through striped objects; give --meta URI".into(),
                 ));
             }
             let want: &[&str] = &[];

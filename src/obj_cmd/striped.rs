@@ -15,7 +15,7 @@ use sluice_client::obj::Segment;
 use sluice_client::striped::{
     FsckOptions, FsckReport, Pattern, StripedClient, StripedError, StripedObject, StripedWrite,
 };
-use sluice_meta::{Entry, EntryState, MetaError};
+use sluice_meta::{check_page, Entry, EntryState, MetaError, MetaStore, MAX_PAGE};
 use sluice_types::{error_chain, parse_duration, parse_size};
 
 use super::{open_input, out, read_chunk, Failure, ObjCommand, Outcome, CHUNK};
@@ -144,18 +144,13 @@ pub(super) fn execute(meta: &str, command: ObjCommand) -> Outcome {
             }
             Ok(())
         }
-        ObjCommand::Ls { prefix, json, .. } => {
-            let prefix = prefix.unwrap_or_default();
-            let entries = store
-                .list(&prefix)
-                .map_err(|e| meta_failure("list the striped objects", &e))?;
-            if json {
-                let list: Vec<serde_json::Value> = entries.iter().map(entry_json).collect();
-                return out(format!("{}\n", serde_json::Value::Array(list)).as_bytes());
-            }
-            let text: String = entries.iter().map(|e| format!("{}\n", e.name)).collect();
-            out(text.as_bytes())
-        }
+        ObjCommand::Ls {
+            prefix,
+            json,
+            limit,
+            after,
+            ..
+        } => ls(&*store, &prefix.unwrap_or_default(), limit, after, json),
         ObjCommand::Stat { target, json } => {
             let entry = client.stat(&target).map_err(fail)?;
             if json {
@@ -315,6 +310,92 @@ fn entry_json(e: &Entry) -> serde_json::Value {
         "pieces": pieces,
         "attrs": attrs,
     })
+}
+
+/// `ls`: without `limit` and `after`, every name under `prefix`, a page
+/// at a time, each printed as it comes so memory stays flat (JSON: one
+/// array). With either, one page of at most `limit` names (the most a
+/// page holds without it) after `after`, and where to continue: JSON
+/// `{"entries": [...], "next": NAME or null}`, text a note on stderr.
+fn ls(
+    store: &dyn MetaStore,
+    prefix: &str,
+    limit: Option<usize>,
+    after: Option<String>,
+    json: bool,
+) -> Outcome {
+    let list = |after: Option<&str>, limit| {
+        store
+            .list(prefix, after, limit)
+            .map_err(|e| meta_failure("list the striped objects", &e))
+    };
+    let text =
+        |entries: &[Entry]| -> String { entries.iter().map(|e| format!("{}\n", e.name)).collect() };
+    if limit.is_some() || after.is_some() {
+        let limit = limit.unwrap_or(MAX_PAGE);
+        check_page(prefix, after.as_deref(), limit).map_err(|e| {
+            let option = if limit == 0 || limit > MAX_PAGE {
+                "--limit"
+            } else {
+                "--after"
+            };
+            Failure::Usage(format!("{option}: {e}"))
+        })?;
+        let page = list(after.as_deref(), limit)?;
+        if json {
+            let entries: Vec<serde_json::Value> = page.entries.iter().map(entry_json).collect();
+            let page = serde_json::json!({ "entries": entries, "next": page.next });
+            return out(format!("{page}\n").as_bytes());
+        }
+        out(text(&page.entries).as_bytes())?;
+        if let Some(next) = page.next {
+            eprintln!(
+                "sluice: note: more names follow; continue with --after {}",
+                shell_word(&next)
+            );
+        }
+        return Ok(());
+    }
+    if json {
+        out(b"[")?;
+    }
+    let mut after: Option<String> = None;
+    let mut first = true;
+    loop {
+        let page = list(after.as_deref(), MAX_PAGE)?;
+        if json {
+            let mut chunk = String::new();
+            for e in &page.entries {
+                if !std::mem::take(&mut first) {
+                    chunk.push(',');
+                }
+                chunk.push_str(&entry_json(e).to_string());
+            }
+            out(chunk.as_bytes())?;
+        } else {
+            out(text(&page.entries).as_bytes())?;
+        }
+        after = page.next;
+        if after.is_none() {
+            break;
+        }
+    }
+    if json {
+        out(b"]\n")?;
+    }
+    Ok(())
+}
+
+/// `s` as one shell word: as it is if that is safe, else single-quoted.
+fn shell_word(s: &str) -> String {
+    let plain = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+,:=@%".contains(c));
+    if plain {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', "'\\''"))
+    }
 }
 
 /// `fsck`: one line per repair and per failure.

@@ -214,6 +214,103 @@ fn put_get_round_trips_over_one_to_four_servers() {
     assert_eq!(ok(d.obj(&["fsck", "--grace", "0s"])).stdout(), "clean\n");
 }
 
+/// `ls` over more names than one page of the metadata service: all of
+/// them by default, text or one JSON array; `--limit` and `--after` one
+/// page, the continuation key in JSON and in a note; limits and keys out
+/// of range refused as usage errors naming the option.
+#[test]
+fn ls_pages_through_more_names_than_a_page() {
+    let d = deploy();
+    let layout = sluice_meta::Layout {
+        stripe_unit: 1 << 16,
+        pieces: vec![sluice_meta::Piece {
+            server: d.servers[0].obj_uri(),
+            partition: 1,
+            object: 1,
+        }],
+    };
+    let n = sluice_meta::MAX_PAGE + 6;
+    let names: Vec<String> = (0..n).map(|i| format!("many/{i:04}")).collect();
+    std::thread::scope(|s| {
+        for chunk in names.chunks(n.div_ceil(8)) {
+            let (meta, layout) = (&d.meta, &layout);
+            s.spawn(move || {
+                for name in chunk {
+                    meta.create(name, layout, &Default::default())
+                        .expect("create an entry");
+                }
+            });
+        }
+    });
+    // Just past the prefix: no page under it shows it.
+    d.meta
+        .create("many0", &layout, &Default::default())
+        .expect("create an entry");
+    let all = ok(d.obj(&["ls", "many/"])).stdout();
+    assert_eq!(all.lines().collect::<Vec<_>>(), names);
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(d.obj(&["ls", "many/", "--json"])).stdout()).expect("JSON");
+    let listed: Vec<&str> = json
+        .as_array()
+        .expect("an array")
+        .iter()
+        .map(|e| e["name"].as_str().expect("a name"))
+        .collect();
+    assert_eq!(listed, names);
+
+    let page = ok(d.obj(&["ls", "many/", "--limit", "2"]));
+    assert_eq!(page.stdout(), "many/0000\nmany/0001\n");
+    assert!(
+        page.stderr().contains("continue with --after many/0001"),
+        "{}",
+        page.stderr()
+    );
+    let page = ok(d.obj(&[
+        "ls",
+        "many/",
+        "--limit",
+        "2",
+        "--after",
+        "many/0001",
+        "--json",
+    ]));
+    let page: serde_json::Value = serde_json::from_str(&page.stdout()).expect("JSON");
+    assert_eq!(page["next"], "many/0003");
+    assert_eq!(page["entries"][1]["name"], "many/0003");
+    let last = format!("many/{:04}", n - 2);
+    let end = ok(d.obj(&["ls", "many/", "--after", &last, "--json"]));
+    let end: serde_json::Value = serde_json::from_str(&end.stdout()).expect("JSON");
+    assert_eq!(end["next"], serde_json::Value::Null);
+    assert_eq!(end["entries"].as_array().map(Vec::len), Some(1));
+
+    for limit in ["0", "1025"] {
+        assert_fails(
+            &d.obj(&["ls", "many/", "--limit", limit]),
+            2,
+            &["--limit", limit, "1 to 1024"],
+        );
+    }
+    assert_fails(
+        &d.obj(&["ls", "many/", "--after", "other/1"]),
+        2,
+        &["--after", "continuation key", "other/1"],
+    );
+    assert_fails(
+        &sluice()
+            .args([
+                "obj",
+                "--server",
+                &d.servers[0].obj_uri(),
+                "ls",
+                "--limit",
+                "3",
+            ])
+            .output(),
+        2,
+        &["--limit", "--meta"],
+    );
+}
+
 #[test]
 fn servers_are_added_listed_and_removed_only_when_unused() {
     let d = deploy();

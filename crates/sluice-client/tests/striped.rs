@@ -107,7 +107,7 @@ impl Deployment {
     /// Asserts every piece on every server belongs to an entry that
     /// names it, every entry's pieces exist, and every entry is ready.
     fn assert_consistent(&self) {
-        let entries = self.meta.list("").unwrap();
+        let entries = all_entries(&*self.meta, "");
         for e in &entries {
             assert_eq!(e.state, EntryState::Ready, "{e:?}");
         }
@@ -326,7 +326,7 @@ mod model {
         cluster.kill(leader);
         run(&d);
         // Every object was removed by its case; the names are gone.
-        assert!(d.meta.list("").unwrap().is_empty());
+        assert!(all_entries(&*d.meta, "").is_empty());
     }
 }
 
@@ -416,10 +416,7 @@ fn placement_starts_round_robin_and_fails_clearly() {
         .collect();
     assert_eq!(at, [at[0], (at[0] + 1) % 4, (at[0] + 2) % 4]);
     // Names are listable by prefix.
-    let names: Vec<String> = d
-        .meta
-        .list("small/")
-        .unwrap()
+    let names: Vec<String> = all_entries(&*d.meta, "small/")
         .into_iter()
         .map(|e| e.name)
         .collect();
@@ -583,7 +580,7 @@ fn a_server_that_never_answers_fails_by_name_within_the_timeout() {
         StripedError::Piece { server, .. } => assert_eq!(*server, uri),
         other => panic!("{other}"),
     }
-    assert!(meta.list("").unwrap().is_empty());
+    assert!(all_entries(&*meta, "").is_empty());
 }
 
 #[test]
@@ -708,9 +705,7 @@ fn fsck_after_a_crash_at_each_create_step() {
     assert!(report.is_clean(), "{report:?}");
     d.assert_consistent();
     assert_eq!(
-        d.meta
-            .list("")
-            .unwrap()
+        all_entries(&*d.meta, "")
             .into_iter()
             .map(|e| e.name)
             .collect::<Vec<_>>(),
@@ -848,4 +843,11 @@ fn a_hung_server_fails_by_name_within_the_request_timeout() {
     let got = c.read(&mut o, &live).unwrap();
     let k = (1 - hung) * UNIT as usize;
     assert!(got.data == data[k..k + UNIT as usize]);
+}
+
+/// Every entry under `prefix`, paged through.
+fn all_entries(meta: &dyn MetaStore, prefix: &str) -> Vec<sluice_meta::Entry> {
+    sluice_meta::entries(meta, prefix)
+        .collect::<Result<_, _>>()
+        .unwrap()
 }

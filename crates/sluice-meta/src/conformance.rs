@@ -11,6 +11,12 @@ use std::sync::Barrier;
 
 use crate::{Entry, EntryState, Layout, MetaError, MetaStore, Piece, Update};
 
+mod paging;
+pub use paging::{
+    a_prefix_bounds_every_page, changes_between_pages_neither_repeat_nor_skip,
+    page_requests_out_of_range_are_refused, pages_concatenate_to_the_full_listing,
+};
+
 /// One property, checked on a fresh store.
 pub type Check = fn(&dyn MetaStore);
 
@@ -37,6 +43,19 @@ pub const CHECKS: &[(&str, Check)] = &[
     (
         "list_returns_every_name_of_many",
         list_returns_every_name_of_many,
+    ),
+    (
+        "pages_concatenate_to_the_full_listing",
+        pages_concatenate_to_the_full_listing,
+    ),
+    ("a_prefix_bounds_every_page", a_prefix_bounds_every_page),
+    (
+        "changes_between_pages_neither_repeat_nor_skip",
+        changes_between_pages_neither_repeat_nor_skip,
+    ),
+    (
+        "page_requests_out_of_range_are_refused",
+        page_requests_out_of_range_are_refused,
     ),
     ("servers_keep_their_order", servers_keep_their_order),
     ("servers_in_use_stay", servers_in_use_stay),
@@ -85,6 +104,10 @@ macro_rules! meta_conformance_tests {
             revisions_never_repeat,
             list_matches_prefixes_exactly,
             list_returns_every_name_of_many,
+            pages_concatenate_to_the_full_listing,
+            a_prefix_bounds_every_page,
+            changes_between_pages_neither_repeat_nor_skip,
+            page_requests_out_of_range_are_refused,
             servers_keep_their_order,
             servers_in_use_stay,
             placements_count_by_one,
@@ -128,6 +151,14 @@ fn attrs(pairs: &[(&str, &[u8])]) -> BTreeMap<String, Vec<u8>> {
 
 fn ok<T>(r: Result<T, MetaError>, what: &str) -> T {
     r.unwrap_or_else(|e| panic!("{what} failed: {e} ({e:?})"))
+}
+
+/// Every entry under `prefix`, paged through with [`crate::entries`].
+fn all(store: &dyn MetaStore, prefix: &str) -> Vec<Entry> {
+    ok(
+        crate::entries(store, prefix).collect(),
+        &format!("listing everything under {prefix:?}"),
+    )
 }
 
 /// A created entry has the layout and attributes given, state Creating, size 0, and reads back the same.
@@ -180,9 +211,10 @@ pub fn missing_names_are_not_found(store: &dyn MetaStore) {
         not_found(store.delete(missing, Some(1)), "delete at a revision");
     }
     ok(store.create("n", &layout(1, 1), &BTreeMap::new()), "create");
-    let found = ok(store.list(&long), "list under a too long prefix");
-    assert!(
-        found.is_empty(),
+    let found = ok(store.list(&long, None, 10), "list under a too long prefix");
+    assert_eq!(
+        found,
+        crate::Page::default(),
         "list under a too long prefix gave {found:?}"
     );
 }
@@ -395,12 +427,11 @@ pub fn list_matches_prefixes_exactly(store: &dyn MetaStore) {
             .filter(|n| n.starts_with(prefix))
             .collect();
         want.sort_unstable();
-        let got = ok(store.list(prefix), "list");
+        let got = all(store, prefix);
         let got: Vec<&str> = got.iter().map(|e| e.name.as_str()).collect();
         assert_eq!(got, want, "list({prefix:?})");
     }
-    let all = ok(store.list(""), "list");
-    for e in &all {
+    for e in &all(store, "") {
         assert_eq!(
             e,
             &ok(store.lookup(&e.name), "lookup"),
@@ -441,10 +472,7 @@ pub fn list_returns_every_name_of_many(store: &dyn MetaStore) {
             .collect()
     });
     want.sort_unstable();
-    let got: Vec<String> = ok(store.list("big/"), "list")
-        .into_iter()
-        .map(|e| e.name)
-        .collect();
+    let got: Vec<String> = all(store, "big/").into_iter().map(|e| e.name).collect();
     assert_eq!(
         got.len(),
         want.len(),
@@ -453,7 +481,7 @@ pub fn list_returns_every_name_of_many(store: &dyn MetaStore) {
         want.len()
     );
     assert_eq!(got, want);
-    assert_eq!(ok(store.list(""), "list").len(), want.len() + 3);
+    assert_eq!(all(store, "").len(), want.len() + 3);
 }
 
 /// Servers list in the order first added; adding one twice changes nothing.

@@ -35,7 +35,10 @@ use etcd_client::{
 
 pub use crate::etcd_config::{EtcdConfig, EtcdTls, EtcdUser, DEFAULT_PREFIX};
 use crate::record::Record;
-use crate::{check_name, prefix_end, Entry, EntryState, Layout, MetaError, MetaStore, Update};
+use crate::{
+    check_name, check_page, prefix_end, Entry, EntryState, Layout, MetaError, MetaStore, Page,
+    Update,
+};
 
 /// Keys per range request of a scan: far below gRPC's 4 MiB reply limit
 /// even with large attributes.
@@ -413,19 +416,43 @@ impl MetaStore for EtcdMetaStore {
         )
     }
 
-    fn list(&self, prefix: &str) -> Result<Vec<Entry>, MetaError> {
+    fn list(&self, prefix: &str, after: Option<&str>, limit: usize) -> Result<Page, MetaError> {
+        check_page(prefix, after, limit)?;
         let names = self.name_key("");
         let key = self.name_key(prefix);
+        // The key never is empty (it holds the store's prefix).
+        let end = prefix_end(&key).unwrap_or_else(|| vec![0]);
+        // `after` starts with `prefix`, so it is the later start; the
+        // first key past it is it with a NUL byte appended.
+        let start = match after {
+            Some(after) => {
+                let mut k = self.name_key(after).into_bytes();
+                k.push(0);
+                k
+            }
+            None => key.into_bytes(),
+        };
+        // A range request with a limit: etcd returns keys sorted by
+        // their bytes, the order of the names, and says whether more
+        // follow in the range.
+        let options = GetOptions::new()
+            .with_range(end)
+            .with_limit(i64::try_from(limit).unwrap_or(i64::MAX));
         self.run(
             || format!("list names under {prefix:?}"),
             |c, _| {
-                // etcd returns keys sorted by their bytes, the order of the
-                // names.
-                let (kvs, _) = self.scan(c, &key)?;
-                Ok(kvs
+                let r = self
+                    .runtime
+                    .block_on(c.get(start.clone(), Some(options.clone())))?;
+                let entries = r
+                    .kvs()
                     .iter()
                     .map(|kv| self.decode(name_of(kv, &names)?, kv).map(|(e, _)| e))
-                    .collect())
+                    .collect::<Result<Vec<Entry>, MetaError>>();
+                Ok(entries.map(|entries| {
+                    let next = entries.last().filter(|_| r.more()).map(|e| e.name.clone());
+                    Page { entries, next }
+                }))
             },
         )
     }

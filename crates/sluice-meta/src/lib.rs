@@ -21,6 +21,7 @@ mod etcd;
 mod etcd_config;
 mod etcd_reach;
 mod memory;
+mod page;
 mod record;
 mod sqlite;
 
@@ -29,6 +30,7 @@ pub use etcd::{
     EtcdConfig, EtcdMetaStore, EtcdTls, EtcdUser, DEFAULT_PREFIX as DEFAULT_ETCD_PREFIX,
 };
 pub use memory::MemoryMetaStore;
+pub use page::{check_page, entries, Entries, Page, MAX_PAGE};
 pub use sqlite::SqliteMetaStore;
 
 /// Longest name, in bytes.
@@ -225,8 +227,20 @@ pub trait MetaStore: Send + Sync {
     ) -> Result<Entry, MetaError>;
     /// The entry of `name`, or [`MetaError::NotFound`].
     fn lookup(&self, name: &str) -> Result<Entry, MetaError>;
-    /// Every entry whose name starts with `prefix`, sorted by name.
-    fn list(&self, prefix: &str) -> Result<Vec<Entry>, MetaError>;
+    /// One page of the entries whose names start with `prefix`, sorted
+    /// by name (byte order): the first `limit` of them after `after` (the
+    /// continuation key: the last name of the previous page, see
+    /// [`Page::next`]; `None` for the first page), fewer only where the
+    /// listing ends (or where a backend caps a page's bytes:
+    /// [`Page::next`] then still says names follow). A page starts
+    /// strictly after its key, so names created or removed between pages
+    /// neither repeat nor hide names that existed throughout.
+    ///
+    /// `limit` must be 1 to [`MAX_PAGE`], and `after` a valid name
+    /// starting with `prefix`; anything else is [`MetaError::Invalid`]
+    /// ([`check_page`]). A prefix longer than any name finds nothing.
+    /// [`entries`] pages through a whole prefix.
+    fn list(&self, prefix: &str, after: Option<&str>, limit: usize) -> Result<Page, MetaError>;
     /// Applies `update` to `name`. With `expected_revision` the update
     /// fails with [`MetaError::Conflict`] unless the entry is still at
     /// that revision; without it the update applies to the current entry

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::{Mutex, MutexGuard};
 
-use crate::{Entry, EntryState, Layout, MetaError, MetaStore, Update};
+use crate::{Entry, EntryState, Layout, MetaError, MetaStore, Page, Update};
 
 /// A complete metadata service in memory.
 #[derive(Debug)]
@@ -164,13 +164,19 @@ impl MetaStore for MemoryMetaStore {
             .ok_or_else(|| MetaError::NotFound { name: name.into() })
     }
 
-    fn list(&self, prefix: &str) -> Result<Vec<Entry>, MetaError> {
+    fn list(&self, prefix: &str, after: Option<&str>, limit: usize) -> Result<Page, MetaError> {
+        crate::check_page(prefix, after, limit)?;
+        // `after` starts with `prefix`, so it is the later start.
+        let start = after.map_or(Bound::Included(prefix), Bound::Excluded);
         let s = self.state();
-        Ok(s.entries
-            .range::<str, _>((Bound::Included(prefix), Bound::Unbounded))
+        let probe = s
+            .entries
+            .range::<str, _>((start, Bound::Unbounded))
             .take_while(|(name, _)| name.starts_with(prefix))
+            .take(limit + 1)
             .map(|(_, e)| e.clone())
-            .collect())
+            .collect();
+        Ok(Page::probed(probe, limit))
     }
 
     fn update(
@@ -257,7 +263,7 @@ mod tests {
             .create("", &layout(&["sluice://a:1"]), &no_attrs())
             .unwrap_err();
         assert!(e.to_string().contains("empty"), "{e}");
-        assert!(m.list("").unwrap().is_empty());
+        assert!(m.list("", None, 10).unwrap().entries.is_empty());
     }
 
     #[test]
@@ -340,7 +346,7 @@ mod tests {
             m.create(n, &l, &no_attrs()).unwrap();
         }
         let names =
-            |p: &str| -> Vec<String> { m.list(p).unwrap().into_iter().map(|e| e.name).collect() };
+            |p: &str| -> Vec<String> { crate::entries(&m, p).map(|e| e.unwrap().name).collect() };
         assert_eq!(names("b/"), ["b/1", "b/2"]);
         assert_eq!(names("b"), ["b", "b/1", "b/2", "ba/1"]);
         assert_eq!(names(""), ["a", "b", "b/1", "b/2", "ba/1", "c"]);

@@ -29,7 +29,10 @@ use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::record::Record;
-use crate::{check_name, prefix_end, Entry, EntryState, Layout, MetaError, MetaStore, Update};
+use crate::{
+    check_name, check_page, prefix_end, Entry, EntryState, Layout, MetaError, MetaStore, Page,
+    Update,
+};
 
 /// The database file's name inside the directory.
 const FILE_NAME: &str = "meta.sqlite";
@@ -39,9 +42,14 @@ const MAX_BATCH: usize = 256;
 /// holding the database) before failing.
 const BUSY_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// The entries whose names lie in [?1, ?2), in name order.
-const LIST_RANGE: &str = "SELECT name, revision, record FROM entries
-                          WHERE name >= ?1 AND name < ?2 ORDER BY name";
+/// The first ?3 entries whose names lie in [?1, ?2), in name order: the
+/// first page under a prefix.
+const LIST_FROM: &str = "SELECT name, revision, record FROM entries
+                         WHERE name >= ?1 AND name < ?2 ORDER BY name LIMIT ?3";
+/// The first ?3 entries whose names lie in (?1, ?2), in name order: a
+/// page after a continuation key.
+const LIST_AFTER: &str = "SELECT name, revision, record FROM entries
+                          WHERE name > ?1 AND name < ?2 ORDER BY name LIMIT ?3";
 
 const SCHEMA: &str = "
     CREATE TABLE IF NOT EXISTS counters (
@@ -258,31 +266,39 @@ impl MetaStore for SqliteMetaStore {
             })
     }
 
-    fn list(&self, prefix: &str) -> Result<Vec<Entry>, MetaError> {
-        let end = prefix_end(prefix);
+    fn list(&self, prefix: &str, after: Option<&str>, limit: usize) -> Result<Page, MetaError> {
+        check_page(prefix, after, limit)?;
+        // Names compare as bytes (SQLite's BINARY collation), so the names
+        // starting with `prefix` are exactly those in [prefix, end): an
+        // index range scan. No UTF-8 name holds a 0xFF byte, so for the
+        // empty prefix 0xFF bounds them all.
+        let end = prefix_end(prefix).unwrap_or_else(|| vec![0xFF]);
+        // `after` starts with `prefix`, so it is the later start.
+        let (sql, start) = match after {
+            Some(after) => (LIST_AFTER, after),
+            None => (LIST_FROM, prefix),
+        };
+        // One row past the page says whether names follow.
+        let probe = i64::try_from(limit + 1).unwrap_or(i64::MAX);
         self.read(|conn| {
-            let rows: Vec<(String, i64, Vec<u8>)> = match &end {
-                // Names compare as bytes (SQLite's BINARY collation), so
-                // the names starting with `prefix` are exactly those in
-                // [prefix, end): an index range scan.
-                Some(end) => conn.prepare_cached(LIST_RANGE).and_then(|mut s| {
+            let mut rows: Vec<(String, i64, Vec<u8>)> = conn
+                .prepare_cached(sql)
+                .and_then(|mut s| {
                     s.query_map(
-                        params![prefix, ToSqlOutput::Borrowed(ValueRef::Text(end))],
+                        params![start, ToSqlOutput::Borrowed(ValueRef::Text(&end)), probe],
                         |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
                     )?
                     .collect()
-                }),
-                None => conn
-                    .prepare_cached("SELECT name, revision, record FROM entries ORDER BY name")
-                    .and_then(|mut s| {
-                        s.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
-                            .collect()
-                    }),
-            }
-            .map_err(|e| backend(&self.path, format!("list names under {prefix:?}"), e))?;
-            rows.into_iter()
+                })
+                .map_err(|e| backend(&self.path, format!("list names under {prefix:?}"), e))?;
+            let more = rows.len() > limit;
+            rows.truncate(limit);
+            let entries = rows
+                .into_iter()
                 .map(|(name, rev, bytes)| Record::decode(&name, rev as u64, &bytes).map(|(e, _)| e))
-                .collect()
+                .collect::<Result<Vec<Entry>, MetaError>>()?;
+            let next = entries.last().filter(|_| more).map(|e| e.name.clone());
+            Ok(Page { entries, next })
         })
     }
 
@@ -607,25 +623,29 @@ mod tests {
     }
 
     #[test]
-    fn listing_a_prefix_is_an_index_range_scan() {
+    fn listing_a_page_is_an_index_range_scan() {
         let dir = tempfile::tempdir().expect("temporary directory");
         drop(SqliteMetaStore::open(dir.path()).expect("open"));
         let conn = open_connection(&dir.path().join(FILE_NAME)).expect("connect");
         let end = prefix_end("a/").expect("non-empty");
-        let plan: Vec<String> = conn
-            .prepare(&format!("EXPLAIN QUERY PLAN {LIST_RANGE}"))
-            .and_then(|mut s| {
-                s.query_map(
-                    params!["a/", ToSqlOutput::Borrowed(ValueRef::Text(&end))],
-                    |r| r.get::<_, String>(3),
-                )?
-                .collect()
-            })
-            .expect("query plan");
-        assert_eq!(
-            plan,
-            ["SEARCH entries USING PRIMARY KEY (name>? AND name<?)"],
-            "not a range scan of the primary key"
-        );
+        for (sql, start) in [(LIST_FROM, "a/"), (LIST_AFTER, "a/b")] {
+            let plan: Vec<String> = conn
+                .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+                .and_then(|mut s| {
+                    s.query_map(
+                        params![start, ToSqlOutput::Borrowed(ValueRef::Text(&end)), 11],
+                        |r| r.get::<_, String>(3),
+                    )?
+                    .collect()
+                })
+                .expect("query plan");
+            // One range of the primary key, already in order: no sort,
+            // so the limit stops the scan after the page.
+            assert_eq!(
+                plan,
+                ["SEARCH entries USING PRIMARY KEY (name>? AND name<?)"],
+                "not a range scan of the primary key: {sql}"
+            );
+        }
     }
 }

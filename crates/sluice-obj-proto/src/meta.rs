@@ -207,6 +207,8 @@ pub enum MetaDecodeError {
     Unsorted,
     #[error("metadata message has {0} bytes after its end")]
     Trailing(usize),
+    #[error("metadata message: a LIST of {0} entries; a page holds 1 to {MAX_META_PAGE}")]
+    PageSize(u32),
 }
 
 type Result<T> = std::result::Result<T, MetaDecodeError>;
@@ -386,11 +388,7 @@ impl MetaRequest {
                 let after = name(&mut r, "list cursor")?;
                 let max = u32_(&mut r, "page size")?;
                 if max == 0 || max > MAX_META_PAGE {
-                    return Err(MetaDecodeError::TooLong {
-                        what: "page size (1 or more)",
-                        len: max as usize,
-                        max: MAX_META_PAGE as usize,
-                    });
+                    return Err(MetaDecodeError::PageSize(max));
                 }
                 Self::List { prefix, after, max }
             }
@@ -842,7 +840,19 @@ mod tests {
             max: 0,
         }
         .encode(&mut zero);
-        assert!(MetaRequest::decode(&zero).is_err());
+        assert_eq!(
+            MetaRequest::decode(&zero),
+            Err(MetaDecodeError::PageSize(0))
+        );
+        let mut over = Vec::new();
+        MetaRequest::List {
+            prefix: String::new(),
+            after: String::new(),
+            max: MAX_META_PAGE + 1,
+        }
+        .encode(&mut over);
+        let e = MetaRequest::decode(&over).unwrap_err().to_string();
+        assert!(e.contains("1025") && e.contains("1 to 1024"), "{e}");
         assert!(matches!(
             MetaRequest::decode(&[6, 0, 1, 0xff]),
             Err(MetaDecodeError::NotUtf8(_))

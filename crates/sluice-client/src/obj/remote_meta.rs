@@ -23,7 +23,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use sluice_meta::{check_name, Entry, EntryState, Layout, MetaError, MetaStore, Piece, Update};
+use sluice_meta::{
+    check_name, check_page, Entry, EntryState, Layout, MetaError, MetaStore, Page, Piece, Update,
+};
 use sluice_obj_proto::meta::{MAX_META_NAME_LEN, MAX_META_PAGE};
 use sluice_obj_proto::{
     MetaEntry, MetaFailure, MetaLayout, MetaPiece, MetaReply, MetaRequest, MetaState, MetaUpdate,
@@ -37,6 +39,8 @@ use crate::net::uri::ObjUri;
 // Every name an entry can have fits the protocol, so a name that does
 // not fit names no entry.
 const _: () = assert!(MAX_META_NAME_LEN >= sluice_meta::MAX_NAME_LEN);
+// Every page a store may be asked for fits one LIST request.
+const _: () = assert!(MAX_META_PAGE as usize >= sluice_meta::MAX_PAGE);
 
 /// Refuses a name the protocol cannot carry: no entry has one, so it is
 /// not found.
@@ -219,36 +223,40 @@ impl MetaStore for RemoteMetaStore {
         )
     }
 
-    fn list(&self, prefix: &str) -> Result<Vec<Entry>, MetaError> {
+    fn list(&self, prefix: &str, after: Option<&str>, limit: usize) -> Result<Page, MetaError> {
         let action = "list entries";
-        let mut out = Vec::new();
+        // Refused here as every backend refuses it, so the service's
+        // answer is the same error as a local backend's.
+        check_page(prefix, after, limit)?;
         if carried(prefix).is_err() {
-            return Ok(out);
+            return Ok(Page::default());
         }
-        let mut after = String::new();
-        loop {
-            let request = MetaRequest::List {
-                prefix: prefix.into(),
-                after: after.clone(),
-                max: MAX_META_PAGE,
-            };
-            let (entries, more) = match self.call(action, &request)? {
-                MetaReply::Page { entries, more } => (entries, more),
-                other => return Err(self.unexpected(action, &other)),
-            };
-            let Some(last) = entries.last() else {
-                return Ok(out);
-            };
-            // Pages must advance, or a broken server could loop us.
-            if !after.is_empty() && last.name <= after {
-                return Err(self.unexpected(action, &MetaReply::Page { entries, more }));
-            }
-            after.clone_from(&last.name);
-            out.extend(entries.into_iter().map(entry_from_wire));
-            if !more {
-                return Ok(out);
-            }
+        let request = MetaRequest::List {
+            prefix: prefix.into(),
+            after: after.unwrap_or_default().into(),
+            max: u32::try_from(limit).unwrap_or(u32::MAX),
+        };
+        let (entries, more) = match self.call(action, &request)? {
+            MetaReply::Page { entries, more } => (entries, more),
+            other => return Err(self.unexpected(action, &other)),
+        };
+        // Names under the prefix, ascending from past the key, at most
+        // `limit`, and something when more follow: else a broken server
+        // could loop a caller that pages on.
+        let mut last = after;
+        let sound = entries.len() <= limit
+            && !(more && entries.is_empty())
+            && entries.iter().all(|e| {
+                let ok = e.name.starts_with(prefix) && last.is_none_or(|l| e.name.as_str() > l);
+                last = Some(e.name.as_str());
+                ok
+            });
+        if !sound {
+            return Err(self.unexpected(action, &MetaReply::Page { entries, more }));
         }
+        let entries: Vec<Entry> = entries.into_iter().map(entry_from_wire).collect();
+        let next = entries.last().filter(|_| more).map(|e| e.name.clone());
+        Ok(Page { entries, next })
     }
 
     fn update(

@@ -5,7 +5,8 @@
 //! deployment only (object servers may be shared by several).
 
 use crate::Durability;
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use sluice_meta::{Entry, EntryState, MetaError, Piece, Update};
@@ -82,6 +83,10 @@ impl FsckReport {
     }
 }
 
+fn list_error(e: MetaError) -> StripedError {
+    meta_error("list entries for", "", e)
+}
+
 /// What a check of one `Creating` entry's pieces found.
 enum Pieces {
     /// Every piece is there; `put`: they were made by a put.
@@ -100,19 +105,28 @@ impl StripedClient {
     }
 
     /// [`fsck`](Self::fsck), calling `progress(done, total)` as it goes:
-    /// once with `done` 0 when it has listed the `total` entries, then
+    /// once with `done` 0 when it has counted the `total` entries, then
     /// after each entry it checked, the last time with `done == total`
-    /// (the orphaned pieces are looked for after that).
+    /// (the orphaned pieces are looked for after that). Entries are read
+    /// a page at a time, counted in one pass and checked in another, so
+    /// memory does not grow with their number; should names come or go
+    /// between the passes, `total` follows what was checked.
     pub fn fsck_with_progress(
         &mut self,
         options: &FsckOptions,
         mut progress: impl FnMut(u64, u64),
     ) -> Result<FsckReport, StripedError> {
         let mut report = FsckReport::default();
-        let entries = self.all_entries()?;
-        let total = entries.len() as u64;
+        let meta = Arc::clone(&self.meta);
+        let mut total = 0u64;
+        for entry in sluice_meta::entries(&*meta, "") {
+            entry.map_err(list_error)?;
+            total += 1;
+        }
         progress(0, total);
-        for (checked, entry) in (1..).zip(entries) {
+        let mut checked = 0u64;
+        for entry in sluice_meta::entries(&*meta, "") {
+            let entry = entry.map_err(list_error)?;
             let done = match entry.state {
                 EntryState::Ready => Ok(()),
                 EntryState::Writing => {
@@ -127,16 +141,15 @@ impl StripedClient {
             if let Err(e) = done {
                 report.failures.push(e);
             }
+            checked += 1;
+            total = total.max(checked);
             progress(checked, total);
+        }
+        if checked < total {
+            progress(checked, checked);
         }
         self.remove_orphans(options, &mut report)?;
         Ok(report)
-    }
-
-    fn all_entries(&self) -> Result<Vec<Entry>, StripedError> {
-        self.meta
-            .list("")
-            .map_err(|e| meta_error("list entries for", "", e))
     }
 
     /// A `Creating` entry: ready if every piece is there and marked as
@@ -219,28 +232,31 @@ impl StripedClient {
         options: &FsckOptions,
         report: &mut FsckReport,
     ) -> Result<(), StripedError> {
-        // Entries as they are now, after the repairs above.
-        let entries = self.all_entries()?;
+        // Entries as they are now, after the repairs above, a page at a
+        // time: only the pieces they name are kept (each server's URI
+        // once).
+        let meta = Arc::clone(&self.meta);
+        let mut server_ids: HashMap<String, usize> = HashMap::new();
+        let mut named: HashSet<(usize, u64, u64)> = HashSet::new();
+        let mut endpoints: BTreeSet<(String, u64)> = BTreeSet::new();
+        for entry in sluice_meta::entries(&*meta, "") {
+            for p in entry.map_err(list_error)?.layout.pieces {
+                let next_id = server_ids.len();
+                let id = *server_ids.entry(p.server.clone()).or_insert(next_id);
+                named.insert((id, p.partition, p.object));
+                endpoints.insert((p.server, p.partition));
+            }
+        }
         let deployment = self.deployment()?.to_owned();
-        let named: HashSet<(&str, u64, u64)> = entries
-            .iter()
-            .flat_map(|e| &e.layout.pieces)
-            .map(|p| (p.server.as_str(), p.partition, p.object))
-            .collect();
         let servers = self
             .meta
             .servers()
             .map_err(|e| meta_error("list servers for", "", e))?;
-        let endpoints: BTreeSet<(String, u64)> = servers
-            .iter()
-            .filter_map(|s| partition_of(s).map(|p| (s.clone(), p)))
-            .chain(
-                entries
-                    .iter()
-                    .flat_map(|e| &e.layout.pieces)
-                    .map(|p| (p.server.clone(), p.partition)),
-            )
-            .collect();
+        endpoints.extend(
+            servers
+                .iter()
+                .filter_map(|s| partition_of(s).map(|p| (s.clone(), p))),
+        );
         let jobs: Vec<(Endpoint, ())> = endpoints
             .iter()
             .map(|(server, partition)| {
@@ -278,8 +294,10 @@ impl StripedClient {
                 let Some(Value::Text(of)) = m.attrs.get(PIECE_OF_ATTR) else {
                     continue; // not marked: not ours to remove
                 };
-                let key = (endpoint.server.as_str(), endpoint.partition, m.object);
-                if named.contains(&key) {
+                let named_here = server_ids
+                    .get(&endpoint.server)
+                    .is_some_and(|&id| named.contains(&(id, endpoint.partition, m.object)));
+                if named_here {
                     continue;
                 }
                 let orphan = || Orphan {

@@ -6,9 +6,10 @@
 //! `sluice-meta`'s on the server side.
 //!
 //! A server given no metadata service answers `META` with `INVALID`
-//! naming how to start one. Listing is paginated here: a page holds at
-//! most the entries the client asked for and at most [`PAGE_BYTES`] of
-//! encoded entries, and resumes after the last name it returned.
+//! naming how to start one. A LIST is one page of the store's
+//! ([`MetaStore::list`]), so a request never reads more than the entries
+//! the client asked for; the reply holds at most [`PAGE_BYTES`] of them,
+//! and the next page resumes after the last name it returned.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -113,27 +114,25 @@ fn call(store: &dyn MetaStore, request: MetaRequest) -> Result<MetaReply, MetaEr
     })
 }
 
-/// One page of the entries under `prefix` after `after`.
+/// One page of the entries under `prefix` after `after` (empty: from
+/// the start): one page of the store's, cut short (with `more` set) if
+/// its entries pass [`PAGE_BYTES`].
 fn page(
     store: &dyn MetaStore,
     prefix: &str,
     after: &str,
     max: u32,
 ) -> Result<MetaReply, MetaError> {
-    let mut entries = Vec::new();
+    let after = Some(after).filter(|a| !a.is_empty());
+    let page = store.list(prefix, after, max as usize)?;
+    let mut entries = Vec::with_capacity(page.entries.len());
     let mut encoded = Vec::new();
-    let mut more = false;
-    for e in store
-        .list(prefix)?
-        .into_iter()
-        .filter(|e| after.is_empty() || e.name.as_str() > after)
-    {
+    let mut more = page.next.is_some();
+    for e in page.entries {
         let e = to_wire(e);
-        let before = encoded.len();
         e.encode(&mut encoded);
         // At least one entry per page, so every page advances.
-        if entries.len() as u32 == max || (!entries.is_empty() && encoded.len() > PAGE_BYTES) {
-            encoded.truncate(before);
+        if !entries.is_empty() && encoded.len() > PAGE_BYTES {
             more = true;
             break;
         }
