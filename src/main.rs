@@ -621,10 +621,17 @@ fn serve_config(args: ServeArgs, listening: &Listening<'_>) -> Result<(ServerCon
         );
     }
     config.validate().map_err(|e| UsageError(e.to_string()))?;
+    let created_dir = with_default_dir(&mut config, defaulted_listen)?;
+    Ok((config, created_dir))
+}
+
+/// The default export when none is given, and sluice's own directory
+/// (./sluice-data) when something of sluice's goes in it: the default
+/// export or object store, or an admin socket where `sluice raid` looks
+/// for one. Made before anything binds, so the socket finds it. Returns
+/// whether the directory was created here.
+fn with_default_dir(config: &mut ServerConfig, defaulted_listen: bool) -> Result<bool> {
     let created_dir = !Path::new(DEFAULT_DIR).exists();
-    // sluice's own directory is made when something of sluice's goes in
-    // it: the default object store, or an admin socket where `sluice raid`
-    // looks for one. Made before anything binds, so the socket finds it.
     let in_default_dir = |p: &Path| {
         p.parent()
             .is_some_and(|d| d == Path::new(DEFAULT_DIR) || d == Path::new(".").join(DEFAULT_DIR))
@@ -659,8 +666,7 @@ fn serve_config(args: ServeArgs, listening: &Listening<'_>) -> Result<(ServerCon
             );
         }
     }
-    let created_dir = created_dir && Path::new(DEFAULT_DIR).exists();
-    Ok((config, created_dir))
+    Ok(created_dir && Path::new(DEFAULT_DIR).exists())
 }
 
 /// The default log filter without RUST_LOG. The bench's embedded server
