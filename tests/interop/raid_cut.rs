@@ -32,6 +32,27 @@ const PORT: u16 = 10809;
 /// trying to reconnect).
 const MEMBER_OPTIONS: &str = "timeout=3s,reconnect=1s";
 
+/// `n` member servers, each behind its own link (which a test can
+/// cut), and their NBD URIs.
+fn members_behind_links(
+    n: usize,
+    dir: &std::path::Path,
+) -> (Vec<Link>, Vec<PeerServer>, Vec<String>) {
+    let links: Vec<Link> = (0..n)
+        .map(|_| Link::create(None).expect("a link"))
+        .collect();
+    let members: Vec<PeerServer> = links
+        .iter()
+        .enumerate()
+        .map(|(i, l)| member_behind(l, dir, i))
+        .collect();
+    let uris = members
+        .iter()
+        .map(|m| format!("nbd://{}/m", m.address()))
+        .collect();
+    (links, members, uris)
+}
+
 /// A member server over a 64 MiB file, export `m`, inside `link`'s
 /// namespace.
 fn member_behind(link: &Link, dir: &std::path::Path, i: usize) -> PeerServer {
@@ -88,18 +109,7 @@ fn cut_under_fio_verify(level: Level) {
         return;
     }
     let dir = tempdir();
-    let links: Vec<Link> = (0..level.members)
-        .map(|_| Link::create(None).expect("a link"))
-        .collect();
-    let members: Vec<PeerServer> = links
-        .iter()
-        .enumerate()
-        .map(|(i, l)| member_behind(l, dir.path(), i))
-        .collect();
-    let uris: Vec<String> = members
-        .iter()
-        .map(|m| format!("nbd://{}/m", m.address()))
-        .collect();
+    let (links, members, uris) = members_behind_links(level.members, dir.path());
     let spec = format!(
         "{}:unit=64K,members={},{MEMBER_OPTIONS}",
         level.name,
@@ -192,18 +202,7 @@ fn measure_write_stall_with_a_member_cut_off() {
     }
     for options in ["", ",timeout=3s"] {
         let dir = tempdir();
-        let links: Vec<Link> = (0..3)
-            .map(|_| Link::create(None).expect("a link"))
-            .collect();
-        let members: Vec<PeerServer> = links
-            .iter()
-            .enumerate()
-            .map(|(i, l)| member_behind(l, dir.path(), i))
-            .collect();
-        let uris: Vec<String> = members
-            .iter()
-            .map(|m| format!("nbd://{}/m", m.address()))
-            .collect();
+        let (links, _members, uris) = members_behind_links(3, dir.path());
         let spec = format!("raid5:unit=64K,members={}{options}", uris.join(","));
         create(&spec);
         let head = ServerBuilder::new().export("vol", &spec).metrics().start();
