@@ -10,7 +10,7 @@
 //! from that rebuilt member alone.
 
 use std::os::unix::fs::{FileExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -54,6 +54,26 @@ fn wait_status(admin: &Path, what: &str, done: impl Fn(&str) -> bool) -> String 
         );
         thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// Fills the volume at `uri` from a new random reference file in `dir`
+/// (`size` bytes from `seed`, zeros over `zero_ranges`); returns the
+/// file, for comparing the volume with later.
+fn random_volume(
+    dir: &Path,
+    uri: &str,
+    size: u64,
+    seed: u64,
+    zero_ranges: &[(u64, u64)],
+) -> PathBuf {
+    let reference = dir.join("reference.raw");
+    write_random_file(&reference, size, seed, zero_ranges);
+    tool("qemu-img")
+        .args(["convert", "-n", "-f", "raw", "-O", "raw"])
+        .arg(&reference)
+        .arg(uri)
+        .run();
+    reference
 }
 
 /// The line of `status` about member `i`.
@@ -110,13 +130,7 @@ fn replace_under_fio_and_scrub(level: Level) {
     assert!(status.contains("state clean"), "{status}");
 
     // The reference: 8 MiB with zero runs, written over the volume.
-    let reference = dir.path().join("reference.raw");
-    write_random_file(&reference, 8 * MIB, 11, &[(2 * MIB, 100_000)]);
-    tool("qemu-img")
-        .args(["convert", "-n", "-f", "raw", "-O", "raw"])
-        .arg(&reference)
-        .arg(&uri)
-        .run();
+    let reference = random_volume(dir.path(), &uri, 8 * MIB, 11, &[(2 * MIB, 100_000)]);
 
     // Kill member 1; the next reads find it gone.
     members[1].signal(Signal::KILL);
@@ -320,13 +334,7 @@ fn raid1_survives_a_kill_under_fio_is_rebuilt_and_then_serves_from_the_copy_alon
         status.starts_with("vol: raid1 unit 65536 size 67043328 members 3 state clean"),
         "{status}"
     );
-    let reference = dir.path().join("reference.raw");
-    write_random_file(&reference, 8 * MIB, 21, &[(MIB, 70_000)]);
-    tool("qemu-img")
-        .args(["convert", "-n", "-f", "raw", "-O", "raw"])
-        .arg(&reference)
-        .arg(&uri)
-        .run();
+    let reference = random_volume(dir.path(), &uri, 8 * MIB, 21, &[(MIB, 70_000)]);
 
     // Member 1 killed under a verified write load: fio sees no error.
     thread::scope(|s| {
@@ -405,13 +413,7 @@ fn a_raid1_mirror_restarted_within_the_window_is_put_back_and_resynced_from_what
         .arg("--rebuild-rate=0")
         .start();
     let uri = head.uri("vol");
-    let reference = dir.path().join("reference.raw");
-    write_random_file(&reference, 8 * MIB, 31, &[]);
-    tool("qemu-img")
-        .args(["convert", "-n", "-f", "raw", "-O", "raw"])
-        .arg(&reference)
-        .arg(&uri)
-        .run();
+    let reference = random_volume(dir.path(), &uri, 8 * MIB, 31, &[]);
 
     // Member 1 goes away; 1 MiB (one 16-stripe run of 64 KiB units) is
     // written while it is.
@@ -484,13 +486,7 @@ fn raid6_two_members_lost_are_rebuilt_one_after_the_other_and_hold_the_volume() 
         .arg("--rebuild-rate=32M")
         .start();
     let uri = head.uri("vol");
-    let reference = dir.path().join("reference.raw");
-    write_random_file(&reference, 8 * MIB, 17, &[(MIB, 70_000)]);
-    tool("qemu-img")
-        .args(["convert", "-n", "-f", "raw", "-O", "raw"])
-        .arg(&reference)
-        .arg(&uri)
-        .run();
+    let reference = random_volume(dir.path(), &uri, 8 * MIB, 17, &[(MIB, 70_000)]);
     let compare = || {
         tool("qemu-img")
             .args(["compare", "-f", "raw", "-F", "raw"])
