@@ -15,7 +15,7 @@ use sluice_client::obj::Segment;
 use sluice_client::striped::{
     FsckOptions, FsckReport, Pattern, StripedClient, StripedError, StripedObject, StripedWrite,
 };
-use sluice_meta::{check_page, Entry, EntryState, MetaError, MetaStore, MAX_PAGE};
+use sluice_meta::{check_page, Entry, EntryState, Layout, MetaError, MetaStore, MAX_PAGE};
 use sluice_types::{error_chain, parse_duration, parse_size};
 
 use super::{open_input, out, read_chunk, Failure, ObjCommand, Outcome, CHUNK};
@@ -41,10 +41,13 @@ impl Failure {
                 state: EntryState::Writing,
                 ..
             } => {
-                "; its put did not finish, so it is incomplete: remove it ('sluice obj --meta URI rm NAME') and put it again"
+                "; its first put did not finish, so it is incomplete: put it again, or remove it ('sluice obj --meta URI rm NAME')"
             }
             StripedError::NotReady { .. } => {
                 "; a create or remove did not finish: run 'sluice obj --meta URI fsck'"
+            }
+            StripedError::Replaced { .. } => {
+                "; another client's put or rm got there first, and its change stands"
             }
             StripedError::TooFewServers { .. } => {
                 "; add servers with 'sluice meta --meta URI add-server sluice://HOST:PORT' or ask for fewer with --stripe-count N"
@@ -96,12 +99,9 @@ pub(super) fn execute(meta: &str, command: ObjCommand) -> Outcome {
             let mut input = open_input(file.as_deref())?;
             let mut object = client.begin_put(&target, unit, servers).map_err(fail)?;
             put(&mut client, &mut object, &mut *input)?;
-            client.complete_put(&mut object).map_err(|e| {
-                let (Failure::Failed(m) | Failure::Usage(m)) = Failure::from_striped(&e);
-                Failure::Failed(format!(
-                    "{m}; the put of {target:?} did not finish: 'sluice obj --meta URI rm' it and put again"
-                ))
-            })
+            client
+                .complete_put(&mut object)
+                .map_err(|e| put_failure(&object, &e))
         }
         ObjCommand::Get {
             target,
@@ -221,13 +221,7 @@ fn put(client: &mut StripedClient, object: &mut StripedObject, input: &mut dyn R
             }]);
             client
                 .write(object, &pattern, &buf[..n], &StripedWrite::default())
-                .map_err(|e| {
-                    let (Failure::Failed(m) | Failure::Usage(m)) = Failure::from_striped(&e);
-                    Failure::Failed(format!(
-                        "{m}; {:?} holds the first {at} bytes: 'sluice obj --meta URI rm' it and put again",
-                        object.name()
-                    ))
-                })?;
+                .map_err(|e| put_failure(object, &e))?;
             at += n as u64;
             progress.add(n as u64);
         }
@@ -235,6 +229,20 @@ fn put(client: &mut StripedClient, object: &mut StripedObject, input: &mut dyn R
             return Ok(());
         }
     }
+}
+
+/// A put that failed: what the name holds now.
+fn put_failure(object: &StripedObject, e: &StripedError) -> Failure {
+    let (Failure::Failed(m) | Failure::Usage(m)) = Failure::from_striped(e);
+    let left = if object.replaces() {
+        "its old content is unchanged"
+    } else {
+        "it is incomplete (not readable): put it again, or 'sluice obj --meta URI rm' it"
+    };
+    Failure::Failed(format!(
+        "{m}; the put of {:?} did not finish, so {left}",
+        object.name()
+    ))
 }
 
 fn state_name(s: EntryState) -> &'static str {
@@ -278,15 +286,19 @@ fn stat_text(e: &Entry) -> String {
         text.push_str(&format!("attr {k}: {}\n", show_bytes(v)));
     }
     if e.state == EntryState::Writing {
-        text.push_str("incomplete: its put did not finish; remove it and put it again\n");
+        text.push_str("incomplete: its first put did not finish; put it again or remove it\n");
+    }
+    if let Some(p) = &e.pending {
+        text.push_str(&format!(
+            "replacing: a put is writing a new version over {} piece(s) (or died doing so: fsck removes it once it is older than the grace period)\n",
+            p.pieces.len()
+        ));
     }
     text
 }
 
-fn entry_json(e: &Entry) -> serde_json::Value {
-    let pieces: Vec<serde_json::Value> = e
-        .layout
-        .pieces
+fn pieces_json(l: &Layout) -> Vec<serde_json::Value> {
+    l.pieces
         .iter()
         .map(|p| {
             serde_json::json!({
@@ -295,7 +307,11 @@ fn entry_json(e: &Entry) -> serde_json::Value {
                 "object": p.object,
             })
         })
-        .collect();
+        .collect()
+}
+
+fn entry_json(e: &Entry) -> serde_json::Value {
+    let pieces = pieces_json(&e.layout);
     let attrs: serde_json::Map<String, serde_json::Value> = e
         .attrs
         .iter()
@@ -309,6 +325,11 @@ fn entry_json(e: &Entry) -> serde_json::Value {
         "stripe_unit": e.layout.stripe_unit,
         "pieces": pieces,
         "attrs": attrs,
+        // A put's new version while it is written (null otherwise).
+        "pending": e.pending.as_ref().map(|l| serde_json::json!({
+            "stripe_unit": l.stripe_unit,
+            "pieces": pieces_json(l),
+        })),
     })
 }
 
@@ -419,6 +440,11 @@ fn fsck_text(r: &FsckReport) -> String {
     for n in &r.incomplete {
         text.push_str(&format!(
             "incomplete put: {n} (its put did not finish; remove it with 'sluice obj --meta URI rm' and put it again)\n"
+        ));
+    }
+    for n in &r.abandoned {
+        text.push_str(&format!(
+            "abandoned put: {n} (a put replacing it did not finish; its old content stays, the new version's pieces were removed)\n"
         ));
     }
     for o in &r.unmarked {

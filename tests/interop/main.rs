@@ -38,6 +38,7 @@ mod safety;
 mod service;
 mod shutdown;
 mod striped_cli;
+mod striped_overwrite;
 mod tls;
 mod tls_keys;
 mod write_hole;

@@ -12,150 +12,18 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Barrier, OnceLock};
 use std::time::{Duration, Instant};
 
-use sluice_client::obj::{ObjClient, ObjOptions, Segment, Value};
+use sluice_client::obj::{ObjOptions, Segment};
 use sluice_client::striped::{
     CreateStep, FsckOptions, Pattern, RemoveStep, StripedClient, StripedError, StripedObject,
-    StripedWrite, PIECE_COLLECTION, PIECE_OF_ATTR,
+    StripedWrite, PIECE_COLLECTION,
 };
-use sluice_client::ObjUri;
 use sluice_meta::{EntryState, EtcdConfig, EtcdMetaStore, MemoryMetaStore, MetaError, MetaStore};
 use sluice_testkit::etcd::EtcdCluster;
-use sluice_testkit::test_server::TestServer;
-use tempfile::TempDir;
 
+mod deployment;
 mod relay;
+use deployment::{all_entries, bytes, deploy, deploy_with, seg, Deployment, UNIT};
 use relay::Relay;
-
-/// The smallest stripe unit a layout may have.
-const UNIT: u64 = 4096;
-
-/// Object servers, each with its own store, and the metadata service
-/// naming them.
-struct Deployment {
-    servers: Vec<Option<TestServer>>,
-    uris: Vec<String>,
-    meta: Arc<dyn MetaStore>,
-    _dirs: Vec<TempDir>,
-}
-
-fn options() -> ObjOptions {
-    ObjOptions {
-        connect_timeout: Duration::from_secs(5),
-        request_timeout: Some(Duration::from_secs(10)),
-        ..ObjOptions::default()
-    }
-}
-
-fn deploy(n: usize) -> Deployment {
-    deploy_with(n, Arc::new(MemoryMetaStore::new()))
-}
-
-/// `n` object servers named in `meta`.
-fn deploy_with(n: usize, meta: Arc<dyn MetaStore>) -> Deployment {
-    let mut servers = Vec::new();
-    let mut uris = Vec::new();
-    let mut dirs = Vec::new();
-    for _ in 0..n {
-        let dir = tempfile::tempdir().unwrap();
-        let server = TestServer::builder()
-            .objects(dir.path().join("objects"))
-            .metrics()
-            .start();
-        let uri = server.obj_uri();
-        meta.add_server(&uri).unwrap();
-        uris.push(uri);
-        servers.push(Some(server));
-        dirs.push(dir);
-    }
-    Deployment {
-        servers,
-        uris,
-        meta,
-        _dirs: dirs,
-    }
-}
-
-impl Deployment {
-    fn client(&self) -> StripedClient {
-        StripedClient::new(Arc::clone(&self.meta), options())
-    }
-
-    fn obj_client(&self, i: usize) -> ObjClient {
-        let uri: ObjUri = self.uris[i].parse().unwrap();
-        ObjClient::connect(&uri, &options()).unwrap()
-    }
-
-    /// The pieces (objects marked as one) on server `i`, with the striped
-    /// object each was made for.
-    fn pieces_on(&self, i: usize) -> Vec<(u64, String)> {
-        match self
-            .obj_client(i)
-            .list(PIECE_COLLECTION, Some(&[PIECE_OF_ATTR]))
-        {
-            Ok(members) => members
-                .into_iter()
-                .filter_map(|m| match m.attrs.get(PIECE_OF_ATTR) {
-                    Some(Value::Text(of)) => Some((m.object, of.clone())),
-                    _ => None,
-                })
-                .collect(),
-            Err(e) if e.is_not_found() => Vec::new(),
-            Err(e) => panic!("{e}"),
-        }
-    }
-
-    /// Asserts every piece on every server belongs to an entry that
-    /// names it, every entry's pieces exist, and every entry is ready.
-    fn assert_consistent(&self) {
-        let entries = all_entries(&*self.meta, "");
-        for e in &entries {
-            assert_eq!(e.state, EntryState::Ready, "{e:?}");
-        }
-        for (i, uri) in self.uris.iter().enumerate() {
-            let on_server = self.pieces_on(i);
-            for (object, of) in &on_server {
-                let named = entries.iter().any(|e| {
-                    e.name == *of
-                        && e.layout
-                            .pieces
-                            .iter()
-                            .any(|p| p.server == *uri && p.object == *object)
-                });
-                assert!(named, "orphan piece {object} of {of:?} on {uri}");
-            }
-            for e in &entries {
-                for p in e.layout.pieces.iter().filter(|p| p.server == *uri) {
-                    assert!(
-                        on_server.iter().any(|(o, _)| *o == p.object),
-                        "{:?} names piece {} on {uri}, which is missing",
-                        e.name,
-                        p.object
-                    );
-                }
-            }
-        }
-    }
-
-    /// Sum of the object write requests server `i` has answered.
-    fn writes_on(&self, i: usize) -> u64 {
-        let text = self.servers[i].as_ref().unwrap().scrape();
-        text.lines()
-            .filter(|l| l.starts_with("sluice_obj_requests_total{command=\"write\""))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
-            .sum()
-    }
-}
-
-fn seg(offset: u64, length: u64) -> Segment {
-    Segment { offset, length }
-}
-
-/// `len` bytes that differ with `seed`.
-fn bytes(seed: u64, len: u64) -> Vec<u8> {
-    (0..len)
-        .map(|i| (sluice_types::splitmix64(seed.wrapping_mul(0x1_0000_0001) ^ i) & 0xff) as u8)
-        .collect()
-}
 
 /// The model: the object's bytes up to its size.
 fn model_write(model: &mut Vec<u8>, pattern: &Pattern<'_>, data: &[u8]) {
@@ -843,11 +711,4 @@ fn a_hung_server_fails_by_name_within_the_request_timeout() {
     let got = c.read(&mut o, &live).unwrap();
     let k = (1 - hung) * UNIT as usize;
     assert!(got.data == data[k..k + UNIT as usize]);
-}
-
-/// Every entry under `prefix`, paged through.
-fn all_entries(meta: &dyn MetaStore, prefix: &str) -> Vec<sluice_meta::Entry> {
-    sluice_meta::entries(meta, prefix)
-        .collect::<Result<_, _>>()
-        .unwrap()
 }

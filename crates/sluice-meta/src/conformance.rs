@@ -12,10 +12,12 @@ use std::sync::Barrier;
 use crate::{Entry, EntryState, Layout, MetaError, MetaStore, Piece, Update};
 
 mod paging;
+mod versions;
 pub use paging::{
     a_prefix_bounds_every_page, changes_between_pages_neither_repeat_nor_skip,
     page_requests_out_of_range_are_refused, pages_concatenate_to_the_full_listing,
 };
+pub use versions::a_pending_version_switches_in_one_update;
 
 /// One property, checked on a fresh store.
 pub type Check = fn(&dyn MetaStore);
@@ -59,6 +61,10 @@ pub const CHECKS: &[(&str, Check)] = &[
     ),
     ("servers_keep_their_order", servers_keep_their_order),
     ("servers_in_use_stay", servers_in_use_stay),
+    (
+        "a_pending_version_switches_in_one_update",
+        a_pending_version_switches_in_one_update,
+    ),
     ("placements_count_by_one", placements_count_by_one),
     (
         "concurrent_creates_have_one_winner",
@@ -110,6 +116,7 @@ macro_rules! meta_conformance_tests {
             page_requests_out_of_range_are_refused,
             servers_keep_their_order,
             servers_in_use_stay,
+            a_pending_version_switches_in_one_update,
             placements_count_by_one,
             concurrent_creates_have_one_winner,
             concurrent_size_at_least_keeps_the_largest,

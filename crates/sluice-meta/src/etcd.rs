@@ -236,7 +236,7 @@ impl MetaStore for EtcdMetaStore {
                         Ok((e, _)) => e,
                         Err(e) => return Ok(Err(e)),
                     };
-                    if entry.layout.pieces.iter().any(|p| p.server == uri) {
+                    if entry.uses_server(uri) {
                         objects += 1;
                         example.get_or_insert(entry.name);
                     }
@@ -368,6 +368,7 @@ impl MetaStore for EtcdMetaStore {
             state: EntryState::Creating,
             size: 0,
             attrs: attrs.clone(),
+            pending: None,
             revision: 0,
         };
         let value = Record::from_entry(&entry, writer).encode();
@@ -463,6 +464,7 @@ impl MetaStore for EtcdMetaStore {
         expected_revision: Option<u64>,
         update: &Update,
     ) -> Result<Entry, MetaError> {
+        update.check()?;
         let key = self.name_key(name);
         let writer = fastrand::u64(..);
         let not_found = || MetaError::NotFound {

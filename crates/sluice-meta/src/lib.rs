@@ -31,6 +31,7 @@ pub use etcd::{
 };
 pub use memory::MemoryMetaStore;
 pub use page::{check_page, entries, Entries, Page, MAX_PAGE};
+
 pub use sqlite::SqliteMetaStore;
 
 /// Longest name, in bytes.
@@ -150,6 +151,13 @@ pub struct Entry {
     pub size: u64,
     /// User attributes of the whole object.
     pub attrs: BTreeMap<String, Vec<u8>>,
+    /// The layout of a new version a put is writing to replace this
+    /// object: readers never see it; the put's last update moves it to
+    /// [`Entry::layout`] (with the new size and attributes) in one step,
+    /// so the name reads as the old object or the new one, never a mix.
+    /// Its pieces are the put's while it runs; fsck collects those of a
+    /// put that died ([`PendingChange`]).
+    pub pending: Option<Layout>,
     /// Changes on every update of this entry; updates compare it
     /// ([`MetaStore::update`]) so two writers cannot both win. Drawn from
     /// a store-wide counter that only grows, so a name deleted and created
@@ -157,11 +165,29 @@ pub struct Entry {
     pub revision: u64,
 }
 
+/// What an [`Update`] does to an entry's [`Entry::pending`] layout.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum PendingChange {
+    /// Leaves it as it is.
+    #[default]
+    Keep,
+    /// Records the layout of a new version a put has begun (replacing any
+    /// other put's, whose switch then fails its revision check).
+    Set(Layout),
+    /// Forgets it (the put switched to it, or gave up).
+    Clear,
+}
+
 /// One change to an entry, applied atomically with the revision check, in
-/// this order: state, exact size, size-at-least, set attributes, remove
-/// attributes (a name in both ends up removed).
+/// this order: layout, pending layout, state, exact size, size-at-least,
+/// set attributes, remove attributes (a name in both ends up removed).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Update {
+    /// A new layout, if any: a put switching the name to the version it
+    /// wrote (see [`Entry::pending`]).
+    pub layout: Option<Layout>,
+    /// The pending layout's change.
+    pub pending: PendingChange,
     /// A new state, if any.
     pub state: Option<EntryState>,
     /// Sets the size to at least this (a write that ends past the end grows
@@ -178,6 +204,14 @@ pub struct Update {
 impl Update {
     /// Applies this change to an entry's fields (not its revision).
     pub fn apply(&self, entry: &mut Entry) {
+        if let Some(layout) = &self.layout {
+            entry.layout = layout.clone();
+        }
+        match &self.pending {
+            PendingChange::Keep => {}
+            PendingChange::Set(layout) => entry.pending = Some(layout.clone()),
+            PendingChange::Clear => entry.pending = None,
+        }
         if let Some(state) = self.state {
             entry.state = state;
         }
@@ -193,6 +227,29 @@ impl Update {
         for k in &self.remove_attrs {
             entry.attrs.remove(k);
         }
+    }
+
+    /// Checks the layouts it would store ([`Layout::check`]).
+    pub fn check(&self) -> Result<(), MetaError> {
+        if let Some(layout) = &self.layout {
+            layout.check()?;
+        }
+        if let PendingChange::Set(layout) = &self.pending {
+            layout.check()?;
+        }
+        Ok(())
+    }
+}
+
+impl Entry {
+    /// Whether a piece of this entry, of its current or its pending
+    /// layout, lives on `server`.
+    pub fn uses_server(&self, server: &str) -> bool {
+        self.layout
+            .pieces
+            .iter()
+            .chain(self.pending.iter().flat_map(|l| &l.pieces))
+            .any(|p| p.server == server)
     }
 }
 

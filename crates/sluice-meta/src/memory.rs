@@ -101,10 +101,7 @@ impl MetaStore for MemoryMetaStore {
 
     fn remove_server(&self, uri: &str) -> Result<(), MetaError> {
         let mut s = self.state();
-        let mut users = s
-            .entries
-            .values()
-            .filter(|e| e.layout.pieces.iter().any(|p| p.server == uri));
+        let mut users = s.entries.values().filter(|e| e.uses_server(uri));
         if let Some(first) = users.next() {
             return Err(MetaError::ServerInUse {
                 server: uri.to_owned(),
@@ -150,6 +147,7 @@ impl MetaStore for MemoryMetaStore {
             state: EntryState::Creating,
             size: 0,
             attrs: attrs.clone(),
+            pending: None,
             revision: s.next_revision(),
         };
         s.entries.insert(name.to_owned(), entry.clone());
@@ -185,6 +183,7 @@ impl MetaStore for MemoryMetaStore {
         expected_revision: Option<u64>,
         update: &Update,
     ) -> Result<Entry, MetaError> {
+        update.check()?;
         let mut s = self.state();
         let revision = s.revision + 1;
         let entry = s.entry_at(name, expected_revision)?;

@@ -17,6 +17,52 @@ struct StoredPiece {
     object: u64,
 }
 
+/// A layout stored on its own (the pending one; the current layout's
+/// fields sit in [`Record`] itself, as they always have).
+#[derive(Serialize, Deserialize)]
+struct StoredLayout {
+    stripe_unit: u64,
+    pieces: Vec<StoredPiece>,
+}
+
+impl StoredLayout {
+    fn from_layout(l: &Layout) -> Self {
+        Self {
+            stripe_unit: l.stripe_unit,
+            pieces: stored_pieces(&l.pieces),
+        }
+    }
+
+    fn into_layout(self) -> Layout {
+        Layout {
+            stripe_unit: self.stripe_unit,
+            pieces: pieces(self.pieces),
+        }
+    }
+}
+
+fn stored_pieces(pieces: &[Piece]) -> Vec<StoredPiece> {
+    pieces
+        .iter()
+        .map(|p| StoredPiece {
+            server: p.server.clone(),
+            partition: p.partition,
+            object: p.object,
+        })
+        .collect()
+}
+
+fn pieces(stored: Vec<StoredPiece>) -> Vec<Piece> {
+    stored
+        .into_iter()
+        .map(|p| Piece {
+            server: p.server,
+            partition: p.partition,
+            object: p.object,
+        })
+        .collect()
+}
+
 #[derive(Serialize, Deserialize, Clone, Copy)]
 #[serde(rename_all = "lowercase")]
 enum StoredState {
@@ -35,6 +81,10 @@ pub(crate) struct Record {
     state: StoredState,
     size: u64,
     attrs: BTreeMap<String, String>,
+    /// A put's new version, while it is written (absent in records from
+    /// before puts could replace an object).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pending: Option<StoredLayout>,
     /// A number the writer of this version drew at random: the etcd
     /// backend tells from it whether a write whose reply was lost landed.
     #[serde(default)]
@@ -45,16 +95,7 @@ impl Record {
     pub(crate) fn from_entry(entry: &Entry, writer: u64) -> Self {
         Self {
             stripe_unit: entry.layout.stripe_unit,
-            pieces: entry
-                .layout
-                .pieces
-                .iter()
-                .map(|p| StoredPiece {
-                    server: p.server.clone(),
-                    partition: p.partition,
-                    object: p.object,
-                })
-                .collect(),
+            pieces: stored_pieces(&entry.layout.pieces),
             state: match entry.state {
                 EntryState::Creating => StoredState::Creating,
                 EntryState::Writing => StoredState::Writing,
@@ -67,6 +108,7 @@ impl Record {
                 .iter()
                 .map(|(k, v)| (k.clone(), BASE64.encode(v)))
                 .collect(),
+            pending: entry.pending.as_ref().map(StoredLayout::from_layout),
             writer,
         }
     }
@@ -97,15 +139,7 @@ impl Record {
             name: name.to_owned(),
             layout: Layout {
                 stripe_unit: r.stripe_unit,
-                pieces: r
-                    .pieces
-                    .into_iter()
-                    .map(|p| Piece {
-                        server: p.server,
-                        partition: p.partition,
-                        object: p.object,
-                    })
-                    .collect(),
+                pieces: pieces(r.pieces),
             },
             state: match r.state {
                 StoredState::Creating => EntryState::Creating,
@@ -115,6 +149,7 @@ impl Record {
             },
             size: r.size,
             attrs,
+            pending: r.pending.map(StoredLayout::into_layout),
             revision,
         };
         Ok((entry, r.writer))

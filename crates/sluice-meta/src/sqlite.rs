@@ -308,6 +308,7 @@ impl MetaStore for SqliteMetaStore {
         expected_revision: Option<u64>,
         update: &Update,
     ) -> Result<Entry, MetaError> {
+        update.check()?;
         let op = Op::Update {
             name: name.to_owned(),
             expected: expected_revision,
@@ -488,6 +489,7 @@ fn apply(conn: &Connection, path: &Path, op: &Op) -> Result<Outcome, MetaError> 
                 state: EntryState::Creating,
                 size: 0,
                 attrs: attrs.clone(),
+                pending: None,
                 revision: next_revision(conn, path)?,
             };
             conn.prepare_cached("INSERT INTO entries (name, revision, record) VALUES (?1, ?2, ?3)")
@@ -499,12 +501,7 @@ fn apply(conn: &Connection, path: &Path, op: &Op) -> Result<Outcome, MetaError> 
                     ])
                 })
                 .map_err(fail(format!("create {name:?}")))?;
-            let servers: BTreeSet<&str> = layout.pieces.iter().map(|p| p.server.as_str()).collect();
-            for server in servers {
-                conn.prepare_cached("INSERT OR IGNORE INTO pieces (server, name) VALUES (?1, ?2)")
-                    .and_then(|mut s| s.execute([server, name]))
-                    .map_err(fail(format!("record the pieces of {name:?}")))?;
-            }
+            record_servers(conn, path, None, Some(&entry))?;
             Ok(Outcome::Entry(entry))
         }
         Op::Update {
@@ -512,7 +509,8 @@ fn apply(conn: &Connection, path: &Path, op: &Op) -> Result<Outcome, MetaError> 
             expected,
             update,
         } => {
-            let mut entry = existing(conn, path, name, *expected)?;
+            let before = existing(conn, path, name, *expected)?;
+            let mut entry = before.clone();
             update.apply(&mut entry);
             entry.revision = next_revision(conn, path)?;
             conn.prepare_cached("UPDATE entries SET revision = ?2, record = ?3 WHERE name = ?1")
@@ -524,6 +522,7 @@ fn apply(conn: &Connection, path: &Path, op: &Op) -> Result<Outcome, MetaError> 
                     ])
                 })
                 .map_err(fail(format!("update {name:?}")))?;
+            record_servers(conn, path, Some(&before), Some(&entry))?;
             Ok(Outcome::Entry(entry))
         }
         Op::Delete { name, expected } => {
@@ -531,14 +530,51 @@ fn apply(conn: &Connection, path: &Path, op: &Op) -> Result<Outcome, MetaError> 
             conn.prepare_cached("DELETE FROM entries WHERE name = ?1")
                 .and_then(|mut s| s.execute([name]))
                 .map_err(fail(format!("delete {name:?}")))?;
-            for piece in &entry.layout.pieces {
-                conn.prepare_cached("DELETE FROM pieces WHERE server = ?1 AND name = ?2")
-                    .and_then(|mut s| s.execute([&piece.server, name]))
-                    .map_err(fail(format!("forget the pieces of {name:?}")))?;
-            }
+            record_servers(conn, path, Some(&entry), None)?;
             Ok(Outcome::Done)
         }
     }
+}
+
+/// The servers an entry has pieces on, in its current or pending layout.
+fn servers_of(entry: Option<&Entry>) -> BTreeSet<&str> {
+    entry
+        .into_iter()
+        .flat_map(|e| {
+            e.layout
+                .pieces
+                .iter()
+                .chain(e.pending.iter().flat_map(|l| &l.pieces))
+        })
+        .map(|p| p.server.as_str())
+        .collect()
+}
+
+/// Keeps the `pieces` table (which servers each name uses, for
+/// `remove_server`) in step with an entry that changed from `before` to
+/// `after` (`None`: not there).
+fn record_servers(
+    conn: &Connection,
+    path: &Path,
+    before: Option<&Entry>,
+    after: Option<&Entry>,
+) -> Result<(), MetaError> {
+    let Some(name) = after.or(before).map(|e| e.name.as_str()) else {
+        return Ok(());
+    };
+    let fail = |e| backend(path, format!("record the pieces of {name:?}"), e);
+    let (old, new) = (servers_of(before), servers_of(after));
+    for server in old.difference(&new) {
+        conn.prepare_cached("DELETE FROM pieces WHERE server = ?1 AND name = ?2")
+            .and_then(|mut s| s.execute([server, &name]))
+            .map_err(fail)?;
+    }
+    for server in new.difference(&old) {
+        conn.prepare_cached("INSERT OR IGNORE INTO pieces (server, name) VALUES (?1, ?2)")
+            .and_then(|mut s| s.execute([server, &name]))
+            .map_err(fail)?;
+    }
+    Ok(())
 }
 
 /// The entry of `name` as the writer sees it.

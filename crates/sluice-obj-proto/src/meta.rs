@@ -86,12 +86,26 @@ pub struct MetaEntry {
     pub state: MetaState,
     pub size: u64,
     pub attrs: BTreeMap<String, Vec<u8>>,
+    /// The layout of a new version a put is writing to replace it.
+    pub pending: Option<MetaLayout>,
     pub revision: u64,
+}
+
+/// What an update does to an entry's pending layout.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum MetaPending {
+    #[default]
+    Keep,
+    Set(MetaLayout),
+    Clear,
 }
 
 /// One change to an entry.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MetaUpdate {
+    /// A new layout (a put switching to the version it wrote).
+    pub layout: Option<MetaLayout>,
+    pub pending: MetaPending,
     pub state: Option<MetaState>,
     pub size_at_least: Option<u64>,
     pub size: Option<u64>,
@@ -282,12 +296,23 @@ fn put_layout(l: &MetaLayout, out: &mut Vec<u8>) {
     }
 }
 
+fn put_opt_layout(l: Option<&MetaLayout>, out: &mut Vec<u8>) {
+    match l {
+        Some(l) => {
+            out.push(1);
+            put_layout(l, out);
+        }
+        None => out.push(0),
+    }
+}
+
 fn put_entry(e: &MetaEntry, out: &mut Vec<u8>) {
     put_str(&e.name, out);
     put_layout(&e.layout, out);
     out.push(e.state.wire());
     out.extend_from_slice(&e.size.to_be_bytes());
     put_attrs(&e.attrs, out);
+    put_opt_layout(e.pending.as_ref(), out);
     out.extend_from_slice(&e.revision.to_be_bytes());
 }
 
@@ -348,6 +373,15 @@ impl MetaRequest {
                 out.extend_from_slice(&(update.remove_attrs.len() as u16).to_be_bytes());
                 for k in &update.remove_attrs {
                     put_str(k, out);
+                }
+                put_opt_layout(update.layout.as_ref(), out);
+                match &update.pending {
+                    MetaPending::Keep => out.push(0),
+                    MetaPending::Set(l) => {
+                        out.push(1);
+                        put_layout(l, out);
+                    }
+                    MetaPending::Clear => out.push(2),
                 }
             }
             Self::Delete {
@@ -410,10 +444,24 @@ impl MetaRequest {
                 for _ in 0..n {
                     remove_attrs.push(key(&mut r)?);
                 }
+                let layout = opt_layout(&mut r, "new layout")?;
+                let pending = match r.u8().ok_or(MetaDecodeError::Truncated("pending layout"))? {
+                    0 => MetaPending::Keep,
+                    1 => MetaPending::Set(self::layout(&mut r)?),
+                    2 => MetaPending::Clear,
+                    tag => {
+                        return Err(MetaDecodeError::BadTag {
+                            what: "pending layout",
+                            tag,
+                        })
+                    }
+                };
                 Self::Update {
                     name,
                     expected_revision,
                     update: MetaUpdate {
+                        layout,
+                        pending,
                         state,
                         size_at_least,
                         size,
@@ -685,6 +733,14 @@ fn layout(r: &mut Reader<'_>) -> Result<MetaLayout> {
     })
 }
 
+fn opt_layout(r: &mut Reader<'_>, what: &'static str) -> Result<Option<MetaLayout>> {
+    match r.u8().ok_or(MetaDecodeError::Truncated(what))? {
+        0 => Ok(None),
+        1 => Ok(Some(layout(r)?)),
+        tag => Err(MetaDecodeError::BadTag { what, tag }),
+    }
+}
+
 fn entry(r: &mut Reader<'_>) -> Result<MetaEntry> {
     let name = name(r, "object name")?;
     let layout = layout(r)?;
@@ -696,6 +752,7 @@ fn entry(r: &mut Reader<'_>) -> Result<MetaEntry> {
         state,
         size: u64_(r, "size")?,
         attrs: attrs(r)?,
+        pending: opt_layout(r, "pending layout")?,
         revision: u64_(r, "revision")?,
     })
 }
@@ -718,8 +775,30 @@ mod tests {
             state: MetaState::Ready,
             size: 10,
             attrs: [("k".to_owned(), b"v".to_vec())].into(),
+            pending: None,
             revision: 3,
         }
+    }
+
+    /// An entry a put is replacing.
+    fn replaced() -> MetaEntry {
+        let mut e = entry();
+        e.pending = Some(MetaLayout {
+            stripe_unit: 4096,
+            pieces: vec![
+                MetaPiece {
+                    server: "sluice://h:2".into(),
+                    partition: 1,
+                    object: 9,
+                },
+                MetaPiece {
+                    server: "sluice://h:3".into(),
+                    partition: 2,
+                    object: 10,
+                },
+            ],
+        });
+        e
     }
 
     #[test]
@@ -764,6 +843,26 @@ mod tests {
                     size: None,
                     set_attrs: entry().attrs,
                     remove_attrs: vec!["z".into()],
+                    ..MetaUpdate::default()
+                },
+            },
+            MetaRequest::Update {
+                name: "x".into(),
+                expected_revision: Some(5),
+                update: MetaUpdate {
+                    pending: MetaPending::Set(replaced().pending.unwrap()),
+                    ..MetaUpdate::default()
+                },
+            },
+            MetaRequest::Update {
+                name: "x".into(),
+                expected_revision: Some(6),
+                update: MetaUpdate {
+                    layout: replaced().pending,
+                    pending: MetaPending::Clear,
+                    state: Some(MetaState::Ready),
+                    size: Some(3),
+                    ..MetaUpdate::default()
                 },
             },
             MetaRequest::Delete {
@@ -782,8 +881,9 @@ mod tests {
             MetaReply::Placement(9),
             MetaReply::Deployment("3f2a".into()),
             MetaReply::Entry(entry()),
+            MetaReply::Entry(replaced()),
             MetaReply::Page {
-                entries: vec![entry(), entry()],
+                entries: vec![entry(), replaced(), entry()],
                 more: true,
             },
             MetaReply::Failed(MetaFailure::Conflict {

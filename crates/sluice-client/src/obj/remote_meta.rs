@@ -24,11 +24,13 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use sluice_meta::{
-    check_name, check_page, Entry, EntryState, Layout, MetaError, MetaStore, Page, Piece, Update,
+    check_name, check_page, Entry, EntryState, Layout, MetaError, MetaStore, Page, PendingChange,
+    Piece, Update,
 };
 use sluice_obj_proto::meta::{MAX_META_NAME_LEN, MAX_META_PAGE};
 use sluice_obj_proto::{
-    MetaEntry, MetaFailure, MetaLayout, MetaPiece, MetaReply, MetaRequest, MetaState, MetaUpdate,
+    MetaEntry, MetaFailure, MetaLayout, MetaPending, MetaPiece, MetaReply, MetaRequest, MetaState,
+    MetaUpdate,
 };
 
 use super::client::ObjOptions;
@@ -272,6 +274,12 @@ impl MetaStore for RemoteMetaStore {
                 name: name.into(),
                 expected_revision,
                 update: MetaUpdate {
+                    layout: update.layout.as_ref().map(layout_to_wire),
+                    pending: match &update.pending {
+                        PendingChange::Keep => MetaPending::Keep,
+                        PendingChange::Set(l) => MetaPending::Set(layout_to_wire(l)),
+                        PendingChange::Clear => MetaPending::Clear,
+                    },
                     state: update.state.map(state_to_wire),
                     size_at_least: update.size_at_least,
                     size: update.size,
@@ -350,22 +358,25 @@ fn layout_to_wire(l: &Layout) -> MetaLayout {
     }
 }
 
+fn layout_from_wire(l: MetaLayout) -> Layout {
+    Layout {
+        stripe_unit: l.stripe_unit,
+        pieces: l
+            .pieces
+            .into_iter()
+            .map(|p| Piece {
+                server: p.server,
+                partition: p.partition,
+                object: p.object,
+            })
+            .collect(),
+    }
+}
+
 fn entry_from_wire(e: MetaEntry) -> Entry {
     Entry {
         name: e.name,
-        layout: Layout {
-            stripe_unit: e.layout.stripe_unit,
-            pieces: e
-                .layout
-                .pieces
-                .into_iter()
-                .map(|p| Piece {
-                    server: p.server,
-                    partition: p.partition,
-                    object: p.object,
-                })
-                .collect(),
-        },
+        layout: layout_from_wire(e.layout),
         state: match e.state {
             MetaState::Creating => EntryState::Creating,
             MetaState::Writing => EntryState::Writing,
@@ -374,6 +385,7 @@ fn entry_from_wire(e: MetaEntry) -> Entry {
         },
         size: e.size,
         attrs: e.attrs,
+        pending: e.pending.map(layout_from_wire),
         revision: e.revision,
     }
 }

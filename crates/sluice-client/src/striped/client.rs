@@ -62,9 +62,8 @@ use super::plan::{Pattern, PlanError, StripePlan};
 use super::pool::{Endpoint, Pool};
 use crate::net::uri::ObjUri;
 use crate::obj::DataOptions;
-use crate::obj::{AttrChange, Value};
+use crate::obj::ObjOptions;
 use crate::obj::{FlushScope, ObjError, DEFAULT_PARTITION};
-use crate::obj::{ObjClient, ObjOptions};
 use crate::Durability;
 
 /// The collection every piece of a striped object is made in.
@@ -114,6 +113,11 @@ pub enum StripedError {
     },
     #[error("striped object {name:?} is {state:?}, not ready for use")]
     NotReady { name: String, state: EntryState },
+    /// The name no longer holds the version this handle (or put) works
+    /// on: a put replaced it, or it was removed, first. Nothing of this
+    /// operation's metadata was applied.
+    #[error("striped object {name:?} was replaced or removed by another client meanwhile")]
+    Replaced { name: String },
     #[error("striped object {name:?} wants {wanted} object server(s); the deployment has {have}")]
     TooFewServers {
         name: String,
@@ -163,9 +167,21 @@ pub enum RemoveStep {
 #[derive(Debug, Clone)]
 pub struct StripedObject {
     entry: Entry,
+    /// For a put replacing an existing object: the live entry, as it was
+    /// when the put recorded its new version as pending. `entry` is then
+    /// the new version, known only to this handle until
+    /// [`StripedClient::complete_put`] switches the name to it.
+    pub(crate) replacing: Option<Entry>,
 }
 
 impl StripedObject {
+    pub(crate) fn new(entry: Entry) -> Self {
+        Self {
+            entry,
+            replacing: None,
+        }
+    }
+
     /// The entry as last seen (size, attributes, layout, revision).
     pub fn entry(&self) -> &Entry {
         &self.entry
@@ -182,6 +198,12 @@ impl StripedObject {
 
     pub fn layout(&self) -> &Layout {
         &self.entry.layout
+    }
+
+    /// Whether this is a put's new version of an object that exists,
+    /// which the put has not switched the name to yet.
+    pub fn replaces(&self) -> bool {
+        self.replacing.is_some()
     }
 
     pub(crate) fn set_entry(&mut self, entry: Entry) {
@@ -318,201 +340,6 @@ impl StripedClient {
         &self.meta
     }
 
-    /// Makes `name` with `stripe_unit` bytes per stripe unit over
-    /// `servers` object servers, and opens it.
-    pub fn create(
-        &mut self,
-        name: &str,
-        stripe_unit: u64,
-        servers: usize,
-    ) -> Result<StripedObject, StripedError> {
-        self.create_until(name, stripe_unit, servers, CreateStep::Ready)
-    }
-
-    /// [`create`](Self::create) up to `last` (see [`CreateStep`]); the
-    /// handle has the entry as that step left it (with
-    /// [`CreateStep::Pieces`], an entry that was never stored).
-    pub fn create_until(
-        &mut self,
-        name: &str,
-        stripe_unit: u64,
-        servers: usize,
-        last: CreateStep,
-    ) -> Result<StripedObject, StripedError> {
-        self.create_in(name, stripe_unit, servers, last, false)
-    }
-
-    /// [`create_until`](Self::create_until); a `put`'s pieces are marked
-    /// as such, and its last step leaves the entry
-    /// [`EntryState::Writing`] rather than ready.
-    pub(crate) fn create_in(
-        &mut self,
-        name: &str,
-        stripe_unit: u64,
-        servers: usize,
-        last: CreateStep,
-        put: bool,
-    ) -> Result<StripedObject, StripedError> {
-        // A name plainly taken fails before any piece is made; a race
-        // with another creator is settled by the metadata service below.
-        match self.meta.lookup(name) {
-            Ok(_) => {
-                return Err(meta_error(
-                    "create",
-                    name,
-                    MetaError::Exists { name: name.into() },
-                ))
-            }
-            Err(MetaError::NotFound { .. }) => {}
-            Err(e) => return Err(meta_error("look up", name, e)),
-        }
-        let all = self
-            .meta
-            .servers()
-            .map_err(|e| meta_error("list servers for", name, e))?;
-        if servers == 0 || servers > all.len() {
-            return Err(StripedError::TooFewServers {
-                name: name.into(),
-                wanted: servers,
-                have: all.len(),
-            });
-        }
-        let start = self
-            .meta
-            .next_placement()
-            .map_err(|e| meta_error("place", name, e))?;
-        let chosen: Vec<&String> = (0..servers)
-            .map(|i| &all[((start % all.len() as u64) as usize + i) % all.len()])
-            .collect();
-        let layout = self.make_pieces(name, stripe_unit, &chosen, put)?;
-        let mut entry = Entry {
-            name: name.to_owned(),
-            layout,
-            state: EntryState::Creating,
-            size: 0,
-            attrs: BTreeMap::new(),
-            revision: 0,
-        };
-        if last == CreateStep::Pieces {
-            return Ok(StripedObject { entry });
-        }
-        entry = match self.meta.create(name, &entry.layout, &entry.attrs) {
-            Ok(e) => e,
-            Err(e) => {
-                self.discard_pieces(name, &entry.layout);
-                return Err(meta_error("create", name, e));
-            }
-        };
-        if last == CreateStep::Entry {
-            return Ok(StripedObject { entry });
-        }
-        let settled = if put {
-            EntryState::Writing
-        } else {
-            EntryState::Ready
-        };
-        let ready = Update {
-            state: Some(settled),
-            ..Update::default()
-        };
-        entry = match self.meta.update(name, Some(entry.revision), &ready) {
-            Ok(e) => e,
-            // fsck may have found its pieces and moved it on first.
-            Err(MetaError::Conflict { .. }) => {
-                let now = self
-                    .meta
-                    .lookup(name)
-                    .map_err(|e| meta_error("look up", name, e))?;
-                if now.state != settled {
-                    return Err(StripedError::NotReady {
-                        name: name.into(),
-                        state: now.state,
-                    });
-                }
-                now
-            }
-            Err(e) => return Err(meta_error("make ready", name, e)),
-        };
-        Ok(StripedObject { entry })
-    }
-
-    /// One piece on each of `servers`, marked as `name`'s; on failure the
-    /// pieces made are removed again.
-    fn make_pieces(
-        &mut self,
-        name: &str,
-        stripe_unit: u64,
-        servers: &[&String],
-        put: bool,
-    ) -> Result<Layout, StripedError> {
-        let deployment = self.deployment()?.to_owned();
-        let jobs: Vec<(Endpoint, DataOptions)> = servers
-            .iter()
-            .enumerate()
-            .map(|(i, server)| {
-                let endpoint = Endpoint {
-                    server: (*server).clone(),
-                    partition: partition_of(server).unwrap_or(DEFAULT_PARTITION),
-                };
-                let mut attrs = vec![
-                    AttrChange::set(PIECE_OF_ATTR, name),
-                    AttrChange::set(PIECE_INDEX_ATTR, Value::Integer(i as i64)),
-                    AttrChange::set(PIECE_DEPLOYMENT_ATTR, deployment.as_str()),
-                ];
-                if put {
-                    attrs.push(AttrChange::set(PIECE_PUT_ATTR, Value::Integer(1)));
-                }
-                let options = DataOptions {
-                    durability: Durability::Durable,
-                    attrs,
-                };
-                (endpoint, options)
-            })
-            .collect();
-        let results = self.pool.fan_out(&jobs, |c: &mut ObjClient, options| {
-            c.create_and_write(PIECE_COLLECTION, &[], &[], options)
-        });
-        let mut pieces = Vec::with_capacity(jobs.len());
-        let mut failed = Vec::new();
-        for (i, ((endpoint, _), r)) in jobs.iter().zip(results).enumerate() {
-            match r {
-                Ok(object) => pieces.push(Piece {
-                    server: endpoint.server.clone(),
-                    partition: endpoint.partition,
-                    object,
-                }),
-                Err(e) => failed.push((i, endpoint.server.clone(), e)),
-            }
-        }
-        let layout = Layout {
-            stripe_unit,
-            pieces,
-        };
-        if let Some((i, server, source)) = failed.into_iter().next() {
-            self.discard_pieces(name, &layout);
-            return Err(StripedError::Piece {
-                op: "create",
-                name: name.into(),
-                piece: i,
-                server,
-                source: Box::new(source),
-            });
-        }
-        Ok(layout)
-    }
-
-    /// Removes the pieces of a create that failed, as far as it can: what
-    /// is left is an orphan fsck removes.
-    fn discard_pieces(&mut self, name: &str, layout: &Layout) {
-        if let Err(e) = self.remove_pieces(name, layout) {
-            tracing::warn!(
-                object = name,
-                error = %e,
-                "pieces of a failed create left for fsck to remove"
-            );
-        }
-    }
-
     /// Removes every piece of `layout` (one already gone is not an error).
     pub(crate) fn remove_pieces(
         &mut self,
@@ -544,7 +371,7 @@ impl StripedClient {
     pub fn open(&mut self, name: &str) -> Result<StripedObject, StripedError> {
         let entry = self.stat(name)?;
         ready(&entry)?;
-        Ok(StripedObject { entry })
+        Ok(StripedObject::new(entry))
     }
 
     /// Reads the bytes `pattern` names; see the module documentation for
@@ -560,9 +387,14 @@ impl StripedClient {
             source,
         };
         pattern.total().map_err(plan_err)?;
-        if pattern.end() > object.size() {
-            // Others may have written further since this handle looked.
-            object.entry = self.stat(&name)?;
+        if pattern.end() > object.size() && object.replacing.is_none() {
+            // Others may have written further since this handle looked;
+            // a put may also have replaced the version it reads.
+            let now = self.stat(&name)?;
+            if now.layout != object.entry.layout {
+                return Err(StripedError::Replaced { name });
+            }
+            object.entry = now;
         }
         ready(&object.entry)?;
         let plan = StripePlan::new(object.layout(), pattern, object.size()).map_err(plan_err)?;
@@ -655,13 +487,52 @@ impl StripedClient {
             remove_attrs: options.remove_attrs.clone(),
             ..Update::default()
         };
-        if update != Update::default() {
-            object.entry = self
-                .meta
-                .update(&name, None, &update)
-                .map_err(|e| meta_error("update", &name, e))?;
+        self.update_entry(object, &update)
+    }
+
+    /// Applies `update` to the object's entry: in the handle alone for a
+    /// put's new version (its entry is stored when the put completes);
+    /// else in the metadata service, provided the name still holds the
+    /// version this handle wrote (a put that replaced it meanwhile fails
+    /// the update with [`StripedError::Replaced`] rather than take on
+    /// sizes or attributes meant for the old one). Concurrent updates of
+    /// one version compose: a conflict is retried.
+    fn update_entry(
+        &mut self,
+        object: &mut StripedObject,
+        update: &Update,
+    ) -> Result<(), StripedError> {
+        if *update == Update::default() {
+            return Ok(());
         }
-        Ok(())
+        if object.replacing.is_some() {
+            update.apply(&mut object.entry);
+            return Ok(());
+        }
+        let name = object.name().to_owned();
+        let mut revision = object.entry.revision;
+        for _ in 0..64 {
+            match self.meta.update(&name, Some(revision), update) {
+                Ok(entry) => {
+                    object.entry = entry;
+                    return Ok(());
+                }
+                Err(MetaError::Conflict { .. }) => {
+                    let now = self.stat(&name)?;
+                    if now.layout != object.entry.layout {
+                        return Err(StripedError::Replaced { name });
+                    }
+                    revision = now.revision;
+                }
+                Err(MetaError::NotFound { .. }) => return Err(StripedError::Replaced { name }),
+                Err(e) => return Err(meta_error("update", &name, e)),
+            }
+        }
+        Err(StripedError::Invalid {
+            name,
+            what: "update",
+            why: "the entry kept changing while it was being updated".into(),
+        })
     }
 
     /// Sets and removes attributes of the whole object, in one metadata
@@ -677,11 +548,7 @@ impl StripedClient {
             remove_attrs: remove,
             ..Update::default()
         };
-        object.entry = self
-            .meta
-            .update(object.name(), None, &update)
-            .map_err(|e| meta_error("update", object.name(), e))?;
-        Ok(())
+        self.update_entry(object, &update)
     }
 
     /// Makes every piece durable, the servers in parallel.
@@ -738,6 +605,10 @@ impl StripedClient {
         last: RemoveStep,
     ) -> Result<(), StripedError> {
         self.remove_pieces(&entry.name, &entry.layout)?;
+        if let Some(pending) = &entry.pending {
+            // A put's new version, never switched to: its put fails.
+            self.remove_pieces(&entry.name, pending)?;
+        }
         if last == RemoveStep::Pieces {
             return Ok(());
         }

@@ -9,7 +9,7 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use sluice_meta::{Entry, EntryState, MetaError, Piece, Update};
+use sluice_meta::{Entry, EntryState, Layout, MetaError, PendingChange, Piece, Update};
 
 use super::client::{
     endpoint, first_failure, meta_error, partition_of, RemoveStep, StripedClient, StripedError,
@@ -61,6 +61,10 @@ pub struct FsckReport {
     /// Objects whose put did not finish (entries left `Writing`): not
     /// complete, so not readable; remove them and put them again.
     pub incomplete: Vec<String>,
+    /// Objects a put began to replace and did not finish (its pending
+    /// version older than the grace period): the old content stays, the
+    /// new version is forgotten and its pieces removed.
+    pub abandoned: Vec<String>,
     /// Pieces no entry names that carry no deployment mark (made before
     /// pieces were marked): kept, since they may be another
     /// deployment's.
@@ -79,8 +83,24 @@ impl FsckReport {
             && self.removed.is_empty()
             && self.orphans.is_empty()
             && self.incomplete.is_empty()
+            && self.abandoned.is_empty()
             && self.failures.is_empty()
     }
+}
+
+/// The time a piece was made, from its [`CREATED_ATTR`], as time since
+/// the Unix epoch.
+fn created_at(value: Option<&Value>) -> Option<Duration> {
+    value
+        .and_then(Value::as_integer)
+        .and_then(|ns| u64::try_from(ns).ok())
+        .map(Duration::from_nanos)
+}
+
+fn since_epoch() -> Duration {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
 }
 
 fn list_error(e: MetaError) -> StripedError {
@@ -127,6 +147,11 @@ impl StripedClient {
         let mut checked = 0u64;
         for entry in sluice_meta::entries(&*meta, "") {
             let entry = entry.map_err(list_error)?;
+            if let Some(pending) = &entry.pending {
+                if let Err(e) = self.settle_pending(&entry, pending, options, &mut report) {
+                    report.failures.push(e);
+                }
+            }
             let done = match entry.state {
                 EntryState::Ready => Ok(()),
                 EntryState::Writing => {
@@ -198,6 +223,51 @@ impl StripedClient {
         Ok(())
     }
 
+    /// A put's pending version: forgotten once each of its pieces is
+    /// gone or older than the grace period (its put presumably died; one
+    /// still running then fails its switch, as the entry changed), and
+    /// its pieces left to the orphan pass; kept while any is younger.
+    fn settle_pending(
+        &mut self,
+        entry: &Entry,
+        pending: &Layout,
+        options: &FsckOptions,
+        report: &mut FsckReport,
+    ) -> Result<(), StripedError> {
+        let pieces: Vec<(usize, &Piece)> = pending.pieces.iter().enumerate().collect();
+        let jobs: Vec<(Endpoint, u64)> = pieces
+            .iter()
+            .map(|(_, p)| (endpoint(p), p.object))
+            .collect();
+        let results = self.pool.fan_out(&jobs, |c, &object| {
+            match c.get_attrs(object, &[CREATED_ATTR]) {
+                Ok(a) => Ok(created_at(a.get(CREATED_ATTR))),
+                Err(e) if e.is_not_found() => Ok(None),
+                Err(e) => Err(e),
+            }
+        });
+        let created = first_failure("check", &entry.name, &pieces, results)?;
+        let now = since_epoch();
+        if created
+            .iter()
+            .flatten()
+            .any(|c| now.saturating_sub(*c) < options.grace)
+        {
+            return Ok(());
+        }
+        let forget = Update {
+            pending: PendingChange::Clear,
+            ..Update::default()
+        };
+        match self.meta.update(&entry.name, Some(entry.revision), &forget) {
+            Ok(_) => report.abandoned.push(entry.name.clone()),
+            // Its put (or another client) moved it on.
+            Err(MetaError::Conflict { .. } | MetaError::NotFound { .. }) => {}
+            Err(e) => return Err(meta_error("forget the new version of", &entry.name, e)),
+        }
+        Ok(())
+    }
+
     fn check_pieces(&mut self, entry: &Entry) -> Result<Pieces, StripedError> {
         let pieces: Vec<(usize, &Piece)> = entry.layout.pieces.iter().enumerate().collect();
         let jobs: Vec<(Endpoint, u64)> = pieces
@@ -240,7 +310,13 @@ impl StripedClient {
         let mut named: HashSet<(usize, u64, u64)> = HashSet::new();
         let mut endpoints: BTreeSet<(String, u64)> = BTreeSet::new();
         for entry in sluice_meta::entries(&*meta, "") {
-            for p in entry.map_err(list_error)?.layout.pieces {
+            let entry = entry.map_err(list_error)?;
+            for p in entry
+                .layout
+                .pieces
+                .into_iter()
+                .chain(entry.pending.into_iter().flat_map(|l| l.pieces))
+            {
                 let next_id = server_ids.len();
                 let id = *server_ids.entry(p.server.clone()).or_insert(next_id);
                 named.insert((id, p.partition, p.object));
@@ -274,9 +350,7 @@ impl StripedClient {
                 other => other,
             }
         });
-        let now = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default();
+        let now = since_epoch();
         let mut orphans: Vec<Orphan> = Vec::new();
         for ((endpoint, ()), r) in jobs.iter().zip(listed) {
             let members = match r {
@@ -317,12 +391,7 @@ impl StripedClient {
                         continue;
                     }
                 }
-                let created = m
-                    .attrs
-                    .get(CREATED_ATTR)
-                    .and_then(Value::as_integer)
-                    .and_then(|ns| u64::try_from(ns).ok())
-                    .map(Duration::from_nanos);
+                let created = created_at(m.attrs.get(CREATED_ATTR));
                 let old_enough = created.is_none_or(|c| now.saturating_sub(c) >= options.grace);
                 if old_enough {
                     orphans.push(orphan());

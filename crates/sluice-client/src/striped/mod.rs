@@ -7,6 +7,7 @@
 //! repairs what a crash between its metadata and data steps leaves.
 
 mod client;
+mod create;
 mod fsck;
 pub mod plan;
 mod pool;
@@ -18,3 +19,4 @@ pub use client::{
 };
 pub use fsck::{FsckOptions, FsckReport, Orphan};
 pub use plan::{Pattern, PiecePlan, PlanError, Run, StripePlan};
+pub use put::PutStep;

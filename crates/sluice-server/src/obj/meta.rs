@@ -14,9 +14,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use sluice_meta::{Entry, EntryState, Layout, MetaError, MetaStore, Piece, Update};
+use sluice_meta::{Entry, EntryState, Layout, MetaError, MetaStore, PendingChange, Piece, Update};
 use sluice_obj_proto::{
-    ErrorCode, MetaEntry, MetaFailure, MetaLayout, MetaPiece, MetaReply, MetaRequest, MetaState,
+    ErrorCode, MetaEntry, MetaFailure, MetaLayout, MetaPending, MetaPiece, MetaReply, MetaRequest,
+    MetaState,
 };
 use sluice_types::error_chain;
 
@@ -96,6 +97,12 @@ fn call(store: &dyn MetaStore, request: MetaRequest) -> Result<MetaReply, MetaEr
             update,
         } => {
             let update = Update {
+                layout: update.layout.map(from_wire),
+                pending: match update.pending {
+                    MetaPending::Keep => PendingChange::Keep,
+                    MetaPending::Set(l) => PendingChange::Set(from_wire(l)),
+                    MetaPending::Clear => PendingChange::Clear,
+                },
                 state: update.state.map(state_from_wire),
                 size_at_least: update.size_at_least,
                 size: update.size,
@@ -209,25 +216,29 @@ fn from_wire(l: MetaLayout) -> Layout {
     }
 }
 
+fn layout_to_wire(l: Layout) -> MetaLayout {
+    MetaLayout {
+        stripe_unit: l.stripe_unit,
+        pieces: l
+            .pieces
+            .into_iter()
+            .map(|p| MetaPiece {
+                server: p.server,
+                partition: p.partition,
+                object: p.object,
+            })
+            .collect(),
+    }
+}
+
 fn to_wire(e: Entry) -> MetaEntry {
     MetaEntry {
         name: e.name,
-        layout: MetaLayout {
-            stripe_unit: e.layout.stripe_unit,
-            pieces: e
-                .layout
-                .pieces
-                .into_iter()
-                .map(|p| MetaPiece {
-                    server: p.server,
-                    partition: p.partition,
-                    object: p.object,
-                })
-                .collect(),
-        },
+        layout: layout_to_wire(e.layout),
         state: state_to_wire(e.state),
         size: e.size,
         attrs: e.attrs,
+        pending: e.pending.map(layout_to_wire),
         revision: e.revision,
     }
 }

@@ -1,0 +1,225 @@
+//! Creates: the pieces, then the entry, then the entry made ready (the
+//! order and what a crash leaves are in [`client`](super::client)'s
+//! documentation); a put's create leaves the entry `Writing` instead.
+
+use std::collections::BTreeMap;
+
+use sluice_meta::{Entry, EntryState, Layout, MetaError, Piece, Update};
+
+use super::client::{
+    meta_error, partition_of, CreateStep, StripedClient, StripedError, StripedObject,
+    PIECE_COLLECTION, PIECE_DEPLOYMENT_ATTR, PIECE_INDEX_ATTR, PIECE_OF_ATTR, PIECE_PUT_ATTR,
+};
+use super::pool::Endpoint;
+use crate::obj::{AttrChange, DataOptions, ObjClient, Value, DEFAULT_PARTITION};
+use crate::Durability;
+
+impl StripedClient {
+    /// Makes `name` with `stripe_unit` bytes per stripe unit over
+    /// `servers` object servers, and opens it.
+    pub fn create(
+        &mut self,
+        name: &str,
+        stripe_unit: u64,
+        servers: usize,
+    ) -> Result<StripedObject, StripedError> {
+        self.create_until(name, stripe_unit, servers, CreateStep::Ready)
+    }
+
+    /// [`create`](Self::create) up to `last` (see [`CreateStep`]); the
+    /// handle has the entry as that step left it (with
+    /// [`CreateStep::Pieces`], an entry that was never stored).
+    pub fn create_until(
+        &mut self,
+        name: &str,
+        stripe_unit: u64,
+        servers: usize,
+        last: CreateStep,
+    ) -> Result<StripedObject, StripedError> {
+        self.create_in(name, stripe_unit, servers, last, false)
+    }
+
+    /// [`create_until`](Self::create_until); a `put`'s pieces are marked
+    /// as such, and its last step leaves the entry
+    /// [`EntryState::Writing`] rather than ready.
+    pub(crate) fn create_in(
+        &mut self,
+        name: &str,
+        stripe_unit: u64,
+        servers: usize,
+        last: CreateStep,
+        put: bool,
+    ) -> Result<StripedObject, StripedError> {
+        // A name plainly taken fails before any piece is made; a race
+        // with another creator is settled by the metadata service below.
+        match self.meta.lookup(name) {
+            Ok(_) => {
+                return Err(meta_error(
+                    "create",
+                    name,
+                    MetaError::Exists { name: name.into() },
+                ))
+            }
+            Err(MetaError::NotFound { .. }) => {}
+            Err(e) => return Err(meta_error("look up", name, e)),
+        }
+        let layout = self.place_pieces(name, stripe_unit, servers, put)?;
+        let mut entry = Entry {
+            name: name.to_owned(),
+            layout,
+            state: EntryState::Creating,
+            size: 0,
+            attrs: BTreeMap::new(),
+            pending: None,
+            revision: 0,
+        };
+        if last == CreateStep::Pieces {
+            return Ok(StripedObject::new(entry));
+        }
+        entry = match self.meta.create(name, &entry.layout, &entry.attrs) {
+            Ok(e) => e,
+            Err(e) => {
+                self.discard_pieces(name, &entry.layout);
+                return Err(meta_error("create", name, e));
+            }
+        };
+        if last == CreateStep::Entry {
+            return Ok(StripedObject::new(entry));
+        }
+        let settled = if put {
+            EntryState::Writing
+        } else {
+            EntryState::Ready
+        };
+        let ready = Update {
+            state: Some(settled),
+            ..Update::default()
+        };
+        entry = match self.meta.update(name, Some(entry.revision), &ready) {
+            Ok(e) => e,
+            // fsck may have found its pieces and moved it on first.
+            Err(MetaError::Conflict { .. }) => {
+                let now = self
+                    .meta
+                    .lookup(name)
+                    .map_err(|e| meta_error("look up", name, e))?;
+                if now.state != settled {
+                    return Err(StripedError::NotReady {
+                        name: name.into(),
+                        state: now.state,
+                    });
+                }
+                now
+            }
+            Err(e) => return Err(meta_error("make ready", name, e)),
+        };
+        Ok(StripedObject::new(entry))
+    }
+
+    /// A new layout for `name`: one piece on each of `servers` object
+    /// servers of the deployment, the first chosen round-robin.
+    pub(crate) fn place_pieces(
+        &mut self,
+        name: &str,
+        stripe_unit: u64,
+        servers: usize,
+        put: bool,
+    ) -> Result<Layout, StripedError> {
+        let all = self
+            .meta
+            .servers()
+            .map_err(|e| meta_error("list servers for", name, e))?;
+        if servers == 0 || servers > all.len() {
+            return Err(StripedError::TooFewServers {
+                name: name.into(),
+                wanted: servers,
+                have: all.len(),
+            });
+        }
+        let start = self
+            .meta
+            .next_placement()
+            .map_err(|e| meta_error("place", name, e))?;
+        let chosen: Vec<&String> = (0..servers)
+            .map(|i| &all[((start % all.len() as u64) as usize + i) % all.len()])
+            .collect();
+        self.make_pieces(name, stripe_unit, &chosen, put)
+    }
+
+    /// One piece on each of `servers`, marked as `name`'s; on failure the
+    /// pieces made are removed again.
+    fn make_pieces(
+        &mut self,
+        name: &str,
+        stripe_unit: u64,
+        servers: &[&String],
+        put: bool,
+    ) -> Result<Layout, StripedError> {
+        let deployment = self.deployment()?.to_owned();
+        let jobs: Vec<(Endpoint, DataOptions)> = servers
+            .iter()
+            .enumerate()
+            .map(|(i, server)| {
+                let endpoint = Endpoint {
+                    server: (*server).clone(),
+                    partition: partition_of(server).unwrap_or(DEFAULT_PARTITION),
+                };
+                let mut attrs = vec![
+                    AttrChange::set(PIECE_OF_ATTR, name),
+                    AttrChange::set(PIECE_INDEX_ATTR, Value::Integer(i as i64)),
+                    AttrChange::set(PIECE_DEPLOYMENT_ATTR, deployment.as_str()),
+                ];
+                if put {
+                    attrs.push(AttrChange::set(PIECE_PUT_ATTR, Value::Integer(1)));
+                }
+                let options = DataOptions {
+                    durability: Durability::Durable,
+                    attrs,
+                };
+                (endpoint, options)
+            })
+            .collect();
+        let results = self.pool.fan_out(&jobs, |c: &mut ObjClient, options| {
+            c.create_and_write(PIECE_COLLECTION, &[], &[], options)
+        });
+        let mut pieces = Vec::with_capacity(jobs.len());
+        let mut failed = Vec::new();
+        for (i, ((endpoint, _), r)) in jobs.iter().zip(results).enumerate() {
+            match r {
+                Ok(object) => pieces.push(Piece {
+                    server: endpoint.server.clone(),
+                    partition: endpoint.partition,
+                    object,
+                }),
+                Err(e) => failed.push((i, endpoint.server.clone(), e)),
+            }
+        }
+        let layout = Layout {
+            stripe_unit,
+            pieces,
+        };
+        if let Some((i, server, source)) = failed.into_iter().next() {
+            self.discard_pieces(name, &layout);
+            return Err(StripedError::Piece {
+                op: "create",
+                name: name.into(),
+                piece: i,
+                server,
+                source: Box::new(source),
+            });
+        }
+        Ok(layout)
+    }
+
+    /// Removes the pieces of a create that failed, as far as it can: what
+    /// is left is an orphan fsck removes.
+    pub(crate) fn discard_pieces(&mut self, name: &str, layout: &Layout) {
+        if let Err(e) = self.remove_pieces(name, layout) {
+            tracing::warn!(
+                object = name,
+                error = %e,
+                "pieces of a failed create left for fsck to remove"
+            );
+        }
+    }
+}
