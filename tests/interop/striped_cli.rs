@@ -198,11 +198,13 @@ fn put_get_round_trips_over_one_to_four_servers() {
     assert_eq!(past.output.stdout, b"in\0\0");
     assert!(past.stderr().contains("past the end"), "{}", past.stderr());
 
-    // A name taken, a name missing.
-    assert_fails(
-        &d.obj_in(&["put", "rt/1"], b"x"),
-        1,
-        &["rt/1", "already exists"],
+    // A put over a name replaces its content whole; a name missing.
+    ok(d.obj_in(&["put", "rt/1"], b"x"));
+    assert_eq!(ok(d.obj(&["get", "rt/1"])).output.stdout, b"x");
+    let stat = ok(d.obj(&["stat", "rt/1", "--json"])).json();
+    assert_eq!(
+        (stat["size"].as_u64(), &stat["pending"]),
+        (Some(1), &serde_json::Value::Null)
     );
     assert_fails(&d.obj(&["get", "rt/9"]), 1, &["rt/9"]);
 
