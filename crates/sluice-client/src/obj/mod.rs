@@ -60,6 +60,7 @@ mod client;
 mod codec;
 mod connection;
 mod error;
+mod fuse;
 mod gather;
 mod handshake;
 mod merge;
