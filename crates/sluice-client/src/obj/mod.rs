@@ -60,6 +60,7 @@ mod client;
 mod codec;
 mod connection;
 mod error;
+mod export_device;
 mod fuse;
 mod gather;
 mod handshake;
@@ -74,6 +75,7 @@ mod wire;
 pub use attr::{AttrChange, Attrs, Value};
 pub use client::{ObjClient, ObjOptions};
 pub use error::{Addressee, ObjError, Subject};
+pub use export_device::ExportDevice;
 pub use merge::{BadMergePolicy, MergePolicy, MergeStats, HOLD_IN_FLIGHT};
 pub use remote_meta::RemoteMetaStore;
 pub use request::{

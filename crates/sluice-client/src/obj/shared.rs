@@ -41,6 +41,7 @@ use crate::net::mux::{Group, Logged, Mux, MuxOptions, MuxProtocol, Next, Outcome
 use crate::net::recv::RecvBuf;
 use crate::net::transport::Stream;
 use crate::net::uri::ObjUri;
+use crate::Durability;
 
 /// The name of each [`SharedObjClient`]'s reader thread (which shares
 /// the `sluice-` prefix of the server's threads: a process that embeds
@@ -502,6 +503,33 @@ impl SharedObjClient {
             segments,
             data,
             options,
+        })
+        .map(drop)
+    }
+
+    /// Reads extents of an attached export (`export` is its handle).
+    pub fn extent_read(&self, export: u64, segments: &[Segment]) -> Result<ReadReply, ObjError> {
+        match self.run(&ObjRequest::ExtentRead { export, segments })? {
+            ObjResponse::Read(r) => Ok(r),
+            other => Err(self
+                .codec()
+                .violation(format!("EXTENT_READ answered {other:?}"))),
+        }
+    }
+
+    /// Writes `data` over extents of an attached export.
+    pub fn extent_write(
+        &self,
+        export: u64,
+        segments: &[Segment],
+        data: &[u8],
+        durability: Durability,
+    ) -> Result<(), ObjError> {
+        self.run(&ObjRequest::ExtentWrite {
+            export,
+            segments,
+            data,
+            durability,
         })
         .map(drop)
     }
