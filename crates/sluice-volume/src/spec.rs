@@ -196,6 +196,26 @@ pub enum SpecError {
 /// URI schemes a remote base or member is written with.
 const URI_SCHEMES: [&str; 4] = ["nbd", "nbds", "nbd+unix", "nbds+unix"];
 
+/// The base of a `sluice[s]://HOST/EXPORT` spec: a block export over the
+/// native protocol.
+fn export_base(
+    spec: &str,
+    timeout: Option<Duration>,
+    reconnect: Option<Duration>,
+) -> Result<BaseSpec, SpecError> {
+    let uri = spec.split(',').next().unwrap_or_default();
+    uri.parse::<ExportUri>().map_err(|e| SpecError::Uri {
+        spec: spec.to_owned(),
+        uri: uri.to_owned(),
+        reason: e.to_string(),
+    })?;
+    Ok(BaseSpec::Export(RemoteSpec {
+        uri: uri.to_owned(),
+        timeout: timeout.unwrap_or(DEFAULT_REMOTE_TIMEOUT),
+        reconnect: reconnect.unwrap_or(DEFAULT_REMOTE_RECONNECT),
+    }))
+}
+
 impl FromStr for VolumeSpec {
     type Err = SpecError;
 
@@ -309,19 +329,7 @@ impl FromStr for VolumeSpec {
                 let uri = spec.split(',').next().unwrap_or_default();
                 BaseSpec::Remote(remote(uri)?)
             }
-            "sluice" | "sluices" => {
-                let uri = spec.split(',').next().unwrap_or_default();
-                uri.parse::<ExportUri>().map_err(|e| SpecError::Uri {
-                    spec: spec.to_owned(),
-                    uri: uri.to_owned(),
-                    reason: e.to_string(),
-                })?;
-                BaseSpec::Export(RemoteSpec {
-                    uri: uri.to_owned(),
-                    timeout: timeout.unwrap_or(DEFAULT_REMOTE_TIMEOUT),
-                    reconnect: reconnect.unwrap_or(DEFAULT_REMOTE_RECONNECT),
-                })
-            }
+            "sluice" | "sluices" => export_base(spec, timeout, reconnect)?,
             "raid0" | "raid1" | "raid5" | "raid6" | "raid10" => {
                 let level = match kind {
                     "raid0" => RaidLevel::Raid0,
