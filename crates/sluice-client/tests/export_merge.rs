@@ -7,10 +7,13 @@
 //! never from timing; and the bytes written through fused commands read
 //! back as a model of them says.
 
+mod relay;
+
 use std::sync::Arc;
+use std::time::Duration;
 
 use sluice_client::obj::{ExportDevice, MergePolicy, ObjOptions, HOLD_IN_FLIGHT};
-use sluice_client::ExportUri;
+use sluice_client::{ExportUri, Reconnect};
 use sluice_storage::{BlockDevice, MemDevice};
 use sluice_testkit::test_server::TestServer;
 
@@ -141,6 +144,10 @@ fn off_never_fuses() {
     assert_eq!(device.client().merge_stats().frames, 0);
 }
 
+/// Called after each write of a script, with the thread and the write's
+/// number.
+type AfterWrite<'a> = &'a (dyn Fn(u64, u64) + Sync);
+
 /// One thread's writes: random offsets and lengths inside its own
 /// stripe of the export (so its model, which starts as `model`, is its
 /// own), then reads of random ranges of the stripe, all while the other
@@ -150,6 +157,7 @@ fn script(
     t: u64,
     mut model: Vec<u8>,
     steps: u64,
+    after_write: AfterWrite<'_>,
 ) -> Result<Vec<u8>, String> {
     let stripe = model.len() as u64;
     let base = t * stripe;
@@ -162,6 +170,7 @@ fn script(
             .write_at(&data, base + at, false)
             .map_err(|e| format!("thread {t} write {i}: {e}"))?;
         model[at as usize..(at + len) as usize].copy_from_slice(&data);
+        after_write(t, i);
     }
     for i in 0..steps {
         let len = 1 + random(i, 4) % (2 * BLOCK);
@@ -177,35 +186,39 @@ fn script(
     Ok(model)
 }
 
+/// Runs `script` on `threads` threads at once (each its own stripe),
+/// then checks the export's own bytes are their models', stripe by
+/// stripe.
+fn round(f: &Fixture, device: &ExportDevice, threads: u64, after_write: AfterWrite<'_>) {
+    let stripe = SIZE / threads;
+    let models: Vec<Result<Vec<u8>, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let mut model = vec![0u8; stripe as usize];
+                f.disk.read_at(&mut model, t * stripe).unwrap();
+                s.spawn(move || script(device, t, model, 150, after_write))
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for (t, model) in models.into_iter().enumerate() {
+        let model = model.unwrap();
+        let mut disk = vec![0u8; stripe as usize];
+        f.disk.read_at(&mut disk, t as u64 * stripe).unwrap();
+        assert!(disk == model, "stripe {t} of the export differs");
+    }
+}
+
 #[test]
 fn fused_writes_and_reads_keep_every_callers_bytes() {
     let f = start();
     let device = f.device(MergePolicy::Always);
-    let threads = 24u64;
-    let stripe = SIZE / threads;
     let mut rounds = 0;
     // Until both writes and reads were fused at least once (up to the
     // scheduler, so counted, not timed).
     while rounds < 20 && (f.fused("extent_write").0 == 0 || f.fused("extent_read").0 == 0) {
         rounds += 1;
-        let models: Vec<Result<Vec<u8>, String>> = std::thread::scope(|s| {
-            let handles: Vec<_> = (0..threads)
-                .map(|t| {
-                    let (device, f) = (&device, &f);
-                    let mut model = vec![0u8; stripe as usize];
-                    f.disk.read_at(&mut model, t * stripe).unwrap();
-                    s.spawn(move || script(device, t, model, 150))
-                })
-                .collect();
-            handles.into_iter().map(|h| h.join().unwrap()).collect()
-        });
-        // The export's own bytes are the models', stripe by stripe.
-        for (t, model) in models.into_iter().enumerate() {
-            let model = model.unwrap();
-            let mut disk = vec![0u8; stripe as usize];
-            f.disk.read_at(&mut disk, t as u64 * stripe).unwrap();
-            assert!(disk == model, "stripe {t} of the export differs");
-        }
+        round(&f, &device, 24, &|_, _| {});
     }
     let (writes, _) = f.fused("extent_write");
     let (reads, _) = f.fused("extent_read");
@@ -213,6 +226,30 @@ fn fused_writes_and_reads_keep_every_callers_bytes() {
         writes > 0 && reads > 0,
         "{writes} fused writes, {reads} reads"
     );
+}
+
+/// The connection is lost twice while many callers' writes are in
+/// flight, fused: the client gets it back and sends what had no reply
+/// again, one by one, and every caller's bytes are where its model says.
+#[test]
+fn fused_requests_lost_with_the_connection_are_sent_again() {
+    let f = start();
+    let relay = relay::Relay::start(f.server.obj_addr.unwrap());
+    let uri: ExportUri = format!("{}/disk?merge=always", relay.uri).parse().unwrap();
+    let options = ObjOptions {
+        reconnect: Reconnect::within(Duration::from_secs(30)),
+        ..ObjOptions::default()
+    };
+    let device = ExportDevice::connect(&uri, &options).unwrap();
+    // Thread 0 cuts the connection after its 40th and 100th writes,
+    // while the others write on.
+    round(&f, &device, 24, &|t, i| {
+        if t == 0 && (i == 40 || i == 100) {
+            relay.cut();
+        }
+    });
+    assert_eq!(relay.accepted(), 3, "two reconnects");
+    assert!(f.fused("extent_write").0 > 0, "nothing was fused");
 }
 
 #[test]
