@@ -215,6 +215,8 @@ pub(super) fn split(reply: RawReply, lens: &[u64]) -> Option<Vec<RawReply>> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
 
     fn limits() -> Limits {
@@ -338,5 +340,87 @@ mod tests {
         assert!(split(short, &[3]).is_none());
         let writes = split(RawReply::default(), &[0, 0]).expect("writes");
         assert_eq!(writes.len(), 2);
+    }
+
+    /// One generated request: a write (with FUA or not) or a read of
+    /// `len` bytes at `offset` of export 1 or 2.
+    fn request() -> impl Strategy<Value = (bool, bool, u64, u64, u64)> {
+        (
+            any::<bool>(),
+            any::<bool>(),
+            1u64..3,
+            0u64..1 << 20,
+            1u64..3000,
+        )
+    }
+
+    proptest! {
+        /// Whatever the queue holds, the groups cover it in order within
+        /// the limits, and every fused group's request, decoded by the
+        /// protocol crate as the server decodes it, is its members'
+        /// ranges and bytes in order.
+        #[test]
+        fn fused_requests_are_their_members(
+            reqs in prop::collection::vec(request(), 1..40),
+            max_segments in 2u32..6,
+        ) {
+            let limits = Limits {
+                max_segments,
+                max_payload: 16 << 10,
+                ..limits()
+            };
+            let f: Vec<Vec<u8>> = reqs
+                .iter()
+                .enumerate()
+                .map(|(k, &(write, fua, export, offset, len))| {
+                    let ddt = Ddt::Contiguous(Segment { offset, length: len });
+                    let data = pattern(k as u64, len as usize);
+                    let command = if write {
+                        Command::ExtentWrite { export, ddt, data: &data }
+                    } else {
+                        Command::ExtentRead { export, ddt }
+                    };
+                    frame(command, fua && write)
+                })
+                .collect();
+            let frames: Vec<&[u8]> = f.iter().map(|v| &v[..]).collect();
+            let groups = groups(&frames, &limits);
+            prop_assert_eq!(groups.iter().map(|g| g.members).sum::<usize>(), frames.len());
+            let mut at = 0;
+            for g in groups {
+                let members = &frames[at..at + g.members];
+                at += g.members;
+                if !g.fused {
+                    continue;
+                }
+                prop_assert!(g.members >= 2 && g.members <= max_segments as usize);
+                let mut out = Vec::new();
+                prop_assert!(fuse(5, 1, &limits, members, &mut out));
+                let h = RequestHeader::decode(&out).unwrap().unwrap();
+                prop_assert_eq!(out.len() as u64, REQUEST_HEADER_LEN as u64 + h.payload_len());
+                let req = Request::decode(&h, &out[REQUEST_HEADER_LEN..], &limits);
+                prop_assert!(req.is_ok(), "{:?}", req);
+                let req = req.unwrap();
+                let (first, _) = fusible(members[0]).unwrap();
+                prop_assert_eq!(req.fua, first.flags & FLAG_FUA != 0);
+                let ddt = req.command.ddt().unwrap();
+                let segs: Vec<Segment> = ddt.segments().collect();
+                let mut data = Vec::new();
+                for (m, s) in members.iter().zip(&segs) {
+                    let (key, seg) = fusible(m).unwrap();
+                    prop_assert_eq!(key, first);
+                    prop_assert_eq!(seg, *s);
+                    if key.opcode == Opcode::ExtentWrite {
+                        data.extend_from_slice(&m[REQUEST_HEADER_LEN..]);
+                    }
+                }
+                prop_assert_eq!(segs.len(), members.len());
+                prop_assert_eq!(req.command.data(), &data[..]);
+            }
+        }
+    }
+
+    fn pattern(seed: u64, len: usize) -> Vec<u8> {
+        (0..len as u64).map(|i| (seed * 31 + i) as u8).collect()
     }
 }
