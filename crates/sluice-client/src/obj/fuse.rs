@@ -3,7 +3,8 @@
 //! sent together, each one range of the same attached export
 //! (EXTENT_READ or EXTENT_WRITE, contiguous, with the same flags), go out
 //! as one request whose scatter/gather list names each one's range, in
-//! order, whatever their offsets: the SAN paper's "jumbo command". The
+//! order, whatever their offsets: the "jumbo command" of "SAN
+//! Optimization for High Performance Storage with RDMA Data Transfer". The
 //! server runs it as one request (one device call for a write), and its
 //! one reply is split back among the requests it carried: a read's bytes
 //! come in list order, so each takes its own length of them.
