@@ -114,8 +114,10 @@ struct ServeArgs {
     /// Export NAME=SPEC, SPEC being file:PATH[,size=BYTES][,ro][,direct],
     /// mem:BYTES[,ro][,overcommit] (overcommit: larger than the machine's
     /// memory), an NBD URI (nbd://HOST[:PORT]/EXPORT, nbds://,
-    /// nbd+unix://, nbds+unix://) of another server, or a RAID volume over
-    /// such URIs, raid0:/raid1:/raid5:/raid6:/raid10:unit=SIZE,members=URI,URI,...
+    /// nbd+unix://, nbds+unix://) of another server, a sluice server's
+    /// export over the native protocol (sluice://HOST[:PORT]/EXPORT,
+    /// sluices://; ?merge=off|always|adaptive), or a RAID volume over
+    /// NBD URIs, raid0:/raid1:/raid5:/raid6:/raid10:unit=SIZE,members=URI,URI,...
     /// (raid10: md's near layout, copies=N, default 2; a
     /// member may itself be an array spec in parentheses; see
     /// docs/RAID.md; repeatable). Default: default=file:./sluice-data/default.img

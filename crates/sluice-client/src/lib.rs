@@ -123,6 +123,6 @@ pub use net::transport::{
     CA_CERT_FILE, CLIENT_CERT_FILE, CLIENT_KEY_FILE, DEFAULT_CONNECT_TIMEOUT,
 };
 pub use net::uri::{
-    BadObjUri, NbdUri, ObjUri, Target, TlsSettings, DEFAULT_OBJ_PORT, DEFAULT_OBJ_SERVER,
-    DEFAULT_PORT,
+    BadObjUri, ExportUri, NbdUri, ObjUri, Target, TlsSettings, DEFAULT_OBJ_PORT,
+    DEFAULT_OBJ_SERVER, DEFAULT_PORT,
 };

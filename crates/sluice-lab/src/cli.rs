@@ -147,8 +147,9 @@ enum PresetCommand {
         #[command(flatten)]
         s3asim: crate::s3asim::S3aSimArgs,
     },
-    /// Temporal merge in the object client: 4 KiB random object writes from 1-64 threads over one
-    /// connection, merge off vs always vs adaptive, and latency at queue depth 1.
+    /// Temporal merge: 4 KiB random writes from 1-64 threads over one connection, to objects or
+    /// (--export) a block export, merge off vs always vs adaptive (and NBD on the export), and
+    /// latency at queue depth 1.
     Merge {
         #[command(flatten)]
         common: PresetArgs,
@@ -158,6 +159,11 @@ enum PresetCommand {
         /// Thread counts, comma-separated (default: 1,2,4,8,16,32,64).
         #[arg(long, value_delimiter = ',', value_parser = clap::value_parser!(usize))]
         workers: Option<Vec<usize>>,
+        /// Write the server's block export instead of objects: through the native protocol's
+        /// extent commands (merging fuses them into one scatter/gather command), and through NBD
+        /// as the baseline row (the SAN paper's figure 5 on a block export).
+        #[arg(long)]
+        export: bool,
     },
     /// The object paper's non-contiguous I/O: one-segment transfers by size with each DDT, and
     /// blocks with 2-byte holes (8 B-64 KiB) iterative vs SGL vs strided on an object and on mem
@@ -370,6 +376,7 @@ fn run_preset(p: PresetCommand) -> Result<()> {
             common,
             dir,
             workers,
+            export,
         } => {
             let o = common.options(Driver::Own);
             setup::check_out_dir(&o.out_dir)?;
@@ -380,6 +387,11 @@ fn run_preset(p: PresetCommand) -> Result<()> {
                 preset: o,
                 dir,
                 workers,
+                target: if export {
+                    crate::merge::MergeTarget::Export
+                } else {
+                    crate::merge::MergeTarget::Objects
+                },
             })?;
             if report.samples.is_empty() {
                 bail!("every run failed; see the messages above");

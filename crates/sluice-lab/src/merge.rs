@@ -7,7 +7,15 @@
 //! (the one-thread rows). Policies take turns within each point, the
 //! first one moving each round; medians over rounds. The adaptive row is
 //! compared with the better of the two fixed policies at each point (the
-//! paper's claim: within 5%).
+//! paper's claim: within 5%). With `--export` the threads write the
+//! server's block export instead (`target.rs`): through the native
+//! protocol's extent commands, which merging fuses into one
+//! scatter/gather command, and through NBD as the baseline row.
+
+mod target;
+
+pub(crate) use target::Writer;
+pub use target::{export_size, rows, MergeTarget, Row};
 
 use sluice_client::Durability;
 use std::path::PathBuf;
@@ -22,9 +30,7 @@ use sluice_bench::machine::Machine;
 use sluice_bench::machine::{load1, steal_now, steal_since};
 use sluice_bench::stats::{ratio, MedianInterval, Spread};
 use sluice_bench::target::SERVER_THREAD_PREFIX;
-use sluice_client::obj::{
-    DataOptions, MergePolicy, ObjClient, ObjOptions, Segment, SharedObjClient, READER_THREAD,
-};
+use sluice_client::obj::{DataOptions, MergePolicy, ObjClient, ObjOptions, Segment, READER_THREAD};
 use sluice_model::plot::{Axes, Figure, XAxis};
 use sluice_model::text::{compact, Table};
 
@@ -55,6 +61,8 @@ pub struct MergeOptions {
     pub dir: Option<PathBuf>,
     /// Thread counts (default: [`WORKERS`]).
     pub workers: Option<Vec<usize>>,
+    /// What the threads write.
+    pub target: MergeTarget,
 }
 
 /// One run: one policy at one thread count in one round.
@@ -207,11 +215,22 @@ pub fn merge(opts: &MergeOptions) -> Result<MergeReport> {
     let warmup = (duration / 4).min(Duration::from_millis(500));
     let workers = opts.workers.clone().unwrap_or_else(|| WORKERS.to_vec());
     let (dir, _temp) = crate::setup::work_dir(opts.dir.as_deref(), "merge")?;
-    let server = ObjServer::start(&dir, 1 << 20)?;
     let most = workers.iter().copied().max().unwrap_or(1);
-    let objects = prepare_objects(&server, most)?;
+    let export = opts.target == MergeTarget::Export;
+    let server = ObjServer::start(&dir, if export { export_size(most) } else { 1 << 20 })?;
+    let objects = if export {
+        Vec::new()
+    } else {
+        prepare_objects(&server, most)?
+    };
+    let rows = rows(opts.target);
     let notes = vec![format!(
-        "embedded sluice server, object store in {}/objects; one connection shared by every thread; {} ms warm-up before each run",
+        "embedded sluice server, {} in {}; one connection shared by every thread; {} ms warm-up before each run",
+        if export {
+            "4 KiB writes to the block export export.img (each thread its own 4 MiB), over the native protocol's extent commands and over NBD,"
+        } else {
+            "object store"
+        },
         dir.display(),
         warmup.as_millis()
     )];
@@ -220,9 +239,14 @@ pub fn merge(opts: &MergeOptions) -> Result<MergeReport> {
     let mut failures = Vec::new();
     for round in 0..p.rounds {
         for &n in &workers {
-            for k in 0..POLICIES.len() {
-                let policy = POLICIES[(k + round as usize) % POLICIES.len()];
-                match run_one(&server, policy, &objects[..n], warmup, duration) {
+            for k in 0..rows.len() {
+                let row = rows[(k + round as usize) % rows.len()];
+                let policy = row.name();
+                let writer = match export {
+                    true => Writer::connect(&server, row, None),
+                    false => Writer::connect(&server, row, Some(&objects[..n])),
+                };
+                match writer.and_then(|w| measure(&w, policy, n, warmup, duration)) {
                     Ok(mut s) => {
                         s.round = round;
                         eprintln!(
@@ -333,50 +357,50 @@ pub(crate) fn run_one(
     warmup: Duration,
     duration: Duration,
 ) -> Result<MergeSample> {
-    let options = ObjOptions {
-        merge: policy,
-        ..ObjOptions::default()
-    };
-    let client = SharedObjClient::connect(&server.obj_uri, &options)
-        .with_context(|| format!("cannot connect to {}", server.obj_uri))?;
+    let writer = Writer::connect(server, Row::Merge(policy), Some(objects))?;
+    measure(&writer, policy.name(), objects.len(), warmup, duration)
+}
+
+/// `threads` threads writing 4 KiB blocks at random through `writer`
+/// (the row `row`): a warm-up, then `duration` measured.
+fn measure(
+    writer: &Writer<'_>,
+    row: &str,
+    threads: usize,
+    warmup: Duration,
+    duration: Duration,
+) -> Result<MergeSample> {
     let stop = AtomicBool::new(false);
     let measuring = AtomicBool::new(false);
     let data = vec![0x5au8; BLOCK];
     let (mut ops, mut hist) = (0u64, LatencyHistogram::new());
     let mut first_error = None;
     let (server0, process0, stats0, wall, steal) = std::thread::scope(|s| -> Result<_> {
-        let handles: Vec<_> = objects
-            .iter()
-            .enumerate()
-            .map(|(t, &object)| {
-                let (client, stop, measuring, data) = (&client, &stop, &measuring, &data);
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (writer, stop, measuring, data) = (writer, &stop, &measuring, &data);
                 s.spawn(move || {
                     let mut hist = LatencyHistogram::new();
                     let mut ops = 0u64;
                     let mut i = 0u64;
-                    let opts = DataOptions::default();
                     while !stop.load(Ordering::Relaxed) {
                         let block = sluice_types::splitmix64(i ^ ((t as u64) << 40)) % SPAN_BLOCKS;
                         i += 1;
-                        let seg = [Segment {
-                            offset: block * BLOCK as u64,
-                            length: BLOCK as u64,
-                        }];
                         let started = Instant::now();
-                        client.write(object, &seg, data, &opts)?;
+                        writer.write(t, block, data)?;
                         if measuring.load(Ordering::Relaxed) {
                             hist.record_ns(started.elapsed().as_nanos() as u64);
                             ops += 1;
                         }
                     }
-                    Ok::<_, sluice_client::obj::ObjError>((ops, hist))
+                    Ok::<_, anyhow::Error>((ops, hist))
                 })
             })
             .collect();
         std::thread::sleep(warmup);
         let (server0, process0) = (server_cpu(), process_cpu());
         let steal0 = steal_now();
-        let stats0 = client.merge_stats();
+        let stats0 = writer.stats();
         let t_start = Instant::now();
         measuring.store(true, Ordering::Relaxed);
         std::thread::sleep(duration);
@@ -403,7 +427,7 @@ pub(crate) fn run_one(
     }
     // Frames sent while measuring (the last writes after the stop are
     // few against the run's).
-    let stats = client.merge_stats();
+    let stats = writer.stats();
     let server_cpu = server_cpu().saturating_sub(server0);
     let client_cpu = process_cpu()
         .saturating_sub(process0)
@@ -412,8 +436,8 @@ pub(crate) fn run_one(
     let secs = wall.as_secs_f64().max(1e-9);
     Ok(MergeSample {
         round: 0,
-        policy: policy.to_string(),
-        workers: objects.len(),
+        policy: row.to_owned(),
+        workers: threads,
         ops,
         wall_s: secs,
         ops_s: ops as f64 / secs,
@@ -464,7 +488,11 @@ pub fn summarise(samples: &[MergeSample]) -> Vec<MergeSummary> {
             keys.push(k);
         }
     }
-    keys.sort_by_key(|(w, p)| (*w, POLICIES.iter().position(|q| q.name() == p)));
+    // Policies in their order, then the NBD baseline.
+    keys.sort_by_key(|(w, p)| {
+        let at = POLICIES.iter().position(|q| q.name() == p);
+        (*w, at.unwrap_or(POLICIES.len()))
+    });
     keys.into_iter()
         .filter_map(|(workers, policy)| {
             let mine: Vec<&MergeSample> = samples
@@ -550,6 +578,7 @@ fn throughput_table(report: &MergeReport) -> Table {
         "off w/s",
         "always w/s",
         "adaptive w/s",
+        "nbd w/s",
         "always/off per round [95% CI]",
         "adaptive/best per round [95% CI]",
         "within 5%",
@@ -576,6 +605,13 @@ fn throughput_table(report: &MergeReport) -> Table {
             cell(find(w, MergePolicy::Off), |s| compact(s.ops_s.median)),
             cell(find(w, MergePolicy::Always), |s| compact(s.ops_s.median)),
             cell(find(w, MergePolicy::Adaptive), |s| compact(s.ops_s.median)),
+            cell(
+                report
+                    .summaries
+                    .iter()
+                    .find(|s| s.workers == w && s.policy == Row::Nbd.name()),
+                |s| compact(s.ops_s.median),
+            ),
             interval_cell(c.always_over_off.as_ref()),
             format!(
                 "{} ({})",
@@ -630,34 +666,35 @@ fn latency_table(summaries: &[MergeSummary]) -> Table {
 
 /// Throughput and the merged share against threads, a line per policy.
 fn figure(summaries: &[MergeSummary]) -> Figure {
-    let line = |p: MergePolicy, y: fn(&MergeSummary) -> f64| {
+    let line = |p: Row, y: fn(&MergeSummary) -> f64| {
         let points = summaries
             .iter()
             .filter(|s| s.policy == p.name())
             .map(|s| (s.workers as f64, y(s)))
             .collect();
-        (p.to_string(), points)
+        (p.name().to_string(), points)
     };
+    // The NBD baseline where it ran.
+    let mut rows = rows(MergeTarget::Objects);
+    if summaries.iter().any(|s| s.policy == Row::Nbd.name()) {
+        rows.push(Row::Nbd);
+    }
     let axes = |y: &str| Axes {
         x_label: "threads".into(),
         y_label: y.into(),
         x_axis: XAxis::Log2,
     };
     Figure {
-        title: "Temporal merge: 4 KiB random object writes over one connection".into(),
+        title: "Temporal merge: 4 KiB random writes over one connection".into(),
         columns: 2,
         charts: vec![
             axes("writes/s").chart(
                 "throughput",
-                POLICIES
-                    .iter()
-                    .map(|&p| line(p, |s| s.ops_s.median))
-                    .collect(),
+                rows.iter().map(|&p| line(p, |s| s.ops_s.median)).collect(),
             ),
-            axes("% of writes in batch frames").chart(
+            axes("% of writes merged").chart(
                 "merged",
-                POLICIES
-                    .iter()
+                rows.iter()
                     .map(|&p| line(p, |s| s.merged_share * 100.0))
                     .collect(),
             ),

@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use sluice_client::{ClientError, ConnectOptions, NbdUri, Reconnect, RemoteDevice};
+use sluice_client::obj::{ExportDevice, ObjError, ObjOptions};
+use sluice_client::{ClientError, ConnectOptions, ExportUri, NbdUri, Reconnect, RemoteDevice};
 use sluice_raid::{
     create_array, Geometry, JournalPlace, MemberError, NamedMember, RaidDevice, RaidError,
     RaidLevel, Uuid, DEFAULT_REBUILD_RATE,
@@ -45,6 +46,15 @@ pub enum VolumeError {
         /// far).
         #[source]
         source: Box<ClientError>,
+    },
+    /// A block export over the native protocol could not be reached.
+    #[error("cannot open export {uri}")]
+    Export {
+        /// The URI.
+        uri: String,
+        /// What the client said (boxed, as for `Remote`).
+        #[source]
+        source: Box<ObjError>,
     },
     /// An array member could not be opened.
     #[error("cannot open member {index} of the array")]
@@ -342,6 +352,7 @@ impl VolumeBuilder {
                 Arc::new(MemDevice::new(*size, read_only))
             }
             BaseSpec::Remote(remote) => open_remote(remote)?,
+            BaseSpec::Export(remote) => open_export(remote)?,
             BaseSpec::Raid(raid) => {
                 // An array as a member of another: it runs its own
                 // rebuilds, probes and re-adds.
@@ -569,6 +580,25 @@ fn connect_remote(remote: &RemoteSpec, redundant: bool) -> Result<RemoteDevice, 
 
 fn open_remote(remote: &RemoteSpec) -> Result<Arc<dyn BlockDevice>, VolumeError> {
     Ok(Arc::new(connect_remote(remote, false)?))
+}
+
+/// Connects to a block export over the native protocol, with the spec's
+/// timeout and reconnect window and the URI's merge policy (else
+/// adaptive).
+fn open_export(remote: &RemoteSpec) -> Result<Arc<dyn BlockDevice>, VolumeError> {
+    let error = |source| VolumeError::Export {
+        uri: remote.uri.clone(),
+        source: Box::new(source),
+    };
+    let uri: ExportUri = remote.uri.parse().map_err(|e| error(ObjError::BadUri(e)))?;
+    let options = ObjOptions {
+        request_timeout: Some(remote.timeout),
+        reconnect: Reconnect::within(remote.reconnect),
+        ..ObjOptions::default()
+    };
+    Ok(Arc::new(
+        ExportDevice::connect(&uri, &options).map_err(error)?,
+    ))
 }
 
 /// Puts one layer over `device`.

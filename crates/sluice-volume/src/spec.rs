@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
-use sluice_client::NbdUri;
+use sluice_client::{ExportUri, NbdUri};
 use sluice_raid::RaidLevel;
 use sluice_storage::{CacheConfig, FaultRule};
 use thiserror::Error;
@@ -58,6 +58,12 @@ pub enum BaseSpec {
     /// (`nbd://HOST[:PORT]/EXPORT`, `nbds://...`, `nbd+unix:///EXPORT?socket=PATH`,
     /// `nbds+unix://...`), opened through `sluice_client::RemoteDevice`.
     Remote(RemoteSpec),
+    /// A block export of a sluice server over the native protocol
+    /// (`sluice://HOST[:PORT]/EXPORT[?merge=POLICY]`, `sluices://...`),
+    /// opened through `sluice_client::obj::ExportDevice`: requests many
+    /// callers have in flight go out fused into one extent command
+    /// (temporal merge). Not an array member.
+    Export(RemoteSpec),
     /// RAID 0, 1 or 5 over member volumes
     /// (`raid5:unit=SIZE,members=URI,URI,...`).
     Raid(RaidSpec),
@@ -156,7 +162,8 @@ pub enum LayerSpec {
 /// The kinds of spec, for a spec of none of them (the options of each
 /// are in `sluice serve --help` and the README: a whole grammar in one
 /// error line hides what was wrong).
-const KINDS: &str = "expected file:PATH, mem:BYTES, an nbd[s]:// or nbd[s]+unix:// URI, or \
+const KINDS: &str = "expected file:PATH, mem:BYTES, an nbd[s]:// or nbd[s]+unix:// URI, a \
+                     sluice[s]://HOST/EXPORT URI, or \
                      raid0|raid1|raid5|raid6|raid10:unit=SIZE,members=...";
 
 /// Why a spec could not be parsed.
@@ -188,6 +195,26 @@ pub enum SpecError {
 
 /// URI schemes a remote base or member is written with.
 const URI_SCHEMES: [&str; 4] = ["nbd", "nbds", "nbd+unix", "nbds+unix"];
+
+/// The base of a `sluice[s]://HOST/EXPORT` spec: a block export over the
+/// native protocol.
+fn export_base(
+    spec: &str,
+    timeout: Option<Duration>,
+    reconnect: Option<Duration>,
+) -> Result<BaseSpec, SpecError> {
+    let uri = spec.split(',').next().unwrap_or_default();
+    uri.parse::<ExportUri>().map_err(|e| SpecError::Uri {
+        spec: spec.to_owned(),
+        uri: uri.to_owned(),
+        reason: e.to_string(),
+    })?;
+    Ok(BaseSpec::Export(RemoteSpec {
+        uri: uri.to_owned(),
+        timeout: timeout.unwrap_or(DEFAULT_REMOTE_TIMEOUT),
+        reconnect: reconnect.unwrap_or(DEFAULT_REMOTE_RECONNECT),
+    }))
+}
 
 impl FromStr for VolumeSpec {
     type Err = SpecError;
@@ -302,6 +329,7 @@ impl FromStr for VolumeSpec {
                 let uri = spec.split(',').next().unwrap_or_default();
                 BaseSpec::Remote(remote(uri)?)
             }
+            "sluice" | "sluices" => export_base(spec, timeout, reconnect)?,
             "raid0" | "raid1" | "raid5" | "raid6" | "raid10" => {
                 let level = match kind {
                     "raid0" => RaidLevel::Raid0,
@@ -542,7 +570,7 @@ impl VolumeSpec {
     pub fn files(&self) -> Vec<&std::path::Path> {
         match &self.base {
             BaseSpec::File { path, .. } => vec![path.as_path()],
-            BaseSpec::Memory { .. } | BaseSpec::Remote(_) => Vec::new(),
+            BaseSpec::Memory { .. } | BaseSpec::Remote(_) | BaseSpec::Export(_) => Vec::new(),
             BaseSpec::Raid(raid) => raid.members.iter().flat_map(Self::files).collect(),
         }
     }
@@ -687,6 +715,27 @@ mod tests {
                 reconnect: Duration::from_millis(500),
             })
         );
+    }
+
+    #[test]
+    fn native_protocol_exports_are_their_uris() {
+        let s: VolumeSpec = "sluice://host:10810/disk?merge=always,timeout=2s"
+            .parse()
+            .expect("spec");
+        assert_eq!(
+            s.base,
+            BaseSpec::Export(RemoteSpec {
+                uri: "sluice://host:10810/disk?merge=always".into(),
+                timeout: Duration::from_secs(2),
+                reconnect: DEFAULT_REMOTE_RECONNECT,
+            })
+        );
+        let e = "sluice://host".parse::<VolumeSpec>().unwrap_err();
+        assert!(e.to_string().contains("missing the export"), "{e}");
+        let e = "sluice://h/x?merge=often"
+            .parse::<VolumeSpec>()
+            .unwrap_err();
+        assert!(e.to_string().contains("merge"), "{e}");
     }
 
     #[test]

@@ -106,3 +106,38 @@ sluice_testkit::conformance_tests! {
     built_file_power_loss => built("file:image,size=4M,power-loss=3", None),
     built_file_fault_without_rules => fault_without_rules,
 }
+
+/// A `sluice://HOST:PORT/EXPORT` spec is the export over the native
+/// protocol: its bytes are the export's.
+#[test]
+fn a_native_protocol_spec_opens_the_export() {
+    use std::sync::Arc;
+
+    use sluice_storage::MemDevice;
+    use sluice_testkit::test_server::TestServer;
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let disk = Arc::new(MemDevice::new(1 << 20, false));
+    let server = TestServer::builder()
+        .export("disk", disk.clone())
+        .objects(dir.path().join("objects"))
+        .start();
+    let spec: VolumeSpec = format!("{}/disk?merge=always,timeout=5s", server.obj_uri())
+        .parse()
+        .expect("spec");
+    assert!(matches!(spec.base, BaseSpec::Export(_)), "{spec:?}");
+    let dev = VolumeBuilder::default().open("n", &spec).expect("open");
+    assert_eq!(dev.size(), 1 << 20);
+    dev.write_at(b"through the native protocol", 4096, true)
+        .expect("write");
+    let mut got = [0u8; 27];
+    disk.read_at(&mut got, 4096).expect("read the export");
+    assert_eq!(&got, b"through the native protocol");
+    let missing: VolumeSpec = format!("{}/absent", server.obj_uri())
+        .parse()
+        .expect("spec");
+    let e = VolumeBuilder::default()
+        .open("m", &missing)
+        .expect_err("no such export");
+    assert!(matches!(e, VolumeError::Export { .. }), "{e:?}");
+}

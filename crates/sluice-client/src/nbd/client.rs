@@ -32,7 +32,7 @@ use tokio::sync::oneshot;
 
 use super::connection::{refused, request_error, Request};
 use super::handshake::{open, ConnectOptions, ExportDetails};
-use crate::net::mux::{Logged, Mux, MuxOptions, MuxProtocol, Next, Tickets};
+use crate::net::mux::{Group, Logged, Mux, MuxOptions, MuxProtocol, Next, Tickets};
 use crate::net::recv::RecvBuf;
 use crate::net::transport::Stream;
 use crate::Durability;
@@ -285,12 +285,19 @@ impl MuxProtocol for NbdSession {
         &self,
         _send: &mut (),
         _in_flight: usize,
-        _lens: &mut dyn Iterator<Item = usize>,
-    ) -> Option<Vec<usize>> {
+        _frames: &mut dyn Iterator<Item = &[u8]>,
+    ) -> Option<Vec<Group>> {
         None
     }
 
+    // NBD has no group frames and no fused commands: `groups` forms none.
     fn group_header(&self, _id: u64, _body: usize, _out: &mut Vec<u8>) {}
+
+    fn fuse(&self, _id: u64, _members: &[&[u8]], _out: &mut Vec<u8>) {}
+
+    fn split(&self, _reply: (), members: &[&Ticket]) -> Result<Vec<()>, ClientError> {
+        Err(self.violation(format!("{} NBD requests were fused", members.len())))
+    }
 
     fn sent(&self, _send: &mut (), _requests: usize, _grouped: usize) {}
 

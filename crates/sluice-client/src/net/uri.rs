@@ -482,12 +482,92 @@ impl FromStr for ObjUri {
     }
 }
 
+/// A block export of a sluice server reached over the native protocol
+/// (its extent commands, which temporal merge fuses):
+///
+/// ```text
+/// sluice://HOST[:PORT]/EXPORT[?merge=POLICY]
+/// sluices://HOST[:PORT]/EXPORT?tls-certificates=DIR[&merge=POLICY]
+/// ```
+///
+/// The object server's URI ([`ObjUri`], same port, TLS and query keys)
+/// with the export's name as its path, percent-decoded as in `nbd://`.
+/// Unix-domain sockets are not offered here: their path is the socket's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExportUri {
+    /// The server.
+    pub server: ObjUri,
+    /// The export's name (not empty).
+    pub export: String,
+}
+
+impl fmt::Display for ExportUri {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let server = self.server.to_string();
+        let (head, query) = server.split_at(server.find('?').unwrap_or(server.len()));
+        let export = utf8_percent_encode(&self.export, EXPORT);
+        write!(f, "{head}/{export}{query}")
+    }
+}
+
+impl FromStr for ExportUri {
+    type Err = BadObjUri;
+    fn from_str(uri: &str) -> Result<Self, Self::Err> {
+        let bad = |reason: String| BadObjUri {
+            uri: uri.to_owned(),
+            reason,
+        };
+        let mut url = Url::parse(uri).map_err(|e| bad(format!("not a URI: {e}")))?;
+        if !matches!(url.scheme(), "sluice" | "sluices") {
+            return Err(bad(format!(
+                "unknown scheme {:?} for an export: expected sluice or sluices",
+                url.scheme()
+            )));
+        }
+        let path = url.path();
+        let raw = path.strip_prefix('/').unwrap_or(path);
+        let export = percent_decode_str(raw)
+            .decode_utf8()
+            .map_err(|_| bad("the export name is not UTF-8 once percent-decoded".into()))?
+            .into_owned();
+        if export.is_empty() {
+            return Err(bad("missing the export name (sluice://HOST/EXPORT)".into()));
+        }
+        url.set_path("");
+        let server = url.as_str().parse::<ObjUri>().map_err(|e| bad(e.reason))?;
+        Ok(Self { server, export })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn parse(s: &str) -> NbdUri {
         s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    #[test]
+    fn export_uris_are_an_object_server_and_a_path() {
+        let u: ExportUri = "sluice://h:7/a%2Fb?merge=always".parse().expect("uri");
+        assert_eq!(u.export, "a/b");
+        assert_eq!(u.server.target, Target::Tcp("h:7".into()));
+        assert_eq!(u.server.merge, Some(MergePolicy::Always));
+        assert_eq!(u.to_string(), "sluice://h:7/a%2Fb?merge=always");
+        assert_eq!(u.to_string().parse::<ExportUri>(), Ok(u));
+        let d: ExportUri = "sluice://h/disk".parse().expect("uri");
+        assert_eq!(d.to_string(), "sluice://h:10810/disk");
+        for (bad, why) in [
+            ("sluice://h", "missing the export"),
+            ("sluice://h/", "missing the export"),
+            ("nbd://h/x", "expected sluice or sluices"),
+            ("sluice+unix:///s", "expected sluice or sluices"),
+            ("sluice://h/x?merge=often", "merge"),
+            ("sluice://h/x?sokcet=1", "unknown query key"),
+        ] {
+            let e = bad.parse::<ExportUri>().expect_err(bad);
+            assert!(e.reason.contains(why), "{bad}: {e}");
+        }
     }
 
     fn reason(s: &str) -> String {

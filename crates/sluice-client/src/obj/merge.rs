@@ -6,7 +6,9 @@
 //! but left in the send queue for the next send, which the next reply
 //! starts (or the caller that fills the queue to [`HOLD_MAX`]); so
 //! requests gather while the connection is busy. *Packing*: a send that
-//! finds two or more requests waiting puts them in batch frames.
+//! finds two or more requests waiting puts them in batch frames, or,
+//! for block requests of one export, fuses them into one extent command
+//! (`fuse.rs`).
 //!
 //! A batch frame costs the two ends one send, one receive and one wake-up
 //! for many requests, but a held request waits for the next reply, and
@@ -83,7 +85,8 @@ impl FromStr for MergePolicy {
 /// What a client's merging did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct MergeStats {
-    /// Batch frames sent.
+    /// Batch frames sent, and fused requests (block requests of one
+    /// export sent as one extent command).
     pub frames: u64,
     /// Requests sent inside them.
     pub merged: u64,

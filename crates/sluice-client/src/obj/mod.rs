@@ -25,6 +25,11 @@
 //! exports of the same server, attached when connecting
 //! ([`ObjOptions::exports`]), are read and written the same way, as
 //! extents ([`ObjClient::extent_read`], [`ObjClient::extent_write`]).
+//! [`ExportDevice`] is such an export as a block device over a
+//! [`SharedObjClient`] (a `sluice://HOST/EXPORT` volume): there, block
+//! requests waiting to be sent together are fused into one extent
+//! command whose scatter/gather list names each one's range, the block
+//! path's temporal merge.
 //! Reads and writes also take the data as a list of the caller's
 //! buffers ([`ObjClient::read_vectored`], [`ObjClient::write_vectored`]
 //! and the same on [`SharedObjClient`]): a write is gathered from them
@@ -60,6 +65,8 @@ mod client;
 mod codec;
 mod connection;
 mod error;
+mod export_device;
+mod fuse;
 mod gather;
 mod handshake;
 mod merge;
@@ -73,6 +80,7 @@ mod wire;
 pub use attr::{AttrChange, Attrs, Value};
 pub use client::{ObjClient, ObjOptions};
 pub use error::{Addressee, ObjError, Subject};
+pub use export_device::ExportDevice;
 pub use merge::{BadMergePolicy, MergePolicy, MergeStats, HOLD_IN_FLIGHT};
 pub use remote_meta::RemoteMetaStore;
 pub use request::{

@@ -24,22 +24,24 @@ use std::time::{Duration, Instant};
 
 use sluice_obj_proto::consts::{FLAG_SCOPE_MASK, FLAG_SCOPE_SHIFT, REPLY_HEADER_LEN};
 use sluice_obj_proto::{
-    Command, ErrorCode, FlushScope, Limits, MetaReply, MetaRequest, Negotiated, Opcode, Request,
+    Command, ErrorCode, FlushScope, MetaReply, MetaRequest, Negotiated, Opcode, Request,
     RequestHeader, Segment,
 };
 
 use super::codec::Codec;
 use super::error::Subject;
+use super::fuse;
 use super::handshake::open;
 use super::merge::{MergeController, MergePolicy, MergeStats};
 use super::request::{DataOptions, ObjRequest, ObjResponse, ReadReply};
 use super::split::{Carrier, Split};
 use super::wire::{cost, reply_len, take_reply, Front, RawReply, Wire, WINDOW_BYTES};
 use super::{ObjError, ObjOptions};
-use crate::net::mux::{Logged, Mux, MuxOptions, MuxProtocol, Next, Outcome, Tickets};
+use crate::net::mux::{Group, Logged, Mux, MuxOptions, MuxProtocol, Next, Outcome, Tickets};
 use crate::net::recv::RecvBuf;
 use crate::net::transport::Stream;
 use crate::net::uri::ObjUri;
+use crate::Durability;
 
 /// The name of each [`SharedObjClient`]'s reader thread (which shares
 /// the `sluice-` prefix of the server's threads: a process that embeds
@@ -79,6 +81,9 @@ pub(super) struct Ticket {
     subject: Subject,
     logged: Logged,
     resendable: bool,
+    /// Body bytes its reply carries (a read's length), for splitting
+    /// the reply to a fused request.
+    reply_len: u64,
 }
 
 impl Ticket {
@@ -108,10 +113,15 @@ impl Ticket {
                     | Opcode::Disconnect
             )
         );
+        let reply_len = match op {
+            Some(Opcode::Read | Opcode::ExtentRead) => header.length,
+            _ => 0,
+        };
         Self {
             subject,
             logged,
             resendable,
+            reply_len,
         }
     }
 }
@@ -228,6 +238,7 @@ impl MuxProtocol for ObjSession {
             subject: subject.clone(),
             logged: Logged::Nothing,
             resendable: true,
+            reply_len: 0,
         }
     }
 
@@ -255,46 +266,51 @@ impl MuxProtocol for ObjSession {
         send.merge.should_hold(in_flight, queued)
     }
 
-    /// Batch frames within the published limits (payload and member
-    /// count) when the merge policy says so.
+    /// When the merge policy says so: runs of block requests to one
+    /// export fused into one request, the rest in batch frames, within
+    /// the published limits (`fuse.rs`).
     fn groups(
         &self,
         send: &mut MergeSend,
         in_flight: usize,
-        lens: &mut dyn Iterator<Item = usize>,
-    ) -> Option<Vec<usize>> {
-        // The lengths come from a slice: the hint is exact.
-        if !send.merge.should_merge(in_flight, lens.size_hint().0) {
+        frames: &mut dyn Iterator<Item = &[u8]>,
+    ) -> Option<Vec<Group>> {
+        // The frames come from a slice: the hint is exact.
+        if !send.merge.should_merge(in_flight, frames.size_hint().0) {
             return None;
         }
-        let Limits {
-            max_payload,
-            max_batch,
-            ..
-        } = self.session.limits;
-        let mut groups = Vec::new();
-        let (mut n, mut body) = (0usize, 0u64);
-        for len in lens {
-            let len = len as u64;
-            if n > 0 && (body + len > u64::from(max_payload) || n as u64 >= u64::from(max_batch)) {
-                groups.push(n);
-                (n, body) = (0, 0);
-            }
-            n += 1;
-            body += len;
-        }
-        if n > 0 {
-            groups.push(n);
-        }
-        for &g in groups.iter().filter(|g| **g > 1) {
+        let frames: Vec<&[u8]> = frames.collect();
+        let groups = fuse::groups(&frames, &self.session.limits);
+        for g in groups.iter().filter(|g| g.members > 1) {
             send.stats.frames += 1;
-            send.stats.merged += g as u64;
+            send.stats.merged += g.members as u64;
         }
         Some(groups)
     }
 
     fn group_header(&self, id: u64, body: usize, out: &mut Vec<u8>) {
         RequestHeader::batch(id, self.session.partition, body as u32).encode(out);
+    }
+
+    fn fuse(&self, id: u64, members: &[&[u8]], out: &mut Vec<u8>) {
+        let partition = self.session.partition;
+        if !fuse::fuse(id, partition, &self.session.limits, members, out) {
+            // Never for what `groups` fused; were it to happen, the
+            // members go in a batch frame and are answered one by one.
+            let body = members.iter().map(|m| m.len()).sum();
+            self.group_header(id, body, out);
+            members.iter().for_each(|m| out.extend_from_slice(m));
+        }
+    }
+
+    fn split(&self, reply: RawReply, members: &[&Ticket]) -> Result<Vec<RawReply>, ObjError> {
+        let lens: Vec<u64> = members.iter().map(|t| t.reply_len).collect();
+        fuse::split(reply, &lens).ok_or_else(|| {
+            self.violation(format!(
+                "the reply to {} fused requests does not hold their bytes",
+                members.len()
+            ))
+        })
     }
 
     fn sent(&self, send: &mut MergeSend, requests: usize, grouped: usize) {
@@ -487,6 +503,33 @@ impl SharedObjClient {
             segments,
             data,
             options,
+        })
+        .map(drop)
+    }
+
+    /// Reads extents of an attached export (`export` is its handle).
+    pub fn extent_read(&self, export: u64, segments: &[Segment]) -> Result<ReadReply, ObjError> {
+        match self.run(&ObjRequest::ExtentRead { export, segments })? {
+            ObjResponse::Read(r) => Ok(r),
+            other => Err(self
+                .codec()
+                .violation(format!("EXTENT_READ answered {other:?}"))),
+        }
+    }
+
+    /// Writes `data` over extents of an attached export.
+    pub fn extent_write(
+        &self,
+        export: u64,
+        segments: &[Segment],
+        data: &[u8],
+        durability: Durability,
+    ) -> Result<(), ObjError> {
+        self.run(&ObjRequest::ExtentWrite {
+            export,
+            segments,
+            data,
+            durability,
         })
         .map(drop)
     }

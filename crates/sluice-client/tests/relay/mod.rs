@@ -18,6 +18,10 @@ struct Gate {
     sent: u64,
     /// Replies wait until `sent` reaches this.
     replies_after: u64,
+    /// The client side of each connection relayed, to cut them.
+    clients: Vec<TcpStream>,
+    /// Connections accepted.
+    accepted: u64,
 }
 
 type Shared = Arc<(Mutex<Gate>, Condvar)>;
@@ -46,6 +50,12 @@ impl Relay {
                     client.try_clone().expect("clone"),
                     server.try_clone().expect("clone"),
                 );
+                {
+                    let mut gate = g.0.lock().expect("gate");
+                    gate.accepted += 1;
+                    gate.clients.push(client.try_clone().expect("clone"));
+                    gate.clients.push(server.try_clone().expect("clone"));
+                }
                 copy(c2, s2, Arc::clone(&g), true);
                 copy(server, client, Arc::clone(&g), false);
             }
@@ -56,6 +66,19 @@ impl Relay {
     /// From now on nothing passes either way; connections stay open.
     pub(crate) fn freeze(&self) {
         self.gate.0.lock().expect("gate").frozen = true;
+    }
+
+    /// Ends every connection relayed so far, as a lost network does;
+    /// new ones are relayed as before.
+    pub(crate) fn cut(&self) {
+        for s in self.gate.0.lock().expect("gate").clients.drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    /// Connections accepted so far.
+    pub(crate) fn accepted(&self) -> u64 {
+        self.gate.0.lock().expect("gate").accepted
     }
 
     /// From now on the server's bytes wait until the client has sent

@@ -203,18 +203,27 @@ pub(crate) trait MuxProtocol: Send + Sync + Sized + 'static {
     /// Whether a caller's request stays queued for the sender of the next
     /// reply's follow-up (temporal merge) rather than being sent now.
     fn hold(&self, send: &mut Self::SendState, in_flight: usize, queued: usize) -> bool;
-    /// How the requests about to go out (their lengths on the wire, in
-    /// order) are grouped: the size of each group, in order, where a group
-    /// of one goes as it is and a larger one in a frame of
-    /// [`group_header`](Self::group_header); `None` when each goes alone.
+    /// How the requests about to go out (their frames, in order) are
+    /// grouped: each group's size and form, in order, where a group of
+    /// one goes as it is; `None` when each goes alone.
     fn groups(
         &self,
         send: &mut Self::SendState,
         in_flight: usize,
-        lens: &mut dyn Iterator<Item = usize>,
-    ) -> Option<Vec<usize>>;
+        frames: &mut dyn Iterator<Item = &[u8]>,
+    ) -> Option<Vec<Group>>;
     /// The header of a group frame whose members take `body` bytes.
     fn group_header(&self, id: u64, body: usize, out: &mut Vec<u8>);
+    /// Appends one request, under `id`, that does what the `members`
+    /// (a [`Group::fused`] group's frames, in order) ask.
+    fn fuse(&self, id: u64, members: &[&[u8]], out: &mut Vec<u8>);
+    /// Splits the reply to a fused request among its members (their
+    /// tickets, in order); an error if the reply cannot be theirs.
+    fn split(
+        &self,
+        reply: Self::Raw,
+        members: &[&Self::Ticket],
+    ) -> Result<Vec<Self::Raw>, Self::Error>;
     /// `requests` went out, `grouped` of them in group frames.
     fn sent(&self, send: &mut Self::SendState, requests: usize, grouped: usize);
     /// Requests completed, with `outstanding` others queued or in flight.
@@ -253,6 +262,27 @@ pub(crate) trait MuxProtocol: Send + Sync + Sized + 'static {
     fn copy_error(&self, e: &Self::Error) -> Self::Error;
 }
 
+/// Requests that go out together (temporal merge).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Group {
+    /// How many, in queue order.
+    pub(crate) members: usize,
+    /// One request the protocol makes of them ([`MuxProtocol::fuse`]),
+    /// whose one reply is split among them; else their own frames inside
+    /// one group frame, each answered alone.
+    pub(crate) fused: bool,
+}
+
+impl Group {
+    /// `members` in one group frame.
+    pub(crate) const fn frame(members: usize) -> Self {
+        Self {
+            members,
+            fused: false,
+        }
+    }
+}
+
 /// How much one connection keeps in flight, and how long it waits.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct MuxOptions {
@@ -281,10 +311,12 @@ enum Notify<P: MuxProtocol> {
     Abandoned,
 }
 
-/// A request waiting for its reply, or a group frame whose members are.
+/// A request waiting for its reply, or a group frame whose members are,
+/// or a fused request whose reply is its members' (in order).
 enum Waiting<P: MuxProtocol> {
     Request(Entry<P>),
     Group { left: usize },
+    Fused { members: Vec<u64> },
 }
 
 struct Entry<P: MuxProtocol> {
@@ -307,12 +339,18 @@ enum Registration<P: MuxProtocol> {
         id: u64,
         entry: Entry<P>,
     },
-    /// Requests `members` go out in group frame `id`.
+    /// Requests `members` go out in group frame `id`, or fused into
+    /// request `id`.
     Group {
         id: u64,
         members: Vec<u64>,
+        fused: bool,
     },
 }
+
+/// How one group of a send goes out: its id (0: each member alone),
+/// its size, and whether it is fused.
+type Head = (u64, usize, bool);
 
 /// A request encoded and waiting to be sent.
 struct Queued {
@@ -589,11 +627,11 @@ impl<P: MuxProtocol> Shared<P> {
         }
     }
 
-    /// Writes `items` with one call, in group frames as `heads` says (for
-    /// each group, its frame's id, 0 for none, and its size; empty when
-    /// every request goes alone), unless a reconnect came since they were
-    /// taken (it queued them again).
-    fn write(&self, generation: u64, items: &[Queued], heads: &[(u64, usize)]) -> io::Result<()> {
+    /// Writes `items` with one call, in groups as `heads` says (for each
+    /// group, its id, 0 for none, its size and whether it is fused;
+    /// empty when every request goes alone), unless a reconnect came
+    /// since they were taken (it queued them again).
+    fn write(&self, generation: u64, items: &[Queued], heads: &[Head]) -> io::Result<()> {
         let mut sock = lock(&self.socket);
         if sock.generation != generation {
             return Ok(());
@@ -607,14 +645,19 @@ impl<P: MuxProtocol> Shared<P> {
             items.iter().for_each(|q| out.extend_from_slice(&q.frame));
         } else {
             let mut at = 0;
-            for &(id, n) in heads {
+            for &(id, n, fused) in heads {
                 let members = &items[at..at + n];
+                at += n;
+                if fused {
+                    let frames: Vec<&[u8]> = members.iter().map(|q| &q.frame[..]).collect();
+                    self.proto.fuse(id, &frames, out);
+                    continue;
+                }
                 if id != 0 {
                     let body = members.iter().map(|q| q.frame.len()).sum();
                     self.proto.group_header(id, body, out);
                 }
                 members.iter().for_each(|q| out.extend_from_slice(&q.frame));
-                at += n;
             }
         }
         let r = stream.write_all(out);
@@ -662,7 +705,7 @@ impl<P: MuxProtocol> Shared<P> {
             let groups = self.proto.groups(
                 &mut st.send,
                 in_flight,
-                &mut items.iter().map(|q| q.frame.len()),
+                &mut items.iter().map(|q| &q.frame[..]),
             );
             st.in_flight += take;
             st.cost += bytes;
@@ -672,17 +715,18 @@ impl<P: MuxProtocol> Shared<P> {
             let mut grouped = 0;
             if let Some(groups) = &groups {
                 let mut at = 0;
-                for &n in groups {
+                for &Group { members: n, fused } in groups {
                     let mut head = None;
                     if n > 1 {
                         let id = self.fresh_id();
                         let members = items[at..at + n].iter().map(|q| q.id).collect();
-                        if self.register(Registration::Group { id, members }).is_ok() {
-                            head = Some((id, n));
+                        let group = Registration::Group { id, members, fused };
+                        if self.register(group).is_ok() {
+                            head = Some((id, n, fused));
                             grouped += n;
                         }
                     }
-                    heads.push(head.unwrap_or((0, n)));
+                    heads.push(head.unwrap_or((0, n, false)));
                     at += n;
                 }
             }

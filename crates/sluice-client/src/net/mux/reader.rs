@@ -137,14 +137,20 @@ impl<P: MuxProtocol> Reader<P> {
                     shared.proto.registered(&mut self.parser, id, &entry.ticket);
                     self.table.0.insert(id, Waiting::Request(entry));
                 }
-                Registration::Group { id, members } => {
+                Registration::Group { id, members, fused } => {
                     for m in &members {
                         if let Some(Waiting::Request(e)) = self.table.0.get_mut(m) {
                             e.group = Some(id);
                         }
                     }
-                    let left = members.len();
-                    self.table.0.insert(id, Waiting::Group { left });
+                    let waiting = if fused {
+                        Waiting::Fused { members }
+                    } else {
+                        Waiting::Group {
+                            left: members.len(),
+                        }
+                    };
+                    self.table.0.insert(id, waiting);
                 }
             }
         }
@@ -229,10 +235,55 @@ impl<P: MuxProtocol> Reader<P> {
                 }
                 Ok((n, cost))
             }
+            Some(Waiting::Fused { members }) => self.complete_fused(shared, &members, result),
             None => Err(shared
                 .proto
                 .violation(format!("a reply to request {id}, which is not in flight"))),
         }
+    }
+
+    /// Completes the members of a fused request (in order) from its one
+    /// reply: each its own part, or each the refusal.
+    fn complete_fused(
+        &mut self,
+        shared: &Shared<P>,
+        members: &[u64],
+        result: Result<P::Raw, P::Refusal>,
+    ) -> Result<(usize, u64), P::Error> {
+        let mut entries = Vec::with_capacity(members.len());
+        for m in members {
+            match self.table.0.remove(m) {
+                Some(Waiting::Request(e)) => entries.push((*m, e)),
+                // Only a reconnect takes members out unanswered, and it
+                // takes the fused request with them.
+                _ => {
+                    return Err(shared
+                        .proto
+                        .violation(format!("a reply to fused request of {m}, which is gone")))
+                }
+            }
+        }
+        let cost = entries.iter().map(|(_, e)| e.cost).sum();
+        let n = entries.len();
+        match result {
+            Ok(raw) => {
+                let tickets: Vec<&P::Ticket> = entries.iter().map(|(_, e)| &e.ticket).collect();
+                let parts = shared.proto.split(raw, &tickets)?;
+                for ((id, e), part) in entries.into_iter().zip(parts) {
+                    self.finish(shared, id, e, Ok(part));
+                }
+            }
+            Err(refusal) => {
+                let result = Err(refusal);
+                for (_, e) in entries {
+                    let error = shared.proto.group_failed(&e.ticket, &result);
+                    if let Notify::Caller(w) = e.notify {
+                        let _ = w.send(Err(error));
+                    }
+                }
+            }
+        }
+        Ok((n, cost))
     }
 
     fn member_done(&mut self, group: u64) {
