@@ -13,6 +13,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use sluice_client::{Client, ClientError, ConnectOptions, Connection, NbdUri, Request, Target};
+
+mod relay;
 use sluice_nbd_proto::consts::*;
 use sluice_nbd_proto::{
     encode_chunk_header, encode_ok, BlockSizes, ExportCatalog, ExportInfo, HandshakeConfig,
@@ -267,5 +269,48 @@ fn read_data_for_a_write_is_an_error_not_a_success() {
             }
         ),
         "{err}"
+    );
+}
+
+/// After the connection is lost, the first reconnect attempt reaches a
+/// listener that accepts and never answers: that attempt gives up after
+/// its share of the window, and the next one gets the connection back,
+/// well within the window (one silent attempt used to take all of it).
+#[test]
+fn a_silent_reconnect_attempt_costs_one_attempt_not_the_window() {
+    let device = std::sync::Arc::new(sluice_storage::MemDevice::new(1 << 20, false));
+    let server = sluice_testkit::test_server::TestServer::builder()
+        .export("disk", device)
+        .start();
+    let relay = relay::Relay::start(server.addr);
+    let addr = relay.uri.trim_start_matches("sluice://");
+    let uri: NbdUri = format!("nbd://{addr}/disk").parse().unwrap();
+    let options = ConnectOptions {
+        reconnect: sluice_client::Reconnect::within(Duration::from_secs(8)),
+        ..ConnectOptions::default()
+    };
+    let client = Client::connect(&uri, &options).unwrap();
+    client
+        .call_blocking(Request::Write {
+            offset: 4096,
+            data: &[9; 4096],
+            fua: false,
+        })
+        .unwrap();
+    relay.silence_next(1);
+    relay.cut();
+    let began = Instant::now();
+    let mut back = vec![0u8; 4096];
+    client.read_at(&mut back, 4096).unwrap();
+    assert_eq!(back, vec![9; 4096]);
+    assert_eq!(
+        relay.accepted(),
+        3,
+        "the first, the silent one, the good one"
+    );
+    assert!(
+        began.elapsed() < Duration::from_secs(6),
+        "{:?}",
+        began.elapsed()
     );
 }

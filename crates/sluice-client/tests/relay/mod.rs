@@ -22,6 +22,12 @@ struct Gate {
     clients: Vec<TcpStream>,
     /// Connections accepted.
     accepted: u64,
+    /// How many of the next connections to accept and then hold open
+    /// without relaying a byte, as a server that accepts and never
+    /// answers does.
+    silence: u64,
+    /// The connections held silent.
+    silenced: Vec<TcpStream>,
 }
 
 type Shared = Arc<(Mutex<Gate>, Condvar)>;
@@ -43,6 +49,15 @@ impl Relay {
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { return };
+                {
+                    let mut gate = g.0.lock().expect("gate");
+                    if gate.silence > 0 {
+                        gate.silence -= 1;
+                        gate.accepted += 1;
+                        gate.silenced.push(client);
+                        continue;
+                    }
+                }
                 let Ok(server) = TcpStream::connect(to) else {
                     return;
                 };
@@ -74,6 +89,11 @@ impl Relay {
         for s in self.gate.0.lock().expect("gate").clients.drain(..) {
             let _ = s.shutdown(std::net::Shutdown::Both);
         }
+    }
+
+    /// The next `n` connections are accepted and held open, silent.
+    pub(crate) fn silence_next(&self, n: u64) {
+        self.gate.0.lock().expect("gate").silence = n;
     }
 
     /// Connections accepted so far.

@@ -58,7 +58,11 @@ use super::transport::Stream;
 pub struct Reconnect {
     /// How long after losing the connection the client keeps trying to
     /// get it back; zero turns reconnecting off (a lost connection fails
-    /// every request in flight).
+    /// every request in flight). One attempt (connecting and the
+    /// handshake) gets at most a quarter of it (and at least a second,
+    /// and no more than the connect timeout), so a connection that is
+    /// accepted and then never answered costs one attempt, not the
+    /// whole window.
     pub window: Duration,
     /// Bytes of acknowledged but unflushed changes the client keeps to
     /// replay after a reconnect; when they exceed this, the client sends

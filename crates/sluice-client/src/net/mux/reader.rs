@@ -371,7 +371,11 @@ impl<P: MuxProtocol> Reader<P> {
                 return Err(shared.proto.reconnect_failed(window, last));
             }
             attempts += 1;
-            let timeout = shared.options.connect_timeout.min(deadline - now);
+            let timeout = shared
+                .options
+                .connect_timeout
+                .min(attempt_limit(window))
+                .min(deadline - now);
             let attempt = shared
                 .proto
                 .reopen(timeout)
@@ -554,4 +558,10 @@ impl<T> Tickets<T> for ReplayTickets<'_, T> {
     fn get(&mut self, _id: u64) -> Option<&mut T> {
         self.0.as_mut()
     }
+}
+
+/// The most one reconnect attempt may take within `window` (see
+/// [`Reconnect::window`](super::Reconnect)).
+fn attempt_limit(window: Duration) -> Duration {
+    (window / 4).max(Duration::from_secs(1))
 }
