@@ -24,7 +24,8 @@ mod tls;
 
 pub use config::{
     ByteSize, CachePolicy, ExportConfig, FastPaths, Limits, ListenAddr, ObjectConfig, PipelineMode,
-    ReceiveTuning, ServerConfig, Timeouts, TlsConfig, TlsIdentity, TlsMode, DEFAULT_PARTITION,
+    ReceiveTuning, S3Config, ServerConfig, Timeouts, TlsConfig, TlsIdentity, TlsMode,
+    DEFAULT_PARTITION,
 };
 pub use export::{Export, ExportRegistry};
 pub use server::{Server, ServerError, ServerHandle};

@@ -1,0 +1,328 @@
+//! The listener: bound at [`S3Endpoint::bind`] (so a busy port fails the
+//! start and the address is known before anything is printed), then
+//! served by [`S3Endpoint::start`] on a thread running a tokio runtime of
+//! its own, until [`RunningS3::stop`].
+//!
+//! Every request gets one access log line at info level under the target
+//! `sluice_s3::access`: the operation (named from the method, path and
+//! query as S3 routes them), bucket, key, status, bytes in and out (as
+//! the Content-Length headers say; `-` for streamed bodies of unknown
+//! length) and duration.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use s3s::auth::SimpleAuth;
+use s3s::service::{S3Service, S3ServiceBuilder};
+use sluice_client::obj::ObjOptions;
+use sluice_meta::MetaStore;
+use thiserror::Error;
+
+use crate::keys::AccessKey;
+use crate::ops::Gateway;
+use crate::store::{LayoutOptions, Store};
+
+/// The S3 endpoint's port when none is given (beside NBD's 10809 and the
+/// object protocol's 10810).
+pub const DEFAULT_S3_PORT: u16 = 10811;
+
+/// How the endpoint runs.
+#[derive(Debug, Clone)]
+pub struct S3Options {
+    /// The access keys requests must be signed with (at least one).
+    pub keys: Vec<AccessKey>,
+    /// Layout of new objects.
+    pub layout: LayoutOptions,
+    /// Connections to the object servers.
+    pub objects: ObjOptions,
+    /// Threads running the HTTP side (the blocking striped calls run on
+    /// tokio's blocking pool beside them).
+    pub workers: usize,
+}
+
+impl Default for S3Options {
+    fn default() -> Self {
+        Self {
+            keys: Vec::new(),
+            layout: LayoutOptions::default(),
+            objects: ObjOptions::default(),
+            workers: 2,
+        }
+    }
+}
+
+/// Why the endpoint could not start.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum S3StartError {
+    #[error("the S3 endpoint has no access keys (give a key file)")]
+    NoKeys,
+    #[error("cannot listen for S3 on {addr}")]
+    Bind {
+        addr: SocketAddr,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot start the S3 endpoint's threads")]
+    Runtime(#[source] std::io::Error),
+}
+
+/// A bound S3 endpoint, not yet serving.
+pub struct S3Endpoint {
+    listener: std::net::TcpListener,
+    addr: SocketAddr,
+    service: S3Service,
+    workers: usize,
+}
+
+impl std::fmt::Debug for S3Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Endpoint")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
+    }
+}
+
+impl S3Endpoint {
+    /// Binds `addr` for the S3 API over the deployment `meta` describes.
+    pub fn bind(
+        addr: SocketAddr,
+        meta: Arc<dyn MetaStore>,
+        options: S3Options,
+    ) -> Result<Self, S3StartError> {
+        if options.keys.is_empty() {
+            return Err(S3StartError::NoKeys);
+        }
+        let bind_err = |source| S3StartError::Bind { addr, source };
+        let listener = std::net::TcpListener::bind(addr).map_err(bind_err)?;
+        let addr = listener.local_addr().map_err(bind_err)?;
+        listener.set_nonblocking(true).map_err(bind_err)?;
+        let store = Arc::new(Store::new(meta, options.objects, options.layout));
+        let mut builder = S3ServiceBuilder::new(Gateway { store });
+        let mut auth = SimpleAuth::new();
+        for key in options.keys {
+            auth.register(key.id, key.secret.into());
+        }
+        builder.set_auth(auth);
+        Ok(Self {
+            listener,
+            addr,
+            service: builder.build(),
+            workers: options.workers.max(1),
+        })
+    }
+
+    /// The address bound (its port chosen by the system for port 0).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Serves on a thread of its own until [`RunningS3::stop`].
+    pub fn start(self) -> Result<RunningS3, S3StartError> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(self.workers)
+            .thread_name("sluice-s3")
+            .enable_all()
+            .build()
+            .map_err(S3StartError::Runtime)?;
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let addr = self.addr;
+        let thread = std::thread::Builder::new()
+            .name("sluice-s3-accept".into())
+            .spawn(move || {
+                runtime.block_on(serve(self.listener, self.service, stopped));
+                // Requests still running get a moment to finish.
+                runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+            })
+            .map_err(S3StartError::Runtime)?;
+        Ok(RunningS3 {
+            addr,
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+/// A serving endpoint; stopped when dropped.
+#[derive(Debug)]
+pub struct RunningS3 {
+    addr: SocketAddr,
+    stop: tokio::sync::watch::Sender<bool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl RunningS3 {
+    /// The address it serves.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting, lets requests under way finish (for at most a few
+    /// seconds), and returns once the endpoint's threads are gone.
+    pub fn stop(mut self) {
+        self.shut_down();
+    }
+
+    fn shut_down(&mut self) {
+        let _ = self.stop.send(true);
+        if let Some(t) = self.thread.take() {
+            if t.join().is_err() {
+                tracing::error!("the S3 endpoint's thread panicked");
+            }
+        }
+    }
+}
+
+impl Drop for RunningS3 {
+    fn drop(&mut self) {
+        self.shut_down();
+    }
+}
+
+async fn serve(
+    listener: std::net::TcpListener,
+    service: S3Service,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) {
+    let listener = match tokio::net::TcpListener::from_std(listener) {
+        Ok(l) => l,
+        Err(e) => {
+            tracing::error!(error = %e, "the S3 listener cannot be served");
+            return;
+        }
+    };
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = stopped.changed() => return,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "S3 accept failed");
+                continue;
+            }
+        };
+        let service = service.clone();
+        tokio::spawn(async move {
+            let logged =
+                hyper::service::service_fn(move |req| logged_call(service.clone(), peer, req));
+            let conn = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+            if let Err(e) = conn.serve_connection(TokioIo::new(stream), logged).await {
+                tracing::debug!(%peer, error = %e, "S3 connection ended with an error");
+            }
+        });
+    }
+}
+
+/// A request through s3s, and its access log line.
+async fn logged_call(
+    service: S3Service,
+    peer: SocketAddr,
+    req: hyper::Request<Incoming>,
+) -> Result<s3s::HttpResponse, s3s::HttpError> {
+    let start = Instant::now();
+    let op = operation(req.method(), req.uri(), req.headers());
+    let (bucket, key) = bucket_and_key(req.uri().path());
+    let (bucket, key) = (bucket.to_owned(), key.to_owned());
+    let bytes_in = content_length(req.headers());
+    let response = hyper::service::Service::call(&service, req).await;
+    let ms = start.elapsed().as_secs_f64() * 1000.0;
+    match &response {
+        Ok(r) => tracing::info!(
+            target: "sluice_s3::access",
+            %peer, op, bucket, key,
+            status = r.status().as_u16(),
+            bytes_in = bytes_in.as_deref().unwrap_or("-"),
+            bytes_out = content_length(r.headers())
+                .or_else(|| hyper::body::Body::size_hint(r.body()).exact().map(|n| n.to_string()))
+                .as_deref()
+                .unwrap_or("-"),
+            ms = format!("{ms:.3}"),
+            "s3"
+        ),
+        Err(e) => tracing::info!(
+            target: "sluice_s3::access",
+            %peer, op, bucket, key, status = 500, error = ?e,
+            ms = format!("{ms:.3}"),
+            "s3"
+        ),
+    }
+    response
+}
+
+fn content_length(headers: &hyper::HeaderMap) -> Option<String> {
+    headers
+        .get(hyper::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
+/// The bucket and key of a path-style request's path (still
+/// percent-encoded, as logged).
+fn bucket_and_key(path: &str) -> (&str, &str) {
+    let path = path.strip_prefix('/').unwrap_or(path);
+    path.split_once('/').unwrap_or((path, ""))
+}
+
+/// The S3 operation a request names, as S3 routes it (for the log;
+/// s3s does the real routing).
+fn operation(method: &hyper::Method, uri: &hyper::Uri, headers: &hyper::HeaderMap) -> &'static str {
+    use hyper::Method;
+    let query = uri.query().unwrap_or("");
+    let has = |k: &str| {
+        query
+            .split('&')
+            .any(|p| p == k || p.starts_with(&format!("{k}=")))
+    };
+    let (bucket, key) = bucket_and_key(uri.path());
+    match (bucket.is_empty(), key.is_empty(), method) {
+        (true, _, &Method::GET) => "ListBuckets",
+        (false, true, &Method::PUT) => "CreateBucket",
+        (false, true, &Method::HEAD) => "HeadBucket",
+        (false, true, &Method::DELETE) => "DeleteBucket",
+        (false, true, &Method::POST) if has("delete") => "DeleteObjects",
+        (false, true, &Method::GET) if query.contains("list-type=2") => "ListObjectsV2",
+        (false, true, &Method::GET) if has("uploads") => "ListMultipartUploads",
+        (false, true, &Method::GET) if has("location") => "GetBucketLocation",
+        (false, true, &Method::GET) => "ListObjects",
+        (false, false, &Method::PUT) if has("partNumber") => "UploadPart",
+        (false, false, &Method::PUT) if headers.contains_key("x-amz-copy-source") => "CopyObject",
+        (false, false, &Method::PUT) => "PutObject",
+        (false, false, &Method::GET) => "GetObject",
+        (false, false, &Method::HEAD) => "HeadObject",
+        (false, false, &Method::DELETE) if has("uploadId") => "AbortMultipartUpload",
+        (false, false, &Method::DELETE) => "DeleteObject",
+        (false, false, &Method::POST) if has("uploads") => "CreateMultipartUpload",
+        (false, false, &Method::POST) if has("uploadId") => "CompleteMultipartUpload",
+        _ => "Other",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn operations_are_named_from_method_path_and_query() {
+        let op = |m: &str, uri: &str| {
+            let method: hyper::Method = m.parse().expect("method");
+            operation(
+                &method,
+                &uri.parse().expect("uri"),
+                &hyper::HeaderMap::new(),
+            )
+        };
+        assert_eq!(op("GET", "/"), "ListBuckets");
+        assert_eq!(op("PUT", "/b"), "CreateBucket");
+        assert_eq!(op("GET", "/b?list-type=2&prefix=a"), "ListObjectsV2");
+        assert_eq!(op("GET", "/b/"), "ListObjects");
+        assert_eq!(op("POST", "/b?delete"), "DeleteObjects");
+        assert_eq!(op("PUT", "/b/k/x"), "PutObject");
+        assert_eq!(op("HEAD", "/b/k"), "HeadObject");
+        assert_eq!(bucket_and_key("/b/k/x"), ("b", "k/x"));
+    }
+}

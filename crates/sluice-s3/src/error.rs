@@ -1,0 +1,100 @@
+//! The gateway's errors, and the one mapping from them to S3's error
+//! codes ([`GatewayError::to_s3`]).
+
+use s3s::{S3Error, S3ErrorCode};
+use sluice_client::striped::StripedError;
+use sluice_meta::MetaError;
+use thiserror::Error;
+
+/// Why an S3 request failed on sluice's side.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum GatewayError {
+    #[error("bucket {bucket:?} does not exist")]
+    NoSuchBucket { bucket: String },
+    #[error("key {key:?} does not exist in bucket {bucket:?}")]
+    NoSuchKey { bucket: String, key: String },
+    #[error("bucket {bucket:?} already exists")]
+    BucketExists { bucket: String },
+    #[error("bucket {bucket:?} is not empty")]
+    BucketNotEmpty { bucket: String },
+    #[error("bucket name {bucket:?} is not valid: {why}")]
+    InvalidBucketName { bucket: String, why: String },
+    #[error("key {key:?} is not valid: {why}")]
+    InvalidKey { key: String, why: String },
+    #[error("key {key:?} is too long: at most {most} bytes in this bucket")]
+    KeyTooLong { key: String, most: usize },
+    /// A put over a name that exists; until puts replace atomically this
+    /// is refused rather than done as delete-then-put.
+    #[error("{name:?} exists and replacing an object is not supported yet")]
+    ReplaceUnsupported { name: String },
+    #[error("the deployment has no object servers; add one with 'sluice meta add-server'")]
+    NoServers,
+    #[error("the request body failed: {why}")]
+    Body { why: String },
+    #[error("the object store failed")]
+    Striped(#[from] StripedError),
+    #[error("the metadata service failed")]
+    Meta(#[from] MetaError),
+    #[error("a worker thread failed: {0}")]
+    Worker(String),
+}
+
+impl GatewayError {
+    /// The S3 error a client gets for this.
+    pub fn to_s3(&self) -> S3Error {
+        use GatewayError as E;
+        let code = match self {
+            E::NoSuchBucket { .. } => S3ErrorCode::NoSuchBucket,
+            E::NoSuchKey { .. } => S3ErrorCode::NoSuchKey,
+            E::BucketExists { .. } => S3ErrorCode::BucketAlreadyOwnedByYou,
+            E::BucketNotEmpty { .. } => S3ErrorCode::BucketNotEmpty,
+            E::InvalidBucketName { .. } => S3ErrorCode::InvalidBucketName,
+            E::InvalidKey { .. } => S3ErrorCode::InvalidArgument,
+            E::KeyTooLong { .. } => S3ErrorCode::KeyTooLongError,
+            E::ReplaceUnsupported { .. } => S3ErrorCode::NotImplemented,
+            E::Body { .. } => S3ErrorCode::IncompleteBody,
+            E::NoServers | E::Striped(_) | E::Meta(_) | E::Worker(_) => S3ErrorCode::InternalError,
+        };
+        S3Error::with_message(code, error_chain(self))
+    }
+}
+
+impl From<GatewayError> for S3Error {
+    fn from(e: GatewayError) -> Self {
+        if matches!(
+            e,
+            GatewayError::Striped(_) | GatewayError::Meta(_) | GatewayError::Worker(_)
+        ) {
+            tracing::warn!(error = %error_chain(&e), "S3 request failed inside sluice");
+        }
+        e.to_s3()
+    }
+}
+
+/// `e` and its sources, joined by ": ".
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// A metadata error on `name`'s entry as the gateway's: a missing entry
+/// is `missing`.
+pub(crate) fn not_found_or(
+    e: StripedError,
+    missing: impl FnOnce() -> GatewayError,
+) -> GatewayError {
+    match e {
+        StripedError::Meta {
+            source: MetaError::NotFound { .. },
+            ..
+        } => missing(),
+        other => GatewayError::Striped(other),
+    }
+}
