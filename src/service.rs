@@ -364,7 +364,16 @@ pub(crate) fn serve(mut args: ServeArgs) -> Result<ExitCode> {
         }
     };
     let s3 = s3_config
-        .map(|c| anyhow::Ok(s3::bind(&c, &server, tls)?.start()?))
+        .map(|c| {
+            let endpoint = s3::bind(&c, &server, tls)?;
+            let metrics = endpoint.metrics();
+            server
+                .metrics()
+                .add_source(std::sync::Arc::new(move |out: &mut String| {
+                    metrics.render(out)
+                }));
+            anyhow::Ok(endpoint.start()?)
+        })
         .transpose()?;
     // Before anything tells the world the server is up (the pid file,
     // the listening lines, READY=1), so a SIGTERM sent on seeing them

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 
 use tempfile::TempDir;
 
-use crate::harness::{random_bytes, tempdir, Cmd, CmdOutput, Server, ServerBuilder};
+use crate::harness::{random_bytes, scrape, tempdir, Cmd, CmdOutput, Server, ServerBuilder};
 
 const ACCESS: &str = "SLUICETESTKEY";
 const SECRET: &str = "sluice-test-secret-0123456789";
@@ -31,6 +31,7 @@ fn start() -> S3Server {
         .arg("--meta")
         .arg(dir.path().join("meta").display().to_string())
         .s3(&keys)
+        .metrics()
         .start();
     S3Server { server, dir }
 }
@@ -97,14 +98,20 @@ fn boto3_bad_signatures_and_missing_names() {
 }
 
 #[test]
+fn boto3_aws_chunked_bodies_with_trailing_checksums() {
+    boto3("chunked");
+}
+
+#[test]
 #[ignore = "needs atomic replace from main"]
 fn boto3_put_over_an_existing_key_replaces_it() {
     boto3("overwrite");
 }
 
-/// Every request is in the access log with its operation and status.
+/// Every request is in the access log with its operation and status,
+/// and counted in the metrics per operation.
 #[test]
-fn requests_are_access_logged() {
+fn requests_are_access_logged_and_counted() {
     let Some(python) = sluice_testkit::programs::python_with("boto3") else {
         return;
     };

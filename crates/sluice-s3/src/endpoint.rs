@@ -7,7 +7,7 @@
 //! `sluice_s3::access`: the operation (named from the method, path and
 //! query as S3 routes them), bucket, key, status, bytes in and out (as
 //! the Content-Length headers say; `-` for streamed bodies of unknown
-//! length) and duration.
+//! length) and duration. The same counts go to [`S3Metrics`].
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -22,6 +22,7 @@ use sluice_meta::MetaStore;
 use thiserror::Error;
 
 use crate::keys::AccessKey;
+use crate::metrics::{Request, S3Metrics};
 use crate::ops::Gateway;
 use crate::store::{LayoutOptions, Store};
 
@@ -75,6 +76,7 @@ pub struct S3Endpoint {
     listener: std::net::TcpListener,
     addr: SocketAddr,
     service: S3Service,
+    metrics: Arc<S3Metrics>,
     workers: usize,
 }
 
@@ -111,6 +113,7 @@ impl S3Endpoint {
             listener,
             addr,
             service: builder.build(),
+            metrics: Arc::new(S3Metrics::default()),
             workers: options.workers.max(1),
         })
     }
@@ -118,6 +121,12 @@ impl S3Endpoint {
     /// The address bound (its port chosen by the system for port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Its metrics per operation (render them into a scrape with
+    /// [`S3Metrics::render`]).
+    pub fn metrics(&self) -> Arc<S3Metrics> {
+        Arc::clone(&self.metrics)
     }
 
     /// Serves on a thread of its own until [`RunningS3::stop`].
@@ -133,7 +142,7 @@ impl S3Endpoint {
         let thread = std::thread::Builder::new()
             .name("sluice-s3-accept".into())
             .spawn(move || {
-                runtime.block_on(serve(self.listener, self.service, stopped));
+                runtime.block_on(serve(self.listener, self.service, self.metrics, stopped));
                 // Requests still running get a moment to finish.
                 runtime.shutdown_timeout(std::time::Duration::from_secs(5));
             })
@@ -185,6 +194,7 @@ impl Drop for RunningS3 {
 async fn serve(
     listener: std::net::TcpListener,
     service: S3Service,
+    metrics: Arc<S3Metrics>,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) {
     let listener = match tokio::net::TcpListener::from_std(listener) {
@@ -207,9 +217,11 @@ async fn serve(
             }
         };
         let service = service.clone();
+        let metrics = Arc::clone(&metrics);
         tokio::spawn(async move {
-            let logged =
-                hyper::service::service_fn(move |req| logged_call(service.clone(), peer, req));
+            let logged = hyper::service::service_fn(move |req| {
+                logged_call(service.clone(), Arc::clone(&metrics), peer, req)
+            });
             let conn = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
             if let Err(e) = conn.serve_connection(TokioIo::new(stream), logged).await {
                 tracing::debug!(%peer, error = %e, "S3 connection ended with an error");
@@ -218,47 +230,57 @@ async fn serve(
     }
 }
 
-/// A request through s3s, and its access log line.
+/// A request through s3s, its access log line and its metrics.
 async fn logged_call(
     service: S3Service,
+    metrics: Arc<S3Metrics>,
     peer: SocketAddr,
     req: hyper::Request<Incoming>,
 ) -> Result<s3s::HttpResponse, s3s::HttpError> {
     let start = Instant::now();
     let op = operation(req.method(), req.uri(), req.headers());
+    let head = req.method() == hyper::Method::HEAD;
     let (bucket, key) = bucket_and_key(req.uri().path());
     let (bucket, key) = (bucket.to_owned(), key.to_owned());
     let bytes_in = content_length(req.headers());
     let response = hyper::service::Service::call(&service, req).await;
-    let ms = start.elapsed().as_secs_f64() * 1000.0;
+    let duration = start.elapsed();
+    let ms = format!("{:.3}", duration.as_secs_f64() * 1000.0);
+    let (status, bytes_out) = match &response {
+        Ok(r) => {
+            let size = content_length(r.headers())
+                .or_else(|| hyper::body::Body::size_hint(r.body()).exact());
+            (r.status().as_u16(), if head { Some(0) } else { size })
+        }
+        Err(_) => (500, None),
+    };
+    let shown = |n: Option<u64>| n.map_or_else(|| "-".to_owned(), |n| n.to_string());
     match &response {
-        Ok(r) => tracing::info!(
+        Ok(_) => tracing::info!(
             target: "sluice_s3::access",
-            %peer, op, bucket, key,
-            status = r.status().as_u16(),
-            bytes_in = bytes_in.as_deref().unwrap_or("-"),
-            bytes_out = content_length(r.headers())
-                .or_else(|| hyper::body::Body::size_hint(r.body()).exact().map(|n| n.to_string()))
-                .as_deref()
-                .unwrap_or("-"),
-            ms = format!("{ms:.3}"),
-            "s3"
+            %peer, op, bucket, key, status,
+            bytes_in = shown(bytes_in), bytes_out = shown(bytes_out), ms, "s3"
         ),
         Err(e) => tracing::info!(
             target: "sluice_s3::access",
-            %peer, op, bucket, key, status = 500, error = ?e,
-            ms = format!("{ms:.3}"),
-            "s3"
+            %peer, op, bucket, key, status, error = ?e, ms, "s3"
         ),
     }
+    metrics.record(Request {
+        op,
+        status,
+        bytes_in: bytes_in.unwrap_or(0),
+        bytes_out: bytes_out.unwrap_or(0),
+        duration,
+    });
     response
 }
 
-fn content_length(headers: &hyper::HeaderMap) -> Option<String> {
+fn content_length(headers: &hyper::HeaderMap) -> Option<u64> {
     headers
         .get(hyper::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .map(str::to_owned)
+        .and_then(|v| v.parse().ok())
 }
 
 /// The bucket and key of a path-style request's path (still

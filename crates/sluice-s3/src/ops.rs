@@ -167,6 +167,19 @@ fn byte_range(
     }
 }
 
+/// The object's own Content-Encoding: the header less `aws-chunked`,
+/// which only says how this request's body was framed.
+fn own_encoding(header: Option<String>) -> Option<String> {
+    let kept: Vec<&str> = header
+        .as_deref()
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|e| !e.is_empty() && !e.eq_ignore_ascii_case("aws-chunked"))
+        .collect();
+    (!kept.is_empty()).then(|| kept.join(", "))
+}
+
 fn max_keys(asked: Option<MaxKeys>) -> usize {
     asked.map_or(MAX_KEYS, |n| usize::try_from(n).unwrap_or(0).min(MAX_KEYS))
 }
@@ -294,7 +307,7 @@ impl S3 for Gateway {
             content_type: input.content_type,
             cache_control: input.cache_control,
             content_disposition: input.content_disposition,
-            content_encoding: input.content_encoding,
+            content_encoding: own_encoding(input.content_encoding),
             content_language: input.content_language,
             metadata: input.metadata,
         };
