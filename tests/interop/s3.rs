@@ -134,6 +134,19 @@ fn requests_are_access_logged_and_counted() {
             "the access log lacks {needle}:\n{log}"
         );
     }
+    let metrics = scrape(s3.server.metrics.expect("started with metrics()"));
+    for line in [
+        "sluice_s3_requests_total{operation=\"CreateBucket\"} 4",
+        "sluice_s3_errors_total{operation=\"CreateBucket\"} 2",
+        "sluice_s3_requests_total{operation=\"DeleteBucket\"} 3",
+        "sluice_s3_received_bytes_total{operation=\"PutObject\"} 1",
+        "sluice_s3_request_duration_seconds_count{operation=\"ListBuckets\"} 3",
+    ] {
+        assert!(
+            metrics.contains(line),
+            "the metrics lack {line}:\n{metrics}"
+        );
+    }
 }
 
 fn aws(s3: &S3Server, args: &[&str]) -> CmdOutput {

@@ -43,18 +43,19 @@ pub enum GatewayError {
 impl GatewayError {
     /// The S3 error a client gets for this.
     pub fn to_s3(&self) -> S3Error {
-        use GatewayError as E;
         let code = match self {
-            E::NoSuchBucket { .. } => S3ErrorCode::NoSuchBucket,
-            E::NoSuchKey { .. } => S3ErrorCode::NoSuchKey,
-            E::BucketExists { .. } => S3ErrorCode::BucketAlreadyOwnedByYou,
-            E::BucketNotEmpty { .. } => S3ErrorCode::BucketNotEmpty,
-            E::InvalidBucketName { .. } => S3ErrorCode::InvalidBucketName,
-            E::InvalidKey { .. } => S3ErrorCode::InvalidArgument,
-            E::KeyTooLong { .. } => S3ErrorCode::KeyTooLongError,
-            E::ReplaceUnsupported { .. } => S3ErrorCode::NotImplemented,
-            E::Body { .. } => S3ErrorCode::IncompleteBody,
-            E::NoServers | E::Striped(_) | E::Meta(_) | E::Worker(_) => S3ErrorCode::InternalError,
+            Self::NoSuchBucket { .. } => S3ErrorCode::NoSuchBucket,
+            Self::NoSuchKey { .. } => S3ErrorCode::NoSuchKey,
+            Self::BucketExists { .. } => S3ErrorCode::BucketAlreadyOwnedByYou,
+            Self::BucketNotEmpty { .. } => S3ErrorCode::BucketNotEmpty,
+            Self::InvalidBucketName { .. } => S3ErrorCode::InvalidBucketName,
+            Self::InvalidKey { .. } => S3ErrorCode::InvalidArgument,
+            Self::KeyTooLong { .. } => S3ErrorCode::KeyTooLongError,
+            Self::ReplaceUnsupported { .. } => S3ErrorCode::NotImplemented,
+            Self::Body { .. } => S3ErrorCode::IncompleteBody,
+            Self::NoServers | Self::Striped(_) | Self::Meta(_) | Self::Worker(_) => {
+                S3ErrorCode::InternalError
+            }
         };
         S3Error::with_message(code, error_chain(self))
     }

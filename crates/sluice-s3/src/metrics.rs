@@ -22,6 +22,9 @@ struct Op {
     seconds: f64,
 }
 
+/// A counter series: its name, help text and value.
+type Counter = (&'static str, &'static str, fn(&Op) -> u64);
+
 /// One request as the access log saw it.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Request<'a> {
@@ -66,7 +69,7 @@ impl S3Metrics {
             Ok(ops) => ops.clone(),
             Err(_) => return,
         };
-        let counters: [(&str, &str, fn(&Op) -> u64); 4] = [
+        let counters: [Counter; 4] = [
             (
                 "sluice_s3_requests_total",
                 "S3 requests answered, by operation.",
