@@ -98,6 +98,11 @@ fn boto3_bad_signatures_and_missing_names() {
 }
 
 #[test]
+fn boto3_multipart_uploads() {
+    boto3("multipart");
+}
+
+#[test]
 fn boto3_aws_chunked_bodies_with_trailing_checksums() {
     boto3("chunked");
 }
@@ -204,6 +209,23 @@ fn aws_cli_round_trip() {
     assert!(
         std::fs::read(&down).expect("read the download") == data,
         "downloaded bytes differ"
+    );
+    // Above aws-cli's 8 MiB threshold: a multipart upload, and a ranged
+    // download in parts.
+    let big = s3.dir.path().join("big.bin");
+    let big_data = random_bytes(8, 21 << 20);
+    std::fs::write(&big, &big_data).expect("write the big file");
+    ok(&["s3", "cp", &big.display().to_string(), "s3://cli/big.bin"]);
+    let big_down = s3.dir.path().join("big-down.bin");
+    ok(&[
+        "s3",
+        "cp",
+        "s3://cli/big.bin",
+        &big_down.display().to_string(),
+    ]);
+    assert!(
+        std::fs::read(&big_down).expect("read") == big_data,
+        "the big download differs"
     );
     ok(&["s3", "rm", "s3://cli/dir/up.bin"]);
     let listed = ok(&["s3", "ls", "s3://cli/"]).stdout();

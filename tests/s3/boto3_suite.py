@@ -215,6 +215,60 @@ def chunked(s3):
         raise AssertionError(f"the puts were not aws-chunked: {seen}")
 
 
+def multipart(s3):
+    s3.create_bucket(Bucket="mpu")
+    up = s3.create_multipart_upload(Bucket="mpu", Key="big/one", ContentType="video/x", Metadata={"k": "v"})
+    uid = up["UploadId"]
+    bodies = [os.urandom(5 << 20), os.urandom((5 << 20) + 1), os.urandom(123)]
+    etags = []
+    for i, body in enumerate(bodies, 1):
+        r = s3.upload_part(Bucket="mpu", Key="big/one", UploadId=uid, PartNumber=i, Body=body)
+        eq(r["ETag"], f'"{hashlib.md5(body).hexdigest()}"', f"part {i} etag")
+        etags.append(r["ETag"])
+    # A part sent again replaces the first one.
+    r = s3.upload_part(Bucket="mpu", Key="big/one", UploadId=uid, PartNumber=3, Body=bodies[2])
+    eq(error_code(s3.head_object, Bucket="mpu", Key="big/one"), "404", "not visible before complete")
+    parts = s3.list_parts(Bucket="mpu", Key="big/one", UploadId=uid)["Parts"]
+    eq([(p["PartNumber"], p["Size"]) for p in parts], [(1, 5 << 20), (2, (5 << 20) + 1), (3, 123)], "list parts")
+    uploads = s3.list_multipart_uploads(Bucket="mpu")["Uploads"]
+    eq([(u["Key"], u["UploadId"]) for u in uploads], [("big/one", uid)], "list uploads")
+    listed = [{"PartNumber": i, "ETag": e} for i, e in enumerate(etags, 1)]
+    eq(error_code(s3.complete_multipart_upload, Bucket="mpu", Key="big/one", UploadId=uid,
+                  MultipartUpload={"Parts": list(reversed(listed))}), "InvalidPartOrder", "descending parts")
+    bad = [dict(p) for p in listed]
+    bad[1]["ETag"] = '"00000000000000000000000000000000"'
+    eq(error_code(s3.complete_multipart_upload, Bucket="mpu", Key="big/one", UploadId=uid,
+                  MultipartUpload={"Parts": bad}), "InvalidPart", "wrong part etag")
+    r = s3.complete_multipart_upload(Bucket="mpu", Key="big/one", UploadId=uid, MultipartUpload={"Parts": listed})
+    digests = b"".join(hashlib.md5(b).digest() for b in bodies)
+    want = f'"{hashlib.md5(digests).hexdigest()}-3"'
+    eq(r["ETag"], want, "multipart etag")
+    got = s3.get_object(Bucket="mpu", Key="big/one")
+    eq(got["Body"].read(), b"".join(bodies), "multipart body")
+    eq((got["ETag"], got["ContentType"], got["Metadata"]), (want, "video/x", {"k": "v"}), "multipart attributes")
+    eq(s3.list_multipart_uploads(Bucket="mpu").get("Uploads", []), [], "no uploads left")
+    eq(error_code(s3.list_parts, Bucket="mpu", Key="big/one", UploadId=uid), "NoSuchUpload", "completed upload gone")
+    # A part under 5 MiB that is not the last.
+    uid = s3.create_multipart_upload(Bucket="mpu", Key="small")["UploadId"]
+    small = [s3.upload_part(Bucket="mpu", Key="small", UploadId=uid, PartNumber=i, Body=b"x" * 100)["ETag"] for i in (1, 2)]
+    eq(error_code(s3.complete_multipart_upload, Bucket="mpu", Key="small", UploadId=uid,
+                  MultipartUpload={"Parts": [{"PartNumber": i, "ETag": e} for i, e in enumerate(small, 1)]}),
+       "EntityTooSmall", "a small part")
+    s3.abort_multipart_upload(Bucket="mpu", Key="small", UploadId=uid)
+    eq(error_code(s3.list_parts, Bucket="mpu", Key="small", UploadId=uid), "NoSuchUpload", "aborted upload gone")
+    eq(error_code(s3.head_object, Bucket="mpu", Key="small"), "404", "an aborted upload leaves no object")
+    # boto3's own transfer manager: multipart above its threshold.
+    from boto3.s3.transfer import TransferConfig
+    import io
+    body = os.urandom(13 << 20)
+    cfg = TransferConfig(multipart_threshold=5 << 20, multipart_chunksize=5 << 20)
+    s3.upload_fileobj(io.BytesIO(body), "mpu", "managed", Config=cfg)
+    out = io.BytesIO()
+    s3.download_fileobj("mpu", "managed", out, Config=cfg)
+    eq(out.getvalue(), body, "transfer manager round trip")
+    eq(s3.head_object(Bucket="mpu", Key="managed")["ETag"].endswith('-3"'), True, "three parts")
+
+
 def overwrite(s3):
     s3.create_bucket(Bucket="owr")
     s3.put_object(Bucket="owr", Key="k", Body=b"first")
@@ -224,7 +278,7 @@ def overwrite(s3):
 
 GROUPS = {
     f.__name__: f
-    for f in [buckets, objects, conditional, listing, copy_delete, errors, chunked, overwrite]
+    for f in [buckets, objects, conditional, listing, copy_delete, errors, chunked, multipart, overwrite]
 }
 
 if __name__ == "__main__":

@@ -210,35 +210,59 @@ pub(crate) fn read_stream(
 }
 
 /// Copies the ready object `from` to the new object `to` with `attrs`
-/// (the ETag is added), on this (blocking) thread.
+/// (the ETag, the MD5 of the data, is added), on this (blocking) thread.
 pub(crate) fn copy(
     store: &Store,
     client: &mut StripedClient,
     from: &Entry,
     to: &str,
-    mut attrs: BTreeMap<String, Vec<u8>>,
+    attrs: BTreeMap<String, Vec<u8>>,
 ) -> Result<PutDone, GatewayError> {
-    let mut source = client.open(&from.name)?;
+    concat(store, client, std::slice::from_ref(from), to, attrs, None)
+}
+
+/// Puts the ready objects `sources`, one after another, as the new
+/// object `to` with `attrs` and the ETag `etag` (the MD5 of the data
+/// when `None`), on this (blocking) thread.
+pub(crate) fn concat(
+    store: &Store,
+    client: &mut StripedClient,
+    sources: &[Entry],
+    to: &str,
+    mut attrs: BTreeMap<String, Vec<u8>>,
+    etag: Option<String>,
+) -> Result<PutDone, GatewayError> {
+    let mut opened = Vec::with_capacity(sources.len());
+    for from in sources {
+        opened.push(client.open(&from.name)?);
+    }
     let mut object = begin(store, client, to)?;
     let r = (|| {
         let mut md5 = Md5::new();
         let mut at = 0;
-        while at < from.size {
-            let length = (from.size - at).min(CHUNK as u64);
-            let pattern = Pattern::Contiguous { offset: at, length };
-            let read = client.read(&mut source, &pattern)?;
-            md5.update(&read.data);
-            client.write(&mut object, &pattern, &read.data, &StripedWrite::default())?;
-            at += length;
+        for source in &mut opened {
+            let mut done = 0;
+            while done < source.size() {
+                let length = (source.size() - done).min(CHUNK as u64);
+                let from = Pattern::Contiguous {
+                    offset: done,
+                    length,
+                };
+                let read = client.read(source, &from)?;
+                if etag.is_none() {
+                    md5.update(&read.data);
+                }
+                let into = Pattern::Contiguous { offset: at, length };
+                client.write(&mut object, &into, &read.data, &StripedWrite::default())?;
+                done += length;
+                at += length;
+            }
         }
-        let etag = hex(&md5.finalize());
+        let etag = etag.unwrap_or_else(|| hex(&md5.finalize()));
         attrs.insert(ATTR_ETAG.to_owned(), etag.clone().into_bytes());
         client.set_attrs(&mut object, attrs, Vec::new())?;
         client.complete_put(&mut object)?;
-        Ok::<_, GatewayError>(PutDone {
-            etag,
-            size: from.size,
-        })
+        Ok::<_, GatewayError>(PutDone { etag, size: at })
     })();
     if r.is_err() {
         abandon(client, to);

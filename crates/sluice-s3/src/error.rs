@@ -30,6 +30,14 @@ pub enum GatewayError {
     ReplaceUnsupported { name: String },
     #[error("the deployment has no object servers; add one with 'sluice meta add-server'")]
     NoServers,
+    #[error("upload {id:?} does not exist")]
+    NoSuchUpload { id: String },
+    #[error("part {part}: {why}")]
+    InvalidPart { part: i32, why: String },
+    #[error("the parts are not listed in ascending order")]
+    InvalidPartOrder,
+    #[error("part {part} is {size} bytes; every part but the last is at least 5 MiB")]
+    EntityTooSmall { part: i32, size: u64 },
     #[error("the request body failed: {why}")]
     Body { why: String },
     #[error("the object store failed")]
@@ -53,6 +61,10 @@ impl GatewayError {
             Self::KeyTooLong { .. } => S3ErrorCode::KeyTooLongError,
             Self::ReplaceUnsupported { .. } => S3ErrorCode::NotImplemented,
             Self::Body { .. } => S3ErrorCode::IncompleteBody,
+            Self::NoSuchUpload { .. } => S3ErrorCode::NoSuchUpload,
+            Self::InvalidPart { .. } => S3ErrorCode::InvalidPart,
+            Self::InvalidPartOrder => S3ErrorCode::InvalidPartOrder,
+            Self::EntityTooSmall { .. } => S3ErrorCode::EntityTooSmall,
             Self::NoServers | Self::Striped(_) | Self::Meta(_) | Self::Worker(_) => {
                 S3ErrorCode::InternalError
             }

@@ -18,6 +18,7 @@ mod error;
 mod keys;
 mod list;
 mod metrics;
+mod multipart;
 mod names;
 mod ops;
 mod store;

@@ -11,6 +11,7 @@ use sluice_meta::Entry;
 
 use crate::data::{self, PutDone};
 use crate::list::{self, Query};
+use crate::multipart;
 use crate::names::object_name;
 use crate::store::{
     mtime_ms, now_ms, text_attr, Store, ATTR_ETAG, ATTR_META, ATTR_MTIME, SYSTEM_HEADERS,
@@ -24,30 +25,30 @@ pub(crate) struct Gateway {
 /// S3's default and largest page of a listing.
 const MAX_KEYS: usize = 1000;
 
-fn timestamp(ms: u64) -> Timestamp {
+pub(crate) fn timestamp(ms: u64) -> Timestamp {
     let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ms) * 1_000_000)
         .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
     Timestamp::from(t)
 }
 
-fn etag_of(entry: &Entry) -> Option<ETag> {
+pub(crate) fn etag_of(entry: &Entry) -> Option<ETag> {
     text_attr(entry, ATTR_ETAG).map(ETag::Strong)
 }
 
 /// The system headers and user metadata of a put or a copy that
 /// replaces them, as attributes; the time of the put with them.
 #[derive(Default)]
-struct Headers {
-    content_type: Option<String>,
-    cache_control: Option<String>,
-    content_disposition: Option<String>,
-    content_encoding: Option<String>,
-    content_language: Option<String>,
-    metadata: Option<Metadata>,
+pub(crate) struct Headers {
+    pub(crate) content_type: Option<String>,
+    pub(crate) cache_control: Option<String>,
+    pub(crate) content_disposition: Option<String>,
+    pub(crate) content_encoding: Option<String>,
+    pub(crate) content_language: Option<String>,
+    pub(crate) metadata: Option<Metadata>,
 }
 
 impl Headers {
-    fn into_attrs(self) -> BTreeMap<String, Vec<u8>> {
+    pub(crate) fn into_attrs(self) -> BTreeMap<String, Vec<u8>> {
         let mut attrs = BTreeMap::new();
         let values = [
             self.content_type,
@@ -507,6 +508,48 @@ impl S3 for Gateway {
             }),
             ..CopyObjectOutput::default()
         }))
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        multipart::create(self, req).await
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        multipart::upload_part(self, req).await
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        multipart::complete(self, req).await
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        multipart::abort(self, req).await
+    }
+
+    async fn list_parts(
+        &self,
+        req: S3Request<ListPartsInput>,
+    ) -> S3Result<S3Response<ListPartsOutput>> {
+        multipart::list_parts(self, req).await
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        req: S3Request<ListMultipartUploadsInput>,
+    ) -> S3Result<S3Response<ListMultipartUploadsOutput>> {
+        multipart::list_uploads(self, req).await
     }
 
     async fn list_objects(
