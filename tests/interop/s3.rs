@@ -98,6 +98,11 @@ fn boto3_bad_signatures_and_missing_names() {
 }
 
 #[test]
+fn a_client_vanishing_mid_put_leaves_nothing_visible() {
+    boto3("vanish");
+}
+
+#[test]
 fn boto3_multipart_uploads() {
     boto3("multipart");
 }

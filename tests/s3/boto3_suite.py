@@ -269,6 +269,47 @@ def multipart(s3):
     eq(s3.head_object(Bucket="mpu", Key="managed")["ETag"].endswith('-3"'), True, "three parts")
 
 
+def vanish(s3):
+    """A client that sends the headers and part of a signed body, then
+    goes away: the object is never visible, and the key can be put again
+    once the server has dropped the half-written one."""
+    import socket
+    import time
+    import urllib.parse
+
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    s3.create_bucket(Bucket="gone")
+    body = os.urandom(12 << 20)
+    url = os.environ["S3_ENDPOINT"] + "/gone/half"
+    req = AWSRequest(method="PUT", url=url, data=body, headers={"Content-Length": str(len(body))})
+    creds = Credentials(os.environ["S3_ACCESS_KEY"], os.environ["S3_SECRET_KEY"])
+    S3SigV4Auth(creds, "s3", "us-east-1").add_auth(req)
+    u = urllib.parse.urlparse(url)
+    lines = [f"PUT {u.path} HTTP/1.1", f"Host: {u.netloc}"]
+    lines += [f"{k}: {v}" for k, v in req.headers.items() if k.lower() != "host"]
+    sock = socket.create_connection((u.hostname, u.port))
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body[: 5 << 20])
+    eq(error_code(s3.head_object, Bucket="gone", Key="half"), "404", "invisible while its body comes")
+    sock.close()
+    eq(error_code(s3.head_object, Bucket="gone", Key="half"), "404", "invisible after the client left")
+    eq(s3.list_objects_v2(Bucket="gone").get("KeyCount"), 0, "not listed")
+    # The server drops the half-written object as it notices; until then
+    # a put of the same key is refused, after it succeeds.
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            s3.put_object(Bucket="gone", Key="half", Body=b"whole")
+            break
+        except ClientError as e:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the abandoned put was never dropped: {e}")
+            time.sleep(0.05)
+    eq(s3.get_object(Bucket="gone", Key="half")["Body"].read(), b"whole", "the key put again")
+
+
 def overwrite(s3):
     s3.create_bucket(Bucket="owr")
     s3.put_object(Bucket="owr", Key="k", Body=b"first")
@@ -278,7 +319,7 @@ def overwrite(s3):
 
 GROUPS = {
     f.__name__: f
-    for f in [buckets, objects, conditional, listing, copy_delete, errors, chunked, multipart, overwrite]
+    for f in [buckets, objects, conditional, listing, copy_delete, errors, chunked, multipart, vanish, overwrite]
 }
 
 if __name__ == "__main__":
