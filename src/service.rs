@@ -353,6 +353,7 @@ pub(crate) fn serve(mut args: ServeArgs) -> Result<ExitCode> {
     let (config, created_dir) = serve_config(args, &listening)?;
     let tls = config.tls.mode;
     let s3_config = config.s3.clone();
+    let tls_config = config.tls.clone();
     let server = match Server::bind_inherited(config, inherited) {
         Ok(s) => s,
         Err(e) => {
@@ -365,7 +366,7 @@ pub(crate) fn serve(mut args: ServeArgs) -> Result<ExitCode> {
     };
     let s3 = s3_config
         .map(|c| {
-            let endpoint = s3::bind(&c, &server, tls)?;
+            let endpoint = s3::bind(&c, &server, &tls_config)?;
             let metrics = endpoint.metrics();
             server
                 .metrics()
@@ -419,7 +420,7 @@ pub(crate) fn serve(mut args: ServeArgs) -> Result<ExitCode> {
             print(object_uri(addr, tls))?;
         }
         if let Some(s3) = &s3 {
-            print(format!("http://{}", s3.local_addr()))?;
+            print(s3.url())?;
         }
     }
     stdout.flush().context("cannot write to stdout")?;

@@ -14,7 +14,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use sluice_meta::MetaStore;
 use sluice_s3::{AccessKey, LayoutOptions, S3Endpoint, S3Options};
-use sluice_server::{S3Config, Server, ServerConfig, TlsMode};
+use sluice_server::{S3Config, Server, ServerConfig, TlsConfig, TlsMode};
 
 use crate::meta_cmd::store::{cli_options, open_meta_store};
 use crate::UsageError;
@@ -87,7 +87,7 @@ fn keys(config: &S3Config) -> Result<Vec<AccessKey>> {
 }
 
 /// The metadata service of the S3 objects.
-fn meta(config: &S3Config, server: &Server, tls: TlsMode) -> Result<Arc<dyn MetaStore>> {
+fn meta(config: &S3Config, server: &Server, tls: &TlsConfig) -> Result<Arc<dyn MetaStore>> {
     if let Some(uri) = &config.meta {
         return open_meta_store(uri, false);
     }
@@ -102,7 +102,12 @@ fn meta(config: &S3Config, server: &Server, tls: TlsMode) -> Result<Arc<dyn Meta
         .servers()
         .context("cannot list the deployment's object servers")?;
     if let (true, Some(addr)) = (servers.is_empty(), server.object_addrs().first()) {
-        let uri = super::object_uri(addr, tls);
+        let mut uri = super::object_uri(addr, tls.mode);
+        // A TLS-only listener is reached with TLS, trusting the CA of the
+        // server's own certificate directory.
+        if let (TlsMode::Require, Some(dir)) = (tls.mode, &tls.certificates) {
+            uri.push_str(&format!("?tls-certificates={}", dir.display()));
+        }
         meta.add_server(&uri)
             .with_context(|| format!("cannot add {uri} to the deployment"))?;
         tracing::info!(server = %uri, "S3: this server's objects added to the empty deployment");
@@ -110,8 +115,12 @@ fn meta(config: &S3Config, server: &Server, tls: TlsMode) -> Result<Arc<dyn Meta
     Ok(meta)
 }
 
-/// Binds the S3 endpoint `config` describes.
-pub(crate) fn bind(config: &S3Config, server: &Server, tls: TlsMode) -> Result<S3Endpoint> {
+/// Binds the S3 endpoint `config` describes: HTTPS with the server's
+/// certificate directory when TLS is on (`--tls on` also answers plain
+/// HTTP on the same port, `--tls require` does not).
+pub(crate) fn bind(config: &S3Config, server: &Server, tls: &TlsConfig) -> Result<S3Endpoint> {
+    let credentials = sluice_server::server_tls_config(tls)
+        .context("cannot load the TLS credentials for the S3 endpoint")?;
     let options = S3Options {
         keys: keys(config)?,
         layout: LayoutOptions {
@@ -121,6 +130,8 @@ pub(crate) fn bind(config: &S3Config, server: &Server, tls: TlsMode) -> Result<S
             stripe_count: config.stripe_count,
         },
         objects: cli_options(),
+        tls: credentials,
+        plain_too: tls.mode == TlsMode::On,
         ..S3Options::default()
     };
     let meta = meta(config, server, tls)?;

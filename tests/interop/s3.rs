@@ -19,26 +19,38 @@ const SECRET: &str = "sluice-test-secret-0123456789";
 struct S3Server {
     server: Server,
     dir: TempDir,
+    https: bool,
 }
 
 fn start() -> S3Server {
+    start_with(&[])
+}
+
+/// [`start`] with more `sluice serve` arguments.
+fn start_with(args: &[&str]) -> S3Server {
     let dir = tempdir();
     let keys = dir.path().join("s3-keys");
     std::fs::write(&keys, format!("# test key\n{ACCESS} {SECRET}\n")).expect("write the key file");
     std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o600)).expect("chmod");
-    let server = ServerBuilder::new()
+    let mut builder = ServerBuilder::new();
+    for a in args {
+        builder = builder.arg(a);
+    }
+    let server = builder
         .objects(&dir.path().join("objects"))
         .arg("--meta")
         .arg(dir.path().join("meta").display().to_string())
         .s3(&keys)
         .metrics()
         .start();
-    S3Server { server, dir }
+    let https = args.contains(&"--tls");
+    S3Server { server, dir, https }
 }
 
 impl S3Server {
     fn endpoint(&self) -> String {
-        format!("http://{}", self.server.s3.expect("started with s3()"))
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.server.s3.expect("started with s3()"))
     }
 
     fn env(&self, cmd: Cmd) -> Cmd {
@@ -54,11 +66,20 @@ fn suite() -> PathBuf {
 
 /// Runs one group of the boto3 suite against a new server.
 fn boto3(group: &str) {
+    boto3_with(group, &[], None);
+}
+
+/// [`boto3`] against a server started with `args`, trusting `ca`.
+fn boto3_with(group: &str, args: &[&str], ca: Option<&Path>) {
     let Some(python) = sluice_testkit::programs::python_with("boto3") else {
         return;
     };
-    let s3 = start();
-    let out = s3.env(Cmd::new(&python)).arg(suite()).arg(group).output();
+    let s3 = start_with(args);
+    let mut cmd = Cmd::new(&python);
+    if let Some(ca) = ca {
+        cmd = cmd.env("S3_CA", ca);
+    }
+    let out = s3.env(cmd).arg(suite()).arg(group).output();
     assert!(
         out.code() == Some(0) && out.stdout().contains(&format!("ok {group}")),
         "boto3 group {group} failed: {}\n--- server log ---\n{}",
@@ -95,6 +116,20 @@ fn boto3_copy_and_multi_delete() {
 #[test]
 fn boto3_bad_signatures_and_missing_names() {
     boto3("errors");
+}
+
+/// HTTPS with the server's certificate directory (`--tls require`):
+/// boto3 then sends aws-chunked bodies with trailing checksums itself.
+#[test]
+fn boto3_over_https() {
+    let pki = sluice_testkit::pki::Pki::shared();
+    let dir = pki.server().display().to_string();
+    let ca = pki.server().join("ca-cert.pem");
+    boto3_with(
+        "https",
+        &["--tls", "require", "--tls-certificates", &dir],
+        Some(&ca),
+    );
 }
 
 #[test]

@@ -1,6 +1,7 @@
 """boto3 against a running `sluice serve --s3`: one group of checks per
 run, named on the command line. The endpoint and keys come from the
-environment (S3_ENDPOINT, S3_ACCESS_KEY, S3_SECRET_KEY). Each group
+environment (S3_ENDPOINT, S3_ACCESS_KEY, S3_SECRET_KEY, and S3_CA, the
+CA certificate of an https endpoint). Each group
 prints `ok GROUP` at the end; any failure is an exception and a non-zero
 exit, its traceback on stderr.
 
@@ -25,6 +26,7 @@ def client(secret=None):
         aws_access_key_id=os.environ["S3_ACCESS_KEY"],
         aws_secret_access_key=secret or os.environ["S3_SECRET_KEY"],
         region_name="us-east-1",
+        verify=os.environ.get("S3_CA", True),
         config=Config(
             s3={"addressing_style": "path"},
             retries={"max_attempts": 1},
@@ -269,6 +271,26 @@ def multipart(s3):
     eq(s3.head_object(Bucket="mpu", Key="managed")["ETag"].endswith('-3"'), True, "three parts")
 
 
+def https(s3):
+    """Over TLS, where boto3 sends aws-chunked bodies with trailing
+    checksums on its own, and a plain client is not answered."""
+    import urllib.request
+
+    s3.create_bucket(Bucket="tls")
+    for size in [0, 100, (6 << 20) + 1]:
+        body = os.urandom(size)
+        etag = s3.put_object(Bucket="tls", Key=f"k{size}", Body=body)["ETag"]
+        eq(etag, f'"{hashlib.md5(body).hexdigest()}"', f"etag over TLS ({size})")
+        eq(s3.get_object(Bucket="tls", Key=f"k{size}")["Body"].read(), body, f"body over TLS ({size})")
+    plain = os.environ["S3_ENDPOINT"].replace("https://", "http://")
+    try:
+        urllib.request.urlopen(plain + "/", timeout=10)
+    except Exception:  # refused: the TLS handshake fails on plain HTTP
+        pass
+    else:
+        raise AssertionError("plain HTTP answered under --tls require")
+
+
 def vanish(s3):
     """A client that sends the headers and part of a signed body, then
     goes away: the object is never visible, and the key can be put again
@@ -319,7 +341,7 @@ def overwrite(s3):
 
 GROUPS = {
     f.__name__: f
-    for f in [buckets, objects, conditional, listing, copy_delete, errors, chunked, multipart, vanish, overwrite]
+    for f in [buckets, objects, conditional, listing, copy_delete, errors, chunked, multipart, https, vanish, overwrite]
 }
 
 if __name__ == "__main__":

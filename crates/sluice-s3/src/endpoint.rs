@@ -42,6 +42,11 @@ pub struct S3Options {
     /// Threads running the HTTP side (the blocking striped calls run on
     /// tokio's blocking pool beside them).
     pub workers: usize,
+    /// HTTPS with these credentials; with `plain_too`, a client whose
+    /// first byte is not a TLS handshake's is served plain HTTP on the
+    /// same port (the server's `--tls on`).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    pub plain_too: bool,
 }
 
 impl Default for S3Options {
@@ -51,6 +56,8 @@ impl Default for S3Options {
             layout: LayoutOptions::default(),
             objects: ObjOptions::default(),
             workers: 2,
+            tls: None,
+            plain_too: false,
         }
     }
 }
@@ -78,6 +85,14 @@ pub struct S3Endpoint {
     service: S3Service,
     metrics: Arc<S3Metrics>,
     workers: usize,
+    tls: Option<Tls>,
+}
+
+/// How connections are taken: TLS, and plain ones too or not.
+#[derive(Clone)]
+struct Tls {
+    acceptor: tokio_rustls::TlsAcceptor,
+    plain_too: bool,
 }
 
 impl std::fmt::Debug for S3Endpoint {
@@ -103,6 +118,14 @@ impl S3Endpoint {
         let addr = listener.local_addr().map_err(bind_err)?;
         listener.set_nonblocking(true).map_err(bind_err)?;
         let store = Arc::new(Store::new(meta, options.objects, options.layout));
+        let tls = options.tls.map(|config| {
+            let mut config = (*config).clone();
+            config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+            Tls {
+                acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+                plain_too: options.plain_too,
+            }
+        });
         let mut builder = S3ServiceBuilder::new(Gateway { store });
         let mut auth = SimpleAuth::new();
         for key in options.keys {
@@ -114,6 +137,7 @@ impl S3Endpoint {
             addr,
             service: builder.build(),
             metrics: Arc::new(S3Metrics::default()),
+            tls,
             workers: options.workers.max(1),
         })
     }
@@ -121,6 +145,11 @@ impl S3Endpoint {
     /// The address bound (its port chosen by the system for port 0).
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Whether clients must use HTTPS.
+    pub fn https(&self) -> bool {
+        self.tls.is_some()
     }
 
     /// Its metrics per operation (render them into a scrape with
@@ -139,16 +168,23 @@ impl S3Endpoint {
             .map_err(S3StartError::Runtime)?;
         let (stop, stopped) = tokio::sync::watch::channel(false);
         let addr = self.addr;
+        let https = self.tls.is_some();
         let thread = std::thread::Builder::new()
             .name("sluice-s3-accept".into())
             .spawn(move || {
-                runtime.block_on(serve(self.listener, self.service, self.metrics, stopped));
+                let served = Served {
+                    service: self.service,
+                    metrics: self.metrics,
+                    tls: self.tls,
+                };
+                runtime.block_on(serve(self.listener, served, stopped));
                 // Requests still running get a moment to finish.
                 runtime.shutdown_timeout(std::time::Duration::from_secs(5));
             })
             .map_err(S3StartError::Runtime)?;
         Ok(RunningS3 {
             addr,
+            https,
             stop,
             thread: Some(thread),
         })
@@ -159,6 +195,7 @@ impl S3Endpoint {
 #[derive(Debug)]
 pub struct RunningS3 {
     addr: SocketAddr,
+    https: bool,
     stop: tokio::sync::watch::Sender<bool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -167,6 +204,12 @@ impl RunningS3 {
     /// The address it serves.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The URL clients reach it at: `https://` when TLS is configured.
+    pub fn url(&self) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.addr)
     }
 
     /// Stops accepting, lets requests under way finish (for at most a few
@@ -191,10 +234,17 @@ impl Drop for RunningS3 {
     }
 }
 
-async fn serve(
-    listener: std::net::TcpListener,
+/// What each connection is served with.
+#[derive(Clone)]
+struct Served {
     service: S3Service,
     metrics: Arc<S3Metrics>,
+    tls: Option<Tls>,
+}
+
+async fn serve(
+    listener: std::net::TcpListener,
+    served: Served,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) {
     let listener = match tokio::net::TcpListener::from_std(listener) {
@@ -216,17 +266,45 @@ async fn serve(
                 continue;
             }
         };
-        let service = service.clone();
-        let metrics = Arc::clone(&metrics);
-        tokio::spawn(async move {
-            let logged = hyper::service::service_fn(move |req| {
-                logged_call(service.clone(), Arc::clone(&metrics), peer, req)
-            });
-            let conn = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            if let Err(e) = conn.serve_connection(TokioIo::new(stream), logged).await {
-                tracing::debug!(%peer, error = %e, "S3 connection ended with an error");
+        tokio::spawn(connection(stream, peer, served.clone()));
+    }
+}
+
+/// Serves one connection: TLS first when configured (a plain one too
+/// with `plain_too`, told apart by its first byte: 0x16 begins every TLS
+/// handshake, never an HTTP request).
+async fn connection(stream: tokio::net::TcpStream, peer: SocketAddr, served: Served) {
+    let tls = match &served.tls {
+        None => None,
+        Some(tls) if tls.plain_too => {
+            let mut first = [0u8; 1];
+            match stream.peek(&mut first).await {
+                Ok(1) if first[0] == 0x16 => Some(tls.acceptor.clone()),
+                Ok(_) => None,
+                Err(_) => return,
             }
-        });
+        }
+        Some(tls) => Some(tls.acceptor.clone()),
+    };
+    let Served {
+        service, metrics, ..
+    } = served;
+    let logged = hyper::service::service_fn(move |req| {
+        logged_call(service.clone(), Arc::clone(&metrics), peer, req)
+    });
+    let conn = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    let served = match tls {
+        None => conn.serve_connection(TokioIo::new(stream), logged).await,
+        Some(acceptor) => match acceptor.accept(stream).await {
+            Ok(tls) => conn.serve_connection(TokioIo::new(tls), logged).await,
+            Err(e) => {
+                tracing::info!(%peer, error = %e, "S3 TLS handshake failed");
+                return;
+            }
+        },
+    };
+    if let Err(e) = served {
+        tracing::debug!(%peer, error = %e, "S3 connection ended with an error");
     }
 }
 

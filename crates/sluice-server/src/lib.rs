@@ -30,4 +30,4 @@ pub use config::{
 pub use export::{Export, ExportRegistry};
 pub use server::{Server, ServerError, ServerHandle};
 pub use socket::SocketPathError;
-pub use tls::{TlsSetupError, CA_CERT_FILE, SERVER_CERT_FILE, SERVER_KEY_FILE};
+pub use tls::{server_tls_config, TlsSetupError, CA_CERT_FILE, SERVER_CERT_FILE, SERVER_KEY_FILE};
