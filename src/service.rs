@@ -353,6 +353,7 @@ pub(crate) fn serve(mut args: ServeArgs) -> Result<ExitCode> {
     let (config, created_dir) = serve_config(args, &listening)?;
     let tls = config.tls.mode;
     let s3_config = config.s3.clone();
+    let s3_keys = s3::keys_before_start(&config)?;
     let tls_config = config.tls.clone();
     let server = match Server::bind_inherited(config, inherited) {
         Ok(s) => s,
@@ -365,8 +366,9 @@ pub(crate) fn serve(mut args: ServeArgs) -> Result<ExitCode> {
         }
     };
     let s3 = s3_config
-        .map(|c| {
-            let endpoint = s3::bind(&c, &server, &tls_config)?;
+        .zip(s3_keys)
+        .map(|(c, keys)| {
+            let endpoint = s3::bind(&c, keys, &server, &tls_config)?;
             let metrics = endpoint.metrics();
             server
                 .metrics()

@@ -86,6 +86,24 @@ fn keys(config: &S3Config) -> Result<Vec<AccessKey>> {
     Ok(keys)
 }
 
+/// What the S3 endpoint `config.s3` describes needs before anything is
+/// bound or opened: its access keys, and a metadata service (this
+/// server's, or one named). A usage error says which is missing.
+pub(crate) fn keys_before_start(config: &ServerConfig) -> Result<Option<Vec<AccessKey>>> {
+    let Some(s3) = &config.s3 else {
+        return Ok(None);
+    };
+    let served = config.objects.as_ref().is_some_and(|o| o.meta.is_some());
+    if s3.meta.is_none() && !served {
+        return Err(UsageError(
+            "the S3 endpoint needs a metadata service: serve one with --meta DIR or name one with --s3-meta URI"
+                .into(),
+        )
+        .into());
+    }
+    keys(s3).map(Some)
+}
+
 /// The metadata service of the S3 objects.
 fn meta(config: &S3Config, server: &Server, tls: &TlsConfig) -> Result<Arc<dyn MetaStore>> {
     if let Some(uri) = &config.meta {
@@ -115,14 +133,20 @@ fn meta(config: &S3Config, server: &Server, tls: &TlsConfig) -> Result<Arc<dyn M
     Ok(meta)
 }
 
-/// Binds the S3 endpoint `config` describes: HTTPS with the server's
+/// Binds the S3 endpoint `config` describes, with the `keys` that
+/// [`keys_before_start`] read: HTTPS with the server's
 /// certificate directory when TLS is on (`--tls on` also answers plain
 /// HTTP on the same port, `--tls require` does not).
-pub(crate) fn bind(config: &S3Config, server: &Server, tls: &TlsConfig) -> Result<S3Endpoint> {
+pub(crate) fn bind(
+    config: &S3Config,
+    keys: Vec<AccessKey>,
+    server: &Server,
+    tls: &TlsConfig,
+) -> Result<S3Endpoint> {
     let credentials = sluice_server::server_tls_config(tls)
         .context("cannot load the TLS credentials for the S3 endpoint")?;
     let options = S3Options {
-        keys: keys(config)?,
+        keys,
         layout: LayoutOptions {
             stripe_unit: config
                 .stripe_unit

@@ -10,7 +10,9 @@ use std::path::{Path, PathBuf};
 
 use tempfile::TempDir;
 
-use crate::harness::{random_bytes, scrape, tempdir, Cmd, CmdOutput, Server, ServerBuilder};
+use crate::harness::{
+    random_bytes, scrape, sluice, tempdir, Cmd, CmdOutput, Server, ServerBuilder,
+};
 
 const ACCESS: &str = "SLUICETESTKEY";
 const SECRET: &str = "sluice-test-secret-0123456789";
@@ -273,4 +275,43 @@ fn aws_cli_round_trip() {
         !listed.contains("up.bin") && listed.contains("other.bin"),
         "{listed}"
     );
+}
+
+/// `--s3` without access keys or without a metadata service is refused
+/// with one line saying what is missing (exit 2), before serving.
+#[test]
+fn s3_without_keys_or_metadata_is_a_usage_error() {
+    let dir = tempdir();
+    let keys = dir.path().join("keys");
+    std::fs::write(&keys, format!("{ACCESS} {SECRET}\n")).expect("write the key file");
+    let objects = dir.path().join("objects").display().to_string();
+    let meta = dir.path().join("meta").display().to_string();
+    let keys = keys.display().to_string();
+    let common = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--export",
+        "d=mem:1M",
+        "--objects",
+        &objects,
+        "--object-listen",
+        "127.0.0.1:0",
+        "--s3",
+        "127.0.0.1:0",
+    ];
+    let cases: [(&[&str], &str); 2] = [
+        (&["--meta", &meta], "needs access keys"),
+        (&["--s3-key-file", &keys], "needs a metadata service"),
+    ];
+    for (extra, needle) in cases {
+        let out = sluice().args(common).args(extra).output();
+        out.assert_code(2);
+        let err = out.stderr();
+        assert!(
+            err.contains(needle) && err.trim_end().lines().count() == 1,
+            "{}: {err}",
+            out.describe()
+        );
+    }
 }
