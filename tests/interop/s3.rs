@@ -150,7 +150,6 @@ fn boto3_aws_chunked_bodies_with_trailing_checksums() {
 }
 
 #[test]
-#[ignore = "needs atomic replace from main"]
 fn boto3_put_over_an_existing_key_replaces_it() {
     boto3("overwrite");
 }

@@ -303,21 +303,32 @@ def vanish(s3):
     from botocore.awsrequest import AWSRequest
     from botocore.credentials import Credentials
 
+    def half_put(key):
+        """A signed PUT of 12 MiB that sends 5 MiB; the open socket."""
+        body = os.urandom(12 << 20)
+        url = os.environ["S3_ENDPOINT"] + "/gone/" + key
+        req = AWSRequest(method="PUT", url=url, data=body, headers={"Content-Length": str(len(body))})
+        creds = Credentials(os.environ["S3_ACCESS_KEY"], os.environ["S3_SECRET_KEY"])
+        S3SigV4Auth(creds, "s3", "us-east-1").add_auth(req)
+        u = urllib.parse.urlparse(url)
+        lines = [f"PUT {u.path} HTTP/1.1", f"Host: {u.netloc}"]
+        lines += [f"{k}: {v}" for k, v in req.headers.items() if k.lower() != "host"]
+        sock = socket.create_connection((u.hostname, u.port))
+        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body[: 5 << 20])
+        return sock
+
     s3.create_bucket(Bucket="gone")
-    body = os.urandom(12 << 20)
-    url = os.environ["S3_ENDPOINT"] + "/gone/half"
-    req = AWSRequest(method="PUT", url=url, data=body, headers={"Content-Length": str(len(body))})
-    creds = Credentials(os.environ["S3_ACCESS_KEY"], os.environ["S3_SECRET_KEY"])
-    S3SigV4Auth(creds, "s3", "us-east-1").add_auth(req)
-    u = urllib.parse.urlparse(url)
-    lines = [f"PUT {u.path} HTTP/1.1", f"Host: {u.netloc}"]
-    lines += [f"{k}: {v}" for k, v in req.headers.items() if k.lower() != "host"]
-    sock = socket.create_connection((u.hostname, u.port))
-    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body[: 5 << 20])
+    sock = half_put("half")
     eq(error_code(s3.head_object, Bucket="gone", Key="half"), "404", "invisible while its body comes")
     sock.close()
+    # Over a key that exists: the old object stays, whole.
+    s3.put_object(Bucket="gone", Key="kept", Body=b"old")
+    sock = half_put("kept")
+    eq(s3.get_object(Bucket="gone", Key="kept")["Body"].read(), b"old", "old while the new body comes")
+    sock.close()
+    eq(s3.get_object(Bucket="gone", Key="kept")["Body"].read(), b"old", "old after the client left")
     eq(error_code(s3.head_object, Bucket="gone", Key="half"), "404", "invisible after the client left")
-    eq(s3.list_objects_v2(Bucket="gone").get("KeyCount"), 0, "not listed")
+    eq([o["Key"] for o in s3.list_objects_v2(Bucket="gone")["Contents"]], ["kept"], "the half put not listed")
     # The server drops the half-written object as it notices; until then
     # a put of the same key is refused, after it succeeds.
     deadline = time.monotonic() + 30
@@ -334,9 +345,22 @@ def vanish(s3):
 
 def overwrite(s3):
     s3.create_bucket(Bucket="owr")
-    s3.put_object(Bucket="owr", Key="k", Body=b"first")
-    s3.put_object(Bucket="owr", Key="k", Body=b"second")
-    eq(s3.get_object(Bucket="owr", Key="k")["Body"].read(), b"second", "overwritten")
+    s3.put_object(Bucket="owr", Key="k", Body=b"first", Metadata={"old": "1"}, ContentType="text/a")
+    etag = s3.put_object(Bucket="owr", Key="k", Body=b"second", Metadata={"new": "2"})["ETag"]
+    got = s3.get_object(Bucket="owr", Key="k")
+    eq(got["Body"].read(), b"second", "overwritten")
+    eq((got["ETag"], got["Metadata"]), (etag, {"new": "2"}), "the new version's attributes only")
+    if got.get("ContentType") == "text/a":
+        raise AssertionError("the old version's content type is left")
+    # A copy onto itself with new metadata (aws s3 cp --metadata-directive REPLACE).
+    s3.copy_object(Bucket="owr", Key="k", CopySource="owr/k", MetadataDirective="REPLACE", Metadata={"n": "3"})
+    got = s3.get_object(Bucket="owr", Key="k")
+    eq((got["Body"].read(), got["Metadata"]), (b"second", {"n": "3"}), "copied onto itself")
+    # Many versions of one key: always the last one.
+    for i in range(5):
+        s3.put_object(Bucket="owr", Key="k", Body=f"v{i}".encode())
+    eq(s3.get_object(Bucket="owr", Key="k")["Body"].read(), b"v4", "the last put wins")
+    eq([o["Key"] for o in s3.list_objects_v2(Bucket="owr")["Contents"]], ["k"], "one key listed")
 
 
 GROUPS = {

@@ -19,7 +19,7 @@ use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use md5::{Digest, Md5};
 use sluice_client::striped::{Pattern, StripedClient, StripedObject, StripedWrite};
-use sluice_meta::{Entry, MetaError};
+use sluice_meta::Entry;
 use tokio::sync::mpsc;
 
 use crate::error::GatewayError;
@@ -47,26 +47,31 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Begins a put of `name`, turning "exists" into the gateway's refusal.
+/// Begins a put of `name` (a new object, or a new version of one that
+/// exists, which replaces it only when the put completes).
 fn begin(
     store: &Store,
     client: &mut StripedClient,
     name: &str,
 ) -> Result<StripedObject, GatewayError> {
     let (unit, servers) = store.servers_for_put()?;
-    client.begin_put(name, unit, servers).map_err(|e| match e {
-        sluice_client::striped::StripedError::Meta {
-            source: MetaError::Exists { .. },
-            ..
-        } => GatewayError::ReplaceUnsupported {
-            name: name.to_owned(),
-        },
-        other => other.into(),
-    })
+    Ok(client.begin_put(name, unit, servers)?)
 }
 
-/// Removes a put that will not complete (logged if that fails too).
-fn abandon(client: &mut StripedClient, name: &str) {
+/// Gives up a put that will not complete. A new name's half-written
+/// object is removed (logged if that fails too); a new version of an
+/// object that exists is left pending, the object untouched, for fsck to
+/// forget once it is past its grace period (the client has no call that
+/// drops a pending version alone).
+fn abandon(client: &mut StripedClient, object: &StripedObject) {
+    let name = object.name();
+    if object.replaces() {
+        tracing::info!(
+            object = name,
+            "an abandoned replacing put is left pending for fsck"
+        );
+        return;
+    }
     if let Err(e) = client.remove(name) {
         tracing::warn!(object = name, error = %e, "an abandoned put is left for fsck");
     }
@@ -98,7 +103,7 @@ fn write_put(
                 .and_then(|()| client.complete_put(&mut object))
                 .map(|()| true),
             None => {
-                abandon(client, name);
+                abandon(client, &object);
                 return Err(GatewayError::Body {
                     why: "the request body ended early".into(),
                 });
@@ -108,7 +113,7 @@ fn write_put(
             Ok(true) => return Ok(()),
             Ok(false) => {}
             Err(e) => {
-                abandon(client, name);
+                abandon(client, &object);
                 return Err(e.into());
             }
         }
@@ -265,7 +270,7 @@ pub(crate) fn concat(
         Ok::<_, GatewayError>(PutDone { etag, size: at })
     })();
     if r.is_err() {
-        abandon(client, to);
+        abandon(client, &object);
     }
     r
 }

@@ -24,10 +24,6 @@ pub enum GatewayError {
     InvalidKey { key: String, why: String },
     #[error("key {key:?} is too long: at most {most} bytes in this bucket")]
     KeyTooLong { key: String, most: usize },
-    /// A put over a name that exists; until puts replace atomically this
-    /// is refused rather than done as delete-then-put.
-    #[error("{name:?} exists and replacing an object is not supported yet")]
-    ReplaceUnsupported { name: String },
     #[error("the deployment has no object servers; add one with 'sluice meta add-server'")]
     NoServers,
     #[error("upload {id:?} does not exist")]
@@ -59,12 +55,13 @@ impl GatewayError {
             Self::InvalidBucketName { .. } => S3ErrorCode::InvalidBucketName,
             Self::InvalidKey { .. } => S3ErrorCode::InvalidArgument,
             Self::KeyTooLong { .. } => S3ErrorCode::KeyTooLongError,
-            Self::ReplaceUnsupported { .. } => S3ErrorCode::NotImplemented,
             Self::Body { .. } => S3ErrorCode::IncompleteBody,
             Self::NoSuchUpload { .. } => S3ErrorCode::NoSuchUpload,
             Self::InvalidPart { .. } => S3ErrorCode::InvalidPart,
             Self::InvalidPartOrder => S3ErrorCode::InvalidPartOrder,
             Self::EntityTooSmall { .. } => S3ErrorCode::EntityTooSmall,
+            // Another put of the same key completed first.
+            Self::Striped(StripedError::Replaced { .. }) => S3ErrorCode::OperationAborted,
             Self::NoServers | Self::Striped(_) | Self::Meta(_) | Self::Worker(_) => {
                 S3ErrorCode::InternalError
             }

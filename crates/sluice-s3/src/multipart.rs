@@ -240,15 +240,10 @@ pub(crate) async fn upload_part(
     }
     let (bucket, key, id) = (input.bucket, input.key, input.upload_id.clone());
     let name = part_name(&id, part);
-    let replaced = name.clone();
     g.store
-        .run(move |store, client| {
-            store.upload(&bucket, &key, &id)?;
-            // A part sent again replaces the one before (parts are not
-            // visible objects, so no reader sees the gap).
-            remove_quietly(client, &replaced)
-        })
+        .run(move |store, _| store.upload(&bucket, &key, &id).map(drop))
         .await?;
+    // A part sent again replaces the one before, as any put does.
     let attrs = BTreeMap::from([(ATTR_MTIME.to_owned(), now_ms().to_string().into_bytes())]);
     let done = data::put(&g.store, name, input.body, attrs).await?;
     Ok(S3Response::new(UploadPartOutput {
