@@ -182,6 +182,8 @@ struct ServeArgs {
     #[command(flatten)]
     tls: TlsArgs,
     #[command(flatten)]
+    s3: service::s3::S3Args,
+    #[command(flatten)]
     service: service::ServiceArgs,
 }
 
@@ -557,6 +559,7 @@ fn serve_config(args: ServeArgs, listening: &Listening<'_>) -> Result<(ServerCon
         config.rebuild_rate = r;
     }
     args.tls.apply(&mut config.tls);
+    args.s3.apply(&mut config)?;
     // `sluice serve` without addresses serves objects beside NBD; one
     // given addresses (or sockets from systemd, or a private socket)
     // serves objects only when asked (--objects, --object-listen or
@@ -680,6 +683,9 @@ fn default_log_filter(command: &Command) -> &'static str {
         Command::Bench(_) => {
             "info,sluice_server=warn,sluice_storage=warn,sluice_volume=warn,sluice_raid=warn"
         }
+        // s3s logs every refused S3 request (a bad signature, a missing
+        // key) at ERROR; the S3 endpoint's access log has them, at info.
+        Command::Serve(_) => "info,s3s=off",
         _ => "info",
     }
 }

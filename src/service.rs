@@ -19,6 +19,7 @@ pub(crate) const PRIVATE_NBD_SOCKET: &str = "nbd.sock";
 /// The object socket's name in captive mode's private directory.
 pub(crate) const PRIVATE_OBJECT_SOCKET: &str = "objects.sock";
 
+pub(crate) mod s3;
 mod stdin;
 
 /// `--pidfile`, `--user`, `--group`, `--exit-with-parent`, `--run`,
@@ -351,6 +352,9 @@ pub(crate) fn serve(mut args: ServeArgs) -> Result<ExitCode> {
     let (ids_user, ids_group) = lookup_ids(service.user.as_deref(), service.group.as_deref())?;
     let (config, created_dir) = serve_config(args, &listening)?;
     let tls = config.tls.mode;
+    let s3_config = config.s3.clone();
+    let s3_keys = s3::keys_before_start(&config)?;
+    let tls_config = config.tls.clone();
     let server = match Server::bind_inherited(config, inherited) {
         Ok(s) => s,
         Err(e) => {
@@ -361,6 +365,19 @@ pub(crate) fn serve(mut args: ServeArgs) -> Result<ExitCode> {
             return Err(anyhow::Error::new(e).context("cannot start the server"));
         }
     };
+    let s3 = s3_config
+        .zip(s3_keys)
+        .map(|(c, keys)| {
+            let endpoint = s3::bind(&c, keys, &server, &tls_config)?;
+            let metrics = endpoint.metrics();
+            server
+                .metrics()
+                .add_source(std::sync::Arc::new(move |out: &mut String| {
+                    metrics.render(out)
+                }));
+            anyhow::Ok(endpoint.start()?)
+        })
+        .transpose()?;
     // Before anything tells the world the server is up (the pid file,
     // the listening lines, READY=1), so a SIGTERM sent on seeing them
     // finds its handler.
@@ -393,6 +410,9 @@ pub(crate) fn serve(mut args: ServeArgs) -> Result<ExitCode> {
         if let Some(addr) = server.metrics_addr() {
             print(format!("metrics on http://{addr}/metrics"))?;
         }
+        if let Some(s3) = &s3 {
+            print(format!("s3 listening on {}", s3.local_addr()))?;
+        }
     }
     if service.print_uri {
         for addr in server.local_addrs() {
@@ -400,6 +420,9 @@ pub(crate) fn serve(mut args: ServeArgs) -> Result<ExitCode> {
         }
         for addr in server.object_addrs() {
             print(object_uri(addr, tls))?;
+        }
+        if let Some(s3) = &s3 {
+            print(s3.url())?;
         }
     }
     stdout.flush().context("cannot write to stdout")?;
@@ -418,7 +441,11 @@ pub(crate) fn serve(mut args: ServeArgs) -> Result<ExitCode> {
             _ => anyhow::bail!("--stdin: the server has no private socket to relay to"),
         }
     }
-    server.run().context("server failed")?;
+    let ran = server.run().context("server failed");
+    if let Some(s3) = s3 {
+        s3.stop();
+    }
+    ran?;
     drop(pidfile);
     drop(private_dir);
     match captive {

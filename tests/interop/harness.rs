@@ -126,6 +126,23 @@ pub(crate) fn nbdsh_script(script: &str) -> Cmd {
 }
 
 impl Cmd {
+    /// Any program, by path.
+    pub(crate) fn new(program: impl AsRef<Path>) -> Self {
+        let program = program.as_ref();
+        Self {
+            cmd: Command::new(program),
+            display: program.display().to_string(),
+            timeout: DEFAULT_CMD_TIMEOUT,
+            input: None,
+        }
+    }
+
+    /// Sets an environment variable of the command.
+    pub(crate) fn env(mut self, key: &str, value: impl AsRef<OsStr>) -> Self {
+        self.cmd.env(key, value);
+        self
+    }
+
     pub(crate) fn arg(mut self, a: impl AsRef<OsStr>) -> Self {
         self.display.push(' ');
         self.display.push_str(&a.as_ref().to_string_lossy());
@@ -320,6 +337,8 @@ pub(crate) struct ServerBuilder {
     listens: Vec<String>,
     args: Vec<String>,
     metrics: bool,
+    /// Wait for the S3 endpoint's line.
+    s3: bool,
     /// Object listeners to wait for.
     object_listens: usize,
     /// Stderr is a pipe the test holds (see [`Server::close_stderr_pipe`]).
@@ -333,6 +352,7 @@ impl ServerBuilder {
             listens: Vec::new(),
             args: Vec::new(),
             metrics: false,
+            s3: false,
             object_listens: 0,
             stderr_pipe: false,
         }
@@ -401,6 +421,17 @@ impl ServerBuilder {
         self.args.push("--metrics".into());
         self.args.push("127.0.0.1:0".into());
         self.metrics = true;
+        self
+    }
+
+    /// `--s3 127.0.0.1:0 --s3-key-file KEYS`; the address is in
+    /// [`Server::s3`].
+    pub(crate) fn s3(mut self, keys: &Path) -> Self {
+        self.args.push("--s3".into());
+        self.args.push("127.0.0.1:0".into());
+        self.args.push("--s3-key-file".into());
+        self.args.push(keys.display().to_string());
+        self.s3 = true;
         self
     }
 
@@ -487,6 +518,7 @@ impl ServerBuilder {
             objects: Vec::new(),
             object_unix: Vec::new(),
             metrics: None,
+            s3: None,
             stderr_path,
             stderr_pipe,
             _logdir: logdir,
@@ -495,6 +527,7 @@ impl ServerBuilder {
         while server.tcp.len() + server.unix.len() < listens.len()
             || server.objects.len() + server.object_unix.len() < self.object_listens
             || (self.metrics && server.metrics.is_none())
+            || (self.s3 && server.s3.is_none())
         {
             let left = deadline.saturating_duration_since(Instant::now());
             match rx.recv_timeout(left.min(Duration::from_millis(100))) {
@@ -507,6 +540,12 @@ impl ServerBuilder {
                                 panic!("cannot parse the metrics address in {line:?}: {e}")
                             });
                         server.metrics = Some(addr);
+                        continue;
+                    }
+                    if let Some(rest) = line.trim().strip_prefix("s3 listening on ") {
+                        server.s3 = Some(rest.parse().unwrap_or_else(|e| {
+                            panic!("cannot parse the S3 address in {line:?}: {e}")
+                        }));
                         continue;
                     }
                     if let Some(rest) = line.trim().strip_prefix("objects listening on ") {
@@ -575,6 +614,8 @@ pub(crate) struct Server {
     pub(crate) object_unix: Vec<PathBuf>,
     /// The metrics endpoint, when started with [`ServerBuilder::metrics`].
     pub(crate) metrics: Option<SocketAddr>,
+    /// The S3 endpoint, when started with [`ServerBuilder::s3`].
+    pub(crate) s3: Option<SocketAddr>,
     stderr_path: PathBuf,
     /// The read end of stderr, with [`ServerBuilder::stderr_pipe`].
     stderr_pipe: Option<std::process::ChildStderr>,

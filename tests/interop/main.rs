@@ -34,6 +34,7 @@ mod raid_cut;
 mod raid_dead;
 mod raw_protocol;
 mod reconnect;
+mod s3;
 mod safety;
 mod service;
 mod shutdown;

@@ -24,9 +24,10 @@ mod tls;
 
 pub use config::{
     ByteSize, CachePolicy, ExportConfig, FastPaths, Limits, ListenAddr, ObjectConfig, PipelineMode,
-    ReceiveTuning, ServerConfig, Timeouts, TlsConfig, TlsIdentity, TlsMode, DEFAULT_PARTITION,
+    ReceiveTuning, S3Config, ServerConfig, Timeouts, TlsConfig, TlsIdentity, TlsMode,
+    DEFAULT_PARTITION,
 };
 pub use export::{Export, ExportRegistry};
 pub use server::{Server, ServerError, ServerHandle};
 pub use socket::SocketPathError;
-pub use tls::{TlsSetupError, CA_CERT_FILE, SERVER_CERT_FILE, SERVER_KEY_FILE};
+pub use tls::{server_tls_config, TlsSetupError, CA_CERT_FILE, SERVER_CERT_FILE, SERVER_KEY_FILE};

@@ -160,6 +160,8 @@ fn load_tls(
 struct Protocols {
     listeners: Vec<Listener>,
     objects: Option<Objects>,
+    /// The metadata service the object listeners serve, if any.
+    meta: Option<Arc<dyn sluice_meta::MetaStore>>,
     reloadable: Reloadable,
 }
 
@@ -179,6 +181,7 @@ fn serve_protocols(
     let tls_policy = handshake_policy(config.tls.mode, tls.as_deref());
     let export_access = Arc::new(AccessPolicy::new(config.tls.allow.clone()));
     let mut partition_policy = None;
+    let mut served_meta = None;
     let nbd: Arc<dyn ConnectionHandler> = Arc::new(NbdService {
         registry: Arc::clone(registry),
         tls_policy,
@@ -209,8 +212,9 @@ fn serve_protocols(
                     Some(crate::obj::open_meta(dir)?)
                 }
                 (None, None) => None,
-            }
-            .map(crate::obj::MetaService);
+            };
+            served_meta.clone_from(&meta);
+            let meta = meta.map(crate::obj::MetaService);
             let partitions = Arc::new(PartitionPolicy::new(partition_allow.unwrap_or_default()));
             partition_policy = Some(Arc::clone(&partitions));
             let obj: Arc<dyn ConnectionHandler> = Arc::new(ObjService {
@@ -242,6 +246,7 @@ fn serve_protocols(
     Ok(Protocols {
         listeners,
         objects,
+        meta: served_meta,
         reloadable,
     })
 }
@@ -314,6 +319,7 @@ pub struct Server {
     local_addrs: Vec<ListenAddr>,
     object_addrs: Vec<ListenAddr>,
     objects: Option<Objects>,
+    meta: Option<Arc<dyn sluice_meta::MetaStore>>,
     registry: Arc<ExportRegistry>,
     config: ServerConfig,
     shared: Arc<Shared>,
@@ -454,6 +460,7 @@ impl Server {
             local_addrs: sockets.nbd_addrs,
             object_addrs: sockets.object_addrs,
             objects: protocols.objects,
+            meta: protocols.meta,
             registry,
             config,
             metrics: Arc::new(ServerMetrics::default()),
@@ -478,6 +485,13 @@ impl Server {
     /// empty without an object store.
     pub fn object_addrs(&self) -> &[ListenAddr] {
         &self.object_addrs
+    }
+
+    /// The metadata service of striped objects the object listeners
+    /// serve (`--meta`), if any: the S3 endpoint of the same process
+    /// uses it directly.
+    pub fn meta_store(&self) -> Option<Arc<dyn sluice_meta::MetaStore>> {
+        self.meta.clone()
     }
 
     /// Where the metrics endpoint listens, if configured.

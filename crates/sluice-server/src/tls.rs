@@ -268,6 +268,15 @@ impl TlsAcceptor {
     }
 }
 
+/// The rustls configuration of the certificate directory `cfg` names
+/// (`None` when TLS is off), loaded as the server's own listeners load
+/// it: for a listener the server does not run itself (the S3 endpoint).
+pub fn server_tls_config(
+    cfg: &TlsConfig,
+) -> Result<Option<Arc<rustls::ServerConfig>>, TlsSetupError> {
+    Ok(TlsAcceptor::load(cfg)?.map(|a| a.current()))
+}
+
 /// The handshake machine's TLS mode for a server TLS mode.
 pub(crate) fn handshake_policy(mode: TlsMode, acceptor: Option<&TlsAcceptor>) -> TlsPolicy {
     match (mode, acceptor) {

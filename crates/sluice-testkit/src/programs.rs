@@ -20,8 +20,9 @@ pub struct Listed {
     /// A name looked up on PATH, or an absolute path (which may hold a
     /// `*`).
     pub program: String,
-    /// Where it comes from: `deb:PKG[,PKG...]`, `cargo:CRATE` or
-    /// `toolchain`.
+    /// Where it comes from: `deb:PKG[,PKG...]`, `cargo:CRATE`,
+    /// `toolchain`, or for a Python package (listed as `python:MODULE`)
+    /// `pip:REQUIREMENT`, installed in the test venv ([`python_with`]).
     pub from: String,
 }
 
@@ -166,6 +167,39 @@ pub fn make_unwritable(path: &Path) -> Option<Unwritable> {
     None
 }
 
+/// The environment variable `scripts/test` names the test venv with.
+pub const PYTHON_VENV: &str = "SLUICE_PYTHON_VENV";
+
+/// The Python interpreter of the test venv (`$SLUICE_PYTHON_VENV`, else
+/// `target/pyenv` of the workspace), which `scripts/test` fills with the
+/// `pip:` packages of `scripts/programs`, if it can import `module`
+/// (listed there as `python:MODULE`). `None` after saying why the test
+/// is skipped; under `scripts/test` a failure instead (see
+/// [`REQUIRE_PROGRAMS`]).
+pub fn python_with(module: &str) -> Option<PathBuf> {
+    let listed = entry(&format!("python:{module}"));
+    let venv = std::env::var_os(PYTHON_VENV).map_or_else(
+        || Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/pyenv"),
+        PathBuf::from,
+    );
+    let python = venv.join("bin/python3");
+    let imports = std::process::Command::new(&python)
+        .args(["-c", &format!("import {module}")])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if imports {
+        return Some(python);
+    }
+    let why = format!(
+        "{} cannot import {module} ({}): scripts/test makes that venv and installs it",
+        python.display(),
+        listed.from
+    );
+    assert!(!required(), "{why}");
+    eprintln!("skipped: {why}");
+    None
+}
+
 fn find_absolute(pattern: &str) -> Option<PathBuf> {
     let Some((prefix, suffix)) = pattern.split_once('*') else {
         let p = PathBuf::from(pattern);
@@ -202,7 +236,9 @@ mod tests {
                 || l.from.strip_prefix("cargo:").is_some_and(|c| !c.is_empty())
                 || l.from
                     .strip_prefix("deb:")
-                    .is_some_and(|p| p.split(',').all(|p| !p.is_empty()));
+                    .is_some_and(|p| p.split(',').all(|p| !p.is_empty()))
+                || (l.from.strip_prefix("pip:").is_some_and(|r| !r.is_empty())
+                    && l.program.starts_with("python:"));
             assert!(known, "scripts/programs: {} from {:?}", l.program, l.from);
         }
         let mut names: Vec<&str> = all.iter().map(|l| l.program.as_str()).collect();
@@ -238,7 +274,7 @@ mod tests {
                 "`{unlisted}` is on PATH although scripts/programs does not list it"
             );
         }
-        for l in listed() {
+        for l in listed().iter().filter(|l| !l.from.starts_with("pip:")) {
             assert!(
                 find(&l.program).is_some(),
                 "`{}` ({}) is listed but not found",

@@ -11,7 +11,9 @@ use serde::{Deserialize, Deserializer};
 use sluice_volume::VolumeSpec;
 use thiserror::Error;
 
+mod s3;
 mod tls;
+pub use s3::S3Config;
 pub use tls::{TlsConfig, TlsIdentity, TlsMode};
 
 /// A configuration value that cannot be used, saying which and why.
@@ -595,6 +597,8 @@ pub struct ServerConfig {
     /// Bytes per second a RAID rebuild writes (and a scrub reads per
     /// member) at most; 0 for no limit.
     pub rebuild_rate: ByteSize,
+    /// The S3 endpoint the binary runs beside the server, if any.
+    pub s3: Option<S3Config>,
 }
 
 impl Default for ServerConfig {
@@ -616,6 +620,7 @@ impl Default for ServerConfig {
             objects: None,
             admin: None,
             rebuild_rate: ByteSize(sluice_raid::DEFAULT_REBUILD_RATE),
+            s3: None,
         }
     }
 }

@@ -22,6 +22,7 @@ mod reported;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 pub use export::{CommandKind, ExportMetrics};
@@ -53,6 +54,21 @@ impl Stage {
     }
 }
 
+/// Renders series of its own into the scrape (a component the server
+/// runs beside it, such as the S3 endpoint, which counts for itself).
+pub type MetricsSource = Arc<dyn Fn(&mut String) + Send + Sync>;
+
+/// The [`MetricsSource`]s added to a server's metrics.
+#[derive(Default)]
+struct Sources(Mutex<Vec<MetricsSource>>);
+
+impl std::fmt::Debug for Sources {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.0.lock().map_or(0, |v| v.len());
+        write!(f, "Sources({n})")
+    }
+}
+
 /// Protocols whose connections are counted apart.
 const PROTOCOLS: [&str; 2] = ["nbd", "obj"];
 
@@ -78,6 +94,7 @@ pub struct ServerMetrics {
     /// connection).
     pub(crate) panics: AtomicU64,
     stage_busy_ns: [AtomicU64; 3],
+    sources: Sources,
 }
 
 impl ServerMetrics {
@@ -107,6 +124,14 @@ impl ServerMetrics {
         }
     }
 
+    /// Adds series that `source` renders to every scrape, after the
+    /// server's own.
+    pub fn add_source(&self, source: MetricsSource) {
+        if let Ok(mut sources) = self.sources.0.lock() {
+            sources.push(source);
+        }
+    }
+
     /// Renders everything in the Prometheus text format.
     pub fn render<'a>(
         &self,
@@ -119,6 +144,10 @@ impl ServerMetrics {
         self.objects.render(&mut out);
         process::render(&mut out);
         export::render(&mut out, exports);
+        let sources = self.sources.0.lock().map(|v| v.clone()).unwrap_or_default();
+        for source in sources {
+            source(&mut out);
+        }
         out
     }
 

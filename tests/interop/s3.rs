@@ -1,0 +1,316 @@
+//! The S3 endpoint with real clients: boto3 (tests/s3/boto3_suite.py,
+//! one group of checks per test) and aws-cli against a real
+//! `sluice serve --objects DIR --meta DIR --s3 ADDR`, the single-host
+//! deployment (the server adds its own object listener to the empty
+//! deployment). Each test starts its own server on a port chosen at run
+//! time and waits for its `s3 listening on` line.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use tempfile::TempDir;
+
+use crate::harness::{
+    random_bytes, scrape, sluice, tempdir, Cmd, CmdOutput, Server, ServerBuilder,
+};
+
+const ACCESS: &str = "SLUICETESTKEY";
+const SECRET: &str = "sluice-test-secret-0123456789";
+
+/// A single-host deployment with S3 on, and its directory.
+struct S3Server {
+    server: Server,
+    dir: TempDir,
+    https: bool,
+}
+
+fn start() -> S3Server {
+    start_with(&[])
+}
+
+/// [`start`] with more `sluice serve` arguments.
+fn start_with(args: &[&str]) -> S3Server {
+    let dir = tempdir();
+    let keys = dir.path().join("s3-keys");
+    std::fs::write(&keys, format!("# test key\n{ACCESS} {SECRET}\n")).expect("write the key file");
+    std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let mut builder = ServerBuilder::new();
+    for a in args {
+        builder = builder.arg(a);
+    }
+    let server = builder
+        .objects(&dir.path().join("objects"))
+        .arg("--meta")
+        .arg(dir.path().join("meta").display().to_string())
+        .s3(&keys)
+        .metrics()
+        .start();
+    let https = args.contains(&"--tls");
+    S3Server { server, dir, https }
+}
+
+impl S3Server {
+    fn endpoint(&self) -> String {
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://{}", self.server.s3.expect("started with s3()"))
+    }
+
+    fn env(&self, cmd: Cmd) -> Cmd {
+        cmd.env("S3_ENDPOINT", self.endpoint())
+            .env("S3_ACCESS_KEY", ACCESS)
+            .env("S3_SECRET_KEY", SECRET)
+    }
+}
+
+fn suite() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/s3/boto3_suite.py")
+}
+
+/// Runs one group of the boto3 suite against a new server.
+fn boto3(group: &str) {
+    boto3_with(group, &[], None);
+}
+
+/// [`boto3`] against a server started with `args`, trusting `ca`.
+fn boto3_with(group: &str, args: &[&str], ca: Option<&Path>) {
+    let Some(python) = sluice_testkit::programs::python_with("boto3") else {
+        return;
+    };
+    let s3 = start_with(args);
+    let mut cmd = Cmd::new(&python);
+    if let Some(ca) = ca {
+        cmd = cmd.env("S3_CA", ca);
+    }
+    let out = s3.env(cmd).arg(suite()).arg(group).output();
+    assert!(
+        out.code() == Some(0) && out.stdout().contains(&format!("ok {group}")),
+        "boto3 group {group} failed: {}\n--- server log ---\n{}",
+        out.describe(),
+        s3.server.stderr_log()
+    );
+}
+
+#[test]
+fn boto3_buckets() {
+    boto3("buckets");
+}
+
+#[test]
+fn boto3_objects_metadata_and_ranges() {
+    boto3("objects");
+}
+
+#[test]
+fn boto3_conditional_gets() {
+    boto3("conditional");
+}
+
+#[test]
+fn boto3_listing_pages_prefixes_and_delimiters() {
+    boto3("listing");
+}
+
+#[test]
+fn boto3_copy_and_multi_delete() {
+    boto3("copy_delete");
+}
+
+#[test]
+fn boto3_bad_signatures_and_missing_names() {
+    boto3("errors");
+}
+
+/// HTTPS with the server's certificate directory (`--tls require`):
+/// boto3 then sends aws-chunked bodies with trailing checksums itself.
+#[test]
+fn boto3_over_https() {
+    let pki = sluice_testkit::pki::Pki::shared();
+    let dir = pki.server().display().to_string();
+    let ca = pki.server().join("ca-cert.pem");
+    boto3_with(
+        "https",
+        &["--tls", "require", "--tls-certificates", &dir],
+        Some(&ca),
+    );
+}
+
+#[test]
+fn a_client_vanishing_mid_put_leaves_nothing_visible() {
+    boto3("vanish");
+}
+
+#[test]
+fn boto3_multipart_uploads() {
+    boto3("multipart");
+}
+
+#[test]
+fn boto3_aws_chunked_bodies_with_trailing_checksums() {
+    boto3("chunked");
+}
+
+#[test]
+fn boto3_put_over_an_existing_key_replaces_it() {
+    boto3("overwrite");
+}
+
+/// Every request is in the access log with its operation and status,
+/// and counted in the metrics per operation.
+#[test]
+fn requests_are_access_logged_and_counted() {
+    let Some(python) = sluice_testkit::programs::python_with("boto3") else {
+        return;
+    };
+    let s3 = start();
+    let out = s3
+        .env(Cmd::new(&python))
+        .arg(suite())
+        .arg("buckets")
+        .output();
+    out.assert_success();
+    let log = s3.server.wait_for_log("op=\"DeleteBucket\"");
+    for needle in [
+        "op=\"CreateBucket\"",
+        "status=409",
+        "op=\"PutObject\"",
+        "bucket=\"alpha\"",
+    ] {
+        assert!(
+            log.contains(needle),
+            "the access log lacks {needle}:\n{log}"
+        );
+    }
+    let metrics = scrape(s3.server.metrics.expect("started with metrics()"));
+    for line in [
+        "sluice_s3_requests_total{operation=\"CreateBucket\"} 4",
+        "sluice_s3_errors_total{operation=\"CreateBucket\"} 2",
+        "sluice_s3_requests_total{operation=\"DeleteBucket\"} 3",
+        "sluice_s3_received_bytes_total{operation=\"PutObject\"} 1",
+        "sluice_s3_request_duration_seconds_count{operation=\"ListBuckets\"} 3",
+    ] {
+        assert!(
+            metrics.contains(line),
+            "the metrics lack {line}:\n{metrics}"
+        );
+    }
+}
+
+fn aws(s3: &S3Server, args: &[&str]) -> CmdOutput {
+    let aws = sluice_testkit::programs::program("/usr/bin/aws");
+    let home = s3.dir.path().join("aws-home");
+    std::fs::create_dir_all(&home).expect("aws home");
+    Cmd::new(aws)
+        .env("HOME", home.display().to_string())
+        .env("AWS_ACCESS_KEY_ID", ACCESS)
+        .env("AWS_SECRET_ACCESS_KEY", SECRET)
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .args(["--endpoint-url", &s3.endpoint()])
+        .args(args)
+        .output()
+}
+
+/// aws-cli: mb, cp up and down, ls with a prefix, rm.
+#[test]
+fn aws_cli_round_trip() {
+    if sluice_testkit::programs::program_or_skip("/usr/bin/aws").is_none() {
+        return;
+    }
+    let s3 = start();
+    let ok = |args: &[&str]| {
+        let out = aws(&s3, args);
+        assert_eq!(
+            out.code(),
+            Some(0),
+            "aws {args:?}: {}\n--- server log ---\n{}",
+            out.describe(),
+            s3.server.stderr_log()
+        );
+        out
+    };
+    ok(&["s3", "mb", "s3://cli"]);
+    let local = s3.dir.path().join("up.bin");
+    let data = random_bytes(7, 3 << 20);
+    std::fs::write(&local, &data).expect("write the file to upload");
+    let local_s = local.display().to_string();
+    ok(&["s3", "cp", &local_s, "s3://cli/dir/up.bin"]);
+    ok(&["s3", "cp", &local_s, "s3://cli/other.bin"]);
+    let listed = ok(&["s3", "ls", "s3://cli/dir/"]).stdout();
+    assert!(
+        listed.contains("up.bin") && !listed.contains("other.bin"),
+        "{listed}"
+    );
+    let down = s3.dir.path().join("down.bin");
+    ok(&[
+        "s3",
+        "cp",
+        "s3://cli/dir/up.bin",
+        &down.display().to_string(),
+    ]);
+    assert!(
+        std::fs::read(&down).expect("read the download") == data,
+        "downloaded bytes differ"
+    );
+    // Above aws-cli's 8 MiB threshold: a multipart upload, and a ranged
+    // download in parts.
+    let big = s3.dir.path().join("big.bin");
+    let big_data = random_bytes(8, 21 << 20);
+    std::fs::write(&big, &big_data).expect("write the big file");
+    ok(&["s3", "cp", &big.display().to_string(), "s3://cli/big.bin"]);
+    let big_down = s3.dir.path().join("big-down.bin");
+    ok(&[
+        "s3",
+        "cp",
+        "s3://cli/big.bin",
+        &big_down.display().to_string(),
+    ]);
+    assert!(
+        std::fs::read(&big_down).expect("read") == big_data,
+        "the big download differs"
+    );
+    ok(&["s3", "rm", "s3://cli/dir/up.bin"]);
+    let listed = ok(&["s3", "ls", "s3://cli/"]).stdout();
+    assert!(
+        !listed.contains("up.bin") && listed.contains("other.bin"),
+        "{listed}"
+    );
+}
+
+/// `--s3` without access keys or without a metadata service is refused
+/// with one line saying what is missing (exit 2), before serving.
+#[test]
+fn s3_without_keys_or_metadata_is_a_usage_error() {
+    let dir = tempdir();
+    let keys = dir.path().join("keys");
+    std::fs::write(&keys, format!("{ACCESS} {SECRET}\n")).expect("write the key file");
+    let objects = dir.path().join("objects").display().to_string();
+    let meta = dir.path().join("meta").display().to_string();
+    let keys = keys.display().to_string();
+    let common = [
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--export",
+        "d=mem:1M",
+        "--objects",
+        &objects,
+        "--object-listen",
+        "127.0.0.1:0",
+        "--s3",
+        "127.0.0.1:0",
+    ];
+    let cases: [(&[&str], &str); 2] = [
+        (&["--meta", &meta], "needs access keys"),
+        (&["--s3-key-file", &keys], "needs a metadata service"),
+    ];
+    for (extra, needle) in cases {
+        let out = sluice().args(common).args(extra).output();
+        out.assert_code(2);
+        let err = out.stderr();
+        assert!(
+            err.contains(needle) && err.trim_end().lines().count() == 1,
+            "{}: {err}",
+            out.describe()
+        );
+    }
+}
