@@ -2,7 +2,7 @@
 //! (docs/design/0008-temporal-merge.md), the SAN paper's figure 5 on
 //! sluice. Threads (1 to 64) write 4 KiB blocks at random offsets of
 //! their own object through one shared connection
-//! ([`SharedObjClient`]), with merging off, always, and adaptive;
+//! ([`SharedObjClient`](sluice_client::obj::SharedObjClient)), with merging off, always, and adaptive;
 //! throughput against threads, and the latency of one request at a time
 //! (the one-thread rows). Policies take turns within each point, the
 //! first one moving each round; medians over rounds. The adaptive row is

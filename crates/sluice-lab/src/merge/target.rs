@@ -56,7 +56,7 @@ pub fn rows(target: MergeTarget) -> Vec<Row> {
 }
 
 /// The bytes of export the threads of an export run write: a span of
-/// [`SPAN_BLOCKS`] blocks each.
+/// `SPAN_BLOCKS` blocks each.
 pub fn export_size(threads: usize) -> u64 {
     threads.max(1) as u64 * SPAN_BLOCKS * BLOCK as u64
 }
