@@ -299,3 +299,61 @@ fn an_rm_during_a_put_wins_and_leaves_nothing() {
     assert!(all_entries(&*d.meta, "").is_empty());
     assert!(all_pieces(&d).is_empty(), "{:?}", all_pieces(&d));
 }
+
+#[test]
+fn an_aborted_put_leaves_the_name_as_it_was_and_nothing_behind() {
+    let d = deploy(3);
+    let mut c = d.client();
+    let old = bytes(15, 2 * UNIT);
+    put(&mut c, "obj", 3, &old, "old");
+    let before = all_pieces(&d);
+    // A new version, given up: the old object, no pending layout, none
+    // of the new pieces.
+    let mut o = c.begin_put("obj", UNIT, 2).unwrap();
+    write_all(&mut c, &mut o, &bytes(16, 3 * UNIT), "new");
+    c.abort_put(o).unwrap();
+    assert_eq!(c.stat("obj").unwrap().pending, None);
+    assert_eq!(all_pieces(&d), before);
+    assert_eq!(get(&mut c, "obj"), (old, "old".into()));
+    // A new name, given up: gone, entry and pieces.
+    let mut o = c.begin_put("fresh", UNIT, 3).unwrap();
+    write_all(&mut c, &mut o, &bytes(17, UNIT), "x");
+    c.abort_put(o).unwrap();
+    assert!(c.stat("fresh").is_err());
+    assert_eq!(all_pieces(&d), before);
+    assert!(c.fsck(&NOW).unwrap().is_clean());
+}
+
+#[test]
+fn writes_to_the_old_version_during_a_put_do_not_stop_it() {
+    let d = deploy(3);
+    let mut c = d.client();
+    put(&mut c, "obj", 3, &bytes(18, 2 * UNIT), "old");
+    let mut o = c.begin_put("obj", UNIT, 3).unwrap();
+    let new = bytes(19, 3 * UNIT);
+    write_all(&mut c, &mut o, &new, "new");
+    // Another client writes in place (growing it) and sets an attribute
+    // of the old version meanwhile: the put still wins, whole.
+    let mut other = d.client();
+    let mut h = other.open("obj").unwrap();
+    let grow = StripedWrite {
+        set_attrs: BTreeMap::from([("extra".to_owned(), b"1".to_vec())]),
+        ..StripedWrite::default()
+    };
+    other
+        .write(
+            &mut h,
+            &Pattern::Contiguous {
+                offset: 4 * UNIT,
+                length: UNIT,
+            },
+            &bytes(20, UNIT),
+            &grow,
+        )
+        .unwrap();
+    c.complete_put(&mut o).unwrap();
+    let entry = c.stat("obj").unwrap();
+    assert!(!entry.attrs.contains_key("extra"), "{entry:?}");
+    assert_eq!(get(&mut c, "obj"), (new, "new".into()));
+    d.assert_consistent();
+}

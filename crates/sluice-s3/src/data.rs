@@ -58,22 +58,13 @@ fn begin(
     Ok(client.begin_put(name, unit, servers)?)
 }
 
-/// Gives up a put that will not complete. A new name's half-written
-/// object is removed (logged if that fails too); a new version of an
-/// object that exists is left pending, the object untouched, for fsck to
-/// forget once it is past its grace period (the client has no call that
-/// drops a pending version alone).
-fn abandon(client: &mut StripedClient, object: &StripedObject) {
-    let name = object.name();
-    if object.replaces() {
-        tracing::info!(
-            object = name,
-            "an abandoned replacing put is left pending for fsck"
-        );
-        return;
-    }
-    if let Err(e) = client.remove(name) {
-        tracing::warn!(object = name, error = %e, "an abandoned put is left for fsck");
+/// Gives up a put that will not complete: the new object, or the new
+/// version (the object it was to replace left as it was), is removed;
+/// what cannot be is logged and left for fsck.
+fn abandon(client: &mut StripedClient, object: StripedObject) {
+    let name = object.name().to_owned();
+    if let Err(e) = client.abort_put(object) {
+        tracing::warn!(object = %name, error = %e, "an abandoned put is left for fsck");
     }
 }
 
@@ -103,7 +94,7 @@ fn write_put(
                 .and_then(|()| client.complete_put(&mut object))
                 .map(|()| true),
             None => {
-                abandon(client, &object);
+                abandon(client, object);
                 return Err(GatewayError::Body {
                     why: "the request body ended early".into(),
                 });
@@ -113,7 +104,7 @@ fn write_put(
             Ok(true) => return Ok(()),
             Ok(false) => {}
             Err(e) => {
-                abandon(client, &object);
+                abandon(client, object);
                 return Err(e.into());
             }
         }
@@ -270,7 +261,7 @@ pub(crate) fn concat(
         Ok::<_, GatewayError>(PutDone { etag, size: at })
     })();
     if r.is_err() {
-        abandon(client, &object);
+        abandon(client, object);
     }
     r
 }

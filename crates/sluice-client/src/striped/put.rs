@@ -22,7 +22,9 @@
 
 use sluice_meta::{Entry, EntryState, MetaError, PendingChange, Update};
 
-use super::client::{meta_error, CreateStep, StripedClient, StripedError, StripedObject};
+use super::client::{
+    meta_error, CreateStep, RemoveStep, StripedClient, StripedError, StripedObject,
+};
 
 /// Where a put's [`complete_put_until`](StripedClient::complete_put_until)
 /// stops (all of it: [`PutStep::Done`]). Stopping earlier leaves what a
@@ -152,13 +154,15 @@ impl StripedClient {
         match object.replacing.take() {
             None => self.make_ready(object),
             Some(live) => {
-                let switched = self.switch(object, &live);
-                if switched.is_err() {
-                    object.replacing = Some(live);
-                    return switched;
-                }
+                let replaced = match self.switch(object, live.clone()) {
+                    Ok(replaced) => replaced,
+                    Err(e) => {
+                        object.replacing = Some(live);
+                        return Err(e);
+                    }
+                };
                 if last == PutStep::Done {
-                    self.discard_pieces(object.name(), &live.layout);
+                    self.discard_pieces(object.name(), &replaced.layout);
                 }
                 Ok(())
             }
@@ -207,39 +211,105 @@ impl StripedClient {
 
     /// The last step of a put replacing `live`: one update gives the
     /// name the new version's layout, size and attributes (the old
-    /// version's attributes go) and forgets the pending layout. If the
-    /// entry changed since the put marked it, the new version's pieces
-    /// are removed and the put fails.
-    fn switch(&mut self, object: &mut StripedObject, live: &Entry) -> Result<(), StripedError> {
-        let new = object.entry();
-        let name = new.name.clone();
-        let switch = Update {
-            layout: Some(new.layout.clone()),
-            pending: PendingChange::Clear,
-            state: Some(EntryState::Ready),
-            size: Some(new.size),
-            set_attrs: new.attrs.clone(),
-            remove_attrs: live
-                .attrs
-                .keys()
-                .filter(|k| !new.attrs.contains_key(*k))
-                .cloned()
-                .collect(),
-            ..Update::default()
-        };
-        match self.meta.update(&name, Some(live.revision), &switch) {
-            Ok(entry) => {
-                object.set_entry(entry);
-                Ok(())
+    /// version's attributes go) and forgets the pending layout; returns
+    /// the entry it replaced. Changes to the old version meanwhile (an
+    /// in-place write, say) do not stop it: the put is ordered after
+    /// them. If the pending layout is no longer this put's (another put,
+    /// an `rm` or fsck took over), the new version's pieces are removed
+    /// and the put fails.
+    fn switch(&mut self, object: &mut StripedObject, live: Entry) -> Result<Entry, StripedError> {
+        let name = object.name().to_owned();
+        let mut live = live;
+        for _ in 0..TRIES {
+            let new = object.entry();
+            let switch = Update {
+                layout: Some(new.layout.clone()),
+                pending: PendingChange::Clear,
+                state: Some(EntryState::Ready),
+                size: Some(new.size),
+                set_attrs: new.attrs.clone(),
+                remove_attrs: live
+                    .attrs
+                    .keys()
+                    .filter(|k| !new.attrs.contains_key(*k))
+                    .cloned()
+                    .collect(),
+                ..Update::default()
+            };
+            match self.meta.update(&name, Some(live.revision), &switch) {
+                Ok(entry) => {
+                    object.set_entry(entry);
+                    return Ok(live);
+                }
+                Err(MetaError::Conflict { .. }) => match self.meta.lookup(&name) {
+                    Ok(now) if now.pending.as_ref() == Some(object.layout()) => live = now,
+                    Ok(_) | Err(MetaError::NotFound { .. }) => break,
+                    Err(e) => return Err(meta_error("look up", &name, e)),
+                },
+                Err(MetaError::NotFound { .. }) => break,
+                // Whether the switch happened is unknown (an answer lost on
+                // the way): nothing is removed; fsck settles it.
+                Err(e) => return Err(meta_error("switch to the new version of", &name, e)),
             }
-            Err(MetaError::Conflict { .. } | MetaError::NotFound { .. }) => {
-                let layout = object.layout().clone();
-                self.discard_pieces(&name, &layout);
-                Err(StripedError::Replaced { name })
-            }
-            // Whether the switch happened is unknown (an answer lost on
-            // the way): nothing is removed; fsck settles it.
-            Err(e) => Err(meta_error("switch to the new version of", &name, e)),
         }
+        let layout = object.layout().clone();
+        self.discard_pieces(&name, &layout);
+        Err(StripedError::Replaced { name })
+    }
+
+    /// Gives up a put begun with [`begin_put`](Self::begin_put) and not
+    /// completed: a new object's entry and pieces are removed; a new
+    /// version's pending layout is forgotten and its pieces removed, the
+    /// object left as it was. Nothing another client did meanwhile is
+    /// undone (a put that took over, an `rm`): then only this put's own
+    /// pieces go.
+    pub fn abort_put(&mut self, object: StripedObject) -> Result<(), StripedError> {
+        let name = object.name().to_owned();
+        // Whether the entry is still as this put left it: only then is
+        // it this put's to change. (A new object another put is already
+        // replacing is that put's.)
+        let ours = |e: &Entry| match object.replacing {
+            Some(_) => e.pending.as_ref() == Some(object.layout()),
+            None => {
+                e.layout == *object.layout()
+                    && e.state == EntryState::Writing
+                    && e.pending.is_none()
+            }
+        };
+        let forget = match object.replacing {
+            Some(_) => Update {
+                pending: PendingChange::Clear,
+                ..Update::default()
+            },
+            None => Update {
+                state: Some(EntryState::Removing),
+                ..Update::default()
+            },
+        };
+        for _ in 0..TRIES {
+            let now = match self.meta.lookup(&name) {
+                Ok(now) if ours(&now) => now,
+                Ok(_) | Err(MetaError::NotFound { .. }) => break,
+                Err(e) => return Err(meta_error("look up", &name, e)),
+            };
+            match self.meta.update(&name, Some(now.revision), &forget) {
+                Ok(entry) if object.replacing.is_none() => {
+                    return self.finish_removal(&entry, RemoveStep::Deleted)
+                }
+                Ok(_) => break,
+                Err(MetaError::Conflict { .. }) => {}
+                Err(e) => return Err(meta_error("give up the put of", &name, e)),
+            }
+        }
+        // The pieces go unless an entry still names them.
+        let named = match self.meta.lookup(&name) {
+            Ok(e) => e.layout == *object.layout() || e.pending.as_ref() == Some(object.layout()),
+            Err(MetaError::NotFound { .. }) => false,
+            Err(e) => return Err(meta_error("look up", &name, e)),
+        };
+        if named {
+            return Ok(());
+        }
+        self.remove_pieces(&name, object.layout())
     }
 }
