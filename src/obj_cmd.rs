@@ -21,8 +21,11 @@ use sluice_client::obj::{
 use sluice_client::{ClientError, ObjUri, DEFAULT_OBJ_SERVER};
 use sluice_types::error_chain;
 
+mod plain_put;
 mod striped;
 mod values;
+
+use plain_put::PUT_INCOMPLETE_ATTR;
 
 use values::{
     json_value, parse_assignment, parse_id, parse_range, parse_stride, parse_stripe_count,
@@ -60,8 +63,12 @@ enum ObjCommand {
         #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
         count: u32,
     },
-    /// Store FILE (or stdin) as the whole object (with --meta: a new
-    /// striped object NAME).
+    /// Store FILE (or stdin) as the whole object, seen whole or not at
+    /// all: the data goes to a temporary object (collection
+    /// put.temporary) that then replaces the object's data in one step,
+    /// so an interrupted put leaves the old content; 'sluice obj fsck'
+    /// removes the temporary it left. With --meta: the striped object
+    /// NAME, made or replaced.
     Put {
         /// The object's id (as create printed it), or with --meta the
         /// striped object's name.
@@ -165,11 +172,14 @@ enum ObjCommand {
         #[arg(long)]
         json: bool,
     },
-    /// With --meta: finish or undo creates and removes a crash left half
-    /// done, and remove pieces no striped object names.
+    /// Remove the temporary objects of plain puts that did not finish
+    /// (collection put.temporary); with --meta: finish or undo creates
+    /// and removes a crash left half done, and remove pieces no striped
+    /// object names. Prints what it removed, or "clean".
     Fsck {
-        /// Leave pieces younger than this alone (a create may still be
-        /// making them); 0s when nothing else runs.
+        /// Leave pieces (with --meta) or temporary objects younger than
+        /// this alone (a create or put may still be making them); 0s
+        /// when nothing else runs.
         #[arg(long, value_name = "DUR", default_value = "10m")]
         grace: String,
     },
@@ -226,19 +236,6 @@ impl Failure {
 }
 
 type Outcome = Result<(), Failure>;
-
-/// The attribute `put` sets on an object before it changes any byte and
-/// removes once every byte is durable: an object that has it holds part
-/// of a put that did not finish, and `get` refuses it.
-const PUT_INCOMPLETE_ATTR: &str = "put.incomplete";
-
-/// A failure of `put` of object `id` once it began changing the object.
-fn put_failure(id: u64, e: &ObjError) -> Failure {
-    let (Failure::Failed(m) | Failure::Usage(m)) = Failure::from_obj(e);
-    Failure::Failed(format!(
-        "{m}; the put of object {id} did not finish, so it is marked incomplete: put it again"
-    ))
-}
 
 /// Refuses an object a put left incomplete.
 fn check_complete(c: &mut ObjClient, id: u64) -> Outcome {
@@ -450,7 +447,7 @@ fn execute(args: ObjArgs) -> Outcome {
                     "--stripe and --stripe-count place striped objects; give --meta URI".into(),
                 ));
             }
-            put(c, &target, file.as_deref())
+            plain_put::put(c, &target, file.as_deref())
         }
         ObjCommand::Get {
             target,
@@ -524,44 +521,8 @@ fn execute(args: ObjArgs) -> Outcome {
         }
         ObjCommand::Rm { targets } => rm(c, &targets),
         ObjCommand::Stat { target, json } => stat(c, &target, json),
-        ObjCommand::Fsck { .. } => Err(Failure::Usage(
-            "fsck checks striped objects; give --meta URI".into(),
-        )),
+        ObjCommand::Fsck { grace } => plain_put::fsck(c, plain_put::parse_grace(&grace)?),
     }
-}
-
-/// `obj put ID [FILE]`: the whole object from FILE (or stdin), marked
-/// incomplete until the last byte is durable.
-fn put(c: &mut ObjClient, target: &str, file: Option<&Path>) -> Outcome {
-    let fail = |e: ObjError| Failure::from_obj(&e);
-    let id = id(target)?;
-    let mut input = open_input(file)?;
-    let before = c.stat(id).map_err(fail)?.length;
-    // Marked incomplete (durably) before the first byte changes,
-    // unmarked once the last is durable.
-    let mark = AttrChange::set(PUT_INCOMPLETE_ATTR, Value::Text("true".into()));
-    c.set_attrs(id, &[mark], Durability::Durable)
-        .map_err(fail)?;
-    let (_, len) = stream_in(c, id, &mut input, false).map_err(|f| match f {
-        Failure::Failed(m) => Failure::Failed(format!(
-            "{m}; the put of object {id} did not finish, so it is marked incomplete: put it again"
-        )),
-        usage => usage,
-    })?;
-    if before > len {
-        // A shorter object: the old tail goes.
-        c.truncate(id, len, Durability::Buffered)
-            .map_err(|e| put_failure(id, &e))?;
-    }
-    c.flush(FlushScope::Object(id))
-        .and_then(|()| {
-            c.set_attrs(
-                id,
-                &[AttrChange::Remove(PUT_INCOMPLETE_ATTR.into())],
-                Durability::Durable,
-            )
-        })
-        .map_err(|e| put_failure(id, &e))
 }
 
 /// `obj get ID [RANGE...] [--stride ...]`: the whole object streamed to

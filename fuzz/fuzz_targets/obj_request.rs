@@ -7,7 +7,9 @@
 //! non-empty segments, no segment end past 2^64, total within the
 //! payload limit, stride at least the length) and carries exactly the
 //! data its DDT describes; META parameters it accepts decode and
-//! re-encode to the same bytes; every accepted request encodes, and
+//! re-encode to the same bytes; REPLACE_DATA is accepted only when
+//! negotiated, its source the whole parameter region; every accepted
+//! request encodes, and
 //! validating its encoding gives the same request back. Batch frames are
 //! split and their members validated one by one.
 //!
@@ -86,6 +88,14 @@ fn run(session: &Negotiated, h: &RequestHeader, payload: &[u8]) {
         | Command::CreateAndWrite { ddt, data, .. }
         | Command::ExtentWrite { ddt, data, .. } => check(&ddt, limits, Some(data)),
         Command::Append { data, .. } => assert!(data.len() as u64 <= u64::from(limits.max_payload)),
+        Command::ReplaceData { object, source } => {
+            // Negotiated, the target in the header, the source all the
+            // parameters hold.
+            assert!(session.features.contains(Features::REPLACE_DATA));
+            assert_eq!(object, h.object);
+            assert_eq!(h.param_len, 8);
+            assert_eq!(payload, source.to_be_bytes());
+        }
         Command::Meta { params } => {
             // What validation accepted decodes, and re-encodes to the
             // same bytes (the encoding is canonical).

@@ -9,14 +9,13 @@
 
 use std::io::Read;
 use std::sync::Arc;
-use std::time::Duration;
 
 use sluice_client::obj::Segment;
 use sluice_client::striped::{
     FsckOptions, FsckReport, Pattern, StripedClient, StripedError, StripedObject, StripedWrite,
 };
 use sluice_meta::{check_page, Entry, EntryState, Layout, MetaError, MetaStore, MAX_PAGE};
-use sluice_types::{error_chain, parse_duration, parse_size};
+use sluice_types::{error_chain, parse_size};
 
 use super::{open_input, out, read_chunk, Failure, ObjCommand, Outcome, CHUNK};
 use crate::meta_cmd::store::{cli_options, open_meta_store};
@@ -165,13 +164,7 @@ pub(super) fn execute(meta: &str, command: ObjCommand) -> Outcome {
             Ok(())
         }
         ObjCommand::Fsck { grace } => {
-            // Zero (no grace: nothing else runs) is a valid answer here,
-            // though not a valid timeout elsewhere.
-            let grace = match grace.trim_end_matches(|c: char| c.is_ascii_alphabetic()) {
-                "0" => Duration::ZERO,
-                _ => parse_duration(&grace)
-                    .map_err(|e| Failure::Usage(format!("--grace {grace}: {e}")))?,
-            };
+            let grace = super::plain_put::parse_grace(&grace)?;
             // A bar of entries checked, on a terminal only; cleared
             // (dropped) before the report prints.
             let mut bar: Option<Progress> = None;

@@ -23,6 +23,7 @@ mod nbdinfo;
 mod nbdsh;
 mod newcomer;
 mod obj_cli;
+mod obj_put;
 mod obj_reconnect;
 mod objects;
 mod pipeline;

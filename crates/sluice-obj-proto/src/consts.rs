@@ -62,6 +62,9 @@ pub const OP_DISCONNECT: u16 = 16;
 pub const OP_META: u16 = 17;
 /// Set an object's length (`length u64` in the parameters).
 pub const OP_TRUNCATE: u16 = 18;
+/// Replace an object's bytes and length with another object's, which
+/// goes (`source u64` in the parameters; needs `REPLACE_DATA`).
+pub const OP_REPLACE_DATA: u16 = 19;
 
 // Request flags.
 /// Bits 0-1: the data distribution type.
@@ -124,9 +127,17 @@ impl Features {
     /// SGL DDTs with a non-zero master offset, their entries' offsets
     /// relative to it (negotiated; without it an SGL's master offset is 0).
     pub const SGL_MASTER: Self = Self(1 << 5);
+    /// REPLACE_DATA: an object's bytes replaced by another's as one
+    /// change (negotiated).
+    pub const REPLACE_DATA: Self = Self(1 << 6);
     /// Bits a client may ask for in HELLO.
-    pub const NEGOTIABLE: Self =
-        Self(Self::BATCH.0 | Self::ATTRS_ON_DATA.0 | Self::SPAN_READS.0 | Self::SGL_MASTER.0);
+    pub const NEGOTIABLE: Self = Self(
+        Self::BATCH.0
+            | Self::ATTRS_ON_DATA.0
+            | Self::SPAN_READS.0
+            | Self::SGL_MASTER.0
+            | Self::REPLACE_DATA.0,
+    );
     /// Bits only the greeting carries.
     pub const SERVER_ONLY: Self = Self(Self::TLS_AVAILABLE.0 | Self::TLS_REQUIRED.0);
 

@@ -1366,6 +1366,10 @@ fn every_command_encodes_and_validates_back() {
             object: 5,
             length: 3,
         },
+        Command::ReplaceData {
+            object: 5,
+            source: 6,
+        },
     ];
     let (mut gets, mut sets) = (Vec::new(), Vec::new());
     let get = AttrOps::build(&[AttrOp::Get("a")], 16, &mut gets).unwrap();
@@ -1390,6 +1394,7 @@ fn every_command_encodes_and_validates_back() {
                 | Command::Create { .. }
                 | Command::ExtentWrite { .. }
                 | Command::Truncate { .. }
+                | Command::ReplaceData { .. }
         ) {
             round_trip(
                 &s,
@@ -1522,6 +1527,67 @@ fn truncate_carries_the_new_length_in_its_parameters() {
         [&[], &[0; 9], &[], &[]],
     );
     assert_eq!(validate(&s, &long).unwrap_err().code, ErrorCode::Invalid);
+}
+
+#[test]
+fn replace_data_carries_the_source_in_its_parameters_and_needs_its_feature() {
+    let s = all();
+    // REPLACE_DATA (19 = 0x13) with FUA: object 0x22 takes 0x23's data.
+    let bytes = hex(
+        "53524551 0004 0013 0000000000000003 0000000000000010 0000000000000022
+         0000000000000000 0000000000000000 00000000 00000008 00000000 00000000
+         0000000000000023",
+    );
+    let req = validate(&s, &bytes).unwrap();
+    assert_eq!(
+        req.command,
+        Command::ReplaceData {
+            object: 0x22,
+            source: 0x23
+        }
+    );
+    assert!(req.fua);
+    // A session that did not negotiate it may not send it.
+    let without = session(Features::NEGOTIABLE.without(Features::REPLACE_DATA));
+    let h = RequestHeader::decode(&bytes).unwrap().unwrap();
+    let e = without
+        .validate(&h, &bytes[REQUEST_HEADER_LEN..])
+        .unwrap_err();
+    assert_eq!(e.code, ErrorCode::NotNegotiated);
+    assert!(e.message.contains("REPLACE_DATA"), "{}", e.message);
+    // The source is required, nothing may follow it, and there is no
+    // range, DDT or attribute list.
+    let head = RequestHeader {
+        opcode: OP_REPLACE_DATA,
+        id: 4,
+        partition: 0x10,
+        object: 0x22,
+        ..RequestHeader::default()
+    };
+    for (regions, code) in [
+        ([&[][..], &[0, 0, 0, 1], &[], &[]], ErrorCode::Invalid),
+        ([&[][..], &[0; 9], &[], &[]], ErrorCode::Invalid),
+        ([&[][..], &[0; 8], &[], &[1]], ErrorCode::LengthMismatch),
+    ] {
+        let (_, bad) = frame(head, regions);
+        assert_eq!(validate(&s, &bad).unwrap_err().code, code, "{regions:?}");
+    }
+    let (_, ranged) = frame(
+        RequestHeader { length: 8, ..head },
+        [&[], &[0; 8], &[], &[]],
+    );
+    assert_eq!(validate(&s, &ranged).unwrap_err().code, ErrorCode::Invalid);
+    let (_, spanned) = frame(
+        RequestHeader {
+            flags: FLAG_SPAN_OK,
+            ..head
+        },
+        [&[], &[0; 8], &[], &[]],
+    );
+    assert_eq!(
+        validate(&s, &spanned).unwrap_err().code,
+        ErrorCode::BadFlags
+    );
 }
 
 /// Every opcode is listed once, in wire order, under its own name.

@@ -74,6 +74,16 @@ CREATE TABLE IF NOT EXISTS journal (
     data BLOB
 );
 CREATE INDEX IF NOT EXISTS journal_by_object ON journal (partition, object, seq);
+-- Replaces of an object's data by another object's file that committed
+-- (the target's new length, the source's rows gone) before the source's
+-- file was renamed over the target's: a row whose source file is still
+-- there at open is renamed then; one whose source file is gone is done.
+CREATE TABLE IF NOT EXISTS replaces (
+    seq INTEGER PRIMARY KEY,
+    partition INTEGER NOT NULL,
+    source INTEGER NOT NULL,
+    target INTEGER NOT NULL
+);
 ";
 
 pub(crate) fn open(path: &Path) -> Result<Connection, ObjStoreError> {

@@ -72,6 +72,22 @@ pub enum ObjStoreError {
     /// journal holds it until the store is opened again and replays it.
     #[error("{object}: a committed change is not in its file yet (writing it failed); reopen the store to replay it")]
     NotApplied { object: ObjectRef },
+    /// A replace of an object's data by itself.
+    #[error("{object}: cannot replace an object's data with its own")]
+    ReplaceSelf { object: ObjectRef },
+    /// A replace whose source and target lie in different partitions
+    /// (their files are in different folders).
+    #[error("{target}: cannot take the data of {source_object}, which is in another partition")]
+    ReplaceAcrossPartitions {
+        target: ObjectRef,
+        source_object: ObjectRef,
+    },
+    /// An object whose data a committed replace switched to another
+    /// object's file, but renaming that file into place failed: it
+    /// cannot be used until the store is opened again and finishes the
+    /// rename.
+    #[error("{object}: a replace of its data committed but its file is not in place yet (renaming it failed); reopen the store to finish it")]
+    ReplaceUnfinished { object: ObjectRef },
     /// The operating system failed on an object's data file.
     #[error("{op} of {object} ({path}) failed")]
     Io {

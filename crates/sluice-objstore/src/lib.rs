@@ -36,6 +36,8 @@ use std::fmt;
 
 pub use error::ObjStoreError;
 pub use segments::{ascends, buffer_offsets, plan, Plan, Run, Segment};
+#[doc(hidden)]
+pub use store::ReplaceStop;
 pub use store::{
     limits, AttrValue, BatchChange, BatchOutcome, Changed, Edit, ListEntry, ListPage, NewObjects,
     ObjectInfo, ObjectStore, QueryTerm, ReadFound, ReadResult, StoreOptions, WriteOptions,

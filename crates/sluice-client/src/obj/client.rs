@@ -511,6 +511,33 @@ impl ObjClient {
         .map(drop)
     }
 
+    /// Gives `object` the bytes and logical length of `source` (another
+    /// object of the session's partition) and removes `source`, as one
+    /// change: readers, and the server after a crash, see `object` old
+    /// or new, whole. `object` keeps its id, creation time, attributes
+    /// and collections. A put writes and flushes a fresh object, then
+    /// switches to it with this. Needs the session's `REPLACE_DATA`
+    /// (else [`ErrorCode::NotNegotiated`]); a missing object or source
+    /// is [`ErrorCode::NoSuchObject`], `source == object`
+    /// [`ErrorCode::Invalid`]. `durability`: durable before it returns.
+    ///
+    /// [`ErrorCode::NotNegotiated`]: sluice_obj_proto::ErrorCode::NotNegotiated
+    /// [`ErrorCode::NoSuchObject`]: sluice_obj_proto::ErrorCode::NoSuchObject
+    /// [`ErrorCode::Invalid`]: sluice_obj_proto::ErrorCode::Invalid
+    pub fn replace_data(
+        &mut self,
+        object: u64,
+        source: u64,
+        durability: Durability,
+    ) -> Result<(), ObjError> {
+        self.run(&ObjRequest::ReplaceData {
+            object,
+            source,
+            durability,
+        })
+        .map(drop)
+    }
+
     /// Applies `changes` to `object`, all or none.
     pub fn set_attrs(
         &mut self,

@@ -581,6 +581,16 @@ impl Codec<'_> {
                 &[],
                 durability,
             ),
+            ObjRequest::ReplaceData {
+                object,
+                source,
+                durability,
+            } => self.plain_wire(
+                subject(Opcode::ReplaceData, object),
+                Command::ReplaceData { object, source },
+                &[],
+                durability,
+            ),
             _ => unreachable!("single sends only plain commands here"),
         }
     }

@@ -144,6 +144,14 @@ pub enum ObjRequest<'a> {
         length: u64,
         durability: Durability,
     },
+    /// Give `object` the bytes and length of `source` (same partition),
+    /// which goes: one change, whole or not at all, also across a crash
+    /// of the server. Needs the session's `REPLACE_DATA`.
+    ReplaceData {
+        object: u64,
+        source: u64,
+        durability: Durability,
+    },
     Query {
         collection: &'a str,
         ranges: &'a [Range],

@@ -99,8 +99,9 @@ impl Ticket {
             Some(Opcode::Flush) if whole_partition => Logged::Flush,
             _ => Logged::Nothing,
         };
-        // Creates, appends, removes and metadata calls change something
-        // that a second run would change again (or refuse).
+        // Creates, appends, removes, replaces and metadata calls change
+        // something that a second run would change again (or refuse: a
+        // replace's source is gone after the first).
         let resendable = !matches!(
             op,
             None | Some(
@@ -108,6 +109,7 @@ impl Ticket {
                     | Opcode::CreateAndWrite
                     | Opcode::Append
                     | Opcode::Remove
+                    | Opcode::ReplaceData
                     | Opcode::Meta
                     | Opcode::Batch
                     | Opcode::Disconnect
@@ -476,6 +478,26 @@ impl SharedObjClient {
         wire.encode(id, self.session().partition, &mut frame);
         let ticket = Ticket::of(wire.subject.clone(), &wire.header);
         self.mux.submit(id, frame, ticket, cost(wire))
+    }
+
+    /// Gives `object` the bytes and length of `source` and removes
+    /// `source`, as one change (see [`ObjClient::replace_data`]). Never
+    /// resent after a lost connection: its outcome is then unknown and
+    /// the call fails.
+    ///
+    /// [`ObjClient::replace_data`]: super::ObjClient::replace_data
+    pub fn replace_data(
+        &self,
+        object: u64,
+        source: u64,
+        durability: Durability,
+    ) -> Result<(), ObjError> {
+        self.run(&ObjRequest::ReplaceData {
+            object,
+            source,
+            durability,
+        })
+        .map(drop)
     }
 
     /// Reads `segments` of `object`.

@@ -112,6 +112,13 @@ pub enum Command<'a> {
         object: u64,
         length: u64,
     },
+    /// Replace `object`'s bytes and length with those of `source` (in
+    /// the same partition), which goes: one change, seen and kept
+    /// after a crash whole or not at all. Needs `REPLACE_DATA`.
+    ReplaceData {
+        object: u64,
+        source: u64,
+    },
 }
 
 /// A checked list of query ranges, borrowing its bytes.
@@ -248,6 +255,7 @@ impl<'a> Command<'a> {
             Self::Disconnect => Opcode::Disconnect,
             Self::Meta { .. } => Opcode::Meta,
             Self::Truncate { .. } => Opcode::Truncate,
+            Self::ReplaceData { .. } => Opcode::ReplaceData,
         }
     }
 
@@ -313,6 +321,7 @@ impl<'a> Command<'a> {
             | Self::GetAttrs { object }
             | Self::SetAttrs { object }
             | Self::Truncate { object, .. }
+            | Self::ReplaceData { object, .. }
             | Self::Flush(FlushScope::Object(object)) => object,
             Self::ExtentRead { export, .. } | Self::ExtentWrite { export, .. } => export,
             _ => 0,
@@ -378,6 +387,10 @@ impl<'a> Command<'a> {
             }
             Self::Truncate { length, .. } => {
                 out.extend_from_slice(&length.to_be_bytes());
+                Ok(())
+            }
+            Self::ReplaceData { source, .. } => {
+                out.extend_from_slice(&source.to_be_bytes());
                 Ok(())
             }
             _ => Ok(()),

@@ -147,11 +147,12 @@ pub enum Opcode {
     Disconnect,
     Meta,
     Truncate,
+    ReplaceData,
 }
 
 impl Opcode {
     /// Every opcode, in wire order.
-    pub const ALL: [Self; 18] = [
+    pub const ALL: [Self; 19] = [
         Self::Create,
         Self::Remove,
         Self::List,
@@ -170,6 +171,7 @@ impl Opcode {
         Self::Disconnect,
         Self::Meta,
         Self::Truncate,
+        Self::ReplaceData,
     ];
 
     /// Its name in docs/protocol.md, in lower case (`create_and_write`):
@@ -194,6 +196,7 @@ impl Opcode {
             Self::Disconnect => "disconnect",
             Self::Meta => "meta",
             Self::Truncate => "truncate",
+            Self::ReplaceData => "replace_data",
         }
     }
 
@@ -227,6 +230,7 @@ impl Opcode {
             OP_DISCONNECT => Self::Disconnect,
             OP_META => Self::Meta,
             OP_TRUNCATE => Self::Truncate,
+            OP_REPLACE_DATA => Self::ReplaceData,
             _ => return None,
         })
     }
@@ -252,6 +256,7 @@ impl Opcode {
             Self::Disconnect => OP_DISCONNECT,
             Self::Meta => OP_META,
             Self::Truncate => OP_TRUNCATE,
+            Self::ReplaceData => OP_REPLACE_DATA,
         }
     }
 
@@ -266,7 +271,8 @@ impl Opcode {
             | Self::Remove
             | Self::Create
             | Self::ExtentWrite
-            | Self::Truncate => FLAG_FUA,
+            | Self::Truncate
+            | Self::ReplaceData => FLAG_FUA,
             Self::List => FLAG_WITH_ATTRS,
             Self::Flush => FLAG_SCOPE_MASK,
             Self::Read | Self::ExtentRead => FLAG_SPAN_OK,

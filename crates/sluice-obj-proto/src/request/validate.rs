@@ -164,7 +164,7 @@ impl Negotiated {
     /// Whether this session may send `req`, decoded from `h`: the
     /// partition chosen in the handshake, features negotiated for what
     /// it carries (attributes on data commands, span replies, an SGL's
-    /// master offset), and an
+    /// master offset, REPLACE_DATA itself), and an
     /// attached export that holds an extent command's range.
     pub fn check(&self, h: &RequestHeader, req: &Request<'_>) -> Result<(), Rejected> {
         let op = req.command.opcode();
@@ -204,6 +204,13 @@ impl Negotiated {
                     ),
                 ));
             }
+        }
+        if op == Opcode::ReplaceData && !self.features.contains(Features::REPLACE_DATA) {
+            return Err(reject(
+                h,
+                ErrorCode::NotNegotiated,
+                "REPLACE_DATA needs the REPLACE_DATA feature, which this session did not negotiate",
+            ));
         }
         match req.command {
             Command::ExtentRead { export, ddt } => self.check_extent(h, export, &ddt, false),
@@ -355,6 +362,16 @@ fn decode_command<'a>(
             object,
             length: p.u64().ok_or_else(|| {
                 reject(h, ErrorCode::Invalid, "TRUNCATE parameters lack the length")
+            })?,
+        },
+        Opcode::ReplaceData => Command::ReplaceData {
+            object,
+            source: p.u64().ok_or_else(|| {
+                reject(
+                    h,
+                    ErrorCode::Invalid,
+                    "REPLACE_DATA parameters lack the source object",
+                )
             })?,
         },
         Opcode::Batch | Opcode::Disconnect => unreachable!("handled by decode"),

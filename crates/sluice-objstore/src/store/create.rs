@@ -115,6 +115,40 @@ fn insert_objects(
     Ok(ids)
 }
 
+/// Deletes every row of `object`: its own, its attributes, collection
+/// memberships, inline bytes and journal rows (in the caller's
+/// transaction: a replay never writes a removed object's bytes back).
+pub(super) fn delete_rows(tx: &Connection, object: ObjectRef) -> Result<(), ObjStoreError> {
+    let (p, o) = (object.partition.0 as i64, object.object.0 as i64);
+    let n = tx
+        .execute(
+            "DELETE FROM objects WHERE partition = ?1 AND id = ?2",
+            params![p, o],
+        )
+        .db("remove object")?;
+    if n == 0 {
+        return Err(ObjStoreError::UnknownObject { object });
+    }
+    tx.execute(
+        "DELETE FROM attrs WHERE partition = ?1 AND object = ?2",
+        params![p, o],
+    )
+    .db("remove attributes")?;
+    tx.execute(
+        "DELETE FROM members WHERE partition = ?1 AND object = ?2",
+        params![p, o],
+    )
+    .db("remove collection memberships")?;
+    tx.execute("DELETE FROM inline_data WHERE object = ?1", params![o])
+        .db("remove inline data")?;
+    tx.execute(
+        "DELETE FROM journal WHERE partition = ?1 AND object = ?2",
+        params![p, o],
+    )
+    .db("remove journal rows")?;
+    Ok(())
+}
+
 /// Gives the failure of a group's commit to each create of it (at
 /// `indices`); the cause is shared, not copied.
 fn fail_each(
@@ -449,40 +483,12 @@ impl ObjectStore {
     pub fn remove(&self, object: ObjectRef) -> Result<(), ObjStoreError> {
         let shard = self.shard(object);
         let _guard = shard.write();
+        // Its file is still to be renamed into place: removing it now
+        // would leave that rename a file no object names.
+        self.check_not_replacing(object)?;
         // Closed before the file goes: no cached descriptor outlives it.
         shard.forget(object);
-        self.db.commit(false, move |tx| {
-            let (p, o) = (object.partition.0 as i64, object.object.0 as i64);
-            let n = tx
-                .execute(
-                    "DELETE FROM objects WHERE partition = ?1 AND id = ?2",
-                    params![p, o],
-                )
-                .db("remove object")?;
-            if n == 0 {
-                return Err(ObjStoreError::UnknownObject { object });
-            }
-            tx.execute(
-                "DELETE FROM attrs WHERE partition = ?1 AND object = ?2",
-                params![p, o],
-            )
-            .db("remove attributes")?;
-            tx.execute(
-                "DELETE FROM members WHERE partition = ?1 AND object = ?2",
-                params![p, o],
-            )
-            .db("remove collection memberships")?;
-            tx.execute("DELETE FROM inline_data WHERE object = ?1", params![o])
-                .db("remove inline data")?;
-            // In the removal's transaction: a replay never writes a
-            // removed object's bytes back.
-            tx.execute(
-                "DELETE FROM journal WHERE partition = ?1 AND object = ?2",
-                params![p, o],
-            )
-            .db("remove journal rows")?;
-            Ok(())
-        })?;
+        self.db.commit(false, move |tx| delete_rows(tx, object))?;
         // Only once its rows are gone: until then its later changes
         // must still be journaled.
         self.forget_journaled(object);

@@ -81,7 +81,8 @@
 //! takes a lock; `files` object files: paths, opening, syncing,
 //! punching; `journal` the journal's state, replay and retirement;
 //! `flush` flushes; `create` partitions, collections, ids, creates and
-//! removal; `read` the read paths; `change` one data change, staged,
+//! removal; `replace` one object's data replaced by another's, and the
+//! replaces a crash interrupted finished at open; `read` the read paths; `change` one data change, staged,
 //! committed and settled; `batch` several changes under one commit;
 //! `attrs` user attributes; `query` listings and queries.
 
@@ -95,6 +96,7 @@ mod flush;
 mod journal;
 mod query;
 mod read;
+mod replace;
 mod rows;
 mod shard;
 mod times;
@@ -118,6 +120,8 @@ use self::journal::Journaled;
 use self::shard::{Shard, SHARDS};
 use self::times::write_times;
 
+#[doc(hidden)]
+pub use self::replace::ReplaceStop;
 pub use self::types::{
     limits, AttrValue, BatchChange, BatchOutcome, Changed, Edit, ListEntry, ListPage, NewObjects,
     ObjectInfo, QueryTerm, ReadFound, ReadResult, StoreOptions, WriteOptions, WriteSource,
@@ -161,6 +165,12 @@ pub struct ObjectStore {
     unwritten_times: Mutex<HashMap<ObjectRef, i64>>,
     /// Changes that committed nothing, their time left in memory.
     deferred_commits: AtomicU64,
+    /// Targets of replaces that committed but whose rename failed: they
+    /// are refused until the next open makes it.
+    unfinished: Mutex<HashSet<ObjectRef>>,
+    /// How many `unfinished` holds, so a load of a store with none
+    /// takes no lock to learn so.
+    unfinished_replaces: AtomicUsize,
 }
 
 /// The latest change time handed out in this process (see [`now`]).
@@ -211,8 +221,9 @@ impl ObjectStore {
     }
 
     /// Opens the store in `root`, creating the folder and database if
-    /// missing, and replays the journal of durable small writes into
-    /// the object files a crash left unsynced.
+    /// missing, finishes the replaces a crash interrupted
+    /// ([`ObjectStore::replace_data`]), and replays the journal of
+    /// durable small writes into the object files a crash left unsynced.
     pub fn open_with(root: impl AsRef<Path>, options: StoreOptions) -> Result<Self, ObjStoreError> {
         let root = root.as_ref().to_owned();
         std::fs::create_dir_all(&root).map_err(|source| ObjStoreError::StoreIo {
@@ -244,7 +255,10 @@ impl ObjectStore {
             known: RwLock::new(HashMap::new()),
             unwritten_times: Mutex::new(HashMap::new()),
             deferred_commits: AtomicU64::new(0),
+            unfinished: Mutex::new(HashSet::new()),
+            unfinished_replaces: AtomicUsize::new(0),
         };
+        store.finish_replaces()?;
         store.replay_journal()?;
         Ok(store)
     }

@@ -116,6 +116,7 @@ impl ObjectStore {
         if let Some(c) = shard.cache().get(&object) {
             return Ok(c.clone());
         }
+        self.check_not_replacing(object)?;
         let (info, bytes) = {
             let conn = self.reader();
             (

@@ -287,6 +287,11 @@ impl ObjExecutor {
                 self.store.truncate(self.object(object), length, req.fua)?;
                 reply_ok(out, id, 0, &[], &[]);
             }
+            Command::ReplaceData { object, source } => {
+                self.store
+                    .replace_data(self.object(object), self.object(source), req.fua)?;
+                reply_ok(out, id, 0, &[], &[]);
+            }
             Command::Flush(scope) => {
                 match scope {
                     FlushScope::Object(object) => self.store.flush_object(self.object(object))?,

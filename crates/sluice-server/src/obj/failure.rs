@@ -49,7 +49,8 @@ fn store_code(e: &ObjStoreError) -> ErrorCode {
         | ObjStoreError::Commit { .. }
         | ObjStoreError::RolledBackWith { .. }
         | ObjStoreError::ChangePanicked
-        | ObjStoreError::NotApplied { .. } => ErrorCode::Io,
+        | ObjStoreError::NotApplied { .. }
+        | ObjStoreError::ReplaceUnfinished { .. } => ErrorCode::Io,
         _ => ErrorCode::Invalid,
     }
 }
