@@ -162,9 +162,8 @@ pub enum LayerSpec {
 /// The kinds of spec, for a spec of none of them (the options of each
 /// are in `sluice serve --help` and the README: a whole grammar in one
 /// error line hides what was wrong).
-const KINDS: &str = "expected file:PATH, mem:BYTES, an nbd[s]:// or nbd[s]+unix:// URI, a \
-                     sluice[s]://HOST/EXPORT URI, or \
-                     raid0|raid1|raid5|raid6|raid10:unit=SIZE,members=...";
+const KINDS: &str = "expected file:PATH, mem:BYTES, an nbd[s][+unix]:// or \
+                     sluice[s]://HOST/EXPORT URI, or raid0|1|5|6|10:unit=SIZE,members=...";
 
 /// Why a spec could not be parsed.
 #[derive(Debug, Error, Clone, PartialEq, Eq)]
