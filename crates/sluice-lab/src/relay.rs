@@ -38,6 +38,12 @@ use rustix::event::{poll, PollFd, PollFlags, Timespec};
 
 /// The granularity at which bytes arrive: 170 µs at 800 Mbit/s.
 pub const CHUNK: usize = 16 << 10;
+
+/// How late a chunk may leave before the chunks behind it are delayed as
+/// much: above a wake-up's lateness (tens of µs), so that an unloaded
+/// relay keeps its rate, and small enough that a late wake-up cannot
+/// pass more than a millisecond's bytes early.
+const LATE_SLACK: Duration = Duration::from_millis(1);
 /// Bytes one read takes at most. Everything waiting is taken at once
 /// (and cut into chunks), so that a relay thread that ran late, as
 /// threads do on a busy machine, loses the wire that time once, not
@@ -193,11 +199,23 @@ fn forward(mut from: &TcpStream, mut to: &TcpStream, wire: Wire) -> std::io::Res
     let mut sent = Instant::now();
     while open || !queue.is_empty() {
         while let Some((due, _)) = queue.front() {
-            if *due > Instant::now() {
+            let now = Instant::now();
+            if *due > now {
                 break;
             }
-            let (_, bytes) = queue.pop_front().expect("the front was just seen");
+            let (due, bytes) = queue.pop_front().expect("the front was just seen");
             to.write_all(&bytes)?;
+            // A wire never passes bytes faster than its rate: if this
+            // thread woke late (the machine busy), what waits behind this
+            // chunk moves back by as much, instead of leaving in a burst
+            // that a receiver would take for a faster wire.
+            let late = now.saturating_duration_since(due);
+            if late > LATE_SLACK {
+                for (d, _) in &mut queue {
+                    *d += late;
+                }
+                sent += late;
+            }
         }
         let wait = queue
             .front()
