@@ -352,12 +352,14 @@ fn read_input(file: Option<&Path>) -> Result<Vec<u8>, Failure> {
     Ok(data)
 }
 
-/// Writes the input from offset 0 (or, with `append`, after the
-/// object's end), a chunk at a time. Returns where the data begins and
-/// how long it is.
+/// Writes the input into object `id` from offset 0 (or, with `append`,
+/// after the object's end), a chunk at a time, showing progress as the
+/// transfer of object `shown_as` (a put's target, not its temporary).
+/// Returns where the data begins and how long it is.
 fn stream_in(
     c: &mut ObjClient,
     id: u64,
+    shown_as: u64,
     input: &mut dyn Read,
     append: bool,
 ) -> Result<(u64, u64), Failure> {
@@ -365,7 +367,7 @@ fn stream_in(
     let mut buf = vec![0u8; CHUNK];
     let mut start = 0u64;
     let mut pos = 0u64;
-    let mut progress = crate::progress::Progress::bytes(&format!("object {id}"), None);
+    let mut progress = crate::progress::Progress::bytes(&format!("object {shown_as}"), None);
     loop {
         let n = read_chunk(input, &mut buf)?;
         progress.add(n as u64);
@@ -472,7 +474,7 @@ fn execute(args: ObjArgs) -> Outcome {
         }
         ObjCommand::Append { id, file } => {
             let mut input = open_input(file.as_deref())?;
-            let (at, _) = stream_in(c, id, &mut input, true)?;
+            let (at, _) = stream_in(c, id, id, &mut input, true)?;
             c.flush(FlushScope::Object(id)).map_err(fail)?;
             out(format!("{at}\n").as_bytes())
         }

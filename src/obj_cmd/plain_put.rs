@@ -89,7 +89,7 @@ pub(super) fn put(c: &mut ObjClient, target: &str, file: Option<&Path>) -> Outco
         Durability::Buffered,
     )
     .map_err(|e| with(fail(e), &unchanged))?;
-    stream_in(c, tmp, &mut *input, false).map_err(|f| with(f, &unchanged))?;
+    stream_in(c, tmp, id, &mut *input, false).map_err(|f| with(f, &unchanged))?;
     c.flush(FlushScope::Object(tmp))
         .map_err(|e| with(fail(e), &unchanged))?;
     c.replace_data(id, tmp, Durability::Durable).map_err(|e| {
@@ -121,7 +121,7 @@ fn put_in_place(c: &mut ObjClient, id: u64, before: u64, input: &mut dyn Read) -
     let mark = AttrChange::set(PUT_INCOMPLETE_ATTR, Value::Text("true".into()));
     c.set_attrs(id, &[mark], Durability::Durable)
         .map_err(fail)?;
-    let (_, len) = stream_in(c, id, input, false).map_err(|f| with(f, &marked))?;
+    let (_, len) = stream_in(c, id, id, input, false).map_err(|f| with(f, &marked))?;
     if before > len {
         // A shorter object: the old tail goes.
         c.truncate(id, len, Durability::Buffered)
