@@ -36,22 +36,8 @@ impl StripedClient {
         servers: usize,
         last: CreateStep,
     ) -> Result<StripedObject, StripedError> {
-        self.create_in(name, stripe_unit, servers, last, false)
-    }
-
-    /// [`create_until`](Self::create_until); a `put`'s pieces are marked
-    /// as such, and its last step leaves the entry
-    /// [`EntryState::Writing`] rather than ready.
-    pub(crate) fn create_in(
-        &mut self,
-        name: &str,
-        stripe_unit: u64,
-        servers: usize,
-        last: CreateStep,
-        put: bool,
-    ) -> Result<StripedObject, StripedError> {
         // A name plainly taken fails before any piece is made; a race
-        // with another creator is settled by the metadata service below.
+        // with another creator is settled by the metadata service.
         match self.meta.lookup(name) {
             Ok(_) => {
                 return Err(meta_error(
@@ -63,6 +49,21 @@ impl StripedClient {
             Err(MetaError::NotFound { .. }) => {}
             Err(e) => return Err(meta_error("look up", name, e)),
         }
+        self.create_in(name, stripe_unit, servers, last, false)
+    }
+
+    /// [`create_until`](Self::create_until) of a name its caller found
+    /// free (a put's lookup), without looking again; a `put`'s pieces are
+    /// marked as such, and its last step leaves the entry
+    /// [`EntryState::Writing`] rather than ready.
+    pub(crate) fn create_in(
+        &mut self,
+        name: &str,
+        stripe_unit: u64,
+        servers: usize,
+        last: CreateStep,
+        put: bool,
+    ) -> Result<StripedObject, StripedError> {
         let layout = self.place_pieces(name, stripe_unit, servers, put)?;
         let mut entry = Entry {
             name: name.to_owned(),
