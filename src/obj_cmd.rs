@@ -83,6 +83,10 @@ enum ObjCommand {
         /// metadata service lists (default: all of them).
         #[arg(long, alias = "servers", value_name = "N", value_parser = parse_stripe_count)]
         stripe_count: Option<u32>,
+        /// With --meta: keep every stripe unit on R distinct servers, so
+        /// that R-1 servers may be lost (default 1: none).
+        #[arg(long, value_name = "R", value_parser = clap::value_parser!(u8).range(1..=16))]
+        replicas: Option<u8>,
     },
     /// Write the object's bytes to stdout: all of it, or the ranges and
     /// the strided pattern given, in order.
@@ -443,10 +447,12 @@ fn execute(args: ObjArgs) -> Outcome {
             file,
             stripe,
             stripe_count,
+            replicas,
         } => {
-            if stripe.is_some() || stripe_count.is_some() {
+            if stripe.is_some() || stripe_count.is_some() || replicas.is_some() {
                 return Err(Failure::Usage(
-                    "--stripe and --stripe-count place striped objects; give --meta URI".into(),
+                    "--stripe, --stripe-count and --replicas place striped objects; give --meta URI"
+                        .into(),
                 ));
             }
             plain_put::put(c, &target, file.as_deref())

@@ -12,9 +12,12 @@ use std::sync::Arc;
 
 use sluice_client::obj::Segment;
 use sluice_client::striped::{
-    FsckOptions, FsckReport, Pattern, StripedClient, StripedError, StripedObject, StripedWrite,
+    FsckOptions, FsckReport, Pattern, Shape, StripedClient, StripedError, StripedObject,
+    StripedWrite,
 };
-use sluice_meta::{check_page, Entry, EntryState, Layout, MetaError, MetaStore, MAX_PAGE};
+use sluice_meta::{
+    check_page, Entry, EntryState, Layout, MetaError, MetaStore, Redundancy, MAX_PAGE,
+};
 use sluice_types::{error_chain, parse_size};
 
 use super::{open_input, out, read_chunk, Failure, ObjCommand, Outcome, CHUNK};
@@ -80,6 +83,7 @@ pub(super) fn execute(meta: &str, command: ObjCommand) -> Outcome {
             file,
             stripe,
             stripe_count,
+            replicas,
         } => {
             let unit = match stripe {
                 Some(s) => {
@@ -96,7 +100,8 @@ pub(super) fn execute(meta: &str, command: ObjCommand) -> Outcome {
                     .max(1),
             };
             let mut input = open_input(file.as_deref())?;
-            let mut object = client.begin_put(&target, unit, servers).map_err(fail)?;
+            let shape = Shape::replicated(unit, servers, replicas.unwrap_or(1));
+            let mut object = client.begin_put(&target, &shape).map_err(fail)?;
             put(&mut client, &mut object, &mut *input)?;
             client
                 .complete_put(&mut object)
@@ -261,12 +266,13 @@ fn show_bytes(v: &[u8]) -> String {
 /// `stat`: the entry and its layout, one field per line.
 fn stat_text(e: &Entry) -> String {
     let mut text = format!(
-        "name: {}\nsize: {}\nstate: {}\nrevision: {}\nstripe_unit: {}\npieces: {}\n",
+        "name: {}\nsize: {}\nstate: {}\nrevision: {}\nstripe_unit: {}\nredundancy: {}\npieces: {}\n",
         e.name,
         e.size,
         state_name(e.state),
         e.revision,
         e.layout.stripe_unit,
+        e.layout.redundancy,
         e.layout.pieces.len()
     );
     for (i, p) in e.layout.pieces.iter().enumerate() {
@@ -303,6 +309,16 @@ fn pieces_json(l: &Layout) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// `{"replicas": R}` or `{"ec": {"data": K, "parity": M}}`.
+fn redundancy_json(r: Redundancy) -> serde_json::Value {
+    match r {
+        Redundancy::Replicas(copies) => serde_json::json!({ "replicas": copies }),
+        Redundancy::Erasure { data, parity } => {
+            serde_json::json!({ "ec": { "data": data, "parity": parity } })
+        }
+    }
+}
+
 fn entry_json(e: &Entry) -> serde_json::Value {
     let pieces = pieces_json(&e.layout);
     let attrs: serde_json::Map<String, serde_json::Value> = e
@@ -316,11 +332,13 @@ fn entry_json(e: &Entry) -> serde_json::Value {
         "state": state_name(e.state),
         "revision": e.revision,
         "stripe_unit": e.layout.stripe_unit,
+        "redundancy": redundancy_json(e.layout.redundancy),
         "pieces": pieces,
         "attrs": attrs,
         // A put's new version while it is written (null otherwise).
         "pending": e.pending.as_ref().map(|l| serde_json::json!({
             "stripe_unit": l.stripe_unit,
+            "redundancy": redundancy_json(l.redundancy),
             "pieces": pieces_json(l),
         })),
     })

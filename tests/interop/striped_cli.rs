@@ -225,6 +225,7 @@ fn ls_pages_through_more_names_than_a_page() {
     let d = deploy();
     let layout = sluice_meta::Layout {
         stripe_unit: 1 << 16,
+        redundancy: Default::default(),
         pieces: vec![sluice_meta::Piece {
             server: d.servers[0].obj_uri(),
             partition: 1,

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 
 use sluice_client::obj::{ObjOptions, Segment};
 use sluice_client::striped::{
-    CreateStep, FsckOptions, Pattern, RemoveStep, StripedClient, StripedError, StripedObject,
-    StripedWrite, PIECE_COLLECTION,
+    CreateStep, FsckOptions, Pattern, RemoveStep, Shape, StripedClient, StripedError,
+    StripedObject, StripedWrite, PIECE_COLLECTION,
 };
 use sluice_meta::{EntryState, EtcdConfig, EtcdMetaStore, MemoryMetaStore, MetaError, MetaStore};
 use sluice_testkit::etcd::EtcdCluster;
@@ -57,13 +57,13 @@ fn model_read(model: &[u8], pattern: &Pattern<'_>) -> (Vec<u8>, u64) {
 
 /// A request's shape, owned (the pattern borrows its segments).
 #[derive(Debug, Clone)]
-enum Shape {
+enum Access {
     Contiguous(u64, u64),
     Segments(Vec<Segment>),
     Strided(u64, u64, u64, u64),
 }
 
-impl Shape {
+impl Access {
     fn pattern(&self) -> Pattern<'_> {
         match *self {
             Self::Contiguous(offset, length) => Pattern::Contiguous { offset, length },
@@ -91,15 +91,15 @@ mod model {
         SHARED.get_or_init(|| deploy(4))
     }
 
-    fn shape() -> impl Strategy<Value = Shape> {
+    fn shape() -> impl Strategy<Value = Access> {
         // Offsets over 16 stripe units, lengths across several.
         let span = 16 * UNIT;
         prop_oneof![
-            (0..span, 0..5 * UNIT).prop_map(|(o, l)| Shape::Contiguous(o, l)),
+            (0..span, 0..5 * UNIT).prop_map(|(o, l)| Access::Contiguous(o, l)),
             prop::collection::vec((0..span, 0..2 * UNIT), 0..6)
-                .prop_map(|v| Shape::Segments(v.into_iter().map(|(o, l)| seg(o, l)).collect())),
+                .prop_map(|v| Access::Segments(v.into_iter().map(|(o, l)| seg(o, l)).collect())),
             (0..span, 1..3 * UNIT, 1..UNIT, 0u64..8)
-                .prop_map(|(o, stride, l, n)| { Shape::Strided(o, stride.max(l), l, n) }),
+                .prop_map(|(o, stride, l, n)| { Access::Strided(o, stride.max(l), l, n) }),
         ]
     }
 
@@ -109,14 +109,17 @@ mod model {
     fn check_against_model(
         d: &Deployment,
         width: usize,
-        ops: &[(bool, Shape)],
+        copies: u8,
+        ops: &[(bool, Access)],
     ) -> Result<(), TestCaseError> {
         let mut client = d.client();
         static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let name = format!("model/{n}");
-        let mut object = client.create(&name, UNIT, width).unwrap();
-        prop_assert_eq!(object.layout().pieces.len(), width);
+        let shape = Shape::replicated(UNIT, width, copies);
+        let mut object = client.create(&name, &shape).unwrap();
+        prop_assert_eq!(object.layout().pieces.len(), width * usize::from(copies));
+        prop_assert_eq!(object.layout().columns(), width);
         let mut model = Vec::new();
         for (k, (write, shape)) in ops.iter().enumerate() {
             let pattern = shape.pattern();
@@ -149,19 +152,26 @@ mod model {
         Ok(())
     }
 
-    fn case() -> impl Strategy<Value = (usize, Vec<(bool, Shape)>)> {
-        (
-            1usize..=4,
-            prop::collection::vec((any::<bool>(), shape()), 1..12),
-        )
+    /// Width, copies (at most the width, so each copy of a column is on
+    /// a server of its own), and the operations.
+    fn case() -> impl Strategy<Value = (usize, u8, Vec<(bool, Access)>)> {
+        (1usize..=4)
+            .prop_flat_map(|width| (Just(width), 1..=(width.min(3) as u8)))
+            .prop_flat_map(|(width, copies)| {
+                (
+                    Just(width),
+                    Just(copies),
+                    prop::collection::vec((any::<bool>(), shape()), 1..12),
+                )
+            })
     }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(32))]
 
         #[test]
-        fn striped_io_matches_a_model((width, ops) in case()) {
-            check_against_model(shared(), width, &ops)?;
+        fn striped_io_matches_a_model((width, copies, ops) in case()) {
+            check_against_model(shared(), width, copies, &ops)?;
         }
     }
 
@@ -186,7 +196,9 @@ mod model {
                 ..ProptestConfig::default()
             });
             runner
-                .run(&case(), |(width, ops)| check_against_model(d, width, &ops))
+                .run(&case(), |(width, copies, ops)| {
+                    check_against_model(d, width, copies, &ops)
+                })
                 .unwrap();
         };
         run(&d);
@@ -213,7 +225,7 @@ fn assert_writes(d: &Deployment, i: usize, want: u64) {
 fn each_server_gets_one_request_per_operation() {
     let d = deploy(4);
     let mut c = d.client();
-    let mut o = c.create("one", UNIT, 4).unwrap();
+    let mut o = c.create("one", &Shape::striped(UNIT, 4)).unwrap();
     // 16 units from the middle of one: four pieces of each server's
     // object, contiguous there.
     let contiguous = Pattern::Contiguous {
@@ -267,7 +279,9 @@ fn placement_starts_round_robin_and_fails_clearly() {
     let mut c = d.client();
     let mut first = Vec::new();
     for k in 0..4 {
-        let o = c.create(&format!("small/{k}"), UNIT, 1).unwrap();
+        let o = c
+            .create(&format!("small/{k}"), &Shape::striped(UNIT, 1))
+            .unwrap();
         first.push(o.layout().pieces[0].server.clone());
     }
     first.sort();
@@ -275,7 +289,7 @@ fn placement_starts_round_robin_and_fails_clearly() {
     all.sort();
     assert_eq!(first, all, "four one-server objects land on four servers");
     // Each object's pieces are on distinct servers, in ring order.
-    let o = c.create("wide", 2 * UNIT, 3).unwrap();
+    let o = c.create("wide", &Shape::striped(2 * UNIT, 3)).unwrap();
     let at: Vec<usize> = o
         .layout()
         .pieces
@@ -290,18 +304,18 @@ fn placement_starts_round_robin_and_fails_clearly() {
         .collect();
     assert_eq!(names, ["small/0", "small/1", "small/2", "small/3"]);
     // Refusals.
-    match c.create("wide", UNIT, 1) {
+    match c.create("wide", &Shape::striped(UNIT, 1)) {
         Err(StripedError::Meta {
             source: MetaError::Exists { .. },
             ..
         }) => {}
         other => panic!("{other:?}"),
     }
-    match c.create("x", UNIT, 5) {
+    match c.create("x", &Shape::striped(UNIT, 5)) {
         Err(StripedError::TooFewServers { wanted, have, .. }) => assert_eq!((wanted, have), (5, 4)),
         other => panic!("{other:?}"),
     }
-    match c.create("x", 1000, 2) {
+    match c.create("x", &Shape::striped(1000, 2)) {
         Err(StripedError::Meta {
             source: MetaError::Invalid { .. },
             ..
@@ -346,7 +360,7 @@ fn unit(k: u64) -> Pattern<'static> {
 fn a_server_stopped_mid_write_fails_its_stripes_by_name() {
     let mut d = deploy(3);
     let mut c = d.client();
-    let mut o = c.create("victim", UNIT, 3).unwrap();
+    let mut o = c.create("victim", &Shape::striped(UNIT, 3)).unwrap();
     let whole = Pattern::Contiguous {
         offset: 0,
         length: 12 * UNIT,
@@ -442,7 +456,7 @@ fn a_server_that_never_answers_fails_by_name_within_the_timeout() {
     };
     let mut c = StripedClient::new(meta.clone(), options);
     let started = Instant::now();
-    let e = c.create("x", UNIT, 1).unwrap_err();
+    let e = c.create("x", &Shape::striped(UNIT, 1)).unwrap_err();
     assert!(started.elapsed() < Duration::from_secs(5));
     match &e {
         StripedError::Piece { server, .. } => assert_eq!(*server, uri),
@@ -462,7 +476,7 @@ fn concurrent_creates_of_one_name_have_one_winner_and_no_orphans() {
                 s.spawn(move || {
                     let mut c = d.client();
                     start.wait();
-                    match c.create("race", UNIT, 2) {
+                    match c.create("race", &Shape::striped(UNIT, 2)) {
                         Ok(_) => 1,
                         Err(StripedError::Meta {
                             source: MetaError::Exists { .. },
@@ -518,7 +532,7 @@ fn fsck_after_a_crash_at_each_create_step() {
     // Crash after the pieces: orphans, which a grace period protects
     // (a create may still be running) and fsck then removes.
     let o = c
-        .create_until("after-pieces", UNIT, 3, CreateStep::Pieces)
+        .create_until("after-pieces", &Shape::striped(UNIT, 3), CreateStep::Pieces)
         .unwrap();
     assert!(matches!(
         c.stat("after-pieces"),
@@ -540,7 +554,7 @@ fn fsck_after_a_crash_at_each_create_step() {
 
     // Crash after the entry: Creating with every piece there; fsck makes
     // it ready, and it then works.
-    c.create_until("after-entry", UNIT, 3, CreateStep::Entry)
+    c.create_until("after-entry", &Shape::striped(UNIT, 3), CreateStep::Entry)
         .unwrap();
     assert!(matches!(
         c.open("after-entry"),
@@ -557,7 +571,9 @@ fn fsck_after_a_crash_at_each_create_step() {
     assert!(r.data == data[UNIT as usize..2 * UNIT as usize]);
 
     // Crash after the entry with a piece lost meanwhile: undone.
-    let o = c.create_until("lost", UNIT, 2, CreateStep::Entry).unwrap();
+    let o = c
+        .create_until("lost", &Shape::striped(UNIT, 2), CreateStep::Entry)
+        .unwrap();
     let gone = &o.layout().pieces[1];
     let at = d.uris.iter().position(|u| *u == gone.server).unwrap();
     d.obj_client(at)
@@ -567,7 +583,7 @@ fn fsck_after_a_crash_at_each_create_step() {
     assert_eq!(report.undone, ["lost"]);
 
     // A complete create is left alone.
-    c.create_until("complete", UNIT, 3, CreateStep::Ready)
+    c.create_until("complete", &Shape::striped(UNIT, 3), CreateStep::Ready)
         .unwrap();
     let report = c.fsck(&NOW).unwrap();
     assert!(report.is_clean(), "{report:?}");
@@ -596,7 +612,7 @@ fn fsck_after_a_crash_at_each_remove_step() {
     .enumerate()
     {
         let name = format!("rm/{k}");
-        let mut o = c.create(&name, UNIT, 3).unwrap();
+        let mut o = c.create(&name, &Shape::striped(UNIT, 3)).unwrap();
         fill(&mut c, &mut o);
         c.remove_until(&name, step).unwrap();
         if step < RemoveStep::Deleted {
@@ -610,7 +626,7 @@ fn fsck_after_a_crash_at_each_remove_step() {
                     ..
                 })
             ));
-            assert!(c.create(&name, UNIT, 1).is_err());
+            assert!(c.create(&name, &Shape::striped(UNIT, 1)).is_err());
         }
         let report = c.fsck(&NOW).unwrap();
         if step < RemoveStep::Deleted {
@@ -624,7 +640,7 @@ fn fsck_after_a_crash_at_each_remove_step() {
             assert!(d.pieces_on(i).is_empty(), "pieces left on server {i}");
         }
         // The name is free again.
-        c.create(&name, UNIT, 2).unwrap();
+        c.create(&name, &Shape::striped(UNIT, 2)).unwrap();
         c.remove(&name).unwrap();
     }
     d.meta.remove_server(&d.uris[0]).unwrap();
@@ -635,7 +651,7 @@ fn reads_past_the_size_are_zeros_and_see_other_writers() {
     let d = deploy(2);
     let mut a = d.client();
     let mut b = d.client();
-    let mut oa = a.create("shared", UNIT, 2).unwrap();
+    let mut oa = a.create("shared", &Shape::striped(UNIT, 2)).unwrap();
     let mut ob = b.open("shared").unwrap();
     let data = bytes(9, UNIT + 100);
     let p = Pattern::Contiguous {
@@ -679,7 +695,7 @@ fn a_hung_server_fails_by_name_within_the_request_timeout() {
         ..ObjOptions::default()
     };
     let mut c = StripedClient::new(meta, options);
-    let mut o = c.create("slow", UNIT, 2).unwrap();
+    let mut o = c.create("slow", &Shape::striped(UNIT, 2)).unwrap();
     let hung = 1 - o
         .layout()
         .pieces

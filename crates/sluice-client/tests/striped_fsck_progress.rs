@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_client::obj::ObjOptions;
-use sluice_client::striped::{CreateStep, FsckOptions, RemoveStep, StripedClient};
+use sluice_client::striped::{CreateStep, FsckOptions, RemoveStep, Shape, StripedClient};
 use sluice_meta::{EntryState, MemoryMetaStore, MetaStore, Update};
 use sluice_testkit::test_server::TestServer;
 
@@ -36,11 +36,12 @@ fn fsck_reports_each_entry_checked_up_to_the_total() {
     let mut c = StripedClient::new(Arc::clone(&meta) as Arc<dyn MetaStore>, options);
     // Ready ones, one a crash left creating, one a crash left removing.
     for k in 0..4 {
-        c.create(&format!("ready/{k}"), UNIT, 2).unwrap();
+        c.create(&format!("ready/{k}"), &Shape::striped(UNIT, 2))
+            .unwrap();
     }
-    c.create_until("creating", UNIT, 2, CreateStep::Entry)
+    c.create_until("creating", &Shape::striped(UNIT, 2), CreateStep::Entry)
         .unwrap();
-    c.create("removing", UNIT, 2).unwrap();
+    c.create("removing", &Shape::striped(UNIT, 2)).unwrap();
     c.remove_until("removing", RemoveStep::Removing).unwrap();
     let entries = all_entries(&*meta, "").len() as u64;
     assert_eq!(entries, 6);
@@ -86,7 +87,7 @@ fn fsck_pages_through_more_entries_than_one_page() {
     );
     // More than a page of ready entries, all naming one model object's
     // pieces (no piece is checked for a ready entry).
-    c.create("a/model", UNIT, 1).unwrap();
+    c.create("a/model", &Shape::striped(UNIT, 1)).unwrap();
     let layout = meta.lookup("a/model").unwrap().layout;
     let filler = sluice_meta::MAX_PAGE + 10;
     for i in 0..filler {
@@ -100,8 +101,8 @@ fn fsck_pages_through_more_entries_than_one_page() {
     }
     // Past the first page: an object whose pieces only its entry names,
     // and a create a crash left at its entry.
-    c.create("zz/kept", UNIT, 1).unwrap();
-    c.create_until("zz/creating", UNIT, 1, CreateStep::Entry)
+    c.create("zz/kept", &Shape::striped(UNIT, 1)).unwrap();
+    c.create_until("zz/creating", &Shape::striped(UNIT, 1), CreateStep::Entry)
         .unwrap();
     let total = filler as u64 + 3;
     let mut last = None;

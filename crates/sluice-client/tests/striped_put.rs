@@ -12,7 +12,7 @@ use std::sync::Barrier;
 use std::time::Duration;
 
 use sluice_client::striped::{
-    FsckOptions, Pattern, PutStep, RemoveStep, StripedClient, StripedError, StripedObject,
+    FsckOptions, Pattern, PutStep, RemoveStep, Shape, StripedClient, StripedError, StripedObject,
     StripedWrite,
 };
 use sluice_meta::{EntryState, MetaError};
@@ -47,7 +47,7 @@ fn write_all(c: &mut StripedClient, o: &mut StripedObject, data: &[u8], version:
 
 /// Puts `data` as `name`, whole.
 fn put(c: &mut StripedClient, name: &str, servers: usize, data: &[u8], version: &str) {
-    let mut o = c.begin_put(name, UNIT, servers).unwrap();
+    let mut o = c.begin_put(name, &Shape::striped(UNIT, servers)).unwrap();
     write_all(c, &mut o, data, version);
     c.complete_put(&mut o).unwrap();
 }
@@ -89,7 +89,7 @@ fn a_put_over_an_existing_name_switches_it_whole_and_removes_the_old_pieces() {
 
     // A new version, longer and over a different number of servers.
     let new = bytes(2, 9 * UNIT + 7);
-    let mut o = c.begin_put("obj", UNIT, 4).unwrap();
+    let mut o = c.begin_put("obj", &Shape::striped(UNIT, 4)).unwrap();
     assert!(o.replaces());
     write_all(&mut c, &mut o, &new, "new");
     // Until the switch, everyone else sees the old object, whole.
@@ -115,7 +115,7 @@ fn a_put_over_an_existing_name_switches_it_whole_and_removes_the_old_pieces() {
 
     // A shorter version drops the old tail and attributes it lacks.
     let short = bytes(3, UNIT / 2);
-    let mut o = c.begin_put("obj", UNIT, 2).unwrap();
+    let mut o = c.begin_put("obj", &Shape::striped(UNIT, 2)).unwrap();
     let p = Pattern::Contiguous {
         offset: 0,
         length: short.len() as u64,
@@ -144,7 +144,7 @@ fn a_put_stopped_at_each_step_leaves_the_old_object_and_fsck_collects_the_rest()
     // new version (its put may still be running), one past the grace
     // period forgets it and removes its pieces.
     for step in [None, Some(PutStep::Durable)] {
-        let mut o = c.begin_put("obj", UNIT, 2).unwrap();
+        let mut o = c.begin_put("obj", &Shape::striped(UNIT, 2)).unwrap();
         write_all(&mut c, &mut o, &bytes(5, 6 * UNIT), "new");
         if let Some(step) = step {
             c.complete_put_until(&mut o, step).unwrap();
@@ -166,7 +166,7 @@ fn a_put_stopped_at_each_step_leaves_the_old_object_and_fsck_collects_the_rest()
     // Stopped after the switch: the new object reads back; the old
     // version's pieces are orphans fsck removes.
     let new = bytes(6, 6 * UNIT);
-    let mut o = c.begin_put("obj", UNIT, 2).unwrap();
+    let mut o = c.begin_put("obj", &Shape::striped(UNIT, 2)).unwrap();
     write_all(&mut c, &mut o, &new, "new");
     c.complete_put_until(&mut o, PutStep::Switched).unwrap();
     assert_eq!(get(&mut c, "obj"), (new.clone(), "new".into()));
@@ -181,7 +181,7 @@ fn a_put_stopped_at_each_step_leaves_the_old_object_and_fsck_collects_the_rest()
 fn a_put_over_an_unfinished_first_put_completes_it() {
     let d = deploy(2);
     let mut c = d.client();
-    let mut o = c.begin_put("obj", UNIT, 2).unwrap();
+    let mut o = c.begin_put("obj", &Shape::striped(UNIT, 2)).unwrap();
     write_all(&mut c, &mut o, &bytes(7, 3 * UNIT), "lost");
     drop(o); // the first put died before completing
     assert!(matches!(
@@ -254,7 +254,7 @@ fn concurrent_puts_of_one_name_leave_one_whole_version_and_no_orphans() {
                 s.spawn(move || {
                     let mut c = d.client();
                     start.wait();
-                    let mut o = c.begin_put("obj", UNIT, 2).ok()?;
+                    let mut o = c.begin_put("obj", &Shape::striped(UNIT, 2)).ok()?;
                     write_all(&mut c, &mut o, &bytes(100 + t, 3 * UNIT), &t.to_string());
                     match c.complete_put(&mut o) {
                         Ok(()) => Some(t),
@@ -282,7 +282,7 @@ fn an_rm_during_a_put_wins_and_leaves_nothing() {
     let d = deploy(3);
     let mut c = d.client();
     put(&mut c, "obj", 3, &bytes(13, UNIT), "old");
-    let mut o = c.begin_put("obj", UNIT, 3).unwrap();
+    let mut o = c.begin_put("obj", &Shape::striped(UNIT, 3)).unwrap();
     write_all(&mut c, &mut o, &bytes(14, 2 * UNIT), "new");
     d.client().remove_until("obj", RemoveStep::Deleted).unwrap();
     assert!(matches!(
@@ -309,14 +309,14 @@ fn an_aborted_put_leaves_the_name_as_it_was_and_nothing_behind() {
     let before = all_pieces(&d);
     // A new version, given up: the old object, no pending layout, none
     // of the new pieces.
-    let mut o = c.begin_put("obj", UNIT, 2).unwrap();
+    let mut o = c.begin_put("obj", &Shape::striped(UNIT, 2)).unwrap();
     write_all(&mut c, &mut o, &bytes(16, 3 * UNIT), "new");
     c.abort_put(o).unwrap();
     assert_eq!(c.stat("obj").unwrap().pending, None);
     assert_eq!(all_pieces(&d), before);
     assert_eq!(get(&mut c, "obj"), (old, "old".into()));
     // A new name, given up: gone, entry and pieces.
-    let mut o = c.begin_put("fresh", UNIT, 3).unwrap();
+    let mut o = c.begin_put("fresh", &Shape::striped(UNIT, 3)).unwrap();
     write_all(&mut c, &mut o, &bytes(17, UNIT), "x");
     c.abort_put(o).unwrap();
     assert!(c.stat("fresh").is_err());
@@ -329,7 +329,7 @@ fn writes_to_the_old_version_during_a_put_do_not_stop_it() {
     let d = deploy(3);
     let mut c = d.client();
     put(&mut c, "obj", 3, &bytes(18, 2 * UNIT), "old");
-    let mut o = c.begin_put("obj", UNIT, 3).unwrap();
+    let mut o = c.begin_put("obj", &Shape::striped(UNIT, 3)).unwrap();
     let new = bytes(19, 3 * UNIT);
     write_all(&mut c, &mut o, &new, "new");
     // Another client writes in place (growing it) and sets an attribute

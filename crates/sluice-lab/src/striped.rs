@@ -27,7 +27,7 @@ use sluice_bench::peers::{self, PeerKind, PeerServer};
 use sluice_bench::stats::median;
 use sluice_bench::workload::Size;
 use sluice_client::obj::ObjOptions;
-use sluice_client::striped::{Pattern, StripedClient, StripedWrite};
+use sluice_client::striped::{Pattern, Shape, StripedClient, StripedWrite};
 use sluice_meta::{MemoryMetaStore, MetaStore};
 use sluice_model::plot::{Axes, Figure, XAxis};
 use sluice_model::text::{compact, Table};
@@ -311,7 +311,7 @@ fn point(bed: &mut Bed, n: u32, threads: u32, bytes: u64, rounds: u32) -> Result
     let name = format!("bench/striped-over-{n}");
     let mut client = StripedClient::new(Arc::clone(&meta), ObjOptions::default());
     client
-        .create(&name, STRIPE_UNIT, n as usize)
+        .create(&name, &Shape::striped(STRIPE_UNIT, n as usize))
         .with_context(|| format!("cannot create {name}"))?;
     let mut runs = [(Op::Write, Vec::new()), (Op::Read, Vec::new())];
     for _ in 0..rounds {

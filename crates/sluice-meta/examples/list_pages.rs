@@ -35,6 +35,7 @@ fn summary(mut samples: Vec<Duration>) -> (Duration, Duration) {
 fn fill(store: &SqliteMetaStore, n: usize) -> Duration {
     let layout = Layout {
         stripe_unit: 64 << 10,
+        redundancy: Default::default(),
         pieces: (0..4)
             .map(|i| Piece {
                 server: format!("sluice://server-{i}.test:10810"),

@@ -17,7 +17,7 @@ pub use paging::{
     a_prefix_bounds_every_page, changes_between_pages_neither_repeat_nor_skip,
     page_requests_out_of_range_are_refused, pages_concatenate_to_the_full_listing,
 };
-pub use versions::a_pending_version_switches_in_one_update;
+pub use versions::{a_pending_version_switches_in_one_update, redundancy_is_kept_and_checked};
 
 /// One property, checked on a fresh store.
 pub type Check = fn(&dyn MetaStore);
@@ -64,6 +64,10 @@ pub const CHECKS: &[(&str, Check)] = &[
     (
         "a_pending_version_switches_in_one_update",
         a_pending_version_switches_in_one_update,
+    ),
+    (
+        "redundancy_is_kept_and_checked",
+        redundancy_is_kept_and_checked,
     ),
     ("placements_count_by_one", placements_count_by_one),
     (
@@ -117,6 +121,7 @@ macro_rules! meta_conformance_tests {
             servers_keep_their_order,
             servers_in_use_stay,
             a_pending_version_switches_in_one_update,
+            redundancy_is_kept_and_checked,
             placements_count_by_one,
             concurrent_creates_have_one_winner,
             concurrent_size_at_least_keeps_the_largest,
@@ -139,6 +144,7 @@ macro_rules! meta_conformance_tests {
 pub fn layout(n: usize, seed: u64) -> Layout {
     Layout {
         stripe_unit: 64 << 10,
+        redundancy: Default::default(),
         pieces: (0..n)
             .map(|i| Piece {
                 server: format!("sluice://server-{i}.test:10810"),

@@ -72,15 +72,64 @@ pub struct Piece {
     pub object: u64,
 }
 
-/// How a striped object's bytes map onto its pieces: stripe unit `k` of the
-/// object (bytes `k*unit .. (k+1)*unit`) is at offset `(k / n) * unit` in
-/// `pieces[k % n]`, `n = pieces.len()`.
+/// How a striped object survives losing object servers, chosen when it is
+/// made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Redundancy {
+    /// Every stripe unit is kept in this many pieces, each on a server of
+    /// its own; 1 is plain striping, which survives no loss.
+    Replicas(u8),
+    /// Each row of `data` stripe units has `parity` Reed-Solomon units,
+    /// every unit of a row in a piece on a server of its own: any `data`
+    /// of the `data + parity` pieces rebuild the row.
+    Erasure { data: u8, parity: u8 },
+}
+
+impl Default for Redundancy {
+    fn default() -> Self {
+        Self::Replicas(1)
+    }
+}
+
+impl Redundancy {
+    /// How many servers may be lost with every byte still readable.
+    pub fn losses_survived(self) -> usize {
+        match self {
+            Self::Replicas(copies) => usize::from(copies).saturating_sub(1),
+            Self::Erasure { parity, .. } => usize::from(parity),
+        }
+    }
+}
+
+impl std::fmt::Display for Redundancy {
+    /// `none`, `replicas 2`, `ec 4+2`: as `stat` shows it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Replicas(1) => f.write_str("none"),
+            Self::Replicas(copies) => write!(f, "replicas {copies}"),
+            Self::Erasure { data, parity } => write!(f, "ec {data}+{parity}"),
+        }
+    }
+}
+
+/// How a striped object's bytes map onto its pieces.
+///
+/// The object's stripe units are dealt round-robin over its data
+/// columns: stripe unit `k` (bytes `k*unit .. (k+1)*unit`) is at offset
+/// `(k / n) * unit` of column `k % n`, `n` = [`Layout::columns`]. Which
+/// pieces hold a column depends on the [`Redundancy`]:
+/// - `Replicas(r)`: `n = pieces.len() / r`, and column `c` is in pieces
+///   `c*r .. c*r + r`, each a whole copy of it;
+/// - `Erasure { data, parity }`: `n = data`, column `c` is piece `c`, and
+///   pieces `data ..` hold the parity units of each row at the same offset
+///   as the row's data units.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Layout {
     /// Bytes per stripe unit; a power of two, at least 4 KiB.
     pub stripe_unit: u64,
-    /// The pieces, in stripe order; never empty.
+    /// The pieces, in the order above; never empty.
     pub pieces: Vec<Piece>,
+    pub redundancy: Redundancy,
 }
 
 /// The first string past every string that starts with `prefix`, as bytes
@@ -99,8 +148,39 @@ impl Layout {
     /// Smallest stripe unit.
     pub const MIN_STRIPE_UNIT: u64 = 4096;
 
+    /// The number of data columns the stripe units are dealt over.
+    pub fn columns(&self) -> usize {
+        match self.redundancy {
+            Redundancy::Replicas(copies) => self.pieces.len() / usize::from(copies.max(1)),
+            Redundancy::Erasure { data, .. } => usize::from(data),
+        }
+    }
+
+    /// The pieces holding data column `column`: its copies, or (erasure)
+    /// the one piece.
+    pub fn column_pieces(&self, column: usize) -> std::ops::Range<usize> {
+        match self.redundancy {
+            Redundancy::Replicas(copies) => {
+                let r = usize::from(copies.max(1));
+                column * r..column * r + r
+            }
+            Redundancy::Erasure { .. } => column..column + 1,
+        }
+    }
+
+    /// The groups of pieces that must each be on distinct servers: the
+    /// copies of each column, or every piece of an erasure-coded layout.
+    fn failure_groups(&self) -> Vec<std::ops::Range<usize>> {
+        match self.redundancy {
+            Redundancy::Replicas(_) => (0..self.columns()).map(|c| self.column_pieces(c)).collect(),
+            Redundancy::Erasure { .. } => std::iter::once(0..self.pieces.len()).collect(),
+        }
+    }
+
     /// Checks the layout's own rules: a power-of-two stripe unit of at
-    /// least [`Layout::MIN_STRIPE_UNIT`], and at least one piece.
+    /// least [`Layout::MIN_STRIPE_UNIT`], at least one piece, as many
+    /// pieces as the redundancy asks for, and the pieces that stand in
+    /// for each other on distinct servers.
     pub fn check(&self) -> Result<(), MetaError> {
         let why = if !self.stripe_unit.is_power_of_two() || self.stripe_unit < Self::MIN_STRIPE_UNIT
         {
@@ -111,12 +191,53 @@ impl Layout {
             )
         } else if self.pieces.is_empty() {
             "it has no pieces".to_owned()
+        } else if let Some(why) = self.redundancy_problem() {
+            why
         } else {
             return Ok(());
         };
         Err(MetaError::Invalid {
             what: "layout".to_owned(),
             why,
+        })
+    }
+}
+
+impl Layout {
+    /// What is wrong with the redundancy of this layout, if anything.
+    fn redundancy_problem(&self) -> Option<String> {
+        let n = self.pieces.len();
+        match self.redundancy {
+            Redundancy::Replicas(0) => return Some("it keeps 0 copies".to_owned()),
+            Redundancy::Replicas(copies) if !n.is_multiple_of(usize::from(copies)) => {
+                return Some(format!(
+                    "its {n} pieces are not whole columns of {copies} copies"
+                ))
+            }
+            Redundancy::Erasure { data, parity } if data == 0 || parity == 0 => {
+                return Some(format!("erasure coding {data}+{parity} needs both parts"))
+            }
+            Redundancy::Erasure { data, parity }
+                if usize::from(data) + usize::from(parity) != n =>
+            {
+                return Some(format!(
+                    "erasure coding {data}+{parity} needs {} pieces, not {n}",
+                    usize::from(data) + usize::from(parity)
+                ))
+            }
+            _ => {}
+        }
+        self.failure_groups().into_iter().find_map(|group| {
+            let servers: std::collections::BTreeSet<&str> = self.pieces[group.clone()]
+                .iter()
+                .map(|p| p.server.as_str())
+                .collect();
+            (servers.len() < group.len()).then(|| {
+                format!(
+                    "pieces {}..{} stand in for each other but share a server",
+                    group.start, group.end
+                )
+            })
         })
     }
 }

@@ -212,6 +212,7 @@ mod tests {
     fn layout(servers: &[&str]) -> Layout {
         Layout {
             stripe_unit: 64 << 10,
+            redundancy: Default::default(),
             pieces: servers
                 .iter()
                 .enumerate()

@@ -8,7 +8,7 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 
-use crate::{Entry, EntryState, Layout, MetaError, Piece};
+use crate::{Entry, EntryState, Layout, MetaError, Piece, Redundancy};
 
 #[derive(Serialize, Deserialize)]
 struct StoredPiece {
@@ -17,12 +17,53 @@ struct StoredPiece {
     object: u64,
 }
 
+/// A layout's [`Redundancy`]; absent (plain striping) in records from
+/// before objects had any.
+#[derive(Serialize, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+enum StoredRedundancy {
+    Replicas(u8),
+    Erasure { data: u8, parity: u8 },
+}
+
+impl Default for StoredRedundancy {
+    fn default() -> Self {
+        Self::Replicas(1)
+    }
+}
+
+impl StoredRedundancy {
+    fn is_plain(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+impl From<Redundancy> for StoredRedundancy {
+    fn from(r: Redundancy) -> Self {
+        match r {
+            Redundancy::Replicas(copies) => Self::Replicas(copies),
+            Redundancy::Erasure { data, parity } => Self::Erasure { data, parity },
+        }
+    }
+}
+
+impl From<StoredRedundancy> for Redundancy {
+    fn from(r: StoredRedundancy) -> Self {
+        match r {
+            StoredRedundancy::Replicas(copies) => Self::Replicas(copies),
+            StoredRedundancy::Erasure { data, parity } => Self::Erasure { data, parity },
+        }
+    }
+}
+
 /// A layout stored on its own (the pending one; the current layout's
 /// fields sit in [`Record`] itself, as they always have).
 #[derive(Serialize, Deserialize)]
 struct StoredLayout {
     stripe_unit: u64,
     pieces: Vec<StoredPiece>,
+    #[serde(default, skip_serializing_if = "StoredRedundancy::is_plain")]
+    redundancy: StoredRedundancy,
 }
 
 impl StoredLayout {
@@ -30,6 +71,7 @@ impl StoredLayout {
         Self {
             stripe_unit: l.stripe_unit,
             pieces: stored_pieces(&l.pieces),
+            redundancy: l.redundancy.into(),
         }
     }
 
@@ -37,6 +79,7 @@ impl StoredLayout {
         Layout {
             stripe_unit: self.stripe_unit,
             pieces: pieces(self.pieces),
+            redundancy: self.redundancy.into(),
         }
     }
 }
@@ -78,6 +121,8 @@ enum StoredState {
 pub(crate) struct Record {
     stripe_unit: u64,
     pieces: Vec<StoredPiece>,
+    #[serde(default, skip_serializing_if = "StoredRedundancy::is_plain")]
+    redundancy: StoredRedundancy,
     state: StoredState,
     size: u64,
     attrs: BTreeMap<String, String>,
@@ -96,6 +141,7 @@ impl Record {
         Self {
             stripe_unit: entry.layout.stripe_unit,
             pieces: stored_pieces(&entry.layout.pieces),
+            redundancy: entry.layout.redundancy.into(),
             state: match entry.state {
                 EntryState::Creating => StoredState::Creating,
                 EntryState::Writing => StoredState::Writing,
@@ -140,6 +186,7 @@ impl Record {
             layout: Layout {
                 stripe_unit: r.stripe_unit,
                 pieces: pieces(r.pieces),
+                redundancy: r.redundancy.into(),
             },
             state: match r.state {
                 StoredState::Creating => EntryState::Creating,

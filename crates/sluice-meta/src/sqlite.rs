@@ -635,6 +635,7 @@ mod tests {
         let before = size();
         let layout = Layout {
             stripe_unit: 1 << 16,
+            redundancy: Default::default(),
             pieces: vec![crate::Piece {
                 server: "sluice://s:1".to_owned(),
                 partition: 1,

@@ -33,8 +33,8 @@ pub use handshake::{
     PartitionAccess, PartitionCatalog, Refusal, ServerHandshake, TlsPolicy,
 };
 pub use meta::{
-    MetaDecodeError, MetaEntry, MetaFailure, MetaLayout, MetaPending, MetaPiece, MetaReply,
-    MetaRequest, MetaState, MetaUpdate,
+    MetaDecodeError, MetaEntry, MetaFailure, MetaLayout, MetaPending, MetaPiece, MetaRedundancy,
+    MetaReply, MetaRequest, MetaState, MetaUpdate,
 };
 pub use reply::{
     decode_id_list, encode_id_list, encode_page, ErrorCode, Page, PageEntry, ReplyDecodeError,

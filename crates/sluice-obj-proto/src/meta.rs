@@ -41,11 +41,22 @@ pub struct MetaPiece {
     pub object: u64,
 }
 
-/// A striped object's layout: the stripe unit and its pieces in order.
+/// How a striped object survives losing servers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MetaRedundancy {
+    /// Each stripe unit in this many pieces (1: plain striping).
+    Replicas(u8),
+    /// Rows of `data` units with `parity` Reed-Solomon units.
+    Erasure { data: u8, parity: u8 },
+}
+
+/// A striped object's layout: the stripe unit, its pieces in order, and
+/// its redundancy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetaLayout {
     pub stripe_unit: u64,
     pub pieces: Vec<MetaPiece>,
+    pub redundancy: MetaRedundancy,
 }
 
 /// The state of an entry.
@@ -293,6 +304,10 @@ fn put_layout(l: &MetaLayout, out: &mut Vec<u8>) {
         put_str(&p.server, out);
         out.extend_from_slice(&p.partition.to_be_bytes());
         out.extend_from_slice(&p.object.to_be_bytes());
+    }
+    match l.redundancy {
+        MetaRedundancy::Replicas(copies) => out.extend_from_slice(&[0, copies]),
+        MetaRedundancy::Erasure { data, parity } => out.extend_from_slice(&[1, data, parity]),
     }
 }
 
@@ -727,9 +742,24 @@ fn layout(r: &mut Reader<'_>) -> Result<MetaLayout> {
             object: u64_(r, "object id")?,
         });
     }
+    let byte = |r: &mut Reader<'_>, what| r.u8().ok_or(MetaDecodeError::Truncated(what));
+    let redundancy = match byte(r, "redundancy")? {
+        0 => MetaRedundancy::Replicas(byte(r, "copies")?),
+        1 => MetaRedundancy::Erasure {
+            data: byte(r, "data units")?,
+            parity: byte(r, "parity units")?,
+        },
+        tag => {
+            return Err(MetaDecodeError::BadTag {
+                what: "redundancy",
+                tag,
+            })
+        }
+    };
     Ok(MetaLayout {
         stripe_unit,
         pieces,
+        redundancy,
     })
 }
 
@@ -771,6 +801,7 @@ mod tests {
                     partition: 1,
                     object: 7,
                 }],
+                redundancy: MetaRedundancy::Replicas(1),
             },
             state: MetaState::Ready,
             size: 10,
@@ -797,6 +828,7 @@ mod tests {
                     object: 10,
                 },
             ],
+            redundancy: MetaRedundancy::Erasure { data: 1, parity: 1 },
         });
         e
     }

@@ -130,6 +130,7 @@ mod tests {
         let meta = MemoryMetaStore::default();
         let layout = Layout {
             stripe_unit: 4096,
+            redundancy: Default::default(),
             pieces: vec![Piece {
                 server: "sluice://127.0.0.1:1".into(),
                 partition: 0,

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use md5::{Digest, Md5};
 use s3s::dto::*;
 use s3s::{S3Request, S3Response, S3Result};
-use sluice_client::striped::{StripedClient, StripedError};
+use sluice_client::striped::{Shape, StripedClient, StripedError};
 use sluice_meta::{Entry, EntryState, MetaError};
 
 use crate::data::{self, hex};
@@ -96,7 +96,7 @@ impl Store {
         object_name(bucket, key)?;
         let (unit, _) = self.servers_for_put()?;
         let id = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
-        let mut object = client.create(&marker(bucket, &id), unit, 1)?;
+        let mut object = client.create(&marker(bucket, &id), &Shape::striped(unit, 1))?;
         attrs.insert(ATTR_UPLOAD_KEY.to_owned(), key.as_bytes().to_vec());
         client.set_attrs(&mut object, attrs, Vec::new())?;
         Ok(id)

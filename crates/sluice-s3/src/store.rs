@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use sluice_client::obj::ObjOptions;
-use sluice_client::striped::{StripedClient, StripedError};
+use sluice_client::striped::{Shape, StripedClient, StripedError};
 use sluice_meta::{Entry, EntryState, MetaError, MetaStore};
 
 use crate::error::{not_found_or, GatewayError};
@@ -188,7 +188,7 @@ impl Store {
         check_bucket(bucket)?;
         let (unit, _) = self.servers_for_put()?;
         let name = marker(bucket);
-        let mut object = match client.create(&name, unit, 1) {
+        let mut object = match client.create(&name, &Shape::striped(unit, 1)) {
             Ok(o) => o,
             Err(StripedError::Meta {
                 source: MetaError::Exists { .. },

@@ -25,12 +25,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use sluice_meta::{
     check_name, check_page, Entry, EntryState, Layout, MetaError, MetaStore, Page, PendingChange,
-    Piece, Update,
+    Piece, Redundancy, Update,
 };
 use sluice_obj_proto::meta::{MAX_META_NAME_LEN, MAX_META_PAGE};
 use sluice_obj_proto::{
-    MetaEntry, MetaFailure, MetaLayout, MetaPending, MetaPiece, MetaReply, MetaRequest, MetaState,
-    MetaUpdate,
+    MetaEntry, MetaFailure, MetaLayout, MetaPending, MetaPiece, MetaRedundancy, MetaReply,
+    MetaRequest, MetaState, MetaUpdate,
 };
 
 use super::client::ObjOptions;
@@ -355,12 +355,20 @@ fn layout_to_wire(l: &Layout) -> MetaLayout {
                 object: p.object,
             })
             .collect(),
+        redundancy: match l.redundancy {
+            Redundancy::Replicas(copies) => MetaRedundancy::Replicas(copies),
+            Redundancy::Erasure { data, parity } => MetaRedundancy::Erasure { data, parity },
+        },
     }
 }
 
 fn layout_from_wire(l: MetaLayout) -> Layout {
     Layout {
         stripe_unit: l.stripe_unit,
+        redundancy: match l.redundancy {
+            MetaRedundancy::Replicas(copies) => Redundancy::Replicas(copies),
+            MetaRedundancy::Erasure { data, parity } => Redundancy::Erasure { data, parity },
+        },
         pieces: l
             .pieces
             .into_iter()

@@ -55,7 +55,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use sluice_meta::{Entry, EntryState, Layout, MetaError, MetaStore, Piece, Update};
+use sluice_meta::{Entry, EntryState, Layout, MetaError, MetaStore, Piece, Redundancy, Update};
 use thiserror::Error;
 
 use super::plan::{Pattern, PlanError, StripePlan};
@@ -99,6 +99,17 @@ pub enum StripedError {
         name: String,
         piece: usize,
         server: String,
+        #[source]
+        source: Box<ObjError>,
+    },
+    /// Every copy of a replicated column failed (or its servers are
+    /// down): the servers are named, the last failure is the cause.
+    #[error("{op} of column {column} of striped object {name:?} failed on every copy ({servers})")]
+    NoCopy {
+        op: &'static str,
+        name: String,
+        column: usize,
+        servers: String,
         #[source]
         source: Box<ObjError>,
     },
@@ -239,6 +250,8 @@ pub struct StripedClient {
     pub(crate) pool: Pool,
     /// The deployment's identity, once asked for.
     deployment: Option<String>,
+    /// Turns with each read, to spread reads over a column's copies.
+    turn: usize,
 }
 
 impl std::fmt::Debug for StripedClient {
@@ -320,7 +333,14 @@ impl StripedClient {
             meta,
             pool: Pool::new(options),
             deployment: None,
+            turn: 0,
         }
+    }
+
+    /// The next turn of the copy rotation.
+    pub(crate) fn next_turn(&mut self) -> usize {
+        self.turn = self.turn.wrapping_add(1);
+        self.turn
     }
 
     /// The deployment's identity (asked of the metadata service once).
@@ -398,21 +418,7 @@ impl StripedClient {
         }
         ready(&object.entry)?;
         let plan = StripePlan::new(object.layout(), pattern, object.size()).map_err(plan_err)?;
-        let pieces: Vec<(usize, &Piece)> = plan
-            .pieces
-            .iter()
-            .map(|p| (p.piece, &object.entry.layout.pieces[p.piece]))
-            .collect();
-        let jobs: Vec<(Endpoint, (u64, &[_]))> = plan
-            .pieces
-            .iter()
-            .zip(&pieces)
-            .map(|(p, (_, piece))| (endpoint(piece), (piece.object, p.segments.as_slice())))
-            .collect();
-        let results = self.pool.fan_out(&jobs, |c, &(id, segments)| {
-            c.read(id, segments).map(|r| r.data)
-        });
-        let parts = first_failure("read", &name, &pieces, results)?;
+        let parts = self.read_columns(&name, &object.entry.layout, &plan)?;
         let mut data = Vec::new();
         usize::try_from(plan.total)
             .ok()
@@ -423,7 +429,7 @@ impl StripedClient {
                 why: format!("no memory for {} bytes", plan.total),
             })?;
         data.resize(plan.total as usize, 0);
-        for (p, part) in plan.pieces.iter().zip(&parts) {
+        for (p, part) in plan.columns.iter().zip(&parts) {
             p.scatter(part, &mut data);
         }
         Ok(StripedRead {
@@ -461,16 +467,20 @@ impl StripedClient {
                 ),
             });
         }
+        let layout = &object.entry.layout;
+        supported(&name, layout)?;
+        // Every copy of each column the write touches.
         let pieces: Vec<(usize, &Piece)> = plan
-            .pieces
+            .columns
             .iter()
-            .map(|p| (p.piece, &object.entry.layout.pieces[p.piece]))
+            .flat_map(|p| layout.column_pieces(p.column))
+            .map(|i| (i, &layout.pieces[i]))
             .collect();
-        let jobs: Vec<(Endpoint, (u64, &_))> = plan
-            .pieces
+        let copies = pieces.len() / plan.columns.len().max(1);
+        let jobs: Vec<(Endpoint, (u64, &_))> = pieces
             .iter()
-            .zip(&pieces)
-            .map(|(p, (_, piece))| (endpoint(piece), (piece.object, p)))
+            .enumerate()
+            .map(|(k, (_, piece))| (endpoint(piece), (piece.object, &plan.columns[k / copies])))
             .collect();
         let plain = DataOptions {
             durability: options.durability,
@@ -658,5 +668,17 @@ fn ready(entry: &Entry) -> Result<(), StripedError> {
             name: entry.name.clone(),
             state: entry.state,
         })
+    }
+}
+
+/// Refuses layouts this client cannot read or write correctly.
+pub(crate) fn supported(name: &str, layout: &Layout) -> Result<(), StripedError> {
+    match layout.redundancy {
+        Redundancy::Replicas(_) => Ok(()),
+        Redundancy::Erasure { .. } => Err(StripedError::Invalid {
+            name: name.to_owned(),
+            what: "layout",
+            why: format!("{} is not supported by this client", layout.redundancy),
+        }),
     }
 }

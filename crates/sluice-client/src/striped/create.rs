@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use sluice_meta::{Entry, EntryState, Layout, MetaError, Piece, Update};
+use sluice_meta::{Entry, EntryState, Layout, MetaError, Piece, Redundancy, Update};
 
 use super::client::{
     meta_error, partition_of, CreateStep, StripedClient, StripedError, StripedObject,
@@ -14,16 +14,41 @@ use super::pool::Endpoint;
 use crate::obj::{AttrChange, DataOptions, ObjClient, Value, DEFAULT_PARTITION};
 use crate::Durability;
 
+/// What a new striped object looks like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Shape {
+    /// Bytes per stripe unit (a power of two, at least 4 KiB).
+    pub stripe_unit: u64,
+    /// How many object servers it spreads over (each holds one piece of
+    /// each of its copies' columns).
+    pub servers: usize,
+    pub redundancy: Redundancy,
+}
+
+impl Shape {
+    /// Plain striping over `servers` servers: no redundancy.
+    pub fn striped(stripe_unit: u64, servers: usize) -> Self {
+        Self {
+            stripe_unit,
+            servers,
+            redundancy: Redundancy::default(),
+        }
+    }
+
+    /// Every stripe unit on `copies` of the `servers` servers.
+    pub fn replicated(stripe_unit: u64, servers: usize, copies: u8) -> Self {
+        Self {
+            stripe_unit,
+            servers,
+            redundancy: Redundancy::Replicas(copies),
+        }
+    }
+}
+
 impl StripedClient {
-    /// Makes `name` with `stripe_unit` bytes per stripe unit over
-    /// `servers` object servers, and opens it.
-    pub fn create(
-        &mut self,
-        name: &str,
-        stripe_unit: u64,
-        servers: usize,
-    ) -> Result<StripedObject, StripedError> {
-        self.create_until(name, stripe_unit, servers, CreateStep::Ready)
+    /// Makes `name` in `shape`, and opens it.
+    pub fn create(&mut self, name: &str, shape: &Shape) -> Result<StripedObject, StripedError> {
+        self.create_until(name, shape, CreateStep::Ready)
     }
 
     /// [`create`](Self::create) up to `last` (see [`CreateStep`]); the
@@ -32,8 +57,7 @@ impl StripedClient {
     pub fn create_until(
         &mut self,
         name: &str,
-        stripe_unit: u64,
-        servers: usize,
+        shape: &Shape,
         last: CreateStep,
     ) -> Result<StripedObject, StripedError> {
         // A name plainly taken fails before any piece is made; a race
@@ -49,7 +73,7 @@ impl StripedClient {
             Err(MetaError::NotFound { .. }) => {}
             Err(e) => return Err(meta_error("look up", name, e)),
         }
-        self.create_in(name, stripe_unit, servers, last, false)
+        self.create_in(name, shape, last, false)
     }
 
     /// [`create_until`](Self::create_until) of a name its caller found
@@ -59,12 +83,11 @@ impl StripedClient {
     pub(crate) fn create_in(
         &mut self,
         name: &str,
-        stripe_unit: u64,
-        servers: usize,
+        shape: &Shape,
         last: CreateStep,
         put: bool,
     ) -> Result<StripedObject, StripedError> {
-        let layout = self.place_pieces(name, stripe_unit, servers, put)?;
+        let layout = self.place_pieces(name, shape, put)?;
         let mut entry = Entry {
             name: name.to_owned(),
             layout,
@@ -117,23 +140,33 @@ impl StripedClient {
         Ok(StripedObject::new(entry))
     }
 
-    /// A new layout for `name`: one piece on each of `servers` object
-    /// servers of the deployment, the first chosen round-robin.
+    /// A new layout for `name` in `shape`: on `shape.servers` servers of
+    /// the deployment, the first chosen round-robin; with replicas, copy
+    /// `j` of column `c` on the `c + j`th of them (so the copies of a
+    /// column are on distinct servers, and each server holds as many
+    /// pieces as there are copies).
     pub(crate) fn place_pieces(
         &mut self,
         name: &str,
-        stripe_unit: u64,
-        servers: usize,
+        shape: &Shape,
         put: bool,
     ) -> Result<Layout, StripedError> {
         let all = self
             .meta
             .servers()
             .map_err(|e| meta_error("list servers for", name, e))?;
-        if servers == 0 || servers > all.len() {
+        let servers = shape.servers;
+        let (pieces, needed) = match shape.redundancy {
+            Redundancy::Replicas(copies) => (servers * usize::from(copies), usize::from(copies)),
+            Redundancy::Erasure { data, parity } => {
+                let n = usize::from(data) + usize::from(parity);
+                (n, n)
+            }
+        };
+        if servers == 0 || servers > all.len() || needed > servers || pieces == 0 {
             return Err(StripedError::TooFewServers {
                 name: name.into(),
-                wanted: servers,
+                wanted: servers.max(needed),
                 have: all.len(),
             });
         }
@@ -141,10 +174,19 @@ impl StripedClient {
             .meta
             .next_placement()
             .map_err(|e| meta_error("place", name, e))?;
-        let chosen: Vec<&String> = (0..servers)
-            .map(|i| &all[((start % all.len() as u64) as usize + i) % all.len()])
-            .collect();
-        self.make_pieces(name, stripe_unit, &chosen, put)
+        let at = |i: usize| &all[((start % all.len() as u64) as usize + i) % all.len()];
+        let chosen: Vec<&String> = match shape.redundancy {
+            Redundancy::Replicas(copies) => {
+                let r = usize::from(copies);
+                (0..pieces).map(|k| at((k / r + k % r) % servers)).collect()
+            }
+            Redundancy::Erasure { .. } => (0..pieces).map(at).collect(),
+        };
+        let layout = self.make_pieces(name, shape.stripe_unit, &chosen, put)?;
+        Ok(Layout {
+            redundancy: shape.redundancy,
+            ..layout
+        })
     }
 
     /// One piece on each of `servers`, marked as `name`'s; on failure the
@@ -197,6 +239,7 @@ impl StripedClient {
         }
         let layout = Layout {
             stripe_unit,
+            redundancy: Default::default(),
             pieces,
         };
         if let Some((i, server, source)) = failed.into_iter().next() {

@@ -12,11 +12,13 @@ mod fsck;
 pub mod plan;
 mod pool;
 mod put;
+mod replicas;
 
 pub use client::{
     CreateStep, RemoveStep, StripedClient, StripedError, StripedObject, StripedRead, StripedWrite,
     PIECE_COLLECTION, PIECE_DEPLOYMENT_ATTR, PIECE_INDEX_ATTR, PIECE_OF_ATTR, PIECE_PUT_ATTR,
 };
+pub use create::Shape;
 pub use fsck::{FsckOptions, FsckReport, Orphan};
-pub use plan::{Pattern, PiecePlan, PlanError, Run, StripePlan};
+pub use plan::{ColumnPlan, Pattern, PlanError, Run, StripePlan};
 pub use put::PutStep;

@@ -1,10 +1,10 @@
 //! Splitting a request on a striped object by stripe: which bytes of
-//! which piece each server moves, and where they go in the caller's
-//! buffer.
+//! which data column each server moves, and where they go in the
+//! caller's buffer.
 //!
 //! A pure function of the layout and the request, so the property tests
 //! check it without a server: every byte of the request below the limit
-//! is moved exactly once, to or from the piece offset the layout gives
+//! is moved exactly once, to or from the column offset the layout gives
 //! it, and each server's bytes keep the caller's order (where segments
 //! overlap, a write's later bytes still win, as the server applies one
 //! request's segments in list order).
@@ -114,27 +114,30 @@ pub struct Run {
     pub length: u64,
 }
 
-/// What one piece's server moves for a request.
+/// What one data column moves for a request: with plain striping one
+/// piece's server, with replicas each copy's (a read any one of them),
+/// with erasure coding the data piece's ([`Layout::column_pieces`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct PiecePlan {
-    /// Index of the piece in the layout.
-    pub piece: usize,
-    /// Ranges of the piece object, in the order their bytes travel; no
-    /// two neighbours adjacent (they are joined) and none empty. One
-    /// range when the request's bytes in this piece are contiguous.
+pub struct ColumnPlan {
+    /// Index of the data column in the layout ([`Layout::columns`]).
+    pub column: usize,
+    /// Ranges of the column's piece objects, in the order their bytes
+    /// travel; no two neighbours adjacent (they are joined) and none
+    /// empty. One range when the request's bytes in this column are
+    /// contiguous.
     pub segments: Vec<Segment>,
     /// Where those bytes are in the caller's buffer: the segments' bytes
     /// laid end to end are the runs' bytes laid end to end.
     pub runs: Vec<Run>,
 }
 
-impl PiecePlan {
-    /// Bytes this piece moves.
+impl ColumnPlan {
+    /// Bytes this column moves.
     pub fn len(&self) -> u64 {
         self.segments.iter().map(|s| s.length).sum()
     }
 
-    /// Whether this piece moves nothing.
+    /// Whether this column moves nothing.
     pub fn is_empty(&self) -> bool {
         self.segments.is_empty()
     }
@@ -152,7 +155,7 @@ impl PiecePlan {
         }
     }
 
-    /// This piece's bytes out of the caller's `buffer`, in the order they
+    /// This column's bytes out of the caller's `buffer`, in the order they
     /// travel: borrowed when they are one run, else copied.
     pub fn gather<'b>(&self, buffer: &'b [u8]) -> Cow<'b, [u8]> {
         let range = |r: &Run| r.at as usize..(r.at + r.length) as usize;
@@ -166,7 +169,7 @@ impl PiecePlan {
         Cow::Owned(out)
     }
 
-    /// Copies `data` (this piece's bytes in travel order) into the
+    /// Copies `data` (this column's bytes in travel order) into the
     /// caller's `buffer`.
     pub fn scatter(&self, data: &[u8], buffer: &mut [u8]) {
         let mut from = 0usize;
@@ -181,8 +184,8 @@ impl PiecePlan {
 /// A request split by stripe.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct StripePlan {
-    /// The pieces that move any byte, in piece order.
-    pub pieces: Vec<PiecePlan>,
+    /// The columns that move any byte, in column order.
+    pub columns: Vec<ColumnPlan>,
     /// Bytes of the caller's buffer (every byte of the request).
     pub total: u64,
     /// Bytes moved: those of the request below the limit.
@@ -194,15 +197,15 @@ impl StripePlan {
     /// nothing (a read leaves them zero); give `u64::MAX` to move all.
     pub fn new(layout: &Layout, pattern: &Pattern<'_>, limit: u64) -> Result<Self, PlanError> {
         let unit = layout.stripe_unit;
-        let width = layout.pieces.len() as u64;
+        let width = layout.columns() as u64;
         if unit == 0 || width == 0 {
             return Err(PlanError::BadLayout);
         }
         let total = pattern.total()?;
-        let mut pieces: Vec<PiecePlan> = (0..layout.pieces.len())
-            .map(|piece| PiecePlan {
-                piece,
-                ..PiecePlan::default()
+        let mut columns: Vec<ColumnPlan> = (0..layout.columns())
+            .map(|column| ColumnPlan {
+                column,
+                ..ColumnPlan::default()
             })
             .collect();
         let mut at = 0u64;
@@ -215,7 +218,7 @@ impl StripePlan {
                 let stripe = offset / unit;
                 let within = offset % unit;
                 let take = (unit - within).min(end - offset);
-                let piece = (stripe % width) as usize;
+                let column = (stripe % width) as usize;
                 let segment = Segment {
                     offset: (stripe / width) * unit + within,
                     length: take,
@@ -224,15 +227,15 @@ impl StripePlan {
                     at: at + (offset - s.offset),
                     length: take,
                 };
-                pieces[piece].push(segment, run);
+                columns[column].push(segment, run);
                 offset += take;
                 moved += take;
             }
             at += s.length;
         }
-        pieces.retain(|p| !p.is_empty());
+        columns.retain(|p| !p.is_empty());
         Ok(Self {
-            pieces,
+            columns,
             total,
             moved,
         })
@@ -249,6 +252,7 @@ mod tests {
     fn layout(unit: u64, width: usize) -> Layout {
         Layout {
             stripe_unit: unit,
+            redundancy: Default::default(),
             pieces: (0..width)
                 .map(|i| Piece {
                     server: format!("sluice://s{i}:1"),
@@ -278,12 +282,12 @@ mod tests {
         )
         .unwrap();
         assert_eq!((p.total, p.moved), (40, 40));
-        assert_eq!(p.pieces.len(), 2);
+        assert_eq!(p.columns.len(), 2);
         // Piece 0 holds units 0, 2, 4 at 0, 10, 20: bytes 5..10, 20..30,
         // 40..45 of the object are 5..25 of the piece.
-        assert_eq!(p.pieces[0].segments, [seg(5, 20)]);
+        assert_eq!(p.columns[0].segments, [seg(5, 20)]);
         assert_eq!(
-            p.pieces[0].runs,
+            p.columns[0].runs,
             [
                 Run { at: 0, length: 5 },
                 Run { at: 15, length: 10 },
@@ -291,9 +295,9 @@ mod tests {
             ]
         );
         // Piece 1 holds units 1 and 3 at 0 and 10.
-        assert_eq!(p.pieces[1].segments, [seg(0, 20)]);
+        assert_eq!(p.columns[1].segments, [seg(0, 20)]);
         assert_eq!(
-            p.pieces[1].runs,
+            p.columns[1].runs,
             [Run { at: 5, length: 10 }, Run { at: 25, length: 10 }]
         );
     }
@@ -312,9 +316,9 @@ mod tests {
         let p = StripePlan::new(&l, &pattern, u64::MAX).unwrap();
         // Units 0, 2, 4, 6, 8, 10 -> pieces 0, 2, 1, 0, 2, 1 at piece
         // offsets 0, 0, 8, 16, 16, 24.
-        assert_eq!(p.pieces[0].segments, [seg(0, 8), seg(16, 8)]);
-        assert_eq!(p.pieces[1].segments, [seg(8, 8), seg(24, 8)]);
-        assert_eq!(p.pieces[2].segments, [seg(0, 8), seg(16, 8)]);
+        assert_eq!(p.columns[0].segments, [seg(0, 8), seg(16, 8)]);
+        assert_eq!(p.columns[1].segments, [seg(8, 8), seg(24, 8)]);
+        assert_eq!(p.columns[2].segments, [seg(0, 8), seg(16, 8)]);
         assert_eq!(p.moved, 48);
     }
 
@@ -325,10 +329,10 @@ mod tests {
         let p = StripePlan::new(&l, &Pattern::Segments(&list), 30).unwrap();
         assert_eq!((p.total, p.moved), (18, 8));
         // 25..30 is unit 2 (piece 0 at 15); 0..3 is unit 0 (piece 0 at 0).
-        assert_eq!(p.pieces.len(), 1);
-        assert_eq!(p.pieces[0].segments, [seg(15, 5), seg(0, 3)]);
+        assert_eq!(p.columns.len(), 1);
+        assert_eq!(p.columns[0].segments, [seg(15, 5), seg(0, 3)]);
         assert_eq!(
-            p.pieces[0].runs,
+            p.columns[0].runs,
             [Run { at: 0, length: 5 }, Run { at: 10, length: 3 }]
         );
     }
@@ -396,7 +400,7 @@ mod tests {
             prop_assert_eq!(plan.total, wanted.len() as u64);
             let mut seen = vec![0u32; wanted.len()];
             let mut moved = 0u64;
-            for p in &plan.pieces {
+            for p in &plan.columns {
                 prop_assert!(!p.segments.is_empty());
                 prop_assert!(p.segments.iter().all(|s| s.length > 0));
                 prop_assert!(p
@@ -412,7 +416,7 @@ mod tests {
                 prop_assert_eq!(stream.len(), at.len());
                 prop_assert!(at.windows(2).all(|w| w[0] < w[1]), "out of order");
                 for (&piece_offset, &b) in stream.iter().zip(&at) {
-                    let stripe = (piece_offset / unit) * width as u64 + p.piece as u64;
+                    let stripe = (piece_offset / unit) * width as u64 + p.column as u64;
                     let object = stripe * unit + piece_offset % unit;
                     prop_assert_eq!(object, wanted[b as usize]);
                     seen[b as usize] += 1;
@@ -438,7 +442,7 @@ mod tests {
             let plan = StripePlan::new(&l, &Pattern::Segments(&list), u64::MAX).unwrap();
             let buffer: Vec<u8> = (0..plan.total).map(|i| (i % 251) as u8).collect();
             let mut back = vec![0u8; buffer.len()];
-            for p in &plan.pieces {
+            for p in &plan.columns {
                 let data = p.gather(&buffer);
                 prop_assert_eq!(data.len() as u64, p.len());
                 p.scatter(&data, &mut back);

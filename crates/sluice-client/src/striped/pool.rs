@@ -9,6 +9,9 @@
 //! connection failed is dropped, and the next use connects again.
 
 use std::collections::HashMap;
+use std::time::Instant;
+
+use super::replicas::SHUNNED_FOR;
 
 use crate::net::uri::ObjUri;
 use crate::obj::ObjError;
@@ -27,6 +30,9 @@ pub(crate) struct Endpoint {
 pub(crate) struct Pool {
     options: ObjOptions,
     open: HashMap<Endpoint, ObjClient>,
+    /// Servers whose connection failed, and when it last did; a good
+    /// answer forgets it.
+    failed: HashMap<String, Instant>,
 }
 
 fn connect(endpoint: &Endpoint, options: &ObjOptions) -> Result<ObjClient, ObjError> {
@@ -103,7 +109,16 @@ impl Pool {
         Self {
             options,
             open: HashMap::new(),
+            failed: HashMap::new(),
         }
+    }
+
+    /// Whether `server`'s connection failed within [`SHUNNED_FOR`] of
+    /// `now`.
+    pub(crate) fn failed_lately(&self, server: &str, now: Instant) -> bool {
+        self.failed
+            .get(server)
+            .is_some_and(|&t| now.saturating_duration_since(t) < SHUNNED_FOR)
     }
 
     /// Runs `work` for every job, the jobs of each endpoint in order on
@@ -150,9 +165,16 @@ impl Pool {
         });
         let mut out: Vec<Option<Result<T, ObjError>>> =
             std::iter::repeat_with(|| None).take(jobs.len()).collect();
+        let now = Instant::now();
         for f in finished {
-            if let Some(c) = f.client {
-                self.open.insert(f.endpoint, c);
+            match f.client {
+                Some(c) => {
+                    self.failed.remove(&f.endpoint.server);
+                    self.open.insert(f.endpoint, c);
+                }
+                None => {
+                    self.failed.insert(f.endpoint.server.clone(), now);
+                }
             }
             for (i, r) in f.results {
                 out[i] = Some(r);

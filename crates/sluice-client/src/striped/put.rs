@@ -25,6 +25,7 @@ use sluice_meta::{Entry, EntryState, MetaError, PendingChange, Update};
 use super::client::{
     meta_error, CreateStep, RemoveStep, StripedClient, StripedError, StripedObject,
 };
+use super::create::Shape;
 
 /// Where a put's [`complete_put_until`](StripedClient::complete_put_until)
 /// stops (all of it: [`PutStep::Done`]). Stopping earlier leaves what a
@@ -45,22 +46,16 @@ pub enum PutStep {
 const TRIES: usize = 16;
 
 impl StripedClient {
-    /// Begins a put of `name` with `stripe_unit` bytes per stripe unit
-    /// over `servers` object servers: a new object, or a new version of
+    /// Begins a put of `name` in `shape`: a new object, or a new version of
     /// an existing one (ready, or left `Writing` by a put that did not
     /// finish) that replaces it when [`complete_put`](Self::complete_put)
     /// succeeds. Until then nobody else sees any of it.
-    pub fn begin_put(
-        &mut self,
-        name: &str,
-        stripe_unit: u64,
-        servers: usize,
-    ) -> Result<StripedObject, StripedError> {
+    pub fn begin_put(&mut self, name: &str, shape: &Shape) -> Result<StripedObject, StripedError> {
         for _ in 0..TRIES {
             let live = match self.meta.lookup(name) {
                 Ok(entry) => entry,
                 Err(MetaError::NotFound { .. }) => {
-                    match self.create_in(name, stripe_unit, servers, CreateStep::Ready, true) {
+                    match self.create_in(name, shape, CreateStep::Ready, true) {
                         // Another client created it first: replace that.
                         Err(StripedError::Meta {
                             source: MetaError::Exists { .. },
@@ -77,7 +72,7 @@ impl StripedClient {
                     state: live.state,
                 });
             }
-            if let Some(object) = self.begin_replace(&live, stripe_unit, servers)? {
+            if let Some(object) = self.begin_replace(&live, shape)? {
                 return Ok(object);
             }
         }
@@ -94,11 +89,10 @@ impl StripedClient {
     fn begin_replace(
         &mut self,
         live: &Entry,
-        stripe_unit: u64,
-        servers: usize,
+        shape: &Shape,
     ) -> Result<Option<StripedObject>, StripedError> {
         let name = live.name.as_str();
-        let layout = self.place_pieces(name, stripe_unit, servers, true)?;
+        let layout = self.place_pieces(name, shape, true)?;
         let pending = Update {
             pending: PendingChange::Set(layout.clone()),
             ..Update::default()

@@ -124,9 +124,19 @@ impl Deployment {
 
     /// Sum of the object write requests server `i` has answered.
     pub(crate) fn writes_on(&self, i: usize) -> u64 {
+        self.requests_on(i, "write")
+    }
+
+    /// Sum of the object read requests server `i` has answered.
+    pub(crate) fn reads_on(&self, i: usize) -> u64 {
+        self.requests_on(i, "read")
+    }
+
+    fn requests_on(&self, i: usize, command: &str) -> u64 {
         let text = self.servers[i].as_ref().unwrap().scrape();
+        let prefix = format!("sluice_obj_requests_total{{command=\"{command}\"");
         text.lines()
-            .filter(|l| l.starts_with("sluice_obj_requests_total{command=\"write\""))
+            .filter(|l| l.starts_with(&prefix))
             .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
             .sum()
     }

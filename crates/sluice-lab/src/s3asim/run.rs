@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use sluice_client::obj::{ObjClient, Segment};
-use sluice_client::striped::StripedClient;
+use sluice_client::striped::{Shape, StripedClient};
 
 use super::servers::{options, ObjectRef, Writer};
 use super::{Mode, Search, Target, FOUR, STRIPE_UNIT, VERIFY_CHUNK};
@@ -40,7 +40,7 @@ pub(super) fn create_object(target: &Target, serial: u64) -> Result<ObjectRef> {
         Target::Striped(meta) => {
             let name = format!("s3asim/result-{}-{serial}", std::process::id());
             StripedClient::new(Arc::clone(meta), options())
-                .create(&name, STRIPE_UNIT, FOUR)
+                .create(&name, &Shape::striped(STRIPE_UNIT, FOUR))
                 .with_context(|| format!("cannot create {name}"))?;
             Ok(ObjectRef::Striped(name))
         }

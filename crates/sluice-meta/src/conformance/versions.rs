@@ -2,12 +2,13 @@
 //! while a put writes it, and the one update that switches to it.
 
 use super::{attrs, layout, ok};
-use crate::{EntryState, Layout, MetaError, MetaStore, PendingChange, Piece, Update};
+use crate::{EntryState, Layout, MetaError, MetaStore, PendingChange, Piece, Redundancy, Update};
 
 /// A layout of one piece on `server`.
 fn on(server: &str, object: u64) -> Layout {
     Layout {
         stripe_unit: 4096,
+        redundancy: Default::default(),
         pieces: vec![Piece {
             server: server.to_owned(),
             partition: 1,
@@ -118,4 +119,101 @@ pub fn a_pending_version_switches_in_one_update(store: &dyn MetaStore) {
     };
     let e = ok(store.update("v", None, &cleared), "clear");
     assert_eq!((e.pending, e.layout), (None, new));
+}
+
+/// `pieces` pieces on the `n` servers `sluice://r-I.test:1` in turn.
+fn spread(n: usize, pieces: usize, redundancy: Redundancy) -> Layout {
+    Layout {
+        stripe_unit: 4096,
+        redundancy,
+        pieces: (0..pieces)
+            .map(|i| Piece {
+                server: format!("sluice://r-{}.test:1", i % n),
+                partition: 1,
+                object: i as u64,
+            })
+            .collect(),
+    }
+}
+
+/// Replicated and erasure-coded layouts are kept as they were given, in
+/// the current and the pending layout; layouts whose pieces do not fit
+/// their redundancy, or whose pieces that stand in for each other share a
+/// server, are refused in creates and in updates.
+pub fn redundancy_is_kept_and_checked(store: &dyn MetaStore) {
+    for i in 0..6 {
+        ok(
+            store.add_server(&format!("sluice://r-{i}.test:1")),
+            "add_server",
+        );
+    }
+    // Copy j of column c on server c + j: four columns of three copies
+    // over six servers.
+    let mut replicated = spread(6, 12, Redundancy::Replicas(3));
+    for (k, p) in replicated.pieces.iter_mut().enumerate() {
+        p.server = format!("sluice://r-{}.test:1", (k / 3 + k % 3) % 6);
+    }
+    let erasure = spread(6, 6, Redundancy::Erasure { data: 4, parity: 2 });
+    let created = ok(store.create("rep", &replicated, &attrs(&[])), "create");
+    assert_eq!(created.layout, replicated);
+    assert_eq!(ok(store.lookup("rep"), "lookup").layout, replicated);
+    let mark = Update {
+        pending: PendingChange::Set(erasure.clone()),
+        ..Update::default()
+    };
+    let marked = ok(store.update("rep", Some(created.revision), &mark), "mark");
+    assert_eq!(marked.pending.as_ref(), Some(&erasure));
+    let switch = Update {
+        layout: Some(erasure.clone()),
+        pending: PendingChange::Clear,
+        ..Update::default()
+    };
+    let switched = ok(
+        store.update("rep", Some(marked.revision), &switch),
+        "switch",
+    );
+    assert_eq!(ok(store.lookup("rep"), "lookup"), switched);
+    assert_eq!(
+        switched.layout.redundancy,
+        Redundancy::Erasure { data: 4, parity: 2 }
+    );
+    let page = ok(store.list("rep", None, 10), "list");
+    assert_eq!(page.entries[0].layout, erasure);
+
+    let bad = [
+        // Not whole columns of copies.
+        spread(6, 5, Redundancy::Replicas(2)),
+        spread(6, 4, Redundancy::Replicas(0)),
+        // Two copies of column 0 on one server.
+        spread(1, 4, Redundancy::Replicas(2)),
+        // The wrong number of pieces for 4+2, parts of 0, a shared server.
+        spread(6, 5, Redundancy::Erasure { data: 4, parity: 2 }),
+        spread(6, 4, Redundancy::Erasure { data: 4, parity: 0 }),
+        spread(5, 6, Redundancy::Erasure { data: 4, parity: 2 }),
+    ];
+    for layout in bad {
+        assert!(
+            matches!(
+                store.create("bad", &layout, &attrs(&[])),
+                Err(MetaError::Invalid { .. })
+            ),
+            "created {layout:?}"
+        );
+        let update = Update {
+            pending: PendingChange::Set(layout.clone()),
+            ..Update::default()
+        };
+        assert!(
+            matches!(
+                store.update("rep", None, &update),
+                Err(MetaError::Invalid { .. })
+            ),
+            "updated to {layout:?}"
+        );
+    }
+    assert!(matches!(
+        store.lookup("bad"),
+        Err(MetaError::NotFound { .. })
+    ));
+    assert_eq!(ok(store.lookup("rep"), "lookup"), switched);
 }

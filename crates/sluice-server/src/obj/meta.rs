@@ -14,10 +14,12 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use sluice_meta::{Entry, EntryState, Layout, MetaError, MetaStore, PendingChange, Piece, Update};
+use sluice_meta::{
+    Entry, EntryState, Layout, MetaError, MetaStore, PendingChange, Piece, Redundancy, Update,
+};
 use sluice_obj_proto::{
-    ErrorCode, MetaEntry, MetaFailure, MetaLayout, MetaPending, MetaPiece, MetaReply, MetaRequest,
-    MetaState,
+    ErrorCode, MetaEntry, MetaFailure, MetaLayout, MetaPending, MetaPiece, MetaRedundancy,
+    MetaReply, MetaRequest, MetaState,
 };
 use sluice_types::error_chain;
 
@@ -204,6 +206,10 @@ fn state_to_wire(s: EntryState) -> MetaState {
 fn from_wire(l: MetaLayout) -> Layout {
     Layout {
         stripe_unit: l.stripe_unit,
+        redundancy: match l.redundancy {
+            MetaRedundancy::Replicas(copies) => Redundancy::Replicas(copies),
+            MetaRedundancy::Erasure { data, parity } => Redundancy::Erasure { data, parity },
+        },
         pieces: l
             .pieces
             .into_iter()
@@ -228,6 +234,10 @@ fn layout_to_wire(l: Layout) -> MetaLayout {
                 object: p.object,
             })
             .collect(),
+        redundancy: match l.redundancy {
+            Redundancy::Replicas(copies) => MetaRedundancy::Replicas(copies),
+            Redundancy::Erasure { data, parity } => MetaRedundancy::Erasure { data, parity },
+        },
     }
 }
 
