@@ -14,22 +14,22 @@ use crate::harness::{
     random_bytes, scrape, sluice, tempdir, Cmd, CmdOutput, Server, ServerBuilder,
 };
 
-const ACCESS: &str = "SLUICETESTKEY";
-const SECRET: &str = "sluice-test-secret-0123456789";
+pub(crate) const ACCESS: &str = "SLUICETESTKEY";
+pub(crate) const SECRET: &str = "sluice-test-secret-0123456789";
 
 /// A single-host deployment with S3 on, and its directory.
-struct S3Server {
-    server: Server,
-    dir: TempDir,
+pub(crate) struct S3Server {
+    pub(crate) server: Server,
+    pub(crate) dir: TempDir,
     https: bool,
 }
 
-fn start() -> S3Server {
+pub(crate) fn start() -> S3Server {
     start_with(&[])
 }
 
 /// [`start`] with more `sluice serve` arguments.
-fn start_with(args: &[&str]) -> S3Server {
+pub(crate) fn start_with(args: &[&str]) -> S3Server {
     let dir = tempdir();
     let keys = dir.path().join("s3-keys");
     std::fs::write(&keys, format!("# test key\n{ACCESS} {SECRET}\n")).expect("write the key file");
@@ -50,7 +50,7 @@ fn start_with(args: &[&str]) -> S3Server {
 }
 
 impl S3Server {
-    fn endpoint(&self) -> String {
+    pub(crate) fn endpoint(&self) -> String {
         let scheme = if self.https { "https" } else { "http" };
         format!("{scheme}://{}", self.server.s3.expect("started with s3()"))
     }
@@ -154,6 +154,35 @@ fn boto3_put_over_an_existing_key_replaces_it() {
     boto3("overwrite");
 }
 
+#[test]
+fn boto3_upload_part_copy_whole_and_ranged() {
+    boto3("part_copy");
+}
+
+/// Malformed XML, oversized headers and lists, unknown operations and
+/// bytes that are not HTTP get errors; the server neither panics nor
+/// stops serving (the group ends with requests that must succeed).
+#[test]
+fn bad_input_gets_s3_errors_and_the_server_keeps_serving() {
+    let Some(python) = sluice_testkit::programs::python_with("boto3") else {
+        return;
+    };
+    let mut s3 = start();
+    let out = s3
+        .env(Cmd::new(&python))
+        .arg(suite())
+        .arg("bad_input")
+        .output();
+    let log = s3.server.stderr_log();
+    assert!(
+        out.code() == Some(0) && out.stdout().contains("ok bad_input"),
+        "{}\n--- server log ---\n{log}",
+        out.describe()
+    );
+    assert!(!log.contains("panicked"), "the server panicked:\n{log}");
+    assert!(s3.server.try_wait().is_none(), "the server exited:\n{log}");
+}
+
 /// Every request is in the access log with its operation and status,
 /// and counted in the metrics per operation.
 #[test]
@@ -195,7 +224,7 @@ fn requests_are_access_logged_and_counted() {
     }
 }
 
-fn aws(s3: &S3Server, args: &[&str]) -> CmdOutput {
+pub(crate) fn aws(s3: &S3Server, args: &[&str]) -> CmdOutput {
     let aws = sluice_testkit::programs::program("/usr/bin/aws");
     let home = s3.dir.path().join("aws-home");
     std::fs::create_dir_all(&home).expect("aws home");
@@ -251,10 +280,10 @@ fn aws_cli_round_trip() {
         std::fs::read(&down).expect("read the download") == data,
         "downloaded bytes differ"
     );
-    // Above aws-cli's 8 MiB threshold: a multipart upload, and a ranged
-    // download in parts.
+    // 100 MiB, far above aws-cli's 8 MiB threshold: a multipart upload
+    // of 13 parts, and a ranged download in parts.
     let big = s3.dir.path().join("big.bin");
-    let big_data = random_bytes(8, 21 << 20);
+    let big_data = random_bytes(8, 100 << 20);
     std::fs::write(&big, &big_data).expect("write the big file");
     ok(&["s3", "cp", &big.display().to_string(), "s3://cli/big.bin"]);
     let big_down = s3.dir.path().join("big-down.bin");
@@ -268,11 +297,138 @@ fn aws_cli_round_trip() {
         std::fs::read(&big_down).expect("read") == big_data,
         "the big download differs"
     );
+    let head = ok(&["s3api", "head-object", "--bucket", "cli", "--key", "big.bin"]).stdout();
+    assert!(head.contains("-13\\\""), "not 13 parts: {head}");
     ok(&["s3", "rm", "s3://cli/dir/up.bin"]);
     let listed = ok(&["s3", "ls", "s3://cli/"]).stdout();
     assert!(
         !listed.contains("up.bin") && listed.contains("other.bin"),
         "{listed}"
+    );
+    // A presigned URL works with a client that knows nothing of S3
+    // (curl), and one with a changed signature does not.
+    let url = ok(&["s3", "presign", "s3://cli/other.bin", "--expires-in", "300"]).stdout();
+    let url = url.trim();
+    let curl = sluice_testkit::programs::program("curl");
+    let fetched = s3.dir.path().join("presigned.bin");
+    Cmd::new(&curl)
+        .args(["--silent", "--show-error", "--fail", "--output"])
+        .arg(&fetched)
+        .arg(url)
+        .run();
+    assert!(
+        std::fs::read(&fetched).expect("read") == data,
+        "the presigned download differs"
+    );
+    let (head, sig) = url.rsplit_once("X-Amz-Signature=").expect("a SigV4 presigned URL");
+    let flipped = if sig.starts_with('0') { "1" } else { "0" };
+    let forged = format!("{head}X-Amz-Signature={flipped}{}", &sig[1..]);
+    let out = Cmd::new(&curl)
+        .args(["--silent", "--output", "/dev/null", "--write-out", "%{http_code}"])
+        .arg(&forged)
+        .output();
+    assert_eq!(out.stdout(), "403", "a forged presigned URL: {}", out.describe());
+}
+
+/// aws s3 sync: a tree up, changes (one file changed, one added, one
+/// removed) synced with --delete move only what changed, and the tree
+/// down again is the same.
+#[test]
+fn aws_cli_sync_up_and_down() {
+    if sluice_testkit::programs::program_or_skip("/usr/bin/aws").is_none() {
+        return;
+    }
+    let s3 = start();
+    let ok = |args: &[&str]| {
+        let out = aws(&s3, args);
+        assert_eq!(
+            out.code(),
+            Some(0),
+            "aws {args:?}: {}\n--- server log ---\n{}",
+            out.describe(),
+            s3.server.stderr_log()
+        );
+        out.stdout()
+    };
+    ok(&["s3", "mb", "s3://sync"]);
+    let up = s3.dir.path().join("up");
+    let files = [("a.txt", 10), ("b/c.bin", 70_000), ("b/d/e.bin", 9 << 20), ("gone.txt", 5)];
+    for (i, (name, size)) in files.iter().enumerate() {
+        let path = up.join(name);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&path, random_bytes(40 + i as u64, *size)).expect("write");
+    }
+    let up_s = up.display().to_string();
+    let first = ok(&["s3", "sync", &up_s, "s3://sync/tree/"]);
+    assert_eq!(first.matches("upload:").count(), 4, "{first}");
+    let listed = ok(&["s3", "ls", "--recursive", "s3://sync/tree/"]);
+    assert_eq!(listed.lines().count(), 4, "{listed}");
+    let again = ok(&["s3", "sync", &up_s, "s3://sync/tree/"]);
+    assert!(!again.contains("upload:"), "nothing changed, yet: {again}");
+    std::fs::write(up.join("b/c.bin"), random_bytes(50, 70_001)).expect("change");
+    std::fs::write(up.join("new.txt"), b"new").expect("add");
+    std::fs::remove_file(up.join("gone.txt")).expect("remove");
+    let second = ok(&["s3", "sync", "--delete", &up_s, "s3://sync/tree/"]);
+    let mut moved: Vec<&str> = second
+        .lines()
+        .filter_map(|l| l.split_once(": ").map(|(verb, _)| verb))
+        .collect();
+    moved.sort_unstable();
+    assert_eq!(moved, ["delete", "upload", "upload"], "{second}");
+    assert!(second.contains("b/c.bin") && second.contains("new.txt") && second.contains("gone.txt"), "{second}");
+    let down = s3.dir.path().join("down");
+    ok(&["s3", "sync", "s3://sync/tree/", &down.display().to_string()]);
+    for name in ["a.txt", "b/c.bin", "b/d/e.bin", "new.txt"] {
+        assert!(
+            std::fs::read(up.join(name)).expect("read up") == std::fs::read(down.join(name)).expect("read down"),
+            "{name} differs after the sync down"
+        );
+    }
+    assert!(!down.join("gone.txt").exists(), "a deleted key came down");
+}
+
+/// `--s3-domain s3.test`: a request to `BUCKET.s3.test` (curl, signing
+/// with SigV4 itself, its name resolved to the server with --resolve)
+/// addresses bucket BUCKET; path-style requests still work beside it.
+#[test]
+fn virtual_host_style_requests_name_the_bucket_in_the_host() {
+    if sluice_testkit::programs::program_or_skip("/usr/bin/aws").is_none() {
+        return;
+    }
+    let curl = sluice_testkit::programs::program("curl");
+    let s3 = start_with(&["--s3-domain", "s3.test"]);
+    let port = s3.server.s3.expect("s3").port();
+    aws(&s3, &["s3", "mb", "s3://vhost"]).assert_success();
+    let vcurl = |path: &str| {
+        Cmd::new(&curl)
+            .args(["--silent", "--show-error", "--fail"])
+            .args(["--aws-sigv4", "aws:amz:us-east-1:s3"])
+            .args(["--user", &format!("{ACCESS}:{SECRET}")])
+            // curl 7.88 signs the payload only when told its hash.
+            .args(["--header", "x-amz-content-sha256: UNSIGNED-PAYLOAD"])
+            .args(["--resolve", &format!("vhost.s3.test:{port}:127.0.0.1")])
+            .arg(format!("http://vhost.s3.test:{port}{path}"))
+    };
+    let body = s3.dir.path().join("body");
+    let data = random_bytes(60, 300_000);
+    std::fs::write(&body, &data).expect("write");
+    vcurl("/dir/through-host")
+        .args(["--upload-file"])
+        .arg(&body)
+        .run();
+    let down = s3.dir.path().join("down");
+    aws(&s3, &["s3", "cp", "s3://vhost/dir/through-host", &down.display().to_string()])
+        .assert_success();
+    assert!(std::fs::read(&down).expect("read") == data, "put by virtual host, read by path differs");
+    let got = s3.dir.path().join("got");
+    vcurl("/dir/through-host").arg("--output").arg(&got).run();
+    assert!(std::fs::read(&got).expect("read") == data, "read by virtual host differs");
+    let listed = vcurl("/?list-type=2&prefix=dir%2F").run().stdout();
+    assert!(listed.contains("<Key>dir/through-host</Key>"), "{listed}");
+    let log = s3.server.wait_for_log("op=\"ListObjectsV2\"");
+    assert!(
+        log.contains("op=\"PutObject\" bucket=\"vhost\" key=\"dir/through-host\""),
+        "the access log does not name the virtual host's bucket:\n{log}"
     );
 }
 
