@@ -225,8 +225,13 @@ fn requests_are_access_logged_and_counted() {
 }
 
 pub(crate) fn aws(s3: &S3Server, args: &[&str]) -> CmdOutput {
+    aws_at(&s3.endpoint(), s3.dir.path(), args)
+}
+
+/// aws-cli against `endpoint`, its home under `dir`.
+fn aws_at(endpoint: &str, dir: &Path, args: &[&str]) -> CmdOutput {
     let aws = sluice_testkit::programs::program("/usr/bin/aws");
-    let home = s3.dir.path().join("aws-home");
+    let home = dir.join("aws-home");
     std::fs::create_dir_all(&home).expect("aws home");
     Cmd::new(aws)
         .env("HOME", home.display().to_string())
@@ -234,9 +239,98 @@ pub(crate) fn aws(s3: &S3Server, args: &[&str]) -> CmdOutput {
         .env("AWS_SECRET_ACCESS_KEY", SECRET)
         .env("AWS_DEFAULT_REGION", "us-east-1")
         .env("AWS_EC2_METADATA_DISABLED", "true")
-        .args(["--endpoint-url", &s3.endpoint()])
+        .args(["--endpoint-url", endpoint])
         .args(args)
         .output()
+}
+
+/// The packaged config (contrib/sluice.toml) with its S3 lines
+/// uncommented, its addresses made port 0 and its paths the test's,
+/// starts the endpoint; `--print-uri` prints its URL, which aws-cli then
+/// uses.
+#[test]
+fn packaged_config_starts_the_endpoint_and_print_uri_shows_it() {
+    use std::io::BufRead;
+    if sluice_testkit::programs::program_or_skip("/usr/bin/aws").is_none() {
+        return;
+    }
+    let dir = tempdir();
+    let d = dir.path().display().to_string();
+    let packaged =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("contrib/sluice.toml"))
+            .expect("read contrib/sluice.toml");
+    let mut config = String::new();
+    for line in packaged.lines() {
+        let line = match line.strip_prefix("# ") {
+            Some(l) if l.starts_with("meta =") || l == "[s3]" || l.starts_with("listen = \"") => l,
+            Some(l) if l.starts_with("key_file =") => "key_file = \"s3-keys\"",
+            _ => line,
+        };
+        let line = line
+            .replace(":10809", ":0")
+            .replace(":10810", ":0")
+            .replace(":10811", ":0")
+            .replace(":9109", ":0")
+            .replace("/run/sluice/", &format!("{d}/"))
+            .replace("size=10G", "size=16M");
+        config.push_str(&line);
+        config.push('\n');
+    }
+    assert!(
+        config.contains("\n[s3]\n") && config.contains("\nmeta = \"meta\"\n"),
+        "{config}"
+    );
+    let path = dir.path().join("sluice.toml");
+    std::fs::write(&path, &config).expect("write the config");
+    let keys = dir.path().join("s3-keys");
+    std::fs::write(&keys, format!("{ACCESS} {SECRET}\n")).expect("write the keys");
+    std::fs::set_permissions(&keys, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .current_dir(dir.path())
+        .args(["serve", "--print-uri", "--config"])
+        .arg(&path)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::from(
+            std::fs::File::create(dir.path().join("stderr")).expect("log"),
+        ))
+        .spawn()
+        .expect("start sluice");
+    let stdout = child.stdout.take().expect("piped");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = tx.send(line);
+        }
+    });
+    let mut lines = Vec::new();
+    let url = loop {
+        match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+            Ok(l) if l.starts_with("http://") => break l,
+            Ok(l) => lines.push(l),
+            Err(e) => {
+                let _ = child.kill();
+                panic!(
+                    "no http:// URI ({e}) after {lines:?}; log:\n{}",
+                    std::fs::read_to_string(dir.path().join("stderr")).unwrap_or_default()
+                );
+            }
+        }
+    };
+    let listening = lines
+        .iter()
+        .find_map(|l| l.strip_prefix("s3 listening on "))
+        .unwrap_or_else(|| panic!("no s3 listening line in {lines:?}"));
+    assert_eq!(url, format!("http://{listening}"));
+    let mb = aws_at(&url, dir.path(), &["s3", "mb", "s3://from-config"]);
+    let ls = aws_at(&url, dir.path(), &["s3", "ls"]);
+    let _ = child.kill();
+    let _ = child.wait();
+    mb.assert_success();
+    assert!(ls.stdout().contains("from-config"), "{}", ls.describe());
 }
 
 /// aws-cli: mb, cp up and down, ls with a prefix, rm.
@@ -297,7 +391,15 @@ fn aws_cli_round_trip() {
         std::fs::read(&big_down).expect("read") == big_data,
         "the big download differs"
     );
-    let head = ok(&["s3api", "head-object", "--bucket", "cli", "--key", "big.bin"]).stdout();
+    let head = ok(&[
+        "s3api",
+        "head-object",
+        "--bucket",
+        "cli",
+        "--key",
+        "big.bin",
+    ])
+    .stdout();
     assert!(head.contains("-13\\\""), "not 13 parts: {head}");
     ok(&["s3", "rm", "s3://cli/dir/up.bin"]);
     let listed = ok(&["s3", "ls", "s3://cli/"]).stdout();
@@ -320,14 +422,27 @@ fn aws_cli_round_trip() {
         std::fs::read(&fetched).expect("read") == data,
         "the presigned download differs"
     );
-    let (head, sig) = url.rsplit_once("X-Amz-Signature=").expect("a SigV4 presigned URL");
+    let (head, sig) = url
+        .rsplit_once("X-Amz-Signature=")
+        .expect("a SigV4 presigned URL");
     let flipped = if sig.starts_with('0') { "1" } else { "0" };
     let forged = format!("{head}X-Amz-Signature={flipped}{}", &sig[1..]);
     let out = Cmd::new(&curl)
-        .args(["--silent", "--output", "/dev/null", "--write-out", "%{http_code}"])
+        .args([
+            "--silent",
+            "--output",
+            "/dev/null",
+            "--write-out",
+            "%{http_code}",
+        ])
         .arg(&forged)
         .output();
-    assert_eq!(out.stdout(), "403", "a forged presigned URL: {}", out.describe());
+    assert_eq!(
+        out.stdout(),
+        "403",
+        "a forged presigned URL: {}",
+        out.describe()
+    );
 }
 
 /// aws s3 sync: a tree up, changes (one file changed, one added, one
@@ -352,35 +467,57 @@ fn aws_cli_sync_up_and_down() {
     };
     ok(&["s3", "mb", "s3://sync"]);
     let up = s3.dir.path().join("up");
-    let files = [("a.txt", 10), ("b/c.bin", 70_000), ("b/d/e.bin", 9 << 20), ("gone.txt", 5)];
+    let files = [
+        ("a.txt", 10),
+        ("b/c.bin", 70_000),
+        ("b/d/e.bin", 9 << 20),
+        ("gone.txt", 5),
+    ];
     for (i, (name, size)) in files.iter().enumerate() {
         let path = up.join(name);
         std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
         std::fs::write(&path, random_bytes(40 + i as u64, *size)).expect("write");
     }
     let up_s = up.display().to_string();
-    let first = ok(&["s3", "sync", &up_s, "s3://sync/tree/"]);
+    let first = ok(&["s3", "sync", "--no-progress", &up_s, "s3://sync/tree/"]);
     assert_eq!(first.matches("upload:").count(), 4, "{first}");
     let listed = ok(&["s3", "ls", "--recursive", "s3://sync/tree/"]);
     assert_eq!(listed.lines().count(), 4, "{listed}");
-    let again = ok(&["s3", "sync", &up_s, "s3://sync/tree/"]);
+    let again = ok(&["s3", "sync", "--no-progress", &up_s, "s3://sync/tree/"]);
     assert!(!again.contains("upload:"), "nothing changed, yet: {again}");
     std::fs::write(up.join("b/c.bin"), random_bytes(50, 70_001)).expect("change");
     std::fs::write(up.join("new.txt"), b"new").expect("add");
     std::fs::remove_file(up.join("gone.txt")).expect("remove");
-    let second = ok(&["s3", "sync", "--delete", &up_s, "s3://sync/tree/"]);
+    let second = ok(&[
+        "s3",
+        "sync",
+        "--no-progress",
+        "--delete",
+        &up_s,
+        "s3://sync/tree/",
+    ]);
     let mut moved: Vec<&str> = second
         .lines()
         .filter_map(|l| l.split_once(": ").map(|(verb, _)| verb))
         .collect();
     moved.sort_unstable();
     assert_eq!(moved, ["delete", "upload", "upload"], "{second}");
-    assert!(second.contains("b/c.bin") && second.contains("new.txt") && second.contains("gone.txt"), "{second}");
+    assert!(
+        second.contains("b/c.bin") && second.contains("new.txt") && second.contains("gone.txt"),
+        "{second}"
+    );
     let down = s3.dir.path().join("down");
-    ok(&["s3", "sync", "s3://sync/tree/", &down.display().to_string()]);
+    ok(&[
+        "s3",
+        "sync",
+        "--no-progress",
+        "s3://sync/tree/",
+        &down.display().to_string(),
+    ]);
     for name in ["a.txt", "b/c.bin", "b/d/e.bin", "new.txt"] {
         assert!(
-            std::fs::read(up.join(name)).expect("read up") == std::fs::read(down.join(name)).expect("read down"),
+            std::fs::read(up.join(name)).expect("read up")
+                == std::fs::read(down.join(name)).expect("read down"),
             "{name} differs after the sync down"
         );
     }
@@ -417,12 +554,26 @@ fn virtual_host_style_requests_name_the_bucket_in_the_host() {
         .arg(&body)
         .run();
     let down = s3.dir.path().join("down");
-    aws(&s3, &["s3", "cp", "s3://vhost/dir/through-host", &down.display().to_string()])
-        .assert_success();
-    assert!(std::fs::read(&down).expect("read") == data, "put by virtual host, read by path differs");
+    aws(
+        &s3,
+        &[
+            "s3",
+            "cp",
+            "s3://vhost/dir/through-host",
+            &down.display().to_string(),
+        ],
+    )
+    .assert_success();
+    assert!(
+        std::fs::read(&down).expect("read") == data,
+        "put by virtual host, read by path differs"
+    );
     let got = s3.dir.path().join("got");
     vcurl("/dir/through-host").arg("--output").arg(&got).run();
-    assert!(std::fs::read(&got).expect("read") == data, "read by virtual host differs");
+    assert!(
+        std::fs::read(&got).expect("read") == data,
+        "read by virtual host differs"
+    );
     let listed = vcurl("/?list-type=2&prefix=dir%2F").run().stdout();
     assert!(listed.contains("<Key>dir/through-host</Key>"), "{listed}");
     let log = s3.server.wait_for_log("op=\"ListObjectsV2\"");

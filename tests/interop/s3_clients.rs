@@ -113,7 +113,10 @@ fn rclone_copies_a_tree_in_and_out_and_check_agrees() {
     let src_s = src.display().to_string();
     ok(&s3, rclone(&s3, &bin).args(["mkdir", "sluice:tree"]));
     ok(&s3, rclone(&s3, &bin).args(["copy", &src_s, "sluice:tree"]));
-    ok(&s3, rclone(&s3, &bin).args(["check", &src_s, "sluice:tree"]));
+    ok(
+        &s3,
+        rclone(&s3, &bin).args(["check", &src_s, "sluice:tree"]),
+    );
     let listed = ok(&s3, rclone(&s3, &bin).args(["lsf", "-R", "sluice:tree"])).stdout();
     for (name, _) in &tree {
         let name = name.display().to_string();
@@ -137,9 +140,15 @@ fn rclone_copies_a_tree_in_and_out_and_check_agrees() {
     assert!(head.stdout().contains("-3\\\""), "{}", head.describe());
     let down = s3.dir.path().join("down");
     let down_s = down.display().to_string();
-    ok(&s3, rclone(&s3, &bin).args(["copy", "sluice:tree", &down_s]));
+    ok(
+        &s3,
+        rclone(&s3, &bin).args(["copy", "sluice:tree", &down_s]),
+    );
     assert_same_tree(&tree, &down);
-    ok(&s3, rclone(&s3, &bin).args(["check", "sluice:tree", &down_s]));
+    ok(
+        &s3,
+        rclone(&s3, &bin).args(["check", "sluice:tree", &down_s]),
+    );
     // A server-side copy in parts, then its bytes checked.
     ok(
         &s3,
@@ -258,8 +267,15 @@ fn s3cmd_put_get_ls_del() {
             "s3cmd get of {key} differs"
         );
     }
-    ok(&s3, s3cmd(&s3, &bin).args(["del", "s3://cmd/dir/small.bin"]));
-    let after = ok(&s3, s3cmd(&s3, &bin).args(["ls", "--recursive", "s3://cmd/"])).stdout();
+    ok(
+        &s3,
+        s3cmd(&s3, &bin).args(["del", "s3://cmd/dir/small.bin"]),
+    );
+    let after = ok(
+        &s3,
+        s3cmd(&s3, &bin).args(["ls", "--recursive", "s3://cmd/"]),
+    )
+    .stdout();
     assert!(
         !after.contains("small.bin") && after.contains("big.bin"),
         "{after}"
@@ -318,7 +334,9 @@ impl S3fsMount {
             .env("HOME", s3.dir.path())
             .stdin(Stdio::null())
             .stdout(Stdio::from(std::fs::File::create(&log).expect("log")))
-            .stderr(Stdio::from(std::fs::File::create(log.with_extension("err")).expect("log")))
+            .stderr(Stdio::from(
+                std::fs::File::create(log.with_extension("err")).expect("log"),
+            ))
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
         let mut mount = Self {
@@ -335,7 +353,11 @@ impl S3fsMount {
                     s3.server.stderr_log()
                 );
             }
-            assert!(Instant::now() < deadline, "s3fs never mounted {}", dir.display());
+            assert!(
+                Instant::now() < deadline,
+                "s3fs never mounted {}",
+                dir.display()
+            );
             std::thread::sleep(Duration::from_millis(20));
         }
         mount
@@ -383,8 +405,16 @@ fn s3fs_mount_file_workload() {
     let seeded = random_bytes(30, 5000);
     let seed_file = s3.dir.path().join("seed");
     std::fs::write(&seed_file, &seeded).expect("write");
-    aws(&s3, &["s3", "cp", &seed_file.display().to_string(), "s3://mounted/from-s3.bin"])
-        .assert_success();
+    aws(
+        &s3,
+        &[
+            "s3",
+            "cp",
+            &seed_file.display().to_string(),
+            "s3://mounted/from-s3.bin",
+        ],
+    )
+    .assert_success();
     let mnt = s3.dir.path().join("mnt");
     let mount = S3fsMount::mount(&s3, &bin, "mounted", &mnt);
     // An object put through S3 is a file.
@@ -426,8 +456,20 @@ fn s3fs_mount_file_workload() {
         assert!(!keys.contains(&gone), "S3 still has {gone}: {keys:?}");
     }
     let got = s3.dir.path().join("got");
-    aws(&s3, &["s3", "cp", "s3://mounted/sub/c.bin", &got.display().to_string()]).assert_success();
-    assert!(std::fs::read(&got).expect("read") == c, "sub/c.bin through S3 differs");
+    aws(
+        &s3,
+        &[
+            "s3",
+            "cp",
+            "s3://mounted/sub/c.bin",
+            &got.display().to_string(),
+        ],
+    )
+    .assert_success();
+    assert!(
+        std::fs::read(&got).expect("read") == c,
+        "sub/c.bin through S3 differs"
+    );
     drop(mount);
     assert!(!mounted(&mnt), "{} is still mounted", mnt.display());
 }

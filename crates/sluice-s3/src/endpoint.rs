@@ -308,7 +308,13 @@ async fn connection(stream: tokio::net::TcpStream, peer: SocketAddr, served: Ser
         ..
     } = served;
     let logged = hyper::service::service_fn(move |req| {
-        logged_call(service.clone(), Arc::clone(&metrics), domain.clone(), peer, req)
+        logged_call(
+            service.clone(),
+            Arc::clone(&metrics),
+            domain.clone(),
+            peer,
+            req,
+        )
     });
     let conn = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     let served = match tls {
@@ -401,10 +407,30 @@ fn bucket_and_key(path: &str) -> (&str, &str) {
 /// them are logged and counted as `Other`, not as the plain operation
 /// of the same method and path.
 const UNSUPPORTED: [&str; 24] = [
-    "accelerate", "acl", "analytics", "cors", "encryption", "intelligent-tiering",
-    "inventory", "legal-hold", "lifecycle", "logging", "metrics", "notification",
-    "object-lock", "ownershipControls", "policy", "publicAccessBlock", "replication",
-    "requestPayment", "restore", "retention", "select", "tagging", "torrent", "versioning",
+    "accelerate",
+    "acl",
+    "analytics",
+    "cors",
+    "encryption",
+    "intelligent-tiering",
+    "inventory",
+    "legal-hold",
+    "lifecycle",
+    "logging",
+    "metrics",
+    "notification",
+    "object-lock",
+    "ownershipControls",
+    "policy",
+    "publicAccessBlock",
+    "replication",
+    "requestPayment",
+    "restore",
+    "retention",
+    "select",
+    "tagging",
+    "torrent",
+    "versioning",
 ];
 
 /// The S3 operation a path-style request names, as S3 routes it (for

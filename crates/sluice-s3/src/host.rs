@@ -26,7 +26,10 @@ impl Domain {
         let name = domain.trim_end_matches('.').to_ascii_lowercase();
         let valid = !name.is_empty()
             && name.split('.').all(|label| {
-                !label.is_empty() && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                !label.is_empty()
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
             });
         if !valid {
             return Err(DomainError {
@@ -68,7 +71,10 @@ mod tests {
         let d = Domain::new("S3.Example.com.").expect("valid");
         assert_eq!(d.bucket("photos.s3.example.com"), Some("photos"));
         assert_eq!(d.bucket("photos.s3.example.com:10811"), Some("photos"));
-        assert_eq!(d.bucket("my.dotted.bucket.S3.EXAMPLE.com"), Some("my.dotted.bucket"));
+        assert_eq!(
+            d.bucket("my.dotted.bucket.S3.EXAMPLE.com"),
+            Some("my.dotted.bucket")
+        );
         assert_eq!(d.bucket("s3.example.com:10811"), None);
         assert_eq!(d.bucket("s3.example.com"), None);
         assert_eq!(d.bucket(".s3.example.com"), None);
