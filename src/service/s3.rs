@@ -19,7 +19,7 @@ use sluice_server::{S3Config, Server, ServerConfig, TlsConfig, TlsMode};
 use crate::meta_cmd::store::{cli_options, open_meta_store};
 use crate::UsageError;
 
-/// `--s3`, `--s3-key-file`, `--s3-meta`.
+/// `--s3`, `--s3-key-file`, `--s3-meta`, `--s3-domain`.
 #[derive(Debug, Default, Args)]
 pub(crate) struct S3Args {
     /// Serve the S3 API on HOST:PORT (port 10811 is sluice's default:
@@ -35,6 +35,10 @@ pub(crate) struct S3Args {
     /// takes it (default: this server's --meta).
     #[arg(long, value_name = "URI")]
     s3_meta: Option<String>,
+    /// Also serve virtual-host-style requests: a Host of BUCKET.DOMAIN
+    /// names bucket BUCKET (the names must resolve to this server).
+    #[arg(long, value_name = "DOMAIN")]
+    s3_domain: Option<String>,
 }
 
 impl S3Args {
@@ -51,10 +55,17 @@ impl S3Args {
                 if let Some(m) = self.s3_meta {
                     s3.meta = Some(m);
                 }
+                if let Some(d) = self.s3_domain {
+                    s3.domain = Some(d);
+                }
             }
-            None if self.s3_key_file.is_some() || self.s3_meta.is_some() => {
+            None if self.s3_key_file.is_some()
+                || self.s3_meta.is_some()
+                || self.s3_domain.is_some() =>
+            {
                 return Err(UsageError(
-                    "--s3-key-file and --s3-meta configure the S3 endpoint; add --s3 ADDR".into(),
+                    "--s3-key-file, --s3-meta and --s3-domain configure the S3 endpoint; add --s3 ADDR"
+                        .into(),
                 )
                 .into())
             }
@@ -156,6 +167,7 @@ pub(crate) fn bind(
         objects: cli_options(),
         tls: credentials,
         plain_too: tls.mode == TlsMode::On,
+        domain: config.domain.clone(),
         ..S3Options::default()
     };
     let meta = meta(config, server, tls)?;

@@ -701,7 +701,7 @@ impl Server {
             .unwrap_or_else(|e| panic!("kill({}, {sig:?}) failed: {e}", self.pid()));
     }
 
-    fn try_wait(&mut self) -> Option<ExitStatus> {
+    pub(crate) fn try_wait(&mut self) -> Option<ExitStatus> {
         self.child
             .as_mut()
             .and_then(|c| c.try_wait().expect("try_wait on server"))

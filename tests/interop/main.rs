@@ -36,6 +36,7 @@ mod raid_dead;
 mod raw_protocol;
 mod reconnect;
 mod s3;
+mod s3_clients;
 mod safety;
 mod service;
 mod shutdown;

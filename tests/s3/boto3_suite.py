@@ -363,9 +363,153 @@ def overwrite(s3):
     eq([o["Key"] for o in s3.list_objects_v2(Bucket="owr")["Contents"]], ["k"], "one key listed")
 
 
+def part_copy(s3):
+    """UploadPartCopy: a whole object, and a byte range of one, as parts."""
+    s3.create_bucket(Bucket="pcopy")
+    src = os.urandom((7 << 20) + 5)
+    src_etag = s3.put_object(Bucket="pcopy", Key="src", Body=src)["ETag"]
+    uid = s3.create_multipart_upload(Bucket="pcopy", Key="joined")["UploadId"]
+    whole = s3.upload_part_copy(Bucket="pcopy", Key="joined", UploadId=uid, PartNumber=1,
+                                CopySource={"Bucket": "pcopy", "Key": "src"})
+    eq(whole["CopyPartResult"]["ETag"], f'"{hashlib.md5(src).hexdigest()}"', "etag of a whole copied part")
+    ranged = s3.upload_part_copy(Bucket="pcopy", Key="joined", UploadId=uid, PartNumber=2,
+                                 CopySource="pcopy/src", CopySourceRange=f"bytes=1000-{(5 << 20) + 999}",
+                                 CopySourceIfMatch=src_etag)
+    middle = src[1000:(5 << 20) + 1000]
+    eq(ranged["CopyPartResult"]["ETag"], f'"{hashlib.md5(middle).hexdigest()}"', "etag of a ranged part")
+    tail = s3.upload_part_copy(Bucket="pcopy", Key="joined", UploadId=uid, PartNumber=3,
+                               CopySource="pcopy/src", CopySourceRange="bytes=0-0")
+    eq(tail["CopyPartResult"]["ETag"], f'"{hashlib.md5(src[:1]).hexdigest()}"', "a one-byte range")
+    parts = s3.list_parts(Bucket="pcopy", Key="joined", UploadId=uid)["Parts"]
+    eq([(p["PartNumber"], p["Size"]) for p in parts], [(1, len(src)), (2, 5 << 20), (3, 1)], "copied parts listed")
+    etags = [whole["CopyPartResult"]["ETag"], ranged["CopyPartResult"]["ETag"], tail["CopyPartResult"]["ETag"]]
+    s3.complete_multipart_upload(Bucket="pcopy", Key="joined", UploadId=uid, MultipartUpload={
+        "Parts": [{"PartNumber": i, "ETag": e} for i, e in enumerate(etags, 1)]})
+    eq(s3.get_object(Bucket="pcopy", Key="joined")["Body"].read(), src + middle + src[:1], "the joined object")
+    # What a copied part cannot be.
+    uid = s3.create_multipart_upload(Bucket="pcopy", Key="bad")["UploadId"]
+    copy = lambda **kw: s3.upload_part_copy(Bucket="pcopy", Key="bad", UploadId=uid, PartNumber=1, **kw)
+    eq(error_code(copy, CopySource="pcopy/src", CopySourceRange=f"bytes=0-{len(src)}"), "InvalidRange", "a range past the end")
+    eq(error_code(copy, CopySource="pcopy/src", CopySourceRange="bytes=10-"), "InvalidArgument", "an open range")
+    eq(error_code(copy, CopySource="pcopy/missing"), "NoSuchKey", "a missing source")
+    eq(error_code(copy, CopySource="nope/src"), "NoSuchBucket", "a source in a missing bucket")
+    eq(error_code(copy, CopySource="pcopy/src", CopySourceIfMatch='"0000"'), "PreconditionFailed", "If-Match of the source")
+    eq(error_code(copy, CopySource="pcopy/src", CopySourceIfNoneMatch=src_etag), "PreconditionFailed", "If-None-Match of the source")
+    eq(error_code(s3.upload_part_copy, Bucket="pcopy", Key="bad", UploadId="0" * 32, PartNumber=1, CopySource="pcopy/src"),
+       "NoSuchUpload", "a missing upload")
+    eq(s3.list_parts(Bucket="pcopy", Key="bad", UploadId=uid).get("Parts", []), [], "no part left by the failures")
+
+
+def signed(method, path, body=b"", headers=None):
+    """A request signed with SigV4 (as botocore signs it), sent as is;
+    (status, response body)."""
+    import http.client
+    import urllib.parse
+
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    url = os.environ["S3_ENDPOINT"] + path
+    req = AWSRequest(method=method, url=url, data=body, headers=dict(headers or {}))
+    creds = Credentials(os.environ["S3_ACCESS_KEY"], os.environ["S3_SECRET_KEY"])
+    S3SigV4Auth(creds, "s3", "us-east-1").add_auth(req)
+    u = urllib.parse.urlparse(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    target = u.path + ("?" + u.query if u.query else "")
+    conn.request(method, target, body=body, headers=dict(req.headers.items()))
+    r = conn.getresponse()
+    out = (r.status, r.read())
+    conn.close()
+    return out
+
+
+def s3_error(status, body, want_status, want_code, what):
+    eq(status, want_status, f"status of {what}")
+    if f"<Code>{want_code}</Code>".encode() not in body:
+        raise AssertionError(f"{what}: no {want_code} error in {body[:500]!r}")
+
+
+def raw(data, timeout=60):
+    """Sends raw bytes on a new connection; what comes back until the
+    server closes it (b"" if it resets it)."""
+    import socket
+    import urllib.parse
+
+    u = urllib.parse.urlparse(os.environ["S3_ENDPOINT"])
+    sock = socket.create_connection((u.hostname, u.port), timeout=timeout)
+    got = b""
+    try:
+        sock.sendall(data)
+        sock.shutdown(socket.SHUT_WR)
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+    except (ConnectionResetError, BrokenPipeError):
+        pass
+    finally:
+        sock.close()
+    return got
+
+
+def bad_input(s3):
+    """Malformed bodies, oversized headers and lists, unknown operations
+    and bytes that are not HTTP: each a clear error, and the server
+    keeps serving."""
+    import base64
+
+    s3.create_bucket(Bucket="bad")
+    uid = s3.create_multipart_upload(Bucket="bad", Key="k")["UploadId"]
+    etag = s3.upload_part(Bucket="bad", Key="k", UploadId=uid, PartNumber=1, Body=b"x")["ETag"]
+    for body in [b"<CompleteMultipartUpload><Part><PartNumber>1</Part>", b"not xml", b"<a>" * 10000,
+                 b"<CompleteMultipartUpload><Part><PartNumber>one</PartNumber></Part></CompleteMultipartUpload>"]:
+        status, got = signed("POST", f"/bad/k?uploadId={uid}", body)
+        s3_error(status, got, 400, "MalformedXML", f"a complete with the body {body[:40]!r}")
+    md5 = lambda b: base64.b64encode(hashlib.md5(b).digest()).decode()
+    for body in [b"<Delete><Object><Key>k</Key></Object>", b"\x00\xff garbage", b"<Delete><Object></Delete>"]:
+        status, got = signed("POST", "/bad?delete", body, {"Content-MD5": md5(body)})
+        s3_error(status, got, 400, "MalformedXML", f"a multi-delete with the body {body[:40]!r}")
+    # The upload is untouched by the bad completes.
+    s3.complete_multipart_upload(Bucket="bad", Key="k", UploadId=uid,
+                                 MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]})
+    eq(s3.get_object(Bucket="bad", Key="k")["Body"].read(), b"x", "completed after the bad completes")
+    # Lists longer than S3 takes.
+    eq(error_code(s3.delete_objects, Bucket="bad", Delete={"Objects": [{"Key": f"k{i}"} for i in range(1001)]}),
+       "MalformedXML", "a multi-delete of 1001 keys")
+    eq(s3.head_object(Bucket="bad", Key="k")["ContentLength"], 1, "nothing deleted by the refused multi-delete")
+    eq(error_code(s3.put_object, Bucket="bad", Key="meta", Body=b"1", Metadata={"big": "v" * 3000}),
+       "MetadataTooLarge", "3000 bytes of user metadata")
+    eq(error_code(s3.head_object, Bucket="bad", Key="meta"), "404", "no object from a refused put")
+    # Oversized headers: too many, or one larger than the server reads.
+    many = "".join(f"x-pad-{i}: {i}\r\n" for i in range(200))
+    got = raw(f"GET / HTTP/1.1\r\nHost: s3\r\n{many}\r\n".encode())
+    eq(got.split(b"\r\n")[0], b"HTTP/1.1 431 Request Header Fields Too Large", "200 headers")
+    got = raw(b"GET / HTTP/1.1\r\nHost: s3\r\nx-big: " + b"a" * (1 << 20) + b"\r\n\r\n")
+    if got and not got.startswith(b"HTTP/1.1 431"):
+        raise AssertionError(f"a 1 MiB header answered {got[:100]!r}")
+    # Operations sluice does not do, and one no S3 has.
+    versioning = b"<VersioningConfiguration><Status>Enabled</Status></VersioningConfiguration>"
+    for method, path, body in [("GET", "/bad?lifecycle", b""), ("GET", "/bad?policy", b""),
+                               ("GET", "/bad/k?torrent", b""), ("PUT", "/bad?versioning", versioning)]:
+        status, got = signed(method, path, body)
+        s3_error(status, got, 501, "NotImplemented", f"{method} {path}")
+    status, got = signed("PATCH", "/bad/k", b"")
+    s3_error(status, got, 501, "NotImplemented", "PATCH, a method no S3 operation has")
+    # Not HTTP at all.
+    got = raw(b"\x00\x01\x02 hello\r\n\r\n")
+    if got and not got.startswith(b"HTTP/1.1 400"):
+        raise AssertionError(f"garbage answered {got[:100]!r}")
+    # Still serving, with everything as it was.
+    eq([b["Name"] for b in s3.list_buckets()["Buckets"]], ["bad"], "buckets after the bad input")
+    eq(s3.get_object(Bucket="bad", Key="k")["Body"].read(), b"x", "the object after the bad input")
+
+
 GROUPS = {
     f.__name__: f
-    for f in [buckets, objects, conditional, listing, copy_delete, errors, chunked, multipart, https, vanish, overwrite]
+    for f in [buckets, objects, conditional, listing, copy_delete, errors, chunked, multipart, https, vanish, overwrite,
+              part_copy, bad_input]
 }
 
 if __name__ == "__main__":

@@ -214,32 +214,34 @@ pub(crate) fn copy(
     to: &str,
     attrs: BTreeMap<String, Vec<u8>>,
 ) -> Result<PutDone, GatewayError> {
-    concat(store, client, std::slice::from_ref(from), to, attrs, None)
+    concat(store, client, &[(from, 0..from.size)], to, attrs, None)
 }
 
-/// Puts the ready objects `sources`, one after another, as the new
-/// object `to` with `attrs` and the ETag `etag` (the MD5 of the data
-/// when `None`), on this (blocking) thread.
+/// Puts bytes `range` of each ready object of `sources`, one after
+/// another, as the new object `to` with `attrs` and the ETag `etag` (the
+/// MD5 of the data when `None`), on this (blocking) thread. A range
+/// reaching past its object's end copies what there is.
 pub(crate) fn concat(
     store: &Store,
     client: &mut StripedClient,
-    sources: &[Entry],
+    sources: &[(&Entry, std::ops::Range<u64>)],
     to: &str,
     mut attrs: BTreeMap<String, Vec<u8>>,
     etag: Option<String>,
 ) -> Result<PutDone, GatewayError> {
     let mut opened = Vec::with_capacity(sources.len());
-    for from in sources {
-        opened.push(client.open(&from.name)?);
+    for (from, range) in sources {
+        opened.push((client.open(&from.name)?, range.clone()));
     }
     let mut object = begin(store, client, to)?;
     let r = (|| {
         let mut md5 = Md5::new();
         let mut at = 0;
-        for source in &mut opened {
-            let mut done = 0;
-            while done < source.size() {
-                let length = (source.size() - done).min(CHUNK as u64);
+        for (source, range) in &mut opened {
+            let end = range.end.min(source.size());
+            let mut done = range.start;
+            while done < end {
+                let length = (end - done).min(CHUNK as u64);
                 let from = Pattern::Contiguous {
                     offset: done,
                     length,

@@ -21,6 +21,7 @@ use sluice_client::obj::ObjOptions;
 use sluice_meta::MetaStore;
 use thiserror::Error;
 
+use crate::host::{Domain, DomainError};
 use crate::keys::AccessKey;
 use crate::metrics::{Request, S3Metrics};
 use crate::ops::Gateway;
@@ -47,6 +48,9 @@ pub struct S3Options {
     /// same port (the server's `--tls on`).
     pub tls: Option<Arc<rustls::ServerConfig>>,
     pub plain_too: bool,
+    /// Virtual-host-style addressing under this domain: `BUCKET.DOMAIN`
+    /// names a bucket (path-style requests are served too).
+    pub domain: Option<String>,
 }
 
 impl Default for S3Options {
@@ -58,6 +62,7 @@ impl Default for S3Options {
             workers: 2,
             tls: None,
             plain_too: false,
+            domain: None,
         }
     }
 }
@@ -76,6 +81,8 @@ pub enum S3StartError {
     },
     #[error("cannot start the S3 endpoint's threads")]
     Runtime(#[source] std::io::Error),
+    #[error("the S3 endpoint's virtual-host domain is not valid")]
+    Domain(#[from] DomainError),
 }
 
 /// A bound S3 endpoint, not yet serving.
@@ -86,6 +93,7 @@ pub struct S3Endpoint {
     metrics: Arc<S3Metrics>,
     workers: usize,
     tls: Option<Tls>,
+    domain: Option<Domain>,
 }
 
 /// How connections are taken: TLS, and plain ones too or not.
@@ -126,7 +134,11 @@ impl S3Endpoint {
                 plain_too: options.plain_too,
             }
         });
+        let domain = options.domain.as_deref().map(Domain::new).transpose()?;
         let mut builder = S3ServiceBuilder::new(Gateway { store });
+        if let Some(d) = &domain {
+            builder.set_host(d.clone());
+        }
         let mut auth = SimpleAuth::new();
         for key in options.keys {
             auth.register(key.id, key.secret.into());
@@ -139,6 +151,7 @@ impl S3Endpoint {
             metrics: Arc::new(S3Metrics::default()),
             tls,
             workers: options.workers.max(1),
+            domain,
         })
     }
 
@@ -176,6 +189,7 @@ impl S3Endpoint {
                     service: self.service,
                     metrics: self.metrics,
                     tls: self.tls,
+                    domain: self.domain.map(Arc::new),
                 };
                 runtime.block_on(serve(self.listener, served, stopped));
                 // Requests still running get a moment to finish.
@@ -240,6 +254,7 @@ struct Served {
     service: S3Service,
     metrics: Arc<S3Metrics>,
     tls: Option<Tls>,
+    domain: Option<Arc<Domain>>,
 }
 
 async fn serve(
@@ -287,10 +302,19 @@ async fn connection(stream: tokio::net::TcpStream, peer: SocketAddr, served: Ser
         Some(tls) => Some(tls.acceptor.clone()),
     };
     let Served {
-        service, metrics, ..
+        service,
+        metrics,
+        domain,
+        ..
     } = served;
     let logged = hyper::service::service_fn(move |req| {
-        logged_call(service.clone(), Arc::clone(&metrics), peer, req)
+        logged_call(
+            service.clone(),
+            Arc::clone(&metrics),
+            domain.clone(),
+            peer,
+            req,
+        )
     });
     let conn = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
     let served = match tls {
@@ -312,13 +336,24 @@ async fn connection(stream: tokio::net::TcpStream, peer: SocketAddr, served: Ser
 async fn logged_call(
     service: S3Service,
     metrics: Arc<S3Metrics>,
+    domain: Option<Arc<Domain>>,
     peer: SocketAddr,
     req: hyper::Request<Incoming>,
 ) -> Result<s3s::HttpResponse, s3s::HttpError> {
     let start = Instant::now();
-    let op = operation(req.method(), req.uri(), req.headers());
+    // A virtual-host request's path, as path-style spells it.
+    let host_bucket = domain.as_deref().and_then(|d| {
+        let host = req.headers().get(hyper::header::HOST)?.to_str().ok()?;
+        d.bucket(host).map(str::to_owned)
+    });
+    let path = match host_bucket {
+        Some(b) => format!("/{b}{}", req.uri().path()),
+        None => req.uri().path().to_owned(),
+    };
+    let query = req.uri().query().unwrap_or("");
+    let op = operation(req.method(), &path, query, req.headers());
     let head = req.method() == hyper::Method::HEAD;
-    let (bucket, key) = bucket_and_key(req.uri().path());
+    let (bucket, key) = bucket_and_key(&path);
     let (bucket, key) = (bucket.to_owned(), key.to_owned());
     let bytes_in = content_length(req.headers());
     let response = hyper::service::Service::call(&service, req).await;
@@ -368,17 +403,54 @@ fn bucket_and_key(path: &str) -> (&str, &str) {
     path.split_once('/').unwrap_or((path, ""))
 }
 
-/// The S3 operation a request names, as S3 routes it (for the log;
-/// s3s does the real routing).
-fn operation(method: &hyper::Method, uri: &hyper::Uri, headers: &hyper::HeaderMap) -> &'static str {
+/// Subresources of S3 operations sluice does not do: requests naming
+/// them are logged and counted as `Other`, not as the plain operation
+/// of the same method and path.
+const UNSUPPORTED: [&str; 24] = [
+    "accelerate",
+    "acl",
+    "analytics",
+    "cors",
+    "encryption",
+    "intelligent-tiering",
+    "inventory",
+    "legal-hold",
+    "lifecycle",
+    "logging",
+    "metrics",
+    "notification",
+    "object-lock",
+    "ownershipControls",
+    "policy",
+    "publicAccessBlock",
+    "replication",
+    "requestPayment",
+    "restore",
+    "retention",
+    "select",
+    "tagging",
+    "torrent",
+    "versioning",
+];
+
+/// The S3 operation a path-style request names, as S3 routes it (for
+/// the log; s3s does the real routing).
+fn operation(
+    method: &hyper::Method,
+    path: &str,
+    query: &str,
+    headers: &hyper::HeaderMap,
+) -> &'static str {
     use hyper::Method;
-    let query = uri.query().unwrap_or("");
     let has = |k: &str| {
         query
             .split('&')
             .any(|p| p == k || p.starts_with(&format!("{k}=")))
     };
-    let (bucket, key) = bucket_and_key(uri.path());
+    let (bucket, key) = bucket_and_key(path);
+    if UNSUPPORTED.iter().any(|s| has(s)) {
+        return "Other";
+    }
     match (bucket.is_empty(), key.is_empty(), method) {
         (true, _, &Method::GET) => "ListBuckets",
         (false, true, &Method::PUT) => "CreateBucket",
@@ -389,6 +461,11 @@ fn operation(method: &hyper::Method, uri: &hyper::Uri, headers: &hyper::HeaderMa
         (false, true, &Method::GET) if has("uploads") => "ListMultipartUploads",
         (false, true, &Method::GET) if has("location") => "GetBucketLocation",
         (false, true, &Method::GET) => "ListObjects",
+        (false, false, &Method::PUT)
+            if has("partNumber") && headers.contains_key("x-amz-copy-source") =>
+        {
+            "UploadPartCopy"
+        }
         (false, false, &Method::PUT) if has("partNumber") => "UploadPart",
         (false, false, &Method::PUT) if headers.contains_key("x-amz-copy-source") => "CopyObject",
         (false, false, &Method::PUT) => "PutObject",
@@ -410,11 +487,8 @@ mod tests {
     fn operations_are_named_from_method_path_and_query() {
         let op = |m: &str, uri: &str| {
             let method: hyper::Method = m.parse().expect("method");
-            operation(
-                &method,
-                &uri.parse().expect("uri"),
-                &hyper::HeaderMap::new(),
-            )
+            let (path, query) = uri.split_once('?').unwrap_or((uri, ""));
+            operation(&method, path, query, &hyper::HeaderMap::new())
         };
         assert_eq!(op("GET", "/"), "ListBuckets");
         assert_eq!(op("PUT", "/b"), "CreateBucket");
@@ -423,6 +497,8 @@ mod tests {
         assert_eq!(op("POST", "/b?delete"), "DeleteObjects");
         assert_eq!(op("PUT", "/b/k/x"), "PutObject");
         assert_eq!(op("HEAD", "/b/k"), "HeadObject");
+        assert_eq!(op("PUT", "/b?versioning"), "Other");
+        assert_eq!(op("GET", "/b/k?tagging"), "Other");
         assert_eq!(bucket_and_key("/b/k/x"), ("b", "k/x"));
     }
 }

@@ -34,6 +34,8 @@ pub enum GatewayError {
     InvalidPartOrder,
     #[error("part {part} is {size} bytes; every part but the last is at least 5 MiB")]
     EntityTooSmall { part: i32, size: u64 },
+    #[error("the user metadata is {size} bytes; at most {most}")]
+    MetadataTooLarge { size: usize, most: usize },
     #[error("the request body failed: {why}")]
     Body { why: String },
     #[error("the object store failed")]
@@ -56,6 +58,7 @@ impl GatewayError {
             Self::InvalidKey { .. } => S3ErrorCode::InvalidArgument,
             Self::KeyTooLong { .. } => S3ErrorCode::KeyTooLongError,
             Self::Body { .. } => S3ErrorCode::IncompleteBody,
+            Self::MetadataTooLarge { .. } => S3ErrorCode::MetadataTooLarge,
             Self::NoSuchUpload { .. } => S3ErrorCode::NoSuchUpload,
             Self::InvalidPart { .. } => S3ErrorCode::InvalidPart,
             Self::InvalidPartOrder => S3ErrorCode::InvalidPartOrder,

@@ -9,8 +9,11 @@
 //! the parts and the marker. Neither prefix can be a bucket's (bucket
 //! names start with a letter or digit).
 //!
-//! Not yet: UploadPartCopy, and completing without copying the parts'
-//! data (a layout made of the parts' pieces).
+//! UploadPartCopy puts a byte range of an existing object as a part,
+//! copied on the blocking pool like CopyObject.
+//!
+//! Not yet: completing without copying the parts' data (a layout made
+//! of the parts' pieces).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -24,7 +27,7 @@ use sluice_meta::{Entry, EntryState, MetaError};
 use crate::data::{self, hex};
 use crate::error::GatewayError;
 use crate::names::object_name;
-use crate::ops::{etag_of, timestamp, Gateway, Headers};
+use crate::ops::{etag_of, timestamp, Conditions, Gateway, Headers};
 use crate::store::{mtime_ms, now_ms, text_attr, Store, ATTR_MTIME};
 
 const UPLOADS: &str = ".s3-uploads/";
@@ -180,7 +183,8 @@ impl Store {
             .collect();
         attrs.insert(ATTR_MTIME.to_owned(), now_ms().to_string().into_bytes());
         let name = object_name(bucket, key)?;
-        let done = data::concat(self, client, &sources, &name, attrs, Some(etag))?;
+        let whole: Vec<_> = sources.iter().map(|e| (e, 0..e.size)).collect();
+        let done = data::concat(self, client, &whole, &name, attrs, Some(etag))?;
         if let Err(e) = self.remove_upload(client, bucket, id) {
             tracing::warn!(upload = id, error = %crate::error::error_chain(&e), "a completed upload's parts are left");
         }
@@ -216,7 +220,7 @@ pub(crate) async fn create(
     let (bucket, key) = (input.bucket.clone(), input.key.clone());
     let id = g
         .store
-        .run(move |store, client| store.create_upload(client, &bucket, &key, headers.into_attrs()))
+        .run(move |store, client| store.create_upload(client, &bucket, &key, headers.into_attrs()?))
         .await?;
     Ok(S3Response::new(CreateMultipartUploadOutput {
         bucket: Some(input.bucket),
@@ -249,6 +253,97 @@ pub(crate) async fn upload_part(
     Ok(S3Response::new(UploadPartOutput {
         e_tag: Some(ETag::Strong(done.etag)),
         ..UploadPartOutput::default()
+    }))
+}
+
+/// The bytes an `x-amz-copy-source-range` header (`bytes=FIRST-LAST`,
+/// both offsets inclusive, as S3 requires) selects of an object of
+/// `size` bytes; none is the whole object.
+fn copy_range(header: Option<&str>, size: u64) -> S3Result<std::ops::Range<u64>> {
+    let Some(header) = header else {
+        return Ok(0..size);
+    };
+    let parsed = header
+        .strip_prefix("bytes=")
+        .and_then(|r| r.split_once('-'))
+        .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)));
+    match parsed {
+        Some((first, last)) if first <= last && last < size => Ok(first..last + 1),
+        Some(_) => Err(s3s::s3_error!(
+            InvalidRange,
+            "x-amz-copy-source-range {header:?} is outside the {size}-byte source"
+        )),
+        None => Err(s3s::s3_error!(
+            InvalidArgument,
+            "x-amz-copy-source-range must be bytes=FIRST-LAST, not {header:?}"
+        )),
+    }
+}
+
+pub(crate) async fn upload_part_copy(
+    g: &Gateway,
+    req: S3Request<UploadPartCopyInput>,
+) -> S3Result<S3Response<UploadPartCopyOutput>> {
+    let input = req.input;
+    let part = input.part_number;
+    if !PART_NUMBERS.contains(&part) {
+        return Err(s3s::s3_error!(
+            InvalidArgument,
+            "a part number is 1 to 10000"
+        ));
+    }
+    let CopySource::Bucket {
+        bucket: src_bucket,
+        key: src_key,
+        ..
+    } = input.copy_source
+    else {
+        return Err(s3s::s3_error!(
+            NotImplemented,
+            "copies from access points are not supported"
+        ));
+    };
+    let (bucket, key, id) = (input.bucket, input.key, input.upload_id.clone());
+    let (src_bucket, src_key) = (src_bucket.to_string(), src_key.to_string());
+    let source = g
+        .store
+        .run(move |store, _| {
+            store.upload(&bucket, &key, &id)?;
+            store.object(&src_bucket, &src_key)
+        })
+        .await?;
+    // The source's conditions fail with 412, If-None-Match too (a copy
+    // answers no 304).
+    Conditions {
+        if_match: input.copy_source_if_match.as_ref(),
+        if_none_match: input.copy_source_if_none_match.as_ref(),
+        if_modified_since: input.copy_source_if_modified_since.as_ref(),
+        if_unmodified_since: input.copy_source_if_unmodified_since.as_ref(),
+    }
+    .check(&source)
+    .map_err(|e| match e.code() {
+        s3s::S3ErrorCode::NotModified => s3s::s3_error!(
+            PreconditionFailed,
+            "the copy source's conditions do not hold"
+        ),
+        _ => e,
+    })?;
+    let range = copy_range(input.copy_source_range.as_deref(), source.size)?;
+    let name = part_name(&input.upload_id, part);
+    let attrs = BTreeMap::from([(ATTR_MTIME.to_owned(), now_ms().to_string().into_bytes())]);
+    let done = g
+        .store
+        .run(move |store, client| {
+            data::concat(store, client, &[(&source, range)], &name, attrs, None)
+        })
+        .await?;
+    Ok(S3Response::new(UploadPartCopyOutput {
+        copy_part_result: Some(CopyPartResult {
+            e_tag: Some(ETag::Strong(done.etag)),
+            last_modified: Some(timestamp(now_ms())),
+            ..CopyPartResult::default()
+        }),
+        ..UploadPartCopyOutput::default()
     }))
 }
 
@@ -379,4 +474,22 @@ pub(crate) async fn list_uploads(
         uploads: Some(uploads),
         ..ListMultipartUploadsOutput::default()
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_source_ranges_are_inclusive_and_inside_the_source() {
+        assert_eq!(copy_range(None, 10).ok(), Some(0..10));
+        assert_eq!(copy_range(Some("bytes=0-0"), 10).ok(), Some(0..1));
+        assert_eq!(copy_range(Some("bytes=3-9"), 10).ok(), Some(3..10));
+        let code = |h: &str| copy_range(Some(h), 10).err().map(|e| e.code().clone());
+        assert_eq!(code("bytes=3-10"), Some(s3s::S3ErrorCode::InvalidRange));
+        assert_eq!(code("bytes=5-4"), Some(s3s::S3ErrorCode::InvalidRange));
+        for bad in ["bytes=3-", "bytes=-3", "3-4", "bytes=a-b", ""] {
+            assert_eq!(code(bad), Some(s3s::S3ErrorCode::InvalidArgument), "{bad}");
+        }
+    }
 }

@@ -10,6 +10,7 @@ use s3s::{s3_error, S3Error, S3ErrorCode, S3Request, S3Response, S3Result, S3};
 use sluice_meta::Entry;
 
 use crate::data::{self, PutDone};
+use crate::error::GatewayError;
 use crate::list::{self, Query};
 use crate::multipart;
 use crate::names::object_name;
@@ -47,8 +48,26 @@ pub(crate) struct Headers {
     pub(crate) metadata: Option<Metadata>,
 }
 
+/// The most bytes of user metadata (names and values together) an
+/// object may carry, as in S3.
+pub(crate) const MAX_USER_METADATA: usize = 2048;
+
 impl Headers {
-    pub(crate) fn into_attrs(self) -> BTreeMap<String, Vec<u8>> {
+    /// The attributes; user metadata over [`MAX_USER_METADATA`] is
+    /// refused.
+    pub(crate) fn into_attrs(self) -> Result<BTreeMap<String, Vec<u8>>, GatewayError> {
+        let size: usize = self
+            .metadata
+            .iter()
+            .flatten()
+            .map(|(k, v)| k.len() + v.len())
+            .sum();
+        if size > MAX_USER_METADATA {
+            return Err(GatewayError::MetadataTooLarge {
+                size,
+                most: MAX_USER_METADATA,
+            });
+        }
         let mut attrs = BTreeMap::new();
         let values = [
             self.content_type,
@@ -69,7 +88,7 @@ impl Headers {
             );
         }
         attrs.insert(ATTR_MTIME.to_owned(), now_ms().to_string().into_bytes());
-        attrs
+        Ok(attrs)
     }
 }
 
@@ -101,11 +120,11 @@ fn copied_attrs(entry: &Entry) -> BTreeMap<String, Vec<u8>> {
 
 /// The conditional headers of a GET or HEAD against the object's ETag
 /// and time (second precision, as HTTP dates have).
-struct Conditions<'a> {
-    if_match: Option<&'a IfMatch>,
-    if_none_match: Option<&'a IfNoneMatch>,
-    if_modified_since: Option<&'a IfModifiedSince>,
-    if_unmodified_since: Option<&'a IfUnmodifiedSince>,
+pub(crate) struct Conditions<'a> {
+    pub(crate) if_match: Option<&'a IfMatch>,
+    pub(crate) if_none_match: Option<&'a IfNoneMatch>,
+    pub(crate) if_modified_since: Option<&'a IfModifiedSince>,
+    pub(crate) if_unmodified_since: Option<&'a IfUnmodifiedSince>,
 }
 
 fn matches(cond: &ETagCondition, etag: Option<&ETag>) -> bool {
@@ -120,7 +139,7 @@ impl Conditions<'_> {
     /// RFC 9110's order: If-Match, If-Unmodified-Since (without
     /// If-Match), If-None-Match, If-Modified-Since (without
     /// If-None-Match).
-    fn check(&self, entry: &Entry) -> S3Result<()> {
+    pub(crate) fn check(&self, entry: &Entry) -> S3Result<()> {
         let etag = etag_of(entry);
         let secs = (mtime_ms(entry) / 1000) as i64;
         let since = |t: &Timestamp| time::OffsetDateTime::from(t.clone()).unix_timestamp();
@@ -230,11 +249,12 @@ impl Gateway {
         headers: Headers,
     ) -> S3Result<PutDone> {
         let name = object_name(bucket, key)?;
+        let attrs = headers.into_attrs()?;
         let b = bucket.to_owned();
         self.store
             .run(move |store, _| store.bucket(&b).map(drop))
             .await?;
-        Ok(data::put(&self.store, name, body, headers.into_attrs()).await?)
+        Ok(data::put(&self.store, name, body, attrs).await?)
     }
 }
 
@@ -417,6 +437,13 @@ impl S3 for Gateway {
             .into_iter()
             .map(|o| o.key)
             .collect();
+        if keys.len() > MAX_KEYS {
+            return Err(s3_error!(
+                MalformedXML,
+                "a DeleteObjects request names at most 1000 keys, not {}",
+                keys.len()
+            ));
+        }
         let results = self
             .store
             .run(move |store, client| {
@@ -493,7 +520,7 @@ impl S3 for Gateway {
                 store.bucket(&bucket)?;
                 let to = object_name(&bucket, &key)?;
                 let attrs = if replace {
-                    headers.into_attrs()
+                    headers.into_attrs()?
                 } else {
                     copied_attrs(&from)
                 };
@@ -522,6 +549,13 @@ impl S3 for Gateway {
         req: S3Request<UploadPartInput>,
     ) -> S3Result<S3Response<UploadPartOutput>> {
         multipart::upload_part(self, req).await
+    }
+
+    async fn upload_part_copy(
+        &self,
+        req: S3Request<UploadPartCopyInput>,
+    ) -> S3Result<S3Response<UploadPartCopyOutput>> {
+        multipart::upload_part_copy(self, req).await
     }
 
     async fn complete_multipart_upload(

@@ -34,6 +34,10 @@ pub struct S3Config {
     /// Object servers each new object spans (default: all).
     #[serde(default)]
     pub stripe_count: Option<usize>,
+    /// Virtual-host-style addressing: `BUCKET.DOMAIN` names a bucket
+    /// (path-style requests are served too).
+    #[serde(default)]
+    pub domain: Option<String>,
 }
 
 impl S3Config {
@@ -46,6 +50,7 @@ impl S3Config {
             meta: None,
             stripe_unit: None,
             stripe_count: None,
+            domain: None,
         }
     }
 }
