@@ -28,8 +28,8 @@ mod values;
 use plain_put::PUT_INCOMPLETE_ATTR;
 
 use values::{
-    json_value, parse_assignment, parse_id, parse_range, parse_stride, parse_stripe_count,
-    parse_where, show_attr, show_bytes, show_value, Stride,
+    json_value, parse_assignment, parse_erasure, parse_id, parse_range, parse_stride,
+    parse_stripe_count, parse_where, show_attr, show_bytes, show_value, Stride,
 };
 
 /// Arguments of `sluice obj`.
@@ -87,6 +87,11 @@ enum ObjCommand {
         /// that R-1 servers may be lost (default 1: none).
         #[arg(long, value_name = "R", value_parser = clap::value_parser!(u8).range(1..=16))]
         replicas: Option<u8>,
+        /// With --meta: erasure-code it, K data and M parity stripe units a
+        /// row on K+M distinct servers, so that M servers may be lost (it is
+        /// then written whole by each put, never in place).
+        #[arg(long, value_name = "K+M", value_parser = parse_erasure, conflicts_with = "replicas")]
+        ec: Option<(u8, u8)>,
     },
     /// Write the object's bytes to stdout: all of it, or the ranges and
     /// the strided pattern given, in order.
@@ -448,10 +453,11 @@ fn execute(args: ObjArgs) -> Outcome {
             stripe,
             stripe_count,
             replicas,
+            ec,
         } => {
-            if stripe.is_some() || stripe_count.is_some() || replicas.is_some() {
+            if stripe.is_some() || stripe_count.is_some() || replicas.is_some() || ec.is_some() {
                 return Err(Failure::Usage(
-                    "--stripe, --stripe-count and --replicas place striped objects; give --meta URI"
+                    "--stripe, --stripe-count, --replicas and --ec place striped objects; give --meta URI"
                         .into(),
                 ));
             }

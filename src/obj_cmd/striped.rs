@@ -52,7 +52,7 @@ impl Failure {
                 "; another client's put or rm got there first, and its change stands"
             }
             StripedError::TooFewServers { .. } => {
-                "; add servers with 'sluice meta --meta URI add-server sluice://HOST:PORT' or ask for fewer with --stripe-count N"
+                "; add servers with 'sluice meta --meta URI add-server sluice://HOST:PORT', or ask for fewer (--stripe-count N, --replicas R, --ec K+M)"
             }
             _ => "",
         };
@@ -84,6 +84,7 @@ pub(super) fn execute(meta: &str, command: ObjCommand) -> Outcome {
             stripe,
             stripe_count,
             replicas,
+            ec,
         } => {
             let unit = match stripe {
                 Some(s) => {
@@ -91,16 +92,30 @@ pub(super) fn execute(meta: &str, command: ObjCommand) -> Outcome {
                 }
                 None => DEFAULT_STRIPE,
             };
-            let servers = match stripe_count {
-                Some(n) => n as usize,
-                None => store
-                    .servers()
-                    .map_err(|e| meta_failure("list the object servers", &e))?
-                    .len()
-                    .max(1),
+            let shape = match ec {
+                Some((data, parity)) => {
+                    let shape = Shape::erasure(unit, data, parity);
+                    if stripe_count.is_some_and(|n| n as usize != shape.servers) {
+                        return Err(Failure::Usage(format!(
+                            "--ec {data}+{parity} spreads over {} servers; leave out --stripe-count",
+                            shape.servers
+                        )));
+                    }
+                    shape
+                }
+                None => {
+                    let servers = match stripe_count {
+                        Some(n) => n as usize,
+                        None => store
+                            .servers()
+                            .map_err(|e| meta_failure("list the object servers", &e))?
+                            .len()
+                            .max(1),
+                    };
+                    Shape::replicated(unit, servers, replicas.unwrap_or(1))
+                }
             };
             let mut input = open_input(file.as_deref())?;
-            let shape = Shape::replicated(unit, servers, replicas.unwrap_or(1));
             let mut object = client.begin_put(&target, &shape).map_err(fail)?;
             put(&mut client, &mut object, &mut *input)?;
             client

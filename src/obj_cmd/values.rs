@@ -31,6 +31,19 @@ pub(crate) fn parse_stripe_count(arg: &str) -> Result<u32, String> {
     }
 }
 
+/// `put --ec K+M`: data and parity units a row (each 1 or more, at most
+/// 256 in all).
+pub(crate) fn parse_erasure(arg: &str) -> Result<(u8, u8), String> {
+    let bad =
+        || format!("{arg:?} is not an erasure code K+M (data and parity units a row, e.g. 4+2)");
+    let (k, m) = arg.split_once('+').ok_or_else(bad)?;
+    let (k, m) = (k.parse::<u8>(), m.parse::<u8>());
+    match (k, m) {
+        (Ok(k), Ok(m)) if k >= 1 && m >= 1 && usize::from(k) + usize::from(m) <= 256 => Ok((k, m)),
+        _ => Err(bad()),
+    }
+}
+
 /// `OFF:LEN`, each a size (`4096`, `4K`, `1M`).
 pub(crate) fn parse_range(arg: &str) -> Result<Segment, String> {
     let (off, len) = arg

@@ -42,6 +42,7 @@ mod service;
 mod shutdown;
 mod striped_cli;
 mod striped_overwrite;
+mod striped_redundancy;
 mod tls;
 mod tls_keys;
 mod write_hole;

@@ -26,11 +26,11 @@ use tempfile::TempDir;
 use crate::harness::{random_bytes, sluice, tempdir, CmdOutput, Server, ServerBuilder};
 
 /// Four object servers and the server running the metadata service.
-struct Deployment {
-    servers: Vec<Server>,
+pub(crate) struct Deployment {
+    pub(crate) servers: Vec<Server>,
     meta_server: Server,
-    meta: Arc<dyn MetaStore>,
-    dir: TempDir,
+    pub(crate) meta: Arc<dyn MetaStore>,
+    pub(crate) dir: TempDir,
 }
 
 fn object_server(dir: &Path, i: usize) -> Server {
@@ -39,7 +39,7 @@ fn object_server(dir: &Path, i: usize) -> Server {
         .start()
 }
 
-fn deploy() -> Deployment {
+pub(crate) fn deploy() -> Deployment {
     let dir = tempdir();
     let servers: Vec<Server> = (0..4).map(|i| object_server(dir.path(), i)).collect();
     let meta_server = ServerBuilder::new()
@@ -69,13 +69,13 @@ fn deploy() -> Deployment {
     d
 }
 
-fn ok(out: CmdOutput) -> CmdOutput {
+pub(crate) fn ok(out: CmdOutput) -> CmdOutput {
     out.assert_success();
     out
 }
 
 /// Exit `code` with one line on stderr containing every needle.
-fn assert_fails(out: &CmdOutput, code: i32, needles: &[&str]) {
+pub(crate) fn assert_fails(out: &CmdOutput, code: i32, needles: &[&str]) {
     out.assert_code(code);
     let err = out.stderr();
     assert_eq!(err.trim_end().lines().count(), 1, "{}: {err}", out.display);
@@ -100,14 +100,14 @@ impl Deployment {
             .output()
     }
 
-    fn obj(&self, args: &[&str]) -> CmdOutput {
+    pub(crate) fn obj(&self, args: &[&str]) -> CmdOutput {
         sluice()
             .args(["obj", "--meta", &self.meta_uri()])
             .args(args)
             .output()
     }
 
-    fn obj_in(&self, args: &[&str], input: &[u8]) -> CmdOutput {
+    pub(crate) fn obj_in(&self, args: &[&str], input: &[u8]) -> CmdOutput {
         sluice()
             .args(["obj", "--meta", &self.meta_uri()])
             .args(args)

@@ -218,6 +218,13 @@ impl Layout {
                 return Some(format!("erasure coding {data}+{parity} needs both parts"))
             }
             Redundancy::Erasure { data, parity }
+                if usize::from(data) + usize::from(parity) > 256 =>
+            {
+                return Some(format!(
+                    "erasure coding {data}+{parity} has more than 256 units a row"
+                ))
+            }
+            Redundancy::Erasure { data, parity }
                 if usize::from(data) + usize::from(parity) != n =>
             {
                 return Some(format!(

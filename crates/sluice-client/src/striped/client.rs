@@ -55,6 +55,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use rusty_erasure::Coder;
+
 use sluice_meta::{Entry, EntryState, Layout, MetaError, MetaStore, Piece, Redundancy, Update};
 use thiserror::Error;
 
@@ -109,6 +111,15 @@ pub enum StripedError {
         op: &'static str,
         name: String,
         column: usize,
+        servers: String,
+        #[source]
+        source: Box<ObjError>,
+    },
+    /// An erasure-coded read lost more pieces than its code rebuilds.
+    #[error("read of striped object {name:?} ({redundancy}) failed on more pieces than it can rebuild ({servers})")]
+    TooManyLost {
+        name: String,
+        redundancy: Redundancy,
         servers: String,
         #[source]
         source: Box<ObjError>,
@@ -252,6 +263,8 @@ pub struct StripedClient {
     deployment: Option<String>,
     /// Turns with each read, to spread reads over a column's copies.
     turn: usize,
+    /// Erasure coders by data and parity units, made on first use.
+    pub(crate) coders: BTreeMap<(u8, u8), Arc<Coder>>,
 }
 
 impl std::fmt::Debug for StripedClient {
@@ -334,6 +347,7 @@ impl StripedClient {
             pool: Pool::new(options),
             deployment: None,
             turn: 0,
+            coders: BTreeMap::new(),
         }
     }
 
@@ -418,7 +432,11 @@ impl StripedClient {
         }
         ready(&object.entry)?;
         let plan = StripePlan::new(object.layout(), pattern, object.size()).map_err(plan_err)?;
-        let parts = self.read_columns(&name, &object.entry.layout, &plan)?;
+        let layout = &object.entry.layout;
+        let parts = match layout.redundancy {
+            Redundancy::Replicas(_) => self.read_columns(&name, layout, &plan)?,
+            Redundancy::Erasure { .. } => self.read_erasure(&name, layout, &plan)?,
+        };
         let mut data = Vec::new();
         usize::try_from(plan.total)
             .ok()
@@ -468,7 +486,20 @@ impl StripedClient {
             });
         }
         let layout = &object.entry.layout;
-        supported(&name, layout)?;
+        if let Redundancy::Erasure { .. } = layout.redundancy {
+            if object.entry.state != EntryState::Writing {
+                return Err(StripedError::Invalid {
+                    name,
+                    what: "write",
+                    why: format!(
+                        "an erasure-coded object ({}) is written whole by a put, not in place",
+                        layout.redundancy
+                    ),
+                });
+            }
+            self.write_erasure(&name, layout, &plan, data, options.durability)?;
+            return self.grow(object, pattern, options);
+        }
         // Every copy of each column the write touches.
         let pieces: Vec<(usize, &Piece)> = plan
             .columns
@@ -490,6 +521,17 @@ impl StripedClient {
             c.write(id, &p.segments, &p.gather(data), &plain)
         });
         first_failure("write", &name, &pieces, results)?;
+        self.grow(object, pattern, options)
+    }
+
+    /// After a write's data: grows the size to the pattern's end and
+    /// changes the attributes, in one update.
+    fn grow(
+        &mut self,
+        object: &mut StripedObject,
+        pattern: &Pattern<'_>,
+        options: &StripedWrite,
+    ) -> Result<(), StripedError> {
         let end = pattern.end();
         let update = Update {
             size_at_least: (end > object.size()).then_some(end),
@@ -668,17 +710,5 @@ fn ready(entry: &Entry) -> Result<(), StripedError> {
             name: entry.name.clone(),
             state: entry.state,
         })
-    }
-}
-
-/// Refuses layouts this client cannot read or write correctly.
-pub(crate) fn supported(name: &str, layout: &Layout) -> Result<(), StripedError> {
-    match layout.redundancy {
-        Redundancy::Replicas(_) => Ok(()),
-        Redundancy::Erasure { .. } => Err(StripedError::Invalid {
-            name: name.to_owned(),
-            what: "layout",
-            why: format!("{} is not supported by this client", layout.redundancy),
-        }),
     }
 }

@@ -35,6 +35,16 @@ impl Shape {
         }
     }
 
+    /// Rows of `data` stripe units with `parity` Reed-Solomon units, on
+    /// `data + parity` servers.
+    pub fn erasure(stripe_unit: u64, data: u8, parity: u8) -> Self {
+        Self {
+            stripe_unit,
+            servers: usize::from(data) + usize::from(parity),
+            redundancy: Redundancy::Erasure { data, parity },
+        }
+    }
+
     /// Every stripe unit on `copies` of the `servers` servers.
     pub fn replicated(stripe_unit: u64, servers: usize, copies: u8) -> Self {
         Self {

@@ -8,6 +8,7 @@
 
 mod client;
 mod create;
+mod erasure;
 mod fsck;
 pub mod plan;
 mod pool;

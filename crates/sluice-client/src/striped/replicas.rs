@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use sluice_meta::{Layout, Piece};
 use sluice_obj_proto::Segment;
 
-use super::client::{endpoint, supported, StripedClient, StripedError};
+use super::client::{endpoint, StripedClient, StripedError};
 use super::plan::StripePlan;
 use super::pool::Endpoint;
 use crate::obj::ObjError;
@@ -46,7 +46,6 @@ impl StripedClient {
         layout: &Layout,
         plan: &StripePlan,
     ) -> Result<Vec<Vec<u8>>, StripedError> {
-        supported(name, layout)?;
         let n = plan.columns.len();
         let orders: Vec<Vec<usize>> = plan
             .columns
@@ -120,8 +119,9 @@ fn every_copy_failed(
             source: Box::new(source),
         };
     }
+    // The error names every server; their causes but the last are here.
     for (i, e) in &failed {
-        tracing::warn!(
+        tracing::debug!(
             object = name,
             piece = i,
             server = %layout.pieces[*i].server,
