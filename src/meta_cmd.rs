@@ -1,11 +1,12 @@
 //! `sluice meta`: the object servers of a striped-object deployment, as
 //! its metadata service lists them (`add-server`, `ls-servers`,
-//! `remove-server`). The service is chosen by `--meta URI`
+//! `remove-server`), and the redundancy its puts get by default
+//! (`default-redundancy`). The service is chosen by `--meta URI`
 //! ([`store::open_meta_store`]).
 
 use clap::{Args, Subcommand};
 use sluice_client::ObjUri;
-use sluice_meta::MetaError;
+use sluice_meta::{MetaError, Redundancy};
 
 use crate::UsageError;
 
@@ -45,6 +46,17 @@ enum MetaCommand {
         #[arg(value_name = "URI", required = true)]
         servers: Vec<String>,
     },
+    /// Print the redundancy a put that names none gets (none, replicas R
+    /// or ec K+M), or set it with --replicas or --ec. A deployment with
+    /// fewer servers than it needs puts without redundancy (and warns).
+    DefaultRedundancy {
+        /// Keep every stripe unit on R distinct servers (1: none).
+        #[arg(long, value_name = "R", value_parser = clap::value_parser!(u8).range(1..=16))]
+        replicas: Option<u8>,
+        /// Erasure-code new objects, K data and M parity units a row.
+        #[arg(long, value_name = "K+M", value_parser = crate::obj_cmd::parse_erasure, conflicts_with = "replicas")]
+        ec: Option<(u8, u8)>,
+    },
 }
 
 /// Runs `sluice meta`.
@@ -79,6 +91,23 @@ pub(crate) fn run(args: MetaArgs) -> anyhow::Result<()> {
                 servers.iter().map(|s| format!("{s}\n")).collect()
             };
             print!("{text}");
+            Ok(())
+        }
+        MetaCommand::DefaultRedundancy { replicas, ec } => {
+            let set = match (replicas, ec) {
+                (Some(copies), _) => Some(Redundancy::Replicas(copies)),
+                (None, Some((data, parity))) => Some(Redundancy::Erasure { data, parity }),
+                (None, None) => None,
+            };
+            if let Some(r) = set {
+                store.set_default_redundancy(r).map_err(|e| {
+                    anyhow::Error::new(e).context("cannot set the default redundancy")
+                })?;
+            }
+            let now = store
+                .default_redundancy()
+                .map_err(|e| anyhow::Error::new(e).context("cannot read the default redundancy"))?;
+            println!("{now}");
             Ok(())
         }
         MetaCommand::RemoveServer { servers } => {

@@ -27,9 +27,10 @@ mod values;
 
 use plain_put::PUT_INCOMPLETE_ATTR;
 
+pub(crate) use values::parse_erasure;
 use values::{
-    json_value, parse_assignment, parse_erasure, parse_id, parse_range, parse_stride,
-    parse_stripe_count, parse_where, show_attr, show_bytes, show_value, Stride,
+    json_value, parse_assignment, parse_id, parse_range, parse_stride, parse_stripe_count,
+    parse_where, show_attr, show_bytes, show_value, Stride,
 };
 
 /// Arguments of `sluice obj`.

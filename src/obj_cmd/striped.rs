@@ -104,15 +104,22 @@ pub(super) fn execute(meta: &str, command: ObjCommand) -> Outcome {
                     shape
                 }
                 None => {
-                    let servers = match stripe_count {
-                        Some(n) => n as usize,
-                        None => store
-                            .servers()
-                            .map_err(|e| meta_failure("list the object servers", &e))?
-                            .len()
-                            .max(1),
-                    };
-                    Shape::replicated(unit, servers, replicas.unwrap_or(1))
+                    let servers = stripe_count.map(|n| n as usize);
+                    match replicas {
+                        Some(copies) => {
+                            let all = || {
+                                store
+                                    .servers()
+                                    .map_err(|e| meta_failure("list the object servers", &e))
+                            };
+                            let spread = match servers {
+                                Some(n) => n,
+                                None => all()?.len().max(1),
+                            };
+                            Shape::replicated(unit, spread, copies)
+                        }
+                        None => client.default_shape(unit, servers).map_err(fail)?,
+                    }
                 }
             };
             let mut input = open_input(file.as_deref())?;

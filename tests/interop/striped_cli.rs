@@ -93,7 +93,7 @@ impl Deployment {
         self.meta_server.obj_uri()
     }
 
-    fn meta_cmd(&self, args: &[&str]) -> CmdOutput {
+    pub(crate) fn meta_cmd(&self, args: &[&str]) -> CmdOutput {
         sluice()
             .args(["meta", "--meta", &self.meta_uri()])
             .args(args)

@@ -88,3 +88,53 @@ fn redundant_puts_survive_killed_servers_and_say_so_in_stat() {
     let third = kill(&mut d, 3);
     assert_fails(&d.obj(&["get", "ec"]), 1, &[&first, &second, &third]);
 }
+
+#[test]
+fn puts_without_flags_get_the_deployment_default_once_it_has_the_servers() {
+    let d = deploy();
+    let data = random_bytes(22, 100_000);
+    let default = |args: &[&str]| {
+        let mut all = vec!["default-redundancy"];
+        all.extend_from_slice(args);
+        ok(d.meta_cmd(&all)).stdout()
+    };
+    let stat = |name: &str| ok(d.obj(&["stat", name])).stdout();
+    assert_eq!(default(&[]), "none\n");
+    ok(d.obj_in(&["put", "before"], &data));
+    assert!(stat("before").contains("redundancy: none\n"));
+
+    assert_eq!(default(&["--replicas", "2"]), "replicas 2\n");
+    assert_eq!(default(&[]), "replicas 2\n");
+    ok(d.obj_in(&["put", "copied"], &data));
+    assert!(stat("copied").contains("redundancy: replicas 2\npieces: 8\n"));
+    // Flags on the put win over the default.
+    ok(d.obj_in(&["put", "flagged", "--replicas", "1"], &data));
+    assert!(stat("flagged").contains("redundancy: none\n"));
+
+    assert_eq!(default(&["--ec", "2+2"]), "ec 2+2\n");
+    ok(d.obj_in(&["put", "coded"], &data));
+    assert!(
+        stat("coded").contains("redundancy: ec 2+2\n"),
+        "{}",
+        stat("coded")
+    );
+    assert_eq!(ok(d.obj(&["get", "coded"])).output.stdout, data);
+
+    // A default the deployment has too few servers for: no redundancy,
+    // and a warning saying why.
+    assert_eq!(default(&["--ec", "4+2"]), "ec 4+2\n");
+    let out = ok(d.obj_in(&["put", "short"], &data));
+    assert!(
+        out.stderr().contains("default redundancy"),
+        "{}",
+        out.stderr()
+    );
+    assert!(stat("short").contains("redundancy: none\n"));
+    // Bad values are usage errors and change nothing.
+    assert_fails(
+        &d.meta_cmd(&["default-redundancy", "--ec", "0+2"]),
+        2,
+        &["0+2"],
+    );
+    assert_eq!(default(&[]), "ec 4+2\n");
+}

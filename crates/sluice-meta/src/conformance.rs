@@ -17,7 +17,10 @@ pub use paging::{
     a_prefix_bounds_every_page, changes_between_pages_neither_repeat_nor_skip,
     page_requests_out_of_range_are_refused, pages_concatenate_to_the_full_listing,
 };
-pub use versions::{a_pending_version_switches_in_one_update, redundancy_is_kept_and_checked};
+pub use versions::{
+    a_pending_version_switches_in_one_update, redundancy_is_kept_and_checked,
+    the_default_redundancy_is_kept,
+};
 
 /// One property, checked on a fresh store.
 pub type Check = fn(&dyn MetaStore);
@@ -68,6 +71,10 @@ pub const CHECKS: &[(&str, Check)] = &[
     (
         "redundancy_is_kept_and_checked",
         redundancy_is_kept_and_checked,
+    ),
+    (
+        "the_default_redundancy_is_kept",
+        the_default_redundancy_is_kept,
     ),
     ("placements_count_by_one", placements_count_by_one),
     (
@@ -122,6 +129,7 @@ macro_rules! meta_conformance_tests {
             servers_in_use_stay,
             a_pending_version_switches_in_one_update,
             redundancy_is_kept_and_checked,
+            the_default_redundancy_is_kept,
             placements_count_by_one,
             concurrent_creates_have_one_winner,
             concurrent_size_at_least_keeps_the_largest,

@@ -37,7 +37,7 @@ pub use crate::etcd_config::{EtcdConfig, EtcdTls, EtcdUser, DEFAULT_PREFIX};
 use crate::record::Record;
 use crate::{
     check_name, check_page, prefix_end, Entry, EntryState, Layout, MetaError, MetaStore, Page,
-    Update,
+    Redundancy, Update,
 };
 
 /// Keys per range request of a scan: far below gRPC's 4 MiB reply limit
@@ -304,6 +304,35 @@ impl MetaStore for EtcdMetaStore {
             })
         })?;
         Ok(self.deployment.get_or_init(|| id).clone())
+    }
+
+    fn default_redundancy(&self) -> Result<Redundancy, MetaError> {
+        let key = format!("{}settings/redundancy", self.config.prefix);
+        let text = self.run(
+            || "read the default redundancy".to_owned(),
+            |c, _| {
+                let r = self.get(c, &key, None)?;
+                Ok(Ok(r.kvs().first().map(|kv| {
+                    String::from_utf8_lossy(kv.value()).into_owned()
+                })))
+            },
+        )?;
+        text.map_or(Ok(Redundancy::default()), |t| t.parse())
+    }
+
+    fn set_default_redundancy(&self, redundancy: Redundancy) -> Result<(), MetaError> {
+        redundancy.check()?;
+        let key = format!("{}settings/redundancy", self.config.prefix);
+        let value = redundancy.to_string();
+        self.run(
+            || "set the default redundancy".to_owned(),
+            |c, _| {
+                // Setting it twice sets it once: a retry is harmless.
+                let txn = Txn::new().and_then([TxnOp::put(key.as_str(), value.as_str(), None)]);
+                self.txn(c, txn)?;
+                Ok(Ok(()))
+            },
+        )
     }
 
     fn next_placement(&self) -> Result<u64, MetaError> {

@@ -92,12 +92,66 @@ impl Default for Redundancy {
 }
 
 impl Redundancy {
+    /// Checks it on its own: at least one copy; both parts of an erasure
+    /// code, at most 256 units a row.
+    pub fn check(self) -> Result<(), MetaError> {
+        let why = match self {
+            Self::Replicas(0) => "it keeps 0 copies".to_owned(),
+            Self::Erasure { data, parity } if data == 0 || parity == 0 => {
+                format!("erasure coding {data}+{parity} needs both parts")
+            }
+            Self::Erasure { data, parity } if usize::from(data) + usize::from(parity) > 256 => {
+                format!("erasure coding {data}+{parity} has more than 256 units a row")
+            }
+            _ => return Ok(()),
+        };
+        Err(MetaError::Invalid {
+            what: "redundancy".to_owned(),
+            why,
+        })
+    }
+
+    /// How many distinct servers an object needs at least.
+    pub fn servers_needed(self) -> usize {
+        match self {
+            Self::Replicas(copies) => usize::from(copies),
+            Self::Erasure { data, parity } => usize::from(data) + usize::from(parity),
+        }
+    }
+
     /// How many servers may be lost with every byte still readable.
     pub fn losses_survived(self) -> usize {
         match self {
             Self::Replicas(copies) => usize::from(copies).saturating_sub(1),
             Self::Erasure { parity, .. } => usize::from(parity),
         }
+    }
+}
+
+impl std::str::FromStr for Redundancy {
+    type Err = MetaError;
+
+    /// What [`Display`](std::fmt::Display) prints: `none`, `replicas R`,
+    /// `ec K+M`.
+    fn from_str(s: &str) -> Result<Self, MetaError> {
+        let bad = || MetaError::Invalid {
+            what: format!("redundancy {s:?}"),
+            why: "it is not none, replicas R or ec K+M".to_owned(),
+        };
+        let r = match s.split_once(' ') {
+            None if s == "none" => Self::Replicas(1),
+            Some(("replicas", n)) => Self::Replicas(n.parse().map_err(|_| bad())?),
+            Some(("ec", code)) => {
+                let (k, m) = code.split_once('+').ok_or_else(bad)?;
+                Self::Erasure {
+                    data: k.parse().map_err(|_| bad())?,
+                    parity: m.parse().map_err(|_| bad())?,
+                }
+            }
+            _ => return Err(bad()),
+        };
+        r.check()?;
+        Ok(r)
     }
 }
 
@@ -207,21 +261,13 @@ impl Layout {
     /// What is wrong with the redundancy of this layout, if anything.
     fn redundancy_problem(&self) -> Option<String> {
         let n = self.pieces.len();
+        if let Err(MetaError::Invalid { why, .. }) = self.redundancy.check() {
+            return Some(why);
+        }
         match self.redundancy {
-            Redundancy::Replicas(0) => return Some("it keeps 0 copies".to_owned()),
             Redundancy::Replicas(copies) if !n.is_multiple_of(usize::from(copies)) => {
                 return Some(format!(
                     "its {n} pieces are not whole columns of {copies} copies"
-                ))
-            }
-            Redundancy::Erasure { data, parity } if data == 0 || parity == 0 => {
-                return Some(format!("erasure coding {data}+{parity} needs both parts"))
-            }
-            Redundancy::Erasure { data, parity }
-                if usize::from(data) + usize::from(parity) > 256 =>
-            {
-                return Some(format!(
-                    "erasure coding {data}+{parity} has more than 256 units a row"
                 ))
             }
             Redundancy::Erasure { data, parity }
@@ -398,6 +444,12 @@ pub trait MetaStore: Send + Sync {
     /// that object servers can be shared by several deployments and
     /// fsck removes only its own deployment's pieces.
     fn deployment(&self) -> Result<String, MetaError>;
+    /// The redundancy a new object gets when its put names none (see
+    /// [`MetaStore::set_default_redundancy`]); none (`Replicas(1)`) until
+    /// it is set.
+    fn default_redundancy(&self) -> Result<Redundancy, MetaError>;
+    /// Sets the deployment's default redundancy ([`Redundancy::check`]ed).
+    fn set_default_redundancy(&self, redundancy: Redundancy) -> Result<(), MetaError>;
     /// A number that grows by one on each call, shared by all clients:
     /// the start server of the next object's layout (round-robin placement).
     fn next_placement(&self) -> Result<u64, MetaError>;

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::{Mutex, MutexGuard};
 
-use crate::{Entry, EntryState, Layout, MetaError, MetaStore, Page, Update};
+use crate::{Entry, EntryState, Layout, MetaError, MetaStore, Page, Redundancy, Update};
 
 /// A complete metadata service in memory.
 #[derive(Debug)]
@@ -34,6 +34,8 @@ struct State {
     servers: Vec<String>,
     /// The next value [`MetaStore::next_placement`] returns.
     placement: u64,
+    /// [`MetaStore::default_redundancy`].
+    redundancy: Redundancy,
     entries: BTreeMap<String, Entry>,
     /// The last revision given to any entry. Revisions are unique across
     /// the store (as etcd's are), so a name removed and made again never
@@ -121,6 +123,16 @@ impl MetaStore for MemoryMetaStore {
 
     fn deployment(&self) -> Result<String, MetaError> {
         Ok(self.deployment.clone())
+    }
+
+    fn default_redundancy(&self) -> Result<Redundancy, MetaError> {
+        Ok(self.state().redundancy)
+    }
+
+    fn set_default_redundancy(&self, redundancy: Redundancy) -> Result<(), MetaError> {
+        redundancy.check()?;
+        self.state().redundancy = redundancy;
+        Ok(())
     }
 
     fn next_placement(&self) -> Result<u64, MetaError> {

@@ -31,7 +31,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 use crate::record::Record;
 use crate::{
     check_name, check_page, prefix_end, Entry, EntryState, Layout, MetaError, MetaStore, Page,
-    Update,
+    Redundancy, Update,
 };
 
 /// The database file's name inside the directory.
@@ -64,6 +64,8 @@ const SCHEMA: &str = "
         server TEXT NOT NULL, name TEXT NOT NULL,
         PRIMARY KEY (server, name)) WITHOUT ROWID;
     CREATE TABLE IF NOT EXISTS deployment (id TEXT NOT NULL);
+    CREATE TABLE IF NOT EXISTS settings (
+        name TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 ";
 
 /// The metadata service on SQLite. See the module documentation.
@@ -91,6 +93,8 @@ impl std::fmt::Debug for SqliteMetaStore {
 /// One write, as the writer thread receives it.
 enum Op {
     AddServer(String),
+    /// Sets the default redundancy (stored as its text).
+    SetRedundancy(Redundancy),
     RemoveServer(String),
     NextPlacement,
     Create {
@@ -231,6 +235,20 @@ impl MetaStore for SqliteMetaStore {
 
     fn deployment(&self) -> Result<String, MetaError> {
         Ok(self.deployment.clone())
+    }
+
+    fn default_redundancy(&self) -> Result<Redundancy, MetaError> {
+        let text: Option<String> = self.read(|conn| {
+            conn.prepare_cached("SELECT value FROM settings WHERE name = 'redundancy'")
+                .and_then(|mut s| s.query_row([], |r| r.get(0)).optional())
+                .map_err(|e| backend(&self.path, "read the default redundancy", e))
+        })?;
+        text.map_or(Ok(Redundancy::default()), |t| t.parse())
+    }
+
+    fn set_default_redundancy(&self, redundancy: Redundancy) -> Result<(), MetaError> {
+        redundancy.check()?;
+        self.write(Op::SetRedundancy(redundancy)).map(drop)
     }
 
     fn next_placement(&self) -> Result<u64, MetaError> {
@@ -463,6 +481,15 @@ fn apply(conn: &Connection, path: &Path, op: &Op) -> Result<Outcome, MetaError> 
             conn.prepare_cached("DELETE FROM servers WHERE uri = ?1")
                 .and_then(|mut s| s.execute([uri]))
                 .map_err(fail(format!("remove server {uri}")))?;
+            Ok(Outcome::Done)
+        }
+        Op::SetRedundancy(r) => {
+            conn.prepare_cached(
+                "INSERT INTO settings VALUES ('redundancy', ?1)
+                 ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+            )
+            .and_then(|mut s| s.execute([r.to_string()]))
+            .map_err(fail("set the default redundancy".to_owned()))?;
             Ok(Outcome::Done)
         }
         Op::NextPlacement => {

@@ -161,6 +161,13 @@ pub enum MetaRequest {
     },
     /// The deployment's identity (see [`MetaReply::Deployment`]).
     Deployment,
+    /// The redundancy a put that names none gets
+    /// ([`MetaReply::Redundancy`]).
+    DefaultRedundancy,
+    /// Sets it ([`MetaReply::Done`]).
+    SetDefaultRedundancy {
+        redundancy: MetaRedundancy,
+    },
 }
 
 /// Why the service refused a call; each kind keeps its fields.
@@ -202,6 +209,8 @@ pub enum MetaReply {
     /// DEPLOYMENT: the identity the metadata service drew when it was
     /// first used, which marks every piece its deployment makes.
     Deployment(String),
+    /// DEFAULT_REDUNDANCY.
+    Redundancy(MetaRedundancy),
     /// CREATE, LOOKUP, UPDATE.
     Entry(MetaEntry),
     /// LIST: `more` when entries past the last one may follow.
@@ -249,6 +258,8 @@ const REQ_LIST: u8 = 7;
 const REQ_UPDATE: u8 = 8;
 const REQ_DELETE: u8 = 9;
 const REQ_DEPLOYMENT: u8 = 10;
+const REQ_DEFAULT_REDUNDANCY: u8 = 11;
+const REQ_SET_DEFAULT_REDUNDANCY: u8 = 12;
 
 // Reply tags.
 const REP_DONE: u8 = 1;
@@ -258,6 +269,7 @@ const REP_ENTRY: u8 = 4;
 const REP_PAGE: u8 = 5;
 const REP_FAILED: u8 = 6;
 const REP_DEPLOYMENT: u8 = 7;
+const REP_REDUNDANCY: u8 = 8;
 
 // Failure tags.
 const FAIL_NOT_FOUND: u8 = 1;
@@ -305,7 +317,11 @@ fn put_layout(l: &MetaLayout, out: &mut Vec<u8>) {
         out.extend_from_slice(&p.partition.to_be_bytes());
         out.extend_from_slice(&p.object.to_be_bytes());
     }
-    match l.redundancy {
+    put_redundancy(l.redundancy, out);
+}
+
+fn put_redundancy(r: MetaRedundancy, out: &mut Vec<u8>) {
+    match r {
         MetaRedundancy::Replicas(copies) => out.extend_from_slice(&[0, copies]),
         MetaRedundancy::Erasure { data, parity } => out.extend_from_slice(&[1, data, parity]),
     }
@@ -353,6 +369,11 @@ impl MetaRequest {
             Self::Servers => out.push(REQ_SERVERS),
             Self::NextPlacement => out.push(REQ_NEXT_PLACEMENT),
             Self::Deployment => out.push(REQ_DEPLOYMENT),
+            Self::DefaultRedundancy => out.push(REQ_DEFAULT_REDUNDANCY),
+            Self::SetDefaultRedundancy { redundancy } => {
+                out.push(REQ_SET_DEFAULT_REDUNDANCY);
+                put_redundancy(*redundancy, out);
+            }
             Self::Create {
                 name,
                 layout,
@@ -424,6 +445,10 @@ impl MetaRequest {
             REQ_SERVERS => Self::Servers,
             REQ_NEXT_PLACEMENT => Self::NextPlacement,
             REQ_DEPLOYMENT => Self::Deployment,
+            REQ_DEFAULT_REDUNDANCY => Self::DefaultRedundancy,
+            REQ_SET_DEFAULT_REDUNDANCY => Self::SetDefaultRedundancy {
+                redundancy: redundancy(&mut r)?,
+            },
             REQ_CREATE => Self::Create {
                 name: name(&mut r, "object name")?,
                 layout: layout(&mut r)?,
@@ -521,6 +546,10 @@ impl MetaReply {
                 out.push(REP_DEPLOYMENT);
                 put_str(id, out);
             }
+            Self::Redundancy(r) => {
+                out.push(REP_REDUNDANCY);
+                put_redundancy(*r, out);
+            }
             Self::Entry(e) => {
                 out.push(REP_ENTRY);
                 put_entry(e, out);
@@ -594,6 +623,7 @@ impl MetaReply {
             }
             REP_PLACEMENT => Self::Placement(u64_(&mut r, "placement")?),
             REP_DEPLOYMENT => Self::Deployment(name(&mut r, "deployment")?),
+            REP_REDUNDANCY => Self::Redundancy(redundancy(&mut r)?),
             REP_ENTRY => Self::Entry(entry(&mut r)?),
             REP_PAGE => {
                 let more = match r.u8().ok_or(MetaDecodeError::Truncated("page"))? {
@@ -742,8 +772,16 @@ fn layout(r: &mut Reader<'_>) -> Result<MetaLayout> {
             object: u64_(r, "object id")?,
         });
     }
+    Ok(MetaLayout {
+        stripe_unit,
+        pieces,
+        redundancy: redundancy(r)?,
+    })
+}
+
+fn redundancy(r: &mut Reader<'_>) -> Result<MetaRedundancy> {
     let byte = |r: &mut Reader<'_>, what| r.u8().ok_or(MetaDecodeError::Truncated(what));
-    let redundancy = match byte(r, "redundancy")? {
+    Ok(match byte(r, "redundancy")? {
         0 => MetaRedundancy::Replicas(byte(r, "copies")?),
         1 => MetaRedundancy::Erasure {
             data: byte(r, "data units")?,
@@ -755,11 +793,6 @@ fn layout(r: &mut Reader<'_>) -> Result<MetaLayout> {
                 tag,
             })
         }
-    };
-    Ok(MetaLayout {
-        stripe_unit,
-        pieces,
-        redundancy,
     })
 }
 
@@ -856,6 +889,10 @@ mod tests {
             MetaRequest::Servers,
             MetaRequest::NextPlacement,
             MetaRequest::Deployment,
+            MetaRequest::DefaultRedundancy,
+            MetaRequest::SetDefaultRedundancy {
+                redundancy: MetaRedundancy::Erasure { data: 4, parity: 2 },
+            },
             MetaRequest::Create {
                 name: "x".into(),
                 layout: entry().layout,
@@ -912,6 +949,7 @@ mod tests {
             MetaReply::Servers(vec!["a".into(), "b".into()]),
             MetaReply::Placement(9),
             MetaReply::Deployment("3f2a".into()),
+            MetaReply::Redundancy(MetaRedundancy::Replicas(3)),
             MetaReply::Entry(entry()),
             MetaReply::Entry(replaced()),
             MetaReply::Page {

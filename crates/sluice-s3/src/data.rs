@@ -18,7 +18,7 @@ use std::task::{Context, Poll};
 use bytes::{Bytes, BytesMut};
 use futures::{Stream, StreamExt};
 use md5::{Digest, Md5};
-use sluice_client::striped::{Pattern, Shape, StripedClient, StripedObject, StripedWrite};
+use sluice_client::striped::{Pattern, StripedClient, StripedObject, StripedWrite};
 use sluice_meta::Entry;
 use tokio::sync::mpsc;
 
@@ -55,7 +55,8 @@ fn begin(
     name: &str,
 ) -> Result<StripedObject, GatewayError> {
     let (unit, servers) = store.servers_for_put()?;
-    Ok(client.begin_put(name, &Shape::striped(unit, servers))?)
+    let shape = client.default_shape(unit, Some(servers))?;
+    Ok(client.begin_put(name, &shape)?)
 }
 
 /// Gives up a put that will not complete: the new object, or the new

@@ -141,6 +141,12 @@ impl MetaStore for Recording {
     fn deployment(&self) -> Result<String, MetaError> {
         self.inner.deployment()
     }
+    fn default_redundancy(&self) -> Result<sluice_meta::Redundancy, MetaError> {
+        self.inner.default_redundancy()
+    }
+    fn set_default_redundancy(&self, r: sluice_meta::Redundancy) -> Result<(), MetaError> {
+        self.inner.set_default_redundancy(r)
+    }
     fn next_placement(&self) -> Result<u64, MetaError> {
         self.inner.next_placement()
     }

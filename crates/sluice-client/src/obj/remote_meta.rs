@@ -192,6 +192,25 @@ impl MetaStore for RemoteMetaStore {
         }
     }
 
+    fn default_redundancy(&self) -> Result<Redundancy, MetaError> {
+        let action = "read the default redundancy";
+        match self.call(action, &MetaRequest::DefaultRedundancy)? {
+            MetaReply::Redundancy(r) => Ok(redundancy_from_wire(r)),
+            other => Err(self.unexpected(action, &other)),
+        }
+    }
+
+    fn set_default_redundancy(&self, redundancy: Redundancy) -> Result<(), MetaError> {
+        let action = "set the default redundancy";
+        let request = MetaRequest::SetDefaultRedundancy {
+            redundancy: redundancy_to_wire(redundancy),
+        };
+        match self.call(action, &request)? {
+            MetaReply::Done => Ok(()),
+            other => Err(self.unexpected(action, &other)),
+        }
+    }
+
     fn next_placement(&self) -> Result<u64, MetaError> {
         let action = "choose a placement";
         match self.call(action, &MetaRequest::NextPlacement)? {
@@ -355,20 +374,14 @@ fn layout_to_wire(l: &Layout) -> MetaLayout {
                 object: p.object,
             })
             .collect(),
-        redundancy: match l.redundancy {
-            Redundancy::Replicas(copies) => MetaRedundancy::Replicas(copies),
-            Redundancy::Erasure { data, parity } => MetaRedundancy::Erasure { data, parity },
-        },
+        redundancy: redundancy_to_wire(l.redundancy),
     }
 }
 
 fn layout_from_wire(l: MetaLayout) -> Layout {
     Layout {
         stripe_unit: l.stripe_unit,
-        redundancy: match l.redundancy {
-            MetaRedundancy::Replicas(copies) => Redundancy::Replicas(copies),
-            MetaRedundancy::Erasure { data, parity } => Redundancy::Erasure { data, parity },
-        },
+        redundancy: redundancy_from_wire(l.redundancy),
         pieces: l
             .pieces
             .into_iter()
@@ -395,5 +408,19 @@ fn entry_from_wire(e: MetaEntry) -> Entry {
         attrs: e.attrs,
         pending: e.pending.map(layout_from_wire),
         revision: e.revision,
+    }
+}
+
+fn redundancy_to_wire(r: Redundancy) -> MetaRedundancy {
+    match r {
+        Redundancy::Replicas(copies) => MetaRedundancy::Replicas(copies),
+        Redundancy::Erasure { data, parity } => MetaRedundancy::Erasure { data, parity },
+    }
+}
+
+fn redundancy_from_wire(r: MetaRedundancy) -> Redundancy {
+    match r {
+        MetaRedundancy::Replicas(copies) => Redundancy::Replicas(copies),
+        MetaRedundancy::Erasure { data, parity } => Redundancy::Erasure { data, parity },
     }
 }

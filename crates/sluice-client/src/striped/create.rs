@@ -56,6 +56,42 @@ impl Shape {
 }
 
 impl StripedClient {
+    /// The shape of a new object whose maker named no redundancy: the
+    /// deployment's default ([`MetaStore::default_redundancy`]) once it
+    /// has the servers that needs, over `servers` of them (all when
+    /// `None`; an erasure code takes exactly its own number); plain
+    /// striping, with a warning, while it has fewer.
+    ///
+    /// [`MetaStore::default_redundancy`]: sluice_meta::MetaStore::default_redundancy
+    pub fn default_shape(
+        &self,
+        stripe_unit: u64,
+        servers: Option<usize>,
+    ) -> Result<Shape, StripedError> {
+        let redundancy = self
+            .meta
+            .default_redundancy()
+            .map_err(|e| meta_error("read the default redundancy for", "", e))?;
+        let have = self
+            .meta
+            .servers()
+            .map_err(|e| meta_error("list servers for", "", e))?
+            .len();
+        let spread = servers.unwrap_or(have).max(1);
+        if redundancy.servers_needed() > have {
+            tracing::warn!(
+                %redundancy,
+                have,
+                "the deployment's default redundancy needs more object servers than it has: putting without redundancy"
+            );
+            return Ok(Shape::striped(stripe_unit, spread));
+        }
+        Ok(match redundancy {
+            Redundancy::Replicas(copies) => Shape::replicated(stripe_unit, spread, copies),
+            Redundancy::Erasure { data, parity } => Shape::erasure(stripe_unit, data, parity),
+        })
+    }
+
     /// Makes `name` in `shape`, and opens it.
     pub fn create(&mut self, name: &str, shape: &Shape) -> Result<StripedObject, StripedError> {
         self.create_until(name, shape, CreateStep::Ready)

@@ -217,3 +217,40 @@ pub fn redundancy_is_kept_and_checked(store: &dyn MetaStore) {
     ));
     assert_eq!(ok(store.lookup("rep"), "lookup"), switched);
 }
+
+/// The default redundancy is none until set, then what was set last;
+/// a bad one is refused and changes nothing.
+pub fn the_default_redundancy_is_kept(store: &dyn MetaStore) {
+    assert_eq!(
+        ok(store.default_redundancy(), "default"),
+        Redundancy::Replicas(1)
+    );
+    for r in [
+        Redundancy::Replicas(2),
+        Redundancy::Erasure { data: 4, parity: 2 },
+        Redundancy::Replicas(3),
+    ] {
+        ok(store.set_default_redundancy(r), "set");
+        assert_eq!(ok(store.default_redundancy(), "default"), r);
+    }
+    for bad in [
+        Redundancy::Replicas(0),
+        Redundancy::Erasure { data: 0, parity: 2 },
+        Redundancy::Erasure {
+            data: 200,
+            parity: 100,
+        },
+    ] {
+        assert!(
+            matches!(
+                store.set_default_redundancy(bad),
+                Err(MetaError::Invalid { .. })
+            ),
+            "{bad:?}"
+        );
+    }
+    assert_eq!(
+        ok(store.default_redundancy(), "default"),
+        Redundancy::Replicas(3)
+    );
+}

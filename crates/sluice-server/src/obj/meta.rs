@@ -86,6 +86,13 @@ fn call(store: &dyn MetaStore, request: MetaRequest) -> Result<MetaReply, MetaEr
         MetaRequest::Servers => MetaReply::Servers(store.servers()?),
         MetaRequest::NextPlacement => MetaReply::Placement(store.next_placement()?),
         MetaRequest::Deployment => MetaReply::Deployment(store.deployment()?),
+        MetaRequest::DefaultRedundancy => {
+            MetaReply::Redundancy(redundancy_to_wire(store.default_redundancy()?))
+        }
+        MetaRequest::SetDefaultRedundancy { redundancy } => {
+            store.set_default_redundancy(redundancy_from_wire(redundancy))?;
+            MetaReply::Done
+        }
         MetaRequest::Create {
             name,
             layout,
@@ -206,10 +213,7 @@ fn state_to_wire(s: EntryState) -> MetaState {
 fn from_wire(l: MetaLayout) -> Layout {
     Layout {
         stripe_unit: l.stripe_unit,
-        redundancy: match l.redundancy {
-            MetaRedundancy::Replicas(copies) => Redundancy::Replicas(copies),
-            MetaRedundancy::Erasure { data, parity } => Redundancy::Erasure { data, parity },
-        },
+        redundancy: redundancy_from_wire(l.redundancy),
         pieces: l
             .pieces
             .into_iter()
@@ -234,10 +238,7 @@ fn layout_to_wire(l: Layout) -> MetaLayout {
                 object: p.object,
             })
             .collect(),
-        redundancy: match l.redundancy {
-            Redundancy::Replicas(copies) => MetaRedundancy::Replicas(copies),
-            Redundancy::Erasure { data, parity } => MetaRedundancy::Erasure { data, parity },
-        },
+        redundancy: redundancy_to_wire(l.redundancy),
     }
 }
 
@@ -250,5 +251,19 @@ fn to_wire(e: Entry) -> MetaEntry {
         attrs: e.attrs,
         pending: e.pending.map(layout_to_wire),
         revision: e.revision,
+    }
+}
+
+fn redundancy_to_wire(r: Redundancy) -> MetaRedundancy {
+    match r {
+        Redundancy::Replicas(copies) => MetaRedundancy::Replicas(copies),
+        Redundancy::Erasure { data, parity } => MetaRedundancy::Erasure { data, parity },
+    }
+}
+
+fn redundancy_from_wire(r: MetaRedundancy) -> Redundancy {
+    match r {
+        MetaRedundancy::Replicas(copies) => Redundancy::Replicas(copies),
+        MetaRedundancy::Erasure { data, parity } => Redundancy::Erasure { data, parity },
     }
 }
