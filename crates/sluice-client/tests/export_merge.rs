@@ -263,3 +263,60 @@ fn the_export_is_checked_and_named() {
     let uri: ExportUri = format!("{}/nothing", f.server.obj_uri()).parse().unwrap();
     assert!(ExportDevice::connect(&uri, &ObjOptions::default()).is_err());
 }
+
+/// A layer over the export's memory that counts its flushes.
+#[derive(Debug)]
+struct CountsFlushes {
+    inner: Arc<MemDevice>,
+    flushes: std::sync::atomic::AtomicU64,
+}
+
+impl sluice_storage::DeviceLayer for CountsFlushes {
+    fn inner(&self) -> &dyn BlockDevice {
+        self.inner.as_ref()
+    }
+    fn flush(&self) -> Result<(), sluice_storage::DeviceError> {
+        self.flushes
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.inner.flush()
+    }
+}
+
+#[test]
+fn a_flush_reaches_the_exports_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let disk = Arc::new(CountsFlushes {
+        inner: Arc::new(MemDevice::new(SIZE, false)),
+        flushes: Default::default(),
+    });
+    let server = TestServer::builder()
+        .export("disk", disk.clone())
+        .objects(dir.path().join("objects"))
+        .start();
+    let uri: ExportUri = format!("{}/disk", server.obj_uri()).parse().unwrap();
+    let device = ExportDevice::connect(&uri, &ObjOptions::default()).unwrap();
+    assert!(device.capability().flush);
+    device.write_at(&[5; 4096], 0, false).unwrap();
+    let before = disk.flushes.load(std::sync::atomic::Ordering::SeqCst);
+    device.flush().unwrap();
+    assert_eq!(
+        disk.flushes.load(std::sync::atomic::Ordering::SeqCst),
+        before + 1
+    );
+    // A session that did not negotiate it refuses to send one.
+    let old = ObjOptions {
+        features: sluice_client::obj::Features(
+            sluice_client::obj::Features::NEGOTIABLE.0
+                & !sluice_client::obj::Features::EXPORT_FLUSH.0,
+        ),
+        ..ObjOptions::default()
+    };
+    let device = ExportDevice::connect(&uri, &old).unwrap();
+    assert!(!device.capability().flush);
+    let e = device.flush().unwrap_err();
+    assert!(e.to_string().contains("flush"), "{e}");
+    assert_eq!(
+        disk.flushes.load(std::sync::atomic::Ordering::SeqCst),
+        before + 1
+    );
+}

@@ -73,7 +73,8 @@ pub const FLAG_DDT_MASK: u16 = 0x0003;
 pub const FLAG_FUA: u16 = 0x0004;
 /// LIST: return each entry's attributes.
 pub const FLAG_WITH_ATTRS: u16 = 0x0008;
-/// FLUSH: bits 4-5 select the scope (0 object, 1 collection, 2 partition).
+/// FLUSH: bits 4-5 select the scope (0 object, 1 collection, 2 partition,
+/// 3 attached export: needs [`Features::EXPORT_FLUSH`]).
 pub const FLAG_SCOPE_MASK: u16 = 0x0030;
 /// FLUSH scope shift.
 pub const FLAG_SCOPE_SHIFT: u16 = 4;
@@ -130,13 +131,17 @@ impl Features {
     /// REPLACE_DATA: an object's bytes replaced by another's as one
     /// change (negotiated).
     pub const REPLACE_DATA: Self = Self(1 << 6);
+    /// FLUSH of an attached export (scope 3): its device made durable
+    /// (negotiated).
+    pub const EXPORT_FLUSH: Self = Self(1 << 7);
     /// Bits a client may ask for in HELLO.
     pub const NEGOTIABLE: Self = Self(
         Self::BATCH.0
             | Self::ATTRS_ON_DATA.0
             | Self::SPAN_READS.0
             | Self::SGL_MASTER.0
-            | Self::REPLACE_DATA.0,
+            | Self::REPLACE_DATA.0
+            | Self::EXPORT_FLUSH.0,
     );
     /// Bits only the greeting carries.
     pub const SERVER_ONLY: Self = Self(Self::TLS_AVAILABLE.0 | Self::TLS_REQUIRED.0);

@@ -814,17 +814,25 @@ fn unknown_opcode_and_flags() {
         [&[], &[], &[], &[]],
     );
     assert_eq!(rejected(&b).0, ErrorCode::BadFlags);
-    // FLUSH scope 3.
+    // FLUSH scope 3, an export's, is for sessions that negotiated it.
     let (_, b) = frame(
         RequestHeader {
             opcode: OP_FLUSH,
             flags: 3 << FLAG_SCOPE_SHIFT,
             partition: 0x10,
+            object: 2,
             ..Default::default()
         },
         [&[], &[], &[], &[]],
     );
-    assert_eq!(rejected(&b).0, ErrorCode::BadFlags);
+    assert_eq!(
+        validate(&all(), &b).unwrap().command,
+        Command::Flush(FlushScope::Export(2))
+    );
+    let without = session(Features(Features::NEGOTIABLE.0 & !Features::EXPORT_FLUSH.0));
+    let e = validate(&without, &b).unwrap_err();
+    assert_eq!(e.code, ErrorCode::NotNegotiated, "{}", e.message);
+    assert!(e.message.contains("EXPORT_FLUSH"), "{}", e.message);
 }
 
 #[test]
@@ -1344,6 +1352,7 @@ fn every_command_encodes_and_validates_back() {
         Command::Flush(FlushScope::Object(5)),
         Command::Flush(FlushScope::Collection("c")),
         Command::Flush(FlushScope::Partition),
+        Command::Flush(FlushScope::Export(1)),
         Command::GetAttrs { object: 5 },
         Command::SetAttrs { object: 5 },
         Command::Query {

@@ -93,7 +93,7 @@ fn greeting_bytes() {
     let mut s = server(TlsPolicy::Optional);
     assert_eq!(
         s.poll_output(),
-        hex("534c55494345 4f42 0001 0000 0000007d 00000100 00100000 00000010 00001000")
+        hex("534c55494345 4f42 0001 0000 000000fd 00000100 00100000 00000010 00001000")
     );
 }
 

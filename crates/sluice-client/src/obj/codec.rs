@@ -548,6 +548,7 @@ impl Codec<'_> {
                         op: Opcode::Flush,
                         target: Addressee::Partition(self.session.partition),
                     },
+                    FlushScope::Export(handle) => self.extent_subject(Opcode::Flush, handle),
                 };
                 self.plain_wire(s, Command::Flush(scope), &[], Durability::Buffered)
             }

@@ -7,14 +7,16 @@
 //! the client's merge policy (`off`, `always`, `adaptive`). NBD cannot
 //! carry such a command; this is the block path that merges.
 //!
-//! The native protocol has no FLUSH of an attached export, nor trim,
-//! zeroing or allocation status: writes with FUA are durable on reply,
-//! [`BlockDevice::flush`] is refused (`Unsupported`), trims are dropped
-//! (a hint), zeroes are written as data, and the whole export reads as
-//! data.
+//! [`BlockDevice::flush`] is a FLUSH of the attached export (its device,
+//! cache included, made durable), where the server offers it (the
+//! `EXPORT_FLUSH` feature; refused as `Unsupported` by one that does
+//! not). The native protocol has no trim, zeroing or allocation status:
+//! trims are dropped (a hint), zeroes are written as data, and the whole
+//! export reads as data.
 
 use std::io;
 
+use sluice_obj_proto::{Features, FlushScope};
 use sluice_storage::{BlockDevice, BlockingClass, Capability, DeviceError, Extent, IoOp, ZeroMode};
 
 use super::{ErrorCode, ObjError, ObjOptions, Segment, SharedObjClient};
@@ -124,7 +126,11 @@ impl BlockDevice for ExportDevice {
     fn capability(&self) -> Capability {
         Capability {
             read_only: self.read_only,
-            flush: false,
+            flush: self
+                .client
+                .session()
+                .features
+                .contains(Features::EXPORT_FLUSH),
             fua: true,
             trim: false,
             write_zeroes: false,
@@ -179,11 +185,21 @@ impl BlockDevice for ExportDevice {
     }
 
     fn flush(&self) -> Result<(), DeviceError> {
-        Err(DeviceError::Unsupported {
-            device: self.name.clone(),
-            op: IoOp::Flush,
-            reason: "the native protocol has no FLUSH of an attached export (write with FUA)",
-        })
+        if !self
+            .client
+            .session()
+            .features
+            .contains(Features::EXPORT_FLUSH)
+        {
+            return Err(DeviceError::Unsupported {
+                device: self.name.clone(),
+                op: IoOp::Flush,
+                reason: "the server does not flush attached exports (write with FUA)",
+            });
+        }
+        self.client
+            .flush(FlushScope::Export(self.handle))
+            .map_err(|e| self.error(e, IoOp::Flush, 0, 0))
     }
 
     fn trim(&self, offset: u64, length: u64, _fua: bool) -> Result<(), DeviceError> {

@@ -500,6 +500,11 @@ impl SharedObjClient {
         .map(drop)
     }
 
+    /// Makes what `scope` names durable.
+    pub fn flush(&self, scope: FlushScope<'_>) -> Result<(), ObjError> {
+        self.run(&ObjRequest::Flush(scope)).map(drop)
+    }
+
     /// Reads `segments` of `object`.
     pub fn read(&self, object: u64, segments: &[Segment]) -> Result<ReadReply, ObjError> {
         match self.run(&ObjRequest::Read {

@@ -19,6 +19,8 @@ pub enum FlushScope<'a> {
     Object(u64),
     Collection(&'a str),
     Partition,
+    /// The device of an attached export, by its handle.
+    Export(u64),
 }
 
 /// One attribute range of a QUERY: members whose `key` lies in
@@ -323,7 +325,9 @@ impl<'a> Command<'a> {
             | Self::Truncate { object, .. }
             | Self::ReplaceData { object, .. }
             | Self::Flush(FlushScope::Object(object)) => object,
-            Self::ExtentRead { export, .. } | Self::ExtentWrite { export, .. } => export,
+            Self::ExtentRead { export, .. }
+            | Self::ExtentWrite { export, .. }
+            | Self::Flush(FlushScope::Export(export)) => export,
             _ => 0,
         }
     }
@@ -338,6 +342,7 @@ impl<'a> Command<'a> {
             Self::Flush(FlushScope::Object(_)) => 0,
             Self::Flush(FlushScope::Collection(_)) => 1 << FLAG_SCOPE_SHIFT,
             Self::Flush(FlushScope::Partition) => 2 << FLAG_SCOPE_SHIFT,
+            Self::Flush(FlushScope::Export(_)) => 3 << FLAG_SCOPE_SHIFT,
             _ => self.ddt().map_or(0, |d| d.kind().flags()),
         }
     }

@@ -205,6 +205,15 @@ impl Negotiated {
                 ));
             }
         }
+        if matches!(req.command, Command::Flush(FlushScope::Export(_)))
+            && !self.features.contains(Features::EXPORT_FLUSH)
+        {
+            return Err(reject(
+                h,
+                ErrorCode::NotNegotiated,
+                "FLUSH of an export needs the EXPORT_FLUSH feature, which this session did not negotiate",
+            ));
+        }
         if op == Opcode::ReplaceData && !self.features.contains(Features::REPLACE_DATA) {
             return Err(reject(
                 h,
@@ -335,7 +344,7 @@ fn decode_command<'a>(
             0 => FlushScope::Object(object),
             1 => FlushScope::Collection(name(p, "collection name", h)?),
             2 => FlushScope::Partition,
-            _ => return Err(reject(h, ErrorCode::BadFlags, "FLUSH scope 3 is reserved")),
+            _ => FlushScope::Export(object),
         }),
         Opcode::GetAttrs => Command::GetAttrs { object },
         Opcode::SetAttrs => Command::SetAttrs { object },

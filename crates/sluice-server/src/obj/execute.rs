@@ -299,6 +299,7 @@ impl ObjExecutor {
                         self.store.flush_collection(self.partition(), name)?
                     }
                     FlushScope::Partition => self.store.flush_partition(self.partition())?,
+                    FlushScope::Export(export) => self.export(export)?.device.flush()?,
                 }
                 reply_ok(out, id, 0, &[], &[]);
             }
