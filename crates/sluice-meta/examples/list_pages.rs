@@ -1,21 +1,23 @@
-//! What a lookup and a page of 1,000 names cost on the SQLite backend
-//! with 1,000 and with 100,000 names in the store (docs/BENCHMARKS.md,
-//! "Striped objects"):
+//! What a lookup and a page of 1,000 names cost with 1,000 names in the
+//! store and with many more (docs/BENCHMARKS.md, "Striped objects"), on
+//! SQLite or etcd:
 //!
 //! ```sh
-//! cargo run --release -p sluice-meta --example list_pages [DIR]
+//! cargo run --release -p sluice-meta --example list_pages [DIR | etcd://HOST:PORT] [N,N...]
 //! ```
 //!
 //! Each store is filled by 64 threads (so commits group), then timed
 //! reading: lookups of random names, pages of 1,000 from the start and
 //! after a random key, and one listing of everything a page at a time.
-//! The database lives in DIR (a new temporary directory under it; the
-//! system's temporary directory without it).
+//! SQLite's database lives in DIR (a new temporary directory under it;
+//! the system's temporary directory without it); an etcd URI gets a
+//! fresh key prefix of its own for each count (left in etcd; compact or
+//! drop the cluster after). The counts default to 1,000 and 100,000.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use sluice_meta::{Layout, MetaStore, Piece, SqliteMetaStore};
+use sluice_meta::{EtcdConfig, EtcdMetaStore, Layout, MetaStore, Piece, SqliteMetaStore};
 
 const PAGE: usize = 1000;
 const LOOKUPS: usize = 2000;
@@ -32,7 +34,7 @@ fn summary(mut samples: Vec<Duration>) -> (Duration, Duration) {
     (at(0.5), at(0.99))
 }
 
-fn fill(store: &SqliteMetaStore, n: usize) -> Duration {
+fn fill(store: &dyn MetaStore, n: usize) -> Duration {
     let layout = Layout {
         stripe_unit: 64 << 10,
         redundancy: Default::default(),
@@ -60,10 +62,30 @@ fn fill(store: &SqliteMetaStore, n: usize) -> Duration {
     started.elapsed()
 }
 
-fn measure(dir: &std::path::Path, n: usize) {
-    let tmp = tempfile::tempdir_in(dir).expect("temporary directory");
-    let store = SqliteMetaStore::open(tmp.path()).expect("open the store");
-    let filled = fill(&store, n);
+/// Where the stores are made.
+enum Backend {
+    Sqlite(std::path::PathBuf),
+    Etcd(String),
+}
+
+fn measure(backend: &Backend, n: usize) {
+    let mut _keep = None;
+    let store: Box<dyn MetaStore> = match backend {
+        Backend::Sqlite(dir) => {
+            let tmp = tempfile::tempdir_in(dir).expect("temporary directory");
+            let store = SqliteMetaStore::open(tmp.path()).expect("open the store");
+            _keep = Some(tmp);
+            Box::new(store)
+        }
+        Backend::Etcd(uri) => {
+            let prefix = format!("list-pages-{:08x}-{n}/", fastrand::u32(..));
+            let uri = format!("{}/{prefix}", uri.trim_end_matches('/'));
+            let config = EtcdConfig::from_uri(&uri).expect("an etcd URI");
+            Box::new(EtcdMetaStore::connect(config).expect("reach etcd"))
+        }
+    };
+    let store = store.as_ref();
+    let filled = fill(store, n);
     let lookups: Vec<Duration> = (0..LOOKUPS)
         .map(|_| {
             let key = name(fastrand::usize(..n));
@@ -87,7 +109,7 @@ fn measure(dir: &std::path::Path, n: usize) {
         .map(|_| page_at(Some(fastrand::usize(..=n.saturating_sub(PAGE + 1)))))
         .collect();
     let started = Instant::now();
-    let all = sluice_meta::entries(&store, "bench/").count();
+    let all = sluice_meta::entries(store, "bench/").count();
     let everything = started.elapsed();
     assert_eq!(all, n);
     let show = |(median, p99): (Duration, Duration)| format!("{median:>9.1?} {p99:>9.1?}");
@@ -100,11 +122,19 @@ fn measure(dir: &std::path::Path, n: usize) {
 }
 
 fn main() {
-    let dir = std::env::args_os()
-        .nth(1)
-        .map_or_else(std::env::temp_dir, Into::into);
+    let mut args = std::env::args().skip(1);
+    let backend = match args.next() {
+        Some(a) if a.starts_with("etcd://") => Backend::Etcd(a),
+        Some(a) => Backend::Sqlite(a.into()),
+        None => Backend::Sqlite(std::env::temp_dir()),
+    };
+    let counts: Vec<usize> = args.next().map_or(vec![1_000, 100_000], |a| {
+        a.split(',')
+            .map(|n| n.parse().expect("counts are numbers"))
+            .collect()
+    });
     println!("median and 99th percentile; pages of {PAGE} names");
-    for n in [1_000, 100_000] {
-        measure(&dir, n);
+    for n in counts {
+        measure(&backend, n);
     }
 }
