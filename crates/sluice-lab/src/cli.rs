@@ -417,17 +417,19 @@ fn run_preset(p: PresetCommand) -> Result<()> {
             }
             Ok(())
         }
-        PresetCommand::S3 { common, s3 } => {
-            common.no_link("s3")?;
-            let o = common.options(Driver::Own);
-            setup::check_out_dir(&o.out_dir)?;
-            let report = crate::s3bench::s3(&o, &s3)?;
-            if report.samples.is_empty() {
-                bail!("every case failed; see the messages above");
-            }
-            Ok(())
-        }
+        PresetCommand::S3 { common, s3 } => run_s3(&common, &s3),
     }
+}
+
+fn run_s3(common: &PresetArgs, s3: &crate::s3bench::S3Args) -> Result<()> {
+    common.no_link("s3")?;
+    let o = common.options(Driver::Own);
+    setup::check_out_dir(&o.out_dir)?;
+    let report = crate::s3bench::s3(&o, s3)?;
+    if report.samples.is_empty() {
+        bail!("every case failed; see the messages above");
+    }
+    Ok(())
 }
 
 /// Runs `sluice bench` with parsed arguments.

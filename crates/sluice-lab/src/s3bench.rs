@@ -30,8 +30,8 @@ use sluice_bench::stats::{median, Spread};
 use sluice_bench::workload::Size;
 use sluice_model::text::{compact, Table};
 
-pub use target::{Kind, TargetSpec};
 use target::{Client, Target};
+pub use target::{Kind, TargetSpec};
 
 use crate::epilogue::Epilogue;
 use crate::setup::{command_line, PresetOptions};
@@ -63,12 +63,12 @@ pub struct S3Args {
     /// An S3 endpoint: LABEL,URL,KEY_FILE[,PID[+PID...]]; the key file's
     /// first line that is not a comment is `ACCESS_KEY_ID SECRET`; the
     /// PIDs are the server processes whose CPU is counted. Repeatable.
-    #[arg(long = "s3", value_name = "SPEC", value_parser = TargetSpec::parse_s3)]
+    #[arg(long = "s3", value_name = "TARGET", value_parser = TargetSpec::parse_s3)]
     pub s3: Vec<TargetSpec>,
     /// sluice's native protocol, striped objects through a metadata
     /// service: LABEL,sluice://HOST:PORT[,PID[+PID...]]. Puts and gets
     /// only. Repeatable.
-    #[arg(long, value_name = "SPEC", value_parser = TargetSpec::parse_native)]
+    #[arg(long, value_name = "TARGET", value_parser = TargetSpec::parse_native)]
     pub native: Vec<TargetSpec>,
     /// Object sizes, comma-separated (default 4K,64K,1M,64M).
     #[arg(long, value_delimiter = ',')]
@@ -284,13 +284,17 @@ pub fn s3(opts: &PresetOptions, args: &S3Args) -> Result<S3Report> {
             }
         }
     }
-    let baseline = args.baseline.clone().or_else(|| {
-        args.s3
-            .get(1)
-            .or(args.s3.first())
-            .map(|s| s.label.clone())
-    });
-    let rows = summarise(&samples, &cases, &specs, baseline.as_deref(), args.list_keys);
+    let baseline = args
+        .baseline
+        .clone()
+        .or_else(|| args.s3.get(1).or(args.s3.first()).map(|s| s.label.clone()));
+    let rows = summarise(
+        &samples,
+        &cases,
+        &specs,
+        baseline.as_deref(),
+        args.list_keys,
+    );
     let report = S3Report {
         machine,
         command: command_line(),
@@ -436,7 +440,10 @@ fn measure(
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| bail!("a client thread panicked")))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| bail!("a client thread panicked"))
+            })
             .collect()
     });
     let secs = start.elapsed().as_secs_f64();
@@ -566,7 +573,10 @@ fn summarise(
                 client_us_per_op: med(&v, &|s| Some(s.client_us_per_op)).unwrap_or(0.0),
                 server_us_per_op: cpu,
                 ops_ratio: base_ops.filter(|b| *b > 0.0).map(|b| ops_s.median / b),
-                cpu_ratio: cpu.zip(base_cpu).filter(|(_, b)| *b > 0.0).map(|(c, b)| c / b),
+                cpu_ratio: cpu
+                    .zip(base_cpu)
+                    .filter(|(_, b)| *b > 0.0)
+                    .map(|(c, b)| c / b),
                 ops_s,
             });
         }
@@ -650,7 +660,11 @@ mod tests {
         assert_eq!(c[0].name(10_000), "put-4k-c1");
         assert_eq!(c[23].name(10_000), "get-64m-c64");
         assert_eq!(c[24].name(10_000), "list-10000");
-        let c = cases(&args(Some(vec![Size(1 << 20)]), Some(vec![8]), Some(vec![Op::Get])));
+        let c = cases(&args(
+            Some(vec![Size(1 << 20)]),
+            Some(vec![8]),
+            Some(vec![Op::Get]),
+        ));
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].name(1), "get-1m-c8");
     }

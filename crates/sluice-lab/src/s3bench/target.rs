@@ -62,9 +62,13 @@ impl TargetSpec {
     pub fn parse_s3(spec: &str) -> Result<Self, String> {
         let parts: Vec<&str> = spec.split(',').collect();
         let [label, url, keys, rest @ ..] = parts.as_slice() else {
-            return Err(format!("--s3 {spec}: give LABEL,URL,KEY_FILE[,PID[+PID...]]"));
+            return Err(format!(
+                "--s3 {spec}: give LABEL,URL,KEY_FILE[,PID[+PID...]]"
+            ));
         };
-        let endpoint: url::Url = url.parse().map_err(|e| format!("--s3 {spec}: {url}: {e}"))?;
+        let endpoint: url::Url = url
+            .parse()
+            .map_err(|e| format!("--s3 {spec}: {url}: {e}"))?;
         let text = std::fs::read_to_string(keys)
             .map_err(|e| format!("--s3 {spec}: cannot read {keys}: {e}"))?;
         let line = text
@@ -90,7 +94,9 @@ impl TargetSpec {
     pub fn parse_native(spec: &str) -> Result<Self, String> {
         let parts: Vec<&str> = spec.split(',').collect();
         let [label, meta, rest @ ..] = parts.as_slice() else {
-            return Err(format!("--native {spec}: give LABEL,META_URI[,PID[+PID...]]"));
+            return Err(format!(
+                "--native {spec}: give LABEL,META_URI[,PID[+PID...]]"
+            ));
         };
         Ok(Self {
             label: (*label).to_owned(),
@@ -320,10 +326,7 @@ impl Client<'_> {
                 let resp = agent.get(url.as_str()).call()?;
                 check(resp.status().as_u16(), "GET", key)?;
                 let mut body = resp.into_body();
-                let mut reader = body
-                    .with_config()
-                    .limit(u64::MAX)
-                    .reader();
+                let mut reader = body.with_config().limit(u64::MAX).reader();
                 let mut total = 0u64;
                 loop {
                     let n = reader.read(scratch)?;
