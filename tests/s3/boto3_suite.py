@@ -19,7 +19,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 
 
-def client(secret=None):
+def client(secret=None, signature_version=None):
     return boto3.client(
         "s3",
         endpoint_url=os.environ["S3_ENDPOINT"],
@@ -30,6 +30,7 @@ def client(secret=None):
         config=Config(
             s3={"addressing_style": "path"},
             retries={"max_attempts": 1},
+            signature_version=signature_version,
         ),
     )
 
@@ -185,8 +186,35 @@ def errors(s3):
     eq(error_code(s3.list_objects_v2, Bucket="none"), "NoSuchBucket", "list of a missing bucket")
     url = s3.generate_presigned_url("get_object", Params={"Bucket": "err", "Key": "p"}, ExpiresIn=60)
     s3.put_object(Bucket="err", Key="p", Body=b"presigned")
+    import urllib.error
     import urllib.request
     eq(urllib.request.urlopen(url).read(), b"presigned", "presigned GET")
+    # Presigned URLs whose expiry has passed, signed two hours ago for 60
+    # seconds (botocore's clock set back, no sleeping): Signature V4
+    # (X-Amz-Date + X-Amz-Expires) and V2 (Expires, what boto3 presigns
+    # with by default).
+    import unittest.mock
+    now = datetime.datetime.now(datetime.timezone.utc)
+    past = now - datetime.timedelta(hours=2)
+    v4 = client(signature_version="s3v4")
+    with unittest.mock.patch("botocore.auth.get_current_datetime", return_value=past.replace(tzinfo=None)):
+        old_v4 = v4.generate_presigned_url("get_object", Params={"Bucket": "err", "Key": "p"}, ExpiresIn=60)
+    with unittest.mock.patch("botocore.auth.time.time", return_value=past.timestamp()):
+        old_v2 = s3.generate_presigned_url("get_object", Params={"Bucket": "err", "Key": "p"}, ExpiresIn=60)
+    if past.strftime("X-Amz-Date=%Y%m%dT%H%M%SZ") not in old_v4:
+        raise AssertionError(f"the V4 URL was not signed in the past: {old_v4}")
+    if f"Expires={int(past.timestamp()) + 60}" not in old_v2:
+        raise AssertionError(f"the V2 URL does not expire in the past: {old_v2}")
+    for what, url in [("V4", old_v4), ("V2", old_v2)]:
+        try:
+            urllib.request.urlopen(url)
+            raise AssertionError(f"an expired {what} presigned URL was served")
+        except urllib.error.HTTPError as e:
+            s3_error(e.code, e.read(), 403, "AccessDenied", f"an expired {what} presigned GET")
+    # The server is still up, and fresh presigned URLs work.
+    for what, c in [("V4", v4), ("V2", s3)]:
+        fresh = c.generate_presigned_url("get_object", Params={"Bucket": "err", "Key": "p"}, ExpiresIn=60)
+        eq(urllib.request.urlopen(fresh).read(), b"presigned", f"a fresh {what} presigned GET after the expired ones")
 
 
 def chunked(s3):

@@ -33,7 +33,7 @@ enum BenchCommand {
     /// sluice's client and by fio, interleaved rounds, ratios to a baseline.
     Compare(CompareArgs),
     /// Run a named preset: pipelining, scaling, san, filesystem, pgbench, objects, raid, striped,
-    /// merge, s3asim, noncontig.
+    /// merge, s3asim, noncontig, s3.
     Preset {
         #[command(subcommand)]
         preset: PresetCommand,
@@ -174,6 +174,15 @@ enum PresetCommand {
         common: PresetArgs,
         #[command(flatten)]
         noncontig: crate::noncontig::NoncontigArgs,
+    },
+    /// S3 endpoints side by side (sluice's, radosgw, ...) and sluice's native protocol: PUT and
+    /// GET of 4 KiB-64 MiB objects at 1-64 clients and a LIST of 10,000 keys; ops/s, MB/s,
+    /// latency, client and server CPU per operation.
+    S3 {
+        #[command(flatten)]
+        common: PresetArgs,
+        #[command(flatten)]
+        s3: crate::s3bench::S3Args,
     },
 }
 
@@ -408,7 +417,19 @@ fn run_preset(p: PresetCommand) -> Result<()> {
             }
             Ok(())
         }
+        PresetCommand::S3 { common, s3 } => run_s3(&common, &s3),
     }
+}
+
+fn run_s3(common: &PresetArgs, s3: &crate::s3bench::S3Args) -> Result<()> {
+    common.no_link("s3")?;
+    let o = common.options(Driver::Own);
+    setup::check_out_dir(&o.out_dir)?;
+    let report = crate::s3bench::s3(&o, s3)?;
+    if report.samples.is_empty() {
+        bail!("every case failed; see the messages above");
+    }
+    Ok(())
 }
 
 /// Runs `sluice bench` with parsed arguments.
@@ -488,6 +509,31 @@ mod tests {
                 .command,
             Some(BenchCommand::Compare(_))
         ));
+        let c = parse(&[
+            "s3",
+            "--native",
+            "native,sluice://127.0.0.1:10810,42",
+            "--clients",
+            "1,16",
+            "--ops",
+            "put,get",
+            "--sizes",
+            "4K,64M",
+        ])
+        .unwrap();
+        let Some(BenchCommand::Named(PresetCommand::S3 { s3, .. })) = c.command else {
+            panic!("not the s3 preset");
+        };
+        assert_eq!(s3.native[0].pids, vec![42]);
+        assert_eq!(crate::s3bench::cases(&s3).len(), 8);
+        for bad in [
+            &["s3", "--clients", "0"][..],
+            &["s3", "--ops", "delete"],
+            &["s3", "--native", "just-a-label"],
+            &["s3", "--s3", "a,http://h:1,/no/such/key-file"],
+        ] {
+            assert!(parse(bad).is_err(), "{bad:?} was accepted");
+        }
     }
 
     #[test]

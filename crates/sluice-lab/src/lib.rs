@@ -22,7 +22,8 @@
 //!   non-contiguous writes, on one object server and on four;
 //! - [`objects`]: the native object protocol against its peers (NBD,
 //!   Ceph); [`merge`]: temporal merge in the object client;
-//!   [`noncontig`]: iterative vs SGL vs strided against the paper's model.
+//!   [`noncontig`]: iterative vs SGL vs strided against the paper's model;
+//!   [`s3bench`]: S3 endpoints (sluice's, radosgw) and the native protocol.
 //!
 //! [`cli`] is the whole `sluice bench` command line; the `sluice` binary
 //! flattens [`cli::BenchCli`] into its `bench` subcommand.
@@ -40,6 +41,7 @@ pub mod presets;
 pub mod raid_presets;
 pub mod relay;
 pub mod s3asim;
+pub mod s3bench;
 pub mod setup;
 pub mod striped;
 

@@ -289,6 +289,12 @@ async fn serve(
 /// with `plain_too`, told apart by its first byte: 0x16 begins every TLS
 /// handshake, never an HTTP request).
 async fn connection(stream: tokio::net::TcpStream, peer: SocketAddr, served: Served) {
+    // Replies go out as a head and then a body in separate writes: with
+    // Nagle's algorithm on, a small body waits for the ACK of the head,
+    // which a client's delayed ACK holds back 40 ms.
+    if let Err(e) = stream.set_nodelay(true) {
+        tracing::debug!(%peer, error = %e, "S3 connection: cannot set TCP_NODELAY");
+    }
     let tls = match &served.tls {
         None => None,
         Some(tls) if tls.plain_too => {
