@@ -290,10 +290,11 @@ impl Client<'_> {
                 servers,
                 prefix,
             } => {
-                // The S3 endpoint's default layout: 1 MiB stripe unit,
-                // every object server.
+                // The S3 endpoint's layout: 1 MiB stripe unit, every
+                // object server, the deployment's default redundancy.
                 let name = format!("{prefix}{key}");
-                let mut object = client.begin_put(&name, 1 << 20, *servers)?;
+                let shape = client.default_shape(1 << 20, Some(*servers))?;
+                let mut object = client.begin_put(&name, &shape)?;
                 let mut at = 0usize;
                 while at < data.len() {
                     let n = (data.len() - at).min(CHUNK);
