@@ -467,16 +467,26 @@ def raw(data, timeout=60):
     u = urllib.parse.urlparse(os.environ["S3_ENDPOINT"])
     sock = socket.create_connection((u.hostname, u.port), timeout=timeout)
     got = b""
+    # The server may answer and close before it has taken every byte:
+    # sending, shutting down and reading then each find the connection
+    # gone (reset, broken pipe, not connected), which is an answer too.
+    gone = (ConnectionResetError, BrokenPipeError, OSError)
     try:
-        sock.sendall(data)
-        sock.shutdown(socket.SHUT_WR)
+        try:
+            sock.sendall(data)
+            sock.shutdown(socket.SHUT_WR)
+        except gone:
+            pass
         while True:
-            chunk = sock.recv(65536)
+            try:
+                chunk = sock.recv(65536)
+            except socket.timeout:
+                raise
+            except gone:
+                break
             if not chunk:
                 break
             got += chunk
-    except (ConnectionResetError, BrokenPipeError):
-        pass
     finally:
         sock.close()
     return got

@@ -281,8 +281,9 @@ impl Ext4Stack {
             self.mounted = false;
         }
         if let Some(dev) = self.loopdev.take() {
-            if let Err(e) = run("losetup", &["-d", &dev]) {
-                eprintln!("warning: {e:#}");
+            match run("losetup", &["-d", &dev]) {
+                Ok(_) => wait_detached(&dev),
+                Err(e) => eprintln!("warning: {e:#}"),
             }
         }
         if self.fuse_mounted {
@@ -570,4 +571,22 @@ fn round_charts(report: &PresetReport, targets: &[PeerSpec], jobs: &[FsJob]) -> 
             axes.chart(format!("{} ({unit})", job.name), lines)
         })
         .collect()
+}
+
+/// Waits until the kernel has let go of loop device `dev` after
+/// `losetup -d`: the detach is deferred while the device is still open
+/// (a file system's last writes after its unmount), and the next user of
+/// the image (or a check that nothing is left) must not find it attached.
+/// Bounded: a device still attached after 10 s is left with a warning.
+fn wait_detached(dev: &str) {
+    let name = dev.trim_start_matches("/dev/");
+    let backing = std::path::PathBuf::from(format!("/sys/block/{name}/loop/backing_file"));
+    let end = Instant::now() + Duration::from_secs(10);
+    while backing.exists() {
+        if Instant::now() > end {
+            eprintln!("warning: {dev} is still attached 10 s after losetup -d");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
