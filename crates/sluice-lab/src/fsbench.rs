@@ -580,7 +580,7 @@ fn round_charts(report: &PresetReport, targets: &[PeerSpec], jobs: &[FsJob]) -> 
 /// Bounded: a device still attached after 10 s is left with a warning.
 fn wait_detached(dev: &str) {
     let name = dev.trim_start_matches("/dev/");
-    let backing = std::path::PathBuf::from(format!("/sys/block/{name}/loop/backing_file"));
+    let backing = PathBuf::from(format!("/sys/block/{name}/loop/backing_file"));
     let end = Instant::now() + Duration::from_secs(10);
     while backing.exists() {
         if Instant::now() > end {
