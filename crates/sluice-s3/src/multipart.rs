@@ -39,6 +39,18 @@ const MIN_PART: u64 = 5 << 20;
 /// S3's part numbers.
 const PART_NUMBERS: std::ops::RangeInclusive<i32> = 1..=10_000;
 
+/// Refuses a part number S3 does not allow.
+fn check_part_number(part: i32) -> S3Result<()> {
+    if PART_NUMBERS.contains(&part) {
+        Ok(())
+    } else {
+        Err(s3s::s3_error!(
+            InvalidArgument,
+            "a part number is 1 to 10000"
+        ))
+    }
+}
+
 fn marker(bucket: &str, id: &str) -> String {
     format!("{UPLOADS}{bucket}/{id}")
 }
@@ -236,12 +248,7 @@ pub(crate) async fn upload_part(
 ) -> S3Result<S3Response<UploadPartOutput>> {
     let input = req.input;
     let part = input.part_number;
-    if !PART_NUMBERS.contains(&part) {
-        return Err(s3s::s3_error!(
-            InvalidArgument,
-            "a part number is 1 to 10000"
-        ));
-    }
+    check_part_number(part)?;
     let (bucket, key, id) = (input.bucket, input.key, input.upload_id.clone());
     let name = part_name(&id, part);
     g.store
@@ -286,12 +293,7 @@ pub(crate) async fn upload_part_copy(
 ) -> S3Result<S3Response<UploadPartCopyOutput>> {
     let input = req.input;
     let part = input.part_number;
-    if !PART_NUMBERS.contains(&part) {
-        return Err(s3s::s3_error!(
-            InvalidArgument,
-            "a part number is 1 to 10000"
-        ));
-    }
+    check_part_number(part)?;
     let CopySource::Bucket {
         bucket: src_bucket,
         key: src_key,

@@ -65,7 +65,7 @@ use super::pool::{Endpoint, Pool};
 use crate::net::uri::ObjUri;
 use crate::obj::DataOptions;
 use crate::obj::ObjOptions;
-use crate::obj::{FlushScope, ObjError, DEFAULT_PARTITION};
+use crate::obj::{FlushScope, ObjClient, ObjError, DEFAULT_PARTITION};
 use crate::Durability;
 
 /// The collection every piece of a striped object is made in.
@@ -381,17 +381,31 @@ impl StripedClient {
         layout: &Layout,
     ) -> Result<(), StripedError> {
         let pieces: Vec<(usize, &Piece)> = layout.pieces.iter().enumerate().collect();
-        let jobs: Vec<(Endpoint, u64)> = pieces
-            .iter()
-            .map(|(_, p)| (endpoint(p), p.object))
-            .collect();
-        let results = self.pool.fan_out(&jobs, |c, &object| {
+        self.on_pieces("remove", name, &pieces, |c, object| {
             match c.remove(object, Durability::Durable) {
                 Err(e) if e.is_not_found() => Ok(()),
                 other => other,
             }
-        });
-        first_failure("remove", name, &pieces, results).map(drop)
+        })
+        .map(drop)
+    }
+
+    /// Runs `work` on each of `pieces` (by its object id), the servers in
+    /// parallel; each piece's result in order, or the first failure as
+    /// the error of `op` on `name`.
+    pub(crate) fn on_pieces<T: Send>(
+        &mut self,
+        op: &'static str,
+        name: &str,
+        pieces: &[(usize, &Piece)],
+        work: impl Fn(&mut ObjClient, u64) -> Result<T, ObjError> + Sync,
+    ) -> Result<Vec<T>, StripedError> {
+        let jobs: Vec<(Endpoint, u64)> = pieces
+            .iter()
+            .map(|(_, p)| (endpoint(p), p.object))
+            .collect();
+        let results = self.pool.fan_out(&jobs, |c, &object| work(c, object));
+        first_failure(op, name, pieces, results)
     }
 
     /// The entry of `name`.
@@ -606,14 +620,10 @@ impl StripedClient {
     /// Makes every piece durable, the servers in parallel.
     pub fn flush(&mut self, object: &StripedObject) -> Result<(), StripedError> {
         let pieces: Vec<(usize, &Piece)> = object.layout().pieces.iter().enumerate().collect();
-        let jobs: Vec<(Endpoint, u64)> = pieces
-            .iter()
-            .map(|(_, p)| (endpoint(p), p.object))
-            .collect();
-        let results = self
-            .pool
-            .fan_out(&jobs, |c, &id| c.flush(FlushScope::Object(id)));
-        first_failure("flush", object.name(), &pieces, results).map(drop)
+        self.on_pieces("flush", object.name(), &pieces, |c, id| {
+            c.flush(FlushScope::Object(id))
+        })
+        .map(drop)
     }
 
     /// Removes `name`: its pieces, then its entry.

@@ -219,14 +219,9 @@ impl StripedClient {
     ) -> Result<Vec<Vec<u8>>, StripedError> {
         let span = rows.segment(layout.stripe_unit);
         let pieces: Vec<(usize, &_)> = wanted.map(|i| (i, &layout.pieces[i])).collect();
-        let jobs: Vec<(Endpoint, u64)> = pieces
-            .iter()
-            .map(|(_, p)| (endpoint(p), p.object))
-            .collect();
-        let results = self
-            .pool
-            .fan_out(&jobs, |c, &id| c.read(id, &[span]).map(|r| r.data));
-        first_failure("read", name, &pieces, results)
+        self.on_pieces("read", name, &pieces, |c, id| {
+            c.read(id, &[span]).map(|r| r.data)
+        })
     }
 
     /// Reads each column of `plan` from its data piece; the columns whose
