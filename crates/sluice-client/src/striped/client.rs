@@ -16,7 +16,8 @@
 //! [`fsck`](StripedClient::fsck) can tell pieces from other objects.
 //!
 //! Create ([`CreateStep`]):
-//! 1. the pieces, one per server, the first server chosen round-robin
+//! 1. the pieces, as the object's [`Shape`](super::Shape) places them
+//!    (`create.rs`), the first server chosen round-robin
 //!    ([`MetaStore::next_placement`]);
 //! 2. the entry, in state [`EntryState::Creating`] (the layout names the
 //!    pieces' object ids, so they come first); a name already taken
@@ -47,10 +48,13 @@
 //!
 //! # Failures
 //!
-//! A server that is down or fails a request fails the operation with
+//! A server that is down or fails a request fails a write with
 //! [`StripedError::Piece`], naming the piece and the server; the other
-//! servers' parts of a write still complete. Connecting and each reply
-//! are bounded by the [`ObjOptions`] timeouts.
+//! servers' parts of the write still complete. A read fails the same way
+//! on a plain object; a replicated one reads the column from its next
+//! copy (`replicas.rs`), an erasure-coded one rebuilds it from the other
+//! pieces (`erasure.rs`). Connecting and each reply are bounded by the
+//! [`ObjOptions`] timeouts.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
