@@ -228,6 +228,19 @@ pub(crate) fn aws(s3: &S3Server, args: &[&str]) -> CmdOutput {
     aws_at(&s3.endpoint(), s3.dir.path(), args)
 }
 
+/// [`aws`], which must succeed (the failure shows the server's log).
+fn aws_ok(s3: &S3Server, args: &[&str]) -> CmdOutput {
+    let out = aws(s3, args);
+    assert_eq!(
+        out.code(),
+        Some(0),
+        "aws {args:?}: {}\n--- server log ---\n{}",
+        out.describe(),
+        s3.server.stderr_log()
+    );
+    out
+}
+
 /// aws-cli against `endpoint`, its home under `dir`.
 fn aws_at(endpoint: &str, dir: &Path, args: &[&str]) -> CmdOutput {
     let aws = sluice_testkit::programs::program("/usr/bin/aws");
@@ -340,17 +353,7 @@ fn aws_cli_round_trip() {
         return;
     }
     let s3 = start();
-    let ok = |args: &[&str]| {
-        let out = aws(&s3, args);
-        assert_eq!(
-            out.code(),
-            Some(0),
-            "aws {args:?}: {}\n--- server log ---\n{}",
-            out.describe(),
-            s3.server.stderr_log()
-        );
-        out
-    };
+    let ok = |args: &[&str]| aws_ok(&s3, args);
     ok(&["s3", "mb", "s3://cli"]);
     let local = s3.dir.path().join("up.bin");
     let data = random_bytes(7, 3 << 20);
@@ -454,17 +457,7 @@ fn aws_cli_sync_up_and_down() {
         return;
     }
     let s3 = start();
-    let ok = |args: &[&str]| {
-        let out = aws(&s3, args);
-        assert_eq!(
-            out.code(),
-            Some(0),
-            "aws {args:?}: {}\n--- server log ---\n{}",
-            out.describe(),
-            s3.server.stderr_log()
-        );
-        out.stdout()
-    };
+    let ok = |args: &[&str]| aws_ok(&s3, args).stdout();
     ok(&["s3", "mb", "s3://sync"]);
     let up = s3.dir.path().join("up");
     let files = [
